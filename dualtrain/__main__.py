@@ -1,0 +1,3 @@
+from dualtrain.cli import main
+
+main()

@@ -1,0 +1,59 @@
+"""``dualtrain`` command line: a root group that only registers subcommands and maps errors.
+
+User mistakes (UserError, click usage errors) print one line and exit 2; a failed run (RunFailed)
+prints one line and exits 1. No traceback for either.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from dualtrain import __version__
+from dualtrain.cli.compare import compare
+from dualtrain.cli.run import run
+from dualtrain.errors import RunFailed, UserError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="dualtrain")
+def cli() -> None:
+    """Compile one experiment spec into a PyTorch DDP run and a TensorFlow/Keras 3 run, and check
+    that they train the same way.
+
+    \b
+    Examples:
+      dualtrain run --backend torch --config configs/mnist_mlp.yaml --world-size 2
+      dualtrain run --backend tf --config configs/mnist_mlp.yaml --set tf.strategy=multi_worker
+      dualtrain compare --config configs/mnist_mlp.yaml --world-size 2
+      dualtrain compare runs/a runs/b
+    """
+
+
+cli.add_command(run)
+cli.add_command(compare)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        code = cli.main(args=argv, prog_name="dualtrain", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # "dualtrain" alone: show the help
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        sys.exit(0)
+    except click.UsageError as exc:
+        click.echo(f"dualtrain: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except UserError as exc:
+        click.echo(f"dualtrain: error: {exc}", err=True)
+        sys.exit(2)
+    except RunFailed as exc:
+        click.echo(f"dualtrain: error: {exc}", err=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        click.echo("dualtrain: interrupted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("dualtrain: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

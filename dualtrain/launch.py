@@ -1,0 +1,127 @@
+"""Launch and watch local worker processes (framework-free).
+
+Each backend's workers run as ``python -m dualtrain.backends.<name> RUN_DIR`` with the standard
+environment of their framework (torchrun's RANK/WORLD_SIZE/MASTER_ADDR..., TF's TF_CONFIG). The
+launcher polls them: if one exits non-zero or is killed, the others are stopped and the run fails
+with a message naming that worker. It never waits forever: once one worker has finished cleanly, the
+others get ``grace_s`` seconds to finish too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dualtrain.errors import RunFailed
+
+
+@dataclass
+class Worker:
+    rank: int
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int, addr: str = "127.0.0.1") -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((addr, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def worker_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    env["PYTHONUNBUFFERED"] = "1"
+    # Workers must find this package even when it is run from a source checkout.
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: str = "rank",
+                grace_s: float = 120.0, run_dir: Path | None = None, poll_s: float = 0.05) -> None:
+    """Start ``python -m module *args`` once per worker and wait for all of them.
+
+    Raises:
+        RunFailed: a worker exited non-zero, was killed, or outlived the others by ``grace_s``.
+    """
+    try:
+        for w in workers:
+            w.proc = subprocess.Popen([sys.executable, "-m", module, *args], env=worker_env(w.env),
+                                      start_new_session=False)
+        if run_dir is not None:
+            (Path(run_dir) / "launch.json").write_text(json.dumps(
+                {"module": module, "workers": [{unit: w.rank, "pid": w.proc.pid} for w in workers]},
+                indent=2) + "\n")
+        first_done: float | None = None
+        while True:
+            running = []
+            for w in workers:
+                code = w.proc.poll()
+                if code is None:
+                    running.append(w)
+                elif code != 0:
+                    others = [o for o in workers if o is not w and o.proc.poll() is None]
+                    _stop(others)
+                    raise RunFailed(f"{unit} {w.rank} (pid {w.proc.pid}) {describe_exit(code)}; "
+                                    f"stopped the other {len(others)} {unit}(s)")
+            if not running:
+                return
+            if len(running) < len(workers):
+                first_done = first_done or time.monotonic()
+                if time.monotonic() - first_done > grace_s:
+                    _stop(running)
+                    names = ", ".join(str(w.rank) for w in running)
+                    raise RunFailed(f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
+                                    f"others; stopped them")
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
+        raise
+    except BaseException:
+        _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
+        raise
+
+
+def _stop(workers: list[Worker], timeout_s: float = 5.0) -> None:
+    for w in workers:
+        if w.proc is not None and w.proc.poll() is None:
+            w.proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    for w in workers:
+        if w.proc is None:
+            continue
+        try:
+            w.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            w.proc.kill()
+            w.proc.wait()

@@ -1,0 +1,124 @@
+"""The run directory contract, written by the chief replica and read by compare and the tests.
+
+Files (see docs/run-directory.md):
+
+- ``spec.yaml``: the resolved spec.
+- ``metrics.jsonl``: one JSON object per line. ``kind: train`` lines (step, epoch, loss, lr, grad_norm,
+  loss_scale, skipped, samples, samples_per_s) and ``kind: eval`` lines (step, epoch, loss, accuracy,
+  count). ``step`` is the 1-based global step, ``epoch`` 1-based.
+- ``shards.jsonl``: per step and replica: step, epoch, replica, digest (of the ids actually fed), count.
+- ``summary.json``: backend, world_size, precision, steps, wall_s, train_samples_per_s, test_loss,
+  test_accuracy, versions and more.
+- ``weights_init.npz`` / ``weights_final.npz``: canonical layout (dualtrain.model).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dualtrain.errors import UserError
+
+SPEC_FILE = "spec.yaml"
+METRICS_FILE = "metrics.jsonl"
+SHARDS_FILE = "shards.jsonl"
+SUMMARY_FILE = "summary.json"
+WEIGHTS_INIT = "weights_init.npz"
+WEIGHTS_FINAL = "weights_final.npz"
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no inf/nan: write them as strings so every line stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def as_float(value: Any) -> float:
+    return float(value)  # float() reads "nan", "inf" and "-inf" too
+
+
+class RunWriter:
+    """Append-only writer for metrics.jsonl and shards.jsonl (one process: the chief)."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._metrics = open(self.dir / METRICS_FILE, "w", buffering=1)
+        self._shards = open(self.dir / SHARDS_FILE, "w", buffering=1)
+
+    def train(self, **fields: Any) -> None:
+        self._write(self._metrics, {"kind": "train", **fields})
+
+    def eval(self, **fields: Any) -> None:
+        self._write(self._metrics, {"kind": "eval", **fields})
+
+    def shard(self, *, step: int, epoch: int, replica: int, digest: str, count: int) -> None:
+        self._write(self._shards, {"step": step, "epoch": epoch, "replica": replica, "digest": digest,
+                                   "count": count})
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        tmp = self.dir / (SUMMARY_FILE + ".tmp")
+        tmp.write_text(json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
+        tmp.replace(self.dir / SUMMARY_FILE)
+
+    def flush(self) -> None:
+        self._metrics.flush()
+        self._shards.flush()
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._shards.close()
+
+    @staticmethod
+    def _write(f: Any, obj: dict[str, Any]) -> None:
+        f.write(json.dumps({k: _clean(v) for k, v in obj.items()}) + "\n")
+
+
+@dataclass
+class RunRecord:
+    path: Path
+    spec: dict[str, Any]
+    train: list[dict[str, Any]] = field(default_factory=list)
+    eval: list[dict[str, Any]] = field(default_factory=list)
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def series(self, key: str, kind: str = "train") -> list[float]:
+        rows = self.train if kind == "train" else self.eval
+        return [as_float(r[key]) if r.get(key) is not None else math.nan for r in rows]
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise UserError(f"{path}:{n}: not valid JSON") from None
+    return rows
+
+
+def read_run(run_dir: str | Path, *, require_summary: bool = True) -> RunRecord:
+    """Load a finished run directory (UserError if it is not one)."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise UserError(f"run directory not found: {str(d)!r}")
+    for name in (SPEC_FILE, METRICS_FILE, SHARDS_FILE) + ((SUMMARY_FILE,) if require_summary else ()):
+        if not (d / name).is_file():
+            raise UserError(f"{d} is not a finished dualtrain run directory (no {name})")
+    spec = yaml.safe_load((d / SPEC_FILE).read_text()) or {}
+    metrics = _read_jsonl(d / METRICS_FILE)
+    summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).is_file() else {}
+    return RunRecord(path=d, spec=spec, train=[m for m in metrics if m.get("kind") == "train"],
+                     eval=[m for m in metrics if m.get("kind") == "eval"],
+                     shards=_read_jsonl(d / SHARDS_FILE), summary=summary)

@@ -1,0 +1,244 @@
+"""The training loop policy shared by both backends (framework-free).
+
+A backend supplies an :class:`Engine` (the mechanics: a train step, distributed evaluation, a gather,
+the weights). :class:`TrainLoop` owns everything else, once for both: which ids each replica gets
+(the plan), the lr at every step (dualtrain.schedule), the loss normaliser (the global sample count
+of the step), eval cadence, fault injection, progress output, and the run-directory records. So the
+two backends cannot disagree on policy, only on numerics.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from dualtrain.data import Mnist
+from dualtrain.plan import ShardPlan, eval_shards, shard_digest
+from dualtrain.record import WEIGHTS_FINAL, RunWriter
+from dualtrain.schedule import lr_at
+from dualtrain.spec import Experiment
+from dualtrain.weights import Weights, save_weights, weights_digest
+
+
+@dataclass
+class StepOut:
+    """What one process reports about one training step."""
+
+    loss_sum: float
+    """Sum of per-sample cross-entropy over this process's samples (before the update)."""
+    grad_norm: float
+    """Global L2 norm of the all-reduced, unscaled gradient, before clipping."""
+    loss_scale: float
+    """Loss scale used for this step (1.0 without fp16)."""
+    skipped: bool
+    """True when the all-reduced gradient was not finite and the update was skipped."""
+    fed_ids: list[np.ndarray] = field(default_factory=list)
+    """The ids each local replica actually consumed, read back from the replica (for shards.jsonl)."""
+
+
+class Engine(Protocol):
+    backend: str
+    rank: int
+    """Process index; 0 is the chief that prints and writes."""
+    local_replicas: Sequence[int]
+    """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
+
+    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
+                   poison: list[bool]) -> StepOut:
+        """One step. ``ids``: sample ids per local replica. The loss each replica differentiates is
+        ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set local
+        replica i's gradient to inf before the all-reduce (fault injection)."""
+
+    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
+        """Test-set (loss_sum, correct, count), summed over ALL replicas. ``ranges``: [start, stop)
+        per local replica."""
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """All-gather a float64/int64 array from every process: result[process] = that process's rows."""
+
+    def weights(self) -> Weights:
+        """Current weights in the canonical layout."""
+
+    def versions(self) -> dict[str, str]:
+        ...
+
+
+def steps_total(spec: Experiment, plan: ShardPlan) -> int:
+    by_epochs = spec.train.epochs * plan.steps_per_epoch if spec.train.epochs is not None else None
+    if spec.train.max_steps is None:
+        return by_epochs
+    return spec.train.max_steps if by_epochs is None else min(by_epochs, spec.train.max_steps)
+
+
+def default_threads(local_workers: int) -> int:
+    return max(1, (os.cpu_count() or 1) // max(local_workers, 1))
+
+
+class TrainLoop:
+    def __init__(self, spec: Experiment, engine: Engine, data: Mnist, run_dir: Path | None,
+                 *, extra_summary: dict[str, Any] | None = None, started: float | None = None):
+        self.spec = spec
+        self.engine = engine
+        self.data = data
+        self.plan = ShardPlan.from_spec(spec, len(data.train_y))
+        self.total_steps = steps_total(spec, self.plan)
+        self.chief = engine.rank == 0
+        self.writer = RunWriter(run_dir) if self.chief and run_dir is not None else None
+        self.run_dir = run_dir
+        self.extra_summary = extra_summary or {}
+        self.started = started or time.perf_counter()
+        self.world = spec.distribution.world_size
+        self.eval_ranges = eval_shards(len(data.test_y), self.world)
+        self._window: list[tuple[int, int, float, StepOut, int]] = []
+        self._window_t0 = 0.0
+        self.train_time = 0.0
+        self.samples = 0
+        self.skipped = 0
+        self.last_eval: dict[str, Any] = {}
+        self._poison = {tuple(p) for p in spec.faults.nonfinite_grad}
+
+    # ---- output ----------------------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        if self.chief:
+            print(f"[{self.engine.backend}] {text}", flush=True)
+
+    # ---- the loop --------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        spec, plan = self.spec, self.plan
+        epochs = spec.train.epochs or -(-self.total_steps // plan.steps_per_epoch)
+        self.say(f"{spec.name}: {spec.model.preset or 'custom'} model, world_size {self.world}, "
+                 f"{spec.precision.dtype.value}, {len(self.data.train_y)} train samples, "
+                 f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps")
+        step = 0
+        t_train = time.perf_counter()
+        self._window_t0 = t_train
+        for epoch in range(epochs):
+            for k in range(plan.steps_per_epoch):
+                if step >= self.total_steps:
+                    break
+                ids = plan.step_ids(epoch, k)
+                step += 1
+                self._maybe_exit(step)
+                count = int(sum(len(i) for i in ids))
+                lr = lr_at(spec.optimizer, step - 1, self.total_steps)
+                local = [ids[r] for r in self.engine.local_replicas]
+                poison = [(step, r) in self._poison for r in self.engine.local_replicas]
+                out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison)
+                self._window.append((step, epoch + 1, lr, out, count))
+                end_of_epoch = k == plan.steps_per_epoch - 1 or step == self.total_steps
+                if step % spec.train.log_every == 0 or end_of_epoch:
+                    self._flush(epochs)
+                eval_due = (spec.train.eval_every and step % spec.train.eval_every == 0) or (
+                    not spec.train.eval_every and end_of_epoch)
+                if eval_due or step == self.total_steps:
+                    self.train_time += time.perf_counter() - t_train
+                    self._evaluate(step, epoch + 1)
+                    t_train = time.perf_counter()
+                    self._window_t0 = t_train
+            if step >= self.total_steps:
+                break
+        return self._finish(step)
+
+    def _maybe_exit(self, step: int) -> None:
+        target = self.spec.faults.exit_rank
+        if target is not None and tuple(target) == (step, self.engine.rank):
+            print(f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
+                  f"{step}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _flush(self, epochs: int) -> None:
+        """Gather the window's per-process loss sums and shard digests; the chief writes them."""
+        if not self._window:
+            return
+        n_local = len(self.engine.local_replicas)
+        losses = np.array([w[3].loss_sum for w in self._window], dtype=np.float64)
+        shard_rows = np.array([[int(shard_digest(ids), 16) - (1 << 63), len(ids)]
+                               for w in self._window for ids in w[3].fed_ids], dtype=np.int64)
+        if shard_rows.shape[0] != len(self._window) * n_local:
+            raise RuntimeError("engine returned fed_ids for the wrong number of replicas")
+        all_losses = self.engine.gather(losses)  # (processes, window)
+        all_shards = self.engine.gather(shard_rows.reshape(len(self._window), n_local, 2))
+        now = time.perf_counter()
+        elapsed = now - self._window_t0
+        self._window_t0 = now
+        window_samples = sum(w[4] for w in self._window)
+        sps = window_samples / elapsed if elapsed > 0 else 0.0
+        if self.writer is not None:
+            replicas = [r for proc in range(all_shards.shape[0]) for r in self._replicas_of(proc)]
+            for i, (step, epoch, lr, out, count) in enumerate(self._window):
+                self.writer.train(step=step, epoch=epoch, loss=float(all_losses[:, i].sum()) / count,
+                                  lr=lr, grad_norm=out.grad_norm, loss_scale=out.loss_scale,
+                                  skipped=bool(out.skipped), samples=count, samples_per_s=sps)
+                rows = all_shards[:, i].reshape(-1, 2)
+                for replica, (digest, n) in sorted(zip(replicas, rows.tolist())):
+                    self.writer.shard(step=step, epoch=epoch, replica=replica,
+                                      digest=f"{(digest + (1 << 63)):016x}", count=n)
+        for w in self._window:
+            self.samples += w[4]
+            self.skipped += int(w[3].skipped)
+        step, epoch, lr, out, count = self._window[-1]
+        loss = float(all_losses[:, -1].sum()) / count
+        scale = f" scale {out.loss_scale:g}" if self.spec.precision.dtype.value == "fp16" else ""
+        self.say(f"epoch {epoch}/{epochs} step {step}/{self.total_steps} loss {loss:.4f} lr {lr:.4g}"
+                 f"{scale} {sps:,.0f} samples/s")
+        self._window = []
+
+    def _replicas_of(self, process: int) -> list[int]:
+        per = len(self.engine.local_replicas)
+        return list(range(process * per, (process + 1) * per))
+
+    def _evaluate(self, step: int, epoch: int) -> None:
+        local = [self.eval_ranges[r] for r in self.engine.local_replicas]
+        loss_sum, correct, count = self.engine.evaluate(local)
+        self.last_eval = {"step": step, "epoch": epoch, "loss": loss_sum / count,
+                          "accuracy": correct / count, "count": int(count)}
+        if self.writer is not None:
+            self.writer.eval(**self.last_eval)
+        self.say(f"eval after step {step}: loss {loss_sum / count:.4f} "
+                 f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)")
+
+    def _finish(self, steps: int) -> dict[str, Any]:
+        weights = self.engine.weights()
+        spec = self.spec
+        summary = {
+            "backend": self.engine.backend,
+            "name": spec.name,
+            "world_size": self.world,
+            "precision": spec.precision.dtype.value,
+            "device": spec.distribution.device.value,
+            "steps": steps,
+            "epochs_run": round(steps / self.plan.steps_per_epoch, 4),
+            "samples": self.samples,
+            "skipped_steps": self.skipped,
+            "wall_s": round(time.perf_counter() - self.started, 3),
+            "train_wall_s": round(self.train_time, 3),
+            "train_samples_per_s": self.samples / self.train_time if self.train_time else 0.0,
+            "test_loss": self.last_eval.get("loss"),
+            "test_accuracy": self.last_eval.get("accuracy"),
+            "test_count": self.last_eval.get("count"),
+            "weights_final_digest": weights_digest(weights),
+            "data_source": self.data.source,
+            "sharding": spec.data.sharding.value,
+            "steps_per_epoch": self.plan.steps_per_epoch,
+            "determinism": spec.determinism,
+            "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                         **self.engine.versions()},
+            **self.extra_summary,
+        }
+        if self.writer is not None:
+            save_weights(Path(self.run_dir) / WEIGHTS_FINAL, weights)
+            self.writer.summary(summary)
+            self.writer.close()
+        self.say(f"done: {steps} steps in {summary['train_wall_s']:.1f}s "
+                 f"({summary['train_samples_per_s']:,.0f} samples/s), test accuracy "
+                 f"{100 * (summary['test_accuracy'] or 0):.2f}%")
+        return summary

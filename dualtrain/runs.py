@@ -1,0 +1,115 @@
+"""Start a run: validate, create the run directory, launch the backend's workers (framework-free).
+
+``start_run`` is what ``dualtrain run`` and ``dualtrain compare`` call. Everything that can be a user
+mistake is checked before the run directory is created, so a rejected run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from dualtrain import data as mnist
+from dualtrain.backends import check_installed, launch_module
+from dualtrain.errors import RunFailed, UserError
+from dualtrain.launch import run_workers
+from dualtrain.model import resolve
+from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT, read_run
+from dualtrain.spec import Backend, Experiment, dump_spec
+from dualtrain.weights import initial_weights, save_weights
+
+
+def default_run_dir(spec: Experiment, backend: Backend) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(spec.output_dir) / f"{spec.name}-{backend.value}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def validate(spec: Experiment, backend: Backend) -> None:
+    """Every check that needs no framework: model shapes, data availability, init weights."""
+    check_installed(backend)
+    resolve(spec.model)
+    mnist.locate(spec.data)
+    initial_weights(spec.model, spec.seed)  # checks init_from's layout
+
+
+def _claim_dir(path: Path, overwrite: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out exists and is not a folder. Received: {str(path)!r}")
+    if path.is_dir() and any(path.iterdir()):
+        if not (path / SPEC_FILE).is_file():
+            raise UserError(f"--out is a non-empty folder that is not a dualtrain run; choose another. "
+                            f"Received: {str(path)!r}")
+        if not overwrite:
+            raise UserError(f"--out already holds a run; pass --overwrite or choose another folder. "
+                            f"Received: {str(path)!r}")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+
+
+def prepare_run_dir(spec: Experiment, backend: Backend, out: str | Path | None,
+                    overwrite: bool = False) -> Path:
+    validate(spec, backend)
+    run_dir = Path(out) if out is not None else default_run_dir(spec, backend)
+    existed = run_dir.exists()
+    _claim_dir(run_dir, overwrite)
+    try:
+        (run_dir / SPEC_FILE).write_text(dump_spec(spec))
+        save_weights(run_dir / WEIGHTS_INIT, initial_weights(spec.model, spec.seed))
+    except BaseException:
+        if not existed:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return run_dir
+
+
+def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
+              overwrite: bool = False) -> tuple[Path | None, dict[str, Any]]:
+    """Run ``spec`` on ``backend``; return (run_dir, summary).
+
+    Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set) or inside a TF_CONFIG cluster,
+    this process is one worker: rank 0 writes the run directory, the others return (None, {}).
+    Otherwise dualtrain launches ``world_size`` local workers itself.
+    """
+    launch = launch_module(backend)
+    ext = launch.external()
+    if ext is not None:
+        return _run_as_external_worker(spec, backend, out, overwrite, launch, ext)
+    run_dir = prepare_run_dir(spec, backend, out, overwrite)
+    print(f"dualtrain: {backend.value} run -> {run_dir}", flush=True)
+    try:
+        run_workers(launch.MODULE, [str(run_dir)], launch.workers(spec), unit=launch.UNIT,
+                    grace_s=spec.distribution.timeout_s, run_dir=run_dir)
+    except RunFailed as exc:
+        raise RunFailed(f"{backend.value} run failed: {exc} (partial run left in {run_dir})") from None
+    if not (run_dir / SUMMARY_FILE).is_file():
+        raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
+    return run_dir, read_run(run_dir).summary
+
+
+def _run_as_external_worker(spec: Experiment, backend: Backend, out: str | Path | None,
+                            overwrite: bool, launch: Any, ext: dict[str, int]):
+    import importlib
+
+    if ext["world_size"] != spec.distribution.world_size:
+        print(f"dualtrain: world_size {ext['world_size']} from the launcher overrides the spec's "
+              f"{spec.distribution.world_size}", flush=True)
+        spec = spec.replace(distribution=_with(spec.distribution, world_size=ext["world_size"]))
+    run_dir = prepare_run_dir(spec, backend, out, overwrite) if ext["rank"] == 0 else None
+    if run_dir is None:
+        validate(spec, backend)
+    worker = importlib.import_module(launch.MODULE + ".worker")
+    summary = worker.run_worker(spec, run_dir)
+    return run_dir, summary
+
+
+def _with(section: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(section, **changes)

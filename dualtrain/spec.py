@@ -1,0 +1,589 @@
+"""The Experiment spec: YAML -> frozen dataclasses, shared by both backends.
+
+Every section is a frozen, keyword-only dataclass. Loading rejects unknown keys by their full path
+(``optimizer.lrr``), converts closed vocabularies to ``str`` enums, and range-checks values in
+``__post_init__``. Errors are :class:`dualtrain.errors.UserError` with one line of text naming the field
+and the received value, e.g. ``optimizer.lr must be > 0. Received: -1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dualtrain.errors import UserError
+
+
+class StrEnum(str, enum.Enum):
+    """A closed vocabulary whose members are plain strings (JSON/YAML friendly)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+
+class Backend(StrEnum):
+    TORCH = "torch"
+    TF = "tf"
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class LastBatch(StrEnum):
+    DROP = "drop"
+    KEEP = "keep"
+
+
+class Sharding(StrEnum):
+    #: every sample exactly once per epoch, contiguous balanced split of each global batch
+    EXACT = "exact"
+    #: torch.utils.data.DistributedSampler + DataLoader, padding and rank striding included
+    TORCH_SAMPLER = "torch_sampler"
+
+
+class OptimizerName(StrEnum):
+    SGD = "sgd"
+    ADAM = "adam"
+    ADAMW = "adamw"
+
+
+class ScheduleName(StrEnum):
+    CONSTANT = "constant"
+    STEP = "step"
+    COSINE = "cosine"
+
+
+class Device(StrEnum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class TFStrategy(StrEnum):
+    MIRRORED = "mirrored"
+    MULTI_WORKER = "multi_worker"
+
+
+class LayerType(StrEnum):
+    DENSE = "dense"
+    CONV2D = "conv2d"
+    MAXPOOL2D = "maxpool2d"
+    FLATTEN = "flatten"
+    RELU = "relu"
+
+
+class Padding(StrEnum):
+    VALID = "valid"
+    SAME = "same"
+
+
+def _fail(path: str, requirement: str, value: Any) -> UserError:
+    return UserError(f"{path} {requirement}. Received: {value!r}")
+
+
+def _check(cond: bool, path: str, requirement: str, value: Any) -> None:
+    if not cond:
+        raise _fail(path, requirement, value)
+
+
+_SPEC = dict(frozen=True, kw_only=True, slots=True)
+
+
+@dataclass(**_SPEC)
+class DataSpec:
+    dataset: str = "mnist"
+    """Dataset name. Only ``mnist`` for now."""
+    data_dir: str | None = None
+    """Folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None: offline copy or cache."""
+    download: bool = True
+    """Allow a checksum-verified download into the cache when no local copy is found."""
+    batch_size: int = 128
+    """Global batch size (all replicas together)."""
+    eval_batch_size: int = 1000
+    """Global batch size for evaluation."""
+    shuffle: bool = True
+    """Shuffle the training order every epoch (permutation from seed and epoch)."""
+    last_batch: LastBatch = LastBatch.KEEP
+    """What to do with a partial last global batch: keep it (split across replicas) or drop it."""
+    sharding: Sharding = Sharding.EXACT
+    """How a global batch is split: ``exact`` (no duplicates) or ``torch_sampler`` (DistributedSampler)."""
+    train_limit: int | None = None
+    """Use only the first N training samples (quick runs and tests)."""
+    test_limit: int | None = None
+    """Use only the first N test samples."""
+
+    def __post_init__(self) -> None:
+        _check(self.dataset == "mnist", "data.dataset", "must be 'mnist'", self.dataset)
+        _check(self.batch_size >= 1, "data.batch_size", "must be >= 1", self.batch_size)
+        _check(self.eval_batch_size >= 1, "data.eval_batch_size", "must be >= 1", self.eval_batch_size)
+        for name in ("train_limit", "test_limit"):
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"data.{name}", "must be >= 1 or null", v)
+
+
+@dataclass(**_SPEC)
+class LayerSpec:
+    type: LayerType
+    """One of dense, conv2d, maxpool2d, flatten, relu."""
+    units: int | None = None
+    """dense: output features."""
+    filters: int | None = None
+    """conv2d: output channels."""
+    kernel_size: int | None = None
+    """conv2d: square kernel size."""
+    pool_size: int | None = None
+    """maxpool2d: square window (stride defaults to the window)."""
+    stride: int | None = None
+    """conv2d (default 1) and maxpool2d (default pool_size)."""
+    padding: Padding = Padding.VALID
+    """conv2d: valid or same ('same' only with stride 1, where torch and Keras agree)."""
+
+    def __post_init__(self) -> None:
+        t = self.type
+        allowed = {
+            LayerType.DENSE: {"units"},
+            LayerType.CONV2D: {"filters", "kernel_size", "stride", "padding"},
+            LayerType.MAXPOOL2D: {"pool_size", "stride"},
+            LayerType.FLATTEN: set(),
+            LayerType.RELU: set(),
+        }[t]
+        for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
+            v = getattr(self, name)
+            if v is not None and name not in allowed:
+                raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
+            if v is not None:
+                _check(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
+        if self.padding is not Padding.VALID and "padding" not in allowed:
+            raise UserError(f"layer type {t.value!r} takes no 'padding'. Received: {self.padding.value!r}")
+        required = {LayerType.DENSE: ("units",), LayerType.CONV2D: ("filters", "kernel_size"),
+                    LayerType.MAXPOOL2D: ("pool_size",)}.get(t, ())
+        for name in required:
+            if getattr(self, name) is None:
+                raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
+        if t is LayerType.CONV2D and self.padding is Padding.SAME and (self.stride or 1) != 1:
+            raise UserError(
+                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs differently). "
+                f"Received: stride={self.stride}"
+            )
+
+
+@dataclass(**_SPEC)
+class ModelSpec:
+    preset: str | None = None
+    """``mlp`` (784-256-128-10) or ``cnn`` (two conv blocks + dense). Mutually exclusive with layers."""
+    layers: tuple[LayerSpec, ...] = ()
+    """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
+    init_from: str | None = None
+    """Canonical-layout .npz with the initial weights; None: generate them from the seed."""
+
+    def __post_init__(self) -> None:
+        if self.preset is not None:
+            _check(self.preset in PRESETS, "model.preset", f"must be one of {sorted(PRESETS)}", self.preset)
+            if self.layers:
+                raise UserError("model: give either 'preset' or 'layers', not both. Received: both")
+        elif not self.layers:
+            raise UserError("model: give a 'preset' (mlp, cnn) or a 'layers' list. Received: neither")
+
+    def resolved_layers(self) -> tuple[LayerSpec, ...]:
+        return PRESETS[self.preset] if self.preset is not None else self.layers
+
+
+def _layers(*items: dict) -> tuple[LayerSpec, ...]:
+    return tuple(LayerSpec(**{k: (LayerType(v) if k == "type" else v) for k, v in d.items()}) for d in items)
+
+
+PRESETS: dict[str, tuple[LayerSpec, ...]] = {
+    "mlp": _layers(
+        {"type": "flatten"},
+        {"type": "dense", "units": 256}, {"type": "relu"},
+        {"type": "dense", "units": 128}, {"type": "relu"},
+        {"type": "dense", "units": 10},
+    ),
+    "cnn": _layers(
+        {"type": "conv2d", "filters": 32, "kernel_size": 3}, {"type": "relu"},
+        {"type": "maxpool2d", "pool_size": 2},
+        {"type": "conv2d", "filters": 64, "kernel_size": 3}, {"type": "relu"},
+        {"type": "maxpool2d", "pool_size": 2},
+        {"type": "flatten"},
+        {"type": "dense", "units": 128}, {"type": "relu"},
+        {"type": "dense", "units": 10},
+    ),
+}
+
+
+@dataclass(**_SPEC)
+class ScheduleSpec:
+    name: ScheduleName = ScheduleName.CONSTANT
+    """constant, step (lr * gamma ** (step // step_size)) or cosine (to min_lr over the run)."""
+    step_size: int = 1000
+    """step: optimizer steps between decays."""
+    gamma: float = 0.1
+    """step: decay factor."""
+    min_lr: float = 0.0
+    """cosine: final learning rate."""
+    warmup_steps: int = 0
+    """Linear warmup from lr/warmup_steps to lr over this many steps."""
+
+    def __post_init__(self) -> None:
+        _check(self.step_size >= 1, "optimizer.schedule.step_size", "must be >= 1", self.step_size)
+        _check(0 < self.gamma <= 1, "optimizer.schedule.gamma", "must be in (0, 1]", self.gamma)
+        _check(self.min_lr >= 0, "optimizer.schedule.min_lr", "must be >= 0", self.min_lr)
+        _check(self.warmup_steps >= 0, "optimizer.schedule.warmup_steps", "must be >= 0", self.warmup_steps)
+
+
+@dataclass(**_SPEC)
+class OptimizerSpec:
+    name: OptimizerName = OptimizerName.SGD
+    """sgd, adam or adamw (torch.optim semantics in both backends; see docs/parity.md)."""
+    lr: float = 0.05
+    """Peak learning rate."""
+    momentum: float = 0.0
+    """sgd: momentum (torch form: buf = m*buf + g; p -= lr*buf)."""
+    nesterov: bool = False
+    """sgd: Nesterov momentum (needs momentum > 0)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """adam/adamw: (beta1, beta2)."""
+    eps: float = 1e-8
+    """adam/adamw: added to sqrt(v_hat) (torch placement)."""
+    weight_decay: float = 0.0
+    """sgd/adam: L2 added to the gradient; adamw: decoupled (p *= 1 - lr*wd)."""
+    clip_grad_norm: float | None = None
+    """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null: off."""
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optimizer.lr", "must be > 0", self.lr)
+        _check(0 <= self.momentum < 1, "optimizer.momentum", "must be in [0, 1)", self.momentum)
+        if self.nesterov:
+            _check(self.momentum > 0, "optimizer.nesterov", "needs momentum > 0", self.momentum)
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optimizer.betas",
+               "must be two numbers in [0, 1)", list(self.betas))
+        _check(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
+        _check(self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", self.weight_decay)
+        if self.clip_grad_norm is not None:
+            _check(self.clip_grad_norm > 0, "optimizer.clip_grad_norm", "must be > 0 or null",
+                   self.clip_grad_norm)
+
+
+@dataclass(**_SPEC)
+class LossScaleSpec:
+    init: float = 65536.0
+    """Initial loss scale (torch GradScaler default 2**16; Keras uses 2**15)."""
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    """Grow the scale after this many consecutive finite steps."""
+
+    def __post_init__(self) -> None:
+        _check(self.init > 0, "precision.loss_scale.init", "must be > 0", self.init)
+        _check(self.growth_factor >= 1, "precision.loss_scale.growth_factor", "must be >= 1",
+               self.growth_factor)
+        _check(0 < self.backoff_factor < 1, "precision.loss_scale.backoff_factor", "must be in (0, 1)",
+               self.backoff_factor)
+        _check(self.growth_interval >= 1, "precision.loss_scale.growth_interval", "must be >= 1",
+               self.growth_interval)
+
+
+@dataclass(**_SPEC)
+class PrecisionSpec:
+    dtype: Precision = Precision.FP32
+    """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling) or bf16 (no loss scaling)."""
+    loss_scale: LossScaleSpec = field(default_factory=LossScaleSpec)
+
+
+@dataclass(**_SPEC)
+class DistributionSpec:
+    world_size: int = 1
+    """Number of replicas (torch: processes; tf: devices or worker processes)."""
+    device: Device = Device.CPU
+    """cpu (gloo) or gpu (nccl)."""
+    master_addr: str = "127.0.0.1"
+    """Rendezvous address for locally launched workers."""
+    master_port: int | None = None
+    """Rendezvous port; null picks a free one."""
+    timeout_s: float = 120.0
+    """Bound on startup and on any single collective: a lost peer fails the run instead of hanging."""
+    threads_per_worker: int | None = None
+    """Intra-op threads per worker process; null: cores // local workers."""
+
+    def __post_init__(self) -> None:
+        _check(self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size)
+        _check(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
+        if self.master_port is not None:
+            _check(0 < self.master_port < 65536, "distribution.master_port", "must be in 1..65535",
+                   self.master_port)
+        if self.threads_per_worker is not None:
+            _check(self.threads_per_worker >= 1, "distribution.threads_per_worker", "must be >= 1",
+                   self.threads_per_worker)
+
+
+@dataclass(**_SPEC)
+class TFSpec:
+    strategy: TFStrategy = TFStrategy.MIRRORED
+    """mirrored (one process, N local devices) or multi_worker (N processes, TF_CONFIG)."""
+
+
+@dataclass(**_SPEC)
+class TrainSpec:
+    epochs: int | None = 1
+    """Number of epochs (null with max_steps: as many as max_steps needs)."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (counted across epochs)."""
+    eval_every: int = 0
+    """Evaluate every N steps; 0: at the end of every epoch. A final evaluation always runs."""
+    log_every: int = 50
+    """Progress line and metrics flush every N steps."""
+
+    def __post_init__(self) -> None:
+        if self.epochs is None and self.max_steps is None:
+            raise UserError("train: give epochs or max_steps. Received: neither")
+        if self.epochs is not None:
+            _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
+        if self.max_steps is not None:
+            _check(self.max_steps >= 1, "train.max_steps", "must be >= 1", self.max_steps)
+        _check(self.eval_every >= 0, "train.eval_every", "must be >= 0", self.eval_every)
+        _check(self.log_every >= 1, "train.log_every", "must be >= 1", self.log_every)
+
+
+@dataclass(**_SPEC)
+class FaultSpec:
+    """Fault injection for testing the failure paths. Leave empty in real runs."""
+
+    nonfinite_grad: tuple[tuple[int, int], ...] = ()
+    """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
+    exit_rank: tuple[int, int] | None = None
+    """(step, rank): that worker process kills itself (SIGKILL) at that step."""
+
+
+@dataclass(**_SPEC)
+class Experiment:
+    name: str = "experiment"
+    """Run name, used in the default output directory."""
+    seed: int = 0
+    """Seeds the data order and the initial weights."""
+    data: DataSpec = field(default_factory=DataSpec)
+    model: ModelSpec = field(default_factory=lambda: ModelSpec(preset="mlp"))
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    precision: PrecisionSpec = field(default_factory=PrecisionSpec)
+    distribution: DistributionSpec = field(default_factory=DistributionSpec)
+    tf: TFSpec = field(default_factory=TFSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    determinism: bool = True
+    """Deterministic kernels in both frameworks, TF32 off (see docs/parity.md)."""
+    output_dir: str = "runs"
+    """Parent folder of run directories (``--out`` names the run directory itself)."""
+    faults: FaultSpec = field(default_factory=FaultSpec)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'",
+               self.name)
+        _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32)", self.seed)
+        if self.data.sharding is Sharding.TORCH_SAMPLER:
+            _check(self.data.batch_size % self.distribution.world_size == 0, "data.batch_size",
+                   f"must be a multiple of world_size={self.distribution.world_size} with "
+                   "sharding=torch_sampler", self.data.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(self)
+
+    def replace(self, **changes: Any) -> Experiment:
+        return dataclasses.replace(self, **changes)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (tuple, list)):
+        return [_to_plain(v) for v in obj]
+    return obj
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        return _convert(non_none[0], value, path)
+    if value is None:
+        raise UserError(f"{path} must not be null. Received: None")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise UserError(f"{path} must be a mapping. Received: {value!r}")
+        return _build(tp, value, path)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        if isinstance(value, str) and value in tp.values():
+            return tp(value)
+        raise UserError(f"{path} must be one of {tp.values()}. Received: {value!r}")
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{path} must be a list. Received: {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise UserError(f"{path} must have {len(args)} items. Received: {list(value)!r}")
+        return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise UserError(f"{path} must be true or false. Received: {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise UserError(f"{path} must be an integer. Received: {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise UserError(f"{path} must be a number. Received: {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise UserError(f"{path} must be a string. Received: {value!r}")
+    raise TypeError(f"unsupported spec type {tp!r} at {path}")  # programming error
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            where = f"{path}.{key}" if path else str(key)
+            raise UserError(f"unknown key '{where}' (valid keys{' in ' + path if path else ''}: "
+                            f"{', '.join(names)}). Received: {key}={data[key]!r}")
+    hints = _hints(cls)
+    kwargs = {}
+    for name in names:
+        if name in data:
+            sub = f"{path}.{name}" if path else name
+            kwargs[name] = _convert(hints[name], data[name], sub)
+    if cls is LayerSpec and "type" not in kwargs:
+        raise UserError(f"{path} needs a 'type' ({', '.join(LayerType.values())}). Received: {data!r}")
+    try:
+        return cls(**kwargs)
+    except UserError as exc:
+        if cls is LayerSpec:  # the layer cannot know its own position in the list
+            raise UserError(f"{path}: {exc}") from None
+        raise
+    except TypeError as exc:  # a missing required field
+        raise UserError(f"{path or 'spec'}: {exc}. Received: {data!r}") from None
+
+
+def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
+    """Accept the short forms users write: ``precision: fp16``."""
+    raw = dict(raw)
+    if isinstance(raw.get("precision"), str):
+        raw["precision"] = {"dtype": raw["precision"]}
+    return raw
+
+
+def from_dict(raw: Any) -> Experiment:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(f"the spec must be a YAML mapping at the top level. Received: {type(raw).__name__}")
+    return _build(Experiment, _normalise(raw))
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``optimizer.lr=0.1`` -> (["optimizer", "lr"], 0.1); the value is parsed as YAML."""
+    if "=" not in text:
+        raise UserError(f"--set takes key.path=value. Received: {text!r}")
+    key, _, value = text.partition("=")
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise UserError(f"--set key must be a dotted path like optimizer.lr. Received: {key!r}")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return parts, parsed
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    raw = _normalise(raw or {})
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = raw
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = {}
+            elif not isinstance(nxt, dict):
+                raise UserError(f"--set {'.'.join(parts[:i + 1])} is not a section. Received: {text!r}")
+            else:
+                nxt = dict(nxt)
+            node[part] = nxt
+            node = nxt
+        node[parts[-1]] = value
+    return raw
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file not found: {str(p)!r}")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{p}: invalid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{p}: not a text file") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(f"{p}: the spec must be a YAML mapping at the top level. "
+                        f"Received: {type(raw).__name__}")
+    return raw
+
+
+def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
+    """Read a YAML spec, apply ``key.path=value`` overrides, validate, return the frozen Experiment."""
+    raw = read_yaml(path) if path is not None else {}
+    return from_dict(apply_overrides(raw, list(overrides)))
+
+
+def dump_spec(spec: Experiment) -> str:
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)

@@ -1,0 +1,90 @@
+"""Initial weights, generated once in NumPy and loaded into both backends.
+
+Layout: the canonical layout of :mod:`dualtrain.model` (PyTorch ``nn.Sequential`` state dict, float32).
+Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights
+and biases, drawn from ``numpy.random.Generator(PCG64(SeedSequence([seed, 0x57])))`` in layer order,
+weight before bias, in float64 then rounded to float32. Neither framework's RNG is involved, so the
+same seed gives bit-identical starting points in PyTorch and TensorFlow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from dualtrain.errors import UserError
+from dualtrain.model import resolve
+from dualtrain.spec import ModelSpec
+
+_WEIGHTS_STREAM = 0x57  # keeps the weight stream independent of any other use of the seed
+
+Weights = dict[str, np.ndarray]
+
+
+def init_weights(model: ModelSpec, seed: int) -> Weights:
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _WEIGHTS_STREAM])))
+    out: Weights = {}
+    for layer in resolve(model):
+        bound = 1.0 / np.sqrt(layer.fan_in) if layer.fan_in else 0.0
+        for name, shape in layer.params:
+            out[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    return out
+
+
+def initial_weights(model: ModelSpec, seed: int) -> Weights:
+    """The run's initial weights: ``model.init_from`` if set, else generated from the seed."""
+    if model.init_from is None:
+        return init_weights(model, seed)
+    weights = load_weights(model.init_from)
+    check_layout(weights, model, source=model.init_from)
+    return weights
+
+
+def check_layout(weights: Weights, model: ModelSpec, source: str = "weights") -> None:
+    expected = {name: shape for layer in resolve(model) for name, shape in layer.params}
+    if set(weights) != set(expected):
+        missing = sorted(set(expected) - set(weights))
+        extra = sorted(set(weights) - set(expected))
+        raise UserError(f"{source}: parameters do not match the model (missing {missing}, unexpected "
+                        f"{extra}). Received: {sorted(weights)}")
+    for name, shape in expected.items():
+        if tuple(weights[name].shape) != shape:
+            raise UserError(f"{source}: {name} must have shape {shape}. "
+                            f"Received: {tuple(weights[name].shape)}")
+
+
+def save_weights(path: str | Path, weights: Weights) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()})
+    tmp.replace(path)
+
+
+def load_weights(path: str | Path) -> Weights:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"weights file not found: {str(p)!r}")
+    try:
+        with np.load(p) as data:
+            return {k: data[k].astype(np.float32, copy=False) for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{p}: not a readable .npz weights file ({exc})") from None
+
+
+def weights_digest(weights: Weights) -> str:
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(weights[name], dtype="<f4").tobytes())
+    return h.hexdigest()[:16]
+
+
+def perturb_ulp(weights: Weights, name: str | None = None, index: int = 0) -> Weights:
+    """A copy with one element moved by one ulp (towards +inf): the noise-floor twin's start."""
+    name = name or sorted(weights)[0]
+    out = {k: v.copy() for k, v in weights.items()}
+    flat = out[name].reshape(-1)
+    flat[index] = np.nextafter(flat[index], np.float32(np.inf), dtype=np.float32)
+    return out
