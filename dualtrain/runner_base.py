@@ -43,6 +43,8 @@ class StepOut:
     """True when the all-reduced gradient was not finite and the update was skipped."""
     fed_ids: list[np.ndarray] = field(default_factory=list)
     """The ids each local replica actually consumed, read back from the replica (for shards.jsonl)."""
+    grads: Weights | None = None
+    """Only when asked (capture_grads): the all-reduced, unscaled, unclipped gradient, canonical layout."""
 
 
 class Engine(Protocol):
@@ -53,10 +55,11 @@ class Engine(Protocol):
     """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
 
     def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool]) -> StepOut:
+                   poison: list[bool], capture_grads: bool = False) -> StepOut:
         """One step. ``ids``: sample ids per local replica. The loss each replica differentiates is
         ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set local
-        replica i's gradient to inf before the all-reduce (fault injection)."""
+        replica i's gradient to inf before the all-reduce (fault injection). ``capture_grads``: return
+        the all-reduced gradient in StepOut.grads (the chief's copy is saved)."""
 
     def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
         """Test-set (loss_sum, correct, count), summed over ALL replicas. ``ranges``: [start, stop)
@@ -104,7 +107,8 @@ class TrainLoop:
         self.samples = 0
         self.skipped = 0
         self.last_eval: dict[str, Any] = {}
-        self._poison = {tuple(p) for p in spec.faults.nonfinite_grad}
+        self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
+        self._dump = set(spec.debug.dump_grads)
 
     # ---- output ----------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -132,7 +136,10 @@ class TrainLoop:
                 lr = lr_at(spec.optimizer, step - 1, self.total_steps)
                 local = [ids[r] for r in self.engine.local_replicas]
                 poison = [(step, r) in self._poison for r in self.engine.local_replicas]
-                out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison)
+                out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,
+                                             capture_grads=step in self._dump)
+                if out.grads is not None and self.writer is not None:
+                    save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
                 self._window.append((step, epoch + 1, lr, out, count))
                 end_of_epoch = k == plan.steps_per_epoch - 1 or step == self.total_steps
                 if step % spec.train.log_every == 0 or end_of_epoch:
@@ -149,7 +156,7 @@ class TrainLoop:
         return self._finish(step)
 
     def _maybe_exit(self, step: int) -> None:
-        target = self.spec.faults.exit_rank
+        target = self.spec.debug.exit_rank
         if target is not None and tuple(target) == (step, self.engine.rank):
             print(f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
                   f"{step}", file=sys.stderr, flush=True)

@@ -359,9 +359,12 @@ class TrainSpec:
 
 
 @dataclass(**_SPEC)
-class FaultSpec:
-    """Fault injection for testing the failure paths. Leave empty in real runs."""
+class DebugSpec:
+    """Inspection and fault injection, for tests and debugging. Leave empty in real runs."""
 
+    dump_grads: tuple[int, ...] = ()
+    """Steps (1-based) whose all-reduced, unscaled, unclipped gradient the chief saves as
+    ``grads_step{N}.npz`` (canonical layout)."""
     nonfinite_grad: tuple[tuple[int, int], ...] = ()
     """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
     exit_rank: tuple[int, int] | None = None
@@ -385,7 +388,7 @@ class Experiment:
     """Deterministic kernels in both frameworks, TF32 off (see docs/parity.md)."""
     output_dir: str = "runs"
     """Parent folder of run directories (``--out`` names the run directory itself)."""
-    faults: FaultSpec = field(default_factory=FaultSpec)
+    debug: DebugSpec = field(default_factory=DebugSpec)
 
     def __post_init__(self) -> None:
         _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'",
