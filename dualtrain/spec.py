@@ -183,7 +183,8 @@ class LayerSpec:
 @dataclass(**_SPEC)
 class ModelSpec:
     preset: str | None = None
-    """``mlp`` (784-256-128-10) or ``cnn`` (two conv blocks + dense). Mutually exclusive with layers."""
+    """``mlp`` (784-256-128-10, the default) or ``cnn`` (two conv blocks + dense). Mutually exclusive
+    with layers; set ``preset: null`` to use layers."""
     layers: tuple[LayerSpec, ...] = ()
     """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
     init_from: str | None = None
@@ -516,6 +517,9 @@ def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
     raw = dict(raw)
     if isinstance(raw.get("precision"), str):
         raw["precision"] = {"dtype": raw["precision"]}
+    model = raw.get("model")
+    if isinstance(model, dict) and "preset" not in model and not model.get("layers"):
+        raw["model"] = {**model, "preset": "mlp"}  # the default model, as when 'model' is absent
     return raw
 
 

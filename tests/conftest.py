@@ -1,0 +1,29 @@
+"""Shared fixtures: a small-run spec builder and helpers to run the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m dualtrain ARGS`` as a user would, capturing output."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if env:
+        full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "dualtrain", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env, cwd=cwd or ROOT)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

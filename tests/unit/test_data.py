@@ -1,0 +1,81 @@
+"""MNIST loading from every source kind, with checksum verification."""
+
+import gzip
+import struct
+
+import numpy as np
+import pytest
+
+from dualtrain import data
+from dualtrain.errors import UserError
+from dualtrain.spec import load_spec
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    return data.load_mnist(load_spec(None).data)
+
+
+def write_idx(path, array, gz=False):
+    header = struct.pack(">HBB", 0, 8, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    raw = header + array.astype(np.uint8).tobytes()
+    (gzip.open if gz else open)(path, "wb").write(raw)
+
+
+def test_offline_copy_is_canonical(mnist):
+    assert mnist.train_x.shape == (60000, 28, 28) and mnist.test_x.shape == (10000, 28, 28)
+    assert mnist.train_y[:5].tolist() == [5, 0, 4, 1, 9]
+    assert mnist.test_y[:3].tolist() == [7, 2, 1]
+    assert np.bincount(mnist.train_y).tolist()[:3] == [5923, 6742, 5958]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_idx_data_dir(tmp_path, mnist, gz):
+    suffix = ".gz" if gz else ""
+    write_idx(tmp_path / f"train-images-idx3-ubyte{suffix}", mnist.train_x, gz)
+    write_idx(tmp_path / f"train-labels-idx1-ubyte{suffix}", mnist.train_y, gz)
+    write_idx(tmp_path / f"t10k-images-idx3-ubyte{suffix}", mnist.test_x, gz)
+    write_idx(tmp_path / f"t10k-labels-idx1-ubyte{suffix}", mnist.test_y, gz)
+    spec = load_spec(None, [f"data.data_dir={tmp_path}", "data.train_limit=100"])
+    got = data.load_mnist(spec.data)
+    assert got.source.startswith("idx:")
+    assert np.array_equal(got.train_x, mnist.train_x[:100])
+    assert len(got.test_y) == 10000
+
+
+def test_npz_data_dir_and_corruption(tmp_path, mnist):
+    x = mnist.train_x.copy()
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=mnist.train_y.astype(np.uint8),
+             x_test=mnist.test_x, y_test=mnist.test_y.astype(np.uint8))
+    spec = load_spec(None, [f"data.data_dir={tmp_path}"])
+    assert data.load_mnist(spec.data).source.startswith("npz:")
+    x[0, 0, 0] ^= 1  # one flipped bit
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=mnist.train_y.astype(np.uint8),
+             x_test=mnist.test_x, y_test=mnist.test_y.astype(np.uint8))
+    with pytest.raises(UserError, match="does not match canonical MNIST"):
+        data.load_mnist(spec.data)
+
+
+def test_missing_and_truncated(tmp_path, mnist):
+    with pytest.raises(UserError, match="not a folder"):
+        data.locate(load_spec(None, [f"data.data_dir={tmp_path / 'nope'}"]).data)
+    with pytest.raises(UserError, match="missing train-images"):
+        data.locate(load_spec(None, [f"data.data_dir={tmp_path}"]).data)
+    for stem, arr in (("train-images-idx3-ubyte", mnist.train_x), ("train-labels-idx1-ubyte", mnist.train_y),
+                      ("t10k-images-idx3-ubyte", mnist.test_x), ("t10k-labels-idx1-ubyte", mnist.test_y)):
+        write_idx(tmp_path / stem, arr)
+    raw = (tmp_path / "t10k-images-idx3-ubyte").read_bytes()
+    (tmp_path / "t10k-images-idx3-ubyte").write_bytes(raw[:-10])
+    with pytest.raises(UserError, match="truncated"):
+        data.load_mnist(load_spec(None, [f"data.data_dir={tmp_path}"]).data)
+
+
+def test_limits(mnist):
+    with pytest.raises(UserError, match="train_limit must be <= 60000"):
+        data.load_mnist(load_spec(None, ["data.train_limit=70000"]).data)
+
+
+def test_normalize():
+    x = data.normalize(np.array([[[0, 255]]], dtype=np.uint8))
+    assert x.shape == (1, 1, 1, 2) and x.dtype == np.float32
+    np.testing.assert_allclose(x.ravel(), [(0 - 0.1307) / 0.3081, (1 - 0.1307) / 0.3081], rtol=1e-6)

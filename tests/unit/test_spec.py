@@ -1,0 +1,103 @@
+import dataclasses
+
+import pytest
+import yaml
+
+from dualtrain.errors import UserError
+from dualtrain.spec import (Experiment, LayerType, OptimizerName, Precision, Sharding, apply_overrides,
+                            dump_spec, from_dict, load_spec)
+
+
+def test_configs_load(tmp_path):
+    from tests.conftest import ROOT
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        spec = load_spec(path)
+        assert isinstance(spec, Experiment)
+
+
+def test_round_trip_is_identity():
+    spec = load_spec(None, ["model.preset=cnn", "optimizer.name=adamw", "optimizer.betas=[0.8, 0.99]",
+                            "precision=bf16", "debug.nonfinite_grad=[[2, 1]]"])
+    again = from_dict(yaml.safe_load(dump_spec(spec)))
+    assert again == spec
+    assert again.optimizer.betas == (0.8, 0.99)
+    assert again.debug.nonfinite_grad == ((2, 1),)
+
+
+def test_frozen():
+    spec = load_spec(None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.seed = 3  # type: ignore[misc]
+
+
+def test_enums_and_short_forms():
+    spec = load_spec(None, ["precision=fp16", "optimizer.name=adam", "data.sharding=torch_sampler"])
+    assert spec.precision.dtype is Precision.FP16
+    assert spec.optimizer.name is OptimizerName.ADAM
+    assert spec.data.sharding is Sharding.TORCH_SAMPLER
+    assert spec.model.resolved_layers()[0].type is LayerType.FLATTEN
+
+
+def test_yaml_exponent_strings_are_numbers():
+    # PyYAML reads "1e-3" (no dot) as a string; the spec still takes it as a float.
+    assert load_spec(None, ["optimizer.lr=1e-3"]).optimizer.lr == 0.001
+
+
+@pytest.mark.parametrize("override, words", [
+    ("optimizer.lrr=1", ["unknown key 'optimizer.lrr'", "lrr=1"]),
+    ("bogus=1", ["unknown key 'bogus'"]),
+    ("optimizer.lr=-1", ["optimizer.lr", "Received: -1"]),
+    ("data.batch_size=abc", ["data.batch_size", "'abc'"]),
+    ("data.batch_size=0", ["data.batch_size", "0"]),
+    ("precision.dtype=fp8", ["precision.dtype", "'fp8'"]),
+    ("tf.strategy=ps", ["tf.strategy", "'ps'"]),
+    ("determinism=maybe", ["determinism", "'maybe'"]),
+    ("model.layers=[{type: dense}]", ["model.layers[0]", "units"]),
+    ("model.layers=[{type: relu, units: 3}]", ["model.layers[0]", "units=3"]),
+    ("model.layers=[{units: 3}]", ["model.layers[0]", "type"]),
+    ("optimizer.nesterov=true", ["optimizer.nesterov", "momentum"]),
+    ("optimizer.betas=[0.9]", ["optimizer.betas"]),
+    ("train.epochs=null", ["train", "epochs or max_steps"]),
+])
+def test_errors_name_field_and_value(override, words):
+    with pytest.raises(UserError) as err:
+        load_spec(None, [override])
+    msg = str(err.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg
+
+
+def test_preset_and_layers_are_exclusive():
+    with pytest.raises(UserError, match="not both"):
+        load_spec(None, ["model.preset=mlp", "model.layers=[{type: flatten}, {type: dense, units: 10}]"])
+    spec = load_spec(None, ["model.layers=[{type: flatten}, {type: dense, units: 10}]"])
+    assert spec.model.preset is None and len(spec.model.resolved_layers()) == 2
+    assert load_spec(None, ["model.init_from=x.npz"]).model.preset == "mlp"  # default model
+
+
+def test_torch_sampler_needs_divisible_batch():
+    with pytest.raises(UserError, match="multiple of world_size=3"):
+        load_spec(None, ["data.sharding=torch_sampler", "distribution.world_size=3",
+                         "data.batch_size=128"])
+
+
+def test_override_parsing():
+    raw = apply_overrides({"optimizer": {"lr": 0.1}}, ["optimizer.momentum=0.9", "name=x y"])
+    assert raw == {"optimizer": {"lr": 0.1, "momentum": 0.9}, "name": "x y"}
+    with pytest.raises(UserError, match="key.path=value"):
+        apply_overrides({}, ["optimizer.lr"])
+    with pytest.raises(UserError, match="not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=1"])
+
+
+def test_bad_yaml_file(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: [unclosed\n")
+    with pytest.raises(UserError, match="invalid YAML at line"):
+        load_spec(p)
+    p.write_text("- a list\n")
+    with pytest.raises(UserError, match="mapping"):
+        load_spec(p)
+    with pytest.raises(UserError, match="not found"):
+        load_spec(tmp_path / "missing.yaml")
