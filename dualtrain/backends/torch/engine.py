@@ -1,0 +1,208 @@
+"""The torch Engine: DDP (gloo on CPU, nccl on GPU) with a SUM all-reduce, autocast + GradScaler.
+
+One training step follows docs/architecture.md "One step, defined once":
+
+* the replica gathers exactly the plan's ids from the in-memory dataset (``index_select``);
+* it differentiates ``sum(per-sample CE) / N_global`` (times the loss scale in fp16);
+* DDP all-reduces the gradients with a **SUM** comm hook. With a comm hook registered the reducer
+  copies gradients into its buckets without dividing by the world size (reducer.cpp
+  ``mark_variable_ready_dense``), so the result is the gradient of the global-batch mean even for a
+  partial batch or an empty replica (tests/torch/test_grad_average.py checks it against world 1);
+* the scaler unscales the all-reduced gradient and decides skip/apply (every rank sees the same
+  gradient, so the same verdict); grad_norm and clipping use the all-reduced, unscaled gradient.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
+from dualtrain.backends.torch.precision import precision_setup
+from dualtrain.data import Mnist, normalize
+from dualtrain.errors import UserError
+from dualtrain.runner_base import StepOut
+from dualtrain.spec import Device, Experiment, OptimizerName
+from dualtrain.weights import Weights
+
+
+class DeviceUnavailable(UserError):
+    """distribution.device asks for hardware this machine does not have."""
+
+
+def configure_determinism(on: bool) -> None:
+    """docs/architecture.md "Determinism". Must run before the first CUDA/cuBLAS call."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = False
+    # TF32 off in both modes: fp32 must mean fp32 (TF is configured the same way).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def select_device(spec: Experiment, local_rank: int) -> torch.device:
+    if spec.distribution.device is Device.GPU:
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable("distribution.device is 'gpu' but torch sees no CUDA device "
+                                    f"(torch {torch.__version__}). Received: 'gpu'")
+        if local_rank >= torch.cuda.device_count():
+            raise DeviceUnavailable(f"local rank {local_rank} needs GPU {local_rank} but only "
+                                    f"{torch.cuda.device_count()} are visible. Received: 'gpu'")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(spec: Experiment, device: torch.device, rank: int, world: int) -> None:
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=spec.distribution.timeout_s), **kwargs)
+
+
+class _HookState:
+    __slots__ = ("poison",)
+
+    def __init__(self) -> None:
+        self.poison = False
+
+
+def _sum_hook_with_poison(state: _HookState, bucket: dist.GradBucket) -> torch.futures.Future:
+    """SUM all-reduce (no division); fault injection turns this replica's local gradient to inf first,
+    so the overflow reaches the other replicas only through the all-reduce."""
+    buf = bucket.buffer()
+    if state.poison:
+        buf.fill_(float("inf"))
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    o = spec.optimizer
+    if o.name is OptimizerName.SGD:
+        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
+                               weight_decay=o.weight_decay)
+    cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
+    return cls(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+
+
+class TorchEngine:
+    backend = "torch"
+
+    def __init__(self, spec: Experiment, data: Mnist, weights: Weights, *, rank: int, world: int,
+                 device: torch.device):
+        self.spec = spec
+        self.rank = rank
+        self.world = world
+        self.local_replicas: Sequence[int] = (rank,)
+        self.device = device
+        self._pg_device = device  # gloo collectives on CPU tensors, nccl on CUDA tensors
+
+        # The dataset lives on the device once; a step is two index_selects.
+        self.train_x = torch.from_numpy(normalize(data.train_x)).to(device)
+        self.train_y = torch.from_numpy(np.ascontiguousarray(data.train_y, dtype=np.int64)).to(device)
+        self.test_x = torch.from_numpy(normalize(data.test_x)).to(device)
+        self.test_y = torch.from_numpy(np.ascontiguousarray(data.test_y, dtype=np.int64)).to(device)
+
+        module = build_model(spec.model)
+        load_canonical(module, weights)
+        self.module = module.to(device)
+        self.ddp = DDP(self.module, device_ids=[device.index] if device.type == "cuda" else None,
+                       forward_sync_buffers=False, gradient_as_bucket_view=True)
+        self._hook = _HookState()
+        if spec.debug.nonfinite_grad:
+            # Fault injection needs a Python hook (all ranks use it; same SUM all-reduce).
+            self.ddp.register_comm_hook(self._hook, _sum_hook_with_poison)
+        else:
+            # The C++ SUM all-reduce: same numbers as the Python hook, no per-bucket Python overhead.
+            self.ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
+        self.params = [p for _, p in self.module.named_parameters()]
+        self.names = [n for n, _ in self.module.named_parameters()]
+        self.opt = make_optimizer(spec, self.params)
+        self.autocast, self.scaler = precision_setup(spec.precision, device.type)
+        self.clip = spec.optimizer.clip_grad_norm
+        self._eval_bs = max(1, spec.data.eval_batch_size // world)
+
+    # ---- training --------------------------------------------------------------------------------
+    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
+                   poison: list[bool], capture_grads: bool = False) -> StepOut:
+        idx = torch.tensor(ids[0], dtype=torch.int64)
+        dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
+        x = self.train_x.index_select(0, dev_idx)
+        y = self.train_y.index_select(0, dev_idx)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self._hook.poison = poison[0]
+        with self.autocast:
+            logits = self.ddp(x)
+        loss_sum = F.cross_entropy(logits.float(), y, reduction="sum")
+        loss = loss_sum / global_count
+        scaler = self.scaler
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(self.opt)
+        else:
+            loss.backward()
+        grads = [p.grad for p in self.params]
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        captured = None
+        if capture_grads:
+            captured = {n: g.detach().to("cpu", torch.float32).numpy().copy()
+                        for n, g in zip(self.names, grads)}
+        if self.clip is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
+        if scaler is not None:
+            scale = scaler.get_scale()
+            scaler.step(self.opt)
+            scaler.update()
+            skipped = scaler.get_scale() < scale  # backoff < 1 happens only on a found inf
+        else:
+            self.opt.step()
+            scale, skipped = 1.0, False
+        self.opt.zero_grad(set_to_none=True)
+        self._hook.poison = False
+        return StepOut(loss_sum=loss_sum.item(), grad_norm=norm.item(), loss_scale=scale,
+                       skipped=skipped, fed_ids=[idx.numpy()], grads=captured)
+
+    # ---- evaluation and collectives ----------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
+        self.module.eval()
+        acc = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for start, stop in ranges:
+            for s in range(start, stop, self._eval_bs):
+                e = min(s + self._eval_bs, stop)
+                x, y = self.test_x[s:e], self.test_y[s:e]
+                with self.autocast:
+                    logits = self.module(x)
+                logits = logits.float()
+                acc[0] += F.cross_entropy(logits, y, reduction="sum").double()
+                acc[1] += (logits.argmax(dim=1) == y).sum().double()
+                acc[2] += e - s
+        self.module.train()
+        dist.all_reduce(acc, op=dist.ReduceOp.SUM)
+        loss_sum, correct, count = acc.tolist()
+        return loss_sum, correct, count
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        t = torch.from_numpy(np.ascontiguousarray(rows)).to(self._pg_device)
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t)
+        return np.stack([o.cpu().numpy() for o in out])
+
+    def weights(self) -> Weights:
+        return export_canonical(self.module)
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}

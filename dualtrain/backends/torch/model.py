@@ -1,0 +1,51 @@
+"""Build the torch model from the framework-free layer list; canonical weights in and out.
+
+The canonical layout (dualtrain.model) *is* this ``nn.Sequential``'s state dict, so loading and
+exporting are plain copies: module ``i`` is layer ``i`` of ``dualtrain.model.resolve``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from dualtrain.model import resolve
+from dualtrain.spec import LayerType, ModelSpec, Padding
+from dualtrain.weights import Weights
+
+
+def build_model(spec: ModelSpec) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for r in resolve(spec):
+        t, s = r.spec.type, r.spec
+        if t is LayerType.FLATTEN:
+            layers.append(nn.Flatten())
+        elif t is LayerType.DENSE:
+            layers.append(nn.Linear(r.in_shape[0], s.units))
+        elif t is LayerType.CONV2D:
+            padding = "same" if s.padding is Padding.SAME else 0
+            layers.append(nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
+                                    padding=padding))
+        elif t is LayerType.MAXPOOL2D:
+            layers.append(nn.MaxPool2d(s.pool_size, stride=s.stride or s.pool_size))
+        elif t is LayerType.RELU:
+            layers.append(nn.ReLU())
+        else:  # pragma: no cover - the spec enum is closed
+            raise ValueError(f"unsupported layer type {t!r}")
+    model = nn.Sequential(*layers)
+    expected = {name: shape for r in resolve(spec) for name, shape in r.params}
+    got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if got != expected:  # programming error: the builder and dualtrain.model disagree
+        raise RuntimeError(f"torch model layout {got} != canonical layout {expected}")
+    return model
+
+
+def load_canonical(model: nn.Module, weights: Weights) -> None:
+    """Copy canonical float32 arrays into ``model`` (strict: names and shapes must match)."""
+    state = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in weights.items()}
+    model.load_state_dict(state, strict=True)
+
+
+def export_canonical(model: nn.Module) -> Weights:
+    return {k: v.detach().to("cpu", torch.float32).numpy().copy() for k, v in model.state_dict().items()}

@@ -1,0 +1,62 @@
+"""Inspection tools: the torch model's fp32 logits for given weights and images.
+
+CLI: ``python -m dualtrain.backends.torch.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ`` writes the
+logits of the first N MNIST test images (key ``logits``); the TF backend has the same command, and a
+parity test compares the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+import torch
+
+from dualtrain.backends.torch.model import build_model, load_canonical
+from dualtrain.data import normalize
+from dualtrain.spec import Experiment
+from dualtrain.weights import Weights, check_layout
+
+
+def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray) -> np.ndarray:
+    """float32 logits (N, 10): fp32, eval mode, inputs normalised with dualtrain.data.normalize."""
+    check_layout(weights, spec.model)
+    model = build_model(spec.model)
+    load_canonical(model, weights)
+    model.eval()
+    with torch.no_grad():
+        x = torch.from_numpy(normalize(np.asarray(images_uint8, dtype=np.uint8)))
+        return model(x).to(torch.float32).numpy().copy()
+
+
+def main(argv: list[str]) -> int:
+    from dualtrain.data import load_mnist
+    from dualtrain.errors import UserError
+    from dualtrain.spec import load_spec
+    from dualtrain.weights import load_weights
+
+    if len(argv) != 5 or argv[0] != "forward":
+        print("usage: python -m dualtrain.backends.torch.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ",
+              file=sys.stderr)
+        return 2
+    _, spec_path, weights_path, n_text, out = argv
+    try:
+        spec = load_spec(spec_path)
+        try:
+            n = int(n_text)
+        except ValueError:
+            raise UserError(f"N must be an integer. Received: {n_text!r}") from None
+        if not 1 <= n <= 10000:
+            raise UserError(f"N must be in 1..10000. Received: {n}")
+        data = load_mnist(dataclasses.replace(spec.data, test_limit=None))
+        logits = forward_logits(spec, load_weights(weights_path), data.test_x[:n])
+    except UserError as exc:
+        print(f"dualtrain: error: {exc}", file=sys.stderr)
+        return 2
+    np.savez(out, logits=logits)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,62 @@
+"""One torch rank: read the torchrun environment, set up the process group and the engine, run the
+shared TrainLoop. The chief (rank 0) writes the run directory; ``run_dir=None`` is a non-chief rank
+started by an external torchrun."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dualtrain.backends.torch.engine import (TorchEngine, configure_determinism, init_distributed,
+                                            select_device)
+from dualtrain.data import load_mnist
+from dualtrain.errors import UserError
+from dualtrain.record import WEIGHTS_INIT
+from dualtrain.runner_base import TrainLoop, default_threads
+from dualtrain.spec import Experiment
+from dualtrain.weights import initial_weights, load_weights
+
+
+def dist_env() -> dict[str, int]:
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise UserError("a torch worker needs torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+                        f"MASTER_PORT). Received: {', '.join(missing)} unset")
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return {"rank": rank, "world": world, "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
+            "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", world))}
+
+
+def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
+    """Train this rank; return the summary (rank 0) or the same dict computed locally (others)."""
+    started = time.perf_counter()
+    env = dist_env()
+    if env["world"] != spec.distribution.world_size:
+        raise UserError(f"distribution.world_size must match WORLD_SIZE={env['world']} from the "
+                        f"launcher. Received: {spec.distribution.world_size}")
+    run_dir = Path(run_dir) if run_dir is not None else None
+    threads = spec.distribution.threads_per_worker or default_threads(env["local_world"])
+    torch.set_num_threads(threads)
+    configure_determinism(spec.determinism)
+    torch.manual_seed(spec.seed)
+    device = select_device(spec, env["local_rank"])
+
+    data = load_mnist(spec.data)
+    init_path = run_dir / WEIGHTS_INIT if run_dir is not None else None
+    weights = (load_weights(init_path) if init_path is not None and init_path.is_file()
+               else initial_weights(spec.model, spec.seed))
+
+    init_distributed(spec, device, env["rank"], env["world"])
+    try:
+        engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"], device=device)
+        extra = {"threads_per_worker": threads, "process_group": dist.get_backend(),
+                 "torch_device": str(device)}
+        return TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
+                         extra_summary=extra, started=started).run()
+    finally:
+        dist.destroy_process_group()
