@@ -1,0 +1,37 @@
+# Quickstart targets. Each one creates .venv and installs the pinned versions on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run compare test test-slow bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job: PyTorch DDP, 2 processes, MLP on real MNIST, 2 epochs.
+run: $(STAMP)
+	$(BIN)/dualtrain run --backend torch --config configs/mnist_mlp.yaml --world-size 2
+
+# Both backends on the same spec, then the parity report.
+compare: $(STAMP)
+	$(BIN)/dualtrain compare --config configs/mnist_mlp.yaml --world-size 2
+
+# The test suite CI runs (slow CNN cases excluded; see test-slow).
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_torch.py
+	$(BIN)/python bench/bench_tf.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
