@@ -1,14 +1,75 @@
-"""``dualtrain compare``: placeholder until the compare report lands (issue 4)."""
+"""``dualtrain compare``: run both backends and compare them, or compare two finished runs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
+from dualtrain.cli.options import build_spec, spec_options
 from dualtrain.errors import UserError
 
 
 @click.command()
-@click.argument("run_dirs", nargs=-1)
-def compare(run_dirs: tuple[str, ...]) -> None:
-    """Compare two backends' runs (not implemented yet)."""
-    raise UserError("compare is not implemented yet")
+@click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR_A RUN_DIR_B]")
+@click.option("--config", "config", type=str, default=None, metavar="FILE",
+              help="YAML experiment spec: run it on torch and tf (plus a noise-floor twin), then compare.")
+@spec_options
+@click.option("--noise-floor", "noise_floor", type=str, default=None, metavar="TWIN_DIR",
+              help="With two run directories: run A's twin (initial weights one ulp away).")
+@click.option("--out", type=str, default=None, metavar="DIR",
+              help="Where the runs and the report go (default: <output_dir>/compare-<name>-<time>).")
+@click.pass_context
+def compare(ctx: click.Context, run_dirs: tuple[str, ...], config: str | None, world_size: int | None,
+            precision: str | None, overrides: tuple[str, ...], noise_floor: str | None,
+            out: str | None) -> None:
+    """Check that the torch and tf backends train the same way.
+
+    \b
+    With --config: run the spec on both backends, then torch again from initial weights one ulp
+    away (the noise floor), and compare. With RUN_DIR_A RUN_DIR_B: compare finished runs.
+    Writes verdict.json, report.md and a self-contained report.html into --out.
+    Exit code: 0 if every check passes, 1 if one fails, 2 for a usage mistake.
+
+    \b
+    Examples:
+      dualtrain compare --config configs/mnist_mlp.yaml --world-size 2 --set train.epochs=1
+      dualtrain compare runs/a runs/b --noise-floor runs/a-twin --out runs/a-vs-b
+    """
+    from dualtrain.compare.report import compare_dirs, terminal_summary, write_report
+
+    spec_flags = world_size is not None or precision is not None or bool(overrides)
+    if config is not None:
+        if run_dirs:
+            raise UserError(f"give either --config or two run directories, not both. "
+                            f"Received: --config {config} and {' '.join(run_dirs)}")
+        if noise_floor is not None:
+            raise UserError("--noise-floor is for comparing existing runs; with --config compare runs "
+                            f"its own twin. Received: --noise-floor {noise_floor}")
+        from dualtrain.compare.backends import compare_backends, default_out
+
+        spec = build_spec(config, world_size, precision, overrides)
+        out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
+        click.echo(f"dualtrain: compare {spec.name}: torch, tf and the noise-floor twin -> {out_dir}")
+        cmp = compare_backends(spec, out_dir)
+    else:
+        if len(run_dirs) != 2:
+            raise UserError(f"give --config FILE, or exactly two run directories. Received: "
+                            f"{len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}")
+        if spec_flags:
+            raise UserError("--world-size, --precision and --set need --config (finished runs keep "
+                            "their spec). Received: spec options without --config")
+        cmp = compare_dirs(run_dirs[0], run_dirs[1], noise_floor)
+        if out is not None:
+            out_dir = Path(out)
+        else:
+            from dualtrain.compare.backends import default_out
+
+            out_dir = default_out(str(cmp.a.spec.get("name", "runs")),
+                                  cmp.a.spec.get("output_dir", "runs"))
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UserError(f"--out exists and is not a folder. Received: {str(out_dir)!r}")
+        write_report(cmp, out_dir)
+    click.echo(terminal_summary(cmp))
+    click.echo(f"report: {out_dir / 'report.html'}")
+    ctx.exit(0 if cmp.passed else 1)

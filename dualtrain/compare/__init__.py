@@ -1,0 +1,16 @@
+"""Compare-backends: checks, first-divergence diagnosis and the report (framework-free).
+
+The parity tests and ``dualtrain compare`` use the same functions::
+
+    from dualtrain.compare import compare_dirs
+    cmp = compare_dirs("runs/a", "runs/b", twin="runs/twin")
+    assert cmp.passed, cmp.diagnosis.summary()
+"""
+
+from dualtrain.compare.checks import Check, all_passed, run_checks
+from dualtrain.compare.diagnose import Diagnosis
+from dualtrain.compare.report import Comparison, compare_dirs, compare_records, write_report
+from dualtrain.compare.tolerances import TOLERANCES, Tolerance, tolerance_for
+
+__all__ = ["TOLERANCES", "Check", "Comparison", "Diagnosis", "Tolerance", "all_passed", "compare_dirs",
+           "compare_records", "run_checks", "tolerance_for", "write_report"]

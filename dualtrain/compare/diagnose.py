@@ -1,0 +1,189 @@
+"""First-divergence diagnosis: where two runs part, which parameters move apart most, and why.
+
+The cause is read from the records, never guessed from the numbers alone:
+
+* ``different sample ids``: shards.jsonl differs at or before the first divergent step;
+* ``different initial weights``: weights_init.npz differs;
+* ``different learning rate``: the per-step lr differs;
+* ``different loss-scale decisions``: loss_scale or skipped differs;
+* ``different precision/spec``: spec.yaml differs in a field that changes the numbers and that none
+  of the classes above already explains (precision.dtype always counts here);
+* ``numerics``: none of the above; the runs mean the same thing and differ only in arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dualtrain.compare import records as R
+from dualtrain.compare.checks import Check, all_passed
+from dualtrain.record import RunRecord
+
+IDS = "different sample ids"
+INIT = "different initial weights"
+LR = "different learning rate"
+SCALE = "different loss-scale decisions"
+SPEC = "different precision/spec"
+NUMERICS = "numerics"
+
+#: Tie-break when two causes show up at the same step: what happens earlier in a step wins.
+_ORDER = [INIT, SPEC, IDS, LR, SCALE, NUMERICS]
+
+#: Spec fields whose effect one of the record-based classes already shows.
+_EXPLAINS = {
+    "seed": (IDS, INIT),
+    "data.": (IDS,),
+    "optimizer.lr": (LR,),
+    "optimizer.schedule.": (LR,),
+    "precision.loss_scale.": (SCALE,),
+}
+
+
+@dataclass
+class Cause:
+    kind: str
+    step: int | None
+    """First step showing it (0: from the start)."""
+    evidence: str
+
+
+@dataclass
+class Diagnosis:
+    passed: bool
+    first_divergent_step: int | None = None
+    failed_checks: list[str] = field(default_factory=list)
+    cause: str | None = None
+    causes: list[Cause] = field(default_factory=list)
+    spec_differences: list[dict[str, Any]] = field(default_factory=list)
+    """Every spec.yaml field that differs: {field, a, b, cosmetic}."""
+    top_parameters: list[dict[str, Any]] = field(default_factory=list)
+    """weights_final tensors ranked by relative difference: {name, rel_diff}."""
+    top_gradients: list[dict[str, Any]] = field(default_factory=list)
+    gradient_step: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        if self.passed:
+            return "all checks pass"
+        where = (f"first divergent step {self.first_divergent_step}"
+                 if self.first_divergent_step is not None else "no per-step divergence")
+        cause = f"likely cause: {self.cause}"
+        others = [c.kind for c in self.causes if c.kind != self.cause]
+        if others:
+            cause += f" (also: {', '.join(others)})"
+        return f"{where}; {cause}"
+
+
+def _first_shard_difference(a: RunRecord, b: RunRecord) -> tuple[int, str] | None:
+    ma, mb = R.shard_map(a), R.shard_map(b)
+    for key in sorted(set(ma) | set(mb)):
+        if ma.get(key) != mb.get(key):
+            return key[0], f"step {key[0]} replica {key[1]}: {ma.get(key)} vs {mb.get(key)}"
+    return None
+
+
+def _first_series_difference(a: RunRecord, b: RunRecord, key: str,
+                             rel: float = 0.0) -> tuple[int, str] | None:
+    ma, mb = R.step_map(a, key), R.step_map(b, key)
+    for s in sorted(set(ma) & set(mb)):
+        x, y = ma[s], mb[s]
+        if x == y:
+            continue
+        scale = max(abs(x), abs(y))
+        if not (abs(x - y) <= rel * scale):
+            return s, f"{key} at step {s}: {x:g} vs {y:g}"
+    return None
+
+
+def _init_difference(a: RunRecord, b: RunRecord) -> str | None:
+    wa, wb = R.load_init(a), R.load_init(b)
+    if wa is None or wb is None:
+        return None
+    problem = R.layout_problem(wa, wb)
+    if problem:
+        return problem
+    diffs = {k: v for k, v in R.max_abs_diff(wa, wb).items() if v > 0}
+    if not diffs:
+        return None
+    return "weights_init differs in " + ", ".join(f"{k} (max {v:.3g})" for k, v in diffs.items())
+
+
+def _explained_by(fieldname: str) -> tuple[str, ...]:
+    for prefix, kinds in _EXPLAINS.items():
+        if fieldname == prefix or (prefix.endswith(".") and fieldname.startswith(prefix)):
+            return kinds
+    return ()
+
+
+def _ranked(wa: dict, wb: dict, top: int) -> list[dict[str, Any]]:
+    if R.layout_problem(wa, wb):
+        return []
+    rel = R.rel_diff(wa, wb)
+    return [{"name": k, "rel_diff": v} for k, v in sorted(rel.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -> Diagnosis:
+    failed = [c for c in checks if not c.passed and not c.informational]
+    diffs = R.spec_differences(a.spec, b.spec)
+    d = Diagnosis(passed=all_passed(checks), failed_checks=[c.name for c in failed],
+                  spec_differences=[{"field": k, "a": va, "b": vb, "cosmetic": R.is_cosmetic(k)}
+                                    for k, va, vb in diffs])
+    # Step 0 marks a difference that exists before training (spec, initial weights): a cause, not the
+    # step where the runs part.
+    steps = [c.first_step for c in failed if c.first_step is not None and c.first_step >= 1]
+    d.first_divergent_step = min(steps) if steps else None
+
+    wa, wb = R.load_final(a), R.load_final(b)
+    if wa is not None and wb is not None:
+        d.top_parameters = _ranked(wa, wb, top)
+    common = sorted(set(R.grad_steps(a)) & set(R.grad_steps(b)))
+    if common:
+        s = common[0]
+        ga = R.load(a, f"grads_step{s}.npz")
+        gb = R.load(b, f"grads_step{s}.npz")
+        if ga is not None and gb is not None:
+            d.gradient_step = s
+            d.top_gradients = _ranked(ga, gb, top)
+    if d.passed:
+        return d
+
+    causes: list[Cause] = []
+    init = _init_difference(a, b)
+    if init:
+        causes.append(Cause(INIT, 0, init))
+    shard = _first_shard_difference(a, b)
+    if shard:
+        causes.append(Cause(IDS, shard[0], shard[1]))
+    lr = _first_series_difference(a, b, "lr", rel=1e-12)
+    if lr:
+        causes.append(Cause(LR, lr[0], lr[1]))
+    scale = [x for x in (_first_series_difference(a, b, "loss_scale"),
+                         _first_series_difference(a, b, "skipped")) if x]
+    if scale:
+        first = min(scale, key=lambda x: x[0])
+        causes.append(Cause(SCALE, first[0], first[1]))
+    seen = {c.kind for c in causes}
+    unexplained = [(k, va, vb) for k, va, vb in diffs if not R.is_cosmetic(k)
+                   and not (set(_explained_by(k)) & seen)]
+    if unexplained:
+        causes.append(Cause(SPEC, 0, "spec differs: " + ", ".join(
+            f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained)))
+    if not causes:
+        causes.append(Cause(NUMERICS, d.first_divergent_step,
+                            "same spec, ids, initial weights, lr and loss-scale decisions: the runs "
+                            "differ only in arithmetic (op order, kernels, reductions)"))
+    # A cause only explains a divergence it precedes: keep those at or before the first divergent
+    # step (all of them when no per-step check failed).
+    if d.first_divergent_step is not None:
+        before = [c for c in causes if c.step is None or c.step <= d.first_divergent_step]
+        if not before:  # everything recorded differs only later: arithmetic parted them first
+            before = [Cause(NUMERICS, d.first_divergent_step,
+                            "the recorded inputs agree up to the first divergent step")]
+        causes = before + [c for c in causes if c not in before]
+    causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.kind)))
+    d.causes = causes
+    d.cause = causes[0].kind
+    return d

@@ -1,0 +1,163 @@
+"""Reading what the checks need from run directories: per-step series, weights, spec differences.
+
+Everything here is plain NumPy over :class:`dualtrain.record.RunRecord`; no framework is imported.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualtrain.record import WEIGHTS_FINAL, WEIGHTS_INIT, RunRecord, as_float
+from dualtrain.weights import Weights, load_weights
+
+#: Spec fields that cannot change the numbers of a run (names, paths, rendezvous, logging). They are
+#: still listed in the report, but never make the ``spec`` check fail or name a cause.
+#: ``model.init_from`` is judged by its effect instead: the ``init_weights`` check compares the arrays
+#: (the noise-floor twin differs from run A exactly there, by design).
+COSMETIC_FIELDS = (
+    "name", "output_dir", "data.data_dir", "data.download", "model.init_from",
+    "distribution.master_addr", "distribution.master_port", "distribution.timeout_s",
+    "distribution.threads_per_worker", "train.log_every", "debug.dump_grads", "tf.strategy",
+)
+
+
+def label(rec: RunRecord, fallback: str) -> str:
+    backend = rec.summary.get("backend")
+    return str(backend) if backend else fallback
+
+
+def labels(a: RunRecord, b: RunRecord) -> tuple[str, str]:
+    la, lb = label(a, "A"), label(b, "B")
+    if la == lb:
+        return f"A ({la})", f"B ({lb})"
+    return la, lb
+
+
+def step_map(rec: RunRecord, key: str, kind: str = "train") -> dict[int, float]:
+    rows = rec.train if kind == "train" else rec.eval
+    out: dict[int, float] = {}
+    for r in rows:
+        if "step" not in r:
+            continue
+        v = r.get(key)
+        out[int(r["step"])] = as_float(v) if v is not None else math.nan
+    return out
+
+
+def common_steps(*maps: dict[int, Any]) -> list[int]:
+    keys = set(maps[0])
+    for m in maps[1:]:
+        keys &= set(m)
+    return sorted(keys)
+
+
+def shard_map(rec: RunRecord) -> dict[tuple[int, int], tuple[str, int]]:
+    return {(int(s["step"]), int(s["replica"])): (str(s["digest"]), int(s["count"])) for s in rec.shards}
+
+
+def loss_diff(a: RunRecord, b: RunRecord) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, |loss_a - loss_b|) over the steps both runs recorded, in step order."""
+    la, lb = step_map(a, "loss"), step_map(b, "loss")
+    steps = common_steps(la, lb)
+    diff = np.array([abs(la[s] - lb[s]) for s in steps], dtype=np.float64)
+    return np.array(steps, dtype=np.int64), diff
+
+
+def running_max(values: np.ndarray) -> np.ndarray:
+    """Running maximum that treats NaN as +inf (a non-finite noise floor covers nothing below it)."""
+    if values.size == 0:
+        return values
+    return np.maximum.accumulate(np.where(np.isnan(values), np.inf, values))
+
+
+# ---- weights -------------------------------------------------------------------------------------
+
+def weights_file(rec: RunRecord, name: str) -> Path:
+    return Path(rec.path) / name
+
+
+def load(rec: RunRecord, name: str) -> Weights | None:
+    p = weights_file(rec, name)
+    return load_weights(p) if p.is_file() else None
+
+
+def load_init(rec: RunRecord) -> Weights | None:
+    return load(rec, WEIGHTS_INIT)
+
+
+def load_final(rec: RunRecord) -> Weights | None:
+    return load(rec, WEIGHTS_FINAL)
+
+
+def grad_steps(rec: RunRecord) -> list[int]:
+    steps = []
+    for p in Path(rec.path).glob("grads_step*.npz"):
+        m = re.fullmatch(r"grads_step(\d+)\.npz", p.name)
+        if m:
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def layout_problem(wa: Weights, wb: Weights) -> str | None:
+    if set(wa) != set(wb):
+        return (f"different tensors: only in A {sorted(set(wa) - set(wb))}, "
+                f"only in B {sorted(set(wb) - set(wa))}")
+    for k in sorted(wa):
+        if wa[k].shape != wb[k].shape:
+            return f"{k}: shape {tuple(wa[k].shape)} vs {tuple(wb[k].shape)}"
+    return None
+
+
+def max_abs_diff(wa: Weights, wb: Weights) -> dict[str, float]:
+    return {k: float(np.max(np.abs(wa[k].astype(np.float64) - wb[k].astype(np.float64)), initial=0.0))
+            for k in sorted(wa)}
+
+
+def rel_diff(wa: Weights, wb: Weights) -> dict[str, float]:
+    """Per tensor ||a - b||_2 / ||a||_2 (float64; an all-zero reference tensor gives the absolute norm)."""
+    out = {}
+    for k in sorted(wa):
+        a = wa[k].astype(np.float64)
+        b = wb[k].astype(np.float64)
+        ref = float(np.linalg.norm(a))
+        d = float(np.linalg.norm(a - b))
+        out[k] = d / ref if ref > 0 else d
+    return out
+
+
+# ---- spec ----------------------------------------------------------------------------------------
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: d}
+
+
+def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(dotted field, value in A, value in B) for every field that differs, in a stable order."""
+    fa, fb = flatten(_normalise(a)), flatten(_normalise(b))
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key, "<absent>"), fb.get(key, "<absent>")
+        if va != vb:
+            out.append((key, va, vb))
+    return out
+
+
+def is_cosmetic(field: str) -> bool:
+    return any(field == c or field.startswith(c + ".") for c in COSMETIC_FIELDS)
+
+
+def _normalise(spec: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(spec or {})
+    if isinstance(spec.get("precision"), str):  # the short form "precision: fp16"
+        spec["precision"] = {"dtype": spec["precision"]}
+    return spec

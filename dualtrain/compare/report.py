@@ -1,0 +1,391 @@
+"""The compare report: verdict.json, report.md, a self-contained report.html, and the terminal table.
+
+report.html has no external assets: styles are inline and every figure is a PNG embedded as a base64
+data URI (matplotlib, Agg backend), so the file can be mailed or attached to a CI run as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualtrain import __version__
+from dualtrain.compare import records as R
+from dualtrain.compare.checks import Check, all_passed, run_checks, tolerance_of, trajectory
+from dualtrain.compare.diagnose import Diagnosis, diagnose
+from dualtrain.compare.tolerances import TOLERANCES, Tolerance
+from dualtrain.record import RunRecord, read_run
+
+VERDICT_FILE = "verdict.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+
+
+@dataclass
+class Comparison:
+    a: RunRecord
+    b: RunRecord
+    twin: RunRecord | None
+    tolerance: Tolerance
+    checks: list[Check]
+    diagnosis: Diagnosis
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all_passed(self.checks)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+
+def compare_records(a: RunRecord, b: RunRecord, twin: RunRecord | None = None,
+                    notes: list[str] | None = None) -> Comparison:
+    checks = run_checks(a, b, twin)
+    return Comparison(a, b, twin, tolerance_of(a, b), checks, diagnose(a, b, checks),
+                      list(notes or []))
+
+
+def compare_dirs(run_a: str | Path, run_b: str | Path, twin: str | Path | None = None,
+                 notes: list[str] | None = None) -> Comparison:
+    """Load finished run directories (UserError if one is not) and run every check."""
+    return compare_records(read_run(run_a), read_run(run_b),
+                           read_run(twin) if twin is not None else None, notes)
+
+
+# ---- formatting ----------------------------------------------------------------------------------
+
+def fmt_value(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    if v == 0:
+        return "0"
+    if float(v).is_integer() and abs(v) < 1e6:
+        return f"{int(v)}"
+    return f"{v:.3g}"
+
+
+def status(c: Check) -> str:
+    return "INFO" if c.informational else ("PASS" if c.passed else "FAIL")
+
+
+def verdict_line(cmp: Comparison) -> str:
+    scored = [c for c in cmp.checks if not c.informational]
+    n_pass = sum(c.passed for c in scored)
+    if cmp.passed:
+        return f"verdict: PASS ({n_pass}/{len(scored)} checks)"
+    failed = ", ".join(cmp.diagnosis.failed_checks)
+    return f"verdict: FAIL ({n_pass}/{len(scored)} checks; failed: {failed}); {cmp.diagnosis.summary()}"
+
+
+def table(cmp: Comparison) -> str:
+    """The short aligned table printed to the terminal."""
+    rows = [("check", "value", "tolerance", "result")]
+    for c in cmp.checks:
+        unit = f" {c.unit}" if c.unit else ""
+        tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
+        rows.append((c.name, fmt_value(c.value) + unit, tol, status(c)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def terminal_summary(cmp: Comparison) -> str:
+    out = [table(cmp), ""]
+    d = cmp.diagnosis
+    if not d.passed:
+        for c in d.causes:
+            at = "before training" if c.step == 0 else (f"step {c.step}" if c.step else "")
+            out.append(f"  cause: {c.kind} ({at}): {c.evidence}" if at else f"  cause: {c.kind}: "
+                       f"{c.evidence}")
+        rel = [s for s in d.spec_differences if not s["cosmetic"]]
+        if rel:
+            out.append("  spec differences: " + ", ".join(
+                f"{s['field']}: {s['a']!r} vs {s['b']!r}" for s in rel))
+        if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
+            out.append("  most divergent parameters: " + ", ".join(
+                f"{p['name']} ({p['rel_diff']:.3g})" for p in d.top_parameters[:3]))
+    for n in cmp.notes:
+        out.append(f"  note: {n}")
+    out.append(verdict_line(cmp))
+    return "\n".join(out)
+
+
+# ---- verdict.json --------------------------------------------------------------------------------
+
+def _versions(rec: RunRecord | None) -> dict[str, Any]:
+    return dict(rec.summary.get("versions", {})) if rec is not None else {}
+
+
+def verdict(cmp: Comparison) -> dict[str, Any]:
+    la, lb = R.labels(cmp.a, cmp.b)
+    runs = {"a": {"label": la, "path": str(cmp.a.path)}, "b": {"label": lb, "path": str(cmp.b.path)}}
+    if cmp.twin is not None:
+        runs["twin"] = {"label": "noise-floor twin", "path": str(cmp.twin.path)}
+    return {
+        "passed": cmp.passed,
+        "verdict": verdict_line(cmp),
+        "precision": cmp.tolerance.precision,
+        "tolerances": cmp.tolerance.as_dict(),
+        "checks": [c.as_dict() for c in cmp.checks],
+        "diagnosis": cmp.diagnosis.as_dict(),
+        "runs": runs,
+        "versions": {"dualtrain": __version__, "python": platform.python_version(),
+                     "numpy": np.__version__, "a": _versions(cmp.a), "b": _versions(cmp.b),
+                     **({"twin": _versions(cmp.twin)} if cmp.twin is not None else {})},
+        "notes": cmp.notes,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _json_safe(obj.item())
+    return obj
+
+
+# ---- figures -------------------------------------------------------------------------------------
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _series(rec: RunRecord, key: str, kind: str = "train") -> tuple[np.ndarray, np.ndarray]:
+    m = R.step_map(rec, key, kind)
+    steps = sorted(m)
+    return np.array(steps), np.array([m[s] for s in steps], dtype=np.float64)
+
+
+def figures(cmp: Comparison) -> dict[str, str]:
+    """Title -> base64 PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    la, lb = R.labels(cmp.a, cmp.b)
+    runs = [(cmp.a, la, "-", 1.6), (cmp.b, lb, "--", 1.2)]
+    if cmp.twin is not None:
+        runs.append((cmp.twin, "twin (A, init +1 ulp)", ":", 1.0))
+    out: dict[str, str] = {}
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for rec, name, style, lw in runs:
+        x, y = _series(rec, "loss")
+        ax.plot(x, y, style, lw=lw, label=name)
+    ax.set(xlabel="step", ylabel="training loss", title="Training loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    out["Training loss"] = _png(fig)
+
+    t = trajectory(cmp.a, cmp.b, cmp.twin, cmp.tolerance)
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    pos = lambda v: np.where(v > 0, v, np.nan)  # noqa: E731  log scale: exact zeros are not drawn
+    ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
+    if t.noise is not None:
+        ax.plot(t.steps, pos(t.noise), lw=0.8, alpha=0.7, label="noise floor |A - twin|")
+        ax.plot(t.steps, pos(t.envelope), lw=1.0, color="gray", label="noise-floor envelope (running max)")
+    ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance")
+    ax.set_yscale("log")
+    ax.set(xlabel="step", ylabel="|loss difference|", title="Per-step loss difference vs noise floor")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    out["Per-step |loss difference| (log scale)"] = _png(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for rec, name, style, lw in runs:
+        x, y = _series(rec, "accuracy", "eval")
+        ax.plot(x, 100 * y, style + "o", lw=lw, ms=4, label=name)
+    ax.set(xlabel="step", ylabel="test accuracy (%)", title="Evaluation accuracy")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    out["Evaluation accuracy"] = _png(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.0))
+    for rec, name, style, lw in runs[:2]:
+        x, y = _series(rec, "loss_scale")
+        ax.plot(x, y, style, lw=lw, label=name)
+        xs, sk = _series(rec, "skipped")
+        hit = sk > 0
+        if hit.any():
+            ys = dict(zip(x.tolist(), y.tolist()))
+            ax.plot(xs[hit], [ys.get(s, np.nan) for s in xs[hit].tolist()], "x", label=f"{name} skipped")
+    ax.set_yscale("log", base=2)
+    ax.set(xlabel="step", ylabel="loss scale", title="Loss scale (1 = no loss scaling)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    out["Loss scale"] = _png(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.0))
+    for rec, name, style, lw in runs[:2]:
+        x, y = _series(rec, "samples_per_s")
+        ax.plot(x, y, style, lw=lw, label=f"{name} ({float(rec.summary.get('train_samples_per_s') or 0):,.0f} "
+                                            f"samples/s overall)")
+    ax.set(xlabel="step", ylabel="samples/s", title="Training throughput (per logging window)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    out["Throughput"] = _png(fig)
+    return out
+
+
+# ---- report.md / report.html ---------------------------------------------------------------------
+
+def _tolerance_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, t in TOLERANCES.items():
+        rows.append((name, f"{t.loss_early:g}", f"{t.factor:g} x max(env, {t.traj_abs_floor:g})",
+                     f"{t.traj_fixed:g}", f"{t.factor:g} x max(twin, {t.weights_floor:g})",
+                     f"{t.weights_fixed:g}", f"{t.eval_pp:g}"))
+    return rows
+
+
+_TOL_HEAD = ("precision", "loss_early (abs)", "trajectory (twin)", "trajectory (no twin)",
+             "final_weights (twin)", "final_weights (no twin)", "eval (pp)")
+
+
+def markdown(cmp: Comparison) -> str:
+    v = verdict(cmp)
+    d = cmp.diagnosis
+    lines = [f"# dualtrain compare: {'PASS' if cmp.passed else 'FAIL'}", "", f"`{v['verdict']}`", "",
+             "| run | path |", "|---|---|"]
+    for key, run in v["runs"].items():
+        lines.append(f"| {key}: {run['label']} | `{run['path']}` |")
+    lines += ["", f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md).", "",
+              "| check | value | tolerance | result | detail |", "|---|---|---|---|---|"]
+    for c in cmp.checks:
+        unit = f" {c.unit}" if c.unit else ""
+        tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
+        lines.append(f"| {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
+                     f"{c.detail.replace('|', '/')} |")
+    lines += ["", "## Diagnosis", ""]
+    if d.passed:
+        lines.append("All checks pass: the two runs agree within the tolerances.")
+    else:
+        lines.append(f"- first divergent step: {d.first_divergent_step if d.first_divergent_step is not None else 'none (no per-step check failed)'}")
+        lines.append(f"- likely cause: **{d.cause}**")
+        for c in d.causes:
+            lines.append(f"  - {c.kind} (step {c.step}): {c.evidence}")
+    if d.spec_differences:
+        lines += ["", "Spec differences:", "", "| field | A | B | |", "|---|---|---|---|"]
+        for s in d.spec_differences:
+            lines.append(f"| {s['field']} | `{s['a']!r}` | `{s['b']!r}` | "
+                         f"{'ignored (cosmetic)' if s['cosmetic'] else 'changes the run'} |")
+    if d.top_parameters:
+        lines += ["", "Final weights, most divergent tensors (relative difference):", ""]
+        lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_parameters]
+    if d.top_gradients:
+        lines += ["", f"Gradients at step {d.gradient_step}, most divergent tensors:", ""]
+        lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_gradients]
+    if cmp.notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
+    lines += ["", "Figures: see report.html (self-contained). How to read this report: docs/report.md.", ""]
+    return "\n".join(lines)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1000px;
+color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}
+.PASS{color:#137333;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}.INFO{color:#555}
+.verdict{font-size:18px;padding:.6em 1em;border-radius:4px}
+.v-pass{background:#e6f4ea}.v-fail{background:#fce8e6}
+code{background:#f5f5f5;padding:0 3px}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+"""
+
+
+def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
+    e = html.escape
+    v = verdict(cmp)
+    d = cmp.diagnosis
+    figs = figures(cmp) if figs is None else figs
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
+             f"<title>dualtrain compare: {'PASS' if cmp.passed else 'FAIL'}</title>",
+             f"<style>{_CSS}</style></head><body>",
+             "<h1>dualtrain compare</h1>",
+             f"<p class='verdict {'v-pass' if cmp.passed else 'v-fail'}'>{e(v['verdict'])}</p>",
+             "<table><tr><th>run</th><th>path</th><th>versions</th></tr>"]
+    for key, run in v["runs"].items():
+        vers = ", ".join(f"{k} {val}" for k, val in v["versions"].get(key, {}).items())
+        parts.append(f"<tr><td>{e(key)}: {e(run['label'])}</td><td><code>{e(run['path'])}</code></td>"
+                     f"<td>{e(vers)}</td></tr>")
+    parts.append("</table>")
+    parts.append(f"<h2>Checks</h2><p>Tolerance row: <b>{e(cmp.tolerance.precision)}</b>.</p>")
+    parts.append("<table><tr><th>check</th><th>value</th><th>tolerance</th><th>result</th>"
+                 "<th>detail</th></tr>")
+    for c in cmp.checks:
+        unit = f" {c.unit}" if c.unit else ""
+        tol = "-" if c.tolerance is None else f"&le; {e(fmt_value(c.tolerance))}"
+        parts.append(f"<tr><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}</td><td>{tol}</td>"
+                     f"<td class='{status(c)}'>{status(c)}</td><td>{e(c.detail)}</td></tr>")
+    parts.append("</table><h2>Diagnosis</h2>")
+    if d.passed:
+        parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")
+    else:
+        step = d.first_divergent_step if d.first_divergent_step is not None else "none"
+        parts.append(f"<p>First divergent step: <b>{e(str(step))}</b>. Likely cause: "
+                     f"<b>{e(str(d.cause))}</b>.</p><ul>")
+        parts += [f"<li>{e(c.kind)} (step {e(str(c.step))}): {e(c.evidence)}</li>" for c in d.causes]
+        parts.append("</ul>")
+    if d.spec_differences:
+        parts.append("<table><tr><th>spec field</th><th>A</th><th>B</th><th></th></tr>")
+        for s in d.spec_differences:
+            parts.append(f"<tr><td>{e(s['field'])}</td><td>{e(repr(s['a']))}</td><td>{e(repr(s['b']))}"
+                         f"</td><td>{'ignored (cosmetic)' if s['cosmetic'] else 'changes the run'}</td></tr>")
+        parts.append("</table>")
+    if d.top_parameters:
+        parts.append("<p>Final weights, most divergent tensors: " + ", ".join(
+            f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_parameters) + "</p>")
+    if d.top_gradients:
+        parts.append(f"<p>Gradients at step {d.gradient_step}, most divergent tensors: " + ", ".join(
+            f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_gradients) + "</p>")
+    if cmp.notes:
+        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
+    parts.append("<h2>Figures</h2>")
+    for title, b64 in figs.items():
+        parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
+    parts.append("<h2>Tolerance table</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in _TOL_HEAD)
+                 + "</tr>")
+    for row in _tolerance_rows():
+        parts.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in row) + "</tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def write_report(cmp: Comparison, out: str | Path) -> dict[str, Path]:
+    """Write verdict.json, report.md and report.html into ``out``; return their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"verdict": out / VERDICT_FILE, "markdown": out / REPORT_MD, "html": out / REPORT_HTML}
+    paths["verdict"].write_text(json.dumps(_json_safe(verdict(cmp)), indent=2) + "\n")
+    paths["markdown"].write_text(markdown(cmp))
+    paths["html"].write_text(html_report(cmp))
+    return paths

@@ -1,0 +1,94 @@
+"""Synthetic run directories for the compare tests: real files in the run-directory contract, written
+with dualtrain.record.RunWriter and dualtrain.weights.save_weights (data fixtures, no framework)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualtrain.record import SPEC_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
+from dualtrain.spec import dump_spec, from_dict
+from dualtrain.weights import Weights, init_weights, save_weights
+
+TINY_MODEL = {"layers": [{"type": "flatten"}, {"type": "dense", "units": 16}, {"type": "relu"},
+                         {"type": "dense", "units": 10}]}
+WORLD = 2
+
+
+def base_spec(**changes: Any) -> dict[str, Any]:
+    raw = {"name": "synth", "seed": 0, "model": TINY_MODEL, "distribution": {"world_size": WORLD},
+           "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "train": {"epochs": 1},
+           "data": {"batch_size": 64}}
+    for dotted, value in changes.items():
+        node = raw
+        parts = dotted.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = value
+    return raw
+
+
+def base_loss(step: int) -> float:
+    return 0.3 + 2.0 * math.exp(-step / 40.0) + 0.05 * math.sin(step * 1.7)
+
+
+def digest(step: int, replica: int, salt: str = "") -> str:
+    return hashlib.sha256(f"{salt}{step}:{replica}".encode()).hexdigest()[:16]
+
+
+def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
+             spec: dict[str, Any] | None = None,
+             loss: Callable[[int], float] = base_loss,
+             lr: Callable[[int], float] = lambda s: 0.05,
+             loss_scale: Callable[[int], float] = lambda s: 1.0,
+             skipped: Callable[[int], bool] = lambda s: False,
+             shard_salt: Callable[[int], str] = lambda s: "",
+             init: Weights | None = None,
+             final_delta: float = 1e-2, final_noise: float = 0.0, noise_seed: int = 1,
+             accuracy: Callable[[int], float] = lambda s: 0.9,
+             eval_every: int = 40, samples_per_s: float = 10000.0,
+             grads: dict[int, Weights] | None = None) -> Path:
+    """Write a finished run directory. Every series is a function of the (1-based) step."""
+    path = Path(path)
+    spec_obj = from_dict(spec or base_spec())
+    path.mkdir(parents=True, exist_ok=True)
+    (path / SPEC_FILE).write_text(dump_spec(spec_obj))
+    w0 = init if init is not None else init_weights(spec_obj.model, spec_obj.seed)
+    save_weights(path / WEIGHTS_INIT, w0)
+    rng = np.random.default_rng(noise_seed)
+    # A fixed "training" update shared by every run, plus optional run-specific noise.
+    final = {k: v + np.float32(final_delta) * np.cos(np.arange(v.size, dtype=np.float32)).reshape(v.shape)
+             + np.float32(final_noise) * rng.standard_normal(v.shape).astype(np.float32)
+             for k, v in w0.items()}
+    save_weights(path / WEIGHTS_FINAL, final)
+    for s, g in (grads or {}).items():
+        save_weights(path / f"grads_step{s}.npz", g)
+    w = RunWriter(path)
+    batch = spec_obj.data.batch_size
+    for s in range(1, steps + 1):
+        w.train(step=s, epoch=1, loss=loss(s), lr=lr(s), grad_norm=1.0, loss_scale=loss_scale(s),
+                skipped=bool(skipped(s)), samples=batch, samples_per_s=samples_per_s)
+        for r in range(WORLD):
+            w.shard(step=s, epoch=1, replica=r, digest=digest(s, r, shard_salt(s)), count=batch // WORLD)
+        if s % eval_every == 0 or s == steps:
+            w.eval(step=s, epoch=1, loss=loss(s), accuracy=accuracy(s), count=1000)
+    w.summary({"backend": backend, "name": spec_obj.name, "world_size": WORLD,
+               "precision": spec_obj.precision.dtype.value, "steps": steps,
+               "train_samples_per_s": samples_per_s, "test_loss": loss(steps),
+               "test_accuracy": accuracy(steps), "test_count": 1000,
+               "versions": {"python": "3", "numpy": np.__version__, backend: "synthetic"}})
+    w.close()
+    return path
+
+
+def noisy(scale: float, seed: int, grow: float = 0.0) -> Callable[[int], float]:
+    """base_loss plus a deterministic perturbation of size ~scale * exp(grow * step)."""
+    def f(step: int) -> float:
+        u = np.random.default_rng([seed, step]).uniform(-1.0, 1.0)
+        return base_loss(step) + scale * math.exp(grow * step) * float(u)
+    return f

@@ -1,0 +1,128 @@
+"""The report files, the terminal table and the ``dualtrain compare RUN_A RUN_B`` command."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from dualtrain.cli import main
+from dualtrain.compare import compare_dirs, write_report
+from dualtrain.compare.report import table, terminal_summary
+from tests.compare.synth import base_loss, base_spec, make_run
+from tests.conftest import ROOT
+
+
+@pytest.fixture
+def pair(tmp_path):
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", backend="tf", loss=lambda s: base_loss(s) + 1e-7)
+    return a, b
+
+
+@pytest.fixture
+def bad_pair(tmp_path):
+    a = make_run(tmp_path / "a")
+    b = make_run(tmp_path / "b", backend="tf", spec=base_spec(**{"optimizer.lr": 0.1}),
+                 lr=lambda s: 0.1, loss=lambda s: base_loss(s) + (0.05 if s >= 2 else 0.0))
+    return a, b
+
+
+def run_main(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_report_files(pair, tmp_path):
+    a, b = pair
+    cmp = compare_dirs(a, b)
+    paths = write_report(cmp, tmp_path / "rep")
+    v = json.loads(paths["verdict"].read_text())
+    assert v["passed"] is True
+    assert [c["name"] for c in v["checks"]] == [c.name for c in cmp.checks]
+    for c in v["checks"]:
+        assert set(c) >= {"name", "value", "tolerance", "passed", "detail"}
+    assert v["runs"]["a"]["path"] == str(a) and v["runs"]["b"]["label"] == "tf"
+    assert v["versions"]["a"]["torch"] == "synthetic" and "dualtrain" in v["versions"]
+    assert v["tolerances"]["precision"] == "fp32"
+    md = paths["markdown"].read_text()
+    assert "| trajectory |" in md and "PASS" in md
+
+
+def test_html_is_self_contained(bad_pair, tmp_path):
+    a, b = bad_pair
+    t = make_run(tmp_path / "twin", loss=lambda s: base_loss(s) + 1e-6)
+    page = write_report(compare_dirs(a, b, t), tmp_path / "rep")["html"].read_text()
+    assert page.count("data:image/png;base64,") == 5
+    assert "http://" not in page and "https://" not in page
+    srcs = re.findall(r"""src\s*=\s*['"]([^'"]*)""", page)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert not re.search(r"<link|<script|url\(", page)
+    assert "different learning rate" in page
+
+
+def test_terminal_table_is_aligned(bad_pair):
+    cmp = compare_dirs(*bad_pair)
+    lines = table(cmp).splitlines()
+    assert lines[0].split() == ["check", "value", "tolerance", "result"]
+    col = lines[0].index("result")
+    for line in lines[2:]:
+        assert line[col:].split()[0] in ("PASS", "FAIL", "INFO"), line
+    text = terminal_summary(cmp)
+    assert text.splitlines()[-1].startswith("verdict: FAIL")
+    assert "first divergent step 1" in text and "likely cause: different learning rate" in text
+
+
+def test_cli_compare_existing_runs_pass(pair, tmp_path, capsys):
+    a, b = pair
+    code, out, _ = run_main(["compare", str(a), str(b), "--out", str(tmp_path / "r")], capsys)
+    assert code == 0
+    assert "verdict: PASS" in out
+    for name in ("verdict.json", "report.md", "report.html"):
+        assert (tmp_path / "r" / name).is_file()
+
+
+def test_cli_compare_existing_runs_fail_exit_1(bad_pair, tmp_path, capsys):
+    a, b = bad_pair
+    code, out, _ = run_main(["compare", str(a), str(b), "--out", str(tmp_path / "r")], capsys)
+    assert code == 1
+    assert "verdict: FAIL" in out and "different learning rate" in out
+    v = json.loads((tmp_path / "r" / "verdict.json").read_text())
+    assert v["passed"] is False and v["diagnosis"]["cause"] == "different learning rate"
+    assert v["diagnosis"]["first_divergent_step"] == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (["compare"], "exactly two run directories"),
+    (["compare", "A"], "Received: 1 run directory"),
+    (["compare", "A", "B", "C"], "Received: 3"),
+    (["compare", "--config", "x.yaml", "A", "B"], "not both"),
+    (["compare", "A", "B", "--set", "seed=1"], "need --config"),
+    (["compare", "--config", "configs/mnist_mlp.yaml", "--noise-floor", "T"], "--noise-floor"),
+    (["compare", "--config", "no/such.yaml"], "config file not found"),
+])
+def test_cli_usage_errors_exit_2(args, words, capsys):
+    code, out, err = run_main(args, capsys)
+    assert code == 2
+    assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_missing_run_dir_exit_2(pair, tmp_path, capsys):
+    a, _ = pair
+    code, _, err = run_main(["compare", str(a), str(tmp_path / "nope")], capsys)
+    assert code == 2 and "run directory not found" in err
+
+
+def test_compare_package_imports_no_framework():
+    code = ("import sys\n"
+            "for m in ('torch', 'tensorflow', 'keras'): sys.modules[m] = None\n"
+            "import dualtrain.compare, dualtrain.compare.backends, dualtrain.compare.report\n"
+            "import dualtrain.cli.compare\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
