@@ -1,0 +1,289 @@
+"""The TF engine: one training step exactly as docs/architecture.md defines it, in a custom
+``strategy.run`` loop inside ``tf.function`` (never ``model.fit``).
+
+Per step, every replica:
+
+1. slices its own ids out of the flat id vector the loop hands in (``ids_flat[offsets[i]:offsets[i+1]]``,
+   ``i`` = this replica's local index) and gathers those rows from the in-memory dataset on the host;
+   no tf.data pipeline and no auto-sharding decide anything. The ids it used are returned from inside
+   the replica function (``StepOut.fed_ids``);
+2. differentiates ``sum(per-sample CE in float32) / N_global`` (times the loss scale under fp16);
+3. optionally poisons its local gradient with inf (fault injection), then all-reduces with SUM;
+4. on the all-reduced gradient (identical on every replica): unscale, finite check (fp16), global norm,
+   clipping with torch's ``min(1, max / (norm + 1e-6))``.
+
+Then, in cross-replica context, ``strategy.extended.update`` applies torch.optim's update formulas
+(written here, not Keras's optimizers) on every device, or skips it on every device when the
+all-reduced fp16 gradient was not finite, and advances the dynamic loss scale with GradScaler's rule.
+
+All step inputs have fixed signatures (ids are a flat ``[None]`` vector plus offsets, lr and N_global are
+scalar tensors), so the step is traced once (twice with gradient capture) whatever the per-replica
+batch sizes are. That also keeps multi-worker collective keys in lockstep across processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dualtrain.data import Mnist, normalize
+from dualtrain.runner_base import StepOut
+from dualtrain.spec import Experiment, OptimizerName, Precision
+from dualtrain.weights import Weights
+
+from .model import build_model, export_canonical, load_canonical, to_canonical, to_nhwc
+from .precision import policy_name
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class TFEngine:
+    backend = "tf"
+
+    def __init__(self, spec: Experiment, strategy: tf.distribute.Strategy, data: Mnist,
+                 init_weights: Weights, *, rank: int, num_processes: int, host_device: str):
+        self.spec = spec
+        self.strategy = strategy
+        self.rank = rank
+        self.num_processes = num_processes
+        self.n_local = strategy.num_replicas_in_sync // num_processes
+        if self.n_local * num_processes != strategy.num_replicas_in_sync:
+            raise RuntimeError(f"{strategy.num_replicas_in_sync} replicas do not split evenly over "
+                               f"{num_processes} processes")
+        self.first_replica = rank * self.n_local
+        self.local_replicas: Sequence[int] = list(range(self.first_replica,
+                                                        self.first_replica + self.n_local))
+        self.host = host_device
+        self.multi_worker = num_processes > 1
+        self.fp16 = spec.precision.dtype is Precision.FP16
+        self.opt = spec.optimizer
+        ls = spec.precision.loss_scale
+
+        with tf.device(host_device):
+            self.train_x = tf.constant(to_nhwc(normalize(data.train_x)))
+            self.train_y = tf.constant(data.train_y.astype(np.int32))
+            self.test_x = tf.constant(to_nhwc(normalize(data.test_x)))
+            self.test_y = tf.constant(data.test_y.astype(np.int32))
+
+        with strategy.scope():
+            self.model, self.named = build_model(spec.model, policy_name(spec.precision.dtype))
+            load_canonical(self.named, init_weights)
+            # The underlying tf.Variables (MirroredVariables under the strategy).
+            self.params = [v.value for _, v in self.named]
+            zeros = lambda p: tf.Variable(tf.zeros(p.shape, tf.float32), trainable=False)  # noqa: E731
+            name = self.opt.name
+            self.buf = [zeros(p) for p in self.params] if (
+                name is OptimizerName.SGD and self.opt.momentum) else []
+            self.m = [zeros(p) for p in self.params] if name is not OptimizerName.SGD else []
+            self.v = [zeros(p) for p in self.params] if name is not OptimizerName.SGD else []
+            # Applied (not skipped) updates: momentum-buffer creation and Adam bias correction.
+            self.applied = tf.Variable(0, dtype=tf.int64, trainable=False)
+            self.scale = tf.Variable(ls.init if self.fp16 else 1.0, dtype=tf.float32, trainable=False)
+            self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+        eval_chunk = max(1, spec.data.eval_batch_size // strategy.num_replicas_in_sync)
+        self._eval_chunk = eval_chunk
+        step_sig = [tf.TensorSpec([None], tf.int64, name="ids_flat"),
+                    tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
+                    tf.TensorSpec([self.n_local], tf.bool, name="poison"),
+                    tf.TensorSpec([], tf.float32, name="global_count"),
+                    tf.TensorSpec([], tf.float32, name="lr")]
+        self._step_fn = tf.function(lambda *a: self._step(*a, capture=False), input_signature=step_sig,
+                                    jit_compile=False)
+        self._step_capture_fn = tf.function(lambda *a: self._step(*a, capture=True),
+                                            input_signature=step_sig, jit_compile=False)
+        self._eval_fn = tf.function(self._evaluate, input_signature=[
+            tf.TensorSpec([self.n_local, 2], tf.int32)], jit_compile=False)
+        self._gather: dict[tf.DType, object] = {}
+
+    # ---- training --------------------------------------------------------------------------------
+    def _local_index(self) -> tf.Tensor:
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.cast(rid, tf.int32) - self.first_replica
+
+    def _replica_step(self, ids_flat, offsets, poison, global_count, capture: bool):
+        ctx = tf.distribute.get_replica_context()
+        i = self._local_index()
+        with tf.device(self.host):
+            ids = ids_flat[offsets[i]:offsets[i + 1]]
+            x = tf.gather(self.train_x, ids)
+            y = tf.gather(self.train_y, ids)
+        scale = self.scale.read_value()
+        with tf.GradientTape() as tape:
+            logits = tf.cast(self.model(x, training=True), tf.float32)
+            per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            loss_sum = tf.reduce_sum(per_sample)
+            loss = loss_sum / global_count
+            if self.fp16:
+                loss = loss * scale
+        grads = tape.gradient(loss, self.params)
+        grads = [tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
+                 for g in grads]
+        grads = ctx.all_reduce(SUM, grads)
+        if self.fp16:
+            inv = tf.constant(1.0, tf.float32) / scale
+            grads = [g * inv for g in grads]
+        finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+        # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
+        norm = tf.norm(tf.stack([tf.norm(tf.reshape(g, [-1])) for g in grads]))
+        captured = list(grads) if capture else []
+        if self.opt.clip_grad_norm is not None:
+            coef = tf.minimum(tf.constant(self.opt.clip_grad_norm, tf.float32) / (norm + 1e-6), 1.0)
+            grads = [g * coef for g in grads]
+        return grads, loss_sum, ids, norm, finite, captured
+
+    def _step(self, ids_flat, offsets, poison, global_count, lr, *, capture: bool):
+        s = self.strategy
+        grads, loss_sum, ids, norm, finite, captured = s.run(
+            self._replica_step, args=(ids_flat, offsets, poison, global_count, capture))
+        # fp32/bf16 never skip (as torch without a GradScaler); fp16 skips on every replica when the
+        # all-reduced gradient is not finite.
+        apply = finite if self.fp16 else tf.constant(True)
+        for k, p in enumerate(self.params):
+            s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
+        # Stateful ops in a tf.function run in program order (automatic control dependencies), so
+        # the counters below advance after every parameter update has read them.
+        s.extended.update(self.applied, self._bookkeeping, args=(apply,), group=False)
+        return {"loss_sum": loss_sum, "ids": ids, "norm": norm, "finite": finite,
+                "captured": captured}
+
+    def _apply_one(self, p, g, apply, lr, k: int):
+        """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
+        o = self.opt
+
+        def update():
+            grad = g
+            if o.name is OptimizerName.SGD:
+                if o.weight_decay:
+                    grad = grad + o.weight_decay * p
+                if o.momentum:
+                    buf = self.buf[k]
+                    first = tf.equal(self.applied, 0)
+                    new_buf = tf.where(first, grad, buf * o.momentum + grad)
+                    buf.assign(new_buf)
+                    grad = grad + o.momentum * new_buf if o.nesterov else new_buf
+                return p.assign_sub(lr * grad)
+            if o.name is OptimizerName.ADAMW and o.weight_decay:
+                p.assign(p * (1.0 - lr * o.weight_decay))
+            elif o.weight_decay:
+                grad = grad + o.weight_decay * p
+            b1, b2 = o.betas
+            m, v = self.m[k], self.v[k]
+            m_new = m + (1.0 - b1) * (grad - m)  # torch: exp_avg.lerp_(grad, 1 - beta1)
+            v_new = v * b2 + (1.0 - b2) * grad * grad
+            m.assign(m_new)
+            v.assign(v_new)
+            t = tf.cast(self.applied + 1, tf.float64)
+            bc1 = 1.0 - tf.pow(tf.constant(b1, tf.float64), t)
+            bc2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(b2, tf.float64), t))
+            step_size = tf.cast(tf.cast(lr, tf.float64) / bc1, tf.float32)
+            denom = tf.sqrt(v_new) / tf.cast(bc2_sqrt, tf.float32) + o.eps
+            return p.assign_sub(step_size * (m_new / denom))
+
+        return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
+
+    def _bookkeeping(self, applied, ok):
+        """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""
+        ls = self.spec.precision.loss_scale
+        ops = [applied.assign_add(tf.cast(ok, tf.int64))]
+        if self.fp16:
+            good = tf.where(ok, self.good_steps + 1, tf.zeros([], tf.int64))
+            grow = tf.logical_and(ok, tf.equal(good, ls.growth_interval))
+            new_scale = tf.where(ok, tf.where(grow, self.scale * ls.growth_factor, self.scale),
+                                 self.scale * ls.backoff_factor)
+            ops.append(self.scale.assign(new_scale))
+            ops.append(self.good_steps.assign(tf.where(grow, tf.zeros([], tf.int64), good)))
+        return tf.group(ops)
+
+    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
+                   poison: list[bool], capture_grads: bool = False) -> StepOut:
+        if len(ids) != self.n_local or len(poison) != self.n_local:
+            raise ValueError(f"expected ids and poison for {self.n_local} local replicas")
+        sizes = [len(a) for a in ids]
+        offsets = np.zeros(self.n_local + 1, np.int32)
+        np.cumsum(sizes, out=offsets[1:])
+        flat = np.concatenate(ids).astype(np.int64, copy=False) if sizes else np.zeros(0, np.int64)
+        scale = float(self.scale.numpy()) if self.fp16 else 1.0
+        fn = self._step_capture_fn if capture_grads else self._step_fn
+        out = fn(flat, offsets, np.asarray(poison, bool), np.float32(global_count), np.float32(lr))
+        local = self.strategy.experimental_local_results
+        loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))
+        fed = [t.numpy() for t in local(out["ids"])]
+        norm = float(local(out["norm"])[0])
+        finite = bool(local(out["finite"])[0])
+        grads = None
+        if capture_grads:
+            grads = {name: to_canonical(name, local(g)[0].numpy())
+                     for (name, _), g in zip(self.named, out["captured"])}
+        return StepOut(loss_sum=loss_sum, grad_norm=norm, loss_scale=scale,
+                       skipped=self.fp16 and not finite, fed_ids=fed, grads=grads)
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def _evaluate(self, ranges):
+        chunk = self._eval_chunk
+
+        def replica(ranges):
+            ctx = tf.distribute.get_replica_context()
+            i = self._local_index()
+            start, stop = ranges[i, 0], ranges[i, 1]
+            n_chunks = (stop - start + chunk - 1) // chunk
+
+            def body(j, loss_acc, correct_acc):
+                s = start + j * chunk
+                e = tf.minimum(s + chunk, stop)
+                with tf.device(self.host):
+                    x, y = self.test_x[s:e], self.test_y[s:e]
+                logits = tf.cast(self.model(x, training=False), tf.float32)
+                per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+                hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
+                return (j + 1, loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),
+                        correct_acc + tf.reduce_sum(tf.cast(hit, tf.float64)))
+
+            zero = tf.constant(0.0, tf.float64)
+            _, loss_sum, correct = tf.while_loop(lambda j, *_: j < n_chunks, body,
+                                                 [tf.constant(0, tf.int32), zero, zero])
+            local = tf.stack([loss_sum, correct, tf.cast(stop - start, tf.float64)])
+            return ctx.all_reduce(SUM, local)
+
+        out = self.strategy.run(replica, args=(ranges,))
+        return self.strategy.experimental_local_results(out)[0]
+
+    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
+        if len(ranges) != self.n_local:
+            raise ValueError(f"expected {self.n_local} eval ranges, got {len(ranges)}")
+        loss_sum, correct, count = self._eval_fn(np.asarray(ranges, np.int32)).numpy().tolist()
+        return loss_sum, correct, count
+
+    # ---- gather, weights -------------------------------------------------------------------------
+    def _gather_fn(self, dtype: tf.DType):
+        # An all-gather as a SUM all-reduce of a (processes, n) matrix in which each process fills
+        # only its own row: adding zeros is exact (int64 and float64 alike).
+        if dtype not in self._gather:
+            def gather(rows):
+                def replica(v):  # identity: place the value on the replica's device
+                    return tf.distribute.get_replica_context().all_reduce(SUM, tf.identity(v))
+                out = self.strategy.run(replica, args=(rows,))
+                return self.strategy.experimental_local_results(out)[0]
+            self._gather[dtype] = tf.function(gather, input_signature=[
+                tf.TensorSpec([self.num_processes, None], dtype)], jit_compile=False)
+        return self._gather[dtype]
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows)
+        if not self.multi_worker:
+            return rows[None]
+        dtype = tf.int64 if rows.dtype.kind in "iu" else tf.float64
+        mat = np.zeros((self.num_processes, rows.size), dtype.as_numpy_dtype)
+        mat[self.rank] = rows.reshape(-1)
+        out = self._gather_fn(dtype)(mat).numpy()
+        return out.reshape(self.num_processes, *rows.shape).astype(rows.dtype, copy=False)
+
+    def weights(self) -> Weights:
+        return export_canonical(self.named)
+
+    def versions(self) -> dict[str, str]:
+        return {"tensorflow": tf.__version__, "keras": keras.__version__}

@@ -1,0 +1,78 @@
+"""Worker planning for the tf backend (framework-free: the CLI process imports it).
+
+* ``tf.strategy: mirrored``: one worker process that drives ``world_size`` local devices.
+* ``tf.strategy: multi_worker``: ``world_size`` worker processes, one replica each, wired together by
+  ``TF_CONFIG`` on loopback ports.
+
+Started inside a ``TF_CONFIG`` cluster (Kubeflow TFJob, Ray, a hand-written cluster spec), this
+process *is* one worker of that cluster: :func:`external` reports its rank and the cluster size. The
+cluster then defines the replicas (one per task), so such a run always uses MultiWorkerMirrored: a
+spec that says ``mirrored`` is run as ``multi_worker`` (the worker says so and records the strategy
+it used in spec.yaml and summary.json). ``mirrored`` means "one process, its local devices"; a
+cluster of processes cannot be that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from dualtrain.errors import UserError
+from dualtrain.launch import Worker, free_ports
+from dualtrain.spec import Experiment, TFStrategy
+
+UNIT = "worker"
+MODULE = "dualtrain.backends.tf"
+TF_CONFIG = "TF_CONFIG"
+LOCAL_ONLY = "DUALTRAIN_TF_LOCAL"
+"""Set (to "1") on workers dualtrain launched itself: their TF_CONFIG (if any) is ours, not a user's."""
+
+
+def parse_tf_config(text: str) -> dict[str, int]:
+    """TF_CONFIG -> {"rank", "world_size", "task_index", ...}; a "chief" task is rank 0."""
+    try:
+        cfg = json.loads(text)
+        cluster = cfg["cluster"]
+        task = cfg["task"]
+        ttype, index = str(task["type"]), int(task["index"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"TF_CONFIG is not a valid cluster spec ({exc}). Received: {text!r}") from None
+    chiefs = list(cluster.get("chief", []))
+    workers = list(cluster.get("worker", []))
+    if ttype not in ("chief", "worker"):
+        raise UserError(f"TF_CONFIG task type must be 'chief' or 'worker' for dualtrain (no parameter "
+                        f"servers or evaluators). Received: {ttype!r}")
+    if len(chiefs) > 1:
+        raise UserError(f"TF_CONFIG may name at most one chief. Received: {len(chiefs)}")
+    size = len(chiefs) + len(workers)
+    rank = 0 if ttype == "chief" else index + len(chiefs)
+    if size < 1 or not 0 <= rank < size:
+        raise UserError(f"TF_CONFIG task {ttype}:{index} is not in its cluster ({size} tasks). "
+                        f"Received: {text!r}")
+    return {"rank": rank, "world_size": size, "task_index": index,
+            "chief": int(bool(chiefs))}
+
+
+def external() -> dict[str, int] | None:
+    """A cluster (TF_CONFIG) started us as one of its workers: rank and cluster size; else None."""
+    text = os.environ.get(TF_CONFIG, "").strip()
+    if not text or os.environ.get(LOCAL_ONLY) == "1":
+        return None
+    return parse_tf_config(text)
+
+
+def tf_config(ports: list[int], rank: int, addr: str = "127.0.0.1") -> str:
+    return json.dumps({"cluster": {"worker": [f"{addr}:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": rank}})
+
+
+def workers(spec: Experiment) -> list[Worker]:
+    n = spec.distribution.world_size
+    if spec.tf.strategy is TFStrategy.MIRRORED:
+        # One process drives all local replicas; never inherit a stray cluster spec.
+        return [Worker(rank=0, env={TF_CONFIG: "", LOCAL_ONLY: "1"})]
+    addr = spec.distribution.master_addr
+    ports = free_ports(n, addr)
+    return [Worker(rank=r, env={TF_CONFIG: tf_config(ports, r, addr), LOCAL_ONLY: "1",
+                                "DUALTRAIN_TF_LOCAL_RANK": str(r)})
+            for r in range(n)]

@@ -1,0 +1,88 @@
+"""Keras 3 model built from the framework-free layer list, with canonical <-> Keras weight conversion.
+
+Layouts (dualtrain.model): canonical dense weight (out, in) -> Keras kernel (in, out); canonical conv
+weight OIHW -> Keras HWIO. Inputs are NHWC (the canonical NCHW batch transposed). A flatten that
+receives a C,H,W tensor with C > 1 gets a ``Permute((3, 1, 2))`` in front of it, so Keras flattens in
+torch's C,H,W order and the next dense kernel is just the transposed canonical weight.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from dualtrain.model import INPUT_SHAPE, ResolvedLayer, conv_flatten_shape, resolve
+from dualtrain.spec import LayerType, ModelSpec
+from dualtrain.weights import Weights
+
+INPUT_NHWC = (INPUT_SHAPE[1], INPUT_SHAPE[2], INPUT_SHAPE[0])
+
+
+def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
+    """The Keras model and [(canonical name, Keras variable)] in canonical order."""
+    layers = resolve(spec)
+    reorder = conv_flatten_shape(spec)
+    inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc")
+    x = inputs
+    owners: list[tuple[ResolvedLayer, keras.layers.Layer]] = []
+    for r in layers:
+        s, name = r.spec, f"l{r.index}_{r.spec.type.value}"
+        if s.type is LayerType.DENSE:
+            layer = keras.layers.Dense(s.units, name=name, dtype=policy)
+        elif s.type is LayerType.CONV2D:
+            layer = keras.layers.Conv2D(s.filters, s.kernel_size, strides=s.stride or 1,
+                                        padding=s.padding.value, name=name, dtype=policy)
+        elif s.type is LayerType.MAXPOOL2D:
+            layer = keras.layers.MaxPooling2D(s.pool_size, strides=s.stride or s.pool_size,
+                                              padding="valid", name=name, dtype=policy)
+        elif s.type is LayerType.FLATTEN:
+            if r.index in reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
+                x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=policy)(x)
+            layer = keras.layers.Flatten(name=name, dtype=policy)
+        else:
+            layer = keras.layers.ReLU(name=name, dtype=policy)
+        x = layer(x)
+        if r.params:
+            owners.append((r, layer))
+    model = keras.Model(inputs, x, name="dualtrain")
+    named: list[tuple[str, keras.Variable]] = []
+    for r, layer in owners:
+        (w_name, _), (b_name, _) = r.params
+        named += [(w_name, layer.kernel), (b_name, layer.bias)]
+    return model, named
+
+
+def to_keras(name: str, array: np.ndarray) -> np.ndarray:
+    """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO)."""
+    a = np.asarray(array, dtype=np.float32)
+    if name.endswith(".weight"):
+        a = a.T if a.ndim == 2 else a.transpose(2, 3, 1, 0)
+    return np.ascontiguousarray(a)
+
+
+def to_canonical(name: str, array: np.ndarray) -> np.ndarray:
+    """Keras layout -> canonical (the inverse of :func:`to_keras`)."""
+    a = np.asarray(array, dtype=np.float32)
+    if name.endswith(".weight"):
+        a = a.T if a.ndim == 2 else a.transpose(3, 2, 0, 1)
+    return np.ascontiguousarray(a)
+
+
+def load_canonical(named: list[tuple[str, keras.Variable]], weights: Weights) -> None:
+    missing = [n for n, _ in named if n not in weights]
+    if missing or len(weights) != len(named):
+        raise ValueError(f"weights do not match the model: need {[n for n, _ in named]}, "
+                         f"got {sorted(weights)}")
+    for name, var in named:
+        value = to_keras(name, weights[name])
+        if tuple(var.shape) != value.shape:
+            raise ValueError(f"{name}: Keras shape {tuple(var.shape)} != converted {value.shape}")
+        var.assign(value)
+
+
+def export_canonical(named: list[tuple[str, keras.Variable]]) -> Weights:
+    return {name: to_canonical(name, keras.ops.convert_to_numpy(var.value)) for name, var in named}
+
+
+def to_nhwc(images_nchw: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(images_nchw, dtype=np.float32).transpose(0, 2, 3, 1))

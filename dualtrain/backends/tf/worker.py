@@ -1,0 +1,167 @@
+"""The tf worker: configure TensorFlow before it initialises, build the strategy, train.
+
+``run_worker(spec, run_dir)`` is called by ``python -m dualtrain.backends.tf RUN_DIR`` (workers dualtrain
+launched) and by ``dualtrain run`` itself inside an external TF_CONFIG cluster (``run_dir`` is None on
+the non-chief workers there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dualtrain.errors import UserError
+from dualtrain.record import SPEC_FILE, WEIGHTS_INIT
+from dualtrain.runner_base import default_threads
+from dualtrain.spec import Device, Experiment, TFStrategy, dump_spec
+
+from .launch import LOCAL_ONLY, TF_CONFIG, parse_tf_config
+
+
+def _say(text: str, rank: int = 0) -> None:
+    if rank == 0:
+        print(f"[tf] {text}", flush=True)
+
+
+def plan_process(spec: Experiment) -> tuple[Experiment, dict[str, Any]]:
+    """Decide this process's role from the spec and the environment (no TF import).
+
+    Returns the effective spec and {"multi_worker", "rank", "num_processes", "local_workers",
+    "external"}. Inside an external TF_CONFIG cluster the cluster defines the replicas (one per
+    task), so a ``mirrored`` spec runs as ``multi_worker`` there.
+    """
+    text = os.environ.get(TF_CONFIG, "").strip()
+    ours = os.environ.get(LOCAL_ONLY) == "1"
+    if spec.tf.strategy is TFStrategy.MIRRORED and (not text or ours):
+        os.environ.pop(TF_CONFIG, None)
+        return spec, {"multi_worker": False, "rank": 0, "num_processes": 1, "local_workers": 1,
+                      "external": False}
+    if not text:
+        raise UserError("tf.strategy=multi_worker needs TF_CONFIG: run it through `dualtrain run` (which "
+                        "launches the workers) or inside a TF_CONFIG cluster. Received: no TF_CONFIG")
+    info = parse_tf_config(text)
+    if spec.tf.strategy is TFStrategy.MIRRORED:
+        _say(f"TF_CONFIG is set ({info['world_size']} tasks): running tf.strategy=multi_worker, one "
+             f"replica per task (mirrored is one process over its local devices)", info["rank"])
+        spec = spec.replace(tf=dataclasses.replace(spec.tf, strategy=TFStrategy.MULTI_WORKER))
+    if info["world_size"] != spec.distribution.world_size:
+        raise UserError(f"distribution.world_size must equal the TF_CONFIG cluster size "
+                        f"{info['world_size']}. Received: {spec.distribution.world_size}")
+    local = spec.distribution.world_size if ours else 1
+    return spec, {"multi_worker": True, "rank": info["rank"], "num_processes": info["world_size"],
+                  "local_workers": local, "external": not ours}
+
+
+def configure_tf(spec: Experiment, role: dict[str, Any]):
+    """Everything that must happen before TensorFlow initialises its runtime. Returns the strategy."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if spec.determinism:
+        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+    import tensorflow as tf
+
+    threads = spec.distribution.threads_per_worker or default_threads(role["local_workers"])
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    tf.config.set_soft_device_placement(False)
+    if spec.determinism:
+        tf.config.experimental.enable_op_determinism()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    tf.config.optimizer.set_jit(False)
+
+    world = spec.distribution.world_size
+    gpus = tf.config.list_physical_devices("GPU")
+    timeout = spec.distribution.timeout_s
+    if spec.distribution.device is Device.GPU and not gpus:
+        raise UserError("distribution.device=gpu but TensorFlow sees no GPU. Received: device=gpu")
+    if not role["multi_worker"]:
+        if spec.distribution.device is Device.GPU:
+            if len(gpus) < world:
+                raise UserError(f"tf.strategy=mirrored with device=gpu needs world_size GPUs; "
+                                f"TensorFlow sees {len(gpus)}. Received: world_size={world}")
+            tf.config.set_visible_devices(gpus[:world], "GPU")
+            devices = [f"/gpu:{i}" for i in range(world)]
+        else:
+            if gpus:
+                tf.config.set_visible_devices([], "GPU")
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(world)])
+            devices = [f"/cpu:{i}" for i in range(world)]
+        cross = (tf.distribute.NcclAllReduce() if spec.distribution.device is Device.GPU and world > 1
+                 else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
+        strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross)
+        host = tf.config.list_logical_devices("CPU")[0].name
+        return strategy, host, devices, threads
+    # multi_worker: one replica per process.
+    if spec.distribution.device is Device.GPU:
+        local_rank = int(os.environ.get("DUALTRAIN_TF_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+        tf.config.set_visible_devices([gpus[local_rank % len(gpus)]], "GPU")
+    elif gpus:
+        tf.config.set_visible_devices([], "GPU")
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=(tf.distribute.experimental.CommunicationImplementation.NCCL
+                        if spec.distribution.device is Device.GPU
+                        else tf.distribute.experimental.CommunicationImplementation.RING),
+        timeout_seconds=timeout)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    host = [d.name for d in tf.config.list_logical_devices("CPU")][0]
+    return strategy, host, list(strategy.extended.worker_devices), threads
+
+
+def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
+    started = time.perf_counter()
+    spec, role = plan_process(spec)
+    rank = role["rank"]
+    strategy, host, devices, threads = configure_tf(spec, role)
+    import keras
+    import tensorflow as tf
+
+    from dualtrain.data import load_mnist
+    from dualtrain.runner_base import TrainLoop
+    from dualtrain.weights import initial_weights, load_weights
+
+    keras.utils.set_random_seed(spec.seed)
+    tf.random.set_seed(spec.seed)
+    run_dir = Path(run_dir) if run_dir is not None else None
+    if run_dir is not None and rank == 0 and role["external"] and spec.tf.strategy is TFStrategy.MULTI_WORKER:
+        (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
+    init_path = run_dir / WEIGHTS_INIT if run_dir is not None else None
+    init = (load_weights(init_path) if init_path is not None and init_path.is_file()
+            else initial_weights(spec.model, spec.seed))
+    data = load_mnist(spec.data)
+
+    from .engine import TFEngine
+
+    engine = TFEngine(spec, strategy, data, init, rank=rank, num_processes=role["num_processes"],
+                      host_device=host)
+    extra = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(devices),
+             "tf_processes": role["num_processes"], "threads_per_worker": threads}
+    loop = TrainLoop(spec, engine, data, run_dir if rank == 0 else None, extra_summary=extra,
+                     started=started)
+    return loop.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dualtrain.spec import from_dict
+    import yaml
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m dualtrain.backends.tf RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(args[0])
+    try:
+        spec = from_dict(yaml.safe_load((run_dir / SPEC_FILE).read_text()))
+        run_worker(spec, run_dir)
+    except UserError as exc:
+        print(f"[tf] error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
