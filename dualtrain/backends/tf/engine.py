@@ -113,14 +113,20 @@ class TFEngine:
             x = tf.gather(self.train_x, ids)
             y = tf.gather(self.train_y, ids)
         scale = self.scale.read_value()
-        with tf.GradientTape() as tape:
+
+        def forward():
             logits = tf.cast(self.model(x, training=True), tf.float32)
             per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            loss_sum = tf.reduce_sum(per_sample)
+            return tf.reduce_sum(per_sample)
+
+        with tf.GradientTape() as tape:
+            # An empty replica contributes zero loss and zero gradient without running the model
+            # (oneDNN's fused conv kernels reject an empty batch).
+            loss_sum = tf.cond(tf.size(ids) > 0, forward, lambda: tf.constant(0.0, tf.float32))
             loss = loss_sum / global_count
             if self.fp16:
                 loss = loss * scale
-        grads = tape.gradient(loss, self.params)
+        grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         grads = [tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
                  for g in grads]
         grads = ctx.all_reduce(SUM, grads)

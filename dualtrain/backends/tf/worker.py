@@ -61,6 +61,11 @@ def configure_tf(spec: Experiment, role: dict[str, Any]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if spec.determinism:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+        # oneDNN picks kernels by batch size, so one sample's logits change in the last bits with the
+        # batch it shares (~1e-6 relative on the CNN): a world-size-1 run and a world-size-3 run
+        # would then not compute the same per-sample gradients. Eigen's kernels do (and are as fast
+        # here). An explicit TF_ENABLE_ONEDNN_OPTS in the environment wins.
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import tensorflow as tf
 
     threads = spec.distribution.threads_per_worker or default_threads(role["local_workers"])
@@ -139,7 +144,8 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     engine = TFEngine(spec, strategy, data, init, rank=rank, num_processes=role["num_processes"],
                       host_device=host)
     extra = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(devices),
-             "tf_processes": role["num_processes"], "threads_per_worker": threads}
+             "tf_processes": role["num_processes"], "threads_per_worker": threads,
+             "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")}
     loop = TrainLoop(spec, engine, data, run_dir if rank == 0 else None, extra_summary=extra,
                      started=started)
     return loop.run()
