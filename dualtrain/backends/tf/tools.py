@@ -10,6 +10,7 @@ writes the logits of the first N MNIST test images under key "logits".
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         n = int(n)
         if n < 1:
             raise UserError(f"N must be >= 1. Received: {n}")
-        data = load_mnist(spec.data)
+        data = load_mnist(dataclasses.replace(spec.data, test_limit=None))  # the first N of all 10k
         if n > len(data.test_x):
             raise UserError(f"N must be <= {len(data.test_x)} (test set size). Received: {n}")
         logits = forward_logits(spec, weights, data.test_x[:n])

@@ -1,0 +1,118 @@
+"""Forward parity (canonical weights into both backends) and the canonical <-> Keras round trip."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from dualtrain.spec import ModelSpec
+from dualtrain.weights import init_weights, save_weights
+
+from .conftest import run_python, small_spec, write_spec
+
+N_IMAGES = 256
+
+
+def _forward(module: str, spec_path, weights_path, out_path) -> np.ndarray:
+    proc = run_python("-m", module, "forward", str(spec_path), str(weights_path), str(N_IMAGES),
+                      str(out_path))
+    assert proc.returncode == 0, f"{module} forward failed:\n{proc.stdout}\n{proc.stderr}"
+    with np.load(out_path) as z:
+        return z["logits"]
+
+
+def test_tf_forward_tool_writes_logits(tmp_path):
+    spec = write_spec(tmp_path / "spec.yaml", {"model": {"preset": "cnn"}})
+    weights = tmp_path / "w.npz"
+    save_weights(weights, init_weights(ModelSpec(preset="cnn"), 0))
+    logits = _forward("dualtrain.backends.tf.tools", spec, weights, tmp_path / "tf.npz")
+    assert logits.shape == (N_IMAGES, 10) and logits.dtype == np.float32
+    assert np.all(np.isfinite(logits)) and np.ptp(logits) > 0
+
+
+def test_forward_parity_with_torch_cnn(tmp_path):
+    if importlib.util.find_spec("dualtrain.backends.torch.tools") is None:
+        pytest.skip("dualtrain/backends/torch/tools.py does not exist yet (torch backend not landed)")
+    pytest.importorskip("torch")
+    spec = write_spec(tmp_path / "spec.yaml", {"model": {"preset": "cnn"}})
+    weights = tmp_path / "w.npz"
+    save_weights(weights, init_weights(ModelSpec(preset="cnn"), 0))
+    tf_logits = _forward("dualtrain.backends.tf.tools", spec, weights, tmp_path / "tf.npz")
+    torch_logits = _forward("dualtrain.backends.torch.tools", spec, weights, tmp_path / "torch.npz")
+    assert tf_logits.shape == torch_logits.shape == (N_IMAGES, 10)
+    diff = float(np.max(np.abs(tf_logits - torch_logits)))
+    assert diff <= 1e-5, f"max |logits diff| = {diff:.3g}"
+
+
+ROUND_TRIP = r"""
+import os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
+from dualtrain.weights import init_weights
+from dualtrain.backends.tf.model import build_model, export_canonical, load_canonical
+
+custom = ModelSpec(layers=(
+    LayerSpec(type=LayerType.CONV2D, filters=3, kernel_size=5, stride=2),
+    LayerSpec(type=LayerType.RELU),
+    LayerSpec(type=LayerType.CONV2D, filters=4, kernel_size=3, padding=Padding.SAME),
+    LayerSpec(type=LayerType.MAXPOOL2D, pool_size=3, stride=2),
+    LayerSpec(type=LayerType.FLATTEN),
+    LayerSpec(type=LayerType.DENSE, units=10)))
+for ms in (ModelSpec(preset="mlp"), ModelSpec(preset="cnn"), custom):
+    w = init_weights(ms, 7)
+    model, named = build_model(ms)
+    load_canonical(named, w)
+    back = export_canonical(named)
+    assert list(back) == list(w), (list(back), list(w))
+    for k in w:
+        assert back[k].dtype == np.float32 and back[k].shape == w[k].shape, k
+        assert np.array_equal(back[k], w[k]), k
+    print("ok", ms.preset or "custom", len(w))
+"""
+
+FLATTEN_ORDER = r"""
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np
+from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
+from dualtrain.weights import init_weights
+from dualtrain.data import normalize
+from dualtrain.backends.tf.model import build_model, load_canonical, to_nhwc
+
+# conv (2 channels) -> flatten -> dense: compute torch's answer by hand in NumPy (NCHW, C,H,W flatten).
+ms = ModelSpec(layers=(LayerSpec(type=LayerType.CONV2D, filters=2, kernel_size=27),
+                       LayerSpec(type=LayerType.FLATTEN), LayerSpec(type=LayerType.DENSE, units=10)))
+w = init_weights(ms, 3)
+rng = np.random.default_rng(0)
+imgs = rng.integers(0, 256, size=(5, 28, 28), dtype=np.uint8)
+x = normalize(imgs).astype(np.float64)                       # N,1,28,28
+k, b = w["0.weight"].astype(np.float64), w["0.bias"].astype(np.float64)   # 2,1,27,27
+conv = np.zeros((5, 2, 2, 2))
+for o in range(2):
+    for i in range(2):
+        for j in range(2):
+            conv[:, o, i, j] = (x[:, 0, i:i + 27, j:j + 27] * k[o, 0]).sum(axis=(1, 2)) + b[o]
+flat = conv.reshape(5, -1)                                    # C,H,W order
+ref = flat @ w["2.weight"].astype(np.float64).T + w["2.bias"]
+model, named = build_model(ms)
+load_canonical(named, w)
+got = np.asarray(model(to_nhwc(normalize(imgs)), training=False))
+err = np.abs(got - ref).max()
+assert err < 1e-5, err
+print("ok", err)
+"""
+
+
+def test_canonical_keras_round_trip_is_exact():
+    proc = run_python("-c", ROUND_TRIP)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ok") == 3
+
+
+def test_conv_flatten_uses_torch_chw_order():
+    proc = run_python("-c", FLATTEN_ORDER)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout
