@@ -229,7 +229,7 @@ class Trajectory:
     noise: np.ndarray | None
     """|loss_a - loss_twin| at each step (NaN where the twin did not run)."""
     envelope: np.ndarray | None
-    """Running max of ``noise`` (NaN where the twin did not run)."""
+    """Running max of ``noise``, looking ``traj_lag`` steps ahead (NaN where the twin did not run)."""
     allowed: np.ndarray
     """The per-step bound: factor * max(envelope, abs_floor), or the fixed tolerance."""
     covered: np.ndarray
@@ -248,7 +248,7 @@ def trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None, tol: Toleranc
         envelope = np.full(steps.shape, math.nan)
         if covered.any():
             # The twin covers a prefix of A's steps; the running max runs over that prefix in order.
-            envelope[covered] = R.running_max(noise[covered])
+            envelope[covered] = R.running_max(noise[covered], tol.traj_lag)
         base = np.maximum(np.nan_to_num(envelope, nan=0.0), tol.traj_abs_floor)
         allowed = np.where(covered, tol.factor * base, tol.traj_fixed)
     return Trajectory(steps, cross, noise, envelope, allowed, covered)
@@ -282,8 +282,8 @@ def check_trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None = None,
     ratio = cross / base
     worst = int(np.argmax(ratio))
     n_cov = int(t.covered.sum())
-    detail = (f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(noise-floor envelope, "
-              f"{_fmt(tol.traj_abs_floor)}); worst step {int(t.steps[worst])}: |diff| "
+    detail = (f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(noise-floor envelope "
+              f"(running max, {tol.traj_lag} steps look-ahead), {_fmt(tol.traj_abs_floor)}); worst step {int(t.steps[worst])}: |diff| "
               f"{_fmt(float(cross[worst]))}, envelope {_fmt(float(np.nan_to_num(t.envelope[worst])))}")
     if n_cov < n:
         uncovered = t.steps[~t.covered]

@@ -68,11 +68,16 @@ def loss_diff(a: RunRecord, b: RunRecord) -> tuple[np.ndarray, np.ndarray]:
     return np.array(steps, dtype=np.int64), diff
 
 
-def running_max(values: np.ndarray) -> np.ndarray:
-    """Running maximum that treats NaN as +inf (a non-finite noise floor covers nothing below it)."""
+def running_max(values: np.ndarray, lag: int = 0) -> np.ndarray:
+    """``out[k] = max(values[: k + 1 + lag])``; NaN counts as +inf (a non-finite noise floor bounds
+    nothing)."""
     if values.size == 0:
         return values
-    return np.maximum.accumulate(np.where(np.isnan(values), np.inf, values))
+    acc = np.maximum.accumulate(np.where(np.isnan(values), np.inf, values))
+    if lag <= 0:
+        return acc
+    idx = np.minimum(np.arange(values.size) + lag, values.size - 1)
+    return acc[idx]
 
 
 # ---- weights -------------------------------------------------------------------------------------

@@ -202,21 +202,27 @@ def test_trajectory_without_twin_uses_the_fixed_tolerance(tmp_path):
     assert not c.passed and c.first_step == 100
 
 
-def test_trajectory_envelope_is_a_running_max(tmp_path):
-    # The twin drifts by 1e-3 at step 20 only; the cross diff stays at 5e-3 afterwards. A pointwise
-    # noise floor would fail every later step; the envelope keeps 10 x 1e-3 as the bound.
+def test_trajectory_envelope_is_a_running_max_with_look_ahead(tmp_path):
+    # The twin drifts by 1e-3 at step 60 only; the cross diff is 5e-3 from some step on. A pointwise
+    # noise floor would fail every step after 60; the running max keeps 10 x 1e-3 as the bound, and
+    # the look-ahead lets the cross pair part up to traj_lag steps before the twin does.
     a = make_run(tmp_path / "a")
-    t = make_run(tmp_path / "t", loss=lambda s: base_loss(s) + (1e-3 if s == 20 else 0.0))
-    b = make_run(tmp_path / "b", loss=lambda s: base_loss(s) + (5e-3 if s >= 20 else 0.0))
-    ra, rb, rt = read_run(a), read_run(b), read_run(t)
-    tol = C.tolerance_of(ra, rb)
-    tr = C.trajectory(ra, rb, rt, tol)
+    t = make_run(tmp_path / "t", loss=lambda s: base_loss(s) + (1e-3 if s == 60 else 0.0))
+    ra, rt = read_run(a), read_run(t)
+    tol = TOLERANCES["fp32"]
+
+    def cross_from(start):
+        b = make_run(tmp_path / f"b{start}", loss=lambda s: base_loss(s) + (5e-3 if s >= start else 0.0))
+        return C.check_trajectory(ra, read_run(b), rt, tol)
+
+    tr = C.trajectory(ra, read_run(make_run(tmp_path / "b", loss=base_loss)), rt, tol)
     assert np.all(np.diff(tr.envelope) >= 0)
-    assert C.check_trajectory(ra, rb, rt, tol).passed
-    # ... but 5e-3 before the twin has moved at all is 5e-3 / 1e-6 = 5000 x the floor.
-    b2 = make_run(tmp_path / "b2", loss=lambda s: base_loss(s) + (5e-3 if s >= 10 else 0.0))
-    c = C.check_trajectory(ra, read_run(b2), rt, tol)
-    assert not c.passed and c.first_step == 10
+    assert tr.envelope[60 - tol.traj_lag - 1] > 5e-4  # index = step - 1
+    assert tr.envelope[60 - tol.traj_lag - 2] == 0.0
+    assert cross_from(60).passed
+    assert cross_from(60 - tol.traj_lag).passed
+    early = cross_from(60 - tol.traj_lag - 1)  # 5e-3 where the bound is 10 x the 1e-6 floor
+    assert not early.passed and early.first_step == 60 - tol.traj_lag - 1
 
 
 def test_short_twin_checks_the_rest_against_the_fixed_tolerance(tmp_path, trio):
