@@ -79,9 +79,17 @@ def compare_backends(spec: Experiment, out: str | Path, *, twin: bool = True,
     validate(spec, Backend.TF)
     out = Path(out)
     _claim_out(out)
-    notes = []
+    notes: list[str] = []
+    timings: list[str] = []
     t0 = time.perf_counter()
-    torch_dir, _ = start_run(spec, Backend.TORCH, out / "torch")
+
+    def timed(label: str, run_spec: Experiment, backend: Backend, where: Path) -> Path:
+        t = time.perf_counter()
+        run_dir, _ = start_run(run_spec, backend, where)
+        timings.append(f"{label} {time.perf_counter() - t:.1f}s")
+        return run_dir
+
+    torch_dir = timed("torch", spec, Backend.TORCH, out / "torch")
     init_path = (out / TWIN_INIT).resolve()
     tspec = None
     if twin:
@@ -89,19 +97,18 @@ def compare_backends(spec: Experiment, out: str | Path, *, twin: bool = True,
         tspec = twin_spec(spec, init_path, twin_steps)
     if twin and overlap:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            f_tf = pool.submit(start_run, spec, Backend.TF, out / "tf")
-            f_twin = pool.submit(start_run, tspec, Backend.TORCH, out / "twin")
-            tf_dir, _ = f_tf.result()
-            twin_dir, _ = f_twin.result()
+            f_tf = pool.submit(timed, "tf", spec, Backend.TF, out / "tf")
+            f_twin = pool.submit(timed, "twin", tspec, Backend.TORCH, out / "twin")
+            tf_dir, twin_dir = f_tf.result(), f_twin.result()
         notes.append("the tf run and the twin ran at the same time: throughput is not comparable")
     else:
-        tf_dir, _ = start_run(spec, Backend.TF, out / "tf")
-        twin_dir = start_run(tspec, Backend.TORCH, out / "twin")[0] if twin else None
+        tf_dir = timed("tf", spec, Backend.TF, out / "tf")
+        twin_dir = timed("twin", tspec, Backend.TORCH, out / "twin") if twin else None
     if not twin:
         notes.append("no noise-floor twin: trajectory and final weights use the fixed tolerances")
     elif twin_steps is not None:
         notes.append(f"the twin ran {twin_steps} steps only")
-    notes.append(f"three runs took {time.perf_counter() - t0:.1f}s")
+    notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({', '.join(timings)})")
     cmp = compare_dirs(torch_dir, tf_dir, twin_dir, notes)
     write_report(cmp, out)
     return cmp
