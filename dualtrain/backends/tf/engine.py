@@ -96,6 +96,9 @@ class TFEngine:
                                     jit_compile=False)
         self._step_capture_fn = tf.function(lambda *a: self._step(*a, capture=True),
                                             input_signature=step_sig, jit_compile=False)
+        # Trace the step now (startup, not training time): also surfaces graph errors before step 1.
+        # The concrete function is called directly: less Python dispatch per step.
+        self._step_cf = self._step_fn.get_concrete_function()
         self._eval_fn = tf.function(self._evaluate, input_signature=[
             tf.TensorSpec([self.n_local, 2], tf.int32)], jit_compile=False)
         self._gather: dict[tf.DType, object] = {}
@@ -214,8 +217,9 @@ class TFEngine:
         np.cumsum(sizes, out=offsets[1:])
         flat = np.concatenate(ids).astype(np.int64, copy=False) if sizes else np.zeros(0, np.int64)
         scale = float(self.scale.numpy()) if self.fp16 else 1.0
-        fn = self._step_capture_fn if capture_grads else self._step_fn
-        out = fn(flat, offsets, np.asarray(poison, bool), np.float32(global_count), np.float32(lr))
+        fn = self._step_capture_fn if capture_grads else self._step_cf
+        out = fn(tf.constant(flat), tf.constant(offsets), tf.constant(np.asarray(poison, bool)),
+                 tf.constant(global_count, tf.float32), tf.constant(lr, tf.float32))
         local = self.strategy.experimental_local_results
         loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))
         fed = [t.numpy() for t in local(out["ids"])]

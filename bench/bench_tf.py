@@ -1,0 +1,127 @@
+"""Throughput: dualtrain's TF runner vs plain Keras ``model.fit`` under MirroredStrategy.
+
+    python bench/bench_tf.py [--repeat N] [--epochs E]
+
+Both sides train the MNIST MLP (784-256-128-10), global batch 128, world 2 (MirroredStrategy over two
+logical CPU devices), fp32, full MNIST in memory, each in its own subprocess:
+
+* dualtrain: ``dualtrain run --backend tf --config configs/mnist_mlp.yaml --world-size 2`` with
+  ``tf.strategy=mirrored``; the figure is summary.json's ``train_samples_per_s`` (all training steps,
+  evaluation excluded; the step function is traced while the engine starts, so the trace is not in
+  it, but the first execution, with TF's graph optimisation, is).
+* Keras: ``model.fit(x, y, batch_size=128)`` on the same model and optimizer settings; the figure is
+  (samples - 128) / (time from the end of the first batch to the end of the epoch), measured by a
+  callback: Keras's first step (trace, graph optimisation, first execution) is excluded, as are
+  evaluation and data-adapter setup.
+
+Prints both throughputs and their ratio (dualtrain / Keras; target >= 1.0). With --repeat N each side
+runs N times (alternating) and the median is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KERAS_FIT = r"""
+import json, os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
+import tensorflow as tf
+epochs = int(sys.argv[1])
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from dualtrain.data import DataSpec, load_mnist, normalize
+
+keras.utils.set_random_seed(0)
+data = load_mnist(DataSpec())
+x = np.ascontiguousarray(normalize(data.train_x).transpose(0, 2, 3, 1))
+y = data.train_y.astype(np.int32)
+strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+class Clock(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.t0 = None
+        self.t1 = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.t0 is None:  # after the first step: its trace and graph optimisation excluded
+            self.t0 = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.t1 = time.perf_counter()
+
+
+clock = Clock()
+model.fit(x, y, batch_size=128, epochs=epochs, shuffle=True, verbose=0, callbacks=[clock])
+print(json.dumps({"samples_per_s": (epochs * len(x) - 128) / (clock.t1 - clock.t0),
+                  "seconds": clock.t1 - clock.t0}))
+"""
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return e
+
+
+def run_dualtrain(epochs: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "dualtrain", "run", "--backend", "tf", "--config",
+               str(ROOT / "configs" / "mnist_mlp.yaml"), "--world-size", "2",
+               "--set", "tf.strategy=mirrored", "--set", f"train.epochs={epochs}",
+               "--set", "precision.dtype=fp32", "--set", "data.batch_size=128", "--out", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT)
+        if proc.returncode != 0:
+            sys.exit(f"dualtrain run failed:\n{proc.stdout}\n{proc.stderr}")
+        return float(json.loads((out / "summary.json").read_text())["train_samples_per_s"])
+
+
+def run_keras(epochs: int) -> float:
+    proc = subprocess.run([sys.executable, "-c", KERAS_FIT, str(epochs)], capture_output=True,
+                          text=True, env=env(), cwd=ROOT)
+    if proc.returncode != 0:
+        sys.exit(f"keras fit failed:\n{proc.stdout}\n{proc.stderr}")
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["samples_per_s"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=1)
+    args = ap.parse_args()
+    ours, keras_fit = [], []
+    for i in range(args.repeat):
+        ours.append(run_dualtrain(args.epochs))
+        keras_fit.append(run_keras(args.epochs))
+        print(f"run {i + 1}: dualtrain tf {ours[-1]:,.0f} samples/s, keras fit {keras_fit[-1]:,.0f} "
+              f"samples/s", flush=True)
+    a, b = statistics.median(ours), statistics.median(keras_fit)
+    print(f"dualtrain tf runner (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
+          f"{a:,.0f} samples/s")
+    print(f"keras model.fit    (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
+          f"{b:,.0f} samples/s")
+    print(f"ratio dualtrain / keras: {a / b:.2f} (target >= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
