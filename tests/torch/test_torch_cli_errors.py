@@ -1,0 +1,32 @@
+"""User mistakes: exit 2, one line on stderr naming the field and value, no traceback, no run dir."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.mark.parametrize("yaml_text,extra,needle", [
+    ("seed: [1, 2\n", (), "invalid YAML"),
+    ("optimizer:\n  lrr: 0.1\n", (), "optimizer.lrr"),
+    ("data:\n  batch_size: lots\n", (), "data.batch_size must be an integer. Received: 'lots'"),
+    ("optimizer:\n  lr: -1\n", (), "optimizer.lr must be > 0. Received: -1.0"),
+    ("seed: 0\n", ("--world-size", "0"), "distribution.world_size must be >= 1. Received: 0"),
+    (None, (), "config file not found"),
+    ("seed: 0\n", ("--backend", "jax"), "--backend must be one of ['torch', 'tf']. Received: 'jax'"),
+])
+def test_user_mistake(tmp_path, yaml_text, extra, needle):
+    cfg = tmp_path / "spec.yaml"
+    if yaml_text is not None:
+        cfg.write_text(yaml_text)
+    out = tmp_path / "out"
+    args = ["run", *(() if "--backend" in extra else ("--backend", "torch")), "--config", str(cfg),
+            "--out", str(out), *extra]
+    proc = run_cli(*args, timeout=60)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()

@@ -1,0 +1,41 @@
+"""SUM all-reduce of sum(CE)/N_global: the world-W gradient equals the world-1 full-batch gradient,
+also with empty replicas and uneven shards (one step from the same weights, debug.dump_grads)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import numpy as np
+import pytest
+
+from tests.torch.helpers import npz, torch_run
+
+# (train_limit, world): n < W gives empty replicas; 100 over 3 gives 34/33/33.
+CASES = [(1, 2), (2, 3), (100, 3)]
+
+
+def _grads(tmp, limit, world):
+    out = tmp / f"n{limit}w{world}"
+    torch_run(out, f"data.train_limit={limit}", "train.max_steps=1", "debug.dump_grads=[1]",
+              "data.test_limit=10", world=world)
+    return npz(out / "grads_step1.npz")
+
+
+@pytest.fixture(scope="module")
+def grads(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("grads")
+    jobs = sorted({(n, 1) for n, _ in CASES} | set(CASES))
+    with cf.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {job: pool.submit(_grads, tmp, *job) for job in jobs}
+        return {job: f.result() for job, f in futures.items()}
+
+
+@pytest.mark.parametrize("limit,world", CASES)
+def test_world_gradient_equals_single_process(grads, limit, world):
+    ref, got = grads[(limit, 1)], grads[(limit, world)]
+    assert set(ref) == set(got) == {"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"}
+    for name in ref:
+        scale = float(np.abs(ref[name]).max())
+        assert scale > 0, name
+        err = float(np.abs(got[name] - ref[name]).max()) / scale
+        assert err <= 1e-6, f"{name}: max|grad_W - grad_1| / max|grad_1| = {err:.3g}"
