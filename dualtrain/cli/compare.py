@@ -13,7 +13,8 @@ from dualtrain.errors import UserError
 @click.command()
 @click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR_A RUN_DIR_B]")
 @click.option("--config", "config", type=str, default=None, metavar="FILE",
-              help="YAML experiment spec: run it on torch and tf (plus a noise-floor twin), then compare.")
+              help="YAML experiment spec: run it on torch and tf (plus a noise-floor twin), "
+                   "then compare.")
 @spec_options
 @click.option("--noise-floor", "noise_floor", type=str, default=None, metavar="TWIN_DIR",
               help="With two run directories: run A's twin (initial weights one ulp away).")

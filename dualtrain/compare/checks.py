@@ -92,7 +92,7 @@ def check_spec(a: RunRecord, b: RunRecord) -> Check:
 
 
 def check_sharding(a: RunRecord, b: RunRecord) -> Check:
-    """Every (step, replica) fed the same sample ids (digest) and count; both runs have the same steps."""
+    """Every (step, replica) fed the same ids (digest) and count; both runs have the same steps."""
     la, lb = R.labels(a, b)
     ma, mb = R.shard_map(a), R.shard_map(b)
     steps_a, steps_b = {s for s, _ in ma}, {s for s, _ in mb}
@@ -172,7 +172,7 @@ def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
     la, lb = R.labels(a, b)
     ma, mb = R.step_map(a, key), R.step_map(b, key)
     steps = R.common_steps(ma, mb)
-    bad = [s for s in steps if not (ma[s] == mb[s])]
+    bad = [s for s in steps if ma[s] != mb[s]]
     note = _steps_note(set(ma), set(mb), la, lb)
     if bad:
         s = bad[0]
@@ -283,7 +283,8 @@ def check_trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None = None,
     worst = int(np.argmax(ratio))
     n_cov = int(t.covered.sum())
     detail = (f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(noise-floor envelope "
-              f"(running max, {tol.traj_lag} steps look-ahead), {_fmt(tol.traj_abs_floor)}); worst step {int(t.steps[worst])}: |diff| "
+              f"(running max, {tol.traj_lag} steps look-ahead), {_fmt(tol.traj_abs_floor)}); "
+              f"worst step {int(t.steps[worst])}: |diff| "
               f"{_fmt(float(cross[worst]))}, envelope {_fmt(float(np.nan_to_num(t.envelope[worst])))}")
     if n_cov < n:
         uncovered = t.steps[~t.covered]

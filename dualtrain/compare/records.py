@@ -124,7 +124,7 @@ def max_abs_diff(wa: Weights, wb: Weights) -> dict[str, float]:
 
 
 def rel_diff(wa: Weights, wb: Weights) -> dict[str, float]:
-    """Per tensor ||a - b||_2 / ||a||_2 (float64; an all-zero reference tensor gives the absolute norm)."""
+    """Per tensor ||a - b||_2 / ||a||_2 in float64 (an all-zero ``a`` gives the absolute norm)."""
     out = {}
     for k in sorted(wa):
         a = wa[k].astype(np.float64)

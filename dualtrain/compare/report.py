@@ -206,11 +206,15 @@ def figures(cmp: Comparison) -> dict[str, str]:
 
     t = trajectory(cmp.a, cmp.b, cmp.twin, cmp.tolerance)
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    pos = lambda v: np.where(v > 0, v, np.nan)  # noqa: E731  log scale: exact zeros are not drawn
+
+    def pos(v: np.ndarray) -> np.ndarray:  # log scale: exact zeros are not drawn
+        return np.where(v > 0, v, np.nan)
+
     ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
     if t.noise is not None:
         ax.plot(t.steps, pos(t.noise), lw=0.8, alpha=0.7, label="noise floor |A - twin|")
-        ax.plot(t.steps, pos(t.envelope), lw=1.0, color="gray", label="noise-floor envelope (running max)")
+        ax.plot(t.steps, pos(t.envelope), lw=1.0, color="gray",
+                label="noise-floor envelope (running max)")
     ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance")
     ax.set_yscale("log")
     ax.set(xlabel="step", ylabel="|loss difference|", title="Per-step loss difference vs noise floor")
@@ -234,8 +238,9 @@ def figures(cmp: Comparison) -> dict[str, str]:
         xs, sk = _series(rec, "skipped")
         hit = sk > 0
         if hit.any():
-            ys = dict(zip(x.tolist(), y.tolist()))
-            ax.plot(xs[hit], [ys.get(s, np.nan) for s in xs[hit].tolist()], "x", label=f"{name} skipped")
+            ys = dict(zip(x.tolist(), y.tolist(), strict=True))
+            ax.plot(xs[hit], [ys.get(s, np.nan) for s in xs[hit].tolist()], "x",
+                    label=f"{name} skipped")
     ax.set_yscale("log", base=2)
     ax.set(xlabel="step", ylabel="loss scale", title="Loss scale (1 = no loss scaling)")
     ax.legend()
@@ -245,8 +250,8 @@ def figures(cmp: Comparison) -> dict[str, str]:
     fig, ax = plt.subplots(figsize=(8, 3.0))
     for rec, name, style, lw in runs[:2]:
         x, y = _series(rec, "samples_per_s")
-        ax.plot(x, y, style, lw=lw, label=f"{name} ({float(rec.summary.get('train_samples_per_s') or 0):,.0f} "
-                                            f"samples/s overall)")
+        overall = float(rec.summary.get("train_samples_per_s") or 0)
+        ax.plot(x, y, style, lw=lw, label=f"{name} ({overall:,.0f} samples/s overall)")
     ax.set(xlabel="step", ylabel="samples/s", title="Training throughput (per logging window)")
     ax.legend()
     ax.grid(alpha=0.3)
@@ -287,7 +292,9 @@ def markdown(cmp: Comparison) -> str:
     if d.passed:
         lines.append("All checks pass: the two runs agree within the tolerances.")
     else:
-        lines.append(f"- first divergent step: {d.first_divergent_step if d.first_divergent_step is not None else 'none (no per-step check failed)'}")
+        step = d.first_divergent_step
+        lines.append(f"- first divergent step: "
+                     f"{step if step is not None else 'none (no per-step check failed)'}")
         lines.append(f"- likely cause: **{d.cause}**")
         for c in d.causes:
             lines.append(f"  - {c.kind} (step {c.step}): {c.evidence}")
@@ -304,7 +311,8 @@ def markdown(cmp: Comparison) -> str:
         lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_gradients]
     if cmp.notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
-    lines += ["", "Figures: see report.html (self-contained). How to read this report: docs/report.md.", ""]
+    lines += ["", ("Figures: see report.html (self-contained). How to read this report: "
+                   "docs/report.md."), ""]
     return "\n".join(lines)
 
 
@@ -358,8 +366,9 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
     if d.spec_differences:
         parts.append("<table><tr><th>spec field</th><th>A</th><th>B</th><th></th></tr>")
         for s in d.spec_differences:
-            parts.append(f"<tr><td>{e(s['field'])}</td><td>{e(repr(s['a']))}</td><td>{e(repr(s['b']))}"
-                         f"</td><td>{'ignored (cosmetic)' if s['cosmetic'] else 'changes the run'}</td></tr>")
+            kind = "ignored (cosmetic)" if s["cosmetic"] else "changes the run"
+            parts.append(f"<tr><td>{e(s['field'])}</td><td>{e(repr(s['a']))}</td>"
+                         f"<td>{e(repr(s['b']))}</td><td>{kind}</td></tr>")
         parts.append("</table>")
     if d.top_parameters:
         parts.append("<p>Final weights, most divergent tensors: " + ", ".join(

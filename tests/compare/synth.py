@@ -62,8 +62,8 @@ def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
     save_weights(path / WEIGHTS_INIT, w0)
     rng = np.random.default_rng(noise_seed)
     # A fixed "training" update shared by every run, plus optional run-specific noise.
-    final = {k: v + np.float32(final_delta) * np.cos(np.arange(v.size, dtype=np.float32)).reshape(v.shape)
-             + np.float32(final_noise) * rng.standard_normal(v.shape).astype(np.float32)
+    final = {k: v + np.float32(final_delta) * np.cos(np.arange(v.size, dtype=np.float32)).reshape(
+        v.shape) + np.float32(final_noise) * rng.standard_normal(v.shape).astype(np.float32)
              for k, v in w0.items()}
     save_weights(path / WEIGHTS_FINAL, final)
     for s, g in (grads or {}).items():

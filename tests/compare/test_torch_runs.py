@@ -44,13 +44,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
     # Two at a time: a short run is mostly process start-up and rendezvous, which overlap well.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(VARIANTS, pool.map(one, VARIANTS)))
+        return dict(zip(VARIANTS, pool.map(one, VARIANTS), strict=True))
 
 
 def compare_cli(a: Path, b: Path, out: Path):
     res = run_cli("compare", str(a), str(b), "--out", str(out), timeout=120)
-    verdict = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else None
-    return res, verdict
+    path = out / "verdict.json"
+    return res, (json.loads(path.read_text()) if path.is_file() else None)
 
 
 def test_identical_specs_pass(runs, tmp_path):
