@@ -287,7 +287,7 @@ def markdown(cmp: Comparison) -> str:
         unit = f" {c.unit}" if c.unit else ""
         tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
         lines.append(f"| {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
-                     f"{c.detail.replace('|', '/')} |")
+                     f"{c.detail.replace('|', chr(92) + '|')} |")
     lines += ["", "## Diagnosis", ""]
     if d.passed:
         lines.append("All checks pass: the two runs agree within the tolerances.")
@@ -297,13 +297,14 @@ def markdown(cmp: Comparison) -> str:
                      f"{step if step is not None else 'none (no per-step check failed)'}")
         lines.append(f"- likely cause: **{d.cause}**")
         for c in d.causes:
-            lines.append(f"  - {c.kind} (step {c.step}): {c.evidence}")
+            at = "before training" if c.step == 0 else f"step {c.step}"
+            lines.append(f"  - {c.kind} ({at}): {c.evidence}")
     if d.spec_differences:
         lines += ["", "Spec differences:", "", "| field | A | B | |", "|---|---|---|---|"]
         for s in d.spec_differences:
             lines.append(f"| {s['field']} | `{s['a']!r}` | `{s['b']!r}` | "
                          f"{'ignored (cosmetic)' if s['cosmetic'] else 'changes the run'} |")
-    if d.top_parameters:
+    if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
         lines += ["", "Final weights, most divergent tensors (relative difference):", ""]
         lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_parameters]
     if d.top_gradients:
@@ -361,7 +362,8 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
         step = d.first_divergent_step if d.first_divergent_step is not None else "none"
         parts.append(f"<p>First divergent step: <b>{e(str(step))}</b>. Likely cause: "
                      f"<b>{e(str(d.cause))}</b>.</p><ul>")
-        parts += [f"<li>{e(c.kind)} (step {e(str(c.step))}): {e(c.evidence)}</li>" for c in d.causes]
+        parts += [f"<li>{e(c.kind)} ({'before training' if c.step == 0 else f'step {c.step}'}): "
+                  f"{e(c.evidence)}</li>" for c in d.causes]
         parts.append("</ul>")
     if d.spec_differences:
         parts.append("<table><tr><th>spec field</th><th>A</th><th>B</th><th></th></tr>")
@@ -370,7 +372,7 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
             parts.append(f"<tr><td>{e(s['field'])}</td><td>{e(repr(s['a']))}</td>"
                          f"<td>{e(repr(s['b']))}</td><td>{kind}</td></tr>")
         parts.append("</table>")
-    if d.top_parameters:
+    if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
         parts.append("<p>Final weights, most divergent tensors: " + ", ".join(
             f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_parameters) + "</p>")
     if d.top_gradients:
