@@ -6,6 +6,7 @@ keeps its traceback (exit 1).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m dualtrain.backends.torch RUN_DIR", file=sys.stderr)
         return 2
+    import faulthandler
+    import signal
+
     import yaml
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
 
     from dualtrain.errors import UserError
     from dualtrain.record import SPEC_FILE
@@ -36,4 +42,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the run is complete and its files are closed, and joining the
+    # communication library's threads at exit can stall a finished worker.
+    os._exit(code)

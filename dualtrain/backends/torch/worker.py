@@ -52,11 +52,13 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
                else initial_weights(spec.model, spec.seed))
 
     init_distributed(spec, device, env["rank"], env["world"])
-    try:
-        engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"], device=device)
-        extra = {"threads_per_worker": threads, "process_group": dist.get_backend(),
-                 "torch_device": str(device)}
-        return TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
-                         extra_summary=extra, started=started).run()
-    finally:
-        dist.destroy_process_group()
+    engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"], device=device)
+    extra = {"threads_per_worker": threads, "process_group": dist.get_backend(),
+             "torch_device": str(device)}
+    summary = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
+                        extra_summary=extra, started=started).run()
+    # Tear down together: no rank closes its gloo/nccl connections while a peer still uses them.
+    # (On an exception there is no teardown: the process exits and the launcher stops the others.)
+    dist.barrier()
+    dist.destroy_process_group()
+    return summary
