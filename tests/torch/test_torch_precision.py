@@ -23,7 +23,8 @@ def test_fp16_poisoned_replica_skips_on_all_ranks(tmp_path):
     # Replica 1's local gradient is inf at step 2; only the all-reduce shows it to rank 0.
     poisoned = tmp_path / "poisoned"
     torch_run(poisoned, "precision.dtype=fp16", "data.train_limit=512", "train.max_steps=3",
-              "debug.nonfinite_grad=[[2,1]]", "debug.dump_grads=[2]", world=2)
+              "debug.nonfinite_grad=[[2,1]]", "debug.dump_grads=[2]", "optimizer.name=adamw",
+              "optimizer.lr=0.001", "optimizer.weight_decay=0.01", world=2)
     rows = record(poisoned).train
     assert [r["skipped"] for r in rows] == [False, True, False]
     s = rows[0]["loss_scale"]
@@ -45,9 +46,11 @@ def test_fp16_skip_leaves_weights_unchanged_world2(tmp_path):
 
 def test_bf16_runs_without_scaling(tmp_path):
     out = tmp_path / "run"
-    torch_run(out, "precision.dtype=bf16", "data.train_limit=512", "train.max_steps=4", world=2)
+    torch_run(out, "precision.dtype=bf16", "data.train_limit=512", "train.max_steps=4",
+              "optimizer.clip_grad_norm=0.01", world=2)
     rec = record(out)
     assert [r["loss_scale"] for r in rec.train] == [1.0] * 4
     assert not any(r["skipped"] for r in rec.train)
     assert all(np.isfinite(r["loss"]) and np.isfinite(r["grad_norm"]) for r in rec.train)
     assert rec.summary["precision"] == "bf16" and 0 < rec.summary["test_accuracy"] <= 1
+    assert all(r["grad_norm"] > 0.01 for r in rec.train)  # recorded before clipping

@@ -1,4 +1,4 @@
 """PyTorch backend: DistributedDataParallel (gloo on CPU, nccl on GPU), autocast + GradScaler.
 
-Import ``dualtrain.backends.torch.runner`` for the worker side; ``launch`` is framework-free.
+Worker side: ``worker.run_worker`` (engine.py, model.py, precision.py); ``launch`` is framework-free.
 """
