@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not (ROOT / "dualtrain/backends/torch/worker.py"
 CONFIG = str(ROOT / "configs/mnist_mlp.yaml")
 BASE = ["--world-size", "2", "--set", "train.epochs=1", "--set", "data.train_limit=2560",
         "--set", "data.test_limit=1000", "--set", "train.log_every=10",
-        "--set", "distribution.timeout_s=60"]
+        "--set", "distribution.timeout_s=60", "--set", "optimizer.schedule.name=constant"]
 VARIANTS = {
     "a": [],
     "a_again": [],
