@@ -18,6 +18,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from dualtrain.compare.report import Comparison, compare_dirs, write_report
 from dualtrain.errors import UserError
 from dualtrain.record import WEIGHTS_INIT
@@ -59,6 +61,23 @@ def _claim_out(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
+def twin_element(weights: dict[str, np.ndarray]) -> tuple[str, int]:
+    """Which element the twin moves by one ulp: the largest-magnitude weight of the output layer.
+
+    A one-ulp change can be rounded away for good: ``(p + ulp) - lr * g`` rounds to the same float as
+    ``p - lr * g`` when the update is larger than ``p`` (measured: moving ``1.bias[0]`` of mnist_mlp
+    at lr 0.1 left the twin bit-identical to run A). The output layer's weights get a gradient from
+    every sample, and its largest weight is much larger than one update, so the difference survives.
+    """
+    def layer(name: str) -> int:
+        head = name.split(".", 1)[0]
+        return int(head) if head.isdigit() else -1
+
+    kernels = [k for k in weights if k.endswith("weight")] or list(weights)
+    name = max(kernels, key=lambda k: (layer(k), k))
+    return name, int(np.argmax(np.abs(weights[name])))
+
+
 def twin_spec(spec: Experiment, init_path: Path, max_steps: int | None = None) -> Experiment:
     model = dataclasses.replace(spec.model, init_from=str(init_path))
     train = spec.train if max_steps is None else dataclasses.replace(
@@ -93,7 +112,10 @@ def compare_backends(spec: Experiment, out: str | Path, *, twin: bool = True,
     init_path = (out / TWIN_INIT).resolve()
     tspec = None
     if twin:
-        save_weights(init_path, perturb_ulp(load_weights(torch_dir / WEIGHTS_INIT)))
+        w0 = load_weights(torch_dir / WEIGHTS_INIT)
+        name, index = twin_element(w0)
+        save_weights(init_path, perturb_ulp(w0, name, index))
+        notes.append(f"twin: {name}[{index}] moved by one ulp")
         tspec = twin_spec(spec, init_path, twin_steps)
     if twin and overlap:
         with ThreadPoolExecutor(max_workers=2) as pool:

@@ -234,6 +234,8 @@ class Trajectory:
     """The per-step bound: factor * max(envelope, abs_floor), or the fixed tolerance."""
     covered: np.ndarray
     """True where the bound comes from the noise floor."""
+    collapsed: bool = False
+    """The twin's losses equal A's at every shared step: it measured no noise floor."""
 
 
 def trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None, tol: Tolerance) -> Trajectory:
@@ -246,6 +248,10 @@ def trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None, tol: Toleranc
         noise = np.array([abs(ta[s] - tt[s]) if s in tt else math.nan for s in steps.tolist()])
         covered = np.array([s in tt for s in steps.tolist()], dtype=bool)
         envelope = np.full(steps.shape, math.nan)
+        if covered.any() and not np.any(noise[covered] != 0):
+            # A collapsed twin (its one-ulp change was rounded away) bounds nothing: fixed tolerance.
+            return Trajectory(steps, cross, noise, envelope, allowed,
+                              np.zeros(steps.shape, dtype=bool), collapsed=True)
         if covered.any():
             # The twin covers a prefix of A's steps; the running max runs over that prefix in order.
             envelope[covered] = R.running_max(noise[covered], tol.traj_lag)
@@ -272,7 +278,9 @@ def check_trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None = None,
                       f"{_fmt(float(t.allowed[i]))}")
     if twin is None or not t.covered.any():
         value = float(cross.max())
-        why = "no noise-floor twin" if twin is None else "the twin shares no step with A"
+        why = ("no noise-floor twin" if twin is None else "the twin never left run A (its one-ulp "
+               "change was rounded away, so it measures no noise floor)" if t.collapsed
+               else "the twin shares no step with A")
         detail = (f"{why}: fixed tolerance {_fmt(tol.traj_fixed)} ({tol.precision}) over {n} steps "
                   f"({span}); max |loss diff| {_fmt(value)}{first_note}")
         return Check("trajectory", value, tol.traj_fixed, first is None, detail, unit="abs",
@@ -311,10 +319,12 @@ def check_final_weights(a: RunRecord, b: RunRecord, twin: RunRecord | None = Non
     ref = None
     if wt is not None and R.layout_problem(wa, wt) is None:
         ref = R.rel_diff(wa, wt)
-    if ref is None:
+    collapsed = ref is not None and not any(v != 0 for v in ref.values())
+    if ref is None or collapsed:
         worst = max(cross, key=cross.get)
         bad = [k for k, v in cross.items() if not v <= tol.weights_fixed]
-        why = "no noise-floor twin" if twin is None else "twin weights unusable"
+        why = ("no noise-floor twin" if twin is None else "the twin's final weights equal A's "
+               "(no noise floor)" if collapsed else "twin weights unusable")
         detail = (f"{why}: fixed relative tolerance {_fmt(tol.weights_fixed)}; worst {worst} "
                   f"{_fmt(cross[worst])}")
         if bad:

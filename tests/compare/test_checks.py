@@ -296,3 +296,28 @@ def test_tolerance_for_picks_the_strictest():
     assert tolerance_for("bf16").precision == "bf16"
     order = [TOLERANCES[p].loss_early for p in ("fp32", "fp16", "bf16")]
     assert order == sorted(order)
+
+
+def test_a_collapsed_twin_falls_back_to_the_fixed_tolerances(tmp_path):
+    # A twin whose one-ulp change was rounded away reproduces A exactly: it measures no noise floor,
+    # so the checks must not read "10 x 0" (or 10 x the tiny floor) as the bound.
+    a = make_run(tmp_path / "a")
+    twin = make_run(tmp_path / "twin")  # bit-identical to A
+    tol = TOLERANCES["fp32"]
+    b = make_run(tmp_path / "b", loss=lambda s: base_loss(s) + tol.traj_fixed / 2,
+                 final_noise=1e-4, noise_seed=3)
+    ra, rb, rt = read_run(a), read_run(b), read_run(twin)
+    traj = C.check_trajectory(ra, rb, rt, tol)
+    assert "never left run A" in traj.detail and traj.tolerance == tol.traj_fixed
+    assert traj.passed and traj.unit == "abs"
+    fw = C.check_final_weights(ra, rb, rt, tol)
+    assert "equal A's" in fw.detail and fw.tolerance == tol.weights_fixed and fw.passed
+
+
+def test_twin_element_is_the_largest_output_weight():
+    from dualtrain.compare.backends import twin_element
+
+    w = init_weights(from_dict(base_spec()).model, 0)
+    name, index = twin_element(w)
+    assert name == "3.weight"  # the output layer of flatten-dense-relu-dense
+    assert abs(w[name].flat[index]) == np.abs(w[name]).max()
