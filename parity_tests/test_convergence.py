@@ -1,0 +1,28 @@
+"""Convergence on real MNIST: both backends reach the accuracy target and agree on it."""
+
+import pytest
+
+from dualtrain.compare.checks import check_eval
+from dualtrain.record import read_run
+from parity_tests.conftest import ROOT
+
+
+def test_mlp_two_epochs_world_two(runs):
+    # configs/mnist_mlp.yaml as written: MLP, 2 epochs, world 2 (torch DDP gloo / TF MirroredStrategy)
+    a, b = read_run(runs("torch")), read_run(runs("tf"))
+    acc_a, acc_b = a.summary["test_accuracy"], b.summary["test_accuracy"]
+    print(f"MLP 2 epochs: torch {100 * acc_a:.2f}%, tf {100 * acc_b:.2f}%")
+    assert acc_a >= 0.97 and acc_b >= 0.97
+    assert abs(acc_a - acc_b) * 100 <= 0.3
+    check = check_eval(a, b)
+    assert check.passed, check.detail
+
+
+@pytest.mark.slow
+def test_cnn_two_epochs_world_two(runs):
+    cnn = str(ROOT / "configs" / "mnist_cnn.yaml")
+    a, b = read_run(runs("torch", config=cnn)), read_run(runs("tf", config=cnn))
+    acc_a, acc_b = a.summary["test_accuracy"], b.summary["test_accuracy"]
+    print(f"CNN 2 epochs: torch {100 * acc_a:.2f}%, tf {100 * acc_b:.2f}%")
+    assert acc_a >= 0.99 and acc_b >= 0.99
+    assert abs(acc_a - acc_b) * 100 <= 0.3
