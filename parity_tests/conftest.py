@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dualtrain.backends import parse_backend
-from dualtrain.compare.backends import twin_element
+from dualtrain.compare.backends import twin_element, twin_world_size
 from dualtrain.record import WEIGHTS_INIT, read_run
 from dualtrain.runs import start_run
 from dualtrain.spec import load_spec
@@ -39,13 +39,16 @@ class Runs:
         return self._cache[key]
 
     def twin(self, of: Path, backend: str, *overrides: str, config: str = MLP) -> Path:
-        """The noise-floor twin: same spec, initial weights moved by one ulp in one element (the one
-        ``dualtrain compare`` moves, so the suite and the report measure the same noise floor)."""
+        """The noise-floor twin, built as ``dualtrain compare`` builds it (same noise floor in the suite
+        and the report): initial weights moved by one ulp in one element, global batches split over
+        another number of replicas."""
         init = self.base / f"twin-init-{of.name}.npz"
         if not init.exists():
             weights = load_weights(of / WEIGHTS_INIT)
             save_weights(init, perturb_ulp(weights, *twin_element(weights)))
-        return self(backend, *overrides, f"model.init_from={init}", config=config)
+        world = twin_world_size(load_spec(config, list(overrides)))
+        return self(backend, *overrides, f"model.init_from={init}", f"distribution.world_size={world}",
+                    config=config)
 
 
 @pytest.fixture(scope="session")

@@ -24,11 +24,12 @@ class Tolerance:
     weights_fixed: float
     """Per-tensor relative final-weights difference allowed when no twin is available."""
     early_steps: int = 50
-    traj_lag: int = 25
+    traj_lag: int = 0
     """Look-ahead of the noise-floor envelope, in steps: the bound at step k uses the twin's largest
-    |loss diff| up to step k + traj_lag. Cross-backend runs start from rounding noise in every op, the
-    twin from one ulp in one weight, so the cross pair enters the chaotic growth phase a few steps
-    earlier; without the look-ahead that lag alone reads as a 10-30x excess (docs/parity.md)."""
+    |loss diff| up to step k + traj_lag. 0 (a plain running max) since the twin also runs on another
+    world size (dualtrain.compare.backends.twin_world_size) and so carries per-step rounding noise
+    like the cross pair; with a one-ulp-only twin the cross pair entered chaotic growth ~20 steps
+    earlier and needed a 25-step look-ahead (docs/parity.md)."""
     factor: float = 10.0
     """Cross-backend divergence may be this many times the noise floor (trajectory, final weights)."""
     eval_pp: float = 0.3
