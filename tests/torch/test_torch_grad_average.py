@@ -10,8 +10,9 @@ import pytest
 
 from tests.torch.helpers import npz, record, torch_run
 
-# (train_limit, world): n < W gives empty replicas; 100 over 3 gives 34/33/33.
-CASES = [(1, 2), (2, 3), (100, 3)]
+# (train_limit, world): 2 samples over 3 replicas gives [1, 1, 0] (uneven, one empty).
+# parity_tests/test_gradients.py covers more splits (1 over 2, 100 over 3, 128 over 2) on both backends.
+CASES = [(2, 3)]
 
 
 def _grads(tmp, limit, world):

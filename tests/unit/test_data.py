@@ -19,7 +19,8 @@ def mnist():
 def write_idx(path, array, gz=False):
     header = struct.pack(">HBB", 0, 8, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
     raw = header + array.astype(np.uint8).tobytes()
-    (gzip.open if gz else open)(path, "wb").write(raw)
+    with (gzip.open(path, "wb", compresslevel=1) if gz else open(path, "wb")) as f:
+        f.write(raw)
 
 
 def test_offline_copy_is_canonical(mnist):
