@@ -291,7 +291,8 @@ def check_trajectory(a: RunRecord, b: RunRecord, twin: RunRecord | None = None,
     worst = int(np.argmax(ratio))
     n_cov = int(t.covered.sum())
     detail = (f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(noise-floor envelope "
-              f"(running max, {tol.traj_lag} steps look-ahead), {_fmt(tol.traj_abs_floor)}); "
+              f"(running max{f', {tol.traj_lag} steps look-ahead' if tol.traj_lag else ''}), "
+              f"{_fmt(tol.traj_abs_floor)}); "
               f"worst step {int(t.steps[worst])}: |diff| "
               f"{_fmt(float(cross[worst]))}, envelope {_fmt(float(np.nan_to_num(t.envelope[worst])))}")
     if n_cov < n:
