@@ -10,7 +10,6 @@ writes the logits of the first N MNIST test images under key "logits".
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -40,33 +39,9 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 5 or args[0] != "forward":
-        print("usage: python -m dualtrain.backends.tf.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ",
-              file=sys.stderr)
-        return 2
-    from dualtrain.data import load_mnist
-    from dualtrain.errors import UserError
-    from dualtrain.spec import load_spec
-    from dualtrain.weights import check_layout, load_weights
+    from dualtrain.entry import forward_main
 
-    _, spec_path, weights_path, n, out_path = args
-    try:
-        spec = load_spec(spec_path)
-        weights = load_weights(weights_path)
-        check_layout(weights, spec.model, source=weights_path)
-        n = int(n)
-        if n < 1:
-            raise UserError(f"N must be >= 1. Received: {n}")
-        data = load_mnist(dataclasses.replace(spec.data, test_limit=None))  # the first N of all 10k
-        if n > len(data.test_x):
-            raise UserError(f"N must be <= {len(data.test_x)} (test set size). Received: {n}")
-        logits = forward_logits(spec, weights, data.test_x[:n])
-    except (UserError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    np.savez(out_path, logits=logits)
-    return 0
+    return forward_main("tf", sys.argv[1:] if argv is None else argv, forward_logits)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -156,21 +156,9 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dualtrain.spec import from_dict
-    import yaml
+    from dualtrain.entry import worker_main
 
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m dualtrain.backends.tf RUN_DIR", file=sys.stderr)
-        return 2
-    run_dir = Path(args[0])
-    try:
-        spec = from_dict(yaml.safe_load((run_dir / SPEC_FILE).read_text()))
-        run_worker(spec, run_dir)
-    except UserError as exc:
-        print(f"[tf] error: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return worker_main("tf", sys.argv[1:] if argv is None else argv, run_worker)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,6 @@ parity test compares the two.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import numpy as np
@@ -31,31 +30,9 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray)
 
 
 def main(argv: list[str]) -> int:
-    from dualtrain.data import load_mnist
-    from dualtrain.errors import UserError
-    from dualtrain.spec import load_spec
-    from dualtrain.weights import load_weights
+    from dualtrain.entry import forward_main
 
-    if len(argv) != 5 or argv[0] != "forward":
-        print("usage: python -m dualtrain.backends.torch.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ",
-              file=sys.stderr)
-        return 2
-    _, spec_path, weights_path, n_text, out = argv
-    try:
-        spec = load_spec(spec_path)
-        try:
-            n = int(n_text)
-        except ValueError:
-            raise UserError(f"N must be an integer. Received: {n_text!r}") from None
-        if not 1 <= n <= 10000:
-            raise UserError(f"N must be in 1..10000. Received: {n}")
-        data = load_mnist(dataclasses.replace(spec.data, test_limit=None))
-        logits = forward_logits(spec, load_weights(weights_path), data.test_x[:n])
-    except UserError as exc:
-        print(f"dualtrain: error: {exc}", file=sys.stderr)
-        return 2
-    np.savez(out, logits=logits)
-    return 0
+    return forward_main("torch", argv, forward_logits)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""Command-line entry points shared by both backends' worker and tool modules (framework-free).
+
+``python -m dualtrain.backends.<name> RUN_DIR`` and ``python -m dualtrain.backends.<name>.tools
+forward ...`` differ only in the function they call; the argument checks, spec loading and the
+one-line error convention (exit 2 for a user-facing problem, traceback only for bugs) live here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from dualtrain.errors import UserError
+from dualtrain.record import SPEC_FILE
+from dualtrain.spec import Experiment, from_dict
+
+
+def run_spec(run_dir: Path) -> Experiment:
+    path = Path(run_dir) / SPEC_FILE
+    if not path.is_file():
+        raise UserError(f"{run_dir} has no {SPEC_FILE}: not a dualtrain run directory")
+    return from_dict(yaml.safe_load(path.read_text()))
+
+
+def worker_main(backend: str, argv: list[str],
+                run_worker: Callable[[Experiment, Path], Any]) -> int:
+    """``python -m dualtrain.backends.<backend> RUN_DIR``: run one worker of the run in RUN_DIR."""
+    if len(argv) != 1:
+        print(f"usage: python -m dualtrain.backends.{backend} RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        run_dir = Path(argv[0])
+        run_worker(run_spec(run_dir), run_dir)
+    except UserError as exc:
+        print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def forward_main(backend: str, argv: list[str],
+                 forward_logits: Callable[[Experiment, dict, np.ndarray], np.ndarray]) -> int:
+    """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
+    float32 logits of the first N MNIST test images under the canonical weights (key "logits")."""
+    from dualtrain.data import load_mnist
+    from dualtrain.spec import load_spec
+    from dualtrain.weights import check_layout, load_weights
+
+    if len(argv) != 5 or argv[0] != "forward":
+        print(f"usage: python -m dualtrain.backends.{backend}.tools forward SPEC_YAML WEIGHTS_NPZ N "
+              "OUT_NPZ", file=sys.stderr)
+        return 2
+    _, spec_path, weights_path, n_text, out = argv
+    try:
+        spec = load_spec(spec_path)
+        weights = load_weights(weights_path)
+        check_layout(weights, spec.model, source=weights_path)
+        try:
+            n = int(n_text)
+        except ValueError:
+            raise UserError(f"N must be an integer. Received: {n_text!r}") from None
+        data = load_mnist(dataclasses.replace(spec.data, test_limit=None))  # the first N of all 10k
+        if not 1 <= n <= len(data.test_x):
+            raise UserError(f"N must be in 1..{len(data.test_x)}. Received: {n}")
+        logits = forward_logits(spec, weights, data.test_x[:n])
+    except UserError as exc:
+        print(f"dualtrain: error: {exc}", file=sys.stderr)
+        return 2
+    np.savez(out, logits=logits)
+    return 0
