@@ -16,6 +16,7 @@ import numpy as np
 
 from dualtrain.errors import UserError
 from dualtrain.model import resolve
+from dualtrain.record import WEIGHTS_INIT
 from dualtrain.spec import ModelSpec
 
 _WEIGHTS_STREAM = 0x57  # keeps the weight stream independent of any other use of the seed
@@ -40,6 +41,15 @@ def initial_weights(model: ModelSpec, seed: int) -> Weights:
     weights = load_weights(model.init_from)
     check_layout(weights, model, source=model.init_from)
     return weights
+
+
+def worker_initial_weights(model: ModelSpec, seed: int, run_dir: str | Path | None) -> Weights:
+    """What a worker starts from: the run directory's weights_init.npz (written before launch), or,
+    for a rank with no run directory (external launcher, not the chief), the same arrays regenerated."""
+    path = Path(run_dir) / WEIGHTS_INIT if run_dir is not None else None
+    if path is not None and path.is_file():
+        return load_weights(path)
+    return initial_weights(model, seed)
 
 
 def check_layout(weights: Weights, model: ModelSpec, source: str = "weights") -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dualtrain.errors import UserError
-from dualtrain.record import SPEC_FILE, WEIGHTS_INIT
+from dualtrain.record import SPEC_FILE
 from dualtrain.runner_base import default_threads
 from dualtrain.spec import Device, Experiment, Precision, TFStrategy, dump_spec
 
@@ -131,16 +131,14 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
 
     from dualtrain.data import load_mnist
     from dualtrain.runner_base import TrainLoop
-    from dualtrain.weights import initial_weights, load_weights
+    from dualtrain.weights import worker_initial_weights
 
     keras.utils.set_random_seed(spec.seed)
     tf.random.set_seed(spec.seed)
     run_dir = Path(run_dir) if run_dir is not None else None
     if run_dir is not None and rank == 0 and role["external"] and spec.tf.strategy is TFStrategy.MULTI_WORKER:
         (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
-    init_path = run_dir / WEIGHTS_INIT if run_dir is not None else None
-    init = (load_weights(init_path) if init_path is not None and init_path.is_file()
-            else initial_weights(spec.model, spec.seed))
+    init = worker_initial_weights(spec.model, spec.seed, run_dir)
     data = load_mnist(spec.data)
 
     from .engine import TFEngine

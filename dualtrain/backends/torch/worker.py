@@ -16,10 +16,9 @@ from dualtrain.backends.torch.engine import (TorchEngine, configure_determinism,
                                             select_device)
 from dualtrain.data import load_mnist
 from dualtrain.errors import UserError
-from dualtrain.record import WEIGHTS_INIT
 from dualtrain.runner_base import TrainLoop, default_threads
 from dualtrain.spec import Experiment
-from dualtrain.weights import initial_weights, load_weights
+from dualtrain.weights import worker_initial_weights
 
 
 def dist_env() -> dict[str, int]:
@@ -47,9 +46,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     device = select_device(spec, env["local_rank"])
 
     data = load_mnist(spec.data)
-    init_path = run_dir / WEIGHTS_INIT if run_dir is not None else None
-    weights = (load_weights(init_path) if init_path is not None and init_path.is_file()
-               else initial_weights(spec.model, spec.seed))
+    weights = worker_initial_weights(spec.model, spec.seed, run_dir)
 
     init_distributed(spec, device, env["rank"], env["world"])
     engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"], device=device)
