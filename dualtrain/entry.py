@@ -8,6 +8,8 @@ one-line error convention (exit 2 for a user-facing problem, traceback only for 
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,12 +30,20 @@ def run_spec(run_dir: Path) -> Experiment:
     return from_dict(yaml.safe_load(path.read_text()))
 
 
+def enable_stack_dump() -> None:
+    """``kill -USR1 PID`` (and the launcher, for a worker that outlives the others) prints every
+    thread's Python stack to this process's stderr."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def worker_main(backend: str, argv: list[str],
                 run_worker: Callable[[Experiment, Path], Any]) -> int:
     """``python -m dualtrain.backends.<backend> RUN_DIR``: run one worker of the run in RUN_DIR."""
     if len(argv) != 1:
         print(f"usage: python -m dualtrain.backends.{backend} RUN_DIR", file=sys.stderr)
         return 2
+    enable_stack_dump()
     try:
         run_dir = Path(argv[0])
         run_worker(run_spec(run_dir), run_dir)

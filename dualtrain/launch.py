@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,17 +69,50 @@ def worker_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+SHOW_ALL_LOGS = "DUALTRAIN_WORKER_LOGS"
+"""Set to ``all`` to see every line the workers write to stderr (no ``stderr_noise`` filtering)."""
+
+
+def _forward_stderr(stream, noise: re.Pattern[bytes]) -> None:
+    """Copy a worker's stderr to ours line by line, leaving out the lines ``noise`` matches."""
+    out = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
+    for line in iter(stream.readline, b""):
+        if noise.match(line):
+            continue
+        if not line.endswith(b"\n"):  # a worker's last words: keep them off the next worker's line
+            line += b"\n"
+        if out is not None:
+            out.write(line)
+            out.flush()
+        else:
+            sys.stderr.write(line.decode(errors="replace"))
+    stream.close()
+
+
 def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: str = "rank",
-                grace_s: float = 120.0, run_dir: Path | None = None, poll_s: float = 0.05) -> None:
+                grace_s: float = 120.0, run_dir: Path | None = None, poll_s: float = 0.05,
+                stderr_noise: re.Pattern[bytes] | None = None) -> None:
     """Start ``python -m module *args`` once per worker and wait for all of them.
+
+    ``stderr_noise``: the workers' stderr passes through this process, without the lines it matches
+    (a framework's start-up chatter; DUALTRAIN_WORKER_LOGS=all shows them). Everything else, warnings,
+    errors and tracebacks included, is forwarded unchanged.
 
     Raises:
         RunFailed: a worker exited non-zero, was killed, or outlived the others by ``grace_s``.
     """
+    if os.environ.get(SHOW_ALL_LOGS, "").lower() == "all":
+        stderr_noise = None
+    forwarders: list[threading.Thread] = []
     try:
         for w in workers:
             w.proc = subprocess.Popen([sys.executable, "-m", module, *args], env=worker_env(w.env),
-                                      start_new_session=False)
+                                      stderr=subprocess.PIPE if stderr_noise else None)
+            if stderr_noise is not None:
+                t = threading.Thread(target=_forward_stderr, args=(w.proc.stderr, stderr_noise),
+                                     name=f"stderr-{unit}{w.rank}", daemon=True)
+                t.start()
+                forwarders.append(t)
         if run_dir is not None:
             (Path(run_dir) / "launch.json").write_text(json.dumps(
                 {"module": module, "workers": [{unit: w.rank, "pid": w.proc.pid} for w in workers]},
@@ -99,6 +134,7 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
             if len(running) < len(workers):
                 first_done = first_done or time.monotonic()
                 if time.monotonic() - first_done > grace_s:
+                    _dump_stacks(running)
                     _stop(running)
                     names = ", ".join(str(w.rank) for w in running)
                     raise RunFailed(f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
@@ -110,6 +146,23 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
     except BaseException:
         _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
         raise
+    finally:
+        for t in forwarders:  # the workers are gone: their last lines are in the pipes
+            t.join(timeout=5.0)
+
+
+def _dump_stacks(workers: list[Worker], wait_s: float = 2.0) -> None:
+    """Ask stuck workers where they are: each worker registers faulthandler on SIGUSR1
+    (dualtrain.entry.worker_main), which prints every thread's Python stack to its stderr."""
+    sig = getattr(signal, "SIGUSR1", None)
+    if sig is None:
+        return
+    for w in workers:
+        if w.proc is not None and w.proc.poll() is None:
+            print(f"dualtrain: {w.proc.pid} is stuck; its stacks follow on stderr", file=sys.stderr,
+                  flush=True)
+            w.proc.send_signal(sig)
+    time.sleep(wait_s)
 
 
 def _stop(workers: list[Worker], timeout_s: float = 5.0) -> None:

@@ -11,15 +11,11 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    import faulthandler
-    import signal
-
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
-
     from dualtrain.backends.torch.worker import run_worker
     from dualtrain.entry import worker_main
 
-    return worker_main("torch", argv, run_worker)
+    # The process ends right after the run (below), so the process group is not torn down.
+    return worker_main("torch", argv, lambda spec, run_dir: run_worker(spec, run_dir, destroy=False))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,10 @@ def dist_env() -> dict[str, int]:
             "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", world))}
 
 
-def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
-    """Train this rank; return the summary (rank 0) or the same dict computed locally (others)."""
+def run_worker(spec: Experiment, run_dir: str | Path | None, *, destroy: bool = True) -> dict[str, Any]:
+    """Train this rank; return the summary (rank 0) or the same dict computed locally (others).
+
+    ``destroy=False``: leave the process group as it is (the worker process exits right after)."""
     started = time.perf_counter()
     env = dist_env()
     if env["world"] != spec.distribution.world_size:
@@ -54,8 +57,31 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
              "torch_device": str(device)}
     summary = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
                         extra_summary=extra, started=started).run()
-    # Tear down together: no rank closes its gloo/nccl connections while a peer still uses them.
     # (On an exception there is no teardown: the process exits and the launcher stops the others.)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_together(env["rank"], env["world"], spec.distribution.timeout_s)
+    if destroy:
+        dist.destroy_process_group()
     return summary
+
+
+def leave_together(rank: int, world: int, timeout_s: float) -> None:
+    """Return once every rank has finished its last collective, and (rank 0) once every other rank
+    knows it: then no rank closes a gloo/nccl connection a peer still reads from, and rank 0, which
+    hosts the rendezvous store when dualtrain launches the ranks, outlives every store client.
+
+    This is a handshake over the rendezvous store (request/response, so an acknowledged ``add`` is
+    delivered), not ``dist.barrier()`` + ``destroy_process_group()``: a CI run saw one rank of three
+    never return from that pair after the other two had finished (pytorch/pytorch#75097 reports the
+    same), and the launcher had to stop it after ``timeout_s``.
+    """
+    if world == 1:
+        return
+    store = dist.distributed_c10d._get_default_store()
+    timeout = timedelta(seconds=timeout_s)
+    if store.add("dualtrain/finished", 1) == world:
+        store.set("dualtrain/all_finished", "1")
+    store.wait(["dualtrain/all_finished"], timeout)
+    if rank == 0:
+        store.wait(["dualtrain/all_released"], timeout)
+    elif store.add("dualtrain/released", 1) == world - 1:
+        store.set("dualtrain/all_released", "1")

@@ -1,0 +1,63 @@
+"""The local launcher (dualtrain.launch.run_workers) never waits forever and names the worker at fault.
+
+Real subprocesses (tests/unit/launch_stub.py), no framework."""
+
+import json
+import time
+
+import pytest
+
+from dualtrain.backends.tf.launch import STDERR_NOISE
+from dualtrain.errors import RunFailed
+from dualtrain.launch import SHOW_ALL_LOGS, Worker, run_workers
+
+STUB = "tests.unit.launch_stub"
+
+
+def workers(*roles: str) -> list[Worker]:
+    return [Worker(rank=r, env={"STUB_ROLE": role}) for r, role in enumerate(roles)]
+
+
+def test_all_finish(tmp_path):
+    ws = workers("ok", "ok", "ok")
+    run_workers(STUB, [], ws, run_dir=tmp_path)
+    assert [w.proc.returncode for w in ws] == [0, 0, 0]
+    launch = json.loads((tmp_path / "launch.json").read_text())
+    assert [w["rank"] for w in launch["workers"]] == [0, 1, 2]
+
+
+def test_failing_worker_is_named_and_others_stopped():
+    ws = workers("hang", "fail")
+    t0 = time.monotonic()
+    with pytest.raises(RunFailed, match=r"rank 1 \(pid \d+\) exited with code 3; stopped the other 1"):
+        run_workers(STUB, [], ws, grace_s=60)
+    assert time.monotonic() - t0 < 30
+    assert ws[0].proc.poll() is not None  # the hanging one was stopped, not left behind
+
+
+def test_straggler_is_stopped_after_grace_with_its_stack(capfd, tmp_path):
+    ws = workers("ok", "hang")
+    for w in ws:  # rank 0 finishes only once rank 1 can answer SIGUSR1
+        w.env["STUB_READY"] = str(tmp_path / "ready")
+    with pytest.raises(RunFailed, match=r"rank\(s\) 1 did not finish within 2s of the others"):
+        run_workers(STUB, [], ws, grace_s=2)
+    assert ws[1].proc.poll() is not None
+    err = capfd.readouterr().err
+    assert "is stuck; its stacks follow" in err
+    assert "stuck_here" in err  # faulthandler's dump of the stuck worker names the function it is in
+
+
+def test_stderr_noise_is_left_out_and_the_rest_forwarded(capfd):
+    run_workers(STUB, [], workers("noisy", "noisy"), stderr_noise=STDERR_NOISE)
+    err = capfd.readouterr().err.splitlines()
+    assert sorted(err) == sorted(2 * ["keep: a user-facing line",
+                                      "W1122 09:15:03.000001   12724 some_op.cc:12] keep: a TF warning",
+                                      "Traceback (most recent call last):",
+                                      "keep: the last line, without a newline"]), err
+
+
+def test_all_worker_logs_on_request(capfd, monkeypatch):
+    monkeypatch.setenv(SHOW_ALL_LOGS, "all")
+    run_workers(STUB, [], workers("noisy"), stderr_noise=STDERR_NOISE)
+    err = capfd.readouterr().err
+    assert "cudart_stub.cc" in err and "Started server" in err and "keep: a user-facing line" in err
