@@ -85,7 +85,8 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
     print(f"dualtrain: {backend.value} run -> {run_dir}", flush=True)
     try:
         run_workers(launch.MODULE, [str(run_dir)], launch.workers(spec), unit=launch.UNIT,
-                    grace_s=spec.distribution.timeout_s, run_dir=run_dir)
+                    grace_s=spec.distribution.timeout_s, run_dir=run_dir,
+                    stderr_noise=getattr(launch, "STDERR_NOISE", None))
     except RunFailed as exc:
         raise RunFailed(f"{backend.value} run failed: {exc} (partial run left in {run_dir})") from None
     if not (run_dir / SUMMARY_FILE).is_file():

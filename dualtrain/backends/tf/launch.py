@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from dualtrain.errors import UserError
 from dualtrain.launch import Worker, free_ports
@@ -26,6 +27,16 @@ MODULE = "dualtrain.backends.tf"
 TF_CONFIG = "TF_CONFIG"
 LOCAL_ONLY = "DUALTRAIN_TF_LOCAL"
 """Set (to "1") on workers dualtrain launched itself: their TF_CONFIG (if any) is ours, not a user's."""
+
+
+STDERR_NOISE = re.compile(
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\] "  # absl INFO lines (TF's C++ start-up)
+    rb"|E\d{4} [^\]]* cuda_platform\.cc:\d+\] failed call to cuInit"  # a CUDA build, no GPU
+    rb"|To enable the following instructions: ")  # cpu_feature_guard's second line
+"""TensorFlow's start-up chatter: ``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's pre-initialisation
+log lines in TF 2.16+. The launcher leaves these lines out of the workers' stderr (see
+dualtrain.launch.run_workers); warnings and errors other than the cuInit probe still show."""
 
 
 def parse_tf_config(text: str) -> dict[str, int]:
