@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def require(*modules: str) -> None:
+    """Skip the calling test module unless ``modules`` are installed, without importing them: the
+    frameworks run in the backends' worker processes, and the pytest process never loads TF."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}", allow_module_level=True)
 
 
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None,

@@ -15,10 +15,9 @@ import yaml
 
 from dualtrain.record import RunRecord, read_run
 from dualtrain.weights import load_weights
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, require, run_cli
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+require("tensorflow", "keras")
 
 
 def write_spec(path: Path, spec: dict[str, Any]) -> Path:
