@@ -22,7 +22,7 @@ run: $(STAMP)
 compare: $(STAMP)
 	$(BIN)/dualtrain compare --config configs/mnist_mlp.yaml --world-size 2
 
-# The test suite CI runs (slow CNN cases excluded; see test-slow).
+# The test suite CI runs (slow cases excluded: CNN convergence, the plain-SGD gap; see test-slow).
 test: $(STAMP)
 	$(BIN)/python -m pytest
 

@@ -42,11 +42,12 @@ def assert_trajectory(runs, *overrides):
 
 
 def test_mlp_sgd_momentum_epoch(runs):
-    # The reference experiment (configs/mnist_mlp.yaml: world 2, SGD lr 0.05 momentum 0.9); its
-    # first epoch, shared with the convergence test's 2-epoch runs.
+    # The reference experiment (configs/mnist_mlp.yaml: world 2, SGD lr 0.1 cosine, momentum 0.9);
+    # its first epoch, shared with the convergence test's 2-epoch runs.
     assert_trajectory(runs)
 
 
+@pytest.mark.slow  # a known gap, tracked: two more full-epoch runs (~30 s) the default suite skips
 @pytest.mark.xfail(strict=True, reason="known gap (docs/parity.md): with plain SGD the torch twin stays "
                    "within ~2e-7 of run A for the whole epoch, but torch and TF drift to ~2e-3 apart "
                    "from step ~80: their fp32 kernels round differently in most gradient elements")
