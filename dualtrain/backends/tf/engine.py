@@ -31,8 +31,9 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.data import Mnist, normalize
+from dualtrain.model import resolve
 from dualtrain.runner_base import StepOut
-from dualtrain.spec import Experiment, OptimizerName, Precision
+from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
 from dualtrain.weights import Weights
 
 from .model import build_model, export_canonical, load_canonical, to_canonical, to_nhwc
@@ -71,6 +72,8 @@ class TFEngine:
         self.host = host_device
         self.multi_worker = num_processes > 1
         self.fp16 = spec.precision.dtype is Precision.FP16
+        self._poisonable = bool(spec.debug.nonfinite_grad)
+        self._guard_empty = any(r.spec.type is LayerType.CONV2D for r in resolve(spec.model))
         self.opt = spec.optimizer
         ls = spec.precision.loss_scale
 
@@ -141,20 +144,29 @@ class TFEngine:
             return tf.reduce_sum(per_sample)
 
         with tf.GradientTape() as tape:
-            # An empty replica contributes zero loss and zero gradient without running the model
-            # (oneDNN's fused conv kernels reject an empty batch).
-            loss_sum = tf.cond(tf.size(ids) > 0, forward, lambda: tf.constant(0.0, tf.float32))
+            # An empty replica contributes zero loss and zero gradient. Dense layers get there by
+            # themselves (a 0-row matmul); convolutions are not run on an empty batch (oneDNN's fused
+            # conv kernels reject one). The guard is a tf.cond, which costs time in every step (and
+            # its gradient), so only models with convolutions have it.
+            if self._guard_empty:
+                loss_sum = tf.cond(tf.size(ids) > 0, forward, lambda: tf.constant(0.0, tf.float32))
+            else:
+                loss_sum = forward()
             loss = loss_sum / global_count
             if self.fp16:
                 loss = loss * scale
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        grads = [tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
-                 for g in grads]
+        if self._poisonable:  # fault injection (debug.nonfinite_grad); not in the graph otherwise
+            grads = [tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
+                     for g in grads]
         grads = ctx.all_reduce(SUM, grads)
         if self.fp16:
             inv = tf.constant(1.0, tf.float32) / scale
             grads = [g * inv for g in grads]
-        finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+        if self.fp16:  # GradScaler's check; fp32/bf16 never skip (as torch without a GradScaler)
+            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+        else:
+            finite = tf.constant(True)
         # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
         norm = tf.norm(tf.stack([tf.norm(tf.reshape(g, [-1])) for g in grads]))
         captured = list(grads) if capture else []
@@ -211,6 +223,8 @@ class TFEngine:
             denom = tf.sqrt(v_new) / tf.cast(bc2_sqrt, tf.float32) + o.eps
             return p.assign_sub(step_size * (m_new / denom))
 
+        if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
+            return tf.group(update())
         return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
 
     def _bookkeeping(self, applied, ok):
