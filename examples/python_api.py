@@ -1,6 +1,7 @@
 """Use dualtrain from Python: load a spec, change it, run both backends, compare.
 
-Run from the repository root:  python examples/python_api.py
+Run from the repository root, with dualtrain installed (`make install`):
+    .venv/bin/python examples/python_api.py
 """
 
 from dualtrain.backends import parse_backend
