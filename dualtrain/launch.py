@@ -89,6 +89,30 @@ def _forward_stderr(stream, noise: re.Pattern[bytes]) -> None:
     stream.close()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the launcher (``kill PID``, a scheduler cancelling the job): the workers are
+    stopped as on Ctrl-C. The CLI exits with 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the worker gets SIGTERM if the launching thread dies (SIGKILL, OOM killer), so no
+    worker outlives its launcher. A no-op where prctl is unavailable."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: str = "rank",
                 grace_s: float = 120.0, run_dir: Path | None = None, poll_s: float = 0.05,
                 stderr_noise: re.Pattern[bytes] | None = None) -> None:
@@ -98,16 +122,26 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
     (a framework's start-up chatter; DUALTRAIN_WORKER_LOGS=all shows them). Everything else, warnings,
     errors and tracebacks included, is forwarded unchanged.
 
+    In the main thread, SIGTERM to this process stops the workers too (raises :class:`Terminated`),
+    and on Linux each worker is tied to this thread's life (``PR_SET_PDEATHSIG``).
+
     Raises:
         RunFailed: a worker exited non-zero, was killed, or outlived the others by ``grace_s``.
+        Terminated: this process got SIGTERM; the workers were stopped.
     """
     if os.environ.get(SHOW_ALL_LOGS, "").lower() == "all":
         stderr_noise = None
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     forwarders: list[threading.Thread] = []
     try:
         for w in workers:
+            # preexec_fn runs before any forwarder thread exists (they start below): no fork with
+            # another thread holding a lock.
             w.proc = subprocess.Popen([sys.executable, "-m", module, *args], env=worker_env(w.env),
-                                      stderr=subprocess.PIPE if stderr_noise else None)
+                                      stderr=subprocess.PIPE if stderr_noise else None,
+                                      preexec_fn=_die_with_parent if main else None)
+        for w in workers:
             if stderr_noise is not None:
                 t = threading.Thread(target=_forward_stderr, args=(w.proc.stderr, stderr_noise),
                                      name=f"stderr-{unit}{w.rank}", daemon=True)
@@ -147,6 +181,8 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
         _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
         raise
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         for t in forwarders:  # the workers are gone: their last lines are in the pipes
             t.join(timeout=5.0)
 

@@ -7,6 +7,7 @@ mistake is checked before the run directory is created, so a rejected run leaves
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,10 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
                     stderr_noise=getattr(launch, "STDERR_NOISE", None))
     except RunFailed as exc:
         raise RunFailed(f"{backend.value} run failed: {exc} (partial run left in {run_dir})") from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
+        print(f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}", file=sys.stderr,
+              flush=True)
+        raise
     if not (run_dir / SUMMARY_FILE).is_file():
         raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
     return run_dir, read_run(run_dir).summary

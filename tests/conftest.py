@@ -24,13 +24,17 @@ def require(*modules: str) -> None:
 def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m dualtrain ARGS`` as a user would, capturing output."""
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if env:
-        full_env.update(env)
     return subprocess.run([sys.executable, "-m", "dualtrain", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=cwd or ROOT)
+                          timeout=timeout, env=cli_env(env), cwd=cwd or ROOT)
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a CLI subprocess gets: this checkout first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(extra or {})
+    return env
 
 
 @pytest.fixture

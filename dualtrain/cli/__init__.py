@@ -6,6 +6,7 @@ prints one line and exits 1. No traceback for either.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -14,6 +15,7 @@ from dualtrain import __version__
 from dualtrain.cli.compare import compare
 from dualtrain.cli.run import run
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.launch import Terminated
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -35,6 +37,15 @@ cli.add_command(run)
 cli.add_command(compare)
 
 
+def _interrupted(cause: BaseException | None) -> None:
+    """Ctrl-C (exit 130) or SIGTERM (exit 143); the launcher has stopped the workers either way."""
+    if isinstance(cause, Terminated):
+        click.echo(f"dualtrain: stopped by {signal.Signals(cause.signum).name}", err=True)
+        sys.exit(128 + cause.signum)
+    click.echo("dualtrain: interrupted", err=True)
+    sys.exit(130)
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="dualtrain", standalone_mode=False)
@@ -50,10 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     except RunFailed as exc:
         click.echo(f"dualtrain: error: {exc}", err=True)
         sys.exit(1)
-    except click.exceptions.Abort:
-        click.echo("dualtrain: interrupted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("dualtrain: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt into Abort
+        _interrupted(exc.__cause__)
+    except KeyboardInterrupt as exc:
+        _interrupted(exc)
     sys.exit(code if isinstance(code, int) else 0)

@@ -1,9 +1,15 @@
-"""A dying worker fails the run fast, naming the rank; no hang."""
+"""A dying worker fails the run fast, naming the rank; no hang. SIGTERM stops the whole run."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+from tests.conftest import ROOT, cli_env
 from tests.torch.helpers import torch_run
 
 
@@ -31,3 +37,25 @@ def test_gpu_without_cuda_is_a_clear_error(tmp_path):
     assert proc.returncode == 1, proc.stderr  # the launcher reports the worker's exit code 2
     assert "no CUDA device" in proc.stderr and "exited with code 2" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_sigterm_stops_the_run_and_its_workers(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "dualtrain", "run", "--backend", "torch",
+                             "--world-size", "2", "--out", str(out), "--set", "train.epochs=50",
+                             "--set", "train.log_every=1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(), cwd=ROOT)
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.is_file() and metrics.stat().st_size > 0):  # training is under way
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    pids = [w["pid"] for w in json.loads((out / "launch.json").read_text())["workers"]]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "dualtrain: stopped by SIGTERM" in err and f"partial run left in {out}" in err, err
+    assert "Traceback" not in err, err
+    for pid in pids:  # the launcher stopped (and reaped) its workers before exiting
+        assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived the run"

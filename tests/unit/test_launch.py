@@ -3,7 +3,12 @@
 Real subprocesses (tests/unit/launch_stub.py), no framework."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +17,7 @@ from dualtrain.errors import RunFailed
 from dualtrain.launch import SHOW_ALL_LOGS, Worker, run_workers
 
 STUB = "tests.unit.launch_stub"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def workers(*roles: str) -> list[Worker]:
@@ -61,3 +67,57 @@ def test_all_worker_logs_on_request(capfd, monkeypatch):
     run_workers(STUB, [], workers("noisy"), stderr_noise=STDERR_NOISE)
     err = capfd.readouterr().err
     assert "cudart_stub.cc" in err and "Started server" in err and "keep: a user-facing line" in err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")  # a zombie has exited
+
+
+LAUNCHER = """
+import sys
+from dualtrain.launch import Terminated, Worker, run_workers
+ws = [Worker(rank=r, env={"STUB_ROLE": "hang", "STUB_READY": sys.argv[1] + f"/ready{r}"})
+      for r in range(2)]
+try:
+    run_workers("tests.unit.launch_stub", [], ws, run_dir=sys.argv[1])
+except Terminated:
+    sys.exit(143)
+"""
+
+
+def _start_launcher(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready{r}").exists() for r in range(2)):
+        assert proc.poll() is None and time.monotonic() < deadline, "stub workers never started"
+        time.sleep(0.05)
+    pids = [w["pid"] for w in json.loads((tmp_path / "launch.json").read_text())["workers"]]
+    assert all(_alive(p) for p in pids)
+    return proc, pids
+
+
+def _wait_gone(pids, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def test_sigterm_to_the_launcher_stops_the_workers(tmp_path):
+    proc, pids = _start_launcher(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert _wait_gone(pids) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_do_not_outlive_a_killed_launcher(tmp_path):
+    proc, pids = _start_launcher(tmp_path)
+    proc.kill()  # SIGKILL: no handler runs in the launcher
+    proc.wait(timeout=30)
+    assert _wait_gone(pids) == []
