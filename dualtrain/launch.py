@@ -141,8 +141,8 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
             w.proc = subprocess.Popen([sys.executable, "-m", module, *args], env=worker_env(w.env),
                                       stderr=subprocess.PIPE if stderr_noise else None,
                                       preexec_fn=_die_with_parent if main else None)
-        for w in workers:
-            if stderr_noise is not None:
+        if stderr_noise is not None:
+            for w in workers:
                 t = threading.Thread(target=_forward_stderr, args=(w.proc.stderr, stderr_noise),
                                      name=f"stderr-{unit}{w.rank}", daemon=True)
                 t.start()
@@ -174,10 +174,7 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
                     raise RunFailed(f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
                                     f"others; stopped them")
             time.sleep(poll_s)
-    except KeyboardInterrupt:
-        _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
-        raise
-    except BaseException:
+    except BaseException:  # Ctrl-C, Terminated, or a launcher error: no worker is left running
         _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
         raise
     finally:

@@ -87,7 +87,7 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
     try:
         run_workers(launch.MODULE, [str(run_dir)], launch.workers(spec), unit=launch.UNIT,
                     grace_s=spec.distribution.timeout_s, run_dir=run_dir,
-                    stderr_noise=getattr(launch, "STDERR_NOISE", None))
+                    stderr_noise=launch.STDERR_NOISE)
     except RunFailed as exc:
         raise RunFailed(f"{backend.value} run failed: {exc} (partial run left in {run_dir})") from None
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped

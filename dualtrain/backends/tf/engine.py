@@ -163,7 +163,9 @@ class TFEngine:
         if self.fp16:
             inv = tf.constant(1.0, tf.float32) / scale
             grads = [g * inv for g in grads]
-        if self.fp16:  # GradScaler's check; fp32/bf16 never skip (as torch without a GradScaler)
+        # fp16 skips on every replica when the all-reduced gradient is not finite (GradScaler's
+        # check); fp32/bf16 never skip, as torch without a GradScaler.
+        if self.fp16:
             finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
         else:
             finite = tf.constant(True)
@@ -179,9 +181,7 @@ class TFEngine:
         s = self.strategy
         grads, loss_sum, ids, norm, finite, captured = s.run(
             self._replica_step, args=(ids_flat, offsets, poison, global_count, capture))
-        # fp32/bf16 never skip (as torch without a GradScaler); fp16 skips on every replica when the
-        # all-reduced gradient is not finite.
-        apply = finite if self.fp16 else tf.constant(True)
+        apply = finite  # always True outside fp16 (_replica_step)
         for k, p in enumerate(self.params):
             s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
         # Stateful ops in a tf.function run in program order (automatic control dependencies), so

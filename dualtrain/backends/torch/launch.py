@@ -10,6 +10,8 @@ from dualtrain.spec import Experiment
 ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 UNIT = "rank"
 MODULE = "dualtrain.backends.torch"
+STDERR_NOISE = None
+"""torch workers' stderr passes through unfiltered (see dualtrain.launch.run_workers)."""
 
 
 def external() -> dict[str, int] | None:
