@@ -41,6 +41,14 @@ class Precision(StrEnum):
     FP32 = "fp32"
     FP16 = "fp16"
     BF16 = "bf16"
+    #: float64 parameters, activations, loss and optimizer state: the reference precision
+    FP64 = "fp64"
+
+    @property
+    def param_dtype(self) -> str:
+        """NumPy name of the parameters' (and optimizer state's) dtype: float64 for fp64, else
+        float32 (fp16/bf16 keep float32 master weights)."""
+        return "float64" if self is Precision.FP64 else "float32"
 
 
 class LastBatch(StrEnum):
@@ -301,7 +309,8 @@ class LossScaleSpec:
 @dataclass(**_SPEC)
 class PrecisionSpec:
     dtype: Precision = Precision.FP32
-    """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling) or bf16 (no loss scaling)."""
+    """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling), bf16 (no loss scaling) or fp64
+    (float64 everywhere: the reference precision ``dualtrain compare`` checks semantics with)."""
     loss_scale: LossScaleSpec = field(default_factory=LossScaleSpec)
 
 

@@ -1,6 +1,8 @@
 """Initial weights, generated once in NumPy and loaded into both backends.
 
-Layout: the canonical layout of :mod:`dualtrain.model` (PyTorch ``nn.Sequential`` state dict, float32).
+Layout: the canonical layout of :mod:`dualtrain.model` (PyTorch ``nn.Sequential`` state dict). Initial
+weights are float32 (an fp64 run starts from the same float32 values, exactly widened); a weights file
+holds float32 or float64 arrays (an fp64 run's final weights and gradients stay float64).
 Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights
 and biases, drawn from ``numpy.random.Generator(PCG64(SeedSequence([seed, 0x57])))`` in layer order,
 weight before bias, in float64 then rounded to float32. Neither framework's RNG is involved, so the
@@ -65,10 +67,15 @@ def check_layout(weights: Weights, model: ModelSpec, source: str = "weights") ->
                             f"Received: {tuple(weights[name].shape)}")
 
 
+def _storage_dtype(array: np.ndarray) -> type:
+    """float64 stays float64 (fp64 runs); everything else is stored as float32."""
+    return np.float64 if np.asarray(array).dtype == np.float64 else np.float32
+
+
 def save_weights(path: str | Path, weights: Weights) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{k: np.ascontiguousarray(v, dtype=np.float32) for k, v in weights.items()})
+    np.savez(tmp, **{k: np.ascontiguousarray(v, dtype=_storage_dtype(v)) for k, v in weights.items()})
     tmp.replace(path)
 
 
@@ -77,8 +84,8 @@ def load_weights(path: str | Path) -> Weights:
     if not p.is_file():
         raise UserError(f"weights file not found: {str(p)!r}")
     try:
-        with np.load(p) as data:
-            return {k: data[k].astype(np.float32, copy=False) for k in data.files}
+        with np.load(p, allow_pickle=False) as data:
+            return {k: data[k].astype(_storage_dtype(data[k]), copy=False) for k in data.files}
     except (OSError, ValueError) as exc:
         raise UserError(f"{p}: not a readable .npz weights file ({exc})") from None
 
@@ -86,15 +93,7 @@ def load_weights(path: str | Path) -> Weights:
 def weights_digest(weights: Weights) -> str:
     h = hashlib.sha256()
     for name in sorted(weights):
+        a = weights[name]
         h.update(name.encode())
-        h.update(np.ascontiguousarray(weights[name], dtype="<f4").tobytes())
+        h.update(np.ascontiguousarray(a, dtype="<f8" if _storage_dtype(a) is np.float64 else "<f4").tobytes())
     return h.hexdigest()[:16]
-
-
-def perturb_ulp(weights: Weights, name: str | None = None, index: int = 0) -> Weights:
-    """A copy with one element moved by one ulp (towards +inf): the noise-floor twin's start."""
-    name = name or sorted(weights)[0]
-    out = {k: v.copy() for k, v in weights.items()}
-    flat = out[name].reshape(-1)
-    flat[index] = np.nextafter(flat[index], np.float32(np.inf), dtype=np.float32)
-    return out

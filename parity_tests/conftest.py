@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from dualtrain.backends import parse_backend
-from dualtrain.compare.backends import twin_element, twin_world_size
-from dualtrain.record import WEIGHTS_INIT, read_run
+from dualtrain.compare.checks import Reference
+from dualtrain.record import read_run
 from dualtrain.runs import start_run
 from dualtrain.spec import load_spec
-from dualtrain.weights import load_weights, perturb_ulp, save_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "configs" / "mnist_mlp.yaml")
@@ -38,17 +37,12 @@ class Runs:
             self._cache[key] = out
         return self._cache[key]
 
-    def twin(self, of: Path, backend: str, *overrides: str, config: str = MLP) -> Path:
-        """The noise-floor twin, built as ``dualtrain compare`` builds it (same noise floor in the suite
-        and the report): initial weights moved by one ulp in one element, global batches split over
-        another number of replicas."""
-        init = self.base / f"twin-init-{of.name}.npz"
-        if not init.exists():
-            weights = load_weights(of / WEIGHTS_INIT)
-            save_weights(init, perturb_ulp(weights, *twin_element(weights)))
-        world = twin_world_size(load_spec(config, list(overrides)))
-        return self(backend, *overrides, f"model.init_from={init}", f"distribution.world_size={world}",
-                    config=config)
+    def reference(self, *overrides: str, config: str = MLP) -> Reference:
+        """The fp64 reference pair of a spec, built as ``dualtrain compare`` builds it: the same
+        overrides with ``precision.dtype=fp64``, on torch and on tf."""
+        ref = (*overrides, "precision.dtype=fp64")
+        return Reference(read_run(self("torch", *ref, config=config)),
+                         read_run(self("tf", *ref, config=config)))
 
 
 @pytest.fixture(scope="session")

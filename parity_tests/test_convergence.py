@@ -18,6 +18,16 @@ def test_mlp_two_epochs_world_two(runs):
     assert check.passed, check.detail
 
 
+def test_mlp_fp64_converges_like_fp32(runs):
+    # The same 2-epoch spec in float64 (the reference pair dualtrain compare runs): same accuracy target.
+    ref = runs.reference()
+    acc = {r.summary["backend"]: r.summary["test_accuracy"] for r in (ref.a, ref.b)}
+    print(f"MLP 2 epochs fp64: torch {100 * acc['torch']:.2f}%, tf {100 * acc['tf']:.2f}%")
+    assert acc["torch"] >= 0.97 and acc["tf"] >= 0.97
+    assert acc["torch"] == acc["tf"]  # the fp64 pair agrees to rounding: the same test predictions
+    assert ref.a.summary["precision"] == "fp64" == ref.b.summary["precision"]
+
+
 @pytest.mark.slow
 def test_cnn_two_epochs_world_two(runs):
     cnn = str(ROOT / "configs" / "mnist_cnn.yaml")

@@ -13,29 +13,37 @@ from dualtrain.errors import UserError
 @click.command()
 @click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR_A RUN_DIR_B]")
 @click.option("--config", "config", type=str, default=None, metavar="FILE",
-              help="YAML experiment spec: run it on torch and tf (plus a noise-floor twin), "
+              help="YAML experiment spec: run it on torch and tf (plus the fp64 reference pair), "
                    "then compare.")
 @spec_options
-@click.option("--noise-floor", "noise_floor", type=str, default=None, metavar="TWIN_DIR",
-              help="With two run directories: run A's twin (initial weights one ulp away).")
+@click.option("--reference", "reference", type=str, default=None, metavar="fp64|none",
+              help="With --config: fp64 (default) also runs the spec in float64 on both backends and "
+                   "checks that this pair agrees to rounding (the semantic check); none skips it.")
+@click.option("--reference-runs", "reference_runs", type=str, nargs=2, default=None,
+              metavar="REF_A REF_B",
+              help="With two run directories: the fp64 runs of the same spec on A's and on B's "
+                   "backend (the semantic check and the numerics noise model).")
 @click.option("--out", type=str, default=None, metavar="DIR",
               help="Where the runs and the report go (default: <output_dir>/compare-<name>-<time>).")
 @click.pass_context
 def compare(ctx: click.Context, run_dirs: tuple[str, ...], config: str | None, world_size: int | None,
-            precision: str | None, overrides: tuple[str, ...], noise_floor: str | None,
-            out: str | None) -> None:
+            precision: str | None, overrides: tuple[str, ...], reference: str | None,
+            reference_runs: tuple[str, str] | None, out: str | None) -> None:
     """Check that the torch and tf backends train the same way.
 
     \b
-    With --config: run the spec on both backends, then torch again from initial weights one ulp
-    away (the noise floor), and compare. With RUN_DIR_A RUN_DIR_B: compare finished runs.
+    With --config: run the spec on both backends, then both again in float64 (the reference pair),
+    and compare. The verdict separates "semantics differ" (the fp64 pair disagrees: the backends
+    train differently) from "numerics" (the fp64 pair agrees; the requested precision differs beyond
+    what its rounding explains). With RUN_DIR_A RUN_DIR_B: compare finished runs.
     Writes verdict.json, report.md and a self-contained report.html into --out.
     Exit code: 0 if every check passes, 1 if one fails, 2 for a usage mistake.
 
     \b
     Examples:
       dualtrain compare --config configs/mnist_mlp.yaml --world-size 2 --set train.epochs=1
-      dualtrain compare runs/a runs/b --noise-floor runs/a-twin --out runs/a-vs-b
+      dualtrain compare --config configs/mnist_cnn.yaml --reference none
+      dualtrain compare runs/a runs/b --reference-runs runs/a-fp64 runs/b-fp64 --out runs/a-vs-b
     """
     from dualtrain.compare.report import compare_dirs, terminal_summary, write_report
 
@@ -44,15 +52,22 @@ def compare(ctx: click.Context, run_dirs: tuple[str, ...], config: str | None, w
         if run_dirs:
             raise UserError(f"give either --config or two run directories, not both. "
                             f"Received: --config {config} and {' '.join(run_dirs)}")
-        if noise_floor is not None:
-            raise UserError("--noise-floor is for comparing existing runs; with --config compare runs "
-                            f"its own twin. Received: --noise-floor {noise_floor}")
-        from dualtrain.compare.backends import compare_backends, default_out
+        if reference_runs is not None:
+            raise UserError("--reference-runs is for comparing existing runs; with --config compare runs "
+                            f"its own reference pair. Received: --reference-runs {' '.join(reference_runs)}")
+        from dualtrain.compare.backends import REFERENCE_CHOICES, compare_backends, default_out
 
+        reference = reference or "fp64"
+        if reference not in REFERENCE_CHOICES:
+            raise UserError(f"--reference must be one of {', '.join(REFERENCE_CHOICES)}. "
+                            f"Received: {reference!r}")
         spec = build_spec(config, world_size, precision, overrides)
         out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
-        click.echo(f"dualtrain: compare {spec.name}: torch, tf and the noise-floor twin -> {out_dir}")
-        cmp = compare_backends(spec, out_dir)
+        what = ("torch and tf" if reference == "none" or spec.precision.dtype.value == "fp64"
+                else "torch and tf, then both in fp64 (the reference pair)")
+        click.echo(f"dualtrain: compare {spec.name}: {what} -> {out_dir}")
+        cmp = compare_backends(spec, out_dir, reference=reference,
+                               progress=lambda text: click.echo(f"dualtrain: compare run {text}"))
     else:
         if len(run_dirs) != 2:
             raise UserError(f"give --config FILE, or exactly two run directories. Received: "
@@ -60,7 +75,10 @@ def compare(ctx: click.Context, run_dirs: tuple[str, ...], config: str | None, w
         if spec_flags:
             raise UserError("--world-size, --precision and --set need --config (finished runs keep "
                             "their spec). Received: spec options without --config")
-        cmp = compare_dirs(run_dirs[0], run_dirs[1], noise_floor)
+        if reference is not None:
+            raise UserError("--reference fp64|none goes with --config; for finished runs name the fp64 "
+                            f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}")
+        cmp = compare_dirs(run_dirs[0], run_dirs[1], reference_runs)
         if out is not None:
             out_dir = Path(out)
         else:

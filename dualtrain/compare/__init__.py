@@ -3,14 +3,15 @@
 The parity tests and ``dualtrain compare`` use the same functions::
 
     from dualtrain.compare import compare_dirs
-    cmp = compare_dirs("runs/a", "runs/b", twin="runs/twin")
+    cmp = compare_dirs("runs/a", "runs/b", reference=("runs/a-fp64", "runs/b-fp64"))
     assert cmp.passed, cmp.diagnosis.summary()
 """
 
-from dualtrain.compare.checks import Check, all_passed, run_checks
+from dualtrain.compare.checks import Check, Reference, all_passed, run_checks
 from dualtrain.compare.diagnose import Diagnosis
 from dualtrain.compare.report import Comparison, compare_dirs, compare_records, write_report
-from dualtrain.compare.tolerances import TOLERANCES, Tolerance, tolerance_for
+from dualtrain.compare.tolerances import REFERENCE, TOLERANCES, Tolerance, tolerance_for
 
-__all__ = ["TOLERANCES", "Check", "Comparison", "Diagnosis", "Tolerance", "all_passed", "compare_dirs",
+__all__ = ["REFERENCE", "TOLERANCES", "Check", "Comparison", "Diagnosis", "Reference", "Tolerance",
+           "all_passed", "compare_dirs",
            "compare_records", "run_checks", "tolerance_for", "write_report"]

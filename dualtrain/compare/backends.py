@@ -1,14 +1,17 @@
-"""``compare_backends``: run one spec on both backends plus a noise-floor twin, then compare.
+"""``compare_backends``: run one spec on both backends plus its fp64 reference pair, then compare.
 
 Layout of OUT::
 
-    OUT/torch/           the torch run            OUT/twin_init.npz   OUT/torch/weights_init.npz + 1 ulp
-    OUT/tf/              the tf run               OUT/verdict.json, report.md, report.html
-    OUT/twin/            torch again, from twin_init.npz: the noise floor
+    OUT/torch/           the torch run (the requested precision)
+    OUT/tf/              the tf run
+    OUT/fp64-torch/      the reference pair: the same spec in float64 on torch ...
+    OUT/fp64-tf/         ... and on tf (absent with --reference none, or when the spec is fp64 itself)
+    OUT/verdict.json, report.md, report.html
 
 Each backend runs in its own worker processes (``dualtrain.runs.start_run``); this process never
-imports a framework. The twin answers "how far apart do two runs drift that differ by one ulp in one
-weight?", which is the yardstick for the trajectory and final-weights checks.
+imports a framework. The reference pair answers "do the two backends compute the same training run?"
+to rounding (the semantic check), and each run's distance to its own fp64 run is the noise model of
+the numerics checks (dualtrain.compare.checks).
 """
 
 from __future__ import annotations
@@ -18,15 +21,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from dualtrain.compare.report import Comparison, compare_dirs, write_report
 from dualtrain.errors import UserError
-from dualtrain.record import WEIGHTS_INIT
-from dualtrain.spec import Backend, Experiment, Sharding
-from dualtrain.weights import load_weights, perturb_ulp, save_weights
+from dualtrain.spec import Backend, Experiment, Precision
 
-TWIN_INIT = "twin_init.npz"
+REFERENCE_CHOICES = ("fp64", "none")
 
 
 def default_out(spec_name: str, output_dir: str | Path = "runs") -> Path:
@@ -61,56 +60,23 @@ def _claim_out(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def twin_element(weights: dict[str, np.ndarray]) -> tuple[str, int]:
-    """Which element the twin moves by one ulp: the largest-magnitude weight of the output layer.
-
-    A one-ulp change can be rounded away for good: ``(p + ulp) - lr * g`` rounds to the same float as
-    ``p - lr * g`` when the update is larger than ``p`` (measured: moving ``1.bias[0]`` of mnist_mlp
-    at lr 0.1 left the twin bit-identical to run A). The output layer's weights get a gradient from
-    every sample, and its largest weight is much larger than one update, so the difference survives.
-    """
-    def layer(name: str) -> int:
-        head = name.split(".", 1)[0]
-        return int(head) if head.isdigit() else -1
-
-    kernels = [k for k in weights if k.endswith("weight")] or list(weights)
-    name = max(kernels, key=lambda k: (layer(k), k))
-    return name, int(np.argmax(np.abs(weights[name])))
+def reference_spec(spec: Experiment) -> Experiment:
+    """The spec's fp64 reference: the same experiment with float64 parameters, activations, loss and
+    optimizer state (and no loss scaling, which fp64 never needs)."""
+    return spec.replace(precision=dataclasses.replace(spec.precision, dtype=Precision.FP64))
 
 
-def twin_world_size(spec: Experiment) -> int:
-    """The twin's replica count: another one than the run's, same global batches.
-
-    A one-ulp start alone is injected once and can be rounded away within a few updates (measured:
-    in plain SGD the twin stayed within 1.2e-7 of run A for a whole epoch), while the two backends
-    differ by rounding at every step. Splitting each global batch over another number of replicas
-    groups every gradient sum differently, so the twin carries that per-step rounding noise too,
-    and it still trains on exactly the same global batches. (In torch_sampler mode the world size
-    decides the batches, so the twin keeps it.)"""
-    w = spec.distribution.world_size
-    if spec.data.sharding is Sharding.TORCH_SAMPLER:
-        return w
-    return 1 if w > 1 else 2
-
-
-def twin_spec(spec: Experiment, init_path: Path, max_steps: int | None = None) -> Experiment:
-    """The noise-floor twin: same spec, initial weights moved by one ulp in one element, and the
-    global batches split over another number of replicas (twin_world_size)."""
-    model = dataclasses.replace(spec.model, init_from=str(init_path))
-    train = spec.train if max_steps is None else dataclasses.replace(
-        spec.train, max_steps=min(max_steps, spec.train.max_steps or max_steps))
-    dist = dataclasses.replace(spec.distribution, world_size=twin_world_size(spec))
-    return spec.replace(model=model, train=train, distribution=dist)
-
-
-def compare_backends(spec: Experiment, out: str | Path, *, twin: bool = True,
-                     twin_steps: int | None = None, overlap: bool = False) -> Comparison:
-    """Run ``spec`` on torch (OUT/torch) and tf (OUT/tf), then the noise-floor twin (OUT/twin), and
-    compare. ``twin_steps`` limits the twin (its steps are checked against the noise floor, the rest
-    against the fixed tolerance, and the report says so). ``overlap`` runs the tf run and the twin at
-    the same time (faster on many cores; throughput numbers then share the machine)."""
+def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp64",
+                     overlap: bool = False, progress=None) -> Comparison:
+    """Run ``spec`` on torch (OUT/torch) and tf (OUT/tf), then, with ``reference="fp64"``, the fp64
+    reference pair (OUT/fp64-torch, OUT/fp64-tf; a fp64 spec is its own reference), and compare.
+    ``overlap`` runs two runs at a time (faster on many cores; throughput numbers then share the
+    machine). ``progress(text)`` is told which run starts."""
     from dualtrain.runs import start_run, validate
 
+    if reference not in REFERENCE_CHOICES:
+        raise UserError(f"--reference must be one of {', '.join(REFERENCE_CHOICES)}. "
+                        f"Received: {reference!r}")
     _require_backends()
     validate(spec, Backend.TORCH)
     validate(spec, Backend.TF)
@@ -119,37 +85,33 @@ def compare_backends(spec: Experiment, out: str | Path, *, twin: bool = True,
     notes: list[str] = []
     timings: list[str] = []
     t0 = time.perf_counter()
+    say = progress or (lambda text: None)
 
     def timed(label: str, run_spec: Experiment, backend: Backend, where: Path) -> Path:
+        say(f"{label}: {backend.value} {run_spec.precision.dtype.value} -> {where}")
         t = time.perf_counter()
         run_dir, _ = start_run(run_spec, backend, where)
         timings.append(f"{label} {time.perf_counter() - t:.1f}s")
         return run_dir
 
-    torch_dir = timed("torch", spec, Backend.TORCH, out / "torch")
-    init_path = (out / TWIN_INIT).resolve()
-    tspec = None
-    if twin:
-        w0 = load_weights(torch_dir / WEIGHTS_INIT)
-        name, index = twin_element(w0)
-        save_weights(init_path, perturb_ulp(w0, name, index))
-        notes.append(f"twin: {name}[{index}] moved by one ulp, world size "
-                     f"{twin_world_size(spec)} instead of {spec.distribution.world_size}")
-        tspec = twin_spec(spec, init_path, twin_steps)
-    if twin and overlap:
+    jobs = [("torch", spec, Backend.TORCH, out / "torch"), ("tf", spec, Backend.TF, out / "tf")]
+    with_ref = reference == "fp64" and spec.precision.dtype is not Precision.FP64
+    if with_ref:
+        ref = reference_spec(spec)
+        jobs += [("fp64-torch", ref, Backend.TORCH, out / "fp64-torch"),
+                 ("fp64-tf", ref, Backend.TF, out / "fp64-tf")]
+    if overlap:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            f_tf = pool.submit(timed, "tf", spec, Backend.TF, out / "tf")
-            f_twin = pool.submit(timed, "twin", tspec, Backend.TORCH, out / "twin")
-            tf_dir, twin_dir = f_tf.result(), f_twin.result()
-        notes.append("the tf run and the twin ran at the same time: throughput is not comparable")
+            dirs = list(pool.map(lambda job: timed(*job), jobs))
+        notes.append("runs overlapped two at a time: throughput is not comparable")
     else:
-        tf_dir = timed("tf", spec, Backend.TF, out / "tf")
-        twin_dir = timed("twin", tspec, Backend.TORCH, out / "twin") if twin else None
-    if not twin:
-        notes.append("no noise-floor twin: trajectory and final weights use the fixed tolerances")
-    elif twin_steps is not None:
-        notes.append(f"the twin ran {twin_steps} steps only")
+        dirs = [timed(*job) for job in jobs]
+    if reference == "none":
+        notes.append("no fp64 reference pair (--reference none): the semantic check did not run; "
+                     "trajectory and final weights use the fixed tolerances")
+    elif not with_ref:
+        notes.append("the runs are fp64: they are the reference pair")
     notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({', '.join(timings)})")
-    cmp = compare_dirs(torch_dir, tf_dir, twin_dir, notes)
+    cmp = compare_dirs(dirs[0], dirs[1], (dirs[2], dirs[3]) if with_ref else None, notes)
     write_report(cmp, out)
     return cmp

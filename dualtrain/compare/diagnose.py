@@ -8,7 +8,15 @@ The cause is read from the records, never guessed from the numbers alone:
 * ``different loss-scale decisions``: loss_scale or skipped differs;
 * ``different precision/spec``: spec.yaml differs in a field that changes the numbers and that none
   of the classes above already explains (precision.dtype always counts here);
-* ``numerics``: none of the above; the runs mean the same thing and differ only in arithmetic.
+* ``semantics differ``: none of the above, but the fp64 reference pair disagrees: with the same ids,
+  weights, lr and spec the two backends compute a different training run (an update rule, a loss, a
+  layer that means something else);
+* ``numerics``: none of the above and the fp64 reference pair agrees (or did not run: then the cause
+  says so); the runs mean the same thing and differ only in arithmetic.
+
+Every cause has a category, the verdict's first word after FAIL: ``semantics differ`` (the two
+backends train differently; fix the code or the spec) or ``numerics`` (same meaning, the requested
+precision's arithmetic differs beyond the noise model).
 """
 
 from __future__ import annotations
@@ -25,10 +33,15 @@ INIT = "different initial weights"
 LR = "different learning rate"
 SCALE = "different loss-scale decisions"
 SPEC = "different precision/spec"
+SEMANTICS = "semantics differ"
 NUMERICS = "numerics"
 
 #: Tie-break when two causes show up at the same step: what happens earlier in a step wins.
-_ORDER = [INIT, SPEC, IDS, LR, SCALE, NUMERICS]
+_ORDER = [INIT, SPEC, IDS, LR, SCALE, SEMANTICS, NUMERICS]
+
+#: The verdict's category of each cause.
+CATEGORY = {INIT: SEMANTICS, SPEC: SEMANTICS, IDS: SEMANTICS, LR: SEMANTICS, SCALE: SEMANTICS,
+            SEMANTICS: SEMANTICS, NUMERICS: NUMERICS}
 
 #: Spec fields whose effect one of the record-based classes already shows.
 _EXPLAINS = {
@@ -54,6 +67,8 @@ class Diagnosis:
     first_divergent_step: int | None = None
     failed_checks: list[str] = field(default_factory=list)
     cause: str | None = None
+    category: str | None = None
+    """``semantics differ`` or ``numerics`` (None when every check passed)."""
     causes: list[Cause] = field(default_factory=list)
     spec_differences: list[dict[str, Any]] = field(default_factory=list)
     """Every spec.yaml field that differs: {field, a, b, cosmetic}."""
@@ -71,6 +86,8 @@ class Diagnosis:
         where = (f"first divergent step {self.first_divergent_step}"
                  if self.first_divergent_step is not None else "no per-step divergence")
         cause = f"likely cause: {self.cause}"
+        if self.cause != self.category:
+            cause = f"{self.category}: {cause}"
         others = [c.kind for c in self.causes if c.kind != self.cause]
         if others:
             cause += f" (also: {', '.join(others)})"
@@ -125,6 +142,12 @@ def _ranked(wa: dict, wb: dict, top: int) -> list[dict[str, Any]]:
     return [{"name": k, "rel_diff": v} for k, v in sorted(rel.items(), key=lambda kv: -kv[1])[:top]]
 
 
+def _reference_causes(checks: list[Check]) -> tuple[list[Check], bool]:
+    """(failed semantic checks, whether the fp64 reference ran)."""
+    sem = [c for c in checks if c.group == "semantics"]
+    return [c for c in sem if not c.passed], any(c.ran for c in sem)
+
+
 def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -> Diagnosis:
     failed = [c for c in checks if not c.passed and not c.informational]
     diffs = R.spec_differences(a.spec, b.spec)
@@ -171,10 +194,19 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     if unexplained:
         causes.append(Cause(SPEC, 0, "spec differs: " + ", ".join(
             f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained)))
+    ref_failed, ref_ran = _reference_causes(checks)
+    if ref_failed:
+        c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
+        causes.append(Cause(SEMANTICS, c.first_step,
+                            f"the fp64 reference pair disagrees ({c.name}: {c.detail})"))
     if not causes:
-        causes.append(Cause(NUMERICS, d.first_divergent_step,
-                            "same spec, ids, initial weights, lr and loss-scale decisions: the runs "
-                            "differ only in arithmetic (op order, kernels, reductions)"))
+        if ref_ran:
+            why = ("same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 reference "
+                   "pair agrees: the runs differ only in arithmetic (op order, kernels, reductions)")
+        else:
+            why = ("same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference ran, "
+                   "so a semantic difference is not ruled out (run compare with --reference fp64)")
+        causes.append(Cause(NUMERICS, d.first_divergent_step, why))
     # A cause only explains a divergence it precedes: keep those at or before the first divergent
     # step (all of them when no per-step check failed).
     if d.first_divergent_step is not None:
@@ -186,4 +218,5 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.kind)))
     d.causes = causes
     d.cause = causes[0].kind
+    d.category = CATEGORY[d.cause]
     return d

@@ -17,8 +17,7 @@ from dualtrain.weights import Weights, load_weights
 
 #: Spec fields that cannot change the numbers of a run (names, paths, rendezvous, logging). They are
 #: still listed in the report, but never make the ``spec`` check fail or name a cause.
-#: ``model.init_from`` is judged by its effect instead: the ``init_weights`` check compares the arrays
-#: (the noise-floor twin differs from run A exactly there, by design).
+#: ``model.init_from`` is judged by its effect instead: the ``init_weights`` check compares the arrays.
 COSMETIC_FIELDS = (
     "name", "output_dir", "data.data_dir", "data.download", "model.init_from",
     "distribution.master_addr", "distribution.master_port", "distribution.timeout_s",

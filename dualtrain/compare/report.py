@@ -21,9 +21,10 @@ import numpy as np
 
 from dualtrain import __version__
 from dualtrain.compare import records as R
-from dualtrain.compare.checks import Check, all_passed, run_checks, tolerance_of, trajectory
+from dualtrain.compare.checks import (Check, Reference, all_passed, is_fp64_pair, run_checks,
+                                      tolerance_of, trajectory)
 from dualtrain.compare.diagnose import Diagnosis, diagnose
-from dualtrain.compare.tolerances import TOLERANCES, Tolerance
+from dualtrain.compare.tolerances import REFERENCE, TOLERANCES, Tolerance
 from dualtrain.record import RunRecord, read_run
 
 VERDICT_FILE = "verdict.json"
@@ -35,7 +36,8 @@ REPORT_HTML = "report.html"
 class Comparison:
     a: RunRecord
     b: RunRecord
-    twin: RunRecord | None
+    reference: Reference | None
+    """The fp64 reference pair (A's spec in float64 on A's and on B's backend); None: not run."""
     tolerance: Tolerance
     checks: list[Check]
     diagnosis: Diagnosis
@@ -49,18 +51,36 @@ class Comparison:
         return next(c for c in self.checks if c.name == name)
 
 
-def compare_records(a: RunRecord, b: RunRecord, twin: RunRecord | None = None,
+def compare_records(a: RunRecord, b: RunRecord, reference: Reference | None = None,
                     notes: list[str] | None = None) -> Comparison:
-    checks = run_checks(a, b, twin)
-    return Comparison(a, b, twin, tolerance_of(a, b), checks, diagnose(a, b, checks),
+    checks = run_checks(a, b, reference)
+    if reference is None and is_fp64_pair(a, b):
+        reference = Reference(a, b)
+    return Comparison(a, b, reference, tolerance_of(a, b), checks, diagnose(a, b, checks),
                       list(notes or []))
 
 
-def compare_dirs(run_a: str | Path, run_b: str | Path, twin: str | Path | None = None,
+def _check_reference_precision(ref_dir: Path, rec: RunRecord) -> None:
+    from dualtrain.compare.tolerances import precision_of
+    from dualtrain.errors import UserError
+
+    if precision_of(rec.spec) != "fp64":
+        raise UserError(f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "
+                        f"with {precision_of(rec.spec)}")
+
+
+def compare_dirs(run_a: str | Path, run_b: str | Path,
+                 reference: tuple[str | Path, str | Path] | None = None,
                  notes: list[str] | None = None) -> Comparison:
-    """Load finished run directories (UserError if one is not) and run every check."""
-    return compare_records(read_run(run_a), read_run(run_b),
-                           read_run(twin) if twin is not None else None, notes)
+    """Load finished run directories (UserError if one is not) and run every check. ``reference``:
+    the fp64 runs of A's spec on A's backend and on B's backend."""
+    a, b = read_run(run_a), read_run(run_b)
+    ref = None
+    if reference is not None:
+        ref = Reference(read_run(reference[0]), read_run(reference[1]))
+        for d, rec in zip(reference, (ref.a, ref.b)):
+            _check_reference_precision(Path(d), rec)
+    return compare_records(a, b, ref, notes)
 
 
 # ---- formatting ----------------------------------------------------------------------------------
@@ -80,26 +100,31 @@ def fmt_value(v: float | None) -> str:
 
 
 def status(c: Check) -> str:
+    if not c.ran:
+        return "NOT RUN"
     return "INFO" if c.informational else ("PASS" if c.passed else "FAIL")
 
 
 def verdict_line(cmp: Comparison) -> str:
     scored = [c for c in cmp.checks if not c.informational]
     n_pass = sum(c.passed for c in scored)
+    semantics = ("semantics checked against the fp64 reference pair" if cmp.reference is not None
+                 else "semantics NOT checked: no fp64 reference")
     if cmp.passed:
-        return f"verdict: PASS ({n_pass}/{len(scored)} checks)"
+        return f"verdict: PASS ({n_pass}/{len(scored)} checks; {semantics})"
     failed = ", ".join(cmp.diagnosis.failed_checks)
-    return f"verdict: FAIL ({n_pass}/{len(scored)} checks; failed: {failed}); {cmp.diagnosis.summary()}"
+    return (f"verdict: FAIL, {cmp.diagnosis.category} ({n_pass}/{len(scored)} checks; failed: {failed}); "
+            f"{cmp.diagnosis.summary()}")
 
 
 def table(cmp: Comparison) -> str:
     """The short aligned table printed to the terminal."""
-    rows = [("check", "value", "tolerance", "result")]
+    rows = [("group", "check", "value", "tolerance", "result")]
     for c in cmp.checks:
-        unit = f" {c.unit}" if c.unit else ""
+        unit = f" {c.unit}" if c.unit and c.ran else ""
         tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
-        rows.append((c.name, fmt_value(c.value) + unit, tol, status(c)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        rows.append((c.group, c.name, fmt_value(c.value) + unit, tol, status(c)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -135,19 +160,25 @@ def _versions(rec: RunRecord | None) -> dict[str, Any]:
 def verdict(cmp: Comparison) -> dict[str, Any]:
     la, lb = R.labels(cmp.a, cmp.b)
     runs = {"a": {"label": la, "path": str(cmp.a.path)}, "b": {"label": lb, "path": str(cmp.b.path)}}
-    if cmp.twin is not None:
-        runs["twin"] = {"label": "noise-floor twin", "path": str(cmp.twin.path)}
+    ref = cmp.reference
+    if ref is not None and ref.a is not cmp.a:
+        runs["reference_a"] = {"label": f"{la} fp64", "path": str(ref.a.path)}
+        runs["reference_b"] = {"label": f"{lb} fp64", "path": str(ref.b.path)}
     return {
         "passed": cmp.passed,
         "verdict": verdict_line(cmp),
+        "category": cmp.diagnosis.category,
+        "semantics_checked": cmp.reference is not None,
         "precision": cmp.tolerance.precision,
         "tolerances": cmp.tolerance.as_dict(),
+        "reference_bounds": REFERENCE.as_dict(),
         "checks": [c.as_dict() for c in cmp.checks],
         "diagnosis": cmp.diagnosis.as_dict(),
         "runs": runs,
         "versions": {"dualtrain": __version__, "python": platform.python_version(),
                      "numpy": np.__version__, "a": _versions(cmp.a), "b": _versions(cmp.b),
-                     **({"twin": _versions(cmp.twin)} if cmp.twin is not None else {})},
+                     **({"reference_a": _versions(ref.a), "reference_b": _versions(ref.b)}
+                        if "reference_a" in runs else {})},
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -191,8 +222,10 @@ def figures(cmp: Comparison) -> dict[str, str]:
 
     la, lb = R.labels(cmp.a, cmp.b)
     runs = [(cmp.a, la, "-", 1.6), (cmp.b, lb, "--", 1.2)]
-    if cmp.twin is not None:
-        runs.append((cmp.twin, "twin (A, init +1 ulp)", ":", 1.0))
+    ref = cmp.reference
+    separate_ref = ref is not None and ref.a is not cmp.a
+    if separate_ref:
+        runs += [(ref.a, f"{la} fp64", ":", 1.0), (ref.b, f"{lb} fp64", "-.", 1.0)]
     out: dict[str, str] = {}
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -204,23 +237,35 @@ def figures(cmp: Comparison) -> dict[str, str]:
     ax.grid(alpha=0.3)
     out["Training loss"] = _png(fig)
 
-    t = trajectory(cmp.a, cmp.b, cmp.twin, cmp.tolerance)
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-
     def pos(v: np.ndarray) -> np.ndarray:  # log scale: exact zeros are not drawn
         return np.where(v > 0, v, np.nan)
 
-    ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
-    if t.noise is not None:
-        ax.plot(t.steps, pos(t.noise), lw=0.8, alpha=0.7, label="noise floor |A - twin|")
-        ax.plot(t.steps, pos(t.envelope), lw=1.0, color="gray",
-                label="noise-floor envelope (running max)")
-    ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance")
-    ax.set_yscale("log")
-    ax.set(xlabel="step", ylabel="|loss difference|", title="Per-step loss difference vs noise floor")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, which="both")
-    out["Per-step |loss difference| (log scale)"] = _png(fig)
+    if ref is not None:  # the semantic check: the fp64 pair against its bound
+        steps, diff = R.loss_diff(ref.a, ref.b)
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+        ax.plot(steps, pos(diff), ".", ms=2.5, label=f"|{la} fp64 - {lb} fp64|")
+        ax.axhline(REFERENCE.loss_abs, color="k", ls="--", lw=0.9, label="bound (semantics)")
+        ax.set_yscale("log")
+        ax.set(xlabel="step", ylabel="|loss difference|",
+               title="Reference pair (fp64): per-step |loss difference| (exact zeros not drawn)")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        out["Reference pair (fp64): per-step |loss difference| (log scale)"] = _png(fig)
+
+    if not is_fp64_pair(cmp.a, cmp.b):
+        t = trajectory(cmp.a, cmp.b, ref, cmp.tolerance)
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+        ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
+        if t.noise is not None:
+            ax.plot(t.steps, pos(t.rounding_a), lw=0.8, alpha=0.7, label=f"|{la} - {la} fp64|")
+            ax.plot(t.steps, pos(t.rounding_b), lw=0.8, alpha=0.7, label=f"|{lb} - {lb} fp64|")
+        ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance (numerics)")
+        ax.set_yscale("log")
+        ax.set(xlabel="step", ylabel="|loss difference|",
+               title=f"{cmp.tolerance.precision}: per-step loss difference vs distance to fp64")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3, which="both")
+        out["Per-step |loss difference| (log scale)"] = _png(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for rec, name, style, lw in runs:
@@ -262,16 +307,20 @@ def figures(cmp: Comparison) -> dict[str, str]:
 # ---- report.md / report.html ---------------------------------------------------------------------
 
 def _tolerance_rows() -> list[tuple[str, ...]]:
-    rows = []
+    r = REFERENCE
+    rows = [("fp64 pair (semantics)", f"{r.loss_abs:g} abs", "-", f"{r.weights_rel:g} rel", "-",
+             f"identical; eval loss {r.eval_loss_abs:g}")]
     for name, t in TOLERANCES.items():
-        rows.append((name, f"{t.loss_early:g}", f"{t.factor:g} x max(env, {t.traj_abs_floor:g})",
-                     f"{t.traj_fixed:g}", f"{t.factor:g} x max(twin, {t.weights_floor:g})",
-                     f"{t.weights_fixed:g}", f"{t.eval_pp:g}"))
+        if name == "fp64":
+            continue
+        rows.append((name, f"{t.factor:g} x max(dist, {t.traj_abs_floor:g})", f"{t.traj_fixed:g}",
+                     f"{t.factor:g} x max(dist, {t.weights_floor:g})", f"{t.weights_fixed:g}",
+                     f"{t.eval_pp:g} pp"))
     return rows
 
 
-_TOL_HEAD = ("precision", "loss_early (abs)", "trajectory (twin)", "trajectory (no twin)",
-             "final_weights (twin)", "final_weights (no twin)", "eval (pp)")
+_TOL_HEAD = ("precision", "trajectory", "trajectory (no reference)", "final_weights",
+             "final_weights (no reference)", "eval")
 
 
 def markdown(cmp: Comparison) -> str:
@@ -281,12 +330,14 @@ def markdown(cmp: Comparison) -> str:
              "| run | path |", "|---|---|"]
     for key, run in v["runs"].items():
         lines.append(f"| {key}: {run['label']} | `{run['path']}` |")
-    lines += ["", f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md).", "",
-              "| check | value | tolerance | result | detail |", "|---|---|---|---|---|"]
+    lines += ["", f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md). Groups: "
+              "records (inputs, exact), semantics (the fp64 reference pair), numerics (the requested "
+              "precision against its distance to fp64).", "",
+              "| group | check | value | tolerance | result | detail |", "|---|---|---|---|---|---|"]
     for c in cmp.checks:
-        unit = f" {c.unit}" if c.unit else ""
+        unit = f" {c.unit}" if c.unit and c.ran else ""
         tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
-        lines.append(f"| {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
+        lines.append(f"| {c.group} | {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
                      f"{c.detail.replace('|', chr(92) + '|')} |")
     lines += ["", "## Diagnosis", ""]
     if d.passed:
@@ -295,6 +346,7 @@ def markdown(cmp: Comparison) -> str:
         step = d.first_divergent_step
         lines.append(f"- first divergent step: "
                      f"{step if step is not None else 'none (no per-step check failed)'}")
+        lines.append(f"- category: **{d.category}**")
         lines.append(f"- likely cause: **{d.cause}**")
         for c in d.causes:
             at = "before training" if c.step == 0 else f"step {c.step}"
@@ -323,7 +375,7 @@ color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:14px}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}
-.PASS{color:#137333;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}.INFO{color:#555}
+.PASS{color:#137333;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}.INFO,.NOT{color:#555}
 .verdict{font-size:18px;padding:.6em 1em;border-radius:4px}
 .v-pass{background:#e6f4ea}.v-fail{background:#fce8e6}
 code{background:#f5f5f5;padding:0 3px}
@@ -348,20 +400,24 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
                      f"<td>{e(vers)}</td></tr>")
     parts.append("</table>")
     parts.append(f"<h2>Checks</h2><p>Tolerance row: <b>{e(cmp.tolerance.precision)}</b>.</p>")
-    parts.append("<table><tr><th>check</th><th>value</th><th>tolerance</th><th>result</th>"
-                 "<th>detail</th></tr>")
+    parts.append("<p>Groups: <b>records</b> (the inputs of the arithmetic, exact), <b>semantics</b> "
+                 "(the fp64 reference pair agrees to rounding), <b>numerics</b> (the requested precision "
+                 "against each backend's distance to its fp64 run).</p>")
+    parts.append("<table><tr><th>group</th><th>check</th><th>value</th><th>tolerance</th>"
+                 "<th>result</th><th>detail</th></tr>")
     for c in cmp.checks:
-        unit = f" {c.unit}" if c.unit else ""
+        unit = f" {c.unit}" if c.unit and c.ran else ""
         tol = "-" if c.tolerance is None else f"&le; {e(fmt_value(c.tolerance))}"
-        parts.append(f"<tr><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}</td><td>{tol}</td>"
-                     f"<td class='{status(c)}'>{status(c)}</td><td>{e(c.detail)}</td></tr>")
+        st = status(c)
+        parts.append(f"<tr><td>{e(c.group)}</td><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}"
+                     f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>")
     parts.append("</table><h2>Diagnosis</h2>")
     if d.passed:
         parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")
     else:
         step = d.first_divergent_step if d.first_divergent_step is not None else "none"
-        parts.append(f"<p>First divergent step: <b>{e(str(step))}</b>. Likely cause: "
-                     f"<b>{e(str(d.cause))}</b>.</p><ul>")
+        parts.append(f"<p>Category: <b>{e(str(d.category))}</b>. First divergent step: "
+                     f"<b>{e(str(step))}</b>. Likely cause: <b>{e(str(d.cause))}</b>.</p><ul>")
         parts += [f"<li>{e(c.kind)} ({'before training' if c.step == 0 else f'step {c.step}'}): "
                   f"{e(c.evidence)}</li>" for c in d.causes]
         parts.append("</ul>")

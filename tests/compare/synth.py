@@ -62,8 +62,10 @@ def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
     save_weights(path / WEIGHTS_INIT, w0)
     rng = np.random.default_rng(noise_seed)
     # A fixed "training" update shared by every run, plus optional run-specific noise.
-    final = {k: v + np.float32(final_delta) * np.cos(np.arange(v.size, dtype=np.float32)).reshape(
-        v.shape) + np.float32(final_noise) * rng.standard_normal(v.shape).astype(np.float32)
+    # An fp64 run's final weights are float64 (as the backends write them).
+    dt = np.float64 if spec_obj.precision.dtype.value == "fp64" else np.float32
+    final = {k: v.astype(dt) + dt(final_delta) * np.cos(np.arange(v.size, dtype=dt)).reshape(
+        v.shape) + dt(final_noise) * rng.standard_normal(v.shape).astype(dt)
              for k, v in w0.items()}
     save_weights(path / WEIGHTS_FINAL, final)
     for s, g in (grads or {}).items():
@@ -84,6 +86,25 @@ def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
                "versions": {"python": "3", "numpy": np.__version__, backend: "synthetic"}})
     w.close()
     return path
+
+
+def fp64_spec(**changes: Any) -> dict[str, Any]:
+    return base_spec(precision={"dtype": "fp64"}, **changes)
+
+
+def quad(root: Path, *, a_loss: Callable[[int], float] | None = None,
+         b_loss: Callable[[int], float] | None = None,
+         ref_b_loss: Callable[[int], float] | None = None, **b_kwargs: Any) -> tuple[Path, ...]:
+    """A (torch fp32), B (tf fp32) and their fp64 reference pair: the fp64 runs agree to ~1e-15, each
+    fp32 run drifts from its fp64 run by ~1e-4 (growing), like real runs do."""
+    ra = make_run(root / "ref_a", spec=fp64_spec(), loss=noisy(1e-15, 11), final_noise=1e-15,
+                  noise_seed=11)
+    rb = make_run(root / "ref_b", backend="tf", spec=fp64_spec(), loss=ref_b_loss or noisy(1e-15, 12),
+                  final_noise=1e-15, noise_seed=12)
+    a = make_run(root / "a", loss=a_loss or noisy(1e-5, 1, grow=0.02), final_noise=1e-5, noise_seed=1)
+    b = make_run(root / "b", backend="tf", loss=b_loss or noisy(1e-5, 2, grow=0.02), final_noise=1e-5,
+                 noise_seed=2, **b_kwargs)
+    return a, b, ra, rb
 
 
 def noisy(scale: float, seed: int, grow: float = 0.0) -> Callable[[int], float]:

@@ -1,4 +1,4 @@
-"""End to end: ``dualtrain compare --config`` runs torch, tf and the noise-floor twin, then reports."""
+"""End to end: ``dualtrain compare --config`` runs torch, tf and the fp64 reference pair, then reports."""
 
 from __future__ import annotations
 
@@ -22,25 +22,41 @@ def test_compare_config_tiny(tmp_path):
                   "--set", "data.test_limit=500", "--set", "distribution.timeout_s=60",
                   "--out", str(out), timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "verdict: PASS" in res.stdout
-    for name in ("verdict.json", "report.md", "report.html", "twin_init.npz",
-                 "torch/summary.json", "tf/summary.json", "twin/summary.json"):
+    assert "verdict: PASS" in res.stdout and "semantics checked against the fp64 reference" in res.stdout
+    assert "compare run fp64-tf: tf fp64" in res.stdout  # progress: which run is running
+    for name in ("verdict.json", "report.md", "report.html", "torch/summary.json", "tf/summary.json",
+                 "fp64-torch/summary.json", "fp64-tf/summary.json"):
         assert (out / name).is_file(), name
     v = json.loads((out / "verdict.json").read_text())
     assert v["runs"]["a"]["label"] == "torch" and v["runs"]["b"]["label"] == "tf"
-    assert v["runs"]["twin"]["path"] == str(out / "twin")
+    assert v["runs"]["reference_b"]["path"] == str(out / "fp64-tf")
     steps = json.loads((out / "torch/summary.json").read_text())["steps"]
-    traj = next(c for c in v["checks"] if c["name"] == "trajectory")
-    assert f"{steps} of {steps} steps" in traj["detail"]
-    # the twin starts from torch's initial weights with exactly one element one ulp away
-    w0, wt = load_weights(out / "torch/weights_init.npz"), load_weights(out / "twin_init.npz")
-    changed = [(k, int(np.count_nonzero(w0[k] != wt[k]))) for k in w0 if np.any(w0[k] != wt[k])]
-    assert len(changed) == 1 and changed[0][1] == 1
-    k = changed[0][0]
-    i = int(np.flatnonzero(w0[k] != wt[k])[0])
-    assert wt[k].flat[i] == np.nextafter(w0[k].flat[i], np.float32(np.inf))
-    twin_spec = yaml.safe_load((out / "twin/spec.yaml").read_text())
-    assert twin_spec["model"]["init_from"] == str((out / "twin_init.npz").resolve())
+    checks = {c["name"]: c for c in v["checks"]}
+    assert f"{steps} of {steps} steps" in checks["trajectory"]["detail"]
+    # the reference pair is the same spec in float64, from the same float32 initial weights
+    ref_spec = yaml.safe_load((out / "fp64-tf/spec.yaml").read_text())
+    assert ref_spec["precision"]["dtype"] == "fp64"
+    w0 = load_weights(out / "torch/weights_init.npz")
+    for b in ("fp64-torch", "fp64-tf"):
+        init = load_weights(out / b / "weights_init.npz")
+        assert all(np.array_equal(w0[k], init[k]) for k in w0)
+        final = load_weights(out / b / "weights_final.npz")
+        assert {a.dtype for a in final.values()} == {np.dtype(np.float64)}
+    # ... and agrees to rounding: far inside the bound, which is far inside fp32's own noise
+    assert checks["reference_loss"]["value"] < 1e-13 and checks["reference_weights"]["value"] < 1e-13
+
+
+def test_compare_config_reference_none(tmp_path):
+    out = tmp_path / "cmp"
+    res = run_cli("compare", "--config", str(ROOT / "configs/mnist_mlp.yaml"), "--world-size", "1",
+                  "--set", "train.max_steps=3", "--set", "data.train_limit=640",
+                  "--set", "data.test_limit=100", "--reference", "none", "--out", str(out), timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "semantics NOT checked" in res.stdout and "reference_loss" in res.stdout
+    assert not (out / "fp64-torch").exists()
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["semantics_checked"] is False
+    assert any("semantic check did not run" in n for n in v["notes"])
 
 
 def test_compare_config_refuses_a_used_out(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from dualtrain.cli import main
 from dualtrain.compare import compare_dirs, write_report
 from dualtrain.compare.report import table, terminal_summary
-from tests.compare.synth import base_loss, base_spec, make_run
+from tests.compare.synth import base_loss, base_spec, fp64_spec, make_run, noisy, quad
 from tests.conftest import ROOT
 
 
@@ -56,9 +56,12 @@ def test_report_files(pair, tmp_path):
 
 def test_html_is_self_contained(bad_pair, tmp_path):
     a, b = bad_pair
-    t = make_run(tmp_path / "twin", loss=lambda s: base_loss(s) + 1e-6)
-    page = write_report(compare_dirs(a, b, t), tmp_path / "rep")["html"].read_text()
-    assert page.count("data:image/png;base64,") == 5
+    ra = make_run(tmp_path / "ra", spec=fp64_spec())
+    rb = make_run(tmp_path / "rb", backend="tf", spec=fp64_spec(), loss=noisy(1e-15, 3))
+    page = write_report(compare_dirs(a, b, (ra, rb)), tmp_path / "rep")["html"].read_text()
+    # loss, reference pair, per-step difference, accuracy, loss scale, throughput
+    assert page.count("data:image/png;base64,") == 6
+    assert "Reference pair (fp64)" in page
     assert "http://" not in page and "https://" not in page
     srcs = re.findall(r"""src\s*=\s*['"]([^'"]*)""", page)
     assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
@@ -69,13 +72,28 @@ def test_html_is_self_contained(bad_pair, tmp_path):
 def test_terminal_table_is_aligned(bad_pair):
     cmp = compare_dirs(*bad_pair)
     lines = table(cmp).splitlines()
-    assert lines[0].split() == ["check", "value", "tolerance", "result"]
+    assert lines[0].split() == ["group", "check", "value", "tolerance", "result"]
     col = lines[0].index("result")
     for line in lines[2:]:
-        assert line[col:].split()[0] in ("PASS", "FAIL", "INFO"), line
+        assert line[col:].strip() in ("PASS", "FAIL", "INFO", "NOT RUN"), line
     text = terminal_summary(cmp)
     assert text.splitlines()[-1].startswith("verdict: FAIL")
     assert "first divergent step 1" in text and "likely cause: different learning rate" in text
+    assert "FAIL, semantics differ" in text
+
+
+def test_report_shows_the_reference_pair_and_the_category(tmp_path):
+    a, b, ra, rb = quad(tmp_path, ref_b_loss=lambda s: noisy(1e-15, 12)(s) + (1e-8 if s >= 5 else 0))
+    cmp = compare_dirs(a, b, (ra, rb))
+    paths = write_report(cmp, tmp_path / "rep")
+    v = json.loads(paths["verdict"].read_text())
+    assert v["category"] == "semantics differ" and v["semantics_checked"] is True
+    assert v["runs"]["reference_a"]["path"] == str(ra) and v["runs"]["reference_b"]["label"] == "tf fp64"
+    assert v["reference_bounds"]["loss_abs"] == 1e-10
+    md = paths["markdown"].read_text()
+    assert "| semantics | reference_loss |" in md and "category: **semantics differ**" in md
+    ok = compare_dirs(a, b)
+    assert "semantics NOT checked" in terminal_summary(ok)
 
 
 def test_cli_compare_existing_runs_pass(pair, tmp_path, capsys):
@@ -103,13 +121,21 @@ def test_cli_compare_existing_runs_fail_exit_1(bad_pair, tmp_path, capsys):
     (["compare", "A", "B", "C"], "Received: 3"),
     (["compare", "--config", "x.yaml", "A", "B"], "not both"),
     (["compare", "A", "B", "--set", "seed=1"], "need --config"),
-    (["compare", "--config", "configs/mnist_mlp.yaml", "--noise-floor", "T"], "--noise-floor"),
+    (["compare", "--config", "configs/mnist_mlp.yaml", "--reference-runs", "T", "U"], "--reference-runs"),
+    (["compare", "--config", "configs/mnist_mlp.yaml", "--reference", "fp32"], "--reference must be"),
+    (["compare", "A", "B", "--reference", "none"], "goes with --config"),
     (["compare", "--config", "no/such.yaml"], "config file not found"),
 ])
 def test_cli_usage_errors_exit_2(args, words, capsys):
     code, _, err = run_main(args, capsys)
     assert code == 2
     assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_reference_runs_must_be_fp64(pair, tmp_path, capsys):
+    a, b = pair
+    code, _, err = run_main(["compare", str(a), str(b), "--reference-runs", str(a), str(b)], capsys)
+    assert code == 2 and "a reference run must be fp64" in err
 
 
 def test_cli_missing_run_dir_exit_2(pair, tmp_path, capsys):

@@ -7,7 +7,8 @@ Per step, every replica:
    ``i`` = this replica's local index) and gathers those rows from the in-memory dataset on the host;
    no tf.data pipeline and no auto-sharding decide anything. The ids it used are returned from inside
    the replica function (``StepOut.fed_ids``);
-2. differentiates ``sum(per-sample CE in float32) / N_global`` (times the loss scale under fp16);
+2. differentiates ``sum(per-sample CE) / N_global`` (CE in float32, float64 for fp64; times the loss
+   scale under fp16);
 3. optionally poisons its local gradient with inf (fault injection), then all-reduces with SUM;
 4. on the all-reduced gradient (identical on every replica): unscale, finite check (fp16), global norm,
    clipping with torch's ``min(1, max / (norm + 1e-6))``.
@@ -47,8 +48,18 @@ def _fma(a, alpha, b):
     CPU (a fused multiply-add; alpha is rounded to float32 first). Writing it as two float32 ops
     rounds twice: measured, that alone made 1-3% of the weights differ by one ulp after every SGD
     step, and plain SGD drifted 1e-3 apart in loss over an epoch. The float64 product of two float32
-    values is exact, so one float64 add and one rounding reproduce the fused result."""
+    values is exact, so one float64 add and one rounding reproduce the fused result.
+
+    On float64 tensors (fp64 runs) ``alpha`` is used as the Python double it is (torch does the same)
+    and the result is rounded twice; there is no wider type to fuse in, and one fp64 ulp per update
+    is far below what the fp64 reference bound allows (docs/parity.md)."""
     f64 = tf.float64
+    if a.dtype == f64:
+        # tf.cast(0.9, f64) would go through a float32 constant first (0.899999976): a Python number
+        # becomes a float64 constant directly. (The fp64 reference pair caught that rounding: 2.5e-10
+        # after two Nesterov steps, 1.6e-9 in the weights after 150 Adam steps with weight decay.)
+        alpha64 = tf.constant(alpha, f64) if isinstance(alpha, (int, float)) else tf.cast(alpha, f64)
+        return a + alpha64 * b
     alpha32 = tf.cast(tf.cast(alpha, tf.float32), f64)
     return tf.cast(tf.cast(a, f64) + alpha32 * tf.cast(b, f64), tf.float32)
 
@@ -72,15 +83,17 @@ class TFEngine:
         self.host = host_device
         self.multi_worker = num_processes > 1
         self.fp16 = spec.precision.dtype is Precision.FP16
+        # Parameters, optimizer state, loss and gradients: float64 for fp64, else float32.
+        self.dtype = tf.as_dtype(spec.precision.dtype.param_dtype)
         self._poisonable = bool(spec.debug.nonfinite_grad)
         self._guard_empty = any(r.spec.type is LayerType.CONV2D for r in resolve(spec.model))
         self.opt = spec.optimizer
         ls = spec.precision.loss_scale
 
         with tf.device(host_device):
-            self.train_x = tf.constant(to_nhwc(normalize(data.train_x)))
+            self.train_x = tf.constant(to_nhwc(normalize(data.train_x), self.dtype.name))
             self.train_y = tf.constant(data.train_y.astype(np.int32))
-            self.test_x = tf.constant(to_nhwc(normalize(data.test_x)))
+            self.test_x = tf.constant(to_nhwc(normalize(data.test_x), self.dtype.name))
             self.test_y = tf.constant(data.test_y.astype(np.int32))
 
         with strategy.scope():
@@ -88,7 +101,7 @@ class TFEngine:
             load_canonical(self.named, init_weights)
             # The underlying tf.Variables (MirroredVariables under the strategy).
             self.params = [v.value for _, v in self.named]
-            zeros = lambda p: tf.Variable(tf.zeros(p.shape, tf.float32), trainable=False)  # noqa: E731
+            zeros = lambda p: tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False)  # noqa: E731
             name = self.opt.name
             self.buf = [zeros(p) for p in self.params] if (
                 name is OptimizerName.SGD and self.opt.momentum) else []
@@ -105,7 +118,7 @@ class TFEngine:
                     tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
                     tf.TensorSpec([self.n_local], tf.bool, name="poison"),
                     tf.TensorSpec([], tf.float32, name="global_count"),
-                    tf.TensorSpec([], tf.float32, name="lr")]
+                    tf.TensorSpec([], tf.float64, name="lr")]
         self._step_fn = tf.function(lambda *a: self._step(*a, capture=False), input_signature=step_sig,
                                     jit_compile=False, autograph=False)
         self._step_capture_fn = tf.function(lambda *a: self._step(*a, capture=True),
@@ -139,7 +152,7 @@ class TFEngine:
         scale = self.scale.read_value()
 
         def forward():
-            logits = tf.cast(self.model(x, training=True), tf.float32)
+            logits = tf.cast(self.model(x, training=True), self.dtype)
             per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
             return tf.reduce_sum(per_sample)
 
@@ -149,10 +162,10 @@ class TFEngine:
             # conv kernels reject one). The guard is a tf.cond, which costs time in every step (and
             # its gradient), so only models with convolutions have it.
             if self._guard_empty:
-                loss_sum = tf.cond(tf.size(ids) > 0, forward, lambda: tf.constant(0.0, tf.float32))
+                loss_sum = tf.cond(tf.size(ids) > 0, forward, lambda: tf.constant(0.0, self.dtype))
             else:
                 loss_sum = forward()
-            loss = loss_sum / global_count
+            loss = loss_sum / tf.cast(global_count, self.dtype)
             if self.fp16:
                 loss = loss * scale
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -173,7 +186,7 @@ class TFEngine:
         norm = tf.norm(tf.stack([tf.norm(tf.reshape(g, [-1])) for g in grads]))
         captured = list(grads) if capture else []
         if self.opt.clip_grad_norm is not None:
-            coef = tf.minimum(tf.constant(self.opt.clip_grad_norm, tf.float32) / (norm + 1e-6), 1.0)
+            coef = tf.minimum(tf.constant(self.opt.clip_grad_norm, self.dtype) / (norm + 1e-6), 1.0)
             grads = [g * coef for g in grads]
         return grads, loss_sum, ids, norm, finite, captured
 
@@ -207,7 +220,8 @@ class TFEngine:
                     grad = _fma(grad, o.momentum, new_buf) if o.nesterov else new_buf
                 return p.assign(_fma(p, -lr, grad))  # torch: param.add_(grad, alpha=-lr)
             if o.name is OptimizerName.ADAMW and o.weight_decay:
-                p.assign(p * (1.0 - lr * o.weight_decay))
+                # torch: param.mul_(1 - lr * wd), the factor computed in double, then rounded
+                p.assign(p * tf.cast(1.0 - lr * o.weight_decay, p.dtype))
             elif o.weight_decay:
                 grad = _fma(grad, o.weight_decay, p)
             b1, b2 = o.betas
@@ -219,8 +233,8 @@ class TFEngine:
             t = tf.cast(self.applied + 1, tf.float64)
             bc1 = 1.0 - tf.pow(tf.constant(b1, tf.float64), t)
             bc2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(b2, tf.float64), t))
-            step_size = tf.cast(tf.cast(lr, tf.float64) / bc1, tf.float32)
-            denom = tf.sqrt(v_new) / tf.cast(bc2_sqrt, tf.float32) + o.eps
+            step_size = tf.cast(lr / bc1, p.dtype)
+            denom = tf.sqrt(v_new) / tf.cast(bc2_sqrt, p.dtype) + o.eps
             return p.assign_sub(step_size * (m_new / denom))
 
         if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
@@ -251,7 +265,7 @@ class TFEngine:
         scale = float(self.scale.numpy()) if self.fp16 else 1.0
         fn = self._step_capture_cf if capture_grads else self._step_cf
         out = fn(tf.constant(flat), tf.constant(offsets), tf.constant(np.asarray(poison, bool)),
-                 tf.constant(global_count, tf.float32), tf.constant(lr, tf.float32))
+                 tf.constant(global_count, tf.float32), tf.constant(lr, tf.float64))
         local = self.strategy.experimental_local_results
         loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))
         fed = [t.numpy() for t in local(out["ids"])]
@@ -279,7 +293,7 @@ class TFEngine:
                 e = tf.minimum(s + chunk, stop)
                 with tf.device(self.host):
                     x, y = self.test_x[s:e], self.test_y[s:e]
-                logits = tf.cast(self.model(x, training=False), tf.float32)
+                logits = tf.cast(self.model(x, training=False), self.dtype)
                 per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
                 hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
                 return (j + 1, loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),

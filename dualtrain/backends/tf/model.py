@@ -22,7 +22,9 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
     """The Keras model and [(canonical name, Keras variable)] in canonical order."""
     layers = resolve(spec)
     reorder = conv_flatten_shape(spec)
-    inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc")
+    compute = keras.DTypePolicy(policy).compute_dtype
+    inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc",
+                         dtype="float64" if compute == "float64" else "float32")
     x = inputs
     owners: list[tuple[ResolvedLayer, keras.layers.Layer]] = []
     for r in layers:
@@ -52,17 +54,18 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
     return model, named
 
 
-def to_keras(name: str, array: np.ndarray) -> np.ndarray:
-    """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO)."""
-    a = np.asarray(array, dtype=np.float32)
+def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
+    """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO), as ``dtype``."""
+    a = np.asarray(array, dtype=dtype)
     if name.endswith(".weight"):
         a = a.T if a.ndim == 2 else a.transpose(2, 3, 1, 0)
     return np.ascontiguousarray(a)
 
 
 def to_canonical(name: str, array: np.ndarray) -> np.ndarray:
-    """Keras layout -> canonical (the inverse of :func:`to_keras`)."""
-    a = np.asarray(array, dtype=np.float32)
+    """Keras layout -> canonical (the inverse of :func:`to_keras`); float64 stays float64."""
+    a = np.asarray(array)
+    a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
     if name.endswith(".weight"):
         a = a.T if a.ndim == 2 else a.transpose(3, 2, 0, 1)
     return np.ascontiguousarray(a)
@@ -74,7 +77,7 @@ def load_canonical(named: list[tuple[str, keras.Variable]], weights: Weights) ->
         raise ValueError(f"weights do not match the model: need {[n for n, _ in named]}, "
                          f"got {sorted(weights)}")
     for name, var in named:
-        value = to_keras(name, weights[name])
+        value = to_keras(name, weights[name], var.dtype)
         if tuple(var.shape) != value.shape:
             raise ValueError(f"{name}: Keras shape {tuple(var.shape)} != converted {value.shape}")
         var.assign(value)
@@ -84,5 +87,5 @@ def export_canonical(named: list[tuple[str, keras.Variable]]) -> Weights:
     return {name: to_canonical(name, keras.ops.convert_to_numpy(var.value)) for name, var in named}
 
 
-def to_nhwc(images_nchw: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.asarray(images_nchw, dtype=np.float32).transpose(0, 2, 3, 1))
+def to_nhwc(images_nchw: np.ndarray, dtype: str = "float32") -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(images_nchw, dtype=dtype).transpose(0, 2, 3, 1))

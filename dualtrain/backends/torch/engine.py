@@ -30,7 +30,7 @@ from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.data import Mnist, normalize
 from dualtrain.errors import UserError
 from dualtrain.runner_base import StepOut
-from dualtrain.spec import Device, Experiment, OptimizerName
+from dualtrain.spec import Device, Experiment, OptimizerName, Precision
 from dualtrain.weights import Weights
 
 
@@ -118,13 +118,16 @@ class TorchEngine:
         self.device = device
         self._pg_device = device  # gloo collectives on CPU tensors, nccl on CUDA tensors
 
+        # fp64: float64 parameters, activations, loss and optimizer state (the inputs are the same
+        # float32-normalised images, widened exactly). Otherwise float32 (fp16/bf16 autocast on top).
+        self.dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
         # The dataset lives on the device once; a step is two index_selects.
-        self.train_x = torch.from_numpy(normalize(data.train_x)).to(device)
+        self.train_x = torch.from_numpy(normalize(data.train_x)).to(device, self.dtype)
         self.train_y = torch.from_numpy(np.ascontiguousarray(data.train_y, dtype=np.int64)).to(device)
-        self.test_x = torch.from_numpy(normalize(data.test_x)).to(device)
+        self.test_x = torch.from_numpy(normalize(data.test_x)).to(device, self.dtype)
         self.test_y = torch.from_numpy(np.ascontiguousarray(data.test_y, dtype=np.int64)).to(device)
 
-        module = build_model(spec.model)
+        module = build_model(spec.model).to(self.dtype)
         load_canonical(module, weights)
         self.module = module.to(device)
         self.ddp = DDP(self.module, device_ids=[device.index] if device.type == "cuda" else None,
@@ -152,7 +155,7 @@ class TorchEngine:
         self._hook.poison = poison[0]
         with self.autocast:
             logits = self.ddp(x)
-        loss_sum = F.cross_entropy(logits.float(), y, reduction="sum")
+        loss_sum = F.cross_entropy(logits.to(self.dtype), y, reduction="sum")
         loss = loss_sum / global_count
         scaler = self.scaler
         if scaler is not None:
@@ -164,7 +167,7 @@ class TorchEngine:
         norm = _global_norm(grads)
         captured = None
         if capture_grads:
-            captured = {n: g.detach().to("cpu", torch.float32).numpy().copy()
+            captured = {n: g.detach().to("cpu").numpy().copy()
                         for n, g in zip(self.names, grads)}
         if self.clip is not None:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
@@ -192,7 +195,7 @@ class TorchEngine:
                 x, y = self.test_x[s:e], self.test_y[s:e]
                 with self.autocast:
                     logits = self.module(x)
-                logits = logits.float()
+                logits = logits.to(self.dtype)
                 acc[0] += F.cross_entropy(logits, y, reduction="sum").double()
                 acc[1] += (logits.argmax(dim=1) == y).sum().double()
                 acc[2] += e - s

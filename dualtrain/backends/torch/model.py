@@ -42,10 +42,13 @@ def build_model(spec: ModelSpec) -> nn.Sequential:
 
 
 def load_canonical(model: nn.Module, weights: Weights) -> None:
-    """Copy canonical float32 arrays into ``model`` (strict: names and shapes must match)."""
-    state = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for k, v in weights.items()}
+    """Copy canonical arrays into ``model`` (strict: names and shapes must match), converted to the
+    model's parameter dtype (float32, or float64 for an fp64 model)."""
+    dtype = next(model.parameters()).dtype
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dtype) for k, v in weights.items()}
     model.load_state_dict(state, strict=True)
 
 
 def export_canonical(model: nn.Module) -> Weights:
-    return {k: v.detach().to("cpu", torch.float32).numpy().copy() for k, v in model.state_dict().items()}
+    """The state dict as NumPy arrays in the parameters' own dtype (float32; float64 for fp64)."""
+    return {k: v.detach().to("cpu").numpy().copy() for k, v in model.state_dict().items()}
