@@ -37,6 +37,31 @@ def enable_stack_dump() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
+#: Tests only (parity_tests/mutants.py): ``module:function[=argument]``, called in every worker of
+#: every backend right before its engine is built, as ``function(backend, argument)``. It lets the
+#: detection-power tests change one backend's arithmetic on purpose. Nothing in dualtrain sets it; a
+#: worker that runs one says so on stderr and in summary.json (``test_hook``).
+TEST_HOOK = "DUALTRAIN_TEST_HOOK"
+
+
+def run_test_hook(backend: str) -> dict[str, str]:
+    """Run the DUALTRAIN_TEST_HOOK, if any; return what summary.json should record about it."""
+    import importlib
+    import os
+
+    text = os.environ.get(TEST_HOOK, "").strip()
+    if not text:
+        return {}
+    target, _, argument = text.partition("=")
+    module, _, function = target.partition(":")
+    if not module or not function:
+        raise UserError(f"{TEST_HOOK} must be module:function[=argument]. Received: {text!r}")
+    print(f"dualtrain {backend} worker: WARNING: test hook {text} is active (tests only)",
+          file=sys.stderr, flush=True)
+    getattr(importlib.import_module(module), function)(backend, argument)
+    return {"test_hook": text}
+
+
 def worker_main(backend: str, argv: list[str],
                 run_worker: Callable[[Experiment, Path], Any]) -> int:
     """``python -m dualtrain.backends.<backend> RUN_DIR``: run one worker of the run in RUN_DIR."""

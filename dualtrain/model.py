@@ -52,7 +52,8 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
             if layer.padding is Padding.SAME:
                 oh, ow = h, w
             else:
-                oh, ow = (h - k) // s + 1, (w - k) // s + 1
+                pad = layer.padding if isinstance(layer.padding, int) else 0
+                oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
             if oh < 1 or ow < 1:
                 raise UserError(f"{where}: kernel {k} does not fit the input. Received: input shape {shape}")
             fan_in = c * k * k

@@ -156,8 +156,9 @@ class LayerSpec:
     """maxpool2d: square window (stride defaults to the window)."""
     stride: int | None = None
     """conv2d (default 1) and maxpool2d (default pool_size)."""
-    padding: Padding = Padding.VALID
-    """conv2d: valid or same ('same' only with stride 1, where torch and Keras agree)."""
+    padding: Padding | int = Padding.VALID
+    """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
+    P zeros on every side (torch's ``padding=P``), with any stride."""
 
     def __post_init__(self) -> None:
         t = self.type
@@ -175,7 +176,10 @@ class LayerSpec:
             if v is not None:
                 _check(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
         if self.padding is not Padding.VALID and "padding" not in allowed:
-            raise UserError(f"layer type {t.value!r} takes no 'padding'. Received: {self.padding.value!r}")
+            raise UserError(f"layer type {t.value!r} takes no 'padding'. Received: {self.padding!r}")
+        if isinstance(self.padding, int):
+            _check(self.padding >= 0, f"layer {t.value}.padding", "must be >= 0, valid or same",
+                   self.padding)
         required = {LayerType.DENSE: ("units",), LayerType.CONV2D: ("filters", "kernel_size"),
                     LayerType.MAXPOOL2D: ("pool_size",)}.get(t, ())
         for name in required:
@@ -183,7 +187,8 @@ class LayerSpec:
                 raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
         if t is LayerType.CONV2D and self.padding is Padding.SAME and (self.stride or 1) != 1:
             raise UserError(
-                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs differently). "
+                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs differently; "
+                f"an integer padding such as 1 pads every side equally on both). "
                 f"Received: stride={self.stride}"
             )
 
@@ -441,6 +446,16 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if value is None and type(None) in args:
             return None
         non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 2 and int in non_none:  # a vocabulary or an integer (conv2d padding)
+            other = next(a for a in non_none if a is not int)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            try:
+                return _convert(other, value, path)
+            except UserError:
+                names = other.values() if isinstance(other, type) and issubclass(other, enum.Enum) else []
+                raise UserError(f"{path} must be one of {names} or an integer. "
+                                f"Received: {value!r}") from None
         return _convert(non_none[0], value, path)
     if value is None:
         raise UserError(f"{path} must not be null. Received: None")

@@ -8,6 +8,7 @@ share it. This process never imports torch or TensorFlow: ``start_run`` launches
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -27,13 +28,24 @@ class Runs:
         self.base = base
         self._cache: dict[tuple, Path] = {}
 
-    def __call__(self, backend: str, *overrides: str, config: str = MLP) -> Path:
-        key = (backend, config, overrides)
+    def __call__(self, backend: str, *overrides: str, config: str = MLP,
+                 env: dict[str, str] | None = None) -> Path:
+        """The run's directory; ``env``: extra environment for its workers (the mutants' test hook)."""
+        key = (backend, config, overrides, tuple(sorted((env or {}).items())))
         if key not in self._cache:
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
             out = self.base / f"{backend}-{tag}"
             spec = load_spec(config, ["train.log_every=1000000", *overrides])
-            start_run(spec, parse_backend(backend), out, overwrite=True)
+            saved = {k: os.environ.get(k) for k in (env or {})}
+            os.environ.update(env or {})
+            try:
+                start_run(spec, parse_backend(backend), out, overwrite=True)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
             self._cache[key] = out
         return self._cache[key]
 

@@ -32,8 +32,7 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
         if s.type is LayerType.DENSE:
             layer = keras.layers.Dense(s.units, name=name, dtype=policy)
         elif s.type is LayerType.CONV2D:
-            layer = keras.layers.Conv2D(s.filters, s.kernel_size, strides=s.stride or 1,
-                                        padding=s.padding.value, name=name, dtype=policy)
+            x, layer = conv2d(x, s, name, policy)
         elif s.type is LayerType.MAXPOOL2D:
             layer = keras.layers.MaxPooling2D(s.pool_size, strides=s.stride or s.pool_size,
                                               padding="valid", name=name, dtype=policy)
@@ -52,6 +51,22 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
         (w_name, _), (b_name, _) = r.params
         named += [(w_name, layer.kernel), (b_name, layer.bias)]
     return model, named
+
+
+def conv2d(x, s, name: str, policy: str):
+    """(input, Conv2D layer) for a conv2d spec. An integer padding P is torch's: P zeros on every side
+    (a ZeroPadding2D, then a 'valid' convolution), whatever the stride; Keras's own 'same' pads
+    strided convolutions asymmetrically (extra row and column at the bottom and right), so dualtrain
+    uses it only with stride 1, where both frameworks agree."""
+    padding = s.padding
+    if isinstance(padding, int):
+        if padding:
+            x = keras.layers.ZeroPadding2D(padding, name=f"{name}_pad", dtype=policy)(x)
+        padding = "valid"
+    else:
+        padding = padding.value
+    return x, keras.layers.Conv2D(s.filters, s.kernel_size, strides=s.stride or 1, padding=padding,
+                                  name=name, dtype=policy)
 
 
 def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:

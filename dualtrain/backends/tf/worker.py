@@ -141,13 +141,16 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     init = worker_initial_weights(spec.model, spec.seed, run_dir)
     data = load_mnist(spec.data)
 
+    from dualtrain.entry import run_test_hook
+
     from .engine import TFEngine
 
+    hook = run_test_hook("tf")
     engine = TFEngine(spec, strategy, data, init, rank=rank, num_processes=role["num_processes"],
                       host_device=host)
     extra = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(devices),
              "tf_processes": role["num_processes"], "threads_per_worker": threads,
-             "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")}
+             "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"), **hook}
     loop = TrainLoop(spec, engine, data, run_dir if rank == 0 else None, extra_summary=extra,
                      started=started)
     return loop.run()

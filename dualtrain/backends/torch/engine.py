@@ -51,6 +51,13 @@ def configure_determinism(on: bool) -> None:
     # TF32 off in both modes: fp32 must mean fp32 (TF is configured the same way).
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    # A kernel setting for portability checks (docs/parity.md §7): DUALTRAIN_TORCH_MKLDNN=0 turns
+    # torch's oneDNN (mkldnn) CPU kernels off, as TF_ENABLE_ONEDNN_OPTS does for TensorFlow.
+    if os.environ.get(MKLDNN_ENV, "").strip() == "0":
+        torch.backends.mkldnn.enabled = False
+
+
+MKLDNN_ENV = "DUALTRAIN_TORCH_MKLDNN"
 
 
 def select_device(spec: Experiment, local_rank: int) -> torch.device:

@@ -24,7 +24,8 @@ def build_model(spec: ModelSpec) -> nn.Sequential:
         elif t is LayerType.DENSE:
             layers.append(nn.Linear(r.in_shape[0], s.units))
         elif t is LayerType.CONV2D:
-            padding = "same" if s.padding is Padding.SAME else 0
+            padding = "same" if s.padding is Padding.SAME else (
+                s.padding if isinstance(s.padding, int) else 0)
             layers.append(nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
                                     padding=padding))
         elif t is LayerType.MAXPOOL2D:

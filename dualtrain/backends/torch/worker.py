@@ -16,6 +16,7 @@ import torch.distributed as dist
 from dualtrain.backends.torch.engine import (TorchEngine, configure_determinism, init_distributed,
                                             select_device)
 from dualtrain.data import load_mnist
+from dualtrain.entry import run_test_hook
 from dualtrain.errors import UserError
 from dualtrain.runner_base import TrainLoop, default_threads
 from dualtrain.spec import Experiment
@@ -52,9 +53,10 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, *, destroy: bool = 
     weights = worker_initial_weights(spec.model, spec.seed, run_dir)
 
     init_distributed(spec, device, env["rank"], env["world"])
+    hook = run_test_hook("torch")
     engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"], device=device)
     extra = {"threads_per_worker": threads, "process_group": dist.get_backend(),
-             "torch_device": str(device)}
+             "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled, **hook}
     summary = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
                         extra_summary=extra, started=started).run()
     # (On an exception there is no teardown: the process exits and the launcher stops the others.)
