@@ -33,8 +33,10 @@ def assert_reference(ref):
     checks = [check_sharding(ref.a, ref.b), check_reference_loss(ref), check_reference_weights(ref),
               check_reference_eval(ref)]
     _, diff = loss_diff(ref.a, ref.b)
-    w = load_weights(ref.a.path / "weights_final.npz")
-    assert {a.dtype for a in w.values()} == {np.dtype(np.float64)}
+    for run in (ref.a, ref.b):  # float64 end to end: the final weights are float64 arrays
+        w = load_weights(run.path / "weights_final.npz")
+        assert {a.dtype for a in w.values()} == {np.dtype(np.float64)}, run.path
+        assert run.summary["precision"] == "fp64"
     print(f"{ref.a.path.name}: {diff.size} steps, max |loss diff| {diff.max():.2e}; {checks[2].detail}")
     for c in checks:
         assert c.passed, c.detail

@@ -58,6 +58,13 @@ def test_yaml_exponent_strings_are_numbers():
     ("optimizer.nesterov=true", ["optimizer.nesterov", "momentum"]),
     ("optimizer.betas=[0.9]", ["optimizer.betas"]),
     ("train.epochs=null", ["train", "epochs or max_steps"]),
+    ("model.layers=[{type: conv2d, filters: 4, kernel_size: 3, padding: samee}]",
+     ["model.layers[0].padding", "or an integer", "'samee'"]),
+    ("model.layers=[{type: conv2d, filters: 4, kernel_size: 3, padding: -1}]",
+     ["padding", ">= 0", "-1"]),
+    ("model.layers=[{type: conv2d, filters: 4, kernel_size: 3, stride: 2, padding: same}]",
+     ["'same' needs stride 1", "integer padding"]),
+    ("model.layers=[{type: relu, padding: 1}]", ["takes no 'padding'"]),
 ])
 def test_errors_name_field_and_value(override, words):
     with pytest.raises(UserError) as err:
@@ -66,6 +73,18 @@ def test_errors_name_field_and_value(override, words):
     assert "\n" not in msg
     for w in words:
         assert w in msg
+
+
+def test_integer_padding_sizes_a_strided_conv():
+    from dualtrain.model import param_shapes, resolve
+
+    spec = load_spec(None, ["model.preset=null", "model.layers=[{type: conv2d, filters: 4, "
+                            "kernel_size: 3, stride: 2, padding: 1}, {type: flatten}, "
+                            "{type: dense, units: 10}]"])
+    assert spec.model.layers[0].padding == 1
+    assert resolve(spec.model)[0].out_shape == (4, 14, 14)  # (28 + 2 - 3) // 2 + 1
+    assert param_shapes(spec.model)["2.weight"] == (10, 4 * 14 * 14)
+    assert load_spec(None, ["precision=fp64"]).precision.dtype.param_dtype == "float64"
 
 
 def test_preset_and_layers_are_exclusive():
