@@ -325,8 +325,6 @@ class Trajectory:
     """The per-step bound: factor * max(noise, abs_floor), or the fixed tolerance."""
     covered: np.ndarray
     """True where the bound comes from the noise model."""
-    reference: np.ndarray | None = None
-    """|loss_ref_a - loss_ref_b| at each step (the semantic check's series)."""
 
 
 def _distance(run: RunRecord, ref: RunRecord, steps: list[int]) -> np.ndarray:
@@ -354,10 +352,7 @@ def trajectory(a: RunRecord, b: RunRecord, ref: Reference | None, tol: Tolerance
                                     R.running_max(db[covered]))
     base = np.maximum(np.nan_to_num(noise, nan=0.0), tol.traj_abs_floor)
     allowed = np.where(covered, tol.factor * base, tol.traj_fixed)
-    rmap_a, rmap_b = R.step_map(ref.a, "loss"), R.step_map(ref.b, "loss")
-    reference = np.array([abs(rmap_a[x] - rmap_b[x]) if x in rmap_a and x in rmap_b else math.nan
-                          for x in s], dtype=np.float64)
-    return Trajectory(steps, cross, da, db, noise, allowed, covered, reference)
+    return Trajectory(steps, cross, da, db, noise, allowed, covered)
 
 
 def check_trajectory(a: RunRecord, b: RunRecord, ref: Reference | None = None,
@@ -383,8 +378,7 @@ def check_trajectory(a: RunRecord, b: RunRecord, ref: Reference | None = None,
                   f"({span}); max |loss diff| {_fmt(value)}{first_note}")
         return Check("trajectory", value, tol.traj_fixed, first is None, detail, unit="abs",
                      first_step=first, group=NUMERICS)
-    base = t.allowed / tol.factor
-    ratio = np.where(t.covered, cross / base, cross / t.allowed * tol.factor)
+    ratio = cross / t.allowed * tol.factor  # <= factor exactly where the step passes
     worst = int(np.argmax(ratio))
     n_cov = int(t.covered.sum())
     la, lb = R.labels(a, b)
