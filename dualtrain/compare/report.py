@@ -60,13 +60,19 @@ def compare_records(a: RunRecord, b: RunRecord, reference: Reference | None = No
                       list(notes or []))
 
 
-def _check_reference_precision(ref_dir: Path, rec: RunRecord) -> None:
+def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:
+    """A reference run is ``of``'s spec in fp64: anything else would make it no yardstick."""
     from dualtrain.compare.tolerances import precision_of
     from dualtrain.errors import UserError
 
     if precision_of(rec.spec) != "fp64":
         raise UserError(f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "
                         f"with {precision_of(rec.spec)}")
+    other = [k for k, _, _ in R.spec_differences(of.spec, rec.spec)
+             if not R.is_cosmetic(k) and not k.startswith("precision.")]
+    if other:
+        raise UserError(f"a reference run must be the compared run's spec in fp64; {ref_dir} differs in "
+                        f"{', '.join(other[:5])}. Received: {str(ref_dir)!r}")
 
 
 def compare_dirs(run_a: str | Path, run_b: str | Path,
@@ -78,8 +84,8 @@ def compare_dirs(run_a: str | Path, run_b: str | Path,
     ref = None
     if reference is not None:
         ref = Reference(read_run(reference[0]), read_run(reference[1]))
-        for d, rec in zip(reference, (ref.a, ref.b)):
-            _check_reference_precision(Path(d), rec)
+        for d, rec, of in zip(reference, (ref.a, ref.b), (a, b)):
+            _check_reference(Path(d), rec, of)
     return compare_records(a, b, ref, notes)
 
 
@@ -315,7 +321,7 @@ def _tolerance_rows() -> list[tuple[str, ...]]:
             continue
         rows.append((name, f"{t.factor:g} x max(dist, {t.traj_abs_floor:g})", f"{t.traj_fixed:g}",
                      f"{t.factor:g} x max(dist, {t.weights_floor:g})", f"{t.weights_fixed:g}",
-                     f"{t.eval_pp:g} pp"))
+                     f"max({t.eval_pp:g} pp, {t.factor:g} x dist)"))
     return rows
 
 

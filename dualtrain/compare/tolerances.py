@@ -54,7 +54,9 @@ class Tolerance:
     factor: float = 10.0
     """The cross-backend difference may be this many times the noise model (trajectory, weights)."""
     eval_pp: float = 0.3
-    """Test-accuracy difference in percentage points (final and at every eval step)."""
+    """Test-accuracy difference in percentage points (final and at every eval step): the floor under
+    ``factor`` x the larger backend's accuracy distance to its fp64 run, or the bound itself without
+    a reference."""
     lr_rel: float = 1e-12
     """Relative per-step learning-rate difference (both sides compute it with the same Python code)."""
 

@@ -57,7 +57,8 @@ def test_report_files(pair, tmp_path):
 def test_html_is_self_contained(bad_pair, tmp_path):
     a, b = bad_pair
     ra = make_run(tmp_path / "ra", spec=fp64_spec())
-    rb = make_run(tmp_path / "rb", backend="tf", spec=fp64_spec(), loss=noisy(1e-15, 3))
+    rb = make_run(tmp_path / "rb", backend="tf", spec=fp64_spec(**{"optimizer.lr": 0.1}),
+                  loss=noisy(1e-15, 3))
     page = write_report(compare_dirs(a, b, (ra, rb)), tmp_path / "rep")["html"].read_text()
     # loss, reference pair, per-step difference, accuracy, loss scale, throughput
     assert page.count("data:image/png;base64,") == 6
