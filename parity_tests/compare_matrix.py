@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(f"| {name} | {world} | {strategy} | {p} | {verdict} | "
                                 f"{c['reference_loss'].value:.1e} / {c['reference_weights'].value:.1e} | "
                                 f"{c['trajectory'].value:.2f}x | {c['final_weights'].value:.2f}x | "
-                                f"{c['eval'].value:.2f} pp |")
+                                f"{c['eval'].value:.2f} pp (<= {c['eval'].tolerance:.2g}) |")
                     print(rows[-1], flush=True)
     text = "\n".join(rows) + f"\n\n({time.perf_counter() - t0:.0f} s, runs in {base})\n"
     (base / "compare_matrix.md").write_text(text)
