@@ -59,7 +59,7 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
             fan_in = c * k * k
             params = ((f"{i}.weight", (layer.filters, c, k, k)), (f"{i}.bias", (layer.filters,)))
             new = (layer.filters, oh, ow)
-        elif t is LayerType.MAXPOOL2D:
+        elif t in (LayerType.MAXPOOL2D, LayerType.AVGPOOL2D):
             if len(shape) != 3:
                 raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
             c, h, w = shape
@@ -68,12 +68,16 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
             if oh < 1 or ow < 1:
                 raise UserError(f"{where}: pool {p} does not fit the input. Received: input shape {shape}")
             new = (c, oh, ow)
+        elif t is LayerType.GLOBAL_AVGPOOL:
+            if len(shape) != 3:
+                raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
+            new = (shape[0],)
         elif t is LayerType.FLATTEN:
             n = 1
             for d in shape:
                 n *= d
             new = (n,)
-        else:  # relu
+        else:  # element-wise activations
             new = shape
         out.append(ResolvedLayer(i, layer, shape, new, params, fan_in))
         shape = new

@@ -133,7 +133,7 @@ class TrainLoop:
                 step += 1
                 self._maybe_exit(step)
                 count = int(sum(len(i) for i in ids))
-                lr = lr_at(spec.optimizer, step - 1, self.total_steps)
+                lr = lr_at(spec.optimizer, step - 1, self.total_steps, plan.steps_per_epoch)
                 local = [ids[r] for r in self.engine.local_replicas]
                 poison = [(step, r) in self._poison for r in self.engine.local_replicas]
                 out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,

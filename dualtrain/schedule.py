@@ -2,18 +2,23 @@
 
 ``step`` is the 0-based index of the training step (iteration), counted whether or not loss scaling
 skipped the update, so the lr sequence depends only on the spec and never on a framework's optimizer
-counter (Keras counts only applied updates; see docs/parity.md).
+counter (Keras counts only applied updates; see docs/parity.md). With ``schedule.interval: epoch`` the
+same formulas run on the epoch index (``step // steps_per_epoch``) and the number of epochs: the lr is
+constant within an epoch, as with a torch scheduler stepped after each epoch
+(pytorch/examples mnist: ``StepLR(step_size=1, gamma=0.7)``).
 """
 
 from __future__ import annotations
 
 import math
 
-from dualtrain.spec import OptimizerSpec, ScheduleName
+from dualtrain.spec import OptimizerSpec, ScheduleInterval, ScheduleName
 
 
-def lr_at(opt: OptimizerSpec, step: int, total_steps: int) -> float:
+def lr_at(opt: OptimizerSpec, step: int, total_steps: int, steps_per_epoch: int = 1) -> float:
     s = opt.schedule
+    if s.interval is ScheduleInterval.EPOCH:
+        step, total_steps = step // steps_per_epoch, -(-total_steps // steps_per_epoch)
     if s.name is ScheduleName.CONSTANT:
         lr = opt.lr
     elif s.name is ScheduleName.STEP:

@@ -67,12 +67,21 @@ class OptimizerName(StrEnum):
     SGD = "sgd"
     ADAM = "adam"
     ADAMW = "adamw"
+    ADADELTA = "adadelta"
+    RMSPROP = "rmsprop"
 
 
 class ScheduleName(StrEnum):
     CONSTANT = "constant"
     STEP = "step"
     COSINE = "cosine"
+
+
+class ScheduleInterval(StrEnum):
+    #: the lr changes every optimizer step (the default)
+    STEP = "step"
+    #: the lr changes once per epoch, as a torch scheduler stepped after each epoch
+    EPOCH = "epoch"
 
 
 class Device(StrEnum):
@@ -89,8 +98,13 @@ class LayerType(StrEnum):
     DENSE = "dense"
     CONV2D = "conv2d"
     MAXPOOL2D = "maxpool2d"
+    AVGPOOL2D = "avgpool2d"
+    GLOBAL_AVGPOOL = "global_avgpool"
     FLATTEN = "flatten"
     RELU = "relu"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    GELU = "gelu"
 
 
 class Padding(StrEnum):
@@ -145,7 +159,8 @@ class DataSpec:
 @dataclass(**_SPEC)
 class LayerSpec:
     type: LayerType
-    """One of dense, conv2d, maxpool2d, flatten, relu."""
+    """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid, gelu
+    (exact erf form)."""
     units: int | None = None
     """dense: output features."""
     filters: int | None = None
@@ -153,9 +168,9 @@ class LayerSpec:
     kernel_size: int | None = None
     """conv2d: square kernel size."""
     pool_size: int | None = None
-    """maxpool2d: square window (stride defaults to the window)."""
+    """maxpool2d, avgpool2d: square window (stride defaults to the window)."""
     stride: int | None = None
-    """conv2d (default 1) and maxpool2d (default pool_size)."""
+    """conv2d (default 1), maxpool2d and avgpool2d (default pool_size)."""
     padding: Padding | int = Padding.VALID
     """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
     P zeros on every side (torch's ``padding=P``), with any stride."""
@@ -166,9 +181,8 @@ class LayerSpec:
             LayerType.DENSE: {"units"},
             LayerType.CONV2D: {"filters", "kernel_size", "stride", "padding"},
             LayerType.MAXPOOL2D: {"pool_size", "stride"},
-            LayerType.FLATTEN: set(),
-            LayerType.RELU: set(),
-        }[t]
+            LayerType.AVGPOOL2D: {"pool_size", "stride"},
+        }.get(t, set())
         for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
             v = getattr(self, name)
             if v is not None and name not in allowed:
@@ -181,7 +195,7 @@ class LayerSpec:
             _check(self.padding >= 0, f"layer {t.value}.padding", "must be >= 0, valid or same",
                    self.padding)
         required = {LayerType.DENSE: ("units",), LayerType.CONV2D: ("filters", "kernel_size"),
-                    LayerType.MAXPOOL2D: ("pool_size",)}.get(t, ())
+                    LayerType.MAXPOOL2D: ("pool_size",), LayerType.AVGPOOL2D: ("pool_size",)}.get(t, ())
         for name in required:
             if getattr(self, name) is None:
                 raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
@@ -250,6 +264,9 @@ class ScheduleSpec:
     """cosine: final learning rate."""
     warmup_steps: int = 0
     """Linear warmup from lr/warmup_steps to lr over this many steps."""
+    interval: ScheduleInterval = ScheduleInterval.STEP
+    """step: the lr changes every optimizer step; epoch: once per epoch (step_size and warmup_steps
+    then count epochs), as torch's StepLR/CosineAnnealingLR stepped after each epoch."""
 
     def __post_init__(self) -> None:
         _check(self.step_size >= 1, "optimizer.schedule.step_size", "must be >= 1", self.step_size)
@@ -261,19 +278,28 @@ class ScheduleSpec:
 @dataclass(**_SPEC)
 class OptimizerSpec:
     name: OptimizerName = OptimizerName.SGD
-    """sgd, adam or adamw (torch.optim semantics in both backends; see docs/parity.md)."""
+    """sgd, adam, adamw, adadelta or rmsprop (torch.optim semantics in both backends; see
+    docs/parity.md)."""
     lr: float = 0.05
     """Peak learning rate."""
     momentum: float = 0.0
-    """sgd: momentum (torch form: buf = m*buf + g; p -= lr*buf)."""
+    """sgd and rmsprop: momentum (torch form: buf = m*buf + g; p -= lr*buf); other optimizers
+    ignore it."""
     nesterov: bool = False
     """sgd: Nesterov momentum (needs momentum > 0)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """adam/adamw: (beta1, beta2)."""
-    eps: float = 1e-8
-    """adam/adamw: added to sqrt(v_hat) (torch placement)."""
+    eps: float | None = None
+    """adam/adamw: added to sqrt(v_hat); rmsprop: to sqrt(square_avg); adadelta: inside both square
+    roots (torch placements). null: torch's default (1e-8; adadelta 1e-6)."""
+    rho: float = 0.9
+    """adadelta: decay of the squared-gradient and squared-update averages."""
+    alpha: float = 0.99
+    """rmsprop: decay of the squared-gradient average."""
+    centered: bool = False
+    """rmsprop: divide by the centered second moment (square_avg - grad_avg**2)."""
     weight_decay: float = 0.0
-    """sgd/adam: L2 added to the gradient; adamw: decoupled (p *= 1 - lr*wd)."""
+    """sgd/adam/adadelta/rmsprop: L2 added to the gradient; adamw: decoupled (p *= 1 - lr*wd)."""
     clip_grad_norm: float | None = None
     """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null: off."""
     schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
@@ -285,7 +311,15 @@ class OptimizerSpec:
             _check(self.momentum > 0, "optimizer.nesterov", "needs momentum > 0", self.momentum)
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optimizer.betas",
                "must be two numbers in [0, 1)", list(self.betas))
+        if self.eps is None:  # torch's default for this optimizer, written into the resolved spec
+            object.__setattr__(self, "eps", 1e-6 if self.name is OptimizerName.ADADELTA else 1e-8)
         _check(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
+        _check(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
+        _check(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
+        if self.centered and self.name is not OptimizerName.RMSPROP:
+            raise UserError(f"optimizer.centered is for rmsprop. Received: centered=true with "
+                            f"{self.name.value}")
+
         _check(self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", self.weight_decay)
         if self.clip_grad_norm is not None:
             _check(self.clip_grad_norm > 0, "optimizer.clip_grad_norm", "must be > 0 or null",

@@ -102,11 +102,17 @@ class TFEngine:
             # The underlying tf.Variables (MirroredVariables under the strategy).
             self.params = [v.value for _, v in self.named]
             zeros = lambda p: tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False)  # noqa: E731
-            name = self.opt.name
-            self.buf = [zeros(p) for p in self.params] if (
-                name is OptimizerName.SGD and self.opt.momentum) else []
-            self.m = [zeros(p) for p in self.params] if name is not OptimizerName.SGD else []
-            self.v = [zeros(p) for p in self.params] if name is not OptimizerName.SGD else []
+            name, o = self.opt.name, self.opt
+            slots = lambda need: [zeros(p) for p in self.params] if need else []  # noqa: E731
+            # torch.optim's state, per optimizer: momentum buffer (sgd, rmsprop), Adam's m and v,
+            # the squared-gradient average (adadelta, rmsprop), adadelta's squared-update average,
+            # rmsprop's gradient average (centered).
+            self.buf = slots(o.momentum and name in (OptimizerName.SGD, OptimizerName.RMSPROP))
+            adam = name in (OptimizerName.ADAM, OptimizerName.ADAMW)
+            self.m, self.v = slots(adam), slots(adam)
+            self.square_avg = slots(name in (OptimizerName.ADADELTA, OptimizerName.RMSPROP))
+            self.acc_delta = slots(name is OptimizerName.ADADELTA)
+            self.grad_avg = slots(name is OptimizerName.RMSPROP and o.centered)
             # Applied (not skipped) updates: momentum-buffer creation and Adam bias correction.
             self.applied = tf.Variable(0, dtype=tf.int64, trainable=False)
             self.scale = tf.Variable(ls.init if self.fp16 else 1.0, dtype=tf.float32, trainable=False)
@@ -219,6 +225,10 @@ class TFEngine:
                     buf.assign(new_buf)
                     grad = _fma(grad, o.momentum, new_buf) if o.nesterov else new_buf
                 return p.assign(_fma(p, -lr, grad))  # torch: param.add_(grad, alpha=-lr)
+            if o.name is OptimizerName.ADADELTA:
+                return self._adadelta(p, grad, lr, k)
+            if o.name is OptimizerName.RMSPROP:
+                return self._rmsprop(p, grad, lr, k)
             if o.name is OptimizerName.ADAMW and o.weight_decay:
                 # torch: param.mul_(1 - lr * wd), the factor computed in double, then rounded
                 p.assign(p * tf.cast(1.0 - lr * o.weight_decay, p.dtype))
@@ -240,6 +250,44 @@ class TFEngine:
         if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
             return tf.group(update())
         return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
+
+    def _adadelta(self, p, grad, lr, k: int):
+        """torch.optim.Adadelta (_single_tensor_adadelta), op for op."""
+        o = self.opt
+        if o.weight_decay:
+            grad = _fma(grad, o.weight_decay, p)  # grad.add(param, alpha=wd)
+        sq, acc = self.square_avg[k], self.acc_delta[k]
+        sq_new = sq * o.rho + (1.0 - o.rho) * grad * grad  # square_avg.mul_(rho).addcmul_(g, g, 1-rho)
+        std = tf.sqrt(sq_new + o.eps)  # square_avg.add(eps).sqrt_()
+        delta = tf.sqrt(acc + o.eps) / std * grad  # acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+        acc_new = acc * o.rho + (1.0 - o.rho) * delta * delta
+        return tf.group(sq.assign(sq_new), acc.assign(acc_new),
+                        p.assign(_fma(p, -lr, delta)))  # param.add_(delta, alpha=-lr)
+
+    def _rmsprop(self, p, grad, lr, k: int):
+        """torch.optim.RMSprop (_single_tensor_rmsprop), op for op."""
+        o = self.opt
+        if o.weight_decay:
+            grad = _fma(grad, o.weight_decay, p)
+        sq = self.square_avg[k]
+        sq_new = sq * o.alpha + (1.0 - o.alpha) * grad * grad  # mul_(alpha).addcmul_(g, g, 1-alpha)
+        ops = [sq.assign(sq_new)]
+        if o.centered:
+            ga = self.grad_avg[k]
+            w = 1.0 - o.alpha  # grad_avg.lerp_(grad, w): torch's two lerp forms, by weight
+            ga_new = ga + w * (grad - ga) if w < 0.5 else grad - (grad - ga) * (1.0 - w)
+            ops.append(ga.assign(ga_new))
+            avg = tf.sqrt(sq_new - ga_new * ga_new)  # square_avg.addcmul(ga, ga, value=-1).sqrt_()
+        else:
+            avg = tf.sqrt(sq_new)
+        avg = avg + o.eps
+        if o.momentum:
+            buf = self.buf[k]
+            buf_new = buf * o.momentum + grad / avg  # buf.mul_(momentum).addcdiv_(grad, avg)
+            ops += [buf.assign(buf_new), p.assign(_fma(p, -lr, buf_new))]
+        else:
+            ops.append(p.assign(_fma(p, -lr, grad / avg)))  # param.addcdiv_(grad, avg, value=-lr)
+        return tf.group(ops)
 
     def _bookkeeping(self, applied, ok):
         """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""

@@ -36,12 +36,19 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
         elif s.type is LayerType.MAXPOOL2D:
             layer = keras.layers.MaxPooling2D(s.pool_size, strides=s.stride or s.pool_size,
                                               padding="valid", name=name, dtype=policy)
+        elif s.type is LayerType.AVGPOOL2D:
+            layer = keras.layers.AveragePooling2D(s.pool_size, strides=s.stride or s.pool_size,
+                                                  padding="valid", name=name, dtype=policy)
+        elif s.type is LayerType.GLOBAL_AVGPOOL:  # NHWC -> (N, C): the same channel order as torch's
+            layer = keras.layers.GlobalAveragePooling2D(name=name, dtype=policy)
         elif s.type is LayerType.FLATTEN:
             if r.index in reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
                 x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=policy)(x)
             layer = keras.layers.Flatten(name=name, dtype=policy)
-        else:
+        elif s.type is LayerType.RELU:
             layer = keras.layers.ReLU(name=name, dtype=policy)
+        else:
+            layer = keras.layers.Activation(ACTIVATIONS[s.type], name=name, dtype=policy)
         x = layer(x)
         if r.params:
             owners.append((r, layer))
@@ -51,6 +58,18 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
         (w_name, _), (b_name, _) = r.params
         named += [(w_name, layer.kernel), (b_name, layer.bias)]
     return model, named
+
+
+def _gelu(x):
+    """The exact erf form, written as torch's CPU kernel computes it: x * 0.5 * (1 + erf(x * sqrt(1/2))),
+    the constant in the compute dtype. Not keras/tf.nn.gelu(approximate=False): in float64 it is only
+    float32-accurate (5e-9 absolute error against erfc, torch's 9e-16), which the fp64 reference pair
+    reports as 6e-12 apart at step 1 (docs/parity.md §5)."""
+    half_sqrt = keras.ops.convert_to_tensor(0.7071067811865476, dtype=x.dtype)
+    return x * 0.5 * (1.0 + keras.ops.erf(x * half_sqrt))
+
+
+ACTIVATIONS = {LayerType.TANH: "tanh", LayerType.SIGMOID: "sigmoid", LayerType.GELU: _gelu}
 
 
 def conv2d(x, s, name: str, policy: str):

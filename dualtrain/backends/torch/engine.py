@@ -109,6 +109,12 @@ def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.
     if o.name is OptimizerName.SGD:
         return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
                                weight_decay=o.weight_decay)
+    if o.name is OptimizerName.ADADELTA:
+        return torch.optim.Adadelta(params, lr=o.lr, rho=o.rho, eps=o.eps, weight_decay=o.weight_decay)
+    if o.name is OptimizerName.RMSPROP:
+        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, eps=o.eps,
+                                   weight_decay=o.weight_decay, momentum=o.momentum,
+                                   centered=o.centered)
     cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
     return cls(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
 

@@ -15,6 +15,18 @@ from dualtrain.spec import LayerType, ModelSpec, Padding
 from dualtrain.weights import Weights
 
 
+class GlobalAvgPool(nn.Module):
+    """(N, C, H, W) -> (N, C): the mean over H and W (Keras's GlobalAveragePooling2D)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
+#: gelu is the exact erf form (nn.GELU's default, approximate="none"), as Keras's gelu by default.
+ACTIVATIONS = {LayerType.RELU: nn.ReLU, LayerType.TANH: nn.Tanh, LayerType.SIGMOID: nn.Sigmoid,
+               LayerType.GELU: nn.GELU}
+
+
 def build_model(spec: ModelSpec) -> nn.Sequential:
     layers: list[nn.Module] = []
     for r in resolve(spec):
@@ -30,8 +42,12 @@ def build_model(spec: ModelSpec) -> nn.Sequential:
                                     padding=padding))
         elif t is LayerType.MAXPOOL2D:
             layers.append(nn.MaxPool2d(s.pool_size, stride=s.stride or s.pool_size))
-        elif t is LayerType.RELU:
-            layers.append(nn.ReLU())
+        elif t is LayerType.AVGPOOL2D:
+            layers.append(nn.AvgPool2d(s.pool_size, stride=s.stride or s.pool_size))
+        elif t is LayerType.GLOBAL_AVGPOOL:
+            layers.append(GlobalAvgPool())
+        elif t in ACTIVATIONS:
+            layers.append(ACTIVATIONS[t]())
         else:  # pragma: no cover - the spec enum is closed
             raise ValueError(f"unsupported layer type {t!r}")
     model = nn.Sequential(*layers)

@@ -1,0 +1,54 @@
+"""New layers and optimizers mean the same thing on both backends: the fp64 reference pair of a model
+with every new layer (avgpool2d, global_avgpool, tanh, sigmoid, gelu in the exact erf form) and of
+adadelta / rmsprop (torch.optim in the torch backend, the same formulas written out in the TF one)
+agrees to the REFERENCE bounds, with uneven shards, mirrored and multi_worker."""
+
+import pytest
+
+from dualtrain.compare import compare_records
+from dualtrain.record import read_run
+
+from .test_reference import assert_reference
+
+DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2")
+LAYERS = ("model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: tanh}, "
+          "{type: avgpool2d, pool_size: 2}, {type: conv2d, filters: 16, kernel_size: 3}, {type: gelu}, "
+          "{type: global_avgpool}, {type: dense, units: 32}, {type: sigmoid}, {type: dense, units: 10}]",
+          "optimizer.name=adam", "optimizer.lr=0.01")
+CASES = {
+    "layers-w3-multi_worker": (*LAYERS, "distribution.world_size=3", "tf.strategy=multi_worker"),
+    # pytorch/examples mnist: Adadelta lr 1.0, StepLR(step_size=1, gamma=0.7) stepped per epoch
+    "adadelta-steplr-per-epoch": ("optimizer.name=adadelta", "optimizer.lr=1.0",
+                                  "optimizer.schedule.name=step", "optimizer.schedule.step_size=1",
+                                  "optimizer.schedule.gamma=0.7", "optimizer.schedule.interval=epoch",
+                                  "optimizer.weight_decay=0.001", "distribution.world_size=2"),
+    "rmsprop-centered-momentum-w3": ("optimizer.name=rmsprop", "optimizer.lr=0.001",
+                                     "optimizer.momentum=0.9", "optimizer.centered=true",
+                                     "optimizer.weight_decay=0.0001", "distribution.world_size=3"),
+    "rmsprop-plain-w1": ("optimizer.name=rmsprop", "optimizer.lr=0.001", "optimizer.momentum=0.0",
+                         "distribution.world_size=1"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_reference_pair_agrees(runs, case):
+    ref = runs.reference(*DATA, *CASES[case])
+    assert_reference(ref)
+    losses = [r["loss"] for r in ref.a.train]
+    assert losses[-1] < losses[0], losses  # it trains (16 steps: only a little for some)
+
+
+def test_epoch_schedule_changes_the_lr_once_per_epoch(runs):
+    rec = runs.reference(*DATA, *CASES["adadelta-steplr-per-epoch"]).a
+    lrs = {}
+    for r in rec.train:
+        lrs.setdefault(r["epoch"], set()).add(r["lr"])
+    assert lrs == {1: {1.0}, 2: {0.7}}
+
+
+def test_fp32_pair_passes_compare_against_its_reference(runs):
+    overrides = (*DATA, *CASES["layers-w3-multi_worker"])
+    a = read_run(runs("torch", *overrides))
+    b = read_run(runs("tf", *overrides))
+    cmp = compare_records(a, b, runs.reference(*overrides))
+    assert cmp.passed, cmp.diagnosis.summary()
