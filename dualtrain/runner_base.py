@@ -55,8 +55,9 @@ class Engine(Protocol):
     """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
 
     def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False) -> StepOut:
-        """One step. ``ids``: sample ids per local replica. The loss each replica differentiates is
+                   poison: list[bool], capture_grads: bool = False, step: int = 0) -> StepOut:
+        """One step (``step``: the 1-based global step, which dropout masks hash). ``ids``: sample ids
+        per local replica. The loss each replica differentiates is
         ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set local
         replica i's gradient to inf before the all-reduce (fault injection). ``capture_grads``: return
         the all-reduced gradient in StepOut.grads (the chief's copy is saved)."""
@@ -137,7 +138,7 @@ class TrainLoop:
                 local = [ids[r] for r in self.engine.local_replicas]
                 poison = [(step, r) in self._poison for r in self.engine.local_replicas]
                 out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,
-                                             capture_grads=step in self._dump)
+                                             capture_grads=step in self._dump, step=step)
                 if out.grads is not None and self.writer is not None:
                     save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
                 self._window.append((step, epoch + 1, lr, out, count))

@@ -105,6 +105,7 @@ class LayerType(StrEnum):
     TANH = "tanh"
     SIGMOID = "sigmoid"
     GELU = "gelu"
+    DROPOUT = "dropout"
 
 
 class Padding(StrEnum):
@@ -160,7 +161,7 @@ class DataSpec:
 class LayerSpec:
     type: LayerType
     """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid, gelu
-    (exact erf form)."""
+    (exact erf form), dropout."""
     units: int | None = None
     """dense: output features."""
     filters: int | None = None
@@ -171,6 +172,9 @@ class LayerSpec:
     """maxpool2d, avgpool2d: square window (stride defaults to the window)."""
     stride: int | None = None
     """conv2d (default 1), maxpool2d and avgpool2d (default pool_size)."""
+    rate: float | None = None
+    """dropout: the drop probability p in [0, 1) (inverted scaling by 1/(1-p), off in evaluation; the
+    mask is a hash of seed, step, sample id, layer and element: dualtrain/dropout.py)."""
     padding: Padding | int = Padding.VALID
     """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
     P zeros on every side (torch's ``padding=P``), with any stride."""
@@ -182,7 +186,12 @@ class LayerSpec:
             LayerType.CONV2D: {"filters", "kernel_size", "stride", "padding"},
             LayerType.MAXPOOL2D: {"pool_size", "stride"},
             LayerType.AVGPOOL2D: {"pool_size", "stride"},
+            LayerType.DROPOUT: {"rate"},
         }.get(t, set())
+        if self.rate is not None:
+            if "rate" not in allowed:
+                raise UserError(f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}")
+            _check(0.0 <= self.rate < 1.0, "layer dropout.rate", "must be in [0, 1)", self.rate)
         for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
             v = getattr(self, name)
             if v is not None and name not in allowed:
@@ -195,7 +204,8 @@ class LayerSpec:
             _check(self.padding >= 0, f"layer {t.value}.padding", "must be >= 0, valid or same",
                    self.padding)
         required = {LayerType.DENSE: ("units",), LayerType.CONV2D: ("filters", "kernel_size"),
-                    LayerType.MAXPOOL2D: ("pool_size",), LayerType.AVGPOOL2D: ("pool_size",)}.get(t, ())
+                    LayerType.MAXPOOL2D: ("pool_size",), LayerType.AVGPOOL2D: ("pool_size",),
+                    LayerType.DROPOUT: ("rate",)}.get(t, ())
         for name in required:
             if getattr(self, name) is None:
                 raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")

@@ -153,12 +153,12 @@ def _mean_of_means(size: float) -> None:
     cls = _engine()
     step = cls._replica_step
 
-    def mutated(self, ids_flat, offsets, poison, global_count, capture):
+    def mutated(self, ids_flat, offsets, poison, global_count, *rest):
         # Each replica differentiates its local mean / R, as DDP with a mean loss and Keras do.
         i = self._local_index()
         local = tf.cast(offsets[i + 1] - offsets[i], tf.float32)
         replicas = float(self.strategy.num_replicas_in_sync)
-        return step(self, ids_flat, offsets, poison, tf.maximum(local, 1.0) * replicas, capture)
+        return step(self, ids_flat, offsets, poison, tf.maximum(local, 1.0) * replicas, *rest)
 
     cls._replica_step = mutated
 

@@ -1,11 +1,13 @@
 """New layers and optimizers mean the same thing on both backends: the fp64 reference pair of a model
-with every new layer (avgpool2d, global_avgpool, tanh, sigmoid, gelu in the exact erf form) and of
-adadelta / rmsprop (torch.optim in the torch backend, the same formulas written out in the TF one)
-agrees to the REFERENCE bounds, with uneven shards, mirrored and multi_worker."""
+with every new layer (avgpool2d, global_avgpool, tanh, sigmoid, gelu in the exact erf form, dropout
+with hashed masks) and of adadelta / rmsprop (torch.optim in the torch backend, the same formulas
+written out in the TF one) agrees to the REFERENCE bounds, with uneven shards, mirrored and
+multi_worker. Dropout masks that differed anywhere would put the pair O(1e-2) apart."""
 
 import pytest
 
 from dualtrain.compare import compare_records
+from dualtrain.compare.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.record import read_run
 
 from .test_reference import assert_reference
@@ -27,6 +29,14 @@ CASES = {
                                      "optimizer.weight_decay=0.0001", "distribution.world_size=3"),
     "rmsprop-plain-w1": ("optimizer.name=rmsprop", "optimizer.lr=0.001", "optimizer.momentum=0.0",
                          "distribution.world_size=1"),
+    "dropout-mlp-w3-multi_worker": ("model.preset=null", "model.layers=[{type: flatten}, {type: dropout, "
+                                    "rate: 0.2}, {type: dense, units: 128}, {type: relu}, {type: dropout, "
+                                    "rate: 0.5}, {type: dense, units: 10}]", "optimizer.lr=0.05",
+                                    "distribution.world_size=3", "tf.strategy=multi_worker"),
+    "dropout-cnn-w2": ("model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, "
+                       "{type: relu}, {type: dropout, rate: 0.25}, {type: maxpool2d, pool_size: 2}, "
+                       "{type: flatten}, {type: dropout, rate: 0.5}, {type: dense, units: 10}]",
+                       "optimizer.lr=0.05", "distribution.world_size=2"),
 }
 
 
@@ -46,9 +56,21 @@ def test_epoch_schedule_changes_the_lr_once_per_epoch(runs):
     assert lrs == {1: {1.0}, 2: {0.7}}
 
 
-def test_fp32_pair_passes_compare_against_its_reference(runs):
-    overrides = (*DATA, *CASES["layers-w3-multi_worker"])
+@pytest.mark.parametrize("case", ["layers-w3-multi_worker", "dropout-cnn-w2"])
+def test_fp32_pair_passes_compare_against_its_reference(runs, case):
+    overrides = (*DATA, *CASES[case])
     a = read_run(runs("torch", *overrides))
     b = read_run(runs("tf", *overrides))
     cmp = compare_records(a, b, runs.reference(*overrides))
     assert cmp.passed, cmp.diagnosis.summary()
+
+
+def test_dropout_masks_do_not_depend_on_the_world_size(runs):
+    # The same spec on 1 and on 3 torch ranks: each sample keeps its mask wherever it is fed, so the
+    # two fp64 runs agree to rounding (a per-replica mask would part them at step 1).
+    overrides = (*DATA, *CASES["dropout-mlp-w3-multi_worker"][:-2], "precision.dtype=fp64")
+    one = read_run(runs("torch", *overrides, "distribution.world_size=1"))
+    three = read_run(runs("torch", *overrides, "distribution.world_size=3"))
+    for check in (check_reference_loss(Reference(one, three)),
+                  check_reference_weights(Reference(one, three))):
+        assert check.passed, check.detail

@@ -37,7 +37,7 @@ from dualtrain.runner_base import StepOut
 from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
 from dualtrain.weights import Weights
 
-from .model import build_model, export_canonical, load_canonical, to_canonical, to_nhwc
+from .model import build_model, export_canonical, has_dropout, load_canonical, to_canonical, to_nhwc
 from .precision import policy_name
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -97,7 +97,9 @@ class TFEngine:
             self.test_y = tf.constant(data.test_y.astype(np.int32))
 
         with strategy.scope():
-            self.model, self.named = build_model(spec.model, policy_name(spec.precision.dtype))
+            self.model, self.named = build_model(spec.model, policy_name(spec.precision.dtype),
+                                                 seed=spec.seed)
+            self._dropout = has_dropout(spec.model)
             load_canonical(self.named, init_weights)
             # The underlying tf.Variables (MirroredVariables under the strategy).
             self.params = [v.value for _, v in self.named]
@@ -124,7 +126,8 @@ class TFEngine:
                     tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
                     tf.TensorSpec([self.n_local], tf.bool, name="poison"),
                     tf.TensorSpec([], tf.float32, name="global_count"),
-                    tf.TensorSpec([], tf.float64, name="lr")]
+                    tf.TensorSpec([], tf.float64, name="lr"),
+                    tf.TensorSpec([], tf.int64, name="step")]
         self._step_fn = tf.function(lambda *a: self._step(*a, capture=False), input_signature=step_sig,
                                     jit_compile=False, autograph=False)
         self._step_capture_fn = tf.function(lambda *a: self._step(*a, capture=True),
@@ -148,7 +151,14 @@ class TFEngine:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         return tf.cast(rid, tf.int32) - self.first_replica
 
-    def _replica_step(self, ids_flat, offsets, poison, global_count, capture: bool):
+    def _forward(self, x, ids, step, training: bool):
+        """The model's logits; a model with dropout also gets each sample's id and the step."""
+        if not self._dropout:
+            return self.model(x, training=training)
+        ids = tf.cast(ids, tf.int64)
+        return self.model([x, ids, tf.fill(tf.shape(ids), step)], training=training)
+
+    def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
         ctx = tf.distribute.get_replica_context()
         i = self._local_index()
         with tf.device(self.host):
@@ -158,7 +168,7 @@ class TFEngine:
         scale = self.scale.read_value()
 
         def forward():
-            logits = tf.cast(self.model(x, training=True), self.dtype)
+            logits = tf.cast(self._forward(x, ids, step, True), self.dtype)
             per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
             return tf.reduce_sum(per_sample)
 
@@ -196,10 +206,10 @@ class TFEngine:
             grads = [g * coef for g in grads]
         return grads, loss_sum, ids, norm, finite, captured
 
-    def _step(self, ids_flat, offsets, poison, global_count, lr, *, capture: bool):
+    def _step(self, ids_flat, offsets, poison, global_count, lr, step, *, capture: bool):
         s = self.strategy
         grads, loss_sum, ids, norm, finite, captured = s.run(
-            self._replica_step, args=(ids_flat, offsets, poison, global_count, capture))
+            self._replica_step, args=(ids_flat, offsets, poison, global_count, step, capture))
         apply = finite  # always True outside fp16 (_replica_step)
         for k, p in enumerate(self.params):
             s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
@@ -303,7 +313,7 @@ class TFEngine:
         return tf.group(ops)
 
     def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False) -> StepOut:
+                   poison: list[bool], capture_grads: bool = False, step: int = 0) -> StepOut:
         if len(ids) != self.n_local or len(poison) != self.n_local:
             raise ValueError(f"expected ids and poison for {self.n_local} local replicas")
         sizes = [len(a) for a in ids]
@@ -313,7 +323,8 @@ class TFEngine:
         scale = float(self.scale.numpy()) if self.fp16 else 1.0
         fn = self._step_capture_cf if capture_grads else self._step_cf
         out = fn(tf.constant(flat), tf.constant(offsets), tf.constant(np.asarray(poison, bool)),
-                 tf.constant(global_count, tf.float32), tf.constant(lr, tf.float64))
+                 tf.constant(global_count, tf.float32), tf.constant(lr, tf.float64),
+                 tf.constant(step, tf.int64))
         local = self.strategy.experimental_local_results
         loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))
         fed = [t.numpy() for t in local(out["ids"])]
@@ -341,7 +352,8 @@ class TFEngine:
                 e = tf.minimum(s + chunk, stop)
                 with tf.device(self.host):
                     x, y = self.test_x[s:e], self.test_y[s:e]
-                logits = tf.cast(self.model(x, training=False), self.dtype)
+                logits = tf.cast(self._forward(x, tf.zeros([e - s], tf.int64), tf.constant(0, tf.int64),
+                                               False), self.dtype)
                 per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
                 hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
                 return (j + 1, loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),

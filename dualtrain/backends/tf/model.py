@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import tensorflow as tf
 
+from dualtrain import dropout
+from dualtrain.dropout import IntOps, canonical_elements
 from dualtrain.model import INPUT_SHAPE, ResolvedLayer, conv_flatten_shape, resolve
 from dualtrain.spec import LayerType, ModelSpec
 from dualtrain.weights import Weights
@@ -18,14 +21,26 @@ from dualtrain.weights import Weights
 INPUT_NHWC = (INPUT_SHAPE[1], INPUT_SHAPE[2], INPUT_SHAPE[0])
 
 
-def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
-    """The Keras model and [(canonical name, Keras variable)] in canonical order."""
+def has_dropout(spec: ModelSpec) -> bool:
+    return any(r.spec.type is LayerType.DROPOUT for r in resolve(spec))
+
+
+def build_model(spec: ModelSpec, policy: str = "float32",
+                seed: int = 0) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
+    """The Keras model and [(canonical name, Keras variable)] in canonical order.
+
+    A model with dropout takes three inputs, ``[images, sample_ids, steps]`` (both int64, one per
+    sample): its masks are a hash of them (dualtrain.dropout); without dropout it takes the images."""
     layers = resolve(spec)
     reorder = conv_flatten_shape(spec)
     compute = keras.DTypePolicy(policy).compute_dtype
     inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc",
                          dtype="float64" if compute == "float64" else "float32")
     x = inputs
+    ids = steps = None
+    if has_dropout(spec):
+        ids = keras.Input(shape=(), name="sample_ids", dtype="int64")
+        steps = keras.Input(shape=(), name="steps", dtype="int64")
     owners: list[tuple[ResolvedLayer, keras.layers.Layer]] = []
     for r in layers:
         s, name = r.spec, f"l{r.index}_{r.spec.type.value}"
@@ -47,17 +62,51 @@ def build_model(spec: ModelSpec, policy: str = "float32") -> tuple[keras.Model, 
             layer = keras.layers.Flatten(name=name, dtype=policy)
         elif s.type is LayerType.RELU:
             layer = keras.layers.ReLU(name=name, dtype=policy)
+        elif s.type is LayerType.DROPOUT:
+            x = HashDropout(s.rate, r.index, r.in_shape, seed, name=name, dtype=policy)([x, ids, steps])
+            continue
         else:
             layer = keras.layers.Activation(ACTIVATIONS[s.type], name=name, dtype=policy)
         x = layer(x)
         if r.params:
             owners.append((r, layer))
-    model = keras.Model(inputs, x, name="dualtrain")
+    model = keras.Model([inputs, ids, steps] if ids is not None else inputs, x, name="dualtrain")
     named: list[tuple[str, keras.Variable]] = []
     for r, layer in owners:
         (w_name, _), (b_name, _) = r.params
         named += [(w_name, layer.kernel), (b_name, layer.bias)]
     return model, named
+
+
+def _i64(v):
+    return v if tf.is_tensor(v) else tf.constant(v, tf.int64)
+
+
+_OPS = IntOps(xor=lambda a, b: tf.bitwise.bitwise_xor(_i64(a), _i64(b)),
+              shr=lambda a, n: tf.bitwise.right_shift(a, _i64(n)),
+              and_=lambda a, b: tf.bitwise.bitwise_and(_i64(a), _i64(b)))
+
+
+class HashDropout(keras.layers.Layer):
+    """Inverted dropout whose mask is dualtrain.dropout.keep, bit-identical to the torch backend's:
+    element indices count the layer input in canonical (C, H, W) order, so an NHWC activation gets the
+    mask computed for NCHW and transposed. Identity outside training."""
+
+    def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int, **kwargs):
+        super().__init__(**kwargs)
+        self.rate, self.layer, self.in_shape, self.seed = rate, layer, tuple(in_shape), seed
+        self.elements = canonical_elements(in_shape)
+
+    def call(self, inputs, training=None):
+        x, ids, steps = inputs
+        if not training or self.rate == 0.0:
+            return x
+        keep = dropout.keep(_OPS, self.seed, steps, ids, self.layer, tf.constant(self.elements),
+                            self.rate)
+        if len(self.in_shape) == 3:  # (N, C*H*W) canonical -> (N, H, W, C)
+            keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
+        # tf.constant, not tf.cast: a Python float cast to float64 goes through float32 first
+        return tf.where(keep, x * tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
 
 
 def _gelu(x):

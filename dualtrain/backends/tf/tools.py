@@ -27,14 +27,20 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
 
     from dualtrain.data import normalize
 
-    from .model import build_model, load_canonical, to_nhwc
+    from .model import build_model, has_dropout, load_canonical, to_nhwc
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
-    model, named = build_model(spec.model, "float32")
+    model, named = build_model(spec.model, "float32", seed=spec.seed)
     load_canonical(named, weights)
     x = to_nhwc(normalize(np.asarray(images_uint8, dtype=np.uint8)))
-    out = [np.asarray(model(tf.constant(x[i:i + batch_size]), training=False), dtype=np.float32)
-           for i in range(0, len(x), batch_size)]
+
+    def call(chunk):  # a model with dropout also takes ids and steps (unused outside training)
+        if not has_dropout(spec.model):
+            return model(tf.constant(chunk), training=False)
+        zeros = tf.zeros([len(chunk)], tf.int64)
+        return model([tf.constant(chunk), zeros, zeros], training=False)
+
+    out = [np.asarray(call(x[i:i + batch_size]), dtype=np.float32) for i in range(0, len(x), batch_size)]
     return np.concatenate(out) if out else np.zeros((0, 10), np.float32)
 
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
+from dualtrain.backends.torch.model import HashDropout, build_model, export_canonical, load_canonical
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.data import Mnist, normalize
 from dualtrain.errors import UserError
@@ -140,7 +140,7 @@ class TorchEngine:
         self.test_x = torch.from_numpy(normalize(data.test_x)).to(device, self.dtype)
         self.test_y = torch.from_numpy(np.ascontiguousarray(data.test_y, dtype=np.int64)).to(device)
 
-        module = build_model(spec.model).to(self.dtype)
+        module = build_model(spec.model, spec.seed).to(self.dtype)
         load_canonical(module, weights)
         self.module = module.to(device)
         self.ddp = DDP(self.module, device_ids=[device.index] if device.type == "cuda" else None,
@@ -149,6 +149,7 @@ class TorchEngine:
         # comes out divided by the world size (measured on torch 2.13), with a Python hook it does not.
         self._hook = _HookState()
         self.ddp.register_comm_hook(self._hook, _sum_hook)
+        self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
         self.params = [p for _, p in self.module.named_parameters()]
         self.names = [n for n, _ in self.module.named_parameters()]
         self.opt = make_optimizer(spec, self.params)
@@ -158,9 +159,13 @@ class TorchEngine:
 
     # ---- training --------------------------------------------------------------------------------
     def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False) -> StepOut:
+                   poison: list[bool], capture_grads: bool = False, step: int = 0) -> StepOut:
         idx = torch.tensor(ids[0], dtype=torch.int64)
         dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
+        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
+            step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
+            for m in self.dropouts:
+                m.step, m.ids = step_t, dev_idx
         x = self.train_x.index_select(0, dev_idx)
         y = self.train_y.index_select(0, dev_idx)
         for group in self.opt.param_groups:

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from dualtrain import dropout
+from dualtrain.dropout import IntOps, canonical_elements
 from dualtrain.model import resolve
 from dualtrain.spec import LayerType, ModelSpec, Padding
 from dualtrain.weights import Weights
@@ -27,7 +29,33 @@ ACTIVATIONS = {LayerType.RELU: nn.ReLU, LayerType.TANH: nn.Tanh, LayerType.SIGMO
                LayerType.GELU: nn.GELU}
 
 
-def build_model(spec: ModelSpec) -> nn.Sequential:
+_OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.bitwise_and)
+
+
+class HashDropout(nn.Module):
+    """Inverted dropout whose mask is dualtrain.dropout.keep (a hash of seed, step, sample id, layer
+    and element, bit-identical to the TF backend's). The engine sets ``step`` and ``ids`` (the ids this
+    replica feeds) before each training forward; in eval mode it is the identity."""
+
+    def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int):
+        super().__init__()
+        self.rate, self.layer, self.in_shape, self.seed = rate, layer, tuple(in_shape), seed
+        self.register_buffer("elements", torch.from_numpy(canonical_elements(in_shape)), persistent=False)
+        self.step: torch.Tensor | None = None
+        self.ids: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.rate == 0.0:
+            return x
+        if self.step is None or self.ids is None:
+            raise RuntimeError("HashDropout needs step and ids before a training forward")
+        keep = dropout.keep(_OPS, self.seed, self.step, self.ids, self.layer, self.elements, self.rate)
+        keep = keep.reshape(x.shape)  # canonical (C, H, W) order is torch's own layout
+        return torch.where(keep, x * (1.0 / (1.0 - self.rate)), torch.zeros((), dtype=x.dtype,
+                                                                          device=x.device))
+
+
+def build_model(spec: ModelSpec, seed: int = 0) -> nn.Sequential:
     layers: list[nn.Module] = []
     for r in resolve(spec):
         t, s = r.spec.type, r.spec
@@ -48,6 +76,8 @@ def build_model(spec: ModelSpec) -> nn.Sequential:
             layers.append(GlobalAvgPool())
         elif t in ACTIVATIONS:
             layers.append(ACTIVATIONS[t]())
+        elif t is LayerType.DROPOUT:
+            layers.append(HashDropout(s.rate, r.index, r.in_shape, seed))
         else:  # pragma: no cover - the spec enum is closed
             raise ValueError(f"unsupported layer type {t!r}")
     model = nn.Sequential(*layers)

@@ -21,7 +21,7 @@ from dualtrain.weights import Weights, check_layout
 def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray) -> np.ndarray:
     """float32 logits (N, 10): fp32, eval mode, inputs normalised with dualtrain.data.normalize."""
     check_layout(weights, spec.model)
-    model = build_model(spec.model)
+    model = build_model(spec.model, spec.seed)
     load_canonical(model, weights)
     model.eval()
     with torch.no_grad():
