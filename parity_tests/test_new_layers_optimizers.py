@@ -10,6 +10,7 @@ from dualtrain.compare import compare_records
 from dualtrain.compare.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.record import read_run
 
+from .conftest import ROOT
 from .test_reference import assert_reference
 
 DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2")
@@ -74,3 +75,12 @@ def test_dropout_masks_do_not_depend_on_the_world_size(runs):
     for check in (check_reference_loss(Reference(one, three)),
                   check_reference_weights(Reference(one, three))):
         assert check.passed, check.detail
+
+
+@pytest.mark.parametrize("config", ["pytorch_examples_mnist", "keras_io_mnist_convnet"])
+def test_reference_configs_mean_the_same_on_both_backends(runs, config):
+    # The two canonical MNIST models as shipped (dropout, Adadelta + per-epoch StepLR / Adam with
+    # Keras's eps), on 1,001 samples for 2 epochs, world 2: the fp64 pair agrees to its bound.
+    ref = runs.reference("data.train_limit=1001", "data.test_limit=500", "train.epochs=2",
+                         config=str(ROOT / "configs" / f"{config}.yaml"))
+    assert_reference(ref)
