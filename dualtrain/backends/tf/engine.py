@@ -151,12 +151,15 @@ class TFEngine:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         return tf.cast(rid, tf.int32) - self.first_replica
 
-    def _forward(self, x, ids, step, training: bool):
-        """The model's logits; a model with dropout also gets each sample's id and the step."""
+    def _forward(self, x, ids=None, step=None, training: bool = False):
+        """The model's logits; a model with dropout also gets each sample's id and the step (zeros in
+        evaluation, where dropout is off)."""
         if not self._dropout:
             return self.model(x, training=training)
-        ids = tf.cast(ids, tf.int64)
-        return self.model([x, ids, tf.fill(tf.shape(ids), step)], training=training)
+        n = tf.shape(x)[:1]
+        ids = tf.zeros(n, tf.int64) if ids is None else tf.cast(ids, tf.int64)
+        steps = tf.zeros(n, tf.int64) if step is None else tf.fill(n, step)
+        return self.model([x, ids, steps], training=training)
 
     def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
         ctx = tf.distribute.get_replica_context()
@@ -352,8 +355,7 @@ class TFEngine:
                 e = tf.minimum(s + chunk, stop)
                 with tf.device(self.host):
                     x, y = self.test_x[s:e], self.test_y[s:e]
-                logits = tf.cast(self._forward(x, tf.zeros([e - s], tf.int64), tf.constant(0, tf.int64),
-                                               False), self.dtype)
+                logits = tf.cast(self._forward(x), self.dtype)
                 per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
                 hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
                 return (j + 1, loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),

@@ -34,8 +34,10 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
     load_canonical(named, weights)
     x = to_nhwc(normalize(np.asarray(images_uint8, dtype=np.uint8)))
 
+    dropout = has_dropout(spec.model)
+
     def call(chunk):  # a model with dropout also takes ids and steps (unused outside training)
-        if not has_dropout(spec.model):
+        if not dropout:
             return model(tf.constant(chunk), training=False)
         zeros = tf.zeros([len(chunk)], tf.int64)
         return model([tf.constant(chunk), zeros, zeros], training=False)

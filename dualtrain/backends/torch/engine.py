@@ -38,6 +38,10 @@ class DeviceUnavailable(UserError):
     """distribution.device asks for hardware this machine does not have."""
 
 
+#: DUALTRAIN_TORCH_MKLDNN=0 turns torch's oneDNN (mkldnn) CPU kernels off (a portability setting).
+MKLDNN_ENV = "DUALTRAIN_TORCH_MKLDNN"
+
+
 def configure_determinism(on: bool) -> None:
     """docs/architecture.md "Determinism". Must run before the first CUDA/cuBLAS call."""
     if on:
@@ -56,8 +60,6 @@ def configure_determinism(on: bool) -> None:
     if os.environ.get(MKLDNN_ENV, "").strip() == "0":
         torch.backends.mkldnn.enabled = False
 
-
-MKLDNN_ENV = "DUALTRAIN_TORCH_MKLDNN"
 
 
 def select_device(spec: Experiment, local_rank: int) -> torch.device:
