@@ -187,15 +187,19 @@ def read_source(source: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def load_mnist(data: DataSpec) -> Mnist:
+def sizes(data: DataSpec) -> tuple[int, int]:
+    """(train, test) sample counts the run will use; a limit above MNIST's size is a user error."""
     for name, limit, size in (("train_limit", data.train_limit, SHAPES["train_labels"][0]),
                               ("test_limit", data.test_limit, SHAPES["test_labels"][0])):
         if limit is not None and limit > size:
             raise UserError(f"data.{name} must be <= {size} for MNIST. Received: {limit}")
+    return (data.train_limit or SHAPES["train_labels"][0], data.test_limit or SHAPES["test_labels"][0])
+
+
+def load_mnist(data: DataSpec) -> Mnist:
+    n_train, n_test = sizes(data)
     source = locate(data)
     a = read_source(source)
-    n_train = data.train_limit or SHAPES["train_labels"][0]
-    n_test = data.test_limit or SHAPES["test_labels"][0]
     return Mnist(train_x=a["train_images"][:n_train], train_y=a["train_labels"][:n_train].astype(np.int64),
                  test_x=a["test_images"][:n_test], test_y=a["test_labels"][:n_test].astype(np.int64),
                  source=source)

@@ -101,6 +101,18 @@ class ShardPlan:
         full, rem = divmod(self._sampler_num_samples, self.per_rank_batch)
         return full + (1 if rem and not self.drop_last else 0)
 
+    def step_sizes(self, step: int) -> list[int]:
+        """How many ids every replica gets at ``step`` (0-based within an epoch; the same in every
+        epoch), without building the order."""
+        if not 0 <= step < self.steps_per_epoch:
+            raise IndexError(f"step {step} outside 0..{self.steps_per_epoch - 1}")
+        if self.mode is Sharding.EXACT:
+            n = min(self.global_batch, self.num_samples - step * self.global_batch)
+            base, rem = divmod(n, self.world_size)
+            return [base + (1 if r < rem else 0) for r in range(self.world_size)]
+        b = self.per_rank_batch
+        return [min(b, self._sampler_num_samples - step * b)] * self.world_size
+
     # ---- ids -------------------------------------------------------------------------------------
     def epoch_order(self, epoch: int) -> np.ndarray:
         return _order(self.num_samples, self.seed + epoch, self.shuffle)

@@ -16,7 +16,9 @@ from dualtrain import data as mnist
 from dualtrain.backends import check_installed, launch_module
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch import run_workers
-from dualtrain.model import resolve
+from dualtrain.model import batchnorm_layers, resolve, where
+from dualtrain.plan import ShardPlan
+from dualtrain.runner_base import steps_total
 from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT, read_run
 from dualtrain.spec import Backend, Experiment, dump_spec
 from dualtrain.weights import initial_weights, save_weights
@@ -33,11 +35,49 @@ def default_run_dir(spec: Experiment, backend: Backend) -> Path:
 
 
 def validate(spec: Experiment, backend: Backend) -> None:
-    """Every check that needs no framework: model shapes, data availability, init weights."""
+    """Every check that needs no framework: model shapes, data availability, init weights, batches
+    batchnorm can normalise."""
     check_installed(backend)
     resolve(spec.model)
     mnist.locate(spec.data)
     initial_weights(spec.model, spec.seed)  # checks init_from's layout
+    check_batchnorm_batches(spec, mnist.sizes(spec.data)[0])
+
+
+def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
+    """Refuse, before any process starts, a step where a batchnorm layer would normalise over fewer
+    than 2 values per channel: on one replica (sync: false) or over the global batch (sync: true).
+    Batch sizes repeat every epoch and only the last step of an epoch can be smaller, so the first
+    and last steps of the first epoch decide."""
+    norms = batchnorm_layers(spec.model)
+    if not norms:
+        return
+    plan = ShardPlan.from_spec(spec, num_train)
+    total = steps_total(spec, plan)
+    last = plan.steps_per_epoch - 1
+    for k in sorted({0, last}):
+        if k >= total:
+            continue
+        sizes = plan.step_sizes(k)
+        for r, per_sample in norms:
+            what = f"{where(r.prefix)} (batchnorm, sync: {str(r.spec.sync).lower()})"
+            at = f"at step {k + 1}{' (the last of every epoch)' if k == last and k else ''}"
+            got = (f"Received: batch_size {spec.data.batch_size}, world_size {plan.world_size}, "
+                   f"{num_train} train samples, last_batch {spec.data.last_batch.value}")
+            if r.spec.sync:
+                n = sum(sizes)
+                if n * per_sample < 2:
+                    raise UserError(f"{what}: {at} the global batch holds {n} sample(s), "
+                                    f"{n * per_sample} value(s) per channel; batchnorm needs at least "
+                                    f"2. Use data.last_batch: drop. {got}")
+                continue
+            replica = min(range(len(sizes)), key=lambda i: sizes[i])
+            n = sizes[replica]
+            if n * per_sample < 2:
+                raise UserError(f"{what}: {at} replica {replica} holds {n} sample(s), "
+                                f"{n * per_sample} value(s) per channel; batchnorm needs at least 2. "
+                                f"Use sync: true (statistics over the global batch) or "
+                                f"data.last_batch: drop. {got}")
 
 
 def _claim_dir(path: Path, overwrite: bool) -> None:

@@ -106,6 +106,8 @@ class LayerType(StrEnum):
     SIGMOID = "sigmoid"
     GELU = "gelu"
     DROPOUT = "dropout"
+    BATCHNORM = "batchnorm"
+    RESIDUAL = "residual"
 
 
 class Padding(StrEnum):
@@ -161,7 +163,7 @@ class DataSpec:
 class LayerSpec:
     type: LayerType
     """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid, gelu
-    (exact erf form), dropout."""
+    (exact erf form), dropout, batchnorm, residual."""
     units: int | None = None
     """dense: output features."""
     filters: int | None = None
@@ -178,6 +180,20 @@ class LayerSpec:
     padding: Padding | int = Padding.VALID
     """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
     P zeros on every side (torch's ``padding=P``), with any stride."""
+    momentum: float | None = None
+    """batchnorm: torch's momentum (default 0.1): running = (1 - momentum) * running + momentum *
+    batch statistic (the unbiased variance for running_var)."""
+    eps: float | None = None
+    """batchnorm: added to the biased batch variance before the square root (default 1e-5)."""
+    sync: bool | None = None
+    """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
+    count (torch SyncBatchNorm); false (default): each replica's own batch, and the running statistics
+    are replica 0's (DDP's buffer broadcast), on both backends. docs/parity.md §9."""
+    body: tuple[LayerSpec, ...] = ()
+    """residual: the layers of the residual branch; the block outputs body(x) + shortcut(x)."""
+    shortcut: tuple[LayerSpec, ...] = ()
+    """residual: layers on the skip path (e.g. a 1x1 conv2d with stride 2 and a batchnorm); empty:
+    the identity."""
 
     def __post_init__(self) -> None:
         t = self.type
@@ -187,7 +203,28 @@ class LayerSpec:
             LayerType.MAXPOOL2D: {"pool_size", "stride"},
             LayerType.AVGPOOL2D: {"pool_size", "stride"},
             LayerType.DROPOUT: {"rate"},
+            LayerType.BATCHNORM: {"momentum", "eps", "sync"},
+            LayerType.RESIDUAL: {"body", "shortcut"},
         }.get(t, set())
+        for name in ("momentum", "eps", "sync", "body", "shortcut"):
+            v = getattr(self, name)
+            if v not in (None, ()) and name not in allowed:
+                raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
+        if t is LayerType.BATCHNORM:
+            for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, default)
+            _check(0.0 <= self.momentum <= 1.0, "layer batchnorm.momentum", "must be in [0, 1]",
+                   self.momentum)
+            _check(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
+        if t is LayerType.RESIDUAL:
+            _check(bool(self.body), "layer residual.body", "must list at least one layer", list(self.body))
+            for part in ("body", "shortcut"):
+                for j, inner in enumerate(getattr(self, part)):
+                    if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN):
+                        raise UserError(f"layer residual.{part}[{j}]: a residual block cannot hold a "
+                                        f"{inner.type.value} layer (blocks do not nest; flatten changes "
+                                        f"the shape the add needs). Received: {inner.type.value}")
         if self.rate is not None:
             if "rate" not in allowed:
                 raise UserError(f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}")
@@ -470,6 +507,9 @@ class Experiment:
 
 
 def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, LayerSpec):  # a layer names only what it sets: {type: dense, units: 10}
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.name == "type" or getattr(obj, f.name) != f.default}
     if dataclasses.is_dataclass(obj):
         return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):

@@ -5,7 +5,9 @@ weights are float32 (an fp64 run starts from the same float32 values, exactly wi
 holds float32 or float64 arrays (an fp64 run's final weights and gradients stay float64).
 Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights
 and biases, drawn from ``numpy.random.Generator(PCG64(SeedSequence([seed, 0x57])))`` in layer order,
-weight before bias, in float64 then rounded to float32. Neither framework's RNG is involved, so the
+weight before bias, in float64 then rounded to float32 (a residual block's layers in canonical order:
+body, then shortcut). BatchNorm starts as torch's does and draws nothing: weight 1, bias 0,
+running_mean 0, running_var 1. Neither framework's RNG is involved, so the
 same seed gives bit-identical starting points in PyTorch and TensorFlow.
 """
 
@@ -17,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from dualtrain.errors import UserError
-from dualtrain.model import resolve
+from dualtrain.model import param_shapes, resolve, walk
 from dualtrain.record import WEIGHTS_INIT
-from dualtrain.spec import ModelSpec
+from dualtrain.spec import LayerType, ModelSpec
 
 _WEIGHTS_STREAM = 0x57  # keeps the weight stream independent of any other use of the seed
 
@@ -29,7 +31,12 @@ Weights = dict[str, np.ndarray]
 def init_weights(model: ModelSpec, seed: int) -> Weights:
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _WEIGHTS_STREAM])))
     out: Weights = {}
-    for layer in resolve(model):
+    for layer in walk(resolve(model)):
+        if layer.spec.type is LayerType.BATCHNORM:  # torch's BatchNorm reset: no random draw
+            for name, shape in layer.arrays:
+                fill = 1.0 if name.endswith((".weight", ".running_var")) else 0.0
+                out[name] = np.full(shape, fill, np.float32)
+            continue
         bound = 1.0 / np.sqrt(layer.fan_in) if layer.fan_in else 0.0
         for name, shape in layer.params:
             out[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
@@ -55,7 +62,7 @@ def worker_initial_weights(model: ModelSpec, seed: int, run_dir: str | Path | No
 
 
 def check_layout(weights: Weights, model: ModelSpec, source: str = "weights") -> None:
-    expected = {name: shape for layer in resolve(model) for name, shape in layer.params}
+    expected = param_shapes(model)
     if set(weights) != set(expected):
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))

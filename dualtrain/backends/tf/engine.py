@@ -32,12 +32,14 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.data import Mnist, normalize
-from dualtrain.model import resolve
+from dualtrain import batchnorm
+from dualtrain.model import resolve, walk
 from dualtrain.runner_base import StepOut
 from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
 from dualtrain.weights import Weights
 
-from .model import build_model, export_canonical, has_dropout, load_canonical, to_canonical, to_nhwc
+from .model import (build_model, call_model, export_canonical, has_dropout, load_canonical,
+                    to_canonical, to_nhwc)
 from .precision import policy_name
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -86,7 +88,14 @@ class TFEngine:
         # Parameters, optimizer state, loss and gradients: float64 for fp64, else float32.
         self.dtype = tf.as_dtype(spec.precision.dtype.param_dtype)
         self._poisonable = bool(spec.debug.nonfinite_grad)
-        self._guard_empty = any(r.spec.type is LayerType.CONV2D for r in resolve(spec.model))
+        layers = list(walk(resolve(spec.model)))
+        norms = [r.spec for r in layers if r.spec.type is LayerType.BATCHNORM]
+        # (momentum, sync) per batchnorm layer, in canonical order (the model's extra outputs).
+        self._norms = [(n.momentum, n.sync) for n in norms]
+        # An empty replica must still run a forward with sync batchnorm (its all-reduces), so the
+        # empty-batch guard below is left out then (the convolutions see 0 rows; measured fine).
+        self._guard_empty = (any(r.spec.type is LayerType.CONV2D for r in layers)
+                             and not any(sync for _, sync in self._norms))
         self.opt = spec.optimizer
         ls = spec.precision.loss_scale
 
@@ -101,8 +110,11 @@ class TFEngine:
                                                  seed=spec.seed)
             self._dropout = has_dropout(spec.model)
             load_canonical(self.named, init_weights)
-            # The underlying tf.Variables (MirroredVariables under the strategy).
-            self.params = [v.value for _, v in self.named]
+            # The underlying tf.Variables (MirroredVariables under the strategy): trainable
+            # parameters, and batchnorm running statistics (assigned by the step, never trained).
+            self.param_names = [n for n, v in self.named if v.trainable]
+            self.params = [v.value for _, v in self.named if v.trainable]
+            self.running = [v.value for _, v in self.named if not v.trainable]
             zeros = lambda p: tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False)  # noqa: E731
             name, o = self.opt.name, self.opt
             slots = lambda need: [zeros(p) for p in self.params] if need else []  # noqa: E731
@@ -152,14 +164,24 @@ class TFEngine:
         return tf.cast(rid, tf.int32) - self.first_replica
 
     def _forward(self, x, ids=None, step=None, training: bool = False):
-        """The model's logits; a model with dropout also gets each sample's id and the step (zeros in
-        evaluation, where dropout is off)."""
-        if not self._dropout:
-            return self.model(x, training=training)
-        n = tf.shape(x)[:1]
-        ids = tf.zeros(n, tf.int64) if ids is None else tf.cast(ids, tf.int64)
-        steps = tf.zeros(n, tf.int64) if step is None else tf.fill(n, step)
-        return self.model([x, ids, steps], training=training)
+        """(logits, batchnorm statistics); see model.call_model."""
+        return call_model(self.model, x, dropout=self._dropout, ids=ids, step=step, training=training)
+
+    def _running_updates(self, ctx, stats):
+        """New running statistics (identical on every replica) from each batchnorm layer's batch
+        statistics: sync layers' are already global; unsync layers take replica 0's (DDP's buffer
+        broadcast), sent to every replica by an all-reduce of replica 0's values and zeros elsewhere
+        (adding zeros is exact). dualtrain.batchnorm.update_running does the arithmetic."""
+        unsync = [i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)]
+        if unsync and ctx.num_replicas_in_sync > 1:
+            first = tf.equal(ctx.replica_id_in_sync_group, 0)
+            sent = ctx.all_reduce(SUM, [tf.where(first, stats[k], tf.zeros_like(stats[k]))
+                                        for k in unsync])
+            stats = list(stats)
+            for k, v in zip(unsync, sent):
+                stats[k] = v
+        return [batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
+                for k, (r, stat) in enumerate(zip(self.running, stats))]
 
     def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
         ctx = tf.distribute.get_replica_context()
@@ -171,9 +193,13 @@ class TFEngine:
         scale = self.scale.read_value()
 
         def forward():
-            logits = tf.cast(self._forward(x, ids, step, True), self.dtype)
-            per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-            return tf.reduce_sum(per_sample)
+            logits, stats = self._forward(x, ids, step, True)
+            per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=tf.cast(logits, self.dtype))
+            return [tf.reduce_sum(per_sample), *(tf.stop_gradient(t) for t in stats)]
+
+        def skipped():  # an empty replica (models without sync batchnorm): no forward at all
+            return [tf.constant(0.0, self.dtype), *(tf.zeros(r.shape, r.dtype) for r in self.running)]
 
         with tf.GradientTape() as tape:
             # An empty replica contributes zero loss and zero gradient. Dense layers get there by
@@ -181,9 +207,9 @@ class TFEngine:
             # conv kernels reject one). The guard is a tf.cond, which costs time in every step (and
             # its gradient), so only models with convolutions have it.
             if self._guard_empty:
-                loss_sum = tf.cond(tf.size(ids) > 0, forward, lambda: tf.constant(0.0, self.dtype))
+                loss_sum, *stats = tf.cond(tf.size(ids) > 0, forward, skipped)
             else:
-                loss_sum = forward()
+                loss_sum, *stats = forward()
             loss = loss_sum / tf.cast(global_count, self.dtype)
             if self.fp16:
                 loss = loss * scale
@@ -207,15 +233,20 @@ class TFEngine:
         if self.opt.clip_grad_norm is not None:
             coef = tf.minimum(tf.constant(self.opt.clip_grad_norm, self.dtype) / (norm + 1e-6), 1.0)
             grads = [g * coef for g in grads]
-        return grads, loss_sum, ids, norm, finite, captured
+        running = self._running_updates(ctx, stats) if self.running else []
+        return grads, loss_sum, ids, norm, finite, captured, running
 
     def _step(self, ids_flat, offsets, poison, global_count, lr, step, *, capture: bool):
         s = self.strategy
-        grads, loss_sum, ids, norm, finite, captured = s.run(
+        grads, loss_sum, ids, norm, finite, captured, running = s.run(
             self._replica_step, args=(ids_flat, offsets, poison, global_count, step, capture))
         apply = finite  # always True outside fp16 (_replica_step)
         for k, p in enumerate(self.params):
             s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
+        # BatchNorm running statistics move in the forward, as torch's buffers do: also on a step
+        # whose update fp16 skips.
+        for r, new in zip(self.running, running):
+            s.extended.update(r, lambda var, value: var.assign(value), args=(new,), group=False)
         # Stateful ops in a tf.function run in program order (automatic control dependencies), so
         # the counters below advance after every parameter update has read them.
         s.extended.update(self.applied, self._bookkeeping, args=(apply,), group=False)
@@ -336,7 +367,7 @@ class TFEngine:
         grads = None
         if capture_grads:
             grads = {name: to_canonical(name, local(g)[0].numpy())
-                     for (name, _), g in zip(self.named, out["captured"])}
+                     for name, g in zip(self.param_names, out["captured"])}
         return StepOut(loss_sum=loss_sum, grad_norm=norm, loss_scale=scale,
                        skipped=self.fp16 and not finite, fed_ids=fed, grads=grads)
 
@@ -355,7 +386,7 @@ class TFEngine:
                 e = tf.minimum(s + chunk, stop)
                 with tf.device(self.host):
                     x, y = self.test_x[s:e], self.test_y[s:e]
-                logits = tf.cast(self._forward(x), self.dtype)
+                logits = tf.cast(self._forward(x)[0], self.dtype)
                 per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
                 hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
                 return (j + 1, loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),

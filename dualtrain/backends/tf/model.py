@@ -12,9 +12,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain import dropout
+from dualtrain import batchnorm, dropout
 from dualtrain.dropout import IntOps, canonical_elements
-from dualtrain.model import INPUT_SHAPE, ResolvedLayer, conv_flatten_shape, resolve
+from dualtrain.model import INPUT_SHAPE, conv_flatten_shape, has_layer, resolve
 from dualtrain.spec import LayerType, ModelSpec
 from dualtrain.weights import Weights
 
@@ -22,60 +22,157 @@ INPUT_NHWC = (INPUT_SHAPE[1], INPUT_SHAPE[2], INPUT_SHAPE[0])
 
 
 def has_dropout(spec: ModelSpec) -> bool:
-    return any(r.spec.type is LayerType.DROPOUT for r in resolve(spec))
+    return has_layer(spec, LayerType.DROPOUT)
 
 
 def build_model(spec: ModelSpec, policy: str = "float32",
                 seed: int = 0) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
-    """The Keras model and [(canonical name, Keras variable)] in canonical order.
+    """The Keras model and [(canonical name, Keras variable)] in canonical order: trainable
+    parameters and batchnorm running statistics (``variable.trainable`` tells them apart).
 
     A model with dropout takes three inputs, ``[images, sample_ids, steps]`` (both int64, one per
-    sample): its masks are a hash of them (dualtrain.dropout); without dropout it takes the images."""
-    layers = resolve(spec)
+    sample): its masks are a hash of them (dualtrain.dropout); without dropout it takes the images.
+    A model with batchnorm outputs ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm layer's
+    batch mean and unbiased variance in training (the engine updates the running statistics from
+    them, docs/parity.md §9), its running ones in evaluation."""
     reorder = conv_flatten_shape(spec)
     compute = keras.DTypePolicy(policy).compute_dtype
     inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc",
                          dtype="float64" if compute == "float64" else "float32")
-    x = inputs
     ids = steps = None
     if has_dropout(spec):
         ids = keras.Input(shape=(), name="sample_ids", dtype="int64")
         steps = keras.Input(shape=(), name="steps", dtype="int64")
-    owners: list[tuple[ResolvedLayer, keras.layers.Layer]] = []
-    for r in layers:
-        s, name = r.spec, f"l{r.index}_{r.spec.type.value}"
-        if s.type is LayerType.DENSE:
-            layer = keras.layers.Dense(s.units, name=name, dtype=policy)
-        elif s.type is LayerType.CONV2D:
-            x, layer = conv2d(x, s, name, policy)
-        elif s.type is LayerType.MAXPOOL2D:
-            layer = keras.layers.MaxPooling2D(s.pool_size, strides=s.stride or s.pool_size,
-                                              padding="valid", name=name, dtype=policy)
-        elif s.type is LayerType.AVGPOOL2D:
-            layer = keras.layers.AveragePooling2D(s.pool_size, strides=s.stride or s.pool_size,
+    b = _Builder(policy, seed, reorder, ids, steps)
+    x = b.apply(resolve(spec), inputs)
+    model = keras.Model([inputs, ids, steps] if ids is not None else inputs,
+                        [x, *b.stats] if b.stats else x, name="dualtrain")
+    return model, b.named
+
+
+def call_model(model: keras.Model, x, *, dropout: bool, ids=None, step=None, training: bool = False):
+    """(logits, batchnorm statistics) of ``model`` on the NHWC batch ``x``. A model with dropout also
+    gets each sample's id and the step (zeros outside training, where dropout is off)."""
+    if dropout:
+        n = tf.shape(x)[:1]
+        ids = tf.zeros(n, tf.int64) if ids is None else tf.cast(ids, tf.int64)
+        steps = tf.zeros(n, tf.int64) if step is None else tf.fill(n, step)
+        out = model([x, ids, steps], training=training)
+    else:
+        out = model(x, training=training)
+    return (out[0], list(out[1:])) if isinstance(out, (list, tuple)) else (out, [])
+
+
+class _Builder:
+    """Applies resolved layers to a Keras tensor, recording variables and batchnorm outputs."""
+
+    def __init__(self, policy: str, seed: int, reorder, ids, steps):
+        self.policy, self.seed, self.reorder, self.ids, self.steps = policy, seed, reorder, ids, steps
+        self.named: list[tuple[str, keras.Variable]] = []
+        self.stats: list = []
+
+    def apply(self, layers, x):
+        policy = self.policy
+        for r in layers:
+            s, name = r.spec, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}"
+            if s.type is LayerType.RESIDUAL:
+                body = self.apply(r.body, x)
+                skip = self.apply(r.shortcut, x)
+                x = keras.layers.Add(name=name, dtype=policy)([body, skip])
+                continue
+            if s.type is LayerType.DENSE:
+                layer = keras.layers.Dense(s.units, name=name, dtype=policy)
+            elif s.type is LayerType.CONV2D:
+                x, layer = conv2d(x, s, name, policy)
+            elif s.type is LayerType.MAXPOOL2D:
+                layer = keras.layers.MaxPooling2D(s.pool_size, strides=s.stride or s.pool_size,
                                                   padding="valid", name=name, dtype=policy)
-        elif s.type is LayerType.GLOBAL_AVGPOOL:  # NHWC -> (N, C): the same channel order as torch's
-            layer = keras.layers.GlobalAveragePooling2D(name=name, dtype=policy)
-        elif s.type is LayerType.FLATTEN:
-            if r.index in reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
-                x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=policy)(x)
-            layer = keras.layers.Flatten(name=name, dtype=policy)
-        elif s.type is LayerType.RELU:
-            layer = keras.layers.ReLU(name=name, dtype=policy)
-        elif s.type is LayerType.DROPOUT:
-            x = HashDropout(s.rate, r.index, r.in_shape, seed, name=name, dtype=policy)([x, ids, steps])
-            continue
+            elif s.type is LayerType.AVGPOOL2D:
+                layer = keras.layers.AveragePooling2D(s.pool_size, strides=s.stride or s.pool_size,
+                                                      padding="valid", name=name, dtype=policy)
+            elif s.type is LayerType.GLOBAL_AVGPOOL:  # NHWC -> (N, C): torch's channel order
+                layer = keras.layers.GlobalAveragePooling2D(name=name, dtype=policy)
+            elif s.type is LayerType.FLATTEN:
+                if r.index in self.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
+                    x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=policy)(x)
+                layer = keras.layers.Flatten(name=name, dtype=policy)
+            elif s.type is LayerType.RELU:
+                layer = keras.layers.ReLU(name=name, dtype=policy)
+            elif s.type is LayerType.DROPOUT:
+                x = HashDropout(s.rate, r.uid, r.in_shape, self.seed, name=name,
+                                dtype=policy)([x, self.ids, self.steps])
+                continue
+            elif s.type is LayerType.BATCHNORM:
+                layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=policy)
+                x, mean, var = layer(x)
+                self.stats += [mean, var]
+                self.named += [(n, v) for (n, _), v in zip(
+                    r.arrays, (layer.weight, layer.bias, layer.running_mean, layer.running_var))]
+                continue
+            else:
+                layer = keras.layers.Activation(ACTIVATIONS[s.type], name=name, dtype=policy)
+            x = layer(x)
+            if r.params:
+                (w_name, _), (b_name, _) = r.params
+                self.named += [(w_name, layer.kernel), (b_name, layer.bias)]
+        return x
+
+
+def _bn_ops(x) -> batchnorm.Ops:
+    axes = list(range(len(x.shape) - 1))  # NHWC or (N, F): the channel is the last axis
+
+    def count(t):
+        shape = tf.shape(t)
+        return tf.cast(tf.reduce_prod(shape[:-1]), t.dtype)
+
+    def all_reduce(ts):  # differentiable: ReplicaContext.all_reduce's gradient is an all-reduce
+        return list(tf.distribute.get_replica_context().all_reduce(SUM, list(ts)))
+
+    return batchnorm.Ops(channel_sum=lambda t: tf.reduce_sum(t, axis=axes), count=count,
+                         expand=lambda v: v, all_reduce=all_reduce, sqrt=tf.sqrt)
+
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class BatchNorm(keras.layers.Layer):
+    """dualtrain.batchnorm on TF tensors (torch semantics; the channel is the last axis). Returns
+    ``(y, mean, var)``: the batch mean and unbiased variance in training (global with ``sync`` when
+    more than one replica is in sync), the running statistics in evaluation. It never assigns its
+    running statistics: the engine does, from these outputs, on every replica alike."""
+
+    def __init__(self, momentum: float, eps: float, sync: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum, self.eps, self.sync = momentum, eps, sync
+
+    def build(self, input_shape):
+        c = (int(input_shape[-1]),)
+        add = lambda name, init, trainable: self.add_weight(  # noqa: E731
+            shape=c, name=name, initializer=init, trainable=trainable, autocast=False)
+        self.weight, self.bias = add("weight", "ones", True), add("bias", "zeros", True)
+        self.running_mean = add("running_mean", "zeros", False)
+        self.running_var = add("running_var", "ones", False)
+
+    def compute_output_spec(self, x):
+        c = (x.shape[-1],)
+        stats = keras.KerasTensor(c, dtype=self.variable_dtype)
+        return (keras.KerasTensor(x.shape, dtype=self.compute_dtype), stats,
+                keras.KerasTensor(c, dtype=self.variable_dtype))
+
+    def call(self, x, training=None):
+        dtype = self.weight.value.dtype
+        xs = tf.cast(x, dtype)  # the stats dtype, also under mixed precision
+        ops = _bn_ops(xs)
+        if training:
+            ctx = tf.distribute.get_replica_context()
+            sync = self.sync and ctx is not None and ctx.num_replicas_in_sync > 1
+            mean, var, unbiased = batchnorm.batch_stats(ops, xs, sync)
+            out_mean, out_var = mean, unbiased
         else:
-            layer = keras.layers.Activation(ACTIVATIONS[s.type], name=name, dtype=policy)
-        x = layer(x)
-        if r.params:
-            owners.append((r, layer))
-    model = keras.Model([inputs, ids, steps] if ids is not None else inputs, x, name="dualtrain")
-    named: list[tuple[str, keras.Variable]] = []
-    for r, layer in owners:
-        (w_name, _), (b_name, _) = r.params
-        named += [(w_name, layer.kernel), (b_name, layer.bias)]
-    return model, named
+            mean = out_mean = tf.convert_to_tensor(self.running_mean.value)
+            var = out_var = tf.convert_to_tensor(self.running_var.value)
+        y = batchnorm.normalize(ops, xs, mean, var, self.weight.value, self.bias.value, self.eps)
+        return tf.cast(y, self.compute_dtype), out_mean, out_var
 
 
 def _i64(v):
@@ -140,7 +237,7 @@ def conv2d(x, s, name: str, policy: str):
 def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
     """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO), as ``dtype``."""
     a = np.asarray(array, dtype=dtype)
-    if name.endswith(".weight"):
+    if name.endswith(".weight") and a.ndim in (2, 4):  # not a batchnorm weight
         a = a.T if a.ndim == 2 else a.transpose(2, 3, 1, 0)
     return np.ascontiguousarray(a)
 
@@ -149,7 +246,7 @@ def to_canonical(name: str, array: np.ndarray) -> np.ndarray:
     """Keras layout -> canonical (the inverse of :func:`to_keras`); float64 stays float64."""
     a = np.asarray(array)
     a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
-    if name.endswith(".weight"):
+    if name.endswith(".weight") and a.ndim in (2, 4):
         a = a.T if a.ndim == 2 else a.transpose(3, 2, 0, 1)
     return np.ascontiguousarray(a)
 

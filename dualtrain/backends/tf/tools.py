@@ -27,7 +27,7 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
 
     from dualtrain.data import normalize
 
-    from .model import build_model, has_dropout, load_canonical, to_nhwc
+    from .model import build_model, call_model, has_dropout, load_canonical, to_nhwc
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
     model, named = build_model(spec.model, "float32", seed=spec.seed)
@@ -36,11 +36,8 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
 
     dropout = has_dropout(spec.model)
 
-    def call(chunk):  # a model with dropout also takes ids and steps (unused outside training)
-        if not dropout:
-            return model(tf.constant(chunk), training=False)
-        zeros = tf.zeros([len(chunk)], tf.int64)
-        return model([tf.constant(chunk), zeros, zeros], training=False)
+    def call(chunk):
+        return call_model(model, tf.constant(chunk), dropout=dropout)[0]
 
     out = [np.asarray(call(x[i:i + batch_size]), dtype=np.float32) for i in range(0, len(x), batch_size)]
     return np.concatenate(out) if out else np.zeros((0, 10), np.float32)

@@ -25,7 +25,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dualtrain.backends.torch.model import HashDropout, build_model, export_canonical, load_canonical
+from dualtrain.backends.torch.model import (BatchNorm, HashDropout, build_model, export_canonical,
+                                            load_canonical)
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.data import Mnist, normalize
 from dualtrain.errors import UserError
@@ -152,6 +153,16 @@ class TorchEngine:
         self._hook = _HookState()
         self.ddp.register_comm_hook(self._hook, _sum_hook)
         self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
+        # BatchNorm (dualtrain.batchnorm): sync layers all-reduce their sums in a group of their own
+        # (never interleaved with DDP's gradient buckets); unsync layers' running statistics are
+        # rank 0's, broadcast after every step.
+        norms = [m for m in self.module.modules() if isinstance(m, BatchNorm)]
+        if world > 1 and any(m.sync for m in norms):
+            group = dist.new_group(backend=dist.get_backend())
+            for m in norms:
+                m.group = group if m.sync else None
+        self._broadcast = [b for m in norms if not m.sync and world > 1
+                           for b in (m.running_mean, m.running_var)]
         self.params = [p for _, p in self.module.named_parameters()]
         self.names = [n for n, _ in self.module.named_parameters()]
         self.opt = make_optimizer(spec, self.params)
@@ -201,6 +212,11 @@ class TorchEngine:
             scale, skipped = 1.0, False
         self.opt.zero_grad(set_to_none=True)
         self._hook.poison = False
+        if self._broadcast:  # unsync BatchNorm: every replica takes replica 0's running statistics
+            flat = torch.cat([b.reshape(-1) for b in self._broadcast])
+            dist.broadcast(flat, src=0)
+            for b, new in zip(self._broadcast, flat.split([b.numel() for b in self._broadcast])):
+                b.copy_(new.view_as(b))
         return StepOut(loss_sum=loss_sum.item(), grad_norm=norm.item(), loss_scale=scale,
                        skipped=skipped, fed_ids=[idx.numpy()], grads=captured)
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from dualtrain import dropout
+from dualtrain import batchnorm, dropout
 from dualtrain.dropout import IntOps, canonical_elements
-from dualtrain.model import resolve
+from dualtrain.model import param_shapes, resolve
 from dualtrain.spec import LayerType, ModelSpec, Padding
 from dualtrain.weights import Weights
 
@@ -55,33 +56,112 @@ class HashDropout(nn.Module):
                                                                           device=x.device))
 
 
-def build_model(spec: ModelSpec, seed: int = 0) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for r in resolve(spec):
+class _AllReduceSum(torch.autograd.Function):
+    """SUM all-reduce whose gradient is the SUM all-reduce of the gradient (every replica's loss
+    depends on every replica's inputs through synchronised BatchNorm statistics)."""
+
+    @staticmethod
+    def forward(ctx, group, t):  # noqa: D102
+        ctx.group = group
+        t = t.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(t, group=group)
+        return t
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return None, _AllReduceSum.apply(ctx.group, grad)
+
+
+class BatchNorm(nn.Module):
+    """dualtrain.batchnorm on torch tensors: torch BatchNorm1d/2d semantics, optionally synchronised
+    over ``group`` (set by the engine for sync: true at world > 1; None: this replica's batch only).
+    State dict: weight, bias, running_mean, running_var (nn.BatchNorm's names, without
+    num_batches_tracked, which only momentum=None would use)."""
+
+    def __init__(self, channels: int, momentum: float, eps: float, sync: bool):
+        super().__init__()
+        self.momentum, self.eps, self.sync = momentum, eps, sync
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+        self.group: dist.ProcessGroup | None = None
+
+    def _ops(self, x: torch.Tensor) -> batchnorm.Ops:
+        dims, view = ((0, 2, 3), (1, -1, 1, 1)) if x.dim() == 4 else ((0,), (1, -1))
+        group = self.group
+
+        def all_reduce(ts):  # one collective for the list
+            flat = _AllReduceSum.apply(group, torch.cat([t.reshape(-1) for t in ts]))
+            return [f.reshape(t.shape) for f, t in zip(flat.split([t.numel() for t in ts]), ts)]
+
+        return batchnorm.Ops(
+            channel_sum=lambda t: t.sum(dim=dims),
+            count=lambda t: torch.tensor(t.numel() // t.shape[1], dtype=t.dtype, device=t.device),
+            expand=lambda v: v.view(view), all_reduce=all_reduce, sqrt=torch.sqrt)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        in_dtype = x.dtype
+        x = x.to(self.weight.dtype)  # the stats dtype, also under fp16/bf16 autocast
+        ops = self._ops(x)
+        if self.training:
+            mean, var, unbiased = batchnorm.batch_stats(ops, x, self.sync and self.group is not None)
+            with torch.no_grad():
+                self.running_mean.copy_(batchnorm.update_running(self.running_mean, mean, self.momentum))
+                self.running_var.copy_(batchnorm.update_running(self.running_var, unbiased,
+                                                                self.momentum))
+        else:
+            mean, var = self.running_mean, self.running_var
+        return batchnorm.normalize(ops, x, mean, var, self.weight, self.bias, self.eps).to(in_dtype)
+
+
+class Residual(nn.Module):
+    """``body(x) + shortcut(x)``; an empty shortcut is the identity."""
+
+    def __init__(self, body: list[nn.Module], shortcut: list[nn.Module]):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+        self.shortcut = nn.Sequential(*shortcut)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + self.shortcut(x)
+
+
+def _build(layers, seed: int) -> list[nn.Module]:
+    out: list[nn.Module] = []
+    for r in layers:
         t, s = r.spec.type, r.spec
         if t is LayerType.FLATTEN:
-            layers.append(nn.Flatten())
+            out.append(nn.Flatten())
         elif t is LayerType.DENSE:
-            layers.append(nn.Linear(r.in_shape[0], s.units))
+            out.append(nn.Linear(r.in_shape[0], s.units))
         elif t is LayerType.CONV2D:
             padding = "same" if s.padding is Padding.SAME else (
                 s.padding if isinstance(s.padding, int) else 0)
-            layers.append(nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
-                                    padding=padding))
+            out.append(nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
+                                 padding=padding))
         elif t is LayerType.MAXPOOL2D:
-            layers.append(nn.MaxPool2d(s.pool_size, stride=s.stride or s.pool_size))
+            out.append(nn.MaxPool2d(s.pool_size, stride=s.stride or s.pool_size))
         elif t is LayerType.AVGPOOL2D:
-            layers.append(nn.AvgPool2d(s.pool_size, stride=s.stride or s.pool_size))
+            out.append(nn.AvgPool2d(s.pool_size, stride=s.stride or s.pool_size))
         elif t is LayerType.GLOBAL_AVGPOOL:
-            layers.append(GlobalAvgPool())
+            out.append(GlobalAvgPool())
         elif t in ACTIVATIONS:
-            layers.append(ACTIVATIONS[t]())
+            out.append(ACTIVATIONS[t]())
         elif t is LayerType.DROPOUT:
-            layers.append(HashDropout(s.rate, r.index, r.in_shape, seed))
+            out.append(HashDropout(s.rate, r.uid, r.in_shape, seed))
+        elif t is LayerType.BATCHNORM:
+            out.append(BatchNorm(r.in_shape[0], s.momentum, s.eps, s.sync))
+        elif t is LayerType.RESIDUAL:
+            out.append(Residual(_build(r.body, seed), _build(r.shortcut, seed)))
         else:  # pragma: no cover - the spec enum is closed
             raise ValueError(f"unsupported layer type {t!r}")
-    model = nn.Sequential(*layers)
-    expected = {name: shape for r in resolve(spec) for name, shape in r.params}
+    return out
+
+
+def build_model(spec: ModelSpec, seed: int = 0) -> nn.Sequential:
+    model = nn.Sequential(*_build(resolve(spec), seed))
+    expected = param_shapes(spec)
     got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if got != expected:  # programming error: the builder and dualtrain.model disagree
         raise RuntimeError(f"torch model layout {got} != canonical layout {expected}")
