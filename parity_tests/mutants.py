@@ -29,6 +29,8 @@ class Mutant:
     """The cause dualtrain compare must name (dualtrain.compare.diagnose)."""
     spec: str
     """Which parity_tests.test_mutants spec exercises it."""
+    seen_by: str = "reference_loss"
+    """The reference check that must fail (a mutant that changes only evaluation leaves the loss)."""
 
 
 MUTANTS = {m.name: m for m in [
@@ -50,6 +52,12 @@ MUTANTS = {m.name: m for m in [
            "different sample ids", "sgd"),
     Mutant("same_padding_asym", "a stride-2 conv with padding 1 built as Keras padding='same' (pads "
            "bottom/right only)", None, "", "semantics differ", "stride2"),
+    Mutant("keras_bn_variance", "batchnorm running_var from the biased batch variance (Keras's "
+           "moving_variance) instead of torch's unbiased one", None, "", "semantics differ", "bn",
+           seen_by="reference_weights"),
+    Mutant("keras_bn_replica_stats", "unsync batchnorm: every replica keeps its own running "
+           "statistics and evaluates with them (Keras under tf.distribute) instead of replica 0's",
+           None, "", "semantics differ", "bn", seen_by="reference_eval"),
 ]}
 
 SWAP_STEP = 3
@@ -65,6 +73,10 @@ SPECS = {
     "stride2": (*DATA, "optimizer.lr=0.05", "optimizer.momentum=0.9",
                 "model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3, "
                 "stride: 2, padding: 1}, {type: relu}, {type: flatten}, {type: dense, units: 10}]"),
+    "bn": (*DATA, "optimizer.lr=0.05", "optimizer.momentum=0.9", "model.preset=null",
+           "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: batchnorm}, {type: relu}, "
+           "{type: maxpool2d, pool_size: 2}, {type: flatten}, {type: dense, units: 32}, "
+           "{type: batchnorm}, {type: relu}, {type: dense, units: 10}]"),
 }
 
 
@@ -233,3 +245,29 @@ def _same_padding_asym(size: float) -> None:
         return conv2d(x, s, name, policy)
 
     model.conv2d = mutated
+
+
+def _keras_bn_variance(size: float) -> None:
+    from dualtrain import batchnorm
+
+    stats = batchnorm.batch_stats
+
+    def mutated(ops, x, sync):
+        mean, var, _ = stats(ops, x, sync)
+        return mean, var, var
+
+    batchnorm.batch_stats = mutated
+
+
+def _keras_bn_replica_stats(size: float) -> None:
+    from dualtrain import batchnorm
+
+    cls = _engine()
+
+    def mutated(self, ctx, stats):
+        # no broadcast: each replica's running statistics follow its own batches; the exported
+        # weights (the first device's copy) stay replica 0's, only evaluation on replica 1 differs
+        return [batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
+                for k, (r, stat) in enumerate(zip(self.running, stats))]
+
+    cls._running_updates = mutated

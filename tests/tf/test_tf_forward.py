@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,6 +44,33 @@ def test_forward_parity_with_torch_cnn(tmp_path):
     assert tf_logits.shape == torch_logits.shape == (N_IMAGES, 10)
     diff = float(np.max(np.abs(tf_logits - torch_logits)))
     assert diff <= 1e-5, f"max |logits diff| = {diff:.3g}"
+
+
+def test_forward_parity_with_torch_residual_batchnorm(tmp_path):
+    # configs/mnist_resnet_bn.yaml in evaluation: residual adds, strided and 1x1 shortcut convs, and
+    # batchnorm with non-trivial weights and running statistics (drawn here, not the 1/0 start).
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("needs torch")
+    from dualtrain.spec import load_spec
+
+    cfg = Path(__file__).resolve().parents[2] / "configs" / "mnist_resnet_bn.yaml"
+    model = load_spec(str(cfg)).model
+    w = init_weights(model, 0)
+    rng = np.random.default_rng(1)
+    for name in [n for n in w if n.endswith(".running_var")]:
+        prefix, shape = name.rsplit(".", 1)[0], w[name].shape
+        w[name] = rng.uniform(0.05, 0.5, shape).astype(np.float32)
+        w[prefix + ".running_mean"] = rng.normal(0, 0.1, shape).astype(np.float32)
+        w[prefix + ".weight"] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        w[prefix + ".bias"] = rng.normal(0, 0.3, shape).astype(np.float32)
+    weights = tmp_path / "w.npz"
+    save_weights(weights, w)
+    tf_logits = _forward("dualtrain.backends.tf.tools", cfg, weights, tmp_path / "tf.npz")
+    torch_logits = _forward("dualtrain.backends.torch.tools", cfg, weights, tmp_path / "torch.npz")
+    diff = float(np.max(np.abs(tf_logits - torch_logits)))
+    assert torch_logits.std(axis=0).min() > 0.01, "the features must vary with the image"
+    print(f"residual+batchnorm forward: max |logits diff| {diff:.3g}")
+    assert diff <= 1e-4, f"max |logits diff| = {diff:.3g}"
 
 
 ROUND_TRIP = r"""
