@@ -162,7 +162,8 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
                     others = [o for o in workers if o is not w and o.proc.poll() is None]
                     _stop(others)
                     raise RunFailed(f"{unit} {w.rank} (pid {w.proc.pid}) {describe_exit(code)}; "
-                                    f"stopped the other {len(others)} {unit}(s)")
+                                    f"stopped the other {len(others)} {unit}(s)", rank=w.rank,
+                                    code=code)
             if not running:
                 return
             if len(running) < len(workers):

@@ -46,11 +46,18 @@ def as_float(value: Any) -> float:
 class RunWriter:
     """Append-only writer for metrics.jsonl and shards.jsonl (one process: the chief)."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, append: bool = False):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._metrics = open(self.dir / METRICS_FILE, "w", buffering=1)
-        self._shards = open(self.dir / SHARDS_FILE, "w", buffering=1)
+        mode = "a" if append else "w"
+        self._metrics = open(self.dir / METRICS_FILE, mode, buffering=1)
+        self._shards = open(self.dir / SHARDS_FILE, mode, buffering=1)
+
+    def offsets(self) -> dict[str, int]:
+        """Bytes written so far to each record file (a checkpoint remembers them; a resume cuts the
+        files back to them, dualtrain.runs.truncate_records)."""
+        self.flush()
+        return {METRICS_FILE: self._metrics.tell(), SHARDS_FILE: self._shards.tell()}
 
     def train(self, **fields: Any) -> None:
         self._write(self._metrics, {"kind": "train", **fields})

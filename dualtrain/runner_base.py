@@ -21,11 +21,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from dualtrain import checkpoint
+from dualtrain.checkpoint import Checkpoint, OptimizerState
 from dualtrain.data import Mnist
+from dualtrain.errors import UserError
 from dualtrain.plan import ShardPlan, eval_shards, shard_digest
 from dualtrain.record import WEIGHTS_FINAL, RunWriter
 from dualtrain.schedule import lr_at
-from dualtrain.spec import Experiment
+from dualtrain.spec import Every, Experiment
 from dualtrain.weights import Weights, save_weights, weights_digest
 
 
@@ -75,6 +78,12 @@ class Engine(Protocol):
     def versions(self) -> dict[str, str]:
         ...
 
+    def optimizer_state(self) -> OptimizerState:
+        """Optimizer slots (canonical names and layouts), applied-update count, loss-scale state."""
+
+    def load_optimizer_state(self, state: OptimizerState) -> None:
+        """The inverse of :meth:`optimizer_state` (a checkpoint of either backend)."""
+
 
 def steps_total(spec: Experiment, plan: ShardPlan) -> int:
     by_epochs = spec.train.epochs * plan.steps_per_epoch if spec.train.epochs is not None else None
@@ -87,16 +96,51 @@ def default_threads(local_workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(local_workers, 1))
 
 
+#: Set by dualtrain's launcher for every worker: the checkpoint folder to continue from.
+RESUME_ENV = "DUALTRAIN_RESUME"
+#: Set by dualtrain's launcher: 0 for a run's first attempt, n after n restarts or resumes.
+ATTEMPT_ENV = "DUALTRAIN_ATTEMPT"
+
+
+def resume_checkpoint(spec: Experiment) -> Checkpoint | None:
+    """The checkpoint this worker continues from (DUALTRAIN_RESUME), checked against the spec."""
+    path = os.environ.get(RESUME_ENV, "").strip()
+    if not path:
+        return None
+    ckpt = checkpoint.load(path)
+    check_continuation(ckpt.state, spec, ckpt.path)
+    return ckpt
+
+
+def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> None:
+    """A checkpoint can continue ``spec`` only if it is the same training run (model, optimizer,
+    data, precision, length); the world size may change only with sharding ``exact``."""
+    diff = checkpoint.spec_difference(state["spec"], spec.to_dict())
+    if diff is not None:
+        raise UserError(f"checkpoint {where} is of another training run: {diff}")
+    if state["world_size"] != spec.distribution.world_size and spec.data.sharding.value != "exact":
+        raise UserError(f"checkpoint {where} was written at world_size {state['world_size']}; with "
+                        f"data.sharding torch_sampler the global batches depend on the world size, so "
+                        f"the run can only continue at world_size {state['world_size']} (sharding "
+                        f"exact can change it). Received: world_size {spec.distribution.world_size}")
+
+
 class TrainLoop:
     def __init__(self, spec: Experiment, engine: Engine, data: Mnist, run_dir: Path | None,
-                 *, extra_summary: dict[str, Any] | None = None, started: float | None = None):
+                 *, extra_summary: dict[str, Any] | None = None, started: float | None = None,
+                 resume: Checkpoint | None = None):
         self.spec = spec
         self.engine = engine
         self.data = data
         self.plan = ShardPlan.from_spec(spec, len(data.train_y))
         self.total_steps = steps_total(spec, self.plan)
         self.chief = engine.rank == 0
-        self.writer = RunWriter(run_dir) if self.chief and run_dir is not None else None
+        # A resumed run appends to records the launcher cut back to the checkpoint's step.
+        self.writer = (RunWriter(run_dir, append=resume is not None)
+                       if self.chief and run_dir is not None else None)
+        self.resume = resume
+        self.start_step = resume.step if resume is not None else 0
+        self.attempt = int(os.environ.get(ATTEMPT_ENV, "0") or 0)
         self.run_dir = run_dir
         self.extra_summary = extra_summary or {}
         self.started = started or time.perf_counter()
@@ -110,6 +154,18 @@ class TrainLoop:
         self.last_eval: dict[str, Any] = {}
         self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
         self._dump = set(spec.debug.dump_grads)
+        self.history: list[dict[str, Any]] = []
+        self.checkpoints, self.checkpoint_s = 0, 0.0
+        if resume is not None:  # the counters continue where the checkpoint left them
+            loop = resume.state["loop"]
+            self.samples, self.skipped = int(loop["samples"]), int(loop["skipped"])
+            self.train_time = float(loop["train_time"])
+            self.last_eval = dict(loop["last_eval"])
+            self.history = [*resume.state.get("history", []),
+                            {"from_step": resume.step, "checkpoint": str(resume.path),
+                             "backend": engine.backend, "world_size": self.world,
+                             "checkpoint_backend": resume.state["backend"],
+                             "checkpoint_world_size": resume.state["world_size"]}]
 
     # ---- output ----------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -123,11 +179,14 @@ class TrainLoop:
         self.say(f"{spec.name}: {spec.model.preset or 'custom'} model, world_size {self.world}, "
                  f"{spec.precision.dtype.value}, {len(self.data.train_y)} train samples, "
                  f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps")
-        step = 0
+        step = self.start_step
+        if step:
+            self.say(f"resuming after step {step} from {self.resume.path}")
         t_train = time.perf_counter()
         self._window_t0 = t_train
-        for epoch in range(epochs):
-            for k in range(plan.steps_per_epoch):
+        every = spec.train.checkpoint_every
+        for epoch in range(step // plan.steps_per_epoch, epochs):
+            for k in range(step - epoch * plan.steps_per_epoch, plan.steps_per_epoch):
                 if step >= self.total_steps:
                     break
                 ids = plan.step_ids(epoch, k)
@@ -152,12 +211,49 @@ class TrainLoop:
                     self._evaluate(step, epoch + 1)
                     t_train = time.perf_counter()
                     self._window_t0 = t_train
+                if every is not None and (step == self.total_steps or (
+                        end_of_epoch if every is Every.EPOCH else step % every == 0)):
+                    self._flush(epochs)  # the records are complete up to this step
+                    self.train_time += time.perf_counter() - t_train
+                    self._checkpoint(step, epoch + 1)
+                    t_train = time.perf_counter()
+                    self._window_t0 = t_train
             if step >= self.total_steps:
                 break
         return self._finish(step)
 
+    def _checkpoint(self, step: int, epoch: int) -> None:
+        """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on (their
+        next collective waits for it)."""
+        if self.writer is None:
+            return
+        t0 = time.perf_counter()
+        self.writer.flush()
+        spec = self.spec
+        state = {"epoch": epoch, "backend": self.engine.backend, "world_size": self.world,
+                 "precision": spec.precision.dtype.value, "spec": spec.to_dict(),
+                 "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                              **self.engine.versions()},
+                 "records": self.writer.offsets(),
+                 "loop": {"samples": self.samples, "skipped": self.skipped,
+                          "train_time": self.train_time, "last_eval": self.last_eval},
+                 "history": self.history}
+        crash = (spec.debug.crash_in_checkpoint == step and self.attempt == 0)
+        try:
+            path = checkpoint.save(self.run_dir, step, self.engine.weights(),
+                                   self.engine.optimizer_state(), state,
+                                   keep=spec.train.keep_checkpoints,
+                                   crash_after=checkpoint.WEIGHTS if crash else None)
+        except checkpoint.CheckpointWriteError as exc:
+            raise UserError(str(exc)) from None
+        self.checkpoint_s += time.perf_counter() - t0
+        self.checkpoints += 1
+        self.say(f"checkpoint after step {step} -> {path} ({time.perf_counter() - t0:.2f}s)")
+
     def _maybe_exit(self, step: int) -> None:
         target = self.spec.debug.exit_rank
+        if self.attempt or self.resume is not None:  # the fault fires in the first attempt only
+            return
         if target is not None and tuple(target) == (step, self.engine.rank):
             print(f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
                   f"{step}", file=sys.stderr, flush=True)
@@ -238,6 +334,9 @@ class TrainLoop:
             "sharding": spec.data.sharding.value,
             "steps_per_epoch": self.plan.steps_per_epoch,
             "determinism": spec.determinism,
+            "checkpoints_written": self.checkpoints,
+            "checkpoint_wall_s": round(self.checkpoint_s, 3),
+            "resumed": self.history,
             "versions": {"python": platform.python_version(), "numpy": np.__version__,
                          **self.engine.versions()},
             **self.extra_summary,

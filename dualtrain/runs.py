@@ -6,20 +6,22 @@ mistake is checked before the run directory is created, so a rejected run leaves
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from dualtrain import checkpoint
 from dualtrain import data as mnist
-from dualtrain.backends import check_installed, launch_module
+from dualtrain.backends import check_installed, launch_module, parse_backend
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch import run_workers
 from dualtrain.model import batchnorm_layers, resolve, where
 from dualtrain.plan import ShardPlan
-from dualtrain.runner_base import steps_total
-from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT, read_run
+from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
+from dualtrain.runner_base import ATTEMPT_ENV, RESUME_ENV, check_continuation, steps_total
 from dualtrain.spec import Backend, Experiment, dump_spec
 from dualtrain.weights import initial_weights, save_weights
 
@@ -111,32 +113,147 @@ def prepare_run_dir(spec: Experiment, backend: Backend, out: str | Path | None,
 
 
 def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
-              overwrite: bool = False) -> tuple[Path | None, dict[str, Any]]:
+              overwrite: bool = False,
+              resume_from: str | Path | None = None) -> tuple[Path | None, dict[str, Any]]:
     """Run ``spec`` on ``backend``; return (run_dir, summary).
 
     Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set) or inside a TF_CONFIG cluster,
     this process is one worker: rank 0 writes the run directory, the others return (None, {}).
     Otherwise dualtrain launches ``world_size`` local workers itself.
+
+    ``resume_from``: a checkpoint folder (of either backend) this new run continues from; its
+    records up to the checkpoint are copied in, so the run reads as one run of ``spec``.
     """
     launch = launch_module(backend)
     ext = launch.external()
     if ext is not None:
+        if resume_from is not None:
+            raise UserError("--resume-from is for runs dualtrain launches; under torchrun or a "
+                            "TF_CONFIG cluster start the run with dualtrain's own launcher. "
+                            f"Received: {resume_from}")
         return _run_as_external_worker(spec, backend, out, overwrite, launch, ext)
+    ckpt = None
+    if resume_from is not None:
+        ckpt = checkpoint.load(resume_from)
+        check_continuation(ckpt.state, spec, ckpt.path)
     run_dir = prepare_run_dir(spec, backend, out, overwrite)
-    print(f"dualtrain: {backend.value} run -> {run_dir}", flush=True)
-    try:
-        run_workers(launch.MODULE, [str(run_dir)], launch.workers(spec), unit=launch.UNIT,
-                    grace_s=spec.distribution.timeout_s, run_dir=run_dir,
-                    stderr_noise=launch.STDERR_NOISE)
-    except RunFailed as exc:
-        raise RunFailed(f"{backend.value} run failed: {exc} (partial run left in {run_dir})") from None
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
-        print(f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}", file=sys.stderr,
-              flush=True)
-        raise
+    if ckpt is not None:
+        _copy_records(ckpt, run_dir)
+    return run_dir, _launch(spec, backend, run_dir, launch, ckpt.path if ckpt else None, attempt=0)
+
+
+def resume_run(run_dir: str | Path, backend: Backend | None = None,
+               world_size: int | None = None) -> tuple[Path, dict[str, Any]]:
+    """``dualtrain run --resume RUN_DIR``: continue a stopped or killed run from its latest complete
+    checkpoint, on the checkpoint's backend, optionally at another world size (sharding exact)."""
+    from dualtrain.entry import run_spec
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"--resume needs a run directory. Received: {str(run_dir)!r}")
+    spec = run_spec(run_dir)
+    if (run_dir / SUMMARY_FILE).is_file():
+        raise UserError(f"{run_dir} has finished (summary.json exists); nothing to resume. To train "
+                        f"further, start a new run with --resume-from {run_dir / checkpoint.DIR}/<step>")
+    path = checkpoint.latest(run_dir)
+    if path is None:
+        raise UserError(f"{run_dir} has no complete checkpoint to resume from (set "
+                        f"train.checkpoint_every to write them). Received: {str(run_dir)!r}")
+    ckpt = checkpoint.load(path)
+    ckpt_backend = parse_backend(ckpt.state["backend"])
+    if backend is not None and backend is not ckpt_backend:
+        raise UserError(f"--resume continues on the checkpoint's backend ({ckpt_backend.value}); to "
+                        f"continue it in {backend.value}, start a new run: dualtrain run --backend "
+                        f"{backend.value} --config {run_dir / SPEC_FILE} --resume-from {path} --out "
+                        f"NEW_DIR. Received: --backend {backend.value}")
+    if world_size is not None and world_size != spec.distribution.world_size:
+        spec = spec.replace(distribution=_with(spec.distribution, world_size=world_size))
+    check_continuation(ckpt.state, spec, ckpt.path)
+    validate(spec, ckpt_backend)
+    launch = launch_module(ckpt_backend)
+    # Everything is checked: now cut the records back to the checkpoint and record the new spec.
+    _write_atomic(run_dir / SPEC_FILE, dump_spec(spec))
+    truncate_records(run_dir, ckpt)
+    attempt = len(ckpt.state.get("history", [])) + 1
+    return run_dir, _launch(spec, ckpt_backend, run_dir, launch, ckpt.path, attempt=attempt)
+
+
+def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: Any, ckpt: Path | None,
+            *, attempt: int) -> dict[str, Any]:
+    """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
+    ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
+    print(f"dualtrain: {backend.value} run -> {run_dir}"
+          + (f" (continuing from {ckpt})" if ckpt is not None else ""), flush=True)
+    restarts = 0
+    while True:
+        workers = launch.workers(spec)
+        env = {ATTEMPT_ENV: str(attempt), **({RESUME_ENV: str(ckpt)} if ckpt is not None else {})}
+        for w in workers:
+            w.env.update(env)
+        try:
+            run_workers(launch.MODULE, [str(run_dir)], workers, unit=launch.UNIT,
+                        grace_s=spec.distribution.timeout_s, run_dir=run_dir,
+                        stderr_noise=launch.STDERR_NOISE)
+            break
+        except RunFailed as exc:
+            if restarts >= spec.distribution.max_restarts or exc.code == 2:
+                more = (f" after {restarts} restart(s)" if restarts else "")
+                raise RunFailed(f"{backend.value} run failed{more}: {exc} (partial run left in "
+                                f"{run_dir})", rank=exc.rank, code=exc.code) from None
+            restarts += 1
+            attempt += 1
+            latest = checkpoint.latest(run_dir)
+            if latest is not None:
+                ckpt_obj = checkpoint.load(latest)  # a tampered latest checkpoint stops the run
+                truncate_records(run_dir, ckpt_obj)
+            ckpt = latest
+            print(f"dualtrain: {exc}; restart {restarts}/{spec.distribution.max_restarts} of every "
+                  f"{launch.UNIT} from {latest or 'step 0 (no checkpoint yet)'}", file=sys.stderr,
+                  flush=True)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
+            print(f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}",
+                  file=sys.stderr, flush=True)
+            raise
     if not (run_dir / SUMMARY_FILE).is_file():
         raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
-    return run_dir, read_run(run_dir).summary
+    return read_run(run_dir).summary
+
+
+def truncate_records(run_dir: Path, ckpt: checkpoint.Checkpoint) -> None:
+    """Cut metrics.jsonl and shards.jsonl back to where they stood at the checkpoint, and drop what
+    a finished attempt leaves (summary, final weights, later gradient dumps), so the continued run
+    appends exactly the steps after it: no step twice, none missing."""
+    for name, size in ckpt.state["records"].items():
+        path = run_dir / name
+        if not path.is_file() or path.stat().st_size < size:
+            raise UserError(f"{path} is shorter than at the checkpoint of step {ckpt.step} "
+                            f"({size} bytes); the run directory was changed. Received: {str(path)!r}")
+        with open(path, "r+b") as f:
+            f.truncate(size)
+    for name in (SUMMARY_FILE, WEIGHTS_FINAL):
+        (run_dir / name).unlink(missing_ok=True)
+    for dump in run_dir.glob("grads_step*.npz"):
+        if int(dump.stem.removeprefix("grads_step")) > ckpt.step:
+            dump.unlink()
+
+
+def _copy_records(ckpt: checkpoint.Checkpoint, run_dir: Path) -> None:
+    """A run that continues another run's checkpoint starts with that run's records up to it."""
+    source = ckpt.path.parent.parent
+    for name, size in ckpt.state["records"].items():
+        src = source / name
+        if not src.is_file() or src.stat().st_size < size:
+            raise UserError(f"the checkpoint's run directory {source} lacks its records ({name} up to "
+                            f"{size} bytes), which the continued run starts from. Received: "
+                            f"{str(ckpt.path)!r}")
+        with open(src, "rb") as f:
+            (run_dir / name).write_bytes(f.read(size))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def _run_as_external_worker(spec: Experiment, backend: Backend, out: str | Path | None,
@@ -147,9 +264,25 @@ def _run_as_external_worker(spec: Experiment, backend: Backend, out: str | Path 
         print(f"dualtrain: world_size {ext['world_size']} from the launcher overrides the spec's "
               f"{spec.distribution.world_size}", flush=True)
         spec = spec.replace(distribution=_with(spec.distribution, world_size=ext["world_size"]))
-    run_dir = prepare_run_dir(spec, backend, out, overwrite) if ext["rank"] == 0 else None
-    if run_dir is None:
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    latest = checkpoint.latest(out) if restarted and out is not None else None
+    if latest is not None:
+        # torchrun --max-restarts restarted this worker: every rank continues from the run
+        # directory's latest checkpoint by itself (the chief cuts the records back to it).
+        ckpt = checkpoint.load(latest)
+        check_continuation(ckpt.state, spec, ckpt.path)
         validate(spec, backend)
+        os.environ[RESUME_ENV] = str(latest)
+        os.environ[ATTEMPT_ENV] = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        run_dir = Path(out) if ext["rank"] == 0 else None
+        if run_dir is not None:
+            truncate_records(run_dir, ckpt)
+            print(f"dualtrain: restart {os.environ[ATTEMPT_ENV]} (torchrun): continuing from {latest}",
+                  flush=True)
+    else:
+        run_dir = prepare_run_dir(spec, backend, out, overwrite) if ext["rank"] == 0 else None
+        if run_dir is None:
+            validate(spec, backend)
     worker = importlib.import_module(launch.MODULE + ".worker")
     summary = worker.run_worker(spec, run_dir)
     return run_dir, summary

@@ -110,6 +110,10 @@ class LayerType(StrEnum):
     RESIDUAL = "residual"
 
 
+class Every(StrEnum):
+    EPOCH = "epoch"
+
+
 class Padding(StrEnum):
     VALID = "valid"
     SAME = "same"
@@ -414,9 +418,14 @@ class DistributionSpec:
     """Bound on startup and on any single collective: a lost peer fails the run instead of hanging."""
     threads_per_worker: int | None = None
     """Intra-op threads per worker process; null: cores // local workers."""
+    max_restarts: int = 0
+    """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
+    the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the
+    rank. Without checkpoints a restart begins again at step 1."""
 
     def __post_init__(self) -> None:
         _check(self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size)
+        _check(self.max_restarts >= 0, "distribution.max_restarts", "must be >= 0", self.max_restarts)
         _check(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
         if self.master_port is not None:
             _check(0 < self.master_port < 65536, "distribution.master_port", "must be in 1..65535",
@@ -442,8 +451,18 @@ class TrainSpec:
     """Evaluate every N steps; 0: at the end of every epoch. A final evaluation always runs."""
     log_every: int = 50
     """Progress line and metrics flush every N steps."""
+    checkpoint_every: Every | int | None = None
+    """Write a checkpoint every N steps, or ``epoch``: at the end of every epoch; null: never. A run
+    that checkpoints also writes one after its last step (RUN_DIR/checkpoints, docs/checkpoints.md)."""
+    keep_checkpoints: int = 3
+    """Keep the newest K complete checkpoints; older ones are deleted once a newer one is complete."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.checkpoint_every, int):
+            _check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1, epoch or null",
+                   self.checkpoint_every)
+        _check(self.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1",
+               self.keep_checkpoints)
         if self.epochs is None and self.max_steps is None:
             raise UserError("train: give epochs or max_steps. Received: neither")
         if self.epochs is not None:
@@ -464,7 +483,11 @@ class DebugSpec:
     nonfinite_grad: tuple[tuple[int, int], ...] = ()
     """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
     exit_rank: tuple[int, int] | None = None
-    """(step, rank): that worker process kills itself (SIGKILL) at that step."""
+    """(step, rank): that worker process kills itself (SIGKILL) at that step, in the run's first
+    attempt only (a restarted or resumed run does not fail again)."""
+    crash_in_checkpoint: int | None = None
+    """Step whose checkpoint write the chief dies in (SIGKILL after the weights file, before the
+    manifest), in the first attempt only."""
 
 
 @dataclass(**_SPEC)

@@ -77,10 +77,12 @@ def test_dropout_masks_do_not_depend_on_the_world_size(runs):
         assert check.passed, check.detail
 
 
-@pytest.mark.parametrize("config", ["pytorch_examples_mnist", "keras_io_mnist_convnet"])
+@pytest.mark.parametrize("config", ["pytorch_examples_mnist", "keras_io_mnist_convnet",
+                                    "mnist_resnet_bn"])
 def test_reference_configs_mean_the_same_on_both_backends(runs, config):
     # The two canonical MNIST models as shipped (dropout, Adadelta + per-epoch StepLR / Adam with
-    # Keras's eps), on 1,001 samples for 2 epochs, world 2: the fp64 pair agrees to its bound.
+    # Keras's eps) and the residual CNN with sync batchnorm, on 1,001 samples for 2 epochs, world 2:
+    # the fp64 pair agrees to its bound.
     ref = runs.reference("data.train_limit=1001", "data.test_limit=500", "train.epochs=2",
                          config=str(ROOT / "configs" / f"{config}.yaml"))
     assert_reference(ref)

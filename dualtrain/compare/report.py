@@ -21,8 +21,15 @@ import numpy as np
 
 from dualtrain import __version__
 from dualtrain.compare import records as R
-from dualtrain.compare.checks import (Check, Reference, all_passed, is_fp64_pair, run_checks,
-                                      tolerance_of, trajectory)
+from dualtrain.compare.checks import (
+    Check,
+    Reference,
+    all_passed,
+    is_fp64_pair,
+    run_checks,
+    tolerance_of,
+    trajectory,
+)
 from dualtrain.compare.diagnose import Diagnosis, diagnose
 from dualtrain.compare.tolerances import REFERENCE, TOLERANCES, Tolerance
 from dualtrain.record import RunRecord, read_run

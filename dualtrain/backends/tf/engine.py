@@ -31,15 +31,25 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.data import Mnist, normalize
 from dualtrain import batchnorm
+from dualtrain.checkpoint import OptimizerState
+from dualtrain.data import Mnist, normalize
+from dualtrain.errors import UserError
 from dualtrain.model import resolve, walk
 from dualtrain.runner_base import StepOut
 from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
 from dualtrain.weights import Weights
 
-from .model import (build_model, call_model, export_canonical, has_dropout, load_canonical,
-                    to_canonical, to_nhwc)
+from .model import (
+    build_model,
+    call_model,
+    export_canonical,
+    has_dropout,
+    load_canonical,
+    to_canonical,
+    to_keras,
+    to_nhwc,
+)
 from .precision import policy_name
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -436,3 +446,35 @@ class TFEngine:
 
     def versions(self) -> dict[str, str]:
         return {"tensorflow": tf.__version__, "keras": keras.__version__}
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    #: canonical slot name (torch.optim's) -> this engine's list of per-parameter variables
+    SLOTS = {"momentum_buffer": "buf", "exp_avg": "m", "exp_avg_sq": "v", "square_avg": "square_avg",
+             "acc_delta": "acc_delta", "grad_avg": "grad_avg"}
+
+    def optimizer_state(self) -> OptimizerState:
+        """The slots in canonical names and layouts, as torch.optim holds them: none before the first
+        applied update (torch creates its state then)."""
+        applied = int(self.applied.numpy())
+        slots = {}
+        if applied:
+            for slot, attr in self.SLOTS.items():
+                for name, var in zip(self.param_names, getattr(self, attr)):
+                    slots[f"{slot}/{name}"] = to_canonical(name, var.numpy())
+        return OptimizerState(slots=slots, applied=applied,
+                              loss_scale=float(self.scale.numpy()) if self.fp16 else 1.0,
+                              good_steps=int(self.good_steps.numpy()) if self.fp16 else 0)
+
+    def load_optimizer_state(self, state: OptimizerState) -> None:
+        for key, value in state.slots.items():
+            slot, _, name = key.partition("/")
+            variables = getattr(self, self.SLOTS.get(slot, "_none"), None)
+            if not variables or name not in self.param_names:
+                raise UserError(f"the checkpoint's optimizer state does not fit this optimizer and "
+                                f"model. Received: {key}")
+            var = variables[self.param_names.index(name)]
+            var.assign(to_keras(name, value, var.dtype.name))
+        self.applied.assign(state.applied)
+        if self.fp16:
+            self.scale.assign(state.loss_scale)
+            self.good_steps.assign(state.good_steps)

@@ -130,7 +130,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     import tensorflow as tf
 
     from dualtrain.data import load_mnist
-    from dualtrain.runner_base import TrainLoop
+    from dualtrain.runner_base import TrainLoop, resume_checkpoint
     from dualtrain.weights import worker_initial_weights
 
     keras.utils.set_random_seed(spec.seed)
@@ -138,7 +138,8 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     run_dir = Path(run_dir) if run_dir is not None else None
     if run_dir is not None and rank == 0 and role["external"] and spec.tf.strategy is TFStrategy.MULTI_WORKER:
         (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
-    init = worker_initial_weights(spec.model, spec.seed, run_dir)
+    resume = resume_checkpoint(spec)  # a checkpoint to continue from (dualtrain run --resume ...)
+    init = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     data = load_mnist(spec.data)
 
     from dualtrain.entry import run_test_hook
@@ -148,11 +149,13 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     hook = run_test_hook("tf")
     engine = TFEngine(spec, strategy, data, init, rank=rank, num_processes=role["num_processes"],
                       host_device=host)
+    if resume is not None:
+        engine.load_optimizer_state(resume.optimizer)
     extra = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(devices),
              "tf_processes": role["num_processes"], "threads_per_worker": threads,
              "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"), **hook}
     loop = TrainLoop(spec, engine, data, run_dir if rank == 0 else None, extra_summary=extra,
-                     started=started)
+                     started=started, resume=resume)
     return loop.run()
 
 

@@ -24,10 +24,17 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.optimizer import _get_scalar_dtype
 
-from dualtrain.backends.torch.model import (BatchNorm, HashDropout, build_model, export_canonical,
-                                            load_canonical)
+from dualtrain.backends.torch.model import (
+    BatchNorm,
+    HashDropout,
+    build_model,
+    export_canonical,
+    load_canonical,
+)
 from dualtrain.backends.torch.precision import precision_setup
+from dualtrain.checkpoint import OptimizerState
 from dualtrain.data import Mnist, normalize
 from dualtrain.errors import UserError
 from dualtrain.runner_base import StepOut
@@ -166,9 +173,33 @@ class TorchEngine:
         self.params = [p for _, p in self.module.named_parameters()]
         self.names = [n for n, _ in self.module.named_parameters()]
         self.opt = make_optimizer(spec, self.params)
+        self.applied = 0  # updates applied (skipped fp16 steps excluded): the checkpoints' count
         self.autocast, self.scaler = precision_setup(spec.precision, device.type)
         self.clip = spec.optimizer.clip_grad_norm
         self._eval_bs = max(1, spec.data.eval_batch_size // world)
+        if world > 1:
+            self._settle_buckets()
+
+    def _settle_buckets(self) -> None:
+        """One zero-loss forward and backward before the first step, so every step of every run,
+        fresh or resumed, runs with DDP's rebuilt bucket layout.
+
+        DDP starts with its gradients in one bucket in model order and, after the first backward,
+        rebuilds the buckets in the order gradients became ready, which moves every gradient to
+        another offset. At world >= 3 gloo's ring all-reduce adds an element's terms in an order set
+        by its offset (and BLAS reductions depend on alignment), so without this a run resumed from
+        a checkpoint, whose first step would have the initial layout, parts from the uninterrupted
+        run in the last bit. Parameters, optimizer state and batchnorm statistics are untouched."""
+        buffers = {k: v.clone() for k, v in self.module.named_buffers()}
+        idx = torch.zeros(1, dtype=torch.int64, device=self.device)
+        for m in self.dropouts:
+            m.step, m.ids = torch.zeros((), dtype=torch.int64, device=self.device), idx
+        logits = self.ddp(self.train_x.index_select(0, idx))
+        (logits.sum() * 0.0).backward()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for k, v in self.module.named_buffers():
+                v.copy_(buffers[k])
 
     # ---- training --------------------------------------------------------------------------------
     def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
@@ -210,6 +241,7 @@ class TorchEngine:
         else:
             self.opt.step()
             scale, skipped = 1.0, False
+        self.applied += not skipped
         self.opt.zero_grad(set_to_none=True)
         self._hook.poison = False
         if self._broadcast:  # unsync BatchNorm: every replica takes replica 0's running statistics
@@ -251,3 +283,40 @@ class TorchEngine:
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def optimizer_state(self) -> OptimizerState:
+        """torch.optim's per-parameter state under canonical names ("exp_avg/0.weight"); its ``step``
+        is the applied count; GradScaler's scale and growth tracker."""
+        slots = {f"{key}/{name}": value.detach().to("cpu").numpy().copy()
+                 for name, p in zip(self.names, self.params)
+                 for key, value in self.opt.state.get(p, {}).items()
+                 if key != "step" and torch.is_tensor(value)}
+        scale, good = 1.0, 0
+        if self.scaler is not None:
+            sd = self.scaler.state_dict()
+            scale, good = float(sd["scale"]), int(sd["_growth_tracker"])
+        return OptimizerState(slots=slots, applied=self.applied, loss_scale=scale, good_steps=good)
+
+    def load_optimizer_state(self, state: OptimizerState) -> None:
+        by_param: dict[str, dict[str, torch.Tensor]] = {}
+        for key, value in state.slots.items():
+            slot, _, name = key.partition("/")
+            by_param.setdefault(name, {})[slot] = torch.from_numpy(np.ascontiguousarray(value)).to(
+                self.device, self.dtype)
+        unknown = sorted(set(by_param) - set(self.names))
+        if unknown:
+            raise UserError(f"the checkpoint's optimizer state names parameters this model does not "
+                            f"have. Received: {', '.join(unknown)}")
+        counted = self.spec.optimizer.name is not OptimizerName.SGD  # torch.optim keeps a step
+        for name, p in zip(self.names, self.params):
+            slots = by_param.get(name, {})
+            if counted and state.applied:
+                slots["step"] = torch.tensor(float(state.applied), dtype=_get_scalar_dtype())
+            if slots:
+                self.opt.state[p] = slots
+        self.applied = state.applied
+        if self.scaler is not None:
+            sd = self.scaler.state_dict()
+            self.scaler.load_state_dict({**sd, "scale": state.loss_scale,
+                                         "_growth_tracker": state.good_steps})

@@ -13,12 +13,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dualtrain.backends.torch.engine import (TorchEngine, configure_determinism, init_distributed,
-                                            select_device)
+from dualtrain.backends.torch.engine import (
+    TorchEngine,
+    configure_determinism,
+    init_distributed,
+    select_device,
+)
 from dualtrain.data import load_mnist
 from dualtrain.entry import run_test_hook
 from dualtrain.errors import UserError
-from dualtrain.runner_base import TrainLoop, default_threads
+from dualtrain.runner_base import TrainLoop, default_threads, resume_checkpoint
 from dualtrain.spec import Experiment
 from dualtrain.weights import worker_initial_weights
 
@@ -50,15 +54,18 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, *, destroy: bool = 
     device = select_device(spec, env["local_rank"])
 
     data = load_mnist(spec.data)
-    weights = worker_initial_weights(spec.model, spec.seed, run_dir)
+    resume = resume_checkpoint(spec)  # a checkpoint to continue from (dualtrain run --resume ...)
+    weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
 
     init_distributed(spec, device, env["rank"], env["world"])
     hook = run_test_hook("torch")
     engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"], device=device)
+    if resume is not None:
+        engine.load_optimizer_state(resume.optimizer)
     extra = {"threads_per_worker": threads, "process_group": dist.get_backend(),
              "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled, **hook}
     summary = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
-                        extra_summary=extra, started=started).run()
+                        extra_summary=extra, started=started, resume=resume).run()
     # (On an exception there is no teardown: the process exits and the launcher stops the others.)
     leave_together(env["rank"], env["world"], spec.distribution.timeout_s)
     if destroy:
