@@ -90,7 +90,8 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
             raise UserError(f"{where} needs a flat input; add a flatten layer before it. "
                             f"Received: input shape {shape}")
         fan_in = shape[0]
-        params = ((f"{prefix}.weight", (layer.units, fan_in)), (f"{prefix}.bias", (layer.units,)))
+        params = ((f"{prefix}.weight", (layer.units, fan_in)),
+                  *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()))
         new = (layer.units,)
     elif t is LayerType.CONV2D:
         if len(shape) != 3:
@@ -105,7 +106,8 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
         if oh < 1 or ow < 1:
             raise UserError(f"{where}: kernel {k} does not fit the input. Received: input shape {shape}")
         fan_in = c * k * k
-        params = ((f"{prefix}.weight", (layer.filters, c, k, k)), (f"{prefix}.bias", (layer.filters,)))
+        params = ((f"{prefix}.weight", (layer.filters, c, k, k)),
+                  *(((f"{prefix}.bias", (layer.filters,)),) if layer.bias else ()))
         new = (layer.filters, oh, ow)
     elif t in (LayerType.MAXPOOL2D, LayerType.AVGPOOL2D):
         if len(shape) != 3:
@@ -171,6 +173,24 @@ def batchnorm_layers(model: ModelSpec) -> list[tuple[ResolvedLayer, int]]:
             for d in r.in_shape[1:]:
                 per_sample *= d
             out.append((r, per_sample))
+    return out
+
+
+def cancelled_biases(model: ModelSpec) -> list[tuple[ResolvedLayer, ResolvedLayer]]:
+    """(dense or conv2d with a bias, the batchnorm right after it) pairs: the batchnorm's mean
+    subtraction cancels that bias, so its exact gradient is zero."""
+    out = []
+
+    def scan(layers):
+        for prev, nxt in zip(layers, layers[1:]):
+            if (prev.spec.type in (LayerType.DENSE, LayerType.CONV2D) and prev.spec.bias
+                    and nxt.spec.type is LayerType.BATCHNORM):
+                out.append((prev, nxt))
+        for r in layers:
+            scan(list(r.body))
+            scan(list(r.shortcut))
+
+    scan(resolve(model))
     return out
 
 

@@ -252,8 +252,8 @@ class TrainLoop:
 
     def _maybe_exit(self, step: int) -> None:
         target = self.spec.debug.exit_rank
-        if self.attempt or self.resume is not None:  # the fault fires in the first attempt only
-            return
+        if (self.attempt or self.resume is not None) and not self.spec.debug.exit_every_attempt:
+            return  # the fault fires in the first attempt only
         if target is not None and tuple(target) == (step, self.engine.rank):
             print(f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
                   f"{step}", file=sys.stderr, flush=True)
@@ -337,6 +337,7 @@ class TrainLoop:
             "checkpoints_written": self.checkpoints,
             "checkpoint_wall_s": round(self.checkpoint_s, 3),
             "resumed": self.history,
+            "attempt": self.attempt,
             "versions": {"python": platform.python_version(), "numpy": np.__version__,
                          **self.engine.versions()},
             **self.extra_summary,

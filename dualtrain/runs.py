@@ -18,7 +18,7 @@ from dualtrain import data as mnist
 from dualtrain.backends import check_installed, launch_module, parse_backend
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch import run_workers
-from dualtrain.model import batchnorm_layers, resolve, where
+from dualtrain.model import batchnorm_layers, cancelled_biases, resolve, where
 from dualtrain.plan import ShardPlan
 from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
 from dualtrain.runner_base import ATTEMPT_ENV, RESUME_ENV, check_continuation, steps_total
@@ -44,6 +44,26 @@ def validate(spec: Experiment, backend: Backend) -> None:
     mnist.locate(spec.data)
     initial_weights(spec.model, spec.seed)  # checks init_from's layout
     check_batchnorm_batches(spec, mnist.sizes(spec.data)[0])
+    warn_cancelled_biases(spec)
+
+
+#: Optimizers whose step divides by a running gradient magnitude (plus eps).
+_NORMALISING = ("adam", "adamw", "adadelta", "rmsprop")
+
+
+def warn_cancelled_biases(spec: Experiment) -> None:
+    """A bias right before a batchnorm has an exactly-zero gradient; what is computed is rounding
+    noise, which Adam-like optimizers divide by eps into real updates that differ between any two
+    implementations. Training is unaffected, but the fp64 reference pair sees those tensors differ
+    (docs/parity.md §9), so say so before the run, with the fix."""
+    if spec.optimizer.name.value not in _NORMALISING:
+        return
+    for layer, norm in cancelled_biases(spec.model):
+        print(f"dualtrain: warning: {where(layer.prefix)} ({layer.spec.type.value}) feeds the "
+              f"batchnorm {where(norm.prefix)}, which cancels its bias (zero gradient); under "
+              f"{spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair may "
+              f"report that bias and the batchnorm's running_mean as differing. Set bias: false on "
+              f"{where(layer.prefix)}.", file=sys.stderr, flush=True)
 
 
 def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:

@@ -184,6 +184,9 @@ class LayerSpec:
     padding: Padding | int = Padding.VALID
     """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
     P zeros on every side (torch's ``padding=P``), with any stride."""
+    bias: bool = True
+    """dense, conv2d: add a bias (torch's ``bias=False`` / Keras's ``use_bias=False`` when false, as
+    before a batchnorm, whose mean subtraction cancels it)."""
     momentum: float | None = None
     """batchnorm: torch's momentum (default 0.1): running = (1 - momentum) * running + momentum *
     batch statistic (the unbiased variance for running_var)."""
@@ -214,6 +217,8 @@ class LayerSpec:
             v = getattr(self, name)
             if v not in (None, ()) and name not in allowed:
                 raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
+        if not self.bias and t not in (LayerType.DENSE, LayerType.CONV2D):
+            raise UserError(f"layer type {t.value!r} takes no 'bias'. Received: bias=False")
         if t is LayerType.BATCHNORM:
             for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
                 if getattr(self, name) is None:
@@ -484,7 +489,9 @@ class DebugSpec:
     """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
     exit_rank: tuple[int, int] | None = None
     """(step, rank): that worker process kills itself (SIGKILL) at that step, in the run's first
-    attempt only (a restarted or resumed run does not fail again)."""
+    attempt only (a restarted or resumed run does not fail again) unless exit_every_attempt."""
+    exit_every_attempt: bool = False
+    """exit_rank fires in every attempt (tests of max_restarts running out)."""
     crash_in_checkpoint: int | None = None
     """Step whose checkpoint write the chief dies in (SIGKILL after the weights file, before the
     manifest), in the first attempt only."""

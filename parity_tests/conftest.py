@@ -49,6 +49,17 @@ class Runs:
             self._cache[key] = out
         return self._cache[key]
 
+    def resume_from(self, backend: str, ckpt: Path, *overrides: str, config: str = MLP) -> Path:
+        """A new ``backend`` run of the spec that continues checkpoint ``ckpt`` (--resume-from)."""
+        key = ("resume_from", backend, str(ckpt), config, overrides)
+        if key not in self._cache:
+            tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+            out = self.base / f"{backend}-from-{tag}"
+            spec = load_spec(config, ["train.log_every=1000000", *overrides])
+            start_run(spec, parse_backend(backend), out, overwrite=True, resume_from=ckpt)
+            self._cache[key] = out
+        return self._cache[key]
+
     def reference(self, *overrides: str, config: str = MLP) -> Reference:
         """The fp64 reference pair of a spec, built as ``dualtrain compare`` builds it: the same
         overrides with ``precision.dtype=fp64``, on torch and on tf."""

@@ -14,6 +14,7 @@ from tests.conftest import run_cli
 from .conftest import MLP
 from .mutants import MUTANTS, SPECS, hook
 
+
 @pytest.mark.parametrize("spec", list(SPECS))
 def test_unmutated_pair_passes(runs, spec):
     cmp = compare_records(read_run(runs("torch", *SPECS[spec])), read_run(runs("tf", *SPECS[spec])))

@@ -9,8 +9,12 @@ parity_tests/test_mutants.py.
 import numpy as np
 import pytest
 
-from dualtrain.compare.checks import (check_reference_eval, check_reference_loss,
-                                      check_reference_weights, check_sharding)
+from dualtrain.compare.checks import (
+    check_reference_eval,
+    check_reference_loss,
+    check_reference_weights,
+    check_sharding,
+)
 from dualtrain.compare.records import loss_diff
 from dualtrain.weights import load_weights
 

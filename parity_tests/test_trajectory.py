@@ -14,8 +14,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dualtrain.compare.checks import (Reference, check_final_weights, check_reference_eval,
-                                      check_reference_loss, check_reference_weights, check_trajectory)
+from dualtrain.compare.checks import (
+    Reference,
+    check_final_weights,
+    check_reference_eval,
+    check_reference_loss,
+    check_reference_weights,
+    check_trajectory,
+)
 from dualtrain.compare.records import loss_diff
 from dualtrain.compare.tolerances import TOLERANCES
 from dualtrain.record import read_run

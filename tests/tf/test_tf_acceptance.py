@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
 from dualtrain.record import read_run
+from tests.conftest import ROOT, run_cli
 
 
 # mirrored at world 2 is asserted by parity_tests/test_convergence.py (same spec, shared run)

@@ -4,8 +4,14 @@ import pytest
 from dualtrain.errors import UserError
 from dualtrain.model import conv_flatten_shape, param_shapes, resolve
 from dualtrain.spec import load_spec
-from dualtrain.weights import (check_layout, init_weights, initial_weights, load_weights,
-                               save_weights, weights_digest)
+from dualtrain.weights import (
+    check_layout,
+    init_weights,
+    initial_weights,
+    load_weights,
+    save_weights,
+    weights_digest,
+)
 
 
 def test_mlp_layout_is_torch_sequential():

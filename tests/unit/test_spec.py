@@ -4,8 +4,17 @@ import pytest
 import yaml
 
 from dualtrain.errors import UserError
-from dualtrain.spec import (Experiment, LayerType, OptimizerName, Precision, Sharding, apply_overrides,
-                            dump_spec, from_dict, load_spec)
+from dualtrain.spec import (
+    Experiment,
+    LayerType,
+    OptimizerName,
+    Precision,
+    Sharding,
+    apply_overrides,
+    dump_spec,
+    from_dict,
+    load_spec,
+)
 
 
 def test_configs_load(tmp_path):

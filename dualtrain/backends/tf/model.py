@@ -81,7 +81,7 @@ class _Builder:
                 x = keras.layers.Add(name=name, dtype=policy)([body, skip])
                 continue
             if s.type is LayerType.DENSE:
-                layer = keras.layers.Dense(s.units, name=name, dtype=policy)
+                layer = keras.layers.Dense(s.units, use_bias=s.bias, name=name, dtype=policy)
             elif s.type is LayerType.CONV2D:
                 x, layer = conv2d(x, s, name, policy)
             elif s.type is LayerType.MAXPOOL2D:
@@ -112,9 +112,8 @@ class _Builder:
             else:
                 layer = keras.layers.Activation(ACTIVATIONS[s.type], name=name, dtype=policy)
             x = layer(x)
-            if r.params:
-                (w_name, _), (b_name, _) = r.params
-                self.named += [(w_name, layer.kernel), (b_name, layer.bias)]
+            if r.params:  # weight, then the bias if the layer has one
+                self.named += list(zip([n for n, _ in r.params], (layer.kernel, layer.bias)))
         return x
 
 
@@ -231,7 +230,7 @@ def conv2d(x, s, name: str, policy: str):
     else:
         padding = padding.value
     return x, keras.layers.Conv2D(s.filters, s.kernel_size, strides=s.stride or 1, padding=padding,
-                                  name=name, dtype=policy)
+                                  use_bias=s.bias, name=name, dtype=policy)
 
 
 def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:

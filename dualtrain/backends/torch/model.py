@@ -134,12 +134,12 @@ def _build(layers, seed: int) -> list[nn.Module]:
         if t is LayerType.FLATTEN:
             out.append(nn.Flatten())
         elif t is LayerType.DENSE:
-            out.append(nn.Linear(r.in_shape[0], s.units))
+            out.append(nn.Linear(r.in_shape[0], s.units, bias=s.bias))
         elif t is LayerType.CONV2D:
             padding = "same" if s.padding is Padding.SAME else (
                 s.padding if isinstance(s.padding, int) else 0)
             out.append(nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
-                                 padding=padding))
+                                 padding=padding, bias=s.bias))
         elif t is LayerType.MAXPOOL2D:
             out.append(nn.MaxPool2d(s.pool_size, stride=s.stride or s.pool_size))
         elif t is LayerType.AVGPOOL2D:
