@@ -32,6 +32,7 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_torch.py
 	$(BIN)/python bench/bench_tf.py
+	$(BIN)/python bench/bench_checkpoint.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

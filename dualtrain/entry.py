@@ -108,3 +108,25 @@ def forward_main(backend: str, argv: list[str],
         return 2
     np.savez(out, logits=logits)
     return 0
+
+
+def export_main(backend: str, argv: list[str],
+                export: Callable[[Experiment, dict, str], None]) -> int:
+    """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FILE``."""
+    from dualtrain.spec import load_spec
+    from dualtrain.weights import check_layout, load_weights
+
+    if len(argv) != 4:
+        print(f"usage: python -m dualtrain.backends.{backend}.tools export SPEC_YAML WEIGHTS_NPZ "
+              "OUT_FILE", file=sys.stderr)
+        return 2
+    _, spec_path, weights_path, out = argv
+    try:
+        spec = load_spec(spec_path)
+        weights = load_weights(weights_path)
+        check_layout(weights, spec.model, source=weights_path)
+        export(spec, weights, out)
+    except UserError as exc:
+        print(f"dualtrain: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

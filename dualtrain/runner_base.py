@@ -180,6 +180,10 @@ class TrainLoop:
                  f"{spec.precision.dtype.value}, {len(self.data.train_y)} train samples, "
                  f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps")
         step = self.start_step
+        starts = self.engine.gather(np.array([step], dtype=np.int64)).reshape(-1)
+        if (starts != step).any():  # e.g. a restarted worker that cannot see the checkpoint folder
+            raise UserError(f"the workers would start at different steps ({starts.tolist()} by "
+                            f"process): every worker must see the same run directory and checkpoint")
         if step:
             self.say(f"resuming after step {step} from {self.resume.path}")
         t_train = time.perf_counter()

@@ -284,21 +284,21 @@ def _run_as_external_worker(spec: Experiment, backend: Backend, out: str | Path 
         print(f"dualtrain: world_size {ext['world_size']} from the launcher overrides the spec's "
               f"{spec.distribution.world_size}", flush=True)
         spec = spec.replace(distribution=_with(spec.distribution, world_size=ext["world_size"]))
-    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-    latest = checkpoint.latest(out) if restarted and out is not None else None
+    latest = _external_restart_point(out)
     if latest is not None:
-        # torchrun --max-restarts restarted this worker: every rank continues from the run
-        # directory's latest checkpoint by itself (the chief cuts the records back to it).
+        # A restarted worker of an external launcher (torchrun --max-restarts, a Kubernetes restart
+        # policy): --out holds this run, unfinished, with a complete checkpoint, so every rank
+        # continues from it by itself (the chief cuts the records back to it). The ranks check that
+        # they all start at the same step (TrainLoop.run).
         ckpt = checkpoint.load(latest)
         check_continuation(ckpt.state, spec, ckpt.path)
         validate(spec, backend)
         os.environ[RESUME_ENV] = str(latest)
-        os.environ[ATTEMPT_ENV] = os.environ["TORCHELASTIC_RESTART_COUNT"]
+        os.environ[ATTEMPT_ENV] = os.environ.get("TORCHELASTIC_RESTART_COUNT", "1")
         run_dir = Path(out) if ext["rank"] == 0 else None
         if run_dir is not None:
             truncate_records(run_dir, ckpt)
-            print(f"dualtrain: restart {os.environ[ATTEMPT_ENV]} (torchrun): continuing from {latest}",
-                  flush=True)
+            print(f"dualtrain: restarted worker: continuing {out} from {latest}", flush=True)
     else:
         run_dir = prepare_run_dir(spec, backend, out, overwrite) if ext["rank"] == 0 else None
         if run_dir is None:
@@ -306,6 +306,14 @@ def _run_as_external_worker(spec: Experiment, backend: Backend, out: str | Path 
     worker = importlib.import_module(launch.MODULE + ".worker")
     summary = worker.run_worker(spec, run_dir)
     return run_dir, summary
+
+
+def _external_restart_point(out: str | Path | None) -> Path | None:
+    """The checkpoint a restarted external worker continues from: --out holds an unfinished run
+    (spec.yaml, no summary.json) with a complete checkpoint. None for a fresh start."""
+    if out is None or not (Path(out) / SPEC_FILE).is_file() or (Path(out) / SUMMARY_FILE).is_file():
+        return None
+    return checkpoint.latest(out)
 
 
 def _with(section: Any, **changes: Any) -> Any:

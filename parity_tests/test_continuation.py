@@ -37,7 +37,8 @@ def continued(runs, source: str, target: str, overrides: tuple[str, ...], step: 
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS)
-@pytest.mark.parametrize("source,target", [("torch", "tf"), ("tf", "torch")])
+@pytest.mark.parametrize("source,target", [("torch", "tf"),
+                                           pytest.param("tf", "torch", marks=pytest.mark.slow)])
 def test_fp64_continuation_matches_the_source_backend(runs, case, source, target):
     overrides = (*DATA, *CASES[case], "precision.dtype=fp64")
     full, cont = continued(runs, source, target, overrides)

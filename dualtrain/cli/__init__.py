@@ -13,6 +13,7 @@ import click
 
 from dualtrain import __version__
 from dualtrain.cli.compare import compare
+from dualtrain.cli.export import export
 from dualtrain.cli.run import run
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch import Terminated
@@ -30,11 +31,14 @@ def cli() -> None:
       dualtrain run --backend tf --config configs/mnist_mlp.yaml --set tf.strategy=multi_worker
       dualtrain compare --config configs/mnist_mlp.yaml --world-size 2
       dualtrain compare runs/a runs/b
+      dualtrain run --resume runs/a
+      dualtrain export runs/a --format keras
     """
 
 
 cli.add_command(run)
 cli.add_command(compare)
+cli.add_command(export)
 
 
 def _interrupted(cause: BaseException | None) -> None:

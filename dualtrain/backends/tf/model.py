@@ -63,11 +63,25 @@ def call_model(model: keras.Model, x, *, dropout: bool, ids=None, step=None, tra
     return (out[0], list(out[1:])) if isinstance(out, (list, tuple)) else (out, [])
 
 
-class _Builder:
-    """Applies resolved layers to a Keras tensor, recording variables and batchnorm outputs."""
+def build_inference_model(spec: ModelSpec,
+                          dtype: str = "float32") -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
+    """The model from Keras's own layers only, for export (dualtrain.export): keras.saving.load_model
+    opens it without dualtrain. Dropout is keras's Dropout (identity in inference), batchnorm is
+    BatchNormalization with torch's eps and the running statistics as its moving ones, gelu is Keras's
+    exact gelu. Input: NHWC images; output: logits."""
+    inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc", dtype=dtype)
+    b = _Builder(dtype, 0, conv_flatten_shape(spec), None, None, inference=True)
+    x = b.apply(resolve(spec), inputs)
+    return keras.Model(inputs, x, name="dualtrain_export"), b.named
 
-    def __init__(self, policy: str, seed: int, reorder, ids, steps):
+
+class _Builder:
+    """Applies resolved layers to a Keras tensor, recording variables and batchnorm outputs.
+    ``inference``: Keras's own layers where dualtrain has its own (build_inference_model)."""
+
+    def __init__(self, policy: str, seed: int, reorder, ids, steps, inference: bool = False):
         self.policy, self.seed, self.reorder, self.ids, self.steps = policy, seed, reorder, ids, steps
+        self.inference = inference
         self.named: list[tuple[str, keras.Variable]] = []
         self.stats: list = []
 
@@ -98,10 +112,21 @@ class _Builder:
                 layer = keras.layers.Flatten(name=name, dtype=policy)
             elif s.type is LayerType.RELU:
                 layer = keras.layers.ReLU(name=name, dtype=policy)
+            elif s.type is LayerType.DROPOUT and self.inference:
+                layer = keras.layers.Dropout(s.rate, name=name, dtype=policy)
             elif s.type is LayerType.DROPOUT:
                 x = HashDropout(s.rate, r.uid, r.in_shape, self.seed, name=name,
                                 dtype=policy)([x, self.ids, self.steps])
                 continue
+            elif s.type is LayerType.BATCHNORM and self.inference:
+                layer = keras.layers.BatchNormalization(epsilon=s.eps, momentum=1.0 - s.momentum,
+                                                        name=name, dtype=policy)
+                x = layer(x)
+                self.named += [(n, v) for (n, _), v in zip(r.arrays, (
+                    layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance))]
+                continue
+            elif s.type is LayerType.GELU and self.inference:
+                layer = keras.layers.Activation("gelu", name=name, dtype=policy)
             elif s.type is LayerType.BATCHNORM:
                 layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=policy)
                 x, mean, var = layer(x)

@@ -43,10 +43,26 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
     return np.concatenate(out) if out else np.zeros((0, 10), np.float32)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from dualtrain.entry import forward_main
+def export_keras(spec: Experiment, weights: Weights, path: str) -> None:
+    """Write the run's inference model as a .keras file from Keras's own layers (dualtrain.export)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
 
-    return forward_main("tf", sys.argv[1:] if argv is None else argv, forward_logits)
+    from .model import build_inference_model, load_canonical
+
+    dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
+    model, named = build_inference_model(spec.model, dtype)
+    load_canonical(named, weights)
+    model.save(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dualtrain.entry import export_main, forward_main
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export"]:
+        return export_main("tf", argv, export_keras)
+    return forward_main("tf", argv, forward_logits)
 
 
 if __name__ == "__main__":  # pragma: no cover

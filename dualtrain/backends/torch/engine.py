@@ -88,8 +88,20 @@ def init_distributed(spec: Experiment, device: torch.device, rank: int, world: i
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
+    timeout = timedelta(seconds=spec.distribution.timeout_s)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and attempt != "0":
+        # A worker torchrun restarted: the agent's store still holds the previous attempt's keys
+        # (gloo's peer addresses among them), and init via env:// would read them and try to
+        # connect to dead processes (pytorch/pytorch#135712). A prefix per attempt keeps them apart.
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                              is_master=False, timeout=timeout)
+        dist.init_process_group(backend=backend, store=dist.PrefixStore(
+            f"dualtrain/attempt_{attempt}", store), rank=rank, world_size=world, timeout=timeout,
+            **kwargs)
+        return
     dist.init_process_group(backend=backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=spec.distribution.timeout_s), **kwargs)
+                            timeout=timeout, **kwargs)
 
 
 class _HookState:

@@ -1,0 +1,25 @@
+"""``dualtrain export``: a finished run's model in torch's or Keras's own form."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--format", "fmt", required=True, metavar="torch|keras",
+              help="torch: model.safetensors + model.py (the nn.Module); keras: model.keras.")
+@click.option("--out", type=str, default=None, metavar="DIR",
+              help="Folder to write (default: RUN_DIR/export/FORMAT); must be new or empty.")
+def export(run_dir: str, fmt: str, out: str | None) -> None:
+    """Write a finished run's trained model so that torch or Keras loads it without dualtrain.
+
+    \b
+    torch: model.safetensors (the state dict) and model.py (build_model(), load()).
+    keras: model.keras (keras.saving.load_model opens it).
+    Inputs are normalised as (x / 255 - 0.1307) / 0.3081; outputs are logits (export.json says so).
+    """
+    from dualtrain.export import export_run
+
+    folder = export_run(run_dir, fmt, out)
+    click.echo(f"dualtrain: exported {run_dir} as {fmt} -> {folder}")

@@ -1,0 +1,200 @@
+"""``dualtrain export``: a finished run's model in each framework's own form, usable without dualtrain.
+
+``--format torch`` (written here, framework-free): ``model.safetensors``, the state dict in torch's
+names (the canonical layout is torch's; batchnorm layers get torch's ``num_batches_tracked``), and
+``model.py``, the nn.Module definition dualtrain built, as plain torch code (``build_model()``,
+``load()``). ``--format keras`` (written by the tf backend in its own process): ``model.keras``, built
+from Keras's own layers only, so ``keras.saving.load_model`` opens it without dualtrain.
+
+Both are the inference model: dropout is the framework's own ``Dropout`` (identity in evaluation;
+dualtrain's hashed training masks are not part of an exported model) and batchnorm normalises with
+the run's running statistics. Inputs: MNIST images normalised as ``(x / 255 - 0.1307) / 0.3081``,
+(N, 1, 28, 28) for torch, (N, 28, 28, 1) for Keras; outputs: logits (N, 10).
+``export.json`` records the source run, the spec and these conventions.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualtrain.data import MEAN, STD
+from dualtrain.errors import UserError
+from dualtrain.model import ResolvedLayer, resolve, walk
+from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
+from dualtrain.spec import Experiment, LayerType, Padding
+from dualtrain.weights import Weights, check_layout, load_weights
+
+FORMATS = ("torch", "keras")
+
+
+def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None) -> Path:
+    """Export the finished run in ``run_dir``; returns the folder written."""
+    from dualtrain.entry import run_spec
+
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be one of {list(FORMATS)}. Received: {fmt!r}")
+    run_dir = Path(run_dir)
+    if not (run_dir / SPEC_FILE).is_file():
+        raise UserError(f"{run_dir} is not a dualtrain run directory (no {SPEC_FILE})")
+    if not (run_dir / WEIGHTS_FINAL).is_file() or not (run_dir / SUMMARY_FILE).is_file():
+        raise UserError(f"{run_dir} has not finished (no {WEIGHTS_FINAL}); export a finished run")
+    spec = run_spec(run_dir)
+    weights = load_weights(run_dir / WEIGHTS_FINAL)
+    check_layout(weights, spec.model, source=str(run_dir / WEIGHTS_FINAL))
+    target = Path(out) if out is not None else run_dir / "export" / fmt
+    if target.exists() and any(target.iterdir()):
+        raise UserError(f"--out is not empty; choose another folder. Received: {str(target)!r}")
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        if fmt == "torch":
+            _write_torch(spec, weights, tmp)
+        else:
+            _write_keras(run_dir, tmp)
+        meta = {"format": fmt, "source_run": str(run_dir.resolve()), "spec": spec.to_dict(),
+                "dtype": str(next(iter(weights.values())).dtype),
+                "input": {"normalise": f"(x / 255 - {MEAN}) / {STD}",
+                          "layout": "NCHW (N, 1, 28, 28)" if fmt == "torch" else "NHWC (N, 28, 28, 1)"},
+                "output": "logits (N, 10)"}
+        (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
+        if target.exists():
+            target.rmdir()
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+# ---- torch ---------------------------------------------------------------------------------------
+
+_HEADER = '''"""{model} exported by dualtrain from {run}.
+
+A plain torch nn.Module (no dualtrain needed): ``load()`` builds it, loads model.safetensors and
+puts it in eval mode. Input: float32 (N, 1, 28, 28), normalised as (x / 255 - {mean}) / {std};
+output: logits (N, 10). Dropout is torch's (identity in eval); batchnorm uses the run's statistics.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+DTYPE = torch.{dtype}
+
+
+class Residual(nn.Module):
+    """body(x) + shortcut(x); an empty shortcut is the identity."""
+
+    def __init__(self, body, shortcut):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+        self.shortcut = nn.Sequential(*shortcut)
+
+    def forward(self, x):
+        return self.body(x) + self.shortcut(x)
+
+
+class GlobalAvgPool(nn.Module):
+    """(N, C, H, W) -> (N, C): the mean over H and W."""
+
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+def build_model() -> nn.Sequential:
+    return nn.Sequential(
+{layers}
+    ).to(DTYPE)
+
+
+def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Sequential:
+    from safetensors.torch import load_file
+
+    model = build_model()
+    model.load_state_dict(load_file(str(path)))
+    return model.eval()
+'''
+
+_ACT = {LayerType.RELU: "nn.ReLU()", LayerType.TANH: "nn.Tanh()", LayerType.SIGMOID: "nn.Sigmoid()",
+        LayerType.GELU: "nn.GELU()"}
+
+
+def _torch_layer(r: ResolvedLayer, indent: str) -> str:
+    s, t = r.spec, r.spec.type
+    if t is LayerType.DENSE:
+        return f"nn.Linear({r.in_shape[0]}, {s.units}, bias={s.bias})"
+    if t is LayerType.CONV2D:
+        pad = '"same"' if s.padding is Padding.SAME else (s.padding if isinstance(s.padding, int) else 0)
+        return (f"nn.Conv2d({r.in_shape[0]}, {s.filters}, {s.kernel_size}, stride={s.stride or 1}, "
+                f"padding={pad}, bias={s.bias})")
+    if t is LayerType.MAXPOOL2D:
+        return f"nn.MaxPool2d({s.pool_size}, stride={s.stride or s.pool_size})"
+    if t is LayerType.AVGPOOL2D:
+        return f"nn.AvgPool2d({s.pool_size}, stride={s.stride or s.pool_size})"
+    if t is LayerType.GLOBAL_AVGPOOL:
+        return "GlobalAvgPool()"
+    if t is LayerType.FLATTEN:
+        return "nn.Flatten()"
+    if t is LayerType.DROPOUT:
+        return f"nn.Dropout({s.rate})"
+    if t is LayerType.BATCHNORM:
+        kind = "1d" if len(r.in_shape) == 1 else "2d"
+        return f"nn.BatchNorm{kind}({r.in_shape[0]}, eps={s.eps}, momentum={s.momentum})"
+    if t is LayerType.RESIDUAL:
+        inner = indent + "    "
+
+        def block(layers):
+            return "".join(f"\n{inner}    {_torch_layer(x, inner + '    ')}," for x in layers)
+
+        return (f"Residual(\n{inner}[{block(r.body)}\n{inner}],\n{inner}[{block(r.shortcut)}\n{inner}],"
+                f"\n{indent})")
+    return _ACT[t]
+
+
+def torch_source(spec: Experiment, dtype: str, run: str) -> str:
+    layers = "\n".join(f"        {_torch_layer(r, '        ')}," for r in resolve(spec.model))
+    return _HEADER.format(model=spec.name, run=run, mean=MEAN, std=STD, dtype=dtype, layers=layers)
+
+
+def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:
+    """The canonical weights plus torch BatchNorm's ``num_batches_tracked`` (0: dualtrain's momentum is
+    always a number, for which torch never reads it)."""
+    state = {k: np.ascontiguousarray(v) for k, v in weights.items()}
+    for r in walk(resolve(spec.model)):
+        if r.spec.type is LayerType.BATCHNORM:
+            state[f"{r.prefix}.num_batches_tracked"] = np.zeros((), np.int64)
+    return state
+
+
+def _write_torch(spec: Experiment, weights: Weights, folder: Path) -> None:
+    from safetensors.numpy import save_file
+
+    dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
+    save_file(torch_state(spec, weights), str(folder / "model.safetensors"))
+    (folder / "model.py").write_text(torch_source(spec, dtype, str(folder.parent)))
+
+
+# ---- keras (in the tf backend's own process) -----------------------------------------------------
+
+def _write_keras(run_dir: Path, folder: Path) -> None:
+    from dualtrain.launch import worker_env
+
+    cmd = [sys.executable, "-m", "dualtrain.backends.tf.tools", "export", str(run_dir / SPEC_FILE),
+           str(run_dir / WEIGHTS_FINAL), str(folder / "model.keras")]
+    proc = subprocess.run(cmd, env=worker_env({}), capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise UserError(f"the Keras export failed: {lines[-1] if lines else 'no output'}")
+
+
+def describe(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "export.json").read_text())
