@@ -18,6 +18,7 @@ def test_mlp_two_epochs_world_two(runs):
     assert check.passed, check.detail
 
 
+@pytest.mark.slow
 def test_mlp_fp64_converges_like_fp32(runs):
     # The same 2-epoch spec in float64 (the reference pair dualtrain compare runs): same accuracy target.
     ref = runs.reference()

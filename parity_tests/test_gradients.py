@@ -23,7 +23,8 @@ CASES = [(1, 2, MLP),    # [1, 0]: replica 1 gets nothing
          (2, 3, CNN)]    # [1, 1, 0]: uneven and one empty; convolutions and the C,H,W flatten too
 
 
-@pytest.mark.parametrize("n,world,config", CASES, ids=["mlp-1-over-2", "cnn-2-over-3"])
+@pytest.mark.parametrize("n,world,config", [CASES[0], pytest.param(*CASES[1], marks=pytest.mark.slow)],
+                         ids=["mlp-1-over-2", "cnn-2-over-3"])
 def test_averaged_gradient_equals_full_batch(runs, n, world, config):
     base = (f"data.train_limit={n}", "data.test_limit=100", "train.max_steps=1", "debug.dump_grads=[1]")
     grads, losses = {}, {}

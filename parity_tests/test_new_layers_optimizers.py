@@ -77,8 +77,9 @@ def test_dropout_masks_do_not_depend_on_the_world_size(runs):
         assert check.passed, check.detail
 
 
-@pytest.mark.parametrize("config", ["pytorch_examples_mnist", "keras_io_mnist_convnet",
-                                    "mnist_resnet_bn"])
+@pytest.mark.parametrize("config", [pytest.param("pytorch_examples_mnist", marks=pytest.mark.slow),
+                                    "keras_io_mnist_convnet",
+                                    pytest.param("mnist_resnet_bn", marks=pytest.mark.slow)])
 def test_reference_configs_mean_the_same_on_both_backends(runs, config):
     # The two canonical MNIST models as shipped (dropout, Adadelta + per-epoch StepLR / Adam with
     # Keras's eps) and the residual CNN with sync batchnorm, on 1,001 samples for 2 epochs, world 2:

@@ -21,7 +21,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# The default suite keeps the case that failed across CPUs (issue 7); the slow set (CI) runs all.
+@pytest.mark.parametrize("case", [c if c == "sgd_momentum_step_lr_clip" else
+                                  pytest.param(c, marks=pytest.mark.slow) for c in CASES])
 def test_optimizer_trajectories_agree(runs, case):
     overrides = (*SHORT, *CASES[case])
     assert_trajectory(runs, *overrides)

@@ -29,7 +29,7 @@ def recorded_rows(run_dir):
     return {(s["step"], s["replica"]): (s["epoch"], s["digest"], s["count"]) for s in read_run(run_dir).shards}
 
 
-@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("world", [pytest.param(1, marks=pytest.mark.slow), 2, 3])
 @pytest.mark.parametrize("sharding", ["exact", "torch_sampler"])
 def test_torch_tf_and_plan_agree(runs, world, sharding):
     if sharding == "torch_sampler" and world != 2:

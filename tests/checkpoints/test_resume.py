@@ -33,7 +33,8 @@ CASES = {
 }
 SLOW = pytest.mark.slow
 # The default suite covers each mechanism once per backend; the slow set (CI runs it) every case.
-RESUME_CASES = ["torch-w3", pytest.param("tf-mirrored-w2", marks=SLOW), "tf-multi_worker-w2"]
+RESUME_CASES = ["torch-w3", pytest.param("tf-mirrored-w2", marks=SLOW),
+                pytest.param("tf-multi_worker-w2", marks=SLOW)]
 RESTART_CASES = [pytest.param("torch-w3", marks=SLOW), "tf-mirrored-w2",
                  pytest.param("tf-multi_worker-w2", marks=SLOW)]
 
@@ -111,6 +112,7 @@ def test_max_restarts_restarts_by_itself(tmp_path, reference, case):
     assert json.loads((out / "summary.json").read_text())["attempt"] == 1
 
 
+@SLOW
 def test_restarts_run_out_and_the_failing_rank_is_named(tmp_path):
     # rank 1 dies at step 25 in every attempt: two restarts from the step-20 checkpoint, then the
     # run fails, naming the rank.
