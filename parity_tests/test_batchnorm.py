@@ -48,9 +48,9 @@ CASES = {
 SLOW = pytest.mark.slow
 # Default suite: one unsync and one sync case per strategy kind, the empty replicas; the slow set
 # (CI runs it) the rest of the matrix.
-CASE_PARAMS = [pytest.param("unsync-w1", marks=SLOW), pytest.param("unsync-w2-mirrored", marks=SLOW),
-               "unsync-w3-multi_worker", pytest.param("sync-w2-multi_worker", marks=SLOW),
-               "sync-w3-empty-replicas"]
+CASE_PARAMS = [pytest.param("unsync-w1", marks=SLOW), "unsync-w2-mirrored",
+               pytest.param("unsync-w3-multi_worker", marks=SLOW),
+               pytest.param("sync-w2-multi_worker", marks=SLOW), "sync-w3-empty-replicas"]
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS)
@@ -71,7 +71,7 @@ def _one_vs_three(runs, backend: str, sync: bool) -> list:
     return [check_reference_loss(Reference(one, three)), check_reference_weights(Reference(one, three))]
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("tf", marks=SLOW)])
+@pytest.mark.parametrize("backend", [pytest.param("torch", marks=SLOW), pytest.param("tf", marks=SLOW)])
 def test_sync_statistics_are_the_global_batch(runs, backend):
     for check in _one_vs_three(runs, backend, sync=True):
         assert check.passed, check.detail

@@ -15,15 +15,20 @@ from .conftest import MLP
 from .mutants import MUTANTS, SPECS, hook
 
 
-@pytest.mark.parametrize("spec", list(SPECS))
+@pytest.mark.parametrize("spec", [s if s != "adam" else pytest.param(s, marks=pytest.mark.slow)
+                                  for s in SPECS])
 def test_unmutated_pair_passes(runs, spec):
     cmp = compare_records(read_run(runs("torch", *SPECS[spec])), read_run(runs("tf", *SPECS[spec])))
     assert cmp.passed, cmp.diagnosis.summary()
 
 
-# momentum and weight_decay are the same kind of mutant as lr_scale (an optimizer constant off by
-# 1e-6): the slow set (CI) runs them.
-@pytest.mark.parametrize("name", [n if n not in ("momentum", "weight_decay") else
+# momentum, weight_decay and adam_eps are the same kind of mutant as lr_scale (an optimizer constant
+# off by a little), keras_bn_replica_stats the same kind as keras_bn_variance: the slow set (CI) runs
+# them.
+SLOW_MUTANTS = ("momentum", "weight_decay", "adam_eps", "keras_bn_replica_stats")
+
+
+@pytest.mark.parametrize("name", [n if n not in SLOW_MUTANTS else
                                   pytest.param(n, marks=pytest.mark.slow) for n in MUTANTS])
 def test_mutant_fails_with_its_cause(runs, name):
     m = MUTANTS[name]

@@ -113,6 +113,7 @@ def test_resume_refuses_flags_that_would_change_the_run(stopped, tmp_path):
     assert digest(run) == before
 
 
+@pytest.mark.slow
 def test_torch_sampler_cannot_change_the_world_size(tmp_path):
     out = tmp_path / "run"
     proc = run_cli("run", "--backend", "torch", "--config", MLP,
@@ -125,6 +126,7 @@ def test_torch_sampler_cannot_change_the_world_size(tmp_path):
     assert digest(out) == before
 
 
+@pytest.mark.slow
 def test_finished_run_is_not_resumed(stopped, tmp_path):
     run = copy(stopped, tmp_path)
     proc = run_cli("run", "--resume", str(run), timeout=300)

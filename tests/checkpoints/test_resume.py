@@ -33,9 +33,8 @@ CASES = {
 }
 SLOW = pytest.mark.slow
 # The default suite covers each mechanism once per backend; the slow set (CI runs it) every case.
-RESUME_CASES = ["torch-w3", pytest.param("tf-mirrored-w2", marks=SLOW),
-                pytest.param("tf-multi_worker-w2", marks=SLOW)]
-RESTART_CASES = [pytest.param("torch-w3", marks=SLOW), "tf-mirrored-w2",
+RESUME_CASES = ["torch-w3", "tf-mirrored-w2", pytest.param("tf-multi_worker-w2", marks=SLOW)]
+RESTART_CASES = ["torch-w3", pytest.param("tf-mirrored-w2", marks=SLOW),
                  pytest.param("tf-multi_worker-w2", marks=SLOW)]
 
 
@@ -150,6 +149,7 @@ def test_external_kill_9_after_a_checkpoint(tmp_path, reference):
     assert_same_run(reference["torch-w3"], out)
 
 
+@SLOW
 def test_crash_during_checkpoint_write_resumes_from_the_previous_one(tmp_path, reference):
     out = tmp_path / "run"
     proc = run("torch", out, *CASES["torch-w3"][1], "debug.crash_in_checkpoint=30")

@@ -11,7 +11,7 @@ from tests.conftest import ROOT, run_cli
 
 
 # mirrored at world 2 is asserted by parity_tests/test_convergence.py (same spec, shared run)
-@pytest.mark.parametrize("strategy", ["multi_worker"])
+@pytest.mark.parametrize("strategy", [pytest.param("multi_worker", marks=pytest.mark.slow)])
 def test_mnist_mlp_world2_reaches_97(tmp_path, strategy):
     out = tmp_path / "run"
     t0 = time.monotonic()

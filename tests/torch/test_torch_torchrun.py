@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dualtrain.launch import free_port
 from dualtrain.record import read_run
 from tests.conftest import ROOT
@@ -30,6 +32,7 @@ def test_torchrun_two_ranks(tmp_path):
     assert rec.eval[-1]["count"] == 100
 
 
+@pytest.mark.slow
 def test_torchrun_max_restarts_resumes_from_the_latest_checkpoint(tmp_path):
     # torchrun restarts both ranks after rank 1 is SIGKILLed at step 5; the restarted ranks find the
     # step-4 checkpoint in --out by themselves, and the run ends bit-identical to a run without the
