@@ -40,6 +40,7 @@ def test_fp16_same_loss_scale_sequence(runs):
     assert traj.passed, traj.detail
 
 
+@pytest.mark.slow  # bf16 runs through the same checks as fp32; the compare matrix covers it too
 def test_bf16_within_tolerance(runs):
     overrides = (*SHORT, "precision.dtype=bf16")
     a, b = read_run(runs("torch", *overrides)), read_run(runs("tf", *overrides))

@@ -52,6 +52,7 @@ def test_reference_pair_agrees(runs, case):
     assert_reference(runs.reference(*SMALL, *CASES[case]))
 
 
+@pytest.mark.slow  # the CNN's fp64 pair also runs in test_new_layers_optimizers and test_batchnorm
 def test_reference_pair_agrees_cnn_world_3(runs):
     # 642 samples in batches of 32: the last step has 2 samples over 3 replicas, so one is empty
     # (convolutions on an empty replica in float64).
