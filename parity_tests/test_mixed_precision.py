@@ -1,6 +1,8 @@
 """Mixed precision parity: fp16 runs make the same loss-scale decisions on both backends; bf16 runs
 agree within the bf16 row of the tolerance table, against their distance to the fp64 reference."""
 
+import pytest
+
 from dualtrain.compare.checks import (
     check_final_weights,
     check_loss_scale,
