@@ -46,11 +46,6 @@ MANIFEST = "MANIFEST.json"
 FORMAT = 1
 _NAME = re.compile(r"^step-(\d{8})$")
 
-#: The slots each optimizer keeps per parameter (torch.optim's state names).
-SLOTS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"),
-         "adamw": ("exp_avg", "exp_avg_sq"), "adadelta": ("square_avg", "acc_delta"),
-         "rmsprop": ("square_avg", "momentum_buffer", "grad_avg")}
-
 #: Spec fields that may differ between a checkpoint and the run that continues it: how the run is
 #: distributed and logged, where the data lies, and how often it checkpoints. Everything else
 #: (seed, data, model, optimizer, precision, train length, determinism) must match.

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -194,7 +193,3 @@ def _write_keras(run_dir: Path, folder: Path) -> None:
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         raise UserError(f"the Keras export failed: {lines[-1] if lines else 'no output'}")
-
-
-def describe(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "export.json").read_text())
