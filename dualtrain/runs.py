@@ -47,6 +47,7 @@ def validate(spec: Experiment, backend: Backend) -> None:
     warn_cancelled_biases(spec)
 
 
+_WARNED: set[tuple[str, str]] = set()
 #: Optimizers whose step divides by a running gradient magnitude (plus eps).
 _NORMALISING = ("adam", "adamw", "adadelta", "rmsprop")
 
@@ -59,6 +60,10 @@ def warn_cancelled_biases(spec: Experiment) -> None:
     if spec.optimizer.name.value not in _NORMALISING:
         return
     for layer, norm in cancelled_biases(spec.model):
+        key = (layer.prefix, spec.optimizer.name.value)
+        if key in _WARNED:  # compare validates four runs of one spec: say it once
+            continue
+        _WARNED.add(key)
         print(f"dualtrain: warning: {where(layer.prefix)} ({layer.spec.type.value}) feeds the "
               f"batchnorm {where(norm.prefix)}, which cancels its bias (zero gradient); under "
               f"{spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair may "
