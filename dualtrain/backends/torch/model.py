@@ -97,7 +97,7 @@ class BatchNorm(nn.Module):
 
         return batchnorm.Ops(
             channel_sum=lambda t: t.sum(dim=dims),
-            count=lambda t: torch.tensor(t.numel() // t.shape[1], dtype=t.dtype, device=t.device),
+            count=lambda t: t.new_full((), float(t.numel() // t.shape[1])),  # no host-to-device copy
             expand=lambda v: v.view(view), all_reduce=all_reduce, sqrt=torch.sqrt)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
