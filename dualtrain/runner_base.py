@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dualtrain import checkpoint
+from dualtrain import checkpoint, probes
 from dualtrain.checkpoint import Checkpoint, OptimizerState
 from dualtrain.data import Mnist
 from dualtrain.envinfo import usable_cores
@@ -84,7 +84,12 @@ class Engine(Protocol):
         """Optimizer slots (canonical names and layouts), applied-update count, loss-scale state."""
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
-        """The inverse of :meth:`optimizer_state` (a checkpoint of either backend)."""
+        """The inverse of :meth:`optimizer_state` (a checkpoint of either backend). Slots the state
+        does not name start from nothing, as in a fresh optimizer."""
+
+    def load_weights(self, weights: Weights) -> None:
+        """Replace the weights (and batchnorm statistics) by canonical arrays, rounded to the
+        engine's parameter dtype (a probe's recorded state)."""
 
 
 def steps_total(spec: Experiment, plan: ShardPlan) -> int:
@@ -165,6 +170,16 @@ class TrainLoop:
         self.checkpoints, self.checkpoint_s = 0, 0.0
         self.out = Reporter(f"[{engine.backend}]", spec.logging.progress, self.total_steps,
                             enabled=self.chief)
+        # Teacher-forced one-step probes (dualtrain.probes): compare asks the fp64 reference run to
+        # record states, and the requested-precision runs to replay them after training.
+        self.probe_role = probes.role_from_env()
+        self._probe_index: list[dict[str, Any]] = []
+        self._record_at: set[int] = set()
+        if self.probe_role is not None and self.probe_role.mode == "record":
+            self._record_at = set(probes.probe_steps(self.total_steps))
+        elif self.probe_role is not None:
+            self._probe_index = probes.read_index(self.probe_role.source) or []
+        self._scales: dict[int, float] = {}
         if resume is not None:  # the counters continue where the checkpoint left them
             loop = resume.state["loop"]
             self.samples, self.skipped = int(loop["samples"]), int(loop["skipped"])
@@ -216,9 +231,16 @@ class TrainLoop:
                 lr = lr_at(spec.optimizer, step - 1, self.total_steps, plan.steps_per_epoch)
                 local = [ids[r] for r in self.engine.local_replicas]
                 poison = [(step, r) in self._poison for r in self.engine.local_replicas]
+                recording = step in self._record_at
+                if recording:
+                    pre = (self.engine.weights(), self.engine.optimizer_state())
                 out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,
-                                             capture_grads=step in self._dump, step=step)
-                if out.grads is not None and self.writer is not None:
+                                             capture_grads=step in self._dump or recording,
+                                             step=step)
+                self._scales[step] = out.loss_scale
+                if recording:
+                    self._save_probe(step, out, count, lr, pre=pre)
+                if out.grads is not None and self.writer is not None and step in self._dump:
                     save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
                 self._window.append((step, epoch + 1, lr, out, count))
                 self.out.advance(step, epoch + 1)
@@ -338,9 +360,54 @@ class TrainLoop:
         self.say(f"eval after step {step}: loss {loss_sum / count:.4f} "
                  f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)")
 
+    # ---- probes (dualtrain.probes) -----------------------------------------------------------------
+    def _save_probe(self, step: int, out: StepOut, count: int, lr: float,
+                    pre: tuple[Weights, OptimizerState] | None = None) -> None:
+        """The probe of ``step`` (all processes: the loss gather is a collective; the chief writes):
+        record mode also saves the state the step started from."""
+        loss = float(self.engine.gather(np.array([out.loss_sum], np.float64)).sum()) / count
+        post = self.engine.weights()
+        if self.writer is None:
+            return
+        arrays: dict[str, Weights] = {"grad": out.grads or {}, "post": post}
+        row = {"step": step, "loss": loss, "lr": lr, "grad_norm": out.grad_norm,
+               "loss_scale": out.loss_scale, "skipped": bool(out.skipped), "count": count}
+        if pre is not None:
+            arrays["pre"], arrays["slot"] = pre[0], pre[1].slots
+            row["applied"] = pre[1].applied
+        probes.save(self.run_dir, step, arrays)
+        self._probe_index.append(row)
+        probes.write_index(self.run_dir, self._probe_index)
+
+    def _replay_probes(self) -> int:
+        """After training: one step of this run's precision from each state the fp64 run recorded
+        (its weights and optimizer state; this run's own loss scale at that step)."""
+        rows, self._probe_index = self._probe_index, []
+        spe = self.plan.steps_per_epoch
+        final_scale = self._scales[max(self._scales)] if self._scales else 1.0
+        for row in rows:
+            step = int(row["step"])
+            arrays = probes.load(self.probe_role.source, step)
+            weights, state = probes.state_of(arrays, row, self._scales.get(step, final_scale))
+            self.engine.load_weights(weights)
+            self.engine.load_optimizer_state(state)
+            ids = self.plan.step_ids((step - 1) // spe, (step - 1) % spe)
+            count = int(sum(len(i) for i in ids))
+            lr = lr_at(self.spec.optimizer, step - 1, self.total_steps, spe)
+            out = self.engine.train_step([ids[r] for r in self.engine.local_replicas], lr=lr,
+                                         global_count=count,
+                                         poison=[False] * len(self.engine.local_replicas),
+                                         capture_grads=True, step=step)
+            self._save_probe(step, out, count, lr)
+        return len(rows)
+
     def _finish(self, steps: int) -> dict[str, Any]:
         weights = self.engine.weights()
         spec = self.spec
+        n_probes = len(self._probe_index)
+        if self.probe_role is not None and self.probe_role.mode == "replay" and self._probe_index:
+            with self.out.busy(f"probing {n_probes} steps from the fp64 run's states"):
+                self._replay_probes()
         summary = {
             "backend": self.engine.backend,
             "name": spec.name,
@@ -366,6 +433,9 @@ class TrainLoop:
             "checkpoint_wall_s": round(self.checkpoint_s, 3),
             "resumed": self.history,
             "attempt": self.attempt,
+            "probes": ({"mode": self.probe_role.mode, "steps": n_probes,
+                        "source": str(self.probe_role.source or "")}
+                       if self.probe_role is not None else None),
             "versions": {"python": platform.python_version(), "numpy": np.__version__,
                          **self.engine.versions()},
             **self.extra_summary,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dualtrain import checkpoint, tbevents
+from dualtrain import checkpoint, probes, tbevents
 from dualtrain import data as mnist
 from dualtrain.backends import check_installed, launch_module, parse_backend
 from dualtrain.errors import RunFailed, UserError
@@ -150,7 +150,8 @@ def prepare_run_dir(spec: Experiment, backend: Backend, out: str | Path | None,
 
 def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
               overwrite: bool = False,
-              resume_from: str | Path | None = None) -> tuple[Path | None, dict[str, Any]]:
+              resume_from: str | Path | None = None,
+              probe: probes.Role | None = None) -> tuple[Path | None, dict[str, Any]]:
     """Run ``spec`` on ``backend``; return (run_dir, summary).
 
     Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), inside a TF_CONFIG cluster or
@@ -161,6 +162,8 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
 
     ``resume_from``: a checkpoint folder (of either backend) this new run continues from; its
     records up to the checkpoint are copied in, so the run reads as one run of ``spec``.
+
+    ``probe``: the run's part in compare's one-step probes (dualtrain.probes), passed to the workers.
     """
     launch = launch_module(backend)
     ext = launch.external()
@@ -174,7 +177,8 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
     run_dir = prepare_run_dir(spec, backend, out, overwrite)
     if ckpt is not None:
         _copy_records(ckpt, run_dir)
-    return run_dir, _launch(spec, backend, run_dir, launch, ckpt.path if ckpt else None, attempt=0)
+    return run_dir, _launch(spec, backend, run_dir, launch, ckpt.path if ckpt else None, attempt=0,
+                            extra_env=probe.env() if probe is not None else None)
 
 
 def refuse_resume_from(resume_from: str | Path | None) -> None:
@@ -223,7 +227,7 @@ def resume_run(run_dir: str | Path, backend: Backend | None = None,
 
 
 def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: Any, ckpt: Path | None,
-            *, attempt: int) -> dict[str, Any]:
+            *, attempt: int, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
     ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
     print(f"dualtrain: {backend.value} run -> {run_dir}"
@@ -231,7 +235,8 @@ def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: Any, ckpt
     restarts = 0
     while True:
         workers = launch.workers(spec)
-        env = {ATTEMPT_ENV: str(attempt), **({RESUME_ENV: str(ckpt)} if ckpt is not None else {})}
+        env = {ATTEMPT_ENV: str(attempt), **({RESUME_ENV: str(ckpt)} if ckpt is not None else {}),
+               **(extra_env or {})}
         for w in workers:
             w.env.update(env)
         try:

@@ -2,10 +2,11 @@
 
 Layout of OUT::
 
-    OUT/torch/           the torch run (the requested precision)
-    OUT/tf/              the tf run
-    OUT/fp64-torch/      the reference pair: the same spec in float64 on torch ...
+    OUT/fp64-torch/      the reference pair: the same spec in float64 on torch (it also records
+                         the states the one-step probes start from: fp64-torch/probes/) ...
     OUT/fp64-tf/         ... and on tf (absent with --reference none, or when the spec is fp64 itself)
+    OUT/torch/           the torch run (the requested precision; torch/probes/: its one-step probes)
+    OUT/tf/              the tf run
     OUT/verdict.json, report.md, report.html
 
 Each backend runs in its own worker processes (``dualtrain.runs.start_run``); this process never
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dualtrain import probes
 from dualtrain.compare.report import Comparison, compare_dirs, write_report
 from dualtrain.errors import UserError
 from dualtrain.spec import Backend, Experiment, Precision
@@ -81,6 +83,8 @@ class PlannedRun:
     spec: Experiment
     backend: Backend
     where: Path
+    probe: probes.Role | None = None
+    """The run's part in the one-step probes: record (the fp64 torch run), replay, or none."""
 
     @property
     def what(self) -> str:
@@ -88,14 +92,18 @@ class PlannedRun:
 
 
 def plan_runs(spec: Experiment, out: Path, reference: str) -> list[PlannedRun]:
-    """The runs compare makes, in order: torch, tf, then (reference fp64, spec not fp64) the fp64
-    pair."""
-    runs = [PlannedRun("torch", spec, Backend.TORCH, out / "torch"),
-            PlannedRun("tf", spec, Backend.TF, out / "tf")]
+    """The runs compare makes, in order: (reference fp64, spec not fp64) the fp64 pair first, then
+    torch and tf. The fp64 torch run records the states the one-step probes start from
+    (dualtrain.probes); the requested-precision runs replay them after their training."""
+    runs = []
+    probe = None
     if reference == "fp64" and spec.precision.dtype is not Precision.FP64:
         ref = reference_spec(spec)
-        runs += [PlannedRun("fp64-torch", ref, Backend.TORCH, out / "fp64-torch"),
+        runs += [PlannedRun("fp64-torch", ref, Backend.TORCH, out / "fp64-torch", probes.RECORD),
                  PlannedRun("fp64-tf", ref, Backend.TF, out / "fp64-tf")]
+        probe = probes.replay(out / "fp64-torch")
+    runs += [PlannedRun("torch", spec, Backend.TORCH, out / "torch", probe),
+             PlannedRun("tf", spec, Backend.TF, out / "tf", probe)]
     return runs
 
 
@@ -183,7 +191,8 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     def one(i: int) -> Path:
         tracker.start(i)
         try:
-            run_dir, _ = start_run(runs[i].spec, runs[i].backend, runs[i].where)
+            run_dir, _ = start_run(runs[i].spec, runs[i].backend, runs[i].where,
+                                   probe=runs[i].probe)
         except BaseException:
             tracker.end(i, ok=False)
             raise
@@ -193,10 +202,14 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
 
     notes: list[str] = []
     if overlap:
+        # Two at a time, pair by pair: the fp64 pair must have finished (its recorded probe states)
+        # before the requested-precision runs replay them.
         pool = ThreadPoolExecutor(max_workers=2)
+        dirs = []
         try:
-            futures = [pool.submit(one, i) for i in range(len(runs))]
-            dirs = [f.result() for f in futures]
+            for first in range(0, len(runs), 2):
+                futures = [pool.submit(one, i) for i in range(first, min(first + 2, len(runs)))]
+                dirs += [f.result() for f in futures]
         finally:  # a failed run: the queued runs never start; the one in flight finishes
             pool.shutdown(wait=True, cancel_futures=True)
         notes.append("runs overlapped two at a time: throughput is not comparable")
@@ -209,6 +222,8 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
         notes.append("the runs are fp64: they are the reference pair")
     timings = ", ".join(f"{run.label} {took[i]:.1f}s" for i, run in enumerate(runs))
     notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({timings})")
-    cmp = compare_dirs(dirs[0], dirs[1], (dirs[2], dirs[3]) if with_ref else None, notes)
+    by = {run.label: d for run, d in zip(runs, dirs)}
+    cmp = compare_dirs(by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None,
+                       notes)
     write_report(cmp, out)
     return cmp

@@ -17,13 +17,21 @@ functions, so the report and the tests cannot disagree about what "equal" means.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from dualtrain.compare import local as L
 from dualtrain.compare import records as R
-from dualtrain.compare.tolerances import REFERENCE, Tolerance, precision_of, tolerance_for
+from dualtrain.compare.tolerances import (
+    LOCAL,
+    REFERENCE,
+    LocalBound,
+    Tolerance,
+    precision_of,
+    tolerance_for,
+)
 from dualtrain.record import RunRecord
 
 RECORDS, SEMANTICS, NUMERICS, INFO = "records", "semantics", "numerics", "info"
@@ -55,6 +63,10 @@ class Check:
     """records, semantics, numerics or info (see the module docstring)."""
     ran: bool = True
     """False: the check could not run (no fp64 reference); ``detail`` says why."""
+    culprits: list[str] = field(default_factory=list)
+    """Numerics checks that judge one backend's precision path: the failing paths ("tf fp16 path")."""
+    data: dict[str, Any] | None = None
+    """Per-step numbers behind the check, for the report (the local checks: probes and bounds)."""
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -492,6 +504,127 @@ def check_eval(a: RunRecord, b: RunRecord, ref: Reference | None = None,
                  group=NUMERICS)
 
 
+# ---- numerics: the requested precision's path, judged by one-step probes ----------------------------
+
+def path_name(rec: RunRecord) -> str:
+    """The precision path a run trains in: "tf fp16 path"."""
+    return f"{R.label(rec, 'A')} {precision_of(rec.spec)} path"
+
+
+def local_errors(a: RunRecord, b: RunRecord, ref: Reference) -> tuple[list[L.Probe], list[L.Probe]] | None:
+    """Both runs' probes against the fp64 run that recorded them (the probes' source: every
+    replaying run names it in summary.json); None when either run has none."""
+    from dualtrain.spec import from_dict
+
+    opt = from_dict(a.spec).optimizer
+    sources = [rec.summary.get("probes") or {} for rec in (a, b)]
+    src = {s.get("source") for s in sources}
+    if len(src) != 1 or not next(iter(src)) or not all(s.get("steps") for s in sources):
+        return None
+    source = next(iter(src))
+    if source not in {str(ref.a.path), str(ref.b.path)}:  # the probes must come from this pair
+        return None
+    pa, pb = L.measure(a.path, source, opt), L.measure(b.path, source, opt)
+    if not pa or not pb:
+        return None
+    return pa, pb
+
+
+def check_local(quantity: str, a: RunRecord, b: RunRecord, errs: tuple[list[L.Probe], list[L.Probe]],
+                bound: LocalBound) -> Check:
+    """One quantity of the one-step probes: each backend's error at every probe step against the a
+    priori bound, and its rms over the probes against the other backend's (dualtrain.compare.local)."""
+    name = f"local_{quantity}"
+    runs = (a, b)
+    steps = [p.step for p in errs[0] if not p.skipped]
+    by = [{p.step: p for p in e if not p.skipped} for e in errs]
+    steps = [s for s in steps if s in by[1]]
+    if not steps:
+        return not_run(name, NUMERICS, "every probe step was skipped (fp16 overflow)")
+    vals = [[by[i][s].errors[quantity] for s in steps] for i in range(2)]
+    vals = [[math.inf if math.isnan(v) else v for v in row] for row in vals]
+    floors = [by[0][s].rounding_floor for s in steps]
+    prior = [bound.a_priori(quantity, f) for f in floors]
+    rms = [L.rms(row) for row in vals]
+    cross_floor = bound.cross_floor(quantity, L.rms(floors))
+    cross = [bound.ratio * max(rms[1 - i], cross_floor) for i in range(2)]
+    ratio, culprits, first = 0.0, [], None
+    per_backend = []
+    for i, rec in enumerate(runs):
+        r_prior = [v / p for v, p in zip(vals[i], prior)]
+        r_cross = rms[i] / cross[i]
+        worst = max(range(len(steps)), key=lambda k: r_prior[k])
+        over = [steps[k] for k, r in enumerate(r_prior) if r > 1.0]
+        bad = bool(over) or r_cross > 1.0
+        if bad:
+            culprits.append(path_name(rec))
+            s_first = over[0] if over else steps[max(range(len(steps)), key=lambda k: vals[i][k])]
+            first = s_first if first is None else min(first, s_first)
+        ratio = max(ratio, max(r_prior), r_cross)
+        per_backend.append(f"{R.labels(a, b)[i]} rms {_fmt(rms[i])} (max {_fmt(vals[i][worst])} at "
+                           f"step {steps[worst]}, {r_prior[worst]:.2g} x a priori; rms {r_cross:.2g} x "
+                           f"cross)")
+    how = {"update": f"rounding floor + {bound.update_c:g} u_param",
+           "loss": f"{bound.loss_c:g} u", "grad": f"{bound.grad_c:g} u"}[quantity]
+    detail = (f"{L.WHAT[quantity]}, one step from the fp64 state at {len(steps)} probe steps "
+              f"({', '.join(map(str, steps))}): " + "; ".join(per_backend) +
+              f"; bounds: a priori {how} ({bound.precision} u = {bound.u:.3g}), cross {bound.ratio:g} x "
+              f"max(other backend's rms, {_fmt(cross_floor)})")
+    if culprits:
+        detail += f"; off: {', '.join(culprits)}"
+    data = {"quantity": quantity, "steps": steps, "a": vals[0], "b": vals[1], "a_priori": prior,
+            "rms": rms, "cross": cross, "rounding_floor": floors,
+            "bound_source": f"a priori {how}; cross {bound.ratio:g} x the other backend's rms"}
+    return Check(name, ratio, 1.0, not culprits, detail, unit="x bound", first_step=first,
+                 group=NUMERICS, culprits=culprits, data=data)
+
+
+def check_convergence(a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBound) -> Check:
+    """Each run's final test accuracy against its own fp64 run's: at most ``accuracy_pp`` below."""
+    drops, culprits, parts = [], [], []
+    for rec, r64 in ((a, ref.a), (b, ref.b)):
+        acc, acc64 = rec.summary.get("test_accuracy"), r64.summary.get("test_accuracy")
+        label = R.label(rec, "A")
+        if acc is None or acc64 is None:
+            return Check("convergence", None, bound.accuracy_pp, False,
+                         f"no final test accuracy in {label}'s run or its fp64 run", unit="pp",
+                         group=NUMERICS)
+        drop = 100.0 * (float(acc64) - float(acc))
+        drop = math.inf if math.isnan(drop) else drop
+        drops.append(drop)
+        if drop > bound.accuracy_pp:
+            culprits.append(path_name(rec))
+        parts.append(f"{label} {100 * float(acc):.2f}% vs its fp64 run {100 * float(acc64):.2f}%")
+    detail = "; ".join(parts) + (f"; a run may end at most {bound.accuracy_pp:g} pp below its own fp64 "
+                                 f"run ({bound.precision})")
+    if culprits:
+        detail += f"; off: {', '.join(culprits)}"
+    return Check("convergence", max(drops), bound.accuracy_pp, not culprits, detail, unit="pp below fp64",
+                 group=NUMERICS, culprits=culprits)
+
+
+LOCAL_CHECKS = ("local_loss", "local_grad", "local_update", "convergence")
+
+
+def local_checks(a: RunRecord, b: RunRecord, ref: Reference | None) -> list[Check]:
+    prec = precision_of(a.spec)
+    bound = LOCAL.get(prec)
+    if bound is None or precision_of(b.spec) != prec:
+        why = "the runs' precisions differ" if bound is not None else f"no local bounds for {prec}"
+        return [not_run(n, NUMERICS, why) for n in LOCAL_CHECKS]
+    if ref is None:
+        why = "no fp64 reference pair: the precision path was not checked"
+        return [not_run(n, NUMERICS, why) for n in LOCAL_CHECKS]
+    errs = local_errors(a, b, ref)
+    if errs is None:
+        why = ("no one-step probes in these runs (dualtrain compare --config records and replays "
+               "them)")
+        checks = [not_run(n, NUMERICS, why) for n in LOCAL_CHECKS[:3]]
+    else:
+        checks = [check_local(q, a, b, errs, bound) for q in L.QUANTITIES]
+    return checks + [check_convergence(a, b, ref, bound)]
+
+
 def check_throughput(a: RunRecord, b: RunRecord) -> Check:
     la, lb = R.labels(a, b)
     ta = float(a.summary.get("train_samples_per_s") or 0.0)
@@ -525,7 +658,10 @@ def run_checks(a: RunRecord, b: RunRecord, ref: Reference | None = None) -> list
         checks += [not_run("trajectory", NUMERICS, why), not_run("final_weights", NUMERICS, why)]
     else:
         checks += [check_trajectory(a, b, ref, tol), check_final_weights(a, b, ref, tol)]
-    checks += [check_eval(a, b, None if fp64 else ref, tol), check_throughput(a, b)]
+    checks += [check_eval(a, b, None if fp64 else ref, tol)]
+    if not fp64:
+        checks += local_checks(a, b, ref)
+    checks += [check_throughput(a, b)]
     return checks
 
 

@@ -11,6 +11,10 @@ The cause is read from the records, never guessed from the numbers alone:
 * ``semantics differ``: none of the above, but the fp64 reference pair disagrees: with the same ids,
   weights, lr and spec the two backends compute a different training run (an update rule, a loss, a
   layer that means something else);
+* ``precision path``: the fp64 reference pair agrees, and the one-step probes (or the convergence
+  check) find one backend's requested-precision path off: the verdict names it ("numerics: tf fp16
+  path"). Only a sample-id, initial-weight, lr or spec difference outranks it; different loss-scale
+  decisions are then a consequence of the path, not a cause;
 * ``numerics``: none of the above and the fp64 reference pair agrees (or did not run: then the cause
   says so); the runs mean the same thing and differ only in arithmetic.
 
@@ -25,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dualtrain.compare import records as R
-from dualtrain.compare.checks import Check, all_passed
+from dualtrain.compare.checks import LOCAL_CHECKS, Check, all_passed
 from dualtrain.record import RunRecord
 
 IDS = "different sample ids"
@@ -35,13 +39,14 @@ SCALE = "different loss-scale decisions"
 SPEC = "different precision/spec"
 SEMANTICS = "semantics differ"
 NUMERICS = "numerics"
+PATH = "precision path"
 
 #: Tie-break when two causes show up at the same step: what happens earlier in a step wins.
-_ORDER = [INIT, SPEC, IDS, LR, SCALE, SEMANTICS, NUMERICS]
+_ORDER = [INIT, SPEC, IDS, LR, SCALE, SEMANTICS, PATH, NUMERICS]
 
 #: The verdict's category of each cause.
 CATEGORY = {INIT: SEMANTICS, SPEC: SEMANTICS, IDS: SEMANTICS, LR: SEMANTICS, SCALE: SEMANTICS,
-            SEMANTICS: SEMANTICS, NUMERICS: NUMERICS}
+            SEMANTICS: SEMANTICS, PATH: NUMERICS, NUMERICS: NUMERICS}
 
 #: Spec fields whose effect one of the record-based classes already shows.
 _EXPLAINS = {
@@ -76,6 +81,8 @@ class Diagnosis:
     """weights_final tensors ranked by relative difference: {name, rel_diff}."""
     top_gradients: list[dict[str, Any]] = field(default_factory=list)
     gradient_step: int | None = None
+    culprits: list[str] = field(default_factory=list)
+    """The precision paths the numerics checks found off ("tf fp16 path"), when that is the cause."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,6 +93,8 @@ class Diagnosis:
         where = (f"first divergent step {self.first_divergent_step}"
                  if self.first_divergent_step is not None else "no per-step divergence")
         cause = f"likely cause: {self.cause}"
+        if self.culprits:
+            cause += f" ({', '.join(self.culprits)})"
         if self.cause != self.category:
             cause = f"{self.category}: {cause}"
         others = [c.kind for c in self.causes if c.kind != self.cause]
@@ -156,7 +165,10 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
                                     for k, va, vb in diffs])
     # Step 0 marks a difference that exists before training (spec, initial weights): a cause, not the
     # step where the runs part.
-    steps = [c.first_step for c in failed if c.first_step is not None and c.first_step >= 1]
+    # The probes' steps are where a one-step error was measured, not where the runs part: they set
+    # the first divergent step only when nothing else failed.
+    per_step = [c for c in failed if c.name not in LOCAL_CHECKS] or failed
+    steps = [c.first_step for c in per_step if c.first_step is not None and c.first_step >= 1]
     d.first_divergent_step = min(steps) if steps else None
 
     wa, wb = R.load_final(a), R.load_final(b)
@@ -199,6 +211,18 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
         causes.append(Cause(SEMANTICS, c.first_step,
                             f"the fp64 reference pair disagrees ({c.name}: {c.detail})"))
+    culprits = sorted({p for c in failed if c.group == "numerics" for p in c.culprits})
+    semantic = [c for c in causes if c.kind not in (SCALE,)]
+    if culprits and ref_ran and not ref_failed and not semantic:
+        # The fp64 pair agrees and nothing recorded differs but (perhaps) the loss-scale decisions:
+        # a backend's precision path computes something else; name it.
+        local = [c for c in failed if c.culprits]
+        step = min((c.first_step for c in local if c.first_step is not None), default=None)
+        d.culprits = culprits
+        d.causes = [Cause(PATH, step, f"{', '.join(culprits)} off in "
+                          f"{', '.join(c.name for c in local)}: " + local[0].detail), *causes]
+        d.cause, d.category = PATH, NUMERICS
+        return d
     if not causes:
         if ref_ran:
             why = ("same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 reference "

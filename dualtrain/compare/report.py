@@ -31,7 +31,7 @@ from dualtrain.compare.checks import (
     trajectory,
 )
 from dualtrain.compare.diagnose import Diagnosis, diagnose
-from dualtrain.compare.tolerances import REFERENCE, TOLERANCES, Tolerance
+from dualtrain.compare.tolerances import LOCAL, REFERENCE, TOLERANCES, Tolerance
 from dualtrain.envinfo import env_differences, show
 from dualtrain.record import RunRecord, read_run
 
@@ -127,7 +127,10 @@ def verdict_line(cmp: Comparison) -> str:
     if cmp.passed:
         return f"verdict: PASS ({n_pass}/{len(scored)} checks; {semantics})"
     failed = ", ".join(cmp.diagnosis.failed_checks)
-    return (f"verdict: FAIL, {cmp.diagnosis.category} ({n_pass}/{len(scored)} checks; failed: {failed}); "
+    category = cmp.diagnosis.category
+    if cmp.diagnosis.culprits:
+        category = f"{category}: {', '.join(cmp.diagnosis.culprits)}"
+    return (f"verdict: FAIL, {category} ({n_pass}/{len(scored)} checks; failed: {failed}); "
             f"{cmp.diagnosis.summary()}")
 
 
@@ -207,6 +210,9 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
         "precision": cmp.tolerance.precision,
         "tolerances": cmp.tolerance.as_dict(),
         "reference_bounds": REFERENCE.as_dict(),
+        "local_bounds": (LOCAL[cmp.tolerance.precision].as_dict()
+                         if cmp.tolerance.precision in LOCAL else None),
+        "culprits": cmp.diagnosis.culprits,
         "checks": [c.as_dict() for c in cmp.checks],
         "diagnosis": cmp.diagnosis.as_dict(),
         "runs": runs,
@@ -303,6 +309,24 @@ def figures(cmp: Comparison) -> dict[str, str]:
         ax.grid(alpha=0.3, which="both")
         out["Per-step |loss difference| (log scale)"] = _png(fig)
 
+    local = local_data(cmp)
+    if local:
+        fig, axes = plt.subplots(1, len(local), figsize=(3.2 * len(local) + 1, 3.4), squeeze=False)
+        for ax, (c, dd) in zip(axes[0], local):
+            steps = np.array(dd["steps"])
+            ax.plot(steps, pos(np.array(dd["a"], float)), "o", ms=5, label=la)
+            ax.plot(steps, pos(np.array(dd["b"], float)), "x", ms=6, label=lb)
+            ax.plot(steps, dd["a_priori"], "k--", lw=0.9, label="a priori bound")
+            ax.axhline(dd["cross"][0], color="C0", ls=":", lw=0.9, label=f"cross bound ({la} rms)")
+            ax.axhline(dd["cross"][1], color="C1", ls=":", lw=0.9, label=f"cross bound ({lb} rms)")
+            ax.set_yscale("log")
+            ax.set(xlabel="probe step", title=f"{c.name} ({'PASS' if c.passed else 'FAIL'})")
+            ax.grid(alpha=0.3, which="both")
+        axes[0][0].set_ylabel("relative error vs the fp64 step")
+        axes[0][-1].legend(fontsize=7, loc="best")
+        fig.suptitle(f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)")
+        out["One-step errors against the fp64 step (log scale)"] = _png(fig)
+
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for rec, name, style, lw in runs:
         x, y = _series(rec, "accuracy", "eval")
@@ -359,6 +383,38 @@ _TOL_HEAD = ("precision", "trajectory", "trajectory (no reference)", "final_weig
              "final_weights (no reference)", "eval")
 
 
+# ---- the one-step probes (local checks) ---------------------------------------------------------
+
+def local_data(cmp: Comparison) -> list[tuple[Check, dict[str, Any]]]:
+    """The local checks that ran, with their per-probe numbers."""
+    return [(c, c.data) for c in cmp.checks if c.name.startswith("local_") and c.ran and c.data]
+
+
+_LOCAL_INTRO = ("One step of the requested precision from the fp64 run's state at each probe step, "
+                "on each backend, against the exact step from the same state (docs/parity.md §7). "
+                "Errors are relative. A priori bound: from the precision's unit roundoff u (update: "
+                "the rounding floor of the new weights plus a multiple of float32's u). Cross bound: "
+                "a backend's rms over the probes may be at most ratio x the other backend's (or a "
+                "floor). Neither bound is computed from the run it judges.")
+
+
+def _local_rows(cmp: Comparison) -> list[list[str]]:
+    la, lb = R.labels(cmp.a, cmp.b)
+    rows = []
+    for c, d in local_data(cmp):
+        for k, step in enumerate(d["steps"]):
+            rows.append([d["quantity"], str(step), fmt_value(d["a"][k]), fmt_value(d["b"][k]),
+                         fmt_value(d["a_priori"][k])])
+        rows.append([d["quantity"], "rms", fmt_value(d["rms"][0]), fmt_value(d["rms"][1]),
+                     f"cross: {la} <= {fmt_value(d['cross'][0])}, {lb} <= {fmt_value(d['cross'][1])}"])
+    return rows
+
+
+def _local_head(cmp: Comparison) -> list[str]:
+    la, lb = R.labels(cmp.a, cmp.b)
+    return ["quantity", "probe step", f"{la} error", f"{lb} error", "bound"]
+
+
 def markdown(cmp: Comparison) -> str:
     v = verdict(cmp)
     d = cmp.diagnosis
@@ -368,13 +424,20 @@ def markdown(cmp: Comparison) -> str:
         lines.append(f"| {key}: {run['label']} | `{run['path']}` |")
     lines += ["", f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md). Groups: "
               "records (inputs, exact), semantics (the fp64 reference pair), numerics (the requested "
-              "precision against its distance to fp64).", "",
+              "precision: its drift against its distance to fp64, which describes; and the one-step probes and "
+              "the convergence check, which judge each backend's precision path).", "",
               "| group | check | value | tolerance | result | detail |", "|---|---|---|---|---|---|"]
     for c in cmp.checks:
         unit = f" {c.unit}" if c.unit and c.ran else ""
         tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
         lines.append(f"| {c.group} | {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
                      f"{c.detail.replace('|', chr(92) + '|')} |")
+    local_rows = _local_rows(cmp)
+    if local_rows:
+        head = _local_head(cmp)
+        lines += ["", "## Precision path: one-step probes", "", _LOCAL_INTRO, "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r) + " |" for r in local_rows]
     lines += ["", "## Diagnosis", ""]
     if d.passed:
         lines.append("All checks pass: the two runs agree within the tolerances.")
@@ -502,8 +565,10 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
     parts.append("</table>")
     parts.append(f"<h2>Checks</h2><p>Tolerance row: <b>{e(cmp.tolerance.precision)}</b>.</p>")
     parts.append("<p>Groups: <b>records</b> (the inputs of the arithmetic, exact), <b>semantics</b> "
-                 "(the fp64 reference pair agrees to rounding), <b>numerics</b> (the requested precision "
-                 "against each backend's distance to its fp64 run).</p>")
+                 "(the fp64 reference pair agrees to rounding), <b>numerics</b> (the requested precision: "
+                 "its drift against each backend's distance to its fp64 run, which describes; the "
+                 "one-step probes and the convergence check, which judge each backend's precision "
+                 "path).</p>")
     parts.append("<table><tr><th>group</th><th>check</th><th>value</th><th>tolerance</th>"
                  "<th>result</th><th>detail</th></tr>")
     for c in cmp.checks:
@@ -512,7 +577,14 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None) -> str:
         st = status(c)
         parts.append(f"<tr><td>{e(c.group)}</td><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}"
                      f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>")
-    parts.append("</table><h2>Diagnosis</h2>")
+    parts.append("</table>")
+    local_rows = _local_rows(cmp)
+    if local_rows:
+        parts.append(f"<h2>Precision path: one-step probes</h2><p>{e(_LOCAL_INTRO)}</p><table><tr>"
+                     + "".join(f"<th>{e(h)}</th>" for h in _local_head(cmp)) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
+        parts.append("</table>")
+    parts.append("<h2>Diagnosis</h2>")
     if d.passed:
         parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")
     else:

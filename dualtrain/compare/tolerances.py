@@ -7,9 +7,15 @@ Two kinds of bound (docs/parity.md §7 documents every number and the measuremen
   backends compute a different training run (another update rule, loss, data order...).
 * :data:`TOLERANCES`, one row per requested precision: the **numerics** check. The noise model is each
   backend's own distance to its float64 run: how far the requested precision's rounding alone moves a
-  run away from the exact one. The cross-backend difference may be at most ``factor`` times the smaller
+  run away from the exact one. The cross-backend difference may be at most ``factor`` times the larger
   of the two (with an absolute floor), so it holds on any CPU: a machine whose kernels round
-  differently moves both distances, and the bound with them.
+  differently moves both distances, and the bound with them. With a reference pair these whole-run
+  checks cannot fail (docs/parity.md §7): they describe the drift, they do not judge the precision.
+* :data:`LOCAL`, one row per precision: the checks that judge the requested precision. Teacher-forced
+  one-step probes (dualtrain.probes) give each backend's local error against the fp64 step from the
+  same state; each is bounded a priori from the precision's unit roundoff, and against the other
+  backend's. Neither bound is computed from the run being judged. With them, ``convergence``: each
+  run's test accuracy against its own fp64 run's.
 
 A comparison of two runs with different precisions uses the strictest row of the two (and the ``spec``
 check fails anyway).
@@ -92,3 +98,57 @@ def tolerance_for(*precisions: str) -> Tolerance:
     if not known:
         return TOLERANCES["fp32"]
     return TOLERANCES[min(known, key=_STRICTNESS.index)]
+
+
+#: Unit roundoff (half an ulp of 1) of the compute precision of each path.
+UNIT_ROUNDOFF = {"fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+
+@dataclass(frozen=True)
+class LocalBound:
+    """Bounds on the one-step (local) errors of one precision path (dualtrain.compare.local), all
+    relative, ``u`` the compute precision's unit roundoff, ``u_param`` the parameter dtype's (float32
+    for fp32, fp16 and bf16: the update rule always runs in float32).
+
+    A priori, at every probe step and for each backend: loss <= ``loss_c`` u; gradient <= ``grad_c`` u;
+    update <= its rounding floor (u_param ||W_new|| / ||W_new - W_pre||: what rounding the new weights
+    to float32 alone can do, a hard bound) + ``update_c`` u_param.
+    Cross-backend, over all probe steps: the root mean square of one backend's errors <= ``ratio`` x
+    max(the other backend's, a floor: ``loss_floor`` u, ``grad_floor`` u, the rms rounding floor
+    for the update). docs/parity.md §7 has the measurements behind every number."""
+
+    precision: str
+    u: float
+    loss_c: float
+    grad_c: float
+    loss_floor: float
+    grad_floor: float
+    update_c: float = 32.0
+    ratio: float = 4.0
+    accuracy_pp: float = 1.0
+    """convergence: a run's final test accuracy may be at most this many percentage points below its
+    own fp64 run's."""
+    u_param: float = 2.0 ** -24
+
+    def a_priori(self, quantity: str, rounding_floor: float = 0.0) -> float:
+        if quantity == "update":
+            return rounding_floor + self.update_c * self.u_param
+        return {"loss": self.loss_c, "grad": self.grad_c}[quantity] * self.u
+
+    def cross_floor(self, quantity: str, rounding_floor_rms: float = 0.0) -> float:
+        if quantity == "update":
+            return rounding_floor_rms
+        return {"loss": self.loss_floor, "grad": self.grad_floor}[quantity] * self.u
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+LOCAL: dict[str, LocalBound] = {
+    "fp32": LocalBound("fp32", UNIT_ROUNDOFF["fp32"], loss_c=32, grad_c=128, loss_floor=1,
+                       grad_floor=2, accuracy_pp=1.0),
+    "fp16": LocalBound("fp16", UNIT_ROUNDOFF["fp16"], loss_c=16, grad_c=128, loss_floor=0.05,
+                       grad_floor=2, accuracy_pp=2.0),
+    "bf16": LocalBound("bf16", UNIT_ROUNDOFF["bf16"], loss_c=16, grad_c=32, loss_floor=0.02,
+                       grad_floor=1, accuracy_pp=3.0),
+}

@@ -4,6 +4,7 @@ with dualtrain.record.RunWriter and dualtrain.weights.save_weights (data fixture
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.record import SPEC_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
+from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
 from dualtrain.spec import dump_spec, from_dict
 from dualtrain.weights import Weights, init_weights, save_weights
 
@@ -113,3 +114,49 @@ def noisy(scale: float, seed: int, grow: float = 0.0) -> Callable[[int], float]:
         u = np.random.default_rng([seed, step]).uniform(-1.0, 1.0)
         return base_loss(step) + scale * math.exp(grow * step) * float(u)
     return f
+
+
+def add_probes(ref: Path, runs: dict[Path, dict[str, float]], steps: tuple[int, ...] = (1, 40, 80),
+               seed: int = 5) -> None:
+    """One-step probes (dualtrain.probes) for synthetic runs: ``ref`` (fp64) records states; each
+    run in ``runs`` replays them with relative errors ``{"loss": e, "grad": e, "update": e}`` (an
+    error of float32 rounding size where not given). The runs' summaries name ``ref`` as the source."""
+    from dualtrain import optim_ref, probes
+
+    spec = from_dict(base_spec())
+    rng = np.random.default_rng(seed)
+    shapes = {"0.weight": (6, 5), "0.bias": (6,)}
+    ref_rows, rows = [], {run: [] for run in runs}
+    u = 2.0 ** -24
+    for s in steps:
+        pre = {k: rng.standard_normal(v) for k, v in shapes.items()}
+        slots = {f"momentum_buffer/{k}": rng.standard_normal(v) * 0.1 for k, v in shapes.items()}
+        g64 = {k: rng.standard_normal(v) * 0.1 for k, v in shapes.items()}
+        applied = s - 1
+        sl = slots if applied else {}
+        lr = 0.05
+        opt = spec.optimizer
+        post64 = optim_ref.step(opt, lr, pre, sl, applied, g64)
+        probes.save(ref, s, {"pre": pre, "slot": sl, "grad": g64, "post": post64})
+        ref_rows.append({"step": s, "loss": 1.0, "lr": lr, "grad_norm": 1.0, "loss_scale": 1.0,
+                         "skipped": False, "count": 64, "applied": applied})
+        for run, err in runs.items():
+            def noise(v, e):
+                return v * (1.0 + e * rng.choice([-1.0, 1.0], size=np.shape(v)))
+            g = {k: noise(v, err.get("grad", 4 * u)).astype(np.float32) for k, v in g64.items()}
+            pre32 = {k: v.astype(np.float32).astype(np.float64) for k, v in pre.items()}
+            sl32 = {k: v.astype(np.float32).astype(np.float64) for k, v in sl.items()}
+            exact = optim_ref.step(opt, lr, pre32, sl32, applied, {k: v.astype(np.float64)
+                                                                  for k, v in g.items()})
+            e_upd = err.get("update", 0.0)
+            post = {k: (v + e_upd * (v - pre32[k])).astype(np.float32) for k, v in exact.items()}
+            probes.save(run, s, {"grad": g, "post": post})
+            rows[run].append({"step": s, "loss": 1.0 + err.get("loss", 2 * u), "lr": lr,
+                              "grad_norm": 1.0, "loss_scale": 1.0, "skipped": False, "count": 64})
+    probes.write_index(ref, ref_rows)
+    for run, r in rows.items():
+        probes.write_index(run, r)
+        path = Path(run) / SUMMARY_FILE
+        summary = json.loads(path.read_text())
+        summary["probes"] = {"mode": "replay", "steps": len(r), "source": str(ref)}
+        path.write_text(json.dumps(summary))

@@ -25,8 +25,9 @@ def test_compare_config_tiny(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "verdict: PASS" in res.stdout and "semantics checked against the fp64 reference" in res.stdout
     # progress: which run is running, and when each ended
-    assert f"dualtrain compare: run 4/4: tf fp64 -> {out / 'fp64-tf'}\n" in res.stdout
-    assert "dualtrain compare: run 4/4 done: tf fp64 in " in res.stdout
+    # the fp64 pair runs first: the requested-precision runs replay its recorded probe states
+    assert f"dualtrain compare: run 2/4: tf fp64 -> {out / 'fp64-tf'}\n" in res.stdout
+    assert "dualtrain compare: run 4/4 done: tf fp32 in " in res.stdout
     assert res.stdout.rstrip().splitlines()[-1].startswith(
         f"dualtrain compare: report: {out / 'report.html'}")
     for name in ("verdict.json", "report.md", "report.html", "torch/summary.json", "tf/summary.json",
@@ -49,6 +50,19 @@ def test_compare_config_tiny(tmp_path):
         assert {a.dtype for a in final.values()} == {np.dtype(np.float64)}
     # ... and agrees to rounding: far inside the bound, which is far inside fp32's own noise
     assert checks["reference_loss"]["value"] < 1e-13 and checks["reference_weights"]["value"] < 1e-13
+    # the precision path is judged by one-step probes from the fp64 torch run's states
+    for name in ("local_loss", "local_grad", "local_update", "convergence"):
+        assert checks[name]["ran"] and checks[name]["passed"], checks[name]
+    probes = checks["local_grad"]["data"]
+    assert probes["steps"][0] == 1 and len(probes["steps"]) >= 4
+    assert all(0 < e < 1e-5 for e in probes["a"] + probes["b"])  # fp32: a few float32 ulps
+    assert v["culprits"] == [] and v["local_bounds"]["precision"] == "fp32"
+    for b in ("torch", "tf"):
+        assert json.loads((out / b / "summary.json").read_text())["probes"]["steps"] == len(
+            probes["steps"])
+    md = (out / "report.md").read_text()
+    assert "## Precision path: one-step probes" in md
+    assert "One-step errors against the fp64 step" in (out / "report.html").read_text()
     # `tensorboard --logdir OUT` overlays the four runs, with the same tags, and each run's curves
     # are its metrics.jsonl (read with TensorBoard's own loader, as its scalars dashboard reads them)
     runs = read_logdir(out)

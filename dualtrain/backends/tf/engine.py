@@ -204,9 +204,7 @@ class TFEngine:
 
         def forward():
             logits, stats = self._forward(x, ids, step, True)
-            per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=tf.cast(logits, self.dtype))
-            return [tf.reduce_sum(per_sample), *(tf.stop_gradient(t) for t in stats)]
+            return [self._loss_sum(logits, y), *(tf.stop_gradient(t) for t in stats)]
 
         def skipped():  # an empty replica (models without sync batchnorm): no forward at all
             return [tf.constant(0.0, self.dtype), *(tf.zeros(r.shape, r.dtype) for r in self.running)]
@@ -229,8 +227,7 @@ class TFEngine:
                      for g in grads]
         grads = ctx.all_reduce(SUM, grads)
         if self.fp16:
-            inv = tf.constant(1.0, tf.float32) / scale
-            grads = [g * inv for g in grads]
+            grads = self._unscale(grads, scale)
         # fp16 skips on every replica when the all-reduced gradient is not finite (GradScaler's
         # check); fp32/bf16 never skip, as torch without a GradScaler.
         if self.fp16:
@@ -245,6 +242,19 @@ class TFEngine:
             grads = [g * coef for g in grads]
         running = self._running_updates(ctx, stats) if self.running else []
         return grads, loss_sum, ids, norm, finite, captured, running
+
+    def _loss_sum(self, logits, y):
+        """Sum of per-sample cross-entropy in the parameter dtype (float32; float64 for fp64),
+        whatever precision the logits came out in (docs/parity.md §3)."""
+        per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=tf.cast(logits, self.dtype))
+        return tf.reduce_sum(per_sample)
+
+    def _unscale(self, grads, scale):
+        """fp16: the all-reduced gradient divided by the loss scale (GradScaler's unscale_: a
+        multiplication by the float32 reciprocal)."""
+        inv = tf.constant(1.0, tf.float32) / scale
+        return [g * inv for g in grads]
 
     def _step(self, ids_flat, offsets, poison, global_count, lr, step, *, capture: bool):
         s = self.strategy
@@ -465,7 +475,13 @@ class TFEngine:
                               loss_scale=float(self.scale.numpy()) if self.fp16 else 1.0,
                               good_steps=int(self.good_steps.numpy()) if self.fp16 else 0)
 
+    def load_weights(self, weights: Weights) -> None:
+        load_canonical(self.named, weights)
+
     def load_optimizer_state(self, state: OptimizerState) -> None:
+        for attr in set(self.SLOTS.values()):  # slots the state does not name start from zero
+            for var in getattr(self, attr):
+                var.assign(tf.zeros(var.shape, var.dtype))
         for key, value in state.slots.items():
             slot, _, name = key.partition("/")
             variables = getattr(self, self.SLOTS.get(slot, "_none"), None)

@@ -262,12 +262,12 @@ class TorchEngine:
         self._hook.poison = poison[0]
         with self.autocast:
             logits = self.ddp(x)
-        loss_sum = F.cross_entropy(logits.to(self.dtype), y, reduction="sum")
+        loss_sum = self._loss_sum(logits, y)
         loss = loss_sum / global_count
         scaler = self.scaler
         if scaler is not None:
             scaler.scale(loss).backward()
-            scaler.unscale_(self.opt)
+            self._unscale()
         else:
             loss.backward()
         grads = [p.grad for p in self.params]
@@ -296,6 +296,16 @@ class TorchEngine:
                 b.copy_(new.view_as(b))
         return StepOut(loss_sum=loss_sum.item(), grad_norm=norm.item(), loss_scale=scale,
                        skipped=skipped, fed_ids=[idx.numpy()], grads=captured)
+
+    def _unscale(self) -> None:
+        """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which also
+        records whether any is not finite)."""
+        self.scaler.unscale_(self.opt)
+
+    def _loss_sum(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Sum of per-sample cross-entropy, computed in the parameter dtype (float32; float64 for
+        fp64) whatever precision the logits came out in (docs/parity.md §3)."""
+        return F.cross_entropy(logits.to(self.dtype), y, reduction="sum")
 
     # ---- evaluation and collectives ----------------------------------------------------------------
     @torch.no_grad()
@@ -343,7 +353,11 @@ class TorchEngine:
             scale, good = float(sd["scale"]), int(sd["_growth_tracker"])
         return OptimizerState(slots=slots, applied=self.applied, loss_scale=scale, good_steps=good)
 
+    def load_weights(self, weights: Weights) -> None:
+        load_canonical(self.module, weights)
+
     def load_optimizer_state(self, state: OptimizerState) -> None:
+        self.opt.state.clear()  # slots the state does not name start from nothing
         by_param: dict[str, dict[str, torch.Tensor]] = {}
         for key, value in state.slots.items():
             slot, _, name = key.partition("/")

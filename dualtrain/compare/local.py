@@ -1,0 +1,124 @@
+"""Local (one-step) errors of the requested precision, from the teacher-forced probes (dualtrain.probes).
+
+For every probe step k the fp64 reference run recorded its state before step k (weights, batchnorm
+statistics, optimizer slots, applied-update count), the all-reduced gradient of step k and the
+weights after it. Each requested-precision run loaded that state and ran step k itself. Per backend X
+and probe step, three relative errors:
+
+* ``loss``:   |L_X - L_64| / |L_64|: the forward pass (model and cross-entropy);
+* ``grad``:   ||g_X - g_64|| / ||g_64||: the all-reduced, unscaled gradient (backward, all-reduce,
+  loss-scale unscaling), over all tensors;
+* ``update``: ||W_X - U(fl(state), g_X)|| / ||U(fl(state), g_X) - fl(W_pre)||: what X's optimizer did
+  with X's own gradient against the exact (float64) update rule applied to that same gradient from
+  the state X loaded (dualtrain.optim_ref; clipping included). The gradient's rounding is the grad
+  error's business, so this one sees only the update's arithmetic.
+
+Nothing here is measured against the run being judged: every error is the distance of one step of the
+requested precision from an exact step from the same state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualtrain import optim_ref, probes
+from dualtrain.spec import OptimizerSpec
+from dualtrain.weights import Weights
+
+QUANTITIES = ("loss", "grad", "update")
+WHAT = {"loss": "forward (loss)", "grad": "gradient", "update": "update rule"}
+
+
+@dataclass
+class Probe:
+    """One probe step of one backend: its errors against the exact step."""
+
+    step: int
+    errors: dict[str, float]
+    skipped: bool
+    """The step was skipped (fp16 overflow) by this run or the reference: no errors then."""
+    rounding_floor: float
+    """The update error that rounding the updated weights to the parameter dtype alone can cause:
+    u(param) x ||W_new|| / ||W_new - W_pre||."""
+    worst_tensor: dict[str, str] = field(default_factory=dict)
+    """Per quantity (grad, update): the tensor with the largest relative error."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "errors": self.errors, "skipped": self.skipped,
+                "rounding_floor": self.rounding_floor, "worst_tensor": self.worst_tensor}
+
+
+def _norm(ws: Weights, keys: list[str]) -> float:
+    return math.sqrt(sum(float(np.sum(np.square(np.asarray(ws[k], np.float64)))) for k in keys))
+
+
+def _diff(a: Weights, b: Weights, keys: list[str]) -> Weights:
+    return {k: np.asarray(a[k], np.float64) - np.asarray(b[k], np.float64) for k in keys}
+
+
+def _rel(num: float, den: float) -> float:
+    if math.isnan(num):
+        return math.inf
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def _worst(err: Weights, ref: Weights, keys: list[str]) -> str:
+    def rel(k: str) -> float:
+        return _rel(float(np.linalg.norm(err[k])), float(np.linalg.norm(np.asarray(ref[k], np.float64))))
+    return max(keys, key=rel) if keys else ""
+
+
+def _rounded(ws: Weights, dtype: np.dtype) -> Weights:
+    return {k: np.asarray(v).astype(dtype).astype(np.float64) for k, v in ws.items()}
+
+
+def measure(run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec) -> list[Probe] | None:
+    """The probes of ``run_dir`` against the fp64 run that recorded them; None where either has no
+    probes (runs not made by ``dualtrain compare --config``)."""
+    ref_rows = probes.read_index(reference_dir)
+    rows = probes.read_index(run_dir)
+    if not ref_rows or not rows:
+        return None
+    ref_by = {int(r["step"]): r for r in ref_rows}
+    out = []
+    for row in rows:
+        step = int(row["step"])
+        ref_row = ref_by.get(step)
+        if ref_row is None:
+            continue
+        skipped = bool(row.get("skipped")) or bool(ref_row.get("skipped"))
+        if skipped:
+            out.append(Probe(step, {q: math.nan for q in QUANTITIES}, True, math.nan))
+            continue
+        ref, mine = probes.load(reference_dir, step), probes.load(run_dir, step)
+        g64, g = ref["grad"], mine["grad"]
+        keys = sorted(g64)
+        dtype = next(iter(mine["post"].values())).dtype
+        pre = _rounded(ref["pre"], dtype)  # the state this run loaded
+        slots = _rounded(ref.get("slot", {}), dtype)
+        exact = optim_ref.step(opt, float(row["lr"]), pre, slots, int(ref_row["applied"]),
+                               {k: np.asarray(g[k], np.float64) for k in keys})
+        update = _diff(exact, pre, keys)
+        upd_err = _diff(mine["post"], exact, keys)
+        grad_err = _diff(g, g64, keys)
+        den = _norm(update, keys)
+        errors = {
+            "loss": _rel(abs(float(row["loss"]) - float(ref_row["loss"])), abs(float(ref_row["loss"]))),
+            "grad": _rel(_norm(grad_err, keys), _norm(g64, keys)),
+            "update": _rel(_norm(upd_err, keys), den),
+        }
+        u = float(np.finfo(dtype).eps) / 2
+        floor = _rel(u * _norm(exact, keys), den)
+        out.append(Probe(step, errors, False, floor,
+                         {"grad": _worst(grad_err, g64, keys), "update": _worst(upd_err, update, keys)}))
+    return out
+
+
+def rms(values: list[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return math.sqrt(sum(v * v for v in vals) / len(vals)) if vals else math.nan
