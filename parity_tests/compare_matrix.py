@@ -1,5 +1,6 @@
 """The acceptance matrix of the compare verdict: every shipped config, world sizes 1-4, mirrored and
-multi_worker, fp32/fp16/bf16, each judged against its fp64 reference pair.
+multi_worker, fp32/fp16/bf16, each judged against its fp64 reference pair and by the one-step
+probes from its fp64 torch run's states (as ``dualtrain compare --config`` does).
 
     python -m parity_tests.compare_matrix [--out DIR] [--train-limit N] [--configs mnist_mlp ...]
 
@@ -18,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from dualtrain import probes
 from dualtrain.backends import parse_backend
 from dualtrain.compare import compare_dirs
 from dualtrain.runs import start_run
@@ -29,11 +31,12 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 WORLDS = {1: ("mirrored",), 2: ("mirrored", "multi_worker"), 3: ("multi_worker",), 4: ("mirrored",)}
 
 
-def run(out: Path, backend: str, config: Path, overrides: list[str]) -> Path:
+def run(out: Path, backend: str, config: Path, overrides: list[str],
+        probe: probes.Role | None = None) -> Path:
     if not (out / "summary.json").is_file():
         with contextlib.redirect_stdout(io.StringIO()):
             start_run(load_spec(config, ["train.log_every=1000000", *overrides]), parse_backend(backend),
-                      out, overwrite=True)
+                      out, overwrite=True, probe=probe)
     return out
 
 
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     base = args.out or Path(tempfile.mkdtemp(prefix="dualtrain-matrix-"))
     t0 = time.perf_counter()
     rows = ["| config | world | strategy | precision | verdict | fp64 pair \\|Δloss\\| / weights | "
-            "trajectory | final weights | eval |", "|---|---|---|---|---|---|---|---|---|"]
+            "trajectory | final weights | eval | local loss / grad / update (x bound) | convergence |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     bad = 0
     for name in args.configs:
         config = ROOT / "configs" / f"{name}.yaml"
@@ -55,11 +59,13 @@ def main(argv: list[str] | None = None) -> int:
                 common = [f"data.train_limit={args.train_limit}", "data.test_limit=1000", "train.epochs=1",
                           f"distribution.world_size={world}", f"tf.strategy={strategy}"]
                 tag = f"{name}-w{world}-{strategy}"
-                ref = [run(base / f"{tag}-fp64-{b}", b, config, [*common, "precision.dtype=fp64"])
-                       for b in ("torch", "tf")]
+                # As compare --config makes them: the fp64 torch run records the probe states, the
+                # requested-precision runs replay them.
+                ref = [run(base / f"{tag}-fp64-{b}", b, config, [*common, "precision.dtype=fp64"],
+                           probes.RECORD if b == "torch" else None) for b in ("torch", "tf")]
                 for p in PRECISIONS:
-                    a, b = (run(base / f"{tag}-{p}-{x}", x, config, [*common, f"precision.dtype={p}"])
-                            for x in ("torch", "tf"))
+                    a, b = (run(base / f"{tag}-{p}-{x}", x, config, [*common, f"precision.dtype={p}"],
+                                probes.replay(ref[0])) for x in ("torch", "tf"))
                     cmp = compare_dirs(a, b, tuple(ref))
                     c = {k.name: k for k in cmp.checks}
                     verdict = "PASS" if cmp.passed else f"**FAIL** ({cmp.diagnosis.summary()})"
@@ -67,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(f"| {name} | {world} | {strategy} | {p} | {verdict} | "
                                 f"{c['reference_loss'].value:.1e} / {c['reference_weights'].value:.1e} | "
                                 f"{c['trajectory'].value:.2f}x | {c['final_weights'].value:.2f}x | "
-                                f"{c['eval'].value:.2f} pp (<= {c['eval'].tolerance:.2g}) |")
+                                f"{c['eval'].value:.2f} pp (<= {c['eval'].tolerance:.2g}) | "
+                                f"{c['local_loss'].value:.2f} / {c['local_grad'].value:.2f} / "
+                                f"{c['local_update'].value:.2f} | {c['convergence'].value:.1f} pp "
+                                f"(<= {c['convergence'].tolerance:g}) |")
                     print(rows[-1], flush=True)
     text = "\n".join(rows) + f"\n\n({time.perf_counter() - t0:.0f} s, runs in {base})\n"
     (base / "compare_matrix.md").write_text(text)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dualtrain import probes
 from dualtrain.backends import parse_backend
 from dualtrain.compare.checks import Reference
 from dualtrain.record import read_run
@@ -29,9 +30,10 @@ class Runs:
         self._cache: dict[tuple, Path] = {}
 
     def __call__(self, backend: str, *overrides: str, config: str = MLP,
-                 env: dict[str, str] | None = None) -> Path:
-        """The run's directory; ``env``: extra environment for its workers (the mutants' test hook)."""
-        key = (backend, config, overrides, tuple(sorted((env or {}).items())))
+                 env: dict[str, str] | None = None, probe: probes.Role | None = None) -> Path:
+        """The run's directory; ``env``: extra environment for its workers (the mutants' test hook);
+        ``probe``: its part in the one-step probes (dualtrain.probes), as compare sets it."""
+        key = (backend, config, overrides, tuple(sorted((env or {}).items())), probe)
         if key not in self._cache:
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
             out = self.base / f"{backend}-{tag}"
@@ -39,7 +41,7 @@ class Runs:
             saved = {k: os.environ.get(k) for k in (env or {})}
             os.environ.update(env or {})
             try:
-                start_run(spec, parse_backend(backend), out, overwrite=True)
+                start_run(spec, parse_backend(backend), out, overwrite=True, probe=probe)
             finally:
                 for k, v in saved.items():
                     if v is None:

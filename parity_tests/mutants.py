@@ -1,12 +1,21 @@
 """Semantic mutants: one backend computes something slightly different on purpose (tests only).
 
 A mutant is applied through dualtrain's test hook: ``DUALTRAIN_TEST_HOOK=parity_tests.mutants:apply=
-NAME[:SIZE]`` makes every worker call :func:`apply` right before it builds its engine. Mutants change
-the **tf** backend only (a torch worker ignores them), by patching its engine or model builder inside
-that worker process; the run's records (spec, lr, ids) stay what the spec says, unless the mutant is
-about the records themselves (``swap_id``). ``dualtrain compare`` must then fail with the cause named
-in :data:`MUTANTS`. parity_tests/test_mutants.py applies each one; parity_tests/detection_power.py
-measures the smallest detected size (docs/parity.md §7).
+[BACKEND/]NAME[:SIZE]`` makes every worker call :func:`apply` right before it builds its engine. A
+mutant changes one backend (tf unless BACKEND says torch; a worker of the other backend ignores it),
+by patching its engine or model builder inside that worker process; the run's records (spec, lr, ids)
+stay what the spec says, unless the mutant is about the records themselves (``swap_id``).
+
+Two kinds:
+
+* :data:`MUTANTS`, **semantic** mutants (tf only): they change what the backend computes in every
+  precision, so the fp64 reference pair must fail, with the cause named here;
+* :data:`PRECISION_MUTANTS`, **precision-path** mutants (either backend): active only in runs of their
+  precision path (``path``), so the fp64 pair cannot see them; ``dualtrain compare`` must fail with
+  "numerics: <backend> <path> path", found by the one-step probes (dualtrain.compare.local).
+
+parity_tests/test_mutants.py and test_precision_mutants.py apply each one;
+parity_tests/detection_power.py measures the smallest detected sizes (docs/parity.md §7).
 """
 
 from __future__ import annotations
@@ -60,6 +69,41 @@ MUTANTS = {m.name: m for m in [
            None, "", "semantics differ", "bn", seen_by="reference_eval"),
 ]}
 
+
+
+@dataclass(frozen=True)
+class PrecisionMutant:
+    name: str
+    what: str
+    path: str
+    """The precision path it lives in (fp32, fp16, bf16): the mutant is active only in such runs."""
+    size: float | None
+    unit: str = ""
+    seen_by: str = "local_grad"
+    """The local check that must fail."""
+
+
+PRECISION_MUTANTS = {m.name: m for m in [
+    PrecisionMutant("unscale_factor", "fp16 gradients unscaled with a wrong factor: divided by the loss "
+                    "scale x (1 + size)", "fp16", 1.0, "relative error of the unscale factor"),
+    PrecisionMutant("ce_low_precision", "the softmax cross-entropy and its sum over the batch computed "
+                    "in bfloat16, on the autocast/mixed_bfloat16 logits, instead of float32 (torch: "
+                    "F.cross_entropy on the bf16 logits; tf: logsumexp(z) - z[y] in bf16)",
+                    "bf16", None, seen_by="local_loss"),
+    PrecisionMutant("allreduce_low", "gradients all-reduced in float16 (a compression hook, as "
+                    "torch's fp16_compress_hook, without its division) in an fp32 run", "fp32", None),
+    PrecisionMutant("optimizer_state_low", "SGD's momentum buffer kept in bfloat16 (the optimizer state "
+                    "in a low precision) in an fp32 run", "fp32", None, seen_by="local_update"),
+    PrecisionMutant("fp32_update_branch", "the float32 branch of the update uses lr x (1 + size) (the "
+                    "float64 branch, which the fp64 pair runs, is right)", "fp32", 1e-3,
+                    "relative change of lr in the float32 update", seen_by="local_update"),
+]}
+
+#: The spec the precision mutants are measured on (MLP, SGD momentum 0.9, cosine, world 2, 2,600
+#: samples: a partial last batch; 1 epoch, 21 steps, 6 probe steps), with the mutant's precision.
+PRECISION_SPEC = ("data.train_limit=2600", "data.test_limit=500", "train.epochs=1",
+                  "distribution.world_size=2")
+
 SWAP_STEP = 3
 
 # 1,001 samples in global batches of 128 over 2 replicas: 7 full steps (64/64), then 105 samples split
@@ -80,23 +124,32 @@ SPECS = {
 }
 
 
-def hook(name: str, size: float | None = None) -> dict[str, str]:
-    """The environment that makes a run's tf workers apply mutant ``name`` (at ``size``)."""
+def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
+    """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at ``size``)."""
     from dualtrain.entry import TEST_HOOK
 
     root = str(Path(__file__).resolve().parent.parent)
     arg = name if size is None else f"{name}:{size!r}"
+    if backend != "tf":
+        arg = f"{backend}/{arg}"
     return {TEST_HOOK: f"parity_tests.mutants:apply={arg}",
             "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def apply(backend: str, argument: str) -> None:
-    """The DUALTRAIN_TEST_HOOK entry: ``argument`` is NAME or NAME:SIZE."""
-    if backend != "tf":
+    """The DUALTRAIN_TEST_HOOK entry: ``argument`` is [BACKEND/]NAME[:SIZE] (BACKEND: tf if absent)."""
+    target, _, argument = argument.rpartition("/")
+    if backend != (target or "tf"):
         return
     name, _, size_text = argument.partition(":")
-    if name not in MUTANTS:
-        raise ValueError(f"unknown mutant {name!r} (known: {', '.join(MUTANTS)})")
+    if name in PRECISION_MUTANTS:
+        m = PRECISION_MUTANTS[name]
+        size = float(size_text) if size_text else m.size
+        globals()[f"_{backend}_{name}"](m.path, size)
+        return
+    if name not in MUTANTS or backend != "tf":
+        raise ValueError(f"unknown {backend} mutant {name!r} (known: {', '.join(MUTANTS)} (tf), "
+                         f"{', '.join(PRECISION_MUTANTS)} (either))")
     size = float(size_text) if size_text else MUTANTS[name].size
     globals()[f"_{name}"](size)
 
@@ -271,3 +324,199 @@ def _keras_bn_replica_stats(size: float) -> None:
                 for k, (r, stat) in enumerate(zip(self.running, stats))]
 
     cls._running_updates = mutated
+
+
+# ---- the precision-path mutants (each patches one backend, active only in its precision path) --------
+
+def _active(spec, path: str) -> bool:
+    return spec.precision.dtype.value == path
+
+
+def _torch_engine():
+    from dualtrain.backends.torch import engine
+
+    return engine
+
+
+def _torch_unscale_factor(path: str, size: float) -> None:
+    cls = _torch_engine().TorchEngine
+    unscale = cls._unscale
+
+    def mutated(self):
+        unscale(self)
+        if _active(self.spec, path):
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.div_(1.0 + size)
+
+    cls._unscale = mutated
+
+
+def _tf_unscale_factor(path: str, size: float) -> None:
+    cls = _engine()
+    unscale = cls._unscale
+
+    def mutated(self, grads, scale):
+        grads = unscale(self, grads, scale)
+        if _active(self.spec, path):
+            grads = [g / (1.0 + size) for g in grads]
+        return grads
+
+    cls._unscale = mutated
+
+
+def _torch_ce_low_precision(path: str, size: float) -> None:
+    import torch.nn.functional as F
+
+    cls = _torch_engine().TorchEngine
+    loss_sum = cls._loss_sum
+
+    def mutated(self, logits, y):
+        if not _active(self.spec, path):
+            return loss_sum(self, logits, y)
+        return F.cross_entropy(logits, y, reduction="sum").to(self.dtype)  # in the logits' bf16
+
+    cls._loss_sum = mutated
+
+
+def _tf_ce_low_precision(path: str, size: float) -> None:
+    import tensorflow as tf
+
+    cls = _engine()
+    loss_sum = cls._loss_sum
+
+    def mutated(self, logits, y):
+        if not _active(self.spec, path):
+            return loss_sum(self, logits, y)
+        # -log softmax(z)[y] = logsumexp(z) - z[y], every op in the logits' bfloat16 (what a loss
+        # written with keras.ops on mixed_bfloat16 outputs computes), and the batch sum held in it
+        picked = tf.gather(logits, y, axis=1, batch_dims=1)
+        per_sample = tf.reduce_logsumexp(logits, axis=1) - picked
+        return tf.cast(tf.cast(tf.reduce_sum(per_sample), logits.dtype), self.dtype)
+
+    cls._loss_sum = mutated
+
+
+def _torch_allreduce_low(path: str, size: float) -> None:
+    import torch
+    import torch.distributed as dist
+
+    engine = _torch_engine()
+    init = engine.TorchEngine.__init__
+    active = {"on": False}
+
+    def hook(state, bucket):
+        if not active["on"]:
+            return engine_hook(state, bucket)
+        buf = bucket.buffer()
+        low = buf.to(torch.float16)
+        fut = dist.all_reduce(low, async_op=True).get_future()
+
+        def back(fut):
+            buf.copy_(fut.value()[0])
+            return buf
+
+        return fut.then(back)
+
+    engine_hook = engine._sum_hook
+
+    def mutated_init(self, spec, *args, **kwargs):
+        active["on"] = _active(spec, path)
+        init(self, spec, *args, **kwargs)
+
+    engine._sum_hook = hook
+    engine.TorchEngine.__init__ = mutated_init
+
+
+def _tf_allreduce_low(path: str, size: float) -> None:
+    import tensorflow as tf
+
+    cls = _engine()
+    step = cls._replica_step
+
+    def mutated_step(self, *args):
+        ctx_cls = type(tf.distribute.get_replica_context())
+        if _active(self.spec, path) and not getattr(ctx_cls, "_dualtrain_low", False):
+            all_reduce = ctx_cls.all_reduce
+            n_params = len(self.params)
+
+            def low(ctx, op, value, options=None):
+                if isinstance(value, list) and len(value) == n_params:  # the gradient all-reduce
+                    out = all_reduce(ctx, op, [tf.cast(g, tf.float16) for g in value], options)
+                    return [tf.cast(g, v.dtype) for g, v in zip(out, value)]
+                return all_reduce(ctx, op, value, options)
+
+            ctx_cls.all_reduce = low
+            ctx_cls._dualtrain_low = True
+        return step(self, *args)
+
+    cls._replica_step = mutated_step
+
+
+def _torch_optimizer_state_low(path: str, size: float) -> None:
+    import torch
+
+    cls = _torch_engine().TorchEngine
+    step = cls.train_step
+
+    def mutated(self, *args, **kwargs):
+        if _active(self.spec, path):  # the state is held in bfloat16: torch.optim updates it in place
+            for state in self.opt.state.values():
+                if torch.is_tensor(state.get("momentum_buffer")):
+                    state["momentum_buffer"] = state["momentum_buffer"].to(torch.bfloat16)
+        return step(self, *args, **kwargs)
+
+    cls.train_step = mutated
+
+
+def _tf_optimizer_state_low(path: str, size: float) -> None:
+    import tensorflow as tf
+
+    from dualtrain.backends.tf import engine
+
+    cls = _engine()
+    apply_one = cls._apply_one
+
+    def mutated(self, p, g, apply, lr, k):
+        if not (_active(self.spec, path) and self.opt.momentum and self.buf):
+            return apply_one(self, p, g, apply, lr, k)
+        buf = self.buf[k]
+        first = tf.equal(self.applied, 0)
+        new_buf = tf.where(first, g, buf * self.opt.momentum + g)
+        new_buf = tf.cast(tf.cast(new_buf, tf.bfloat16), new_buf.dtype)  # stored in bfloat16
+        return tf.group(buf.assign(new_buf), p.assign(engine._fma(p, -lr, new_buf)))
+
+    cls._apply_one = mutated
+
+
+def _torch_fp32_update_branch(path: str, size: float) -> None:
+    cls = _torch_engine().TorchEngine
+    step = cls.train_step
+
+    def mutated(self, ids, *, lr, **kwargs):
+        if _active(self.spec, path):  # torch.optim on float32 parameters: lr off by (1 + size)
+            lr = lr * (1.0 + size)
+        return step(self, ids, lr=lr, **kwargs)
+
+    cls.train_step = mutated
+
+
+def _tf_fp32_update_branch(path: str, size: float) -> None:
+    import tensorflow as tf
+
+    from dualtrain.backends.tf import engine
+
+    fma, init = engine._fma, engine.TFEngine.__init__
+    active = {"on": False}
+
+    def mutated(a, alpha, b):
+        if a.dtype == tf.float64 or not active["on"]:
+            return fma(a, alpha, b)
+        return fma(a, alpha * (1.0 + size), b)  # the float32 branch only
+
+    def mutated_init(self, spec, *args, **kwargs):
+        active["on"] = _active(spec, path)
+        init(self, spec, *args, **kwargs)
+
+    engine._fma = mutated
+    engine.TFEngine.__init__ = mutated_init

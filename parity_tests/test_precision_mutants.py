@@ -1,0 +1,80 @@
+"""A defect confined to one backend's requested-precision path must FAIL ``dualtrain compare``, as
+"numerics: <backend> <precision> path", while the fp64 reference pair (which never runs that path)
+passes. The mutants are parity_tests/mutants.py's PRECISION_MUTANTS; they are found by the one-step
+probes (dualtrain.compare.local) and, where training suffers, by the convergence check.
+
+The runs are made as ``dualtrain compare --config`` makes them (the fp64 torch run records the probe
+states, the requested-precision runs replay them), shared between tests; the verdict comes from the
+real CLI, ``dualtrain compare A B --reference-runs REF_A REF_B``. The default suite plants one defect
+per precision path (fp32 on torch, fp16 on tf, bf16 on torch); the slow set runs every mutant on both
+backends and the unmutated pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dualtrain import probes
+from tests.conftest import run_cli
+
+from .mutants import PRECISION_MUTANTS, PRECISION_SPEC, hook
+
+SPEC = (*PRECISION_SPEC, "data.train_limit=1001", "train.epochs=2")  # 16 steps, a partial last batch
+
+
+def _pair(runs, precision: str, mutant: str | None = None, backend: str | None = None):
+    """(torch run, tf run, fp64 torch, fp64 tf) of SPEC at ``precision``; ``mutant`` on ``backend``."""
+    ref_torch = runs("torch", *SPEC, "precision.dtype=fp64", probe=probes.RECORD)
+    ref_tf = runs("tf", *SPEC, "precision.dtype=fp64")
+    replay = probes.replay(ref_torch)
+    spec = (*SPEC, f"precision.dtype={precision}")
+    out = {}
+    for b in ("torch", "tf"):
+        env = hook(mutant, backend=b) if mutant and b == backend else None
+        out[b] = runs(b, *spec, env=env, probe=replay)
+    return out["torch"], out["tf"], ref_torch, ref_tf
+
+
+def _compare(tmp_path, a, b, ra, rb):
+    out = tmp_path / "cmp"
+    res = run_cli("compare", str(a), str(b), "--reference-runs", str(ra), str(rb), "--out", str(out),
+                  timeout=300)
+    verdict = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else {}
+    return res, verdict
+
+
+CASES = [("fp32_update_branch", "torch"), ("unscale_factor", "tf"), ("ce_low_precision", "torch")]
+ALL = [(m, b) for m in PRECISION_MUTANTS for b in ("torch", "tf")]
+
+
+@pytest.mark.parametrize("name,backend", [c if c in CASES else pytest.param(*c, marks=pytest.mark.slow)
+                                          for c in ALL], ids=lambda v: str(v))
+def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backend):
+    m = PRECISION_MUTANTS[name]
+    a, b, ra, rb = _pair(runs, m.path, name, backend)
+    res, v = _compare(tmp_path, a, b, ra, rb)
+    print(res.stdout[-2500:])
+    path = f"{backend} {m.path} path"
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"verdict: FAIL, numerics: {path} (" in res.stdout
+    checks = {c["name"]: c for c in v["checks"]}
+    # the fp64 pair never runs the path: semantics agree, and so do the records
+    assert all(checks[n]["passed"] for n in ("reference_loss", "reference_weights", "reference_eval",
+                                             "spec", "sharding", "init_weights", "lr"))
+    assert not checks[m.seen_by]["passed"] and checks[m.seen_by]["culprits"] == [path]
+    assert v["culprits"] == [path] and v["category"] == "numerics"
+    assert v["diagnosis"]["cause"] == "precision path"
+    # the other backend's path is clean in every local check
+    other = f"{'tf' if backend == 'torch' else 'torch'} {m.path} path"
+    assert not any(other in c.get("culprits", []) for c in v["checks"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("fp16", marks=pytest.mark.slow),
+                                       pytest.param("bf16", marks=pytest.mark.slow)])
+def test_unmutated_precision_paths_pass(runs, tmp_path, precision):
+    res, v = _compare(tmp_path, *_pair(runs, precision))
+    assert res.returncode == 0 and v["passed"], res.stdout[-3000:]
+    checks = {c["name"]: c for c in v["checks"]}
+    for n in ("local_loss", "local_grad", "local_update", "convergence"):
+        assert checks[n]["ran"] and checks[n]["passed"], checks[n]["detail"]
