@@ -108,9 +108,12 @@ class CompareResult:
     passed: bool
     """Every scored check passed (the CLI's exit code 0)."""
     verdict: str
-    """The verdict line, e.g. ``verdict: PASS (12/12 checks; semantics checked against ...)``."""
+    """The verdict line, e.g. ``verdict: PASS (16/16 checks; semantics checked against ...)``."""
     category: str | None
     """``semantics differ`` or ``numerics`` when a check failed; None when all passed."""
+    culprits: tuple[str, ...]
+    """The precision paths found off (``("tf fp16 path",)``) when the category is numerics and the
+    one-step probes or the convergence check name one; empty otherwise."""
     semantics_checked: bool
     """An fp64 reference pair was compared (False with ``reference="none"``)."""
     checks: tuple[Check, ...] = field(repr=False)
@@ -424,7 +427,7 @@ def _compare_result(cmp: Comparison, out_dir: Path,
     ref = cmp.reference
     d = cmp.diagnosis
     return CompareResult(passed=cmp.passed, verdict=verdict_line(cmp), category=d.category,
-                         semantics_checked=ref is not None, checks=tuple(cmp.checks), diagnosis=d,
+                         culprits=tuple(d.culprits), semantics_checked=ref is not None, checks=tuple(cmp.checks), diagnosis=d,
                          notes=tuple(cmp.notes), out=out_dir, reports=reports, run_a=cmp.a.path,
                          run_b=cmp.b.path,
                          reference_runs=None if ref is None else (ref.a.path, ref.b.path),

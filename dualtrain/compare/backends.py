@@ -181,7 +181,8 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     _claim_out(out)
     runs = plan_runs(spec, out, reference)
     with_ref = len(runs) == 4
-    what = ("torch and tf, then both in fp64 (the reference pair)" if with_ref else "torch and tf")
+    what = ("both in fp64 (the reference pair, which records the probe states), then torch and tf"
+            if with_ref else "torch and tf")
     say = progress or (lambda text: None)
     say(f"{Progress.PREFIX} {spec.name}: {len(runs)} runs, {what} -> {out}")
     tracker = Progress(runs, progress, overlap)

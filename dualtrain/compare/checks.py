@@ -225,9 +225,48 @@ def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
                                                     _first_missing(set(ma), set(mb))))
 
 
+def scale_rule_violation(rec: RunRecord) -> str | None:
+    """Where ``rec``'s recorded loss scales leave GradScaler's rule applied to its own recorded skip
+    decisions (fp16: x backoff after a skipped step, x growth after ``growth_interval`` applied ones;
+    otherwise 1.0 throughout), or None. The rule is defined once, so a run that breaks it is the one
+    whose loss scaling is off, whatever the other run did."""
+    from dualtrain.spec import from_dict
+
+    try:
+        ls = from_dict(rec.spec).precision.loss_scale
+    except Exception:  # noqa: BLE001 - a spec this version cannot read: no verdict on the rule
+        return None
+    fp16 = precision_of(rec.spec) == "fp16"
+    scales, skipped = R.step_map(rec, "loss_scale"), R.step_map(rec, "skipped")
+    steps = sorted(scales)
+    if not steps or steps[0] != 1:
+        return None  # a continuation without its first steps: no known starting point
+    scale, good = (ls.init if fp16 else 1.0), 0
+    for s in steps:
+        if scales[s] != scale:
+            return f"step {s}: loss scale {scales[s]:g}, the rule gives {scale:g}"
+        if not fp16:
+            continue
+        if skipped.get(s):
+            scale, good = scale * ls.backoff_factor, 0
+        else:
+            good += 1
+            if good == ls.growth_interval:
+                scale, good = scale * ls.growth_factor, 0
+    return None
+
+
 def check_loss_scale(a: RunRecord, b: RunRecord) -> Check:
-    """Identical per-step loss scale (fp16's dynamic scale; 1.0 at every step for fp32/bf16)."""
-    return _sequence_check("loss_scale", "loss_scale", a, b)
+    """Identical per-step loss scale (fp16's dynamic scale; 1.0 at every step for fp32/bf16); a run
+    whose scales break GradScaler's rule on its own skip decisions is named."""
+    c = _sequence_check("loss_scale", "loss_scale", a, b)
+    for rec in (a, b):
+        off = scale_rule_violation(rec)
+        if off is not None:
+            c.culprits.append(path_name(rec))
+            c.detail += f"; {R.label(rec, 'A')} breaks the loss-scale rule at {off}"
+            c.passed = False
+    return c
 
 
 def check_skipped(a: RunRecord, b: RunRecord) -> Check:
@@ -512,18 +551,19 @@ def path_name(rec: RunRecord) -> str:
 
 
 def local_errors(a: RunRecord, b: RunRecord, ref: Reference) -> tuple[list[L.Probe], list[L.Probe]] | None:
-    """Both runs' probes against the fp64 run that recorded them (the probes' source: every
-    replaying run names it in summary.json); None when either run has none."""
+    """Both runs' probes against the fp64 run of the reference pair that recorded the states (the
+    fp64 torch run, for ``compare --config``); None when the runs did not replay probes or neither
+    reference run recorded them. The reference pair is the compared spec in fp64 (compare_dirs
+    checks it), so its recorded states are the ones the runs replayed, to fp64 rounding."""
     from dualtrain.spec import from_dict
 
+    if not all((rec.summary.get("probes") or {}).get("mode") == "replay" for rec in (a, b)):
+        return None
+    source = next((r.path for r in (ref.a, ref.b)
+                   if (r.summary.get("probes") or {}).get("mode") == "record"), None)
+    if source is None:
+        return None
     opt = from_dict(a.spec).optimizer
-    sources = [rec.summary.get("probes") or {} for rec in (a, b)]
-    src = {s.get("source") for s in sources}
-    if len(src) != 1 or not next(iter(src)) or not all(s.get("steps") for s in sources):
-        return None
-    source = next(iter(src))
-    if source not in {str(ref.a.path), str(ref.b.path)}:  # the probes must come from this pair
-        return None
     pa, pb = L.measure(a.path, source, opt), L.measure(b.path, source, opt)
     if not pa or not pb:
         return None

@@ -211,9 +211,10 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
         causes.append(Cause(SEMANTICS, c.first_step,
                             f"the fp64 reference pair disagrees ({c.name}: {c.detail})"))
-    culprits = sorted({p for c in failed if c.group == "numerics" for p in c.culprits})
+    culprits = sorted({p for c in failed if c.group == "numerics" or c.name == "loss_scale"
+                       for p in c.culprits})
     semantic = [c for c in causes if c.kind not in (SCALE,)]
-    if culprits and ref_ran and not ref_failed and not semantic:
+    if culprits and not ref_failed and not semantic:
         # The fp64 pair agrees and nothing recorded differs but (perhaps) the loss-scale decisions:
         # a backend's precision path computes something else; name it.
         local = [c for c in failed if c.culprits]

@@ -324,7 +324,8 @@ def figures(cmp: Comparison) -> dict[str, str]:
             ax.grid(alpha=0.3, which="both")
         axes[0][0].set_ylabel("relative error vs the fp64 step")
         axes[0][-1].legend(fontsize=7, loc="best")
-        fig.suptitle(f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)")
+        fig.suptitle(f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)",
+                     y=1.03)
         out["One-step errors against the fp64 step (log scale)"] = _png(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.2))

@@ -154,6 +154,10 @@ def add_probes(ref: Path, runs: dict[Path, dict[str, float]], steps: tuple[int, 
             rows[run].append({"step": s, "loss": 1.0 + err.get("loss", 2 * u), "lr": lr,
                               "grad_norm": 1.0, "loss_scale": 1.0, "skipped": False, "count": 64})
     probes.write_index(ref, ref_rows)
+    path = Path(ref) / SUMMARY_FILE
+    summary = json.loads(path.read_text())
+    summary["probes"] = {"mode": "record", "steps": len(ref_rows), "source": ""}
+    path.write_text(json.dumps(summary))
     for run, r in rows.items():
         probes.write_index(run, r)
         path = Path(run) / SUMMARY_FILE

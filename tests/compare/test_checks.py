@@ -436,3 +436,19 @@ def test_convergence_fails_a_run_far_below_its_fp64_run(tmp_path):
     a, b, ra, rb = quad(tmp_path, accuracy=lambda s: 0.1)
     c = compare_dirs(a, b, (ra, rb)).check("convergence")
     assert not c.passed and c.culprits == ["tf fp32 path"] and c.value == pytest.approx(80.0)
+
+
+def test_a_run_that_breaks_the_loss_scale_rule_is_named(tmp_path):
+    # Both skip step 9 (the same decisions), but tf keeps its scale: GradScaler's rule, applied to
+    # tf's own skip decisions, backs off to 32768. The rule is defined once, so tf's fp16 path is off.
+    spec = base_spec(precision={"dtype": "fp16"})
+    a = make_run(tmp_path / "a", spec=spec, loss_scale=lambda s: 65536.0 if s < 10 else 32768.0,
+                 skipped=lambda s: s == 9)
+    b = make_run(tmp_path / "b", backend="tf", spec=spec, loss_scale=lambda s: 65536.0,
+                 skipped=lambda s: s == 9)
+    assert C.scale_rule_violation(read_run(a)) is None
+    assert C.scale_rule_violation(read_run(b)) == "step 10: loss scale 65536, the rule gives 32768"
+    cmp = compare_dirs(a, b)
+    c = cmp.check("loss_scale")
+    assert not c.passed and c.culprits == ["tf fp16 path"] and "breaks the loss-scale rule" in c.detail
+    assert cmp.diagnosis.cause == D.PATH and cmp.diagnosis.culprits == ["tf fp16 path"]
