@@ -16,9 +16,11 @@ the run's running statistics. Inputs: MNIST images normalised as ``(x / 255 - 0.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +35,25 @@ from dualtrain.weights import Weights, check_layout, load_weights
 FORMATS = ("torch", "keras")
 
 
-def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None) -> Path:
-    """Export the finished run in ``run_dir``; returns the folder written."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish_modes(folder: Path) -> None:
+    """What the user's umask gives new files and folders: safetensors writes its file 0600 and
+    mkdtemp makes the folder 0700, so an export would be private by accident."""
+    mask = _umask()
+    folder.chmod(0o777 & ~mask)
+    for f in folder.rglob("*"):
+        f.chmod((0o777 if f.is_dir() else 0o666) & ~mask)
+
+
+def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
+               overwrite: bool = False) -> Path:
+    """Export the finished run in ``run_dir``; returns the folder written. ``overwrite``: replace a
+    previous export in ``out`` (a folder holding export.json), nothing else."""
     from dualtrain.entry import run_spec
 
     if fmt not in FORMATS:
@@ -48,11 +67,26 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None) -> 
     weights = load_weights(run_dir / WEIGHTS_FINAL)
     check_layout(weights, spec.model, source=str(run_dir / WEIGHTS_FINAL))
     target = Path(out) if out is not None else run_dir / "export" / fmt
-    if target.exists() and any(target.iterdir()):
-        raise UserError(f"--out is not empty; choose another folder. Received: {str(target)!r}")
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--out exists and is not a folder. Received: {str(target)!r}")
+    replace = False
+    if target.is_dir() and any(target.iterdir()):
+        if not overwrite:
+            raise UserError(f"--out is not empty; choose another folder, or --overwrite to replace "
+                            f"a previous export there. Received: {str(target)!r}")
+        if not (target / "export.json").is_file():
+            raise UserError(f"--overwrite replaces a previous export only (a folder with "
+                            f"export.json); {str(target)!r} holds something else. Received: "
+                            f"{str(target)!r}")
+        replace = True
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A folder of our own beside the target: nothing of the user's is ever deleted, a failed
+        # export leaves nothing behind, and the target appears complete or not at all.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise UserError(f"cannot write the export into {str(target.parent)!r}: {exc.strerror}. "
+                        f"Received: {str(target)!r}") from None
     try:
         if fmt == "torch":
             _write_torch(spec, weights, tmp)
@@ -64,9 +98,17 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None) -> 
                           "layout": "NCHW (N, 1, 28, 28)" if fmt == "torch" else "NHWC (N, 28, 28, 1)"},
                 "output": "logits (N, 10)"}
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
-        if target.exists():
-            target.rmdir()
-        tmp.rename(target)
+        _publish_modes(tmp)
+        if replace:  # the previous export (checked above: ours) goes only once the new one is whole
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+            old.rmdir()
+            target.rename(old)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            tmp.rename(target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

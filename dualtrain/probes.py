@@ -7,12 +7,14 @@ the run itself grows with the defect. A one-step probe cannot be widened that wa
 
 1. The fp64 reference run (``record``) saves, at a few steps spread over the run (the first and a late
    one included), its complete state *before* the step (weights, batchnorm statistics, optimizer
-   slots, applied-update count), the all-reduced gradient of the step and the weights after it.
+   slots, applied-update count), and, as the reference, the exact (float64) step from that state
+   rounded to float32 (the input every requested-precision path gets): its all-reduced gradient and
+   loss. Then it restores its state and takes the step itself, bit for bit as without probes.
 2. After its own training, each requested-precision run (``replay``) loads every such state (rounded
    to its own parameter dtype), runs that one step (the same ids, lr, dropout masks; the loss scale
    its own run used at that step) through its normal train step, and saves its gradient, its weights
    after the step and its loss.
-3. compare (dualtrain.compare.local) measures each backend's one-step error against the fp64 step.
+3. compare (dualtrain.compare.local) measures each backend's one-step error against the exact step.
    Both backends start from the same state, so their errors are comparable; one-step errors are not
    amplified by chaotic training, so the bounds can be tight and hold on any CPU.
 
@@ -120,6 +122,21 @@ def read_index(run_dir: str | Path) -> list[dict[str, Any]] | None:
     if not path.is_file():
         return None
     return list(json.loads(path.read_text())["probes"])
+
+
+#: The parameter dtype of every requested-precision path (fp32; fp16/bf16 keep float32 parameters
+#: and optimizer state): the recorded state is rounded to it, for the reference step and the replays.
+PARAM_DTYPE = np.float32
+
+
+def rounded(weights: Weights) -> Weights:
+    """``weights`` rounded to :data:`PARAM_DTYPE`, kept in their own dtype (exact in float64)."""
+    return {k: np.asarray(v).astype(PARAM_DTYPE).astype(np.asarray(v).dtype) for k, v in weights.items()}
+
+
+def rounded_state(state: OptimizerState) -> OptimizerState:
+    return OptimizerState(slots=rounded(state.slots), applied=state.applied,
+                          loss_scale=state.loss_scale, good_steps=state.good_steps)
 
 
 def state_of(arrays: dict[str, Weights], row: dict[str, Any], loss_scale: float) -> tuple[

@@ -223,23 +223,17 @@ class TrainLoop:
             for k in range(step - epoch * plan.steps_per_epoch, plan.steps_per_epoch):
                 if step >= self.total_steps:
                     break
-                ids = plan.step_ids(epoch, k)
                 step += 1
                 self.step = step
                 self._maybe_exit(step)
-                count = int(sum(len(i) for i in ids))
-                lr = lr_at(spec.optimizer, step - 1, self.total_steps, plan.steps_per_epoch)
+                ids, count, lr = self._step_inputs(step)
                 local = [ids[r] for r in self.engine.local_replicas]
                 poison = [(step, r) in self._poison for r in self.engine.local_replicas]
-                recording = step in self._record_at
-                if recording:
-                    pre = (self.engine.weights(), self.engine.optimizer_state())
+                if step in self._record_at:
+                    self._record_probe(step, local, count, lr)
                 out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,
-                                             capture_grads=step in self._dump or recording,
-                                             step=step)
+                                             capture_grads=step in self._dump, step=step)
                 self._scales[step] = out.loss_scale
-                if recording:
-                    self._save_probe(step, out, count, lr, pre=pre)
                 if out.grads is not None and self.writer is not None and step in self._dump:
                     save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
                 self._window.append((step, epoch + 1, lr, out, count))
@@ -264,6 +258,13 @@ class TrainLoop:
             if step >= self.total_steps:
                 break
         return self._finish(step)
+
+    def _step_inputs(self, step: int) -> tuple[list[np.ndarray], int, float]:
+        """The plan's ids per replica, their global count and the lr of (1-based) ``step``."""
+        spe = self.plan.steps_per_epoch
+        ids = self.plan.step_ids((step - 1) // spe, (step - 1) % spe)
+        lr = lr_at(self.spec.optimizer, step - 1, self.total_steps, spe)
+        return ids, int(sum(len(i) for i in ids)), lr
 
     def _checkpoint(self, step: int, epoch: int) -> None:
         """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on (their
@@ -361,20 +362,35 @@ class TrainLoop:
                  f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)")
 
     # ---- probes (dualtrain.probes) -----------------------------------------------------------------
+    def _record_probe(self, step: int, local: list[np.ndarray], count: int, lr: float) -> None:
+        """The fp64 run's probe of ``step``, before the step itself: save the state, then take the
+        step exactly (this engine is float64) from that state rounded to float32, the input every
+        requested-precision path gets, and save its gradient and loss; then restore the state, so
+        the run itself goes on bit for bit as without probes. Against this reference a probe sees
+        only what the precision's arithmetic does, not what rounding the state does (a ReLU or a
+        max-pool that rounding the weights flips would otherwise show in every backend's error)."""
+        weights, state = self.engine.weights(), self.engine.optimizer_state()
+        self.engine.load_weights(probes.rounded(weights))
+        self.engine.load_optimizer_state(probes.rounded_state(state))
+        out = self.engine.train_step(local, lr=lr, global_count=count,
+                                     poison=[False] * len(local), capture_grads=True, step=step)
+        self.engine.load_weights(weights)
+        self.engine.load_optimizer_state(state)
+        self._save_probe(step, out, count, lr, {"pre": weights, "slot": state.slots},
+                         applied=state.applied)
+
     def _save_probe(self, step: int, out: StepOut, count: int, lr: float,
-                    pre: tuple[Weights, OptimizerState] | None = None) -> None:
-        """The probe of ``step`` (all processes: the loss gather is a collective; the chief writes):
-        record mode also saves the state the step started from."""
+                    arrays: dict[str, Weights] | None = None, applied: int | None = None) -> None:
+        """The probe of ``step`` (all processes: the loss gather is a collective; the chief writes)
+        with its gradient; a replay also saves the weights after the step, a record the state."""
         loss = float(self.engine.gather(np.array([out.loss_sum], np.float64)).sum()) / count
-        post = self.engine.weights()
         if self.writer is None:
             return
-        arrays: dict[str, Weights] = {"grad": out.grads or {}, "post": post}
+        arrays = {"grad": out.grads or {}, **(arrays or {"post": self.engine.weights()})}
         row = {"step": step, "loss": loss, "lr": lr, "grad_norm": out.grad_norm,
                "loss_scale": out.loss_scale, "skipped": bool(out.skipped), "count": count}
-        if pre is not None:
-            arrays["pre"], arrays["slot"] = pre[0], pre[1].slots
-            row["applied"] = pre[1].applied
+        if applied is not None:
+            row["applied"] = applied
         probes.save(self.run_dir, step, arrays)
         self._probe_index.append(row)
         probes.write_index(self.run_dir, self._probe_index)
@@ -383,7 +399,6 @@ class TrainLoop:
         """After training: one step of this run's precision from each state the fp64 run recorded
         (its weights and optimizer state; this run's own loss scale at that step)."""
         rows, self._probe_index = self._probe_index, []
-        spe = self.plan.steps_per_epoch
         final_scale = self._scales[max(self._scales)] if self._scales else 1.0
         for row in rows:
             step = int(row["step"])
@@ -391,9 +406,7 @@ class TrainLoop:
             weights, state = probes.state_of(arrays, row, self._scales.get(step, final_scale))
             self.engine.load_weights(weights)
             self.engine.load_optimizer_state(state)
-            ids = self.plan.step_ids((step - 1) // spe, (step - 1) % spe)
-            count = int(sum(len(i) for i in ids))
-            lr = lr_at(self.spec.optimizer, step - 1, self.total_steps, spe)
+            ids, count, lr = self._step_inputs(step)
             out = self.engine.train_step([ids[r] for r in self.engine.local_replicas], lr=lr,
                                          global_count=count,
                                          poison=[False] * len(self.engine.local_replicas),

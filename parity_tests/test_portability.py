@@ -53,5 +53,10 @@ def test_verdict_holds_under_kernel_setting(tmp_path, setting, case):
     checks = {c["name"]: c for c in v["checks"]}
     print(f"{setting} {case}: {v['verdict']}; fp64 pair {checks['reference_loss']['value']:.2e} / "
           f"{checks['reference_weights']['value']:.2e}; trajectory {checks['trajectory']['value']:.3g}"
-          f" x rounding; final weights {checks['final_weights']['value']:.3g} x")
+          f" x rounding; final weights {checks['final_weights']['value']:.3g} x; local loss/grad/"
+          f"update {checks['local_loss']['value']:.2f}/{checks['local_grad']['value']:.2f}/"
+          f"{checks['local_update']['value']:.2f} x bound; convergence "
+          f"{checks['convergence']['value']:.2f} pp")
     assert res.returncode == 0, v["verdict"]
+    # the precision path was judged, not skipped
+    assert all(checks[n]["ran"] for n in ("local_loss", "local_grad", "local_update", "convergence"))

@@ -11,7 +11,10 @@ import click
               help="torch: model.safetensors + model.py (the nn.Module); keras: model.keras.")
 @click.option("--out", type=str, default=None, metavar="DIR",
               help="Folder to write (default: RUN_DIR/export/FORMAT); must be new or empty.")
-def export(run_dir: str, fmt: str, out: str | None) -> None:
+@click.option("--overwrite", is_flag=True, default=False,
+              help="Replace a previous export in --out (a folder with export.json), once the new "
+                   "one is complete.")
+def export(run_dir: str, fmt: str, out: str | None, overwrite: bool) -> None:
     """Write a finished run's trained model so that torch or Keras loads it without dualtrain.
 
     \b
@@ -21,5 +24,5 @@ def export(run_dir: str, fmt: str, out: str | None) -> None:
     """
     from dualtrain.export import export_run
 
-    folder = export_run(run_dir, fmt, out)
+    folder = export_run(run_dir, fmt, out, overwrite=overwrite)
     click.echo(f"dualtrain: exported {run_dir} as {fmt} -> {folder}")

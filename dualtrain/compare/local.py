@@ -1,9 +1,9 @@
 """Local (one-step) errors of the requested precision, from the teacher-forced probes (dualtrain.probes).
 
 For every probe step k the fp64 reference run recorded its state before step k (weights, batchnorm
-statistics, optimizer slots, applied-update count), the all-reduced gradient of step k and the
-weights after it. Each requested-precision run loaded that state and ran step k itself. Per backend X
-and probe step, three relative errors:
+statistics, optimizer slots, applied-update count) and the exact (float64) step k from that state
+rounded to float32: its all-reduced gradient and loss. Each requested-precision run loaded the same
+rounded state and ran step k itself. Per backend X and probe step, three relative errors:
 
 * ``loss``:   |L_X - L_64| / |L_64|: the forward pass (model and cross-entropy);
 * ``grad``:   ||g_X - g_64|| / ||g_64||: the all-reduced, unscaled gradient (backward, all-reduce,
@@ -73,10 +73,6 @@ def _worst(err: Weights, ref: Weights, keys: list[str]) -> str:
     return max(keys, key=rel) if keys else ""
 
 
-def _rounded(ws: Weights, dtype: np.dtype) -> Weights:
-    return {k: np.asarray(v).astype(dtype).astype(np.float64) for k, v in ws.items()}
-
-
 def measure(run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec) -> list[Probe] | None:
     """The probes of ``run_dir`` against the fp64 run that recorded them; None where either has no
     probes (runs not made by ``dualtrain compare --config``)."""
@@ -98,9 +94,9 @@ def measure(run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec) 
         ref, mine = probes.load(reference_dir, step), probes.load(run_dir, step)
         g64, g = ref["grad"], mine["grad"]
         keys = sorted(g64)
-        dtype = next(iter(mine["post"].values())).dtype
-        pre = _rounded(ref["pre"], dtype)  # the state this run loaded
-        slots = _rounded(ref.get("slot", {}), dtype)
+        dtype = np.dtype(probes.PARAM_DTYPE)
+        pre = probes.rounded(ref["pre"])  # the state this run loaded (float32 values, in float64)
+        slots = probes.rounded(ref.get("slot", {}))
         exact = optim_ref.step(opt, float(row["lr"]), pre, slots, int(ref_row["applied"]),
                                {k: np.asarray(g[k], np.float64) for k in keys})
         update = _diff(exact, pre, keys)
@@ -122,3 +118,22 @@ def measure(run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec) 
 def rms(values: list[float]) -> float:
     vals = [v for v in values if not math.isnan(v)]
     return math.sqrt(sum(v * v for v in vals) / len(vals)) if vals else math.nan
+
+
+def median(values: list[float]) -> float:
+    vals = sorted(v for v in values if not math.isnan(v))
+    if not vals:
+        return math.nan
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else 0.5 * (vals[mid - 1] + vals[mid])
+
+
+#: How a quantity's per-probe errors are summarised (the a priori bound for ``grad`` and every cross
+#: bound judge the summary). The gradient is a discontinuous function of the rounding: a ReLU whose
+#: input lies within rounding of zero, or a near-tie in a max-pool, can switch (on one backend, or on
+#: both) and move one sample's contribution, so a single probe can show a large, legitimate error
+#: (measured: 1.0e-4 = 1,700 u on both backends at one of six probes of
+#: configs/pytorch_examples_mnist.yaml in fp32). Its summary is the median over the probes, which two
+#: such probes cannot move; the loss and the update are continuous, their summary is the rms and their
+#: a priori bound holds at every probe.
+SUMMARY = {"loss": rms, "grad": median, "update": rms}

@@ -317,8 +317,10 @@ def figures(cmp: Comparison) -> dict[str, str]:
             ax.plot(steps, pos(np.array(dd["a"], float)), "o", ms=5, label=la)
             ax.plot(steps, pos(np.array(dd["b"], float)), "x", ms=6, label=lb)
             ax.plot(steps, dd["a_priori"], "k--", lw=0.9, label="a priori bound")
-            ax.axhline(dd["cross"][0], color="C0", ls=":", lw=0.9, label=f"cross bound ({la} rms)")
-            ax.axhline(dd["cross"][1], color="C1", ls=":", lw=0.9, label=f"cross bound ({lb} rms)")
+            ax.axhline(dd["cross"][0], color="C0", ls=":", lw=0.9,
+                       label=f"cross bound ({la} {dd['summary']})")
+            ax.axhline(dd["cross"][1], color="C1", ls=":", lw=0.9,
+                       label=f"cross bound ({lb} {dd['summary']})")
             ax.set_yscale("log")
             ax.set(xlabel="probe step", title=f"{c.name} ({'PASS' if c.passed else 'FAIL'})")
             ax.grid(alpha=0.3, which="both")
@@ -394,9 +396,11 @@ def local_data(cmp: Comparison) -> list[tuple[Check, dict[str, Any]]]:
 _LOCAL_INTRO = ("One step of the requested precision from the fp64 run's state at each probe step, "
                 "on each backend, against the exact step from the same state (docs/parity.md §7). "
                 "Errors are relative. A priori bound: from the precision's unit roundoff u (update: "
-                "the rounding floor of the new weights plus a multiple of float32's u). Cross bound: "
-                "a backend's rms over the probes may be at most ratio x the other backend's (or a "
-                "floor). Neither bound is computed from the run it judges.")
+                "the rounding floor of the new weights plus a multiple of float32's u), at every probe "
+                "(the gradient: its median over the probes, since a ReLU or max-pool switch can "
+                "legitimately move one probe). Cross bound: a backend's rms (gradient: median) over "
+                "the probes may be at most ratio x the other backend's (or a floor). Neither bound "
+                "is computed from the run it judges.")
 
 
 def _local_rows(cmp: Comparison) -> list[list[str]]:
@@ -406,7 +410,8 @@ def _local_rows(cmp: Comparison) -> list[list[str]]:
         for k, step in enumerate(d["steps"]):
             rows.append([d["quantity"], str(step), fmt_value(d["a"][k]), fmt_value(d["b"][k]),
                          fmt_value(d["a_priori"][k])])
-        rows.append([d["quantity"], "rms", fmt_value(d["rms"][0]), fmt_value(d["rms"][1]),
+        rows.append([d["quantity"], d["summary"], fmt_value(d["aggregate"][0]),
+                     fmt_value(d["aggregate"][1]),
                      f"cross: {la} <= {fmt_value(d['cross'][0])}, {lb} <= {fmt_value(d['cross'][1])}"])
     return rows
 

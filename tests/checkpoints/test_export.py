@@ -106,3 +106,39 @@ def test_export_refuses_bad_input(trained, tmp_path):
     proc = run_cli("export", str(trained), "--format", "torch", "--out", str(busy), timeout=60)
     assert proc.returncode == 2 and "--out is not empty" in proc.stderr
     assert (busy / "x").read_text() == "keep me"
+
+
+def test_export_deletes_nothing_of_the_users_and_publishes_with_the_umask(trained, tmp_path):
+    # issue 16: an existing X.tmp (the user's) survives an export into X; the files get the modes
+    # the user's umask gives (safetensors alone writes 0600); a second export needs --overwrite,
+    # which replaces a previous export and nothing else.
+    import os
+    import stat
+
+    target = tmp_path / "x"
+    mine = tmp_path / "x.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    proc = run_cli("export", str(trained), "--format", "torch", "--out", str(target), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (mine / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x", "x.tmp"]  # no temporary left
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in ("model.safetensors", "model.py", "export.json"):
+        assert stat.S_IMODE((target / f).stat().st_mode) == 0o666 & ~mask, f
+    assert stat.S_IMODE(target.stat().st_mode) == 0o777 & ~mask
+    again = run_cli("export", str(trained), "--format", "torch", "--out", str(target), timeout=120)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+    first = (target / "model.safetensors").read_bytes()
+    again = run_cli("export", str(trained), "--format", "torch", "--out", str(target), "--overwrite",
+                    timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (target / "model.safetensors").read_bytes() == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x", "x.tmp"]
+    # --overwrite never replaces a folder that is not an export
+    proc = run_cli("export", str(trained), "--format", "torch", "--out", str(mine), "--overwrite",
+                   timeout=120)
+    assert proc.returncode == 2 and "holds something else" in proc.stderr
+    assert (mine / "notes.txt").read_text() == "keep me"
