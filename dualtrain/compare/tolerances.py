@@ -145,9 +145,15 @@ class LocalBound:
 
 
 LOCAL: dict[str, LocalBound] = {
-    "fp32": LocalBound("fp32", UNIT_ROUNDOFF["fp32"], loss_c=32, grad_c=128, loss_floor=1,
-                       grad_floor=2, accuracy_pp=1.0),
-    "fp16": LocalBound("fp16", UNIT_ROUNDOFF["fp16"], loss_c=16, grad_c=128, loss_floor=0.05,
+    # fp32 floors: the loss and gradient errors of a correct fp32 step are a few u, and which backend
+    # happens to be the more accurate one varies from probe to probe (measured rms ratios up to 1.7):
+    # a backend is compared with the other only beyond 4 u.
+    "fp32": LocalBound("fp32", UNIT_ROUNDOFF["fp32"], loss_c=32, grad_c=128, loss_floor=4,
+                       grad_floor=4, accuracy_pp=1.0),
+    # fp16 loss floor: Keras's mixed_float16 runs every op of a layer in float16, torch's CPU autocast
+    # only the matmuls and convolutions (docs/parity.md §3), so tf's fp16 forward rounds more by
+    # design: measured up to 3.2x torch's loss rms (8.5e-5 = 0.17 u, configs/pytorch_examples_mnist).
+    "fp16": LocalBound("fp16", UNIT_ROUNDOFF["fp16"], loss_c=16, grad_c=128, loss_floor=0.25,
                        grad_floor=2, accuracy_pp=2.0),
     "bf16": LocalBound("bf16", UNIT_ROUNDOFF["bf16"], loss_c=16, grad_c=32, loss_floor=0.02,
                        grad_floor=1, accuracy_pp=3.0),
