@@ -28,17 +28,12 @@ CASES = [
 
 
 def _torch_opt(spec: OptimizerSpec, params):
-    o = spec
-    if o.name is OptimizerName.SGD:
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
-                               weight_decay=o.weight_decay)
-    if o.name is OptimizerName.ADADELTA:
-        return torch.optim.Adadelta(params, lr=o.lr, rho=o.rho, eps=o.eps, weight_decay=o.weight_decay)
-    if o.name is OptimizerName.RMSPROP:
-        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, eps=o.eps, momentum=o.momentum,
-                                   centered=o.centered, weight_decay=o.weight_decay)
-    cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
-    return cls(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+    """The torch backend's own optimizer for ``spec`` (make_optimizer reads only spec.optimizer)."""
+    from types import SimpleNamespace
+
+    from dualtrain.backends.torch.engine import make_optimizer
+
+    return make_optimizer(SimpleNamespace(optimizer=spec), params)
 
 
 SLOT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq", "square_avg", "acc_delta", "grad_avg")
