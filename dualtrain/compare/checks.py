@@ -241,18 +241,21 @@ def scale_rule_violation(rec: RunRecord) -> str | None:
     steps = sorted(scales)
     if not steps or steps[0] != 1:
         return None  # a continuation without its first steps: no known starting point
-    scale, good = (ls.init if fp16 else 1.0), 0
+    # Both engines hold the scale in float32 (GradScaler's tensor, the tf engine's variable) and
+    # multiply it there: the rule does the same (1e12 is 999999995904 in float32).
+    f32 = np.float32
+    scale, good = f32(ls.init if fp16 else 1.0), 0
     for s in steps:
-        if scales[s] != scale:
-            return f"step {s}: loss scale {scales[s]:g}, the rule gives {scale:g}"
+        if scales[s] != float(scale):
+            return f"step {s}: loss scale {scales[s]:.9g}, the rule gives {float(scale):.9g}"
         if not fp16:
             continue
         if skipped.get(s):
-            scale, good = scale * ls.backoff_factor, 0
+            scale, good = f32(scale * f32(ls.backoff_factor)), 0
         else:
             good += 1
             if good == ls.growth_interval:
-                scale, good = scale * ls.growth_factor, 0
+                scale, good = f32(scale * f32(ls.growth_factor)), 0
     return None
 
 
