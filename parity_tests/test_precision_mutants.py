@@ -70,8 +70,9 @@ def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backe
     assert not any(other in c.get("culprits", []) for c in v["checks"])
 
 
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("fp16", marks=pytest.mark.slow),
-                                       pytest.param("bf16", marks=pytest.mark.slow)])
+# the default suite's unmutated fp32 compare with probes is tests/compare/test_compare_config.py
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_unmutated_precision_paths_pass(runs, tmp_path, precision):
     res, v = _compare(tmp_path, *_pair(runs, precision))
     assert res.returncode == 0 and v["passed"], res.stdout[-3000:]

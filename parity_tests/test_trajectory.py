@@ -55,6 +55,7 @@ def assert_trajectory(runs, *overrides):
     return cross, ref_diff
 
 
+@pytest.mark.slow  # a whole-run drift bound (descriptive with a reference); the probes judge fp32
 def test_mlp_sgd_momentum_epoch(runs):
     # The reference experiment (configs/mnist_mlp.yaml: world 2, SGD lr 0.1 cosine, momentum 0.9);
     # its first epoch, shared with the convergence test's 2-epoch runs.
