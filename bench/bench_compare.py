@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def default_base() -> str:
@@ -42,16 +43,28 @@ def default_base() -> str:
 
 def compare_once(tree: Path, out: Path, sets: list[str]) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree), TF_CPP_MIN_LOG_LEVEL="2")
-    args = [sys.executable, "-m", "dualtrain", "compare", "--config",
-            str(ROOT / "configs" / "mnist_mlp.yaml"), "--world-size", "2", "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "dualtrain",
+        "compare",
+        "--config",
+        str(ROOT / "configs" / "mnist_mlp.yaml"),
+        "--world-size",
+        "2",
+        "--out",
+        str(out),
+    ]
     for s in sets:
         args += ["--set", s]
     t0 = time.perf_counter()
     res = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True)
     took = time.perf_counter() - t0
     if res.returncode != 0:
-        raise SystemExit(f"compare in {tree} failed ({res.returncode}):\n{res.stdout[-2000:]}"
-                         f"\n{res.stderr[-2000:]}")
+        raise SystemExit(
+            f"compare in {tree} failed ({res.returncode}):\n{res.stdout[-2000:]}"
+            f"\n{res.stderr[-2000:]}"
+        )
     return took
 
 
@@ -78,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         git("worktree", "remove", "--force", str(worktree))
         shutil.rmtree(tmp, ignore_errors=True)
     mb, mp = statistics.median(times["base"]), statistics.median(times["probes"])
-    print(f"base {git('rev-parse', '--short', base)}: median {mb:.1f}s; with probes: median "
-          f"{mp:.1f}s; ratio {mp / mb:.3f} (acceptance: <= 1.30)")
+    print(
+        f"base {git('rev-parse', '--short', base)}: median {mb:.1f}s; with probes: median "
+        f"{mp:.1f}s; ratio {mp / mb:.3f} (acceptance: <= 1.30)"
+    )
     return 0
 
 

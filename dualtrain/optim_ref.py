@@ -27,8 +27,9 @@ def clip_coefficient(grads: Weights, max_norm: float | None) -> tuple[float, flo
     return norm, min(1.0, max_norm / (norm + 1e-6))
 
 
-def step(opt: OptimizerSpec, lr: float, weights: Weights, slots: Weights, applied: int,
-         grads: Weights) -> Weights:
+def step(
+    opt: OptimizerSpec, lr: float, weights: Weights, slots: Weights, applied: int, grads: Weights
+) -> Weights:
     """The weights after one update of every parameter in ``grads`` (float64; clipping included).
 
     ``slots``: torch.optim's state under canonical names (``exp_avg/0.weight``), empty before the
@@ -47,7 +48,9 @@ def step(opt: OptimizerSpec, lr: float, weights: Weights, slots: Weights, applie
     return out
 
 
-def _one(opt: OptimizerSpec, lr: float, p: np.ndarray, g: np.ndarray, slot, applied: int) -> np.ndarray:
+def _one(
+    opt: OptimizerSpec, lr: float, p: np.ndarray, g: np.ndarray, slot, applied: int
+) -> np.ndarray:
     name, wd = opt.name, opt.weight_decay
     zeros = np.zeros_like(p)
     if name is OptimizerName.SGD:
@@ -71,7 +74,7 @@ def _one(opt: OptimizerSpec, lr: float, p: np.ndarray, g: np.ndarray, slot, appl
         m = m + (1.0 - b1) * (g - m)
         v = v * b2 + (1.0 - b2) * g * g
         t = applied + 1
-        bc1, bc2 = 1.0 - b1 ** t, 1.0 - b2 ** t
+        bc1, bc2 = 1.0 - b1**t, 1.0 - b2**t
         return p - (lr / bc1) * (m / (np.sqrt(v) / math.sqrt(bc2) + opt.eps))
     if wd:
         g = g + wd * p

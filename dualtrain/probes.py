@@ -84,6 +84,7 @@ def role_from_env() -> Role | None:
 
 # ---- files ----------------------------------------------------------------------------------------
 
+
 def _npz(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / DIR / f"step_{step:07d}.npz"
 
@@ -93,8 +94,11 @@ def save(run_dir: str | Path, step: int, arrays: dict[str, Weights]) -> None:
     given (canonical names and layouts)."""
     path = _npz(Path(run_dir), step)
     path.parent.mkdir(parents=True, exist_ok=True)
-    flat = {f"{group}/{name}": np.ascontiguousarray(v)
-            for group, weights in arrays.items() for name, v in weights.items()}
+    flat = {
+        f"{group}/{name}": np.ascontiguousarray(v)
+        for group, weights in arrays.items()
+        for name, v in weights.items()
+    }
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, **flat)
     tmp.replace(path)
@@ -131,18 +135,28 @@ PARAM_DTYPE = np.float32
 
 def rounded(weights: Weights) -> Weights:
     """``weights`` rounded to :data:`PARAM_DTYPE`, kept in their own dtype (exact in float64)."""
-    return {k: np.asarray(v).astype(PARAM_DTYPE).astype(np.asarray(v).dtype) for k, v in weights.items()}
+    return {
+        k: np.asarray(v).astype(PARAM_DTYPE).astype(np.asarray(v).dtype) for k, v in weights.items()
+    }
 
 
 def rounded_state(state: OptimizerState) -> OptimizerState:
-    return OptimizerState(slots=rounded(state.slots), applied=state.applied,
-                          loss_scale=state.loss_scale, good_steps=state.good_steps)
+    return OptimizerState(
+        slots=rounded(state.slots),
+        applied=state.applied,
+        loss_scale=state.loss_scale,
+        good_steps=state.good_steps,
+    )
 
 
-def state_of(arrays: dict[str, Weights], row: dict[str, Any], loss_scale: float) -> tuple[
-        Weights, OptimizerState]:
+def state_of(
+    arrays: dict[str, Weights], row: dict[str, Any], loss_scale: float
+) -> tuple[Weights, OptimizerState]:
     """The recorded pre-step state as (weights, optimizer state) for an engine to load, with the
     replaying run's own loss scale (the fp64 run has none)."""
-    return arrays.get("pre", {}), OptimizerState(slots=dict(arrays.get("slot", {})),
-                                                 applied=int(row["applied"]),
-                                                 loss_scale=float(loss_scale), good_steps=0)
+    return arrays.get("pre", {}), OptimizerState(
+        slots=dict(arrays.get("slot", {})),
+        applied=int(row["applied"]),
+        loss_scale=float(loss_scale),
+        good_steps=0,
+    )

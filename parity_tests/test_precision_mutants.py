@@ -20,7 +20,11 @@ from tests.conftest import run_cli
 
 from .mutants import PRECISION_MUTANTS, PRECISION_SPEC, hook
 
-SPEC = (*PRECISION_SPEC, "data.train_limit=1001", "train.epochs=2")  # 16 steps, a partial last batch
+SPEC = (
+    *PRECISION_SPEC,
+    "data.train_limit=1001",
+    "train.epochs=2",
+)  # 16 steps, a partial last batch
 
 
 def _pair(runs, precision: str, mutant: str | None = None, backend: str | None = None):
@@ -38,9 +42,20 @@ def _pair(runs, precision: str, mutant: str | None = None, backend: str | None =
 
 def _compare(tmp_path, a, b, ra, rb):
     out = tmp_path / "cmp"
-    res = run_cli("compare", str(a), str(b), "--reference-runs", str(ra), str(rb), "--out", str(out),
-                  timeout=300)
-    verdict = json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else {}
+    res = run_cli(
+        "compare",
+        str(a),
+        str(b),
+        "--reference-runs",
+        str(ra),
+        str(rb),
+        "--out",
+        str(out),
+        timeout=300,
+    )
+    verdict = (
+        json.loads((out / "verdict.json").read_text()) if (out / "verdict.json").is_file() else {}
+    )
     return res, verdict
 
 
@@ -48,8 +63,11 @@ CASES = [("fp32_update_branch", "torch"), ("unscale_factor", "tf"), ("ce_low_pre
 ALL = [(m, b) for m in PRECISION_MUTANTS for b in ("torch", "tf")]
 
 
-@pytest.mark.parametrize("name,backend", [c if c in CASES else pytest.param(*c, marks=pytest.mark.slow)
-                                          for c in ALL], ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "name,backend",
+    [c if c in CASES else pytest.param(*c, marks=pytest.mark.slow) for c in ALL],
+    ids=lambda v: str(v),
+)
 def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backend):
     m = PRECISION_MUTANTS[name]
     a, b, ra, rb = _pair(runs, m.path, name, backend)
@@ -60,8 +78,18 @@ def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backe
     assert f"verdict: FAIL, numerics: {path} (" in res.stdout
     checks = {c["name"]: c for c in v["checks"]}
     # the fp64 pair never runs the path: semantics agree, and so do the records
-    assert all(checks[n]["passed"] for n in ("reference_loss", "reference_weights", "reference_eval",
-                                             "spec", "sharding", "init_weights", "lr"))
+    assert all(
+        checks[n]["passed"]
+        for n in (
+            "reference_loss",
+            "reference_weights",
+            "reference_eval",
+            "spec",
+            "sharding",
+            "init_weights",
+            "lr",
+        )
+    )
     assert not checks[m.seen_by]["passed"] and checks[m.seen_by]["culprits"] == [path]
     assert v["culprits"] == [path] and v["category"] == "numerics"
     assert v["diagnosis"]["cause"] == "precision path"

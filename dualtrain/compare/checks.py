@@ -612,9 +612,11 @@ def check_local(quantity: str, a: RunRecord, b: RunRecord, errs: tuple[list[L.Pr
             first = s_first if first is None else min(first, s_first)
         ratio = max(ratio, max(r_judged), r_cross)
         judged = f"; {what} {max(r_judged):.2g} x a priori" if what == "median" else ""
+        tensor = by[i][steps[worst]].worst_tensor.get(quantity)
+        tensor = f", most in {tensor}" if tensor else ""
         per_backend.append(f"{R.labels(a, b)[i]} {what} {_fmt(agg[i])} (max {_fmt(vals[i][worst])} at "
-                           f"step {steps[worst]}, {r_prior[worst]:.2g} x a priori{judged}; {what} "
-                           f"{r_cross:.2g} x cross)")
+                           f"step {steps[worst]}{tensor}, {r_prior[worst]:.2g} x a priori{judged}; "
+                           f"{what} {r_cross:.2g} x cross)")
     how = {"update": f"rounding floor + {bound.update_c:g} u_param",
            "loss": f"{bound.loss_c:g} u", "grad": f"{bound.grad_c:g} u"}[quantity]
     detail = (f"{L.WHAT[quantity]}, one step from the fp64 state at {len(steps)} probe steps "

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -48,10 +47,6 @@ class Probe:
     worst_tensor: dict[str, str] = field(default_factory=dict)
     """Per quantity (grad, update): the tensor with the largest relative error."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "errors": self.errors, "skipped": self.skipped,
-                "rounding_floor": self.rounding_floor, "worst_tensor": self.worst_tensor}
-
 
 def _norm(ws: Weights, keys: list[str]) -> float:
     return math.sqrt(sum(float(np.sum(np.square(np.asarray(ws[k], np.float64)))) for k in keys))
@@ -69,11 +64,16 @@ def _rel(num: float, den: float) -> float:
 
 def _worst(err: Weights, ref: Weights, keys: list[str]) -> str:
     def rel(k: str) -> float:
-        return _rel(float(np.linalg.norm(err[k])), float(np.linalg.norm(np.asarray(ref[k], np.float64))))
+        return _rel(
+            float(np.linalg.norm(err[k])), float(np.linalg.norm(np.asarray(ref[k], np.float64)))
+        )
+
     return max(keys, key=rel) if keys else ""
 
 
-def measure(run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec) -> list[Probe] | None:
+def measure(
+    run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec
+) -> list[Probe] | None:
     """The probes of ``run_dir`` against the fp64 run that recorded them; None where either has no
     probes (runs not made by ``dualtrain compare --config``)."""
     ref_rows = probes.read_index(reference_dir)
@@ -97,21 +97,36 @@ def measure(run_dir: str | Path, reference_dir: str | Path, opt: OptimizerSpec) 
         dtype = np.dtype(probes.PARAM_DTYPE)
         pre = probes.rounded(ref["pre"])  # the state this run loaded (float32 values, in float64)
         slots = probes.rounded(ref.get("slot", {}))
-        exact = optim_ref.step(opt, float(row["lr"]), pre, slots, int(ref_row["applied"]),
-                               {k: np.asarray(g[k], np.float64) for k in keys})
+        exact = optim_ref.step(
+            opt,
+            float(row["lr"]),
+            pre,
+            slots,
+            int(ref_row["applied"]),
+            {k: np.asarray(g[k], np.float64) for k in keys},
+        )
         update = _diff(exact, pre, keys)
         upd_err = _diff(mine["post"], exact, keys)
         grad_err = _diff(g, g64, keys)
         den = _norm(update, keys)
         errors = {
-            "loss": _rel(abs(float(row["loss"]) - float(ref_row["loss"])), abs(float(ref_row["loss"]))),
+            "loss": _rel(
+                abs(float(row["loss"]) - float(ref_row["loss"])), abs(float(ref_row["loss"]))
+            ),
             "grad": _rel(_norm(grad_err, keys), _norm(g64, keys)),
             "update": _rel(_norm(upd_err, keys), den),
         }
         u = float(np.finfo(dtype).eps) / 2
         floor = _rel(u * _norm(exact, keys), den)
-        out.append(Probe(step, errors, False, floor,
-                         {"grad": _worst(grad_err, g64, keys), "update": _worst(upd_err, update, keys)}))
+        out.append(
+            Probe(
+                step,
+                errors,
+                False,
+                floor,
+                {"grad": _worst(grad_err, g64, keys), "update": _worst(upd_err, update, keys)},
+            )
+        )
     return out
 
 

@@ -45,8 +45,10 @@ def test_optim_ref_is_torch_optim(case, warm):
     spec = OptimizerSpec(lr=0.05 if case["name"] is not OptimizerName.ADADELTA else 1.0, **case)
     rng = np.random.default_rng(0)
     shapes = {"0.weight": (5, 4), "0.bias": (5,)}
-    params = {k: torch.tensor(rng.normal(size=s), dtype=torch.float64, requires_grad=True)
-              for k, s in shapes.items()}
+    params = {
+        k: torch.tensor(rng.normal(size=s), dtype=torch.float64, requires_grad=True)
+        for k, s in shapes.items()
+    }
     opt = _torch_opt(spec, list(params.values()))
 
     def set_grads():
@@ -59,8 +61,12 @@ def test_optim_ref_is_torch_optim(case, warm):
         set_grads()
         opt.step()
     weights = {k: p.detach().numpy().copy() for k, p in params.items()}
-    slots = {f"{key}/{k}": v.detach().numpy().copy() for k, p in params.items()
-             for key, v in opt.state.get(p, {}).items() if key in SLOT_KEYS}
+    slots = {
+        f"{key}/{k}": v.detach().numpy().copy()
+        for k, p in params.items()
+        for key, v in opt.state.get(p, {}).items()
+        if key in SLOT_KEYS
+    }
     grads = set_grads()
     if spec.clip_grad_norm is not None:
         torch.nn.utils.clip_grad_norm_(list(params.values()), spec.clip_grad_norm)
