@@ -179,7 +179,11 @@ class TrainLoop:
             self._record_at = set(probes.probe_steps(self.total_steps))
         elif self.probe_role is not None:
             self._probe_index = probes.read_index(self.probe_role.source) or []
+        # replay: the loss scale this run used at each probe step (and its last one, for steps a
+        # resumed run did not take itself)
+        self._scale_at = {int(r["step"]) for r in self._probe_index}
         self._scales: dict[int, float] = {}
+        self._last_scale = 1.0
         if resume is not None:  # the counters continue where the checkpoint left them
             loop = resume.state["loop"]
             self.samples, self.skipped = int(loop["samples"]), int(loop["skipped"])
@@ -233,7 +237,9 @@ class TrainLoop:
                     self._record_probe(step, local, count, lr)
                 out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,
                                              capture_grads=step in self._dump, step=step)
-                self._scales[step] = out.loss_scale
+                self._last_scale = out.loss_scale
+                if step in self._scale_at:
+                    self._scales[step] = out.loss_scale
                 if out.grads is not None and self.writer is not None and step in self._dump:
                     save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
                 self._window.append((step, epoch + 1, lr, out, count))
@@ -399,7 +405,7 @@ class TrainLoop:
         """After training: one step of this run's precision from each state the fp64 run recorded
         (its weights and optimizer state; this run's own loss scale at that step)."""
         rows, self._probe_index = self._probe_index, []
-        final_scale = self._scales[max(self._scales)] if self._scales else 1.0
+        final_scale = self._last_scale
         for row in rows:
             step = int(row["step"])
             arrays = probes.load(self.probe_role.source, step)
