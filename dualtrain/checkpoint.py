@@ -184,10 +184,13 @@ def verify(path: str | Path) -> dict[str, Any]:
     """The manifest of a complete, untampered checkpoint; UserError naming what is wrong otherwise."""
     path = Path(path)
     if not path.is_dir():
-        raise UserError(f"checkpoint not found: {str(path)!r}")
+        raise UserError(f"checkpoint not found. Received: {str(path)!r}")
     if not (path / MANIFEST).is_file():
-        raise UserError(f"{path} is not a complete checkpoint (no {MANIFEST}: its write did not "
-                        f"finish)")
+        if not any((path / name).exists() for name in (WEIGHTS, OPTIMIZER, STATE)):
+            raise UserError(f"not a checkpoint: a checkpoint is a folder RUN_DIR/{DIR}/step-NNNNNNNN "
+                            f"that a run with train.checkpoint_every writes. Received: {str(path)!r}")
+        raise UserError(f"not a complete checkpoint (no {MANIFEST}: its write did not finish). "
+                        f"Received: {str(path)!r}")
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         files = manifest["files"]

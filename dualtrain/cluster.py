@@ -77,10 +77,6 @@ class Launcher:
     line: str = ""
     """The one line ``dualtrain run`` says on stdout about it."""
 
-    def info(self) -> dict[str, int]:
-        """What ``external()`` returns to runs.start_run."""
-        return {"rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank}
-
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "rank": self.rank, "world_size": self.world_size,
                 "local_rank": self.local_rank, "local_world_size": self.local_world_size,
@@ -92,7 +88,7 @@ class Launcher:
 def apply(launcher: Launcher) -> None:
     """Make this process one replica of ``launcher``: export its variables (the Slurm mapping) into
     os.environ, where the torch worker (``worker.dist_env``) and the tf worker (``plan_process``)
-    read them, and say which launcher it is. Called once, by the backend's ``external()``."""
+    read them, and say which launcher it is. Called once, by runs.start_run."""
     os.environ.update(launcher.env)
     print(f"dualtrain: {launcher.line}", flush=True)
 

@@ -1,80 +1,36 @@
 """``dualtrain run --dry-run``: every check the run would make, and the plan it would follow, with
 nothing written and nothing started (framework-free).
 
-It mirrors :func:`dualtrain.runs.start_run` step by step (keep the two in step): the launcher
-(local, torchrun, Kubeflow, TF_CONFIG, Slurm: the backend's ``launch.detect``, which reads the
-environment and changes nothing), the world size the launcher imposes, the restart point of an
-external worker, the spec checks (:func:`dualtrain.runs.validate`: model shapes, data, initial
-weights, batchnorm batches), the checkpoint of ``--resume-from``, and the run directory
-(:func:`dualtrain.runs.check_out_dir`). What it cannot check without the framework (a CUDA device
-for ``device: gpu``, reaching the peers) is left to the run.
+The plan is :func:`dualtrain.runs.resolve_run`'s, the very object :func:`dualtrain.runs.start_run`
+carries out: the launcher (local, torchrun, Kubeflow, TF_CONFIG, Slurm), the world size the launcher
+imposes, the restart point of an external worker, the spec checks (:func:`dualtrain.runs.validate`:
+model shapes, the data and its content, initial weights, batch sizes, the device), the checkpoint
+of ``--resume-from`` and the run directory. This module only turns it into JSON and text.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
-from dualtrain import checkpoint
 from dualtrain import data as mnist
-from dualtrain.backends import launch_module
-from dualtrain.runner_base import check_continuation
-from dualtrain.runs import (
-    _external_restart_point,
-    check_out_dir,
-    check_records,
-    default_run_dir,
-    refuse_resume_from,
-    validate,
-)
+from dualtrain.runs import resolve_run
 from dualtrain.spec import Backend, Experiment, TFStrategy
 
 
 def plan_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
              overwrite: bool = False, resume_from: str | Path | None = None) -> dict[str, Any]:
     """The resolved plan of ``dualtrain run`` as a JSON-ready dict; raises what the run would."""
-    found = launch_module(backend).detect()
-    spec_world = spec.distribution.world_size
-    warnings: list[str] = []
+    p = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
+    found, spec = p.launcher, p.spec
     plan: dict[str, Any] = {"dry_run": True, "backend": backend.value, "name": spec.name}
-    continue_from = None
     if found is not None:
-        refuse_resume_from(resume_from)
-        if found.world_size != spec_world:
-            spec = spec.replace(distribution=dataclasses.replace(spec.distribution,
-                                                                 world_size=found.world_size))
-        chief = found.rank == 0
-        latest = _external_restart_point(out)
-        if latest is not None:  # a restarted worker continues from the latest checkpoint
-            ckpt = checkpoint.load(latest)
-            check_continuation(ckpt.state, spec, ckpt.path)
-            validate(spec, backend)
-            run_dir, action, continue_from = Path(out), "continue" if chief else None, latest
-        else:
-            validate(spec, backend)
-            run_dir = Path(out) if out is not None else None
-            action = None
-            if chief:
-                run_dir = run_dir or default_run_dir(spec, backend)
-                action = "replace" if check_out_dir(run_dir, overwrite) else "create"
-        if out is None:
-            warnings.append("no --out: rank 0 writes a new timestamped folder, so a restarted "
-                            "worker cannot find the run's checkpoints; give every replica the same "
-                            "--out on shared storage")
         tf_strategy = TFStrategy.MULTI_WORKER if backend is Backend.TF else None
         plan.update(launcher=found.kind, launcher_line=found.line, role="worker", rank=found.rank,
                     local_rank=found.local_rank, local_world_size=found.local_world_size,
                     processes=1)
     else:
-        if resume_from is not None:
-            ckpt = checkpoint.load(resume_from)
-            check_continuation(ckpt.state, spec, ckpt.path)
-            check_records(ckpt)
-        validate(spec, backend)
-        run_dir = Path(out) if out is not None else default_run_dir(spec, backend)
-        action = "replace" if check_out_dir(run_dir, overwrite) else "create"
         tf_strategy = spec.tf.strategy if backend is Backend.TF else None
         n = spec.distribution.world_size
         plan.update(launcher="local", launcher_line=None, role="launcher", rank=None,
@@ -87,16 +43,17 @@ def plan_run(spec: Experiment, backend: Backend, out: str | Path | None = None, 
         plan.update(master_addr=addr, master_port=port, tf_strategy=None, tf_cluster=None,
                     tf_task=None)
     else:
+        assert tf_strategy is not None
         plan.update(master_addr=None, master_port=None, tf_strategy=tf_strategy.value,
                     tf_cluster=found.tf_cluster if found is not None else None,
                     tf_task=found.tf_task if found is not None else None)
-    plan.update(world_size=d.world_size, spec_world_size=spec_world,
+    plan.update(world_size=d.world_size, spec_world_size=p.spec_world_size,
                 env=dict(found.env) if found is not None else {},
-                run_dir=os.path.abspath(run_dir) if run_dir is not None else None,
-                run_dir_action=action,
-                continue_from=str(continue_from) if continue_from is not None else None,
+                run_dir=os.path.abspath(p.run_dir) if p.run_dir is not None else None,
+                run_dir_action=p.action,
+                continue_from=str(p.restart.path) if p.restart is not None else None,
                 resume_from=str(resume_from) if resume_from is not None else None,
-                data=mnist.locate(spec.data), warnings=warnings)
+                data=mnist.locate(spec.data), warnings=list(p.warnings))
     return plan
 
 

@@ -6,6 +6,7 @@ mistake is checked before the run directory is created, so a rejected run leaves
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dualtrain import checkpoint, probes, tbevents
+from dualtrain import checkpoint, cluster, probes, tbevents
 from dualtrain import data as mnist
 from dualtrain.backends import check_installed, launch_module, parse_backend
 from dualtrain.entry import WORKER_ERROR
@@ -164,21 +165,93 @@ def check_out_dir(path: Path, overwrite: bool) -> bool:
     return False
 
 
-def _claim_dir(path: Path, overwrite: bool) -> None:
-    if check_out_dir(path, overwrite):
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What ``dualtrain run`` will do, with every check made and nothing written or started.
+
+    :func:`resolve_run` makes it; :func:`start_run` carries it out and ``--dry-run``
+    (:mod:`dualtrain.dryrun`) prints it, so the run and its dry run make the same checks by
+    construction (one code path, not two kept in step)."""
+
+    spec: Experiment
+    """The spec the workers train (its world size is the external launcher's, if there is one)."""
+    backend: Backend
+    spec_world_size: int
+    """The world size the spec asked for."""
+    launcher: cluster.Launcher | None
+    """The external launcher that started this process as one rank (None: dualtrain launches)."""
+    run_dir: Path | None
+    """Where the run lives; None when an external rank other than 0 was given no --out."""
+    action: str | None
+    """create | replace (--overwrite) | continue (a restarted external worker) | None (this process,
+    an external rank other than 0, writes nothing)."""
+    resume: checkpoint.Checkpoint | None = None
+    """--resume-from: the checkpoint (of either backend) a new run continues from."""
+    restart: checkpoint.Checkpoint | None = None
+    """A restarted external worker's latest checkpoint of the unfinished run in --out."""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def writer_dir(self) -> Path | None:
+        """The run directory this process writes (None: another rank writes it)."""
+        return self.run_dir if self.action is not None else None
 
 
-def prepare_run_dir(spec: Experiment, backend: Backend, out: str | Path | None,
-                    overwrite: bool = False) -> Path:
+def resolve_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
+                overwrite: bool = False, resume_from: str | Path | None = None) -> RunPlan:
+    """Every check of ``dualtrain run`` before anything is written: the external launcher (its
+    ``detect`` reads the environment and changes nothing) and the world size it imposes, a
+    restarted external worker's checkpoint, ``--resume-from`` (the checkpoint, its spec, its
+    records), the spec (:func:`validate`) and the run directory (:func:`check_out_dir`). Raises
+    :class:`UserError` on a mistake; reads only."""
+    found = launch_module(backend).detect()
+    spec_world = spec.distribution.world_size
+    if found is not None:
+        refuse_resume_from(resume_from)
+        if found.world_size != spec_world:
+            spec = spec.replace(distribution=_with(spec.distribution, world_size=found.world_size))
+        latest = _external_restart_point(out)
+        restart = checkpoint.load(latest) if latest is not None else None
+        if restart is not None:
+            check_continuation(restart.state, spec, restart.path)
+        validate(spec, backend)
+        warnings: tuple[str, ...] = () if out is not None else (
+            ("no --out: rank 0 writes a new timestamped folder, so a restarted worker cannot find "
+             "the run's checkpoints; give every replica the same --out on shared storage"),)
+        chief = found.rank == 0
+        run_dir = Path(out) if out is not None else None
+        if restart is not None:
+            action = "continue" if chief else None
+        elif chief:
+            run_dir = run_dir or default_run_dir(spec, backend)
+            action = "replace" if check_out_dir(run_dir, overwrite) else "create"
+        else:
+            action = None
+        return RunPlan(spec, backend, spec_world, found, run_dir, action, restart=restart,
+                       warnings=warnings)
+    resume = None
+    if resume_from is not None:
+        resume = checkpoint.load(resume_from)
+        check_continuation(resume.state, spec, resume.path)
+        check_records(resume)
     validate(spec, backend)
     run_dir = Path(out) if out is not None else default_run_dir(spec, backend)
+    action = "replace" if check_out_dir(run_dir, overwrite) else "create"
+    return RunPlan(spec, backend, spec_world, None, run_dir, action, resume=resume)
+
+
+def _write_run_dir(plan: RunPlan) -> Path:
+    """Create (or, for "replace", empty) the planned run directory and write the spec and the
+    initial weights; on a failure a folder this call created is removed."""
+    run_dir = plan.run_dir
+    assert run_dir is not None and plan.action in ("create", "replace"), plan
     existed = run_dir.exists()
-    _claim_dir(run_dir, overwrite)
+    if plan.action == "replace":  # resolve_run checked that it holds a dualtrain run
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        (run_dir / SPEC_FILE).write_text(dump_spec(spec))
-        save_weights(run_dir / WEIGHTS_INIT, initial_weights(spec.model, spec.seed))
+        (run_dir / SPEC_FILE).write_text(dump_spec(plan.spec))
+        save_weights(run_dir / WEIGHTS_INIT, initial_weights(plan.spec.model, plan.spec.seed))
     except BaseException:
         if not existed:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -194,31 +267,29 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
 
     Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), inside a TF_CONFIG cluster or
     as one task of a multi-task srun step, this process is one worker: rank 0 writes the run
-    directory, the others return (None, {}). ``launch.external()`` detects that and, under Slurm,
-    exports the torchrun variables / TF_CONFIG it derived into os.environ (dualtrain/cluster.py).
-    Otherwise dualtrain launches ``world_size`` local workers itself.
+    directory, the others return (None, {}). Under Slurm the torchrun variables / TF_CONFIG derived
+    from Slurm's (dualtrain/cluster.py) are exported into os.environ before this process becomes
+    the rank. Otherwise dualtrain launches ``world_size`` local workers itself.
 
     ``resume_from``: a checkpoint folder (of either backend) this new run continues from; its
     records up to the checkpoint are copied in, so the run reads as one run of ``spec``.
 
     ``probe``: the run's part in compare's one-step probes (dualtrain.probes), passed to the workers.
     """
+    plan = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
     launch = launch_module(backend)
-    ext = launch.external()
-    if ext is not None:
-        refuse_resume_from(resume_from)
-        return _run_as_external_worker(spec, backend, out, overwrite, launch, ext)
-    ckpt = None
-    if resume_from is not None:
-        ckpt = checkpoint.load(resume_from)
-        check_continuation(ckpt.state, spec, ckpt.path)
-    fresh = out is None or not Path(out).exists()
-    run_dir = prepare_run_dir(spec, backend, out, overwrite)
+    if plan.launcher is not None:
+        return _run_as_external_worker(plan, launch)
+    run_dir = plan.run_dir
+    assert run_dir is not None
+    fresh = not run_dir.exists()
+    _write_run_dir(plan)
     try:
-        if ckpt is not None:
-            _copy_records(ckpt, run_dir)
-        return run_dir, _launch(spec, backend, run_dir, launch, ckpt.path if ckpt else None,
-                                attempt=0, extra_env=probe.env() if probe is not None else None)
+        if plan.resume is not None:
+            _copy_records(plan.resume, run_dir)
+        return run_dir, _launch(plan.spec, backend, run_dir, launch,
+                                plan.resume.path if plan.resume else None, attempt=0,
+                                extra_env=probe.env() if probe is not None else None)
     except UserError:
         # A worker stopped on a user mistake before training: nothing of this call's run stays.
         if fresh:
@@ -380,36 +451,31 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def _run_as_external_worker(spec: Experiment, backend: Backend, out: str | Path | None,
-                            overwrite: bool, launch: Any, ext: dict[str, int]):
+def _run_as_external_worker(plan: RunPlan, launch: Any) -> tuple[Path | None, dict[str, Any]]:
     import importlib
 
-    if ext["world_size"] != spec.distribution.world_size:
-        print(f"dualtrain: world_size {ext['world_size']} from the launcher overrides the spec's "
-              f"{spec.distribution.world_size}", flush=True)
-        spec = spec.replace(distribution=_with(spec.distribution, world_size=ext["world_size"]))
-    latest = _external_restart_point(out)
-    if latest is not None:
+    assert plan.launcher is not None
+    cluster.apply(plan.launcher)
+    if plan.spec_world_size != plan.spec.distribution.world_size:
+        print(f"dualtrain: world_size {plan.spec.distribution.world_size} from the launcher "
+              f"overrides the spec's {plan.spec_world_size}", flush=True)
+    if plan.restart is not None:
         # A restarted worker of an external launcher (torchrun --max-restarts, a Kubernetes restart
         # policy): --out holds this run, unfinished, with a complete checkpoint, so every rank
         # continues from it by itself (the chief cuts the records back to it). The ranks check that
         # they all start at the same step (TrainLoop.run).
-        ckpt = checkpoint.load(latest)
-        check_continuation(ckpt.state, spec, ckpt.path)
-        validate(spec, backend)
-        os.environ[RESUME_ENV] = str(latest)
+        os.environ[RESUME_ENV] = str(plan.restart.path)
         os.environ[ATTEMPT_ENV] = os.environ.get("TORCHELASTIC_RESTART_COUNT", "1")
-        run_dir = Path(out) if ext["rank"] == 0 else None
-        if run_dir is not None:
-            truncate_records(run_dir, ckpt)
-            print(f"dualtrain: restarted worker: continuing {out} from {latest}", flush=True)
-    else:
-        run_dir = prepare_run_dir(spec, backend, out, overwrite) if ext["rank"] == 0 else None
-        if run_dir is None:
-            validate(spec, backend)
+        if plan.action == "continue":
+            assert plan.run_dir is not None
+            truncate_records(plan.run_dir, plan.restart)
+            print(f"dualtrain: restarted worker: continuing {plan.run_dir} from "
+                  f"{plan.restart.path}", flush=True)
+    elif plan.action is not None:
+        _write_run_dir(plan)
     worker = importlib.import_module(launch.MODULE + ".worker")
-    summary = worker.run_worker(spec, run_dir)
-    return run_dir, summary
+    summary = worker.run_worker(plan.spec, plan.writer_dir)
+    return plan.writer_dir, summary
 
 
 def _external_restart_point(out: str | Path | None) -> Path | None:

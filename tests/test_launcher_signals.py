@@ -33,6 +33,7 @@ CASES = [  # (backend, tf strategy or None, signal, in the default suite)
     ("tf", "mirrored", signal.SIGTERM, False),
     ("tf", "mirrored", signal.SIGINT, True),
     ("torch", None, signal.SIGKILL, True),
+    ("torch", None, signal.SIGTERM, False),
     ("torch", None, signal.SIGINT, False),
 ]
 

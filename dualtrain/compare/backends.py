@@ -239,9 +239,7 @@ def refuse_external_launch() -> None:
 
     for backend, how in ((Backend.TORCH, "torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT"),
                          (Backend.TF, "TF_CONFIG")):
-        launch = launch_module(backend)
-        probe = getattr(launch, "detect", launch.external)  # detect() only reads the environment
-        if probe() is not None:
+        if launch_module(backend).detect() is not None:  # detect() only reads the environment
             raise UserError(f"dualtrain compare launches its own workers; run it outside "
                             f"torchrun, a TF_CONFIG cluster or a multi-task srun step. Received: "
                             f"an external {backend.value} launch in the environment ({how} or a "

@@ -132,3 +132,53 @@ def test_finished_run_is_not_resumed(stopped, tmp_path):
     proc = run_cli("run", "--resume", str(run), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     one_line_error(run_cli("run", "--resume", str(run), timeout=120), "has finished")
+
+
+def _mistakes(stopped: Path, tmp: Path):
+    """(name, overrides, out, resume_from, environment) of one mistake each."""
+    (tmp / "a_file").write_text("x")
+    (tmp / "foreign").mkdir()
+    (tmp / "foreign" / "notes.txt").write_text("mine")
+    orphan = tmp / "orphan" / checkpoint.DIR / "10"  # a checkpoint without its run's records
+    shutil.copytree(checkpoint.latest(stopped), orphan)
+    torchrun = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29999"}
+    wider = "model={layers: [{type: dense, units: 64}, {type: relu}, {type: dense, units: 10}]}"
+    ckpt = checkpoint.latest(stopped)
+    return [
+        ("out is a file", [], tmp / "a_file", None, {}),
+        ("out holds other files", [], tmp / "foreign", None, {}),
+        ("out holds a run", [], stopped, None, {}),
+        ("no training step", ["data.train_limit=10", "data.batch_size=64", "data.last_batch=drop"],
+         tmp / "new", None, {}),
+        ("resume-from is no checkpoint", [], tmp / "new", tmp / "foreign", {}),
+        ("resume-from without its records", [], tmp / "new", orphan, {}),
+        ("resume-from of another model", [wider], tmp / "new", ckpt, {}),
+        ("resume-from under torchrun", [], tmp / "new", ckpt, torchrun),
+        ("restarted rank, another model", [wider], stopped, None, torchrun),
+    ]
+
+
+def test_the_dry_run_and_the_run_refuse_the_same_mistakes_alike(stopped, tmp_path, monkeypatch):
+    """One code path (runs.resolve_run) decides for both: each mistake gives the same one line from
+    the dry run and from the run itself, and neither writes anything."""
+    from dualtrain.dryrun import plan_run
+    from dualtrain.errors import UserError
+    from dualtrain.runs import start_run
+    from dualtrain.spec import Backend, load_spec
+
+    cases = _mistakes(stopped, tmp_path)
+    before = digest(tmp_path), digest(stopped)
+    for name, extra, out, resume_from, env in cases:
+        spec = load_spec(MLP, [*SETS, *extra])
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            said = []
+            for how in (plan_run, start_run):
+                with pytest.raises(UserError) as err:
+                    how(spec, Backend.TORCH, out, resume_from=resume_from)
+                said.append(str(err.value))
+        assert said[0] == said[1], (name, said)
+        assert "\n" not in said[0], (name, said[0])
+        assert (digest(tmp_path), digest(stopped)) == before, name

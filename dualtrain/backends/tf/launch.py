@@ -6,7 +6,7 @@
 
 Started inside a ``TF_CONFIG`` cluster (Kubeflow TFJob, Ray, a hand-written cluster spec) or as one
 task of a multi-task ``srun`` step (dualtrain.cluster builds the TF_CONFIG from Slurm's variables), this
-process *is* one worker of that cluster: :func:`external` reports its rank and the cluster size. The
+process *is* one worker of that cluster: :func:`detect` reports its rank and the cluster size. The
 cluster then defines the replicas (one per task), so such a run always uses MultiWorkerMirrored: a
 spec that says ``mirrored`` is run as ``multi_worker`` (the worker says so and records the strategy
 it used in spec.yaml and summary.json). ``mirrored`` means "one process, its local devices"; a
@@ -93,19 +93,6 @@ def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     if text:
         return cluster.tf_config_launcher(parse_tf_config(text), json.loads(text))
     return cluster.slurm_launcher("tf", env)
-
-
-def external() -> dict[str, int] | None:
-    """A cluster (TF_CONFIG, or Slurm) started us as one of its workers: rank and cluster size.
-
-    Under Slurm this exports the TF_CONFIG (and LOCAL_RANK) it built into os.environ, where the
-    worker (``worker.plan_process``) reads it; runs.start_run calls it once, before this process
-    becomes the worker."""
-    found = detect()
-    if found is None:
-        return None
-    cluster.apply(found)
-    return found.info()
 
 
 def tf_config(ports: list[int], rank: int, addr: str = "127.0.0.1") -> str:

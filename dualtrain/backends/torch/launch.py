@@ -24,19 +24,6 @@ def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     return cluster.torch_env_launcher(env) or cluster.slurm_launcher("torch", env)
 
 
-def external() -> dict[str, int] | None:
-    """torchrun / Kubeflow / Slurm started us as one rank: its RANK, WORLD_SIZE and LOCAL_RANK.
-
-    Under Slurm this exports the torchrun variables it derived (RANK, WORLD_SIZE, LOCAL_RANK,
-    LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) into os.environ, which the worker
-    (``worker.dist_env``) reads; runs.start_run calls it once, before this process becomes the rank."""
-    found = detect()
-    if found is None:
-        return None
-    cluster.apply(found)
-    return found.info()
-
-
 def workers(spec: Experiment) -> list[Worker]:
     d = spec.distribution
     port = d.master_port or free_port(d.master_addr)
