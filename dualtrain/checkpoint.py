@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from dualtrain.errors import UserError
+from dualtrain.jsonio import flatten
 from dualtrain.weights import Weights, load_weights
 
 DIR = "checkpoints"
@@ -225,19 +226,10 @@ def load(path: str | Path) -> Checkpoint:
     return Checkpoint(path=path, weights=weights, optimizer=opt, state=state)
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: d}
-
-
 def spec_difference(checkpoint_spec: dict[str, Any], spec: dict[str, Any]) -> str | None:
     """The first field that makes ``spec`` a different training run from the checkpoint's, as
     ``"optimizer.lr: 0.1 in the checkpoint, 0.05 here"``; None when they match."""
-    a, b = _flatten(checkpoint_spec), _flatten(spec)
+    a, b = flatten(checkpoint_spec), flatten(spec)
     for key in sorted(set(a) | set(b)):
         if any(key == f or key.startswith(f + ".") for f in _FREE):
             continue

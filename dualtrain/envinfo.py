@@ -20,6 +20,7 @@ import platform
 from typing import Any
 
 from dualtrain import __version__
+from dualtrain.jsonio import flatten
 
 GROUPS = (("versions", "versions"), ("devices", "devices"), ("settings", "kernel settings"))
 
@@ -177,18 +178,6 @@ def core_facts(environ: dict[str, str] | os._Environ | None = None) -> dict[str,
 
 
 # ---- differences between runs --------------------------------------------------------------------
-
-def flatten(facts: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"versions": {"numpy": "2.1"}} -> {"versions.numpy": "2.1"}; lists and scalars are leaves."""
-    out: dict[str, Any] = {}
-    for key, value in facts.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, name + "."))  # an empty group adds nothing
-        else:
-            out[name] = value
-    return out
-
 
 def show(value: Any) -> str:
     """A fact as people read it: None -> "-", booleans yes/no, lists space-separated, GPUs by

@@ -27,8 +27,8 @@ import numpy as np
 
 from dualtrain.data import MEAN, STD
 from dualtrain.errors import UserError
-from dualtrain.outdir import check_creatable
 from dualtrain.model import ResolvedLayer, resolve, walk
+from dualtrain.outdir import check_creatable
 from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
 from dualtrain.spec import Experiment, LayerType, Padding
 from dualtrain.weights import Weights, check_layout, load_weights

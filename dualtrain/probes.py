@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from dualtrain.checkpoint import OptimizerState
+from dualtrain.jsonio import write_atomic
 from dualtrain.weights import Weights
 
 PROBE_ENV = "DUALTRAIN_PROBES"
@@ -116,9 +117,7 @@ def load(run_dir: str | Path, step: int) -> dict[str, Weights]:
 def write_index(run_dir: str | Path, rows: list[dict[str, Any]]) -> None:
     path = Path(run_dir) / DIR / INDEX
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"probes": rows}, indent=1))
-    tmp.replace(path)
+    write_atomic(path, json.dumps({"probes": rows}, indent=1))
 
 
 def read_index(run_dir: str | Path) -> list[dict[str, Any]] | None:

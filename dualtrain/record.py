@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from dualtrain.errors import UserError
+from dualtrain.jsonio import json_safe, write_atomic
 
 SPEC_FILE = "spec.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -30,13 +31,6 @@ SHARDS_FILE = "shards.jsonl"
 SUMMARY_FILE = "summary.json"
 WEIGHTS_INIT = "weights_init.npz"
 WEIGHTS_FINAL = "weights_final.npz"
-
-
-def _clean(value: Any) -> Any:
-    """JSON has no inf/nan: write them as strings so every line stays valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
 
 
 def as_float(value: Any) -> float:
@@ -83,9 +77,7 @@ class RunWriter:
                                    "count": count})
 
     def summary(self, summary: dict[str, Any]) -> None:
-        tmp = self.dir / (SUMMARY_FILE + ".tmp")
-        tmp.write_text(json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2) + "\n")
-        tmp.replace(self.dir / SUMMARY_FILE)
+        write_atomic(self.dir / SUMMARY_FILE, json.dumps(json_safe(summary), indent=2) + "\n")
 
     def flush(self) -> None:
         self._metrics.flush()
@@ -101,7 +93,7 @@ class RunWriter:
 
     @staticmethod
     def _write(f: Any, obj: dict[str, Any]) -> None:
-        f.write(json.dumps({k: _clean(v) for k, v in obj.items()}) + "\n")
+        f.write(json.dumps(json_safe(obj)) + "\n")
 
 
 @dataclass

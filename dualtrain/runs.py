@@ -10,7 +10,6 @@ import dataclasses
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from dualtrain import data as mnist
 from dualtrain.backends import check_installed, launch_module, parse_backend
 from dualtrain.entry import WORKER_ERROR
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.jsonio import new_folder, write_atomic
 from dualtrain.launch import run_workers
 from dualtrain.model import batchnorm_layers, cancelled_biases, resolve, where
 from dualtrain.outdir import check_creatable
@@ -30,13 +30,7 @@ from dualtrain.weights import initial_weights, save_weights
 
 
 def default_run_dir(spec: Experiment, backend: Backend) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(spec.output_dir) / f"{spec.name}-{backend.value}-{stamp}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    return new_folder(spec.output_dir, f"{spec.name}-{backend.value}")
 
 
 def validate(spec: Experiment, backend: Backend) -> None:
@@ -337,7 +331,7 @@ def resume_run(run_dir: str | Path, backend: Backend | None = None,
     validate(spec, ckpt_backend)
     launch = launch_module(ckpt_backend)
     # Everything is checked: now cut the records back to the checkpoint and record the new spec.
-    _write_atomic(run_dir / SPEC_FILE, dump_spec(spec))
+    write_atomic(run_dir / SPEC_FILE, dump_spec(spec))
     truncate_records(run_dir, ckpt)
     attempt = len(ckpt.state.get("history", [])) + 1
     return run_dir, _launch(spec, ckpt_backend, run_dir, launch, ckpt.path, attempt=attempt,
@@ -443,12 +437,6 @@ def _copy_records(ckpt: checkpoint.Checkpoint, run_dir: Path) -> None:
         (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
         with open(source / name, "rb") as f:
             (run_dir / name).write_bytes(f.read(size))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def _run_as_external_worker(plan: RunPlan, launch: Any) -> tuple[Path | None, dict[str, Any]]:

@@ -35,6 +35,7 @@ from dualtrain.compare.report import (
     write_report,
 )
 from dualtrain.errors import UserError
+from dualtrain.jsonio import new_folder
 from dualtrain.outdir import check_creatable
 from dualtrain.spec import Backend, Experiment, Precision
 
@@ -48,13 +49,7 @@ def check_reference(reference: str) -> None:
 
 
 def default_out(spec_name: str, output_dir: str | Path = "runs") -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(output_dir) / f"compare-{spec_name}-{stamp}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
+    return new_folder(output_dir, f"compare-{spec_name}")
 
 
 def _require_backends() -> None:

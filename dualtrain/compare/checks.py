@@ -32,6 +32,7 @@ from dualtrain.compare.tolerances import (
     precision_of,
     tolerance_for,
 )
+from dualtrain.jsonio import json_safe
 from dualtrain.record import RunRecord
 
 RECORDS, SEMANTICS, NUMERICS, INFO = "records", "semantics", "numerics", "info"
@@ -70,11 +71,7 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("value", "tolerance"):
-            v = d[k]
-            if isinstance(v, float) and not math.isfinite(v):
-                d[k] = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-        return d
+        return {**d, "value": json_safe(d["value"]), "tolerance": json_safe(d["tolerance"])}
 
 
 def tolerance_of(a: RunRecord, b: RunRecord) -> Tolerance:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.jsonio import flatten
 from dualtrain.record import WEIGHTS_FINAL, WEIGHTS_INIT, RunRecord, as_float
 from dualtrain.weights import Weights, load_weights
 
@@ -136,15 +137,6 @@ def rel_diff(wa: Weights, wb: Weights) -> dict[str, float]:
 
 
 # ---- spec ----------------------------------------------------------------------------------------
-
-def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: d}
-
 
 def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(dotted field, value in A, value in B) for every field that differs, in a stable order."""

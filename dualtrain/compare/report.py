@@ -33,6 +33,7 @@ from dualtrain.compare.checks import (
 from dualtrain.compare.diagnose import Diagnosis, diagnose
 from dualtrain.compare.tolerances import LOCAL, REFERENCE, TOLERANCES, Tolerance, precision_of
 from dualtrain.envinfo import env_differences, show
+from dualtrain.jsonio import json_safe
 from dualtrain.record import RunRecord, read_run
 
 VERDICT_FILE = "verdict.json"
@@ -279,18 +280,6 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _json_safe(obj.item())
-    return obj
 
 
 # ---- figures -------------------------------------------------------------------------------------
@@ -697,7 +686,7 @@ def write_report(cmp: Comparison, out: str | Path) -> dict[str, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"verdict": out / VERDICT_FILE, "markdown": out / REPORT_MD, "html": out / REPORT_HTML}
-    paths["verdict"].write_text(json.dumps(_json_safe(verdict(cmp)), indent=2) + "\n")
+    paths["verdict"].write_text(json.dumps(json_safe(verdict(cmp)), indent=2) + "\n")
     paths["markdown"].write_text(markdown(cmp))
     paths["html"].write_text(html_report(cmp))
     return paths
