@@ -21,8 +21,7 @@ callable, and calling it is :func:`dualtrain.api.compare`.
 from __future__ import annotations
 
 from dualtrain.errors import RunFailed, UserError
-
-__version__ = "0.1.0"
+from dualtrain.version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: import dualtrain stays cheap
 if TYPE_CHECKING:  # what type checkers see; at run time these load lazily (__getattr__)

@@ -19,8 +19,8 @@ import os
 import platform
 from typing import Any
 
-from dualtrain import __version__
 from dualtrain.jsonio import flatten
+from dualtrain.version import __version__
 
 GROUPS = (("versions", "versions"), ("devices", "devices"), ("settings", "kernel settings"))
 

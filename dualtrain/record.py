@@ -15,7 +15,6 @@ Files (see docs/run-directory.md):
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,10 +103,6 @@ class RunRecord:
     eval: list[dict[str, Any]] = field(default_factory=list)
     shards: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
-
-    def series(self, key: str, kind: str = "train") -> list[float]:
-        rows = self.train if kind == "train" else self.eval
-        return [as_float(r[key]) if r.get(key) is not None else math.nan for r in rows]
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

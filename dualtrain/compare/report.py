@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain import __version__
 from dualtrain.compare import records as R
 from dualtrain.compare.checks import (
     Check,
@@ -35,6 +34,7 @@ from dualtrain.compare.tolerances import LOCAL, REFERENCE, TOLERANCES, Tolerance
 from dualtrain.envinfo import env_differences, show
 from dualtrain.jsonio import json_safe
 from dualtrain.record import RunRecord, read_run
+from dualtrain.version import __version__
 
 VERDICT_FILE = "verdict.json"
 REPORT_MD = "report.md"

@@ -269,7 +269,7 @@ def test_import_dualtrain_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env=cli_env())
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['dualtrain', 'dualtrain.errors'] [] [] True True"
+    assert out.stdout.strip() == "['dualtrain', 'dualtrain.errors', 'dualtrain.version'] [] [] True True"
 
 
 def test_callable_compare_package_is_the_api_compare(tmp_path):
