@@ -37,6 +37,7 @@ import numpy as np
 
 from dualtrain.errors import UserError
 from dualtrain.jsonio import flatten
+from dualtrain.spec import FREE, paths_with
 from dualtrain.weights import Weights, load_weights
 
 DIR = "checkpoints"
@@ -47,11 +48,11 @@ MANIFEST = "MANIFEST.json"
 FORMAT = 1
 _NAME = re.compile(r"^step-(\d{8})$")
 
-#: Spec fields that may differ between a checkpoint and the run that continues it: how the run is
-#: distributed and logged, where the data lies, and how often it checkpoints. Everything else
-#: (seed, data, model, optimizer, precision, train length, determinism) must match.
-_FREE = ("name", "output_dir", "distribution", "tf", "debug", "logging", "data.data_dir", "data.download",
-         "train.log_every", "train.checkpoint_every", "train.keep_checkpoints")
+#: Spec fields that may differ between a checkpoint and the run that continues it, as the schema
+#: declares them (dualtrain.spec.FREE): how the run is distributed and logged, where the data lies,
+#: and how often it checkpoints. Everything else (seed, data, model, optimizer, precision, train
+#: length, determinism) must match.
+_FREE = paths_with(FREE)
 
 
 @dataclass

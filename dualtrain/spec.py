@@ -175,14 +175,28 @@ def _check(cond: bool, path: str, requirement: str, value: Any) -> None:
 
 _SPEC = dict(frozen=True, kw_only=True, slots=True)
 
+#: Field policies, declared on the schema (``_tagged``) and read by :func:`paths_with`:
+COSMETIC = "cosmetic"
+"""Cannot change the numbers of a run (names, paths, rendezvous, logging): compare lists a
+difference but never fails on it or names it as a cause."""
+FREE = "free"
+"""May differ between a checkpoint and the run that continues it (how the run is distributed and
+logged, where the data lies, how often it checkpoints); every other field must match."""
+
+
+def _tagged(*tags: str, **kwargs: Any) -> Any:
+    """A field (``default=`` or ``default_factory=``) carrying the policies ``tags``; on a section,
+    they hold for every field in it."""
+    return field(metadata={"policy": frozenset(tags)}, **kwargs)
+
 
 @dataclass(**_SPEC)
 class DataSpec:
     dataset: str = "mnist"
     """Dataset name. Only ``mnist`` for now."""
-    data_dir: str | None = None
+    data_dir: str | None = _tagged(COSMETIC, FREE, default=None)
     """Folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None: offline copy or cache."""
-    download: bool = True
+    download: bool = _tagged(COSMETIC, FREE, default=True)
     """Allow a checksum-verified download into the cache when no local copy is found."""
     batch_size: int = 128
     """Global batch size (all replicas together)."""
@@ -315,7 +329,7 @@ class ModelSpec:
     with layers; set ``preset: null`` to use layers."""
     layers: tuple[LayerSpec, ...] = ()
     """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
-    init_from: str | None = None
+    init_from: str | None = _tagged(COSMETIC, default=None)
     """Canonical-layout .npz with the initial weights; None: generate them from the seed."""
 
     def __post_init__(self) -> None:
@@ -460,15 +474,15 @@ class DistributionSpec:
     """Number of replicas (torch: processes; tf: devices or worker processes)."""
     device: Device = Device.CPU
     """cpu (gloo) or gpu (nccl)."""
-    master_addr: str = "127.0.0.1"
+    master_addr: str = _tagged(COSMETIC, default="127.0.0.1")
     """Rendezvous address for locally launched workers."""
-    master_port: int | None = None
+    master_port: int | None = _tagged(COSMETIC, default=None)
     """Rendezvous port; null picks a free one."""
-    timeout_s: float = 120.0
+    timeout_s: float = _tagged(COSMETIC, default=120.0)
     """Bound on startup and on any single collective: a lost peer fails the run instead of hanging."""
-    threads_per_worker: int | None = None
+    threads_per_worker: int | None = _tagged(COSMETIC, default=None)
     """Intra-op threads per worker process; null: cores // local workers."""
-    max_restarts: int = 0
+    max_restarts: int = _tagged(COSMETIC, default=0)
     """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
     the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the
     rank. Without checkpoints a restart begins again at step 1."""
@@ -487,7 +501,7 @@ class DistributionSpec:
 
 @dataclass(**_SPEC)
 class TFSpec:
-    strategy: TFStrategy = TFStrategy.MIRRORED
+    strategy: TFStrategy = _tagged(COSMETIC, default=TFStrategy.MIRRORED)
     """mirrored (one process, N local devices) or multi_worker (N processes, TF_CONFIG)."""
 
 
@@ -499,12 +513,12 @@ class TrainSpec:
     """Stop after this many optimizer steps (counted across epochs)."""
     eval_every: int = 0
     """Evaluate every N steps; 0: at the end of every epoch. A final evaluation always runs."""
-    log_every: int = 50
+    log_every: int = _tagged(COSMETIC, FREE, default=50)
     """Progress line and metrics flush every N steps."""
-    checkpoint_every: Every | int | None = None
+    checkpoint_every: Every | int | None = _tagged(COSMETIC, FREE, default=None)
     """Write a checkpoint every N steps, or ``epoch``: at the end of every epoch; null: never. A run
     that checkpoints also writes one after its last step (RUN_DIR/checkpoints, docs/checkpoints.md)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = _tagged(COSMETIC, FREE, default=3)
     """Keep the newest K complete checkpoints; older ones are deleted once a newer one is complete."""
 
     def __post_init__(self) -> None:
@@ -541,7 +555,7 @@ class LoggingSpec:
 class DebugSpec:
     """Inspection and fault injection, for tests and debugging. Leave empty in real runs."""
 
-    dump_grads: tuple[int, ...] = ()
+    dump_grads: tuple[int, ...] = _tagged(COSMETIC, default=())
     """Steps (1-based) whose all-reduced, unscaled, unclipped gradient the chief saves as
     ``grads_step{N}.npz`` (canonical layout)."""
     nonfinite_grad: tuple[tuple[int, int], ...] = ()
@@ -558,7 +572,7 @@ class DebugSpec:
 
 @dataclass(**_SPEC)
 class Experiment:
-    name: str = "experiment"
+    name: str = _tagged(COSMETIC, FREE, default="experiment")
     """Run name, used in the default output directory."""
     seed: int = 0
     """Seeds the data order and the initial weights."""
@@ -566,15 +580,15 @@ class Experiment:
     model: ModelSpec = field(default_factory=lambda: ModelSpec(preset="mlp"))
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     precision: PrecisionSpec = field(default_factory=PrecisionSpec)
-    distribution: DistributionSpec = field(default_factory=DistributionSpec)
-    tf: TFSpec = field(default_factory=TFSpec)
+    distribution: DistributionSpec = _tagged(FREE, default_factory=DistributionSpec)
+    tf: TFSpec = _tagged(FREE, default_factory=TFSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     determinism: bool = True
     """Deterministic kernels in both frameworks, TF32 off (see docs/parity.md)."""
-    output_dir: str = "runs"
+    output_dir: str = _tagged(COSMETIC, FREE, default="runs")
     """Parent folder of run directories (``--out`` names the run directory itself)."""
-    logging: LoggingSpec = field(default_factory=LoggingSpec)
-    debug: DebugSpec = field(default_factory=DebugSpec)
+    logging: LoggingSpec = _tagged(COSMETIC, FREE, default_factory=LoggingSpec)
+    debug: DebugSpec = _tagged(FREE, default_factory=DebugSpec)
 
     def __post_init__(self) -> None:
         _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'",
@@ -825,3 +839,28 @@ def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = 
 
 def dump_spec(spec: Experiment) -> str:
     return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+
+
+def paths_with(policy: str, cls: type = Experiment, prefix: str = "") -> tuple[str, ...]:
+    """The dotted spec paths declared with ``policy`` (:data:`COSMETIC`, :data:`FREE`); a tagged
+    section is one path (everything under it)."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        if policy in f.metadata.get("policy", ()):
+            out.append(path)
+        elif dataclasses.is_dataclass(hints[f.name]):
+            out.extend(paths_with(policy, hints[f.name], path + "."))
+    return tuple(out)
+
+
+def has_path(path: str) -> bool:
+    """Whether ``path`` (dotted, e.g. ``optimizer.schedule.name``) names a field or section of the
+    Experiment schema."""
+    cls: Any = Experiment
+    for part in path.split("."):
+        if not (dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}):
+            return False
+        cls = typing.get_type_hints(cls)[part]
+    return True

@@ -14,17 +14,14 @@ import numpy as np
 
 from dualtrain.jsonio import flatten
 from dualtrain.record import WEIGHTS_FINAL, WEIGHTS_INIT, RunRecord, as_float
+from dualtrain.spec import COSMETIC, paths_with
 from dualtrain.weights import Weights, load_weights
 
-#: Spec fields that cannot change the numbers of a run (names, paths, rendezvous, logging). They are
-#: still listed in the report, but never make the ``spec`` check fail or name a cause.
-#: ``model.init_from`` is judged by its effect instead: the ``init_weights`` check compares the arrays.
-COSMETIC_FIELDS = (
-    "name", "output_dir", "data.data_dir", "data.download", "model.init_from",
-    "distribution.master_addr", "distribution.master_port", "distribution.timeout_s",
-    "distribution.threads_per_worker", "distribution.max_restarts", "train.log_every",
-    "train.checkpoint_every", "train.keep_checkpoints", "logging", "debug.dump_grads", "tf.strategy",
-)
+#: Spec fields that cannot change the numbers of a run (names, paths, rendezvous, logging), as the
+#: schema declares them (dualtrain.spec.COSMETIC). They are still listed in the report, but never
+#: make the ``spec`` check fail or name a cause. ``model.init_from`` is judged by its effect
+#: instead: the ``init_weights`` check compares the arrays.
+COSMETIC_FIELDS = paths_with(COSMETIC)
 
 
 def label(rec: RunRecord, fallback: str) -> str:

@@ -174,3 +174,18 @@ def test_every_mistake_of_a_spec_at_once_with_suggestions():
     assert "did you mean 'seed'?" in text and "did you mean 'lr'?" in text
     assert "did you mean 'adam' or 'adamw'?" in text and "data.batch_size must be an integer" in text
     assert "\n" not in text  # one line
+
+
+def test_every_field_policy_names_a_field_of_the_schema():
+    """The spec paths the schema tags (cosmetic for compare, free on continuation) and the ones the
+    diagnosis maps to causes all name real fields: a renamed field cannot leave a stale entry."""
+    from dualtrain.compare.diagnose import _EXPLAINS
+    from dualtrain.spec import COSMETIC, FREE, has_path, paths_with
+
+    named = [*paths_with(COSMETIC), *paths_with(FREE), *(p.rstrip(".") for p in _EXPLAINS)]
+    assert named and all(has_path(p) for p in named), [p for p in named if not has_path(p)]
+    assert not has_path("optimizer.lrr") and not has_path("distribution.world_size.x")
+    # what the tags mean, on fields whose role is plain
+    assert "distribution.master_port" in paths_with(COSMETIC)
+    assert "optimizer.lr" not in paths_with(COSMETIC) and "seed" not in paths_with(FREE)
+    assert "distribution" in paths_with(FREE)  # a tagged section: everything under it
