@@ -21,6 +21,7 @@ import yaml
 
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.record import SPEC_FILE
+from dualtrain.runner_base import Start
 from dualtrain.spec import Experiment, from_dict
 
 
@@ -48,7 +49,6 @@ TEST_HOOK = "DUALTRAIN_TEST_HOOK"
 def run_test_hook(backend: str) -> dict[str, str]:
     """Run the DUALTRAIN_TEST_HOOK, if any; return what summary.json should record about it."""
     import importlib
-    import os
 
     text = os.environ.get(TEST_HOOK, "").strip()
     if not text:
@@ -68,12 +68,10 @@ def run_test_hook(backend: str) -> dict[str, str]:
 WORKER_ERROR = "worker-error.txt"
 
 
-def _report_to_launcher(run_dir: Path, message: str) -> bool:
+def _report_to_launcher(run_dir: Path, message: str, launched: bool) -> bool:
     """Leave ``message`` for dualtrain's launcher (True), or False under another launcher (torchrun,
     a TF_CONFIG cluster, srun), where the worker's own stderr line is the report."""
-    from dualtrain.runner_base import ATTEMPT_ENV
-
-    if ATTEMPT_ENV not in os.environ or not run_dir.is_dir():
+    if not launched or not run_dir.is_dir():
         return False
     try:
         with open(run_dir / WORKER_ERROR, "x") as f:
@@ -86,17 +84,18 @@ def _report_to_launcher(run_dir: Path, message: str) -> bool:
 
 
 def worker_main(backend: str, argv: list[str],
-                run_worker: Callable[[Experiment, Path], Any]) -> int:
+                run_worker: Callable[[Experiment, Path, Start], Any]) -> int:
     """``python -m dualtrain.backends.<backend> RUN_DIR``: run one worker of the run in RUN_DIR."""
     if len(argv) != 1:
         print(f"usage: python -m dualtrain.backends.{backend} RUN_DIR", file=sys.stderr)
         return 2
     enable_stack_dump()
+    start = Start.from_env()  # what dualtrain's launcher set for this process
     try:
         run_dir = Path(argv[0])
-        run_worker(run_spec(run_dir), run_dir)
+        run_worker(run_spec(run_dir), run_dir, start)
     except UserError as exc:
-        if not _report_to_launcher(Path(argv[0]), str(exc)):
+        if not _report_to_launcher(Path(argv[0]), str(exc), start.launched):
             print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except RunFailed as exc:  # a lost peer (dualtrain.peers): one line, the launcher names the rank

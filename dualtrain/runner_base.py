@@ -14,7 +14,7 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,18 +118,42 @@ def default_threads(local_workers: int) -> int:
     return max(1, (usable_cores() or os.cpu_count() or 1) // max(local_workers, 1))
 
 
-#: Set by dualtrain's launcher for every worker: the checkpoint folder to continue from.
+#: Set by dualtrain's launcher for every worker process: the checkpoint folder to continue from.
 RESUME_ENV = "DUALTRAIN_RESUME"
-#: Set by dualtrain's launcher: 0 for a run's first attempt, n after n restarts or resumes.
+#: Set by dualtrain's launcher for every worker process: 0 for a run's first attempt, n after n
+#: restarts or resumes. Its presence tells a worker that dualtrain's launcher started it.
 ATTEMPT_ENV = "DUALTRAIN_ATTEMPT"
 
 
-def resume_checkpoint(spec: Experiment) -> Checkpoint | None:
-    """The checkpoint this worker continues from (DUALTRAIN_RESUME), checked against the spec."""
-    path = os.environ.get(RESUME_ENV, "").strip()
-    if not path:
+@dataclass(frozen=True)
+class Start:
+    """Where a worker starts: the checkpoint it continues from (None: step 0) and its attempt (0 for
+    a run's first, n after n restarts or resumes). Passed to ``run_worker`` as an argument; only
+    between processes (dualtrain's launcher -> a worker process) does it travel in the environment
+    (:meth:`env`, :meth:`from_env`)."""
+
+    resume: Path | None = None
+    attempt: int = 0
+    launched: bool = False
+    """Started by dualtrain's own launcher (which reports a worker's user error once)."""
+
+    def env(self) -> dict[str, str]:
+        return {ATTEMPT_ENV: str(self.attempt),
+                **({RESUME_ENV: str(self.resume)} if self.resume is not None else {})}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Start:
+        env = os.environ if env is None else env
+        path = env.get(RESUME_ENV, "").strip()
+        return cls(resume=Path(path) if path else None, attempt=int(env.get(ATTEMPT_ENV) or 0),
+                   launched=ATTEMPT_ENV in env)
+
+
+def resume_checkpoint(spec: Experiment, start: Start) -> Checkpoint | None:
+    """The checkpoint this worker continues from, checked against the spec."""
+    if start.resume is None:
         return None
-    ckpt = checkpoint.load(path)
+    ckpt = checkpoint.load(start.resume)
     check_continuation(ckpt.state, spec, ckpt.path)
     return ckpt
 
@@ -150,7 +174,7 @@ def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> N
 class TrainLoop:
     def __init__(self, spec: Experiment, engine: Engine, data: Mnist, run_dir: Path | None,
                  *, extra_summary: dict[str, Any] | None = None, started: float | None = None,
-                 resume: Checkpoint | None = None):
+                 resume: Checkpoint | None = None, attempt: int = 0):
         self.spec = spec
         self.engine = engine
         self.data = data
@@ -165,7 +189,7 @@ class TrainLoop:
         self.start_step = resume.step if resume is not None else 0
         self.step = self.start_step
         """The last step begun (error messages say where a run stopped)."""
-        self.attempt = int(os.environ.get(ATTEMPT_ENV, "0") or 0)
+        self.attempt = attempt
         self.run_dir = run_dir
         self.extra_summary = extra_summary or {}
         self.started = started or time.perf_counter()

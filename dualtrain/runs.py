@@ -24,7 +24,7 @@ from dualtrain.model import batchnorm_layers, cancelled_biases, resolve, where
 from dualtrain.outdir import check_creatable
 from dualtrain.plan import ShardPlan
 from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
-from dualtrain.runner_base import ATTEMPT_ENV, RESUME_ENV, check_continuation, steps_total
+from dualtrain.runner_base import Start, check_continuation, steps_total
 from dualtrain.spec import Backend, Experiment, dump_spec
 from dualtrain.weights import initial_weights, save_weights
 
@@ -347,8 +347,7 @@ def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: Any, ckpt
     restarts = 0
     while True:
         workers = launch.workers(spec)
-        env = {ATTEMPT_ENV: str(attempt), **({RESUME_ENV: str(ckpt)} if ckpt is not None else {}),
-               **(extra_env or {})}
+        env = {**Start(resume=ckpt, attempt=attempt).env(), **(extra_env or {})}
         for w in workers:
             w.env.update(env)
         try:
@@ -452,17 +451,19 @@ def _run_as_external_worker(plan: RunPlan, launch: Any) -> tuple[Path | None, di
         # policy): --out holds this run, unfinished, with a complete checkpoint, so every rank
         # continues from it by itself (the chief cuts the records back to it). The ranks check that
         # they all start at the same step (TrainLoop.run).
-        os.environ[RESUME_ENV] = str(plan.restart.path)
-        os.environ[ATTEMPT_ENV] = os.environ.get("TORCHELASTIC_RESTART_COUNT", "1")
+        start = Start(resume=plan.restart.path,
+                      attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 1))
         if plan.action == "continue":
             assert plan.run_dir is not None
             truncate_records(plan.run_dir, plan.restart)
             print(f"dualtrain: restarted worker: continuing {plan.run_dir} from "
                   f"{plan.restart.path}", flush=True)
-    elif plan.action is not None:
-        _write_run_dir(plan)
+    else:
+        start = Start()
+        if plan.action is not None:
+            _write_run_dir(plan)
     worker = importlib.import_module(launch.MODULE + ".worker")
-    summary = worker.run_worker(plan.spec, plan.writer_dir)
+    summary = worker.run_worker(plan.spec, plan.writer_dir, start)
     return plan.writer_dir, summary
 
 

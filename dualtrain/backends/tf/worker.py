@@ -20,7 +20,7 @@ from dualtrain.envinfo import core_facts
 from dualtrain.errors import UserError
 from dualtrain.peers import is_comm_error, lost_peer
 from dualtrain.record import SPEC_FILE
-from dualtrain.runner_base import default_threads
+from dualtrain.runner_base import Start, default_threads
 from dualtrain.spec import Device, Experiment, Precision, TFStrategy, dump_spec
 
 from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config
@@ -132,7 +132,8 @@ def configure_tf(spec: Experiment, role: dict[str, Any]):
     return strategy, host, list(strategy.extended.worker_devices), threads
 
 
-def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
+def run_worker(spec: Experiment, run_dir: str | Path | None,
+               start: Start = Start()) -> dict[str, Any]:
     started = time.perf_counter()
     core = core_facts()  # the environment as given, before configure_tf sets anything (docs/env.md)
     spec, role = plan_process(spec)
@@ -150,7 +151,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
     run_dir = Path(run_dir) if run_dir is not None else None
     if run_dir is not None and rank == 0 and role["external"] and spec.tf.strategy is TFStrategy.MULTI_WORKER:
         (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
-    resume = resume_checkpoint(spec)  # a checkpoint to continue from (dualtrain run --resume ...)
+    resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     init = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     data = load_mnist(spec.data)
 
@@ -169,7 +170,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None) -> dict[str, Any]:
              "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"), **hook}
     extra["env"] = {"core": core, "tf": backend_facts()}
     loop = TrainLoop(spec, engine, data, run_dir if rank == 0 else None, extra_summary=extra,
-                     started=started, resume=resume)
+                     started=started, resume=resume, attempt=start.attempt)
     try:
         return loop.run()
     except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,

@@ -27,7 +27,7 @@ from dualtrain.envinfo import core_facts
 from dualtrain.errors import UserError
 from dualtrain.netif import route_interface
 from dualtrain.peers import Peer, is_comm_error, lost_peer
-from dualtrain.runner_base import TrainLoop, default_threads, resume_checkpoint
+from dualtrain.runner_base import Start, TrainLoop, default_threads, resume_checkpoint
 from dualtrain.spec import Experiment
 from dualtrain.weights import worker_initial_weights
 
@@ -42,8 +42,10 @@ def dist_env() -> dict[str, int]:
             "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", world))}
 
 
-def run_worker(spec: Experiment, run_dir: str | Path | None, *, destroy: bool = True) -> dict[str, Any]:
-    """Train this rank; return the summary (rank 0) or the same dict computed locally (others).
+def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Start(), *,
+               destroy: bool = True) -> dict[str, Any]:
+    """Train this rank from ``start``; return the summary (rank 0) or the same dict computed locally
+    (others).
 
     ``destroy=False``: leave the process group as it is (the worker process exits right after)."""
     started = time.perf_counter()
@@ -60,7 +62,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, *, destroy: bool = 
     device = select_device(spec, env["local_rank"])
 
     data = load_mnist(spec.data)
-    resume = resume_checkpoint(spec)  # a checkpoint to continue from (dualtrain run --resume ...)
+    resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
 
     route = route_interface(os.environ["MASTER_ADDR"])  # (interface, address) towards rank 0's host
@@ -79,7 +81,8 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, *, destroy: bool = 
                  "gloo_interface": ifname, **hook}
         extra["env"] = {"core": core, "torch": backend_facts(gpu_details=device.type == "cuda")}
         loop = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
-                         extra_summary=extra, started=started, resume=resume)
+                         extra_summary=extra, started=started, resume=resume,
+                         attempt=start.attempt)
         summary = loop.run()
         # (On an exception there is no teardown: the process exits; a launcher stops the others.)
         leave_together(env["rank"], env["world"], spec.distribution.timeout_s)
