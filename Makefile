@@ -22,8 +22,10 @@ run: $(STAMP)
 compare: $(STAMP)
 	$(BIN)/dualtrain compare --config configs/mnist_mlp.yaml --world-size 2
 
-# The test suite CI runs (slow cases excluded: CNN convergence, the plain-SGD gap; see test-slow).
+# The test suite CI runs (slow cases excluded: CNN convergence, the plain-SGD gap; see test-slow),
+# after the type check of the package (the backend contracts: Engine, LaunchModule).
 test: $(STAMP)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 test-slow: $(STAMP)

@@ -102,7 +102,9 @@ def _fsync_dir(path: Path) -> None:
 
 def _write_npz(path: Path, arrays: Weights) -> None:
     with open(path, "wb") as f:
-        np.savez(f, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+        # Any: mypy also matches **contiguous against savez's allow_pickle: bool parameter
+        contiguous: dict[str, Any] = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+        np.savez(f, **contiguous)
         f.flush()
         os.fsync(f.fileno())
 

@@ -24,6 +24,7 @@ import struct
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -141,7 +142,8 @@ def _read_zarr(path: Path) -> dict[str, np.ndarray]:
     except ImportError:
         raise UserError(f"reading the offline MNIST copy needs zarr (pip install {OFFLINE_PACKAGE})") from None
     group = zarr.open_group(zarr.storage.ZipStore(str(path), mode="r"), mode="r")
-    return {k: np.asarray(group[k][...]) for k in SHAPES}
+    # each key of the offline copy names an array, not a subgroup
+    return {k: np.asarray(cast(zarr.Array, group[k])[...]) for k in SHAPES}
 
 
 def _read_zarr_decoded(path: Path) -> dict[str, np.ndarray]:
@@ -163,7 +165,9 @@ def _read_zarr_decoded(path: Path) -> dict[str, np.ndarray]:
         decoded.parent.mkdir(parents=True, exist_ok=True)
         tmp = decoded.with_name(f"{decoded.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
-            np.savez(f, **{key: arrays[k] for k, key in NPZ_KEYS.items()})
+            # Any: mypy also matches **named against savez's allow_pickle: bool parameter
+            named: dict[str, Any] = {key: arrays[k] for k, key in NPZ_KEYS.items()}
+            np.savez(f, **named)
         tmp.replace(decoded)
     except OSError:
         pass
@@ -210,7 +214,11 @@ def read_source(source: str) -> dict[str, np.ndarray]:
     elif kind == "zarr":
         arrays = _read_zarr_decoded(path)
     else:
-        arrays = {k: _read_idx(_find_idx(path, stem)) for k, stem in IDX_NAMES.items()}
+        arrays = {}
+        for k, stem in IDX_NAMES.items():
+            found = _find_idx(path, stem)
+            assert found is not None  # an idx: source comes from locate(), which found them all
+            arrays[k] = _read_idx(found)
     _verify(arrays, str(path))
     return arrays
 

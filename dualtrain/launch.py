@@ -32,6 +32,12 @@ class Worker:
     proc: subprocess.Popen | None = None
 
 
+def _started(w: Worker) -> subprocess.Popen:
+    """``w``'s process, once :func:`run_workers` has started every worker."""
+    assert w.proc is not None
+    return w.proc
+
+
 def free_port(addr: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((addr, 0))
@@ -178,27 +184,29 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
                                       preexec_fn=_worker_signals if main else None)
         if stderr_noise is not None:
             for w in workers:
-                t = threading.Thread(target=_forward_stderr, args=(w.proc.stderr, stderr_noise),
+                t = threading.Thread(target=_forward_stderr,
+                                     args=(_started(w).stderr, stderr_noise),
                                      name=f"stderr-{unit}{w.rank}", daemon=True)
                 t.start()
                 forwarders.append(t)
         if run_dir is not None:
             (Path(run_dir) / "launch.json").write_text(json.dumps(
-                {"module": module, "workers": [{unit: w.rank, "pid": w.proc.pid} for w in workers]},
+                {"module": module,
+                 "workers": [{unit: w.rank, "pid": _started(w).pid} for w in workers]},
                 indent=2) + "\n")
         first_done: float | None = None
         while True:
             running = []
             for w in workers:
-                code = w.proc.poll()
+                code = _started(w).poll()
                 if code is None:
                     running.append(w)
                 elif code != 0:
                     w, code = _root_cause(workers, w, code)
-                    others = [o for o in workers if o is not w and o.proc.poll() is None]
+                    others = [o for o in workers if o is not w and _started(o).poll() is None]
                     _stop(others)
                     stopped = f"; stopped the other {len(others)} {unit}(s)" if others else ""
-                    raise RunFailed(f"{unit} {w.rank} (pid {w.proc.pid}) {describe_exit(code)}"
+                    raise RunFailed(f"{unit} {w.rank} (pid {_started(w).pid}) {describe_exit(code)}"
                                     f"{stopped}", rank=w.rank, code=code)
             if not running:
                 return
@@ -235,10 +243,10 @@ def _root_cause(workers: list[Worker], failed: Worker, code: int,
     deadline = time.monotonic() + wait_s
     while True:
         for w in workers:
-            other = w.proc.poll() if w is not failed else None
+            other = _started(w).poll() if w is not failed else None
             if other is not None and other < 0:
                 return w, other
-        if time.monotonic() >= deadline or all(w.proc.poll() is not None for w in workers):
+        if time.monotonic() >= deadline or all(_started(w).poll() is not None for w in workers):
             return failed, code
         time.sleep(0.02)
 

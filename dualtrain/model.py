@@ -84,11 +84,13 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
     body: list[ResolvedLayer] = []
     shortcut: list[ResolvedLayer] = []
     fan_in = 0
+    new: tuple[int, ...]
     t = layer.type
     if t is LayerType.DENSE:
         if len(shape) != 1:
             raise UserError(f"{where} needs a flat input; add a flatten layer before it. "
                             f"Received: input shape {shape}")
+        assert layer.units is not None  # LayerSpec requires units on a dense layer
         fan_in = shape[0]
         params = ((f"{prefix}.weight", (layer.units, fan_in)),
                   *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()))
@@ -97,6 +99,7 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
         if len(shape) != 3:
             raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
         c, h, w = shape
+        assert layer.filters is not None and layer.kernel_size is not None  # required (LayerSpec)
         k, s = layer.kernel_size, layer.stride or 1
         if layer.padding is Padding.SAME:
             oh, ow = h, w
@@ -113,6 +116,7 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
         if len(shape) != 3:
             raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
         c, h, w = shape
+        assert layer.pool_size is not None  # LayerSpec requires pool_size on a pooling layer
         p, s = layer.pool_size, layer.stride or layer.pool_size
         oh, ow = (h - p) // s + 1, (w - p) // s + 1
         if oh < 1 or ow < 1:

@@ -66,7 +66,7 @@ def listen_address(master_addr: str) -> str | None:
         infos = socket.getaddrinfo(master_addr, None, socket.AF_INET, socket.SOCK_STREAM)
     except OSError:
         return None
-    addresses = {info[4][0] for info in infos}
+    addresses = {str(info[4][0]) for info in infos}  # AF_INET: (host, port), the host a str
     if len(addresses) != 1:
         return None
     (address,) = addresses

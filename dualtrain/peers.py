@@ -76,8 +76,9 @@ def lost_peer(backend: str, rank: int, text: str, peers: list[Peer], *, timeout_
                          rank=who[0].rank)
     if _TIMEOUT.search(text):
         others = [p for p in peers if p.rank != rank]
-        who = f"its peer {others[0].describe()}" if len(others) == 1 else "a peer"
-        return RunFailed(f"{backend} rank {rank}: {who} did not answer within distribution.timeout_s"
-                         f"={timeout_s:g}s{at} (lost host or network): {reason}",
+        whom = f"its peer {others[0].describe()}" if len(others) == 1 else "a peer"
+        return RunFailed(f"{backend} rank {rank}: {whom} did not answer within "
+                         f"distribution.timeout_s={timeout_s:g}s{at} (lost host or network): "
+                         f"{reason}",
                          rank=others[0].rank if len(others) == 1 else None)
     return RunFailed(f"{backend} rank {rank}: a collective failed{at}: {reason}")

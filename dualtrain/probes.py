@@ -95,7 +95,8 @@ def save(run_dir: str | Path, step: int, arrays: dict[str, Weights]) -> None:
     float32 as given (canonical names and layouts)."""
     path = _npz(Path(run_dir), step)
     path.parent.mkdir(parents=True, exist_ok=True)
-    flat = {
+    # Any: mypy also matches **flat against savez's allow_pickle: bool parameter
+    flat: dict[str, Any] = {
         f"{group}/{name}": np.ascontiguousarray(v)
         for group, weights in arrays.items()
         for name, v in weights.items()

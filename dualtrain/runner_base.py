@@ -108,6 +108,7 @@ class Engine(Protocol):
 def steps_total(spec: Experiment, plan: ShardPlan) -> int:
     by_epochs = spec.train.epochs * plan.steps_per_epoch if spec.train.epochs is not None else None
     if spec.train.max_steps is None:
+        assert by_epochs is not None  # TrainSpec requires epochs or max_steps
         return by_epochs
     return spec.train.max_steps if by_epochs is None else min(by_epochs, spec.train.max_steps)
 
@@ -215,6 +216,7 @@ class TrainLoop:
         if self.probe_role is not None and self.probe_role.mode == "record":
             self._record_at = set(probes.probe_steps(self.total_steps))
         elif self.probe_role is not None:
+            assert self.probe_role.source is not None  # a replay role names its source run
             self._probe_index = probes.read_index(self.probe_role.source) or []
         # replay: the loss scale this run used at each probe step (and its last one, for steps a
         # resumed run did not take itself)
@@ -255,6 +257,7 @@ class TrainLoop:
             raise UserError(f"the workers would start at different steps ({starts.tolist()} by "
                             f"process): every worker must see the same run directory and checkpoint")
         if step:
+            assert self.resume is not None  # only a resumed run starts after step 0
             self.say(f"resuming after step {step} from {self.resume.path}")
         t_train = time.perf_counter()
         self._window_t0 = t_train
@@ -278,6 +281,7 @@ class TrainLoop:
                 if step in self._scale_at:
                     self._scales[step] = out.loss_scale
                 if out.grads is not None and self.writer is not None and step in self._dump:
+                    assert self.run_dir is not None  # a writer implies a run directory
                     save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
                 self._window.append((step, epoch + 1, lr, out, count))
                 self.out.advance(step, epoch + 1)
@@ -314,6 +318,7 @@ class TrainLoop:
         next collective waits for it)."""
         if self.writer is None:
             return
+        assert self.run_dir is not None  # a writer implies a run directory
         t0 = time.perf_counter()
         self.writer.flush()
         spec = self.spec
@@ -434,6 +439,7 @@ class TrainLoop:
         loss = float(self.engine.gather(np.array([out.loss_sum], np.float64)).sum()) / count
         if self.writer is None:
             return
+        assert self.run_dir is not None  # a writer implies a run directory
         arrays = {"grad": out.grads or {}, **(arrays or {"post": self.engine.weights()})}
         row = {"step": step, "loss": loss, "lr": lr, "grad_norm": out.grad_norm,
                "loss_scale": out.loss_scale, "skipped": bool(out.skipped), "count": count}
@@ -450,6 +456,7 @@ class TrainLoop:
         final_scale = self._last_scale
         for row in rows:
             step = int(row["step"])
+            assert self.probe_role is not None and self.probe_role.source is not None  # replay
             arrays = probes.load(self.probe_role.source, step)
             weights, state = probes.state_of(arrays, row, self._scales.get(step, final_scale))
             self.engine.load_weights(weights)
@@ -502,6 +509,7 @@ class TrainLoop:
             **self.extra_summary,
         }
         if self.writer is not None:
+            assert self.run_dir is not None  # a writer implies a run directory
             save_weights(Path(self.run_dir) / WEIGHTS_FINAL, weights)
             self.writer.summary(summary)
             self.writer.close()

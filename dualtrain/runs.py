@@ -15,7 +15,7 @@ from typing import Any
 
 from dualtrain import checkpoint, cluster, probes, tbevents
 from dualtrain import data as mnist
-from dualtrain.backends import check_installed, launch_module, parse_backend
+from dualtrain.backends import LaunchModule, check_installed, launch_module, parse_backend
 from dualtrain.entry import WORKER_ERROR
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder, write_atomic
@@ -338,7 +338,8 @@ def resume_run(run_dir: str | Path, backend: Backend | None = None,
                             extra_env=probe.env() if probe is not None else None)
 
 
-def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: Any, ckpt: Path | None,
+def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: LaunchModule,
+            ckpt: Path | None,
             *, attempt: int, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
     ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
@@ -438,7 +439,8 @@ def _copy_records(ckpt: checkpoint.Checkpoint, run_dir: Path) -> None:
             (run_dir / name).write_bytes(f.read(size))
 
 
-def _run_as_external_worker(plan: RunPlan, launch: Any) -> tuple[Path | None, dict[str, Any]]:
+def _run_as_external_worker(plan: RunPlan,
+                            launch: LaunchModule) -> tuple[Path | None, dict[str, Any]]:
     import importlib
 
     assert plan.launcher is not None

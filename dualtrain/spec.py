@@ -15,11 +15,13 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from dualtrain.errors import UserError
+
+_E = TypeVar("_E", bound="StrEnum")
 
 
 class StrEnum(str, enum.Enum):
@@ -33,7 +35,7 @@ class StrEnum(str, enum.Enum):
         return [m.value for m in cls]
 
     @classmethod
-    def parse(cls, value: Any, path: str) -> StrEnum:
+    def parse(cls: type[_E], value: Any, path: str) -> _E:
         """The member ``value`` names: its value in any letter case, or an unambiguous alias the
         frameworks use (``pytorch``, ``mixed_float16``, ``Dense``, ``linear``); recorded by its
         canonical value. Otherwise a UserError that suggests the closest names."""
@@ -282,6 +284,7 @@ class LayerSpec:
             for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, default)
+            assert self.momentum is not None and self.eps is not None  # defaults set just above
             _check(0.0 <= self.momentum <= 1.0, "layer batchnorm.momentum", "must be in [0, 1]",
                    self.momentum)
             _check(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
@@ -344,8 +347,11 @@ class ModelSpec:
         return PRESETS[self.preset] if self.preset is not None else self.layers
 
 
-def _layers(*items: dict) -> tuple[LayerSpec, ...]:
-    return tuple(LayerSpec(**{k: (LayerType(v) if k == "type" else v) for k, v in d.items()}) for d in items)
+def _layers(*items: dict[str, Any]) -> tuple[LayerSpec, ...]:
+    def layer(d: dict[str, Any]) -> LayerSpec:
+        kwargs: dict[str, Any] = {k: (LayerType(v) if k == "type" else v) for k, v in d.items()}
+        return LayerSpec(**kwargs)
+    return tuple(layer(d) for d in items)
 
 
 PRESETS: dict[str, tuple[LayerSpec, ...]] = {
@@ -428,6 +434,7 @@ class OptimizerSpec:
                "must be two numbers in [0, 1)", list(self.betas))
         if self.eps is None:  # torch's default for this optimizer, written into the resolved spec
             object.__setattr__(self, "eps", 1e-6 if self.name is OptimizerName.ADADELTA else 1e-8)
+        assert self.eps is not None  # set just above when it was null
         _check(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
         _check(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
         _check(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
@@ -637,7 +644,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             try:
                 return _convert(other, value, path)
             except UserError:
-                names = other.values() if isinstance(other, type) and issubclass(other, enum.Enum) else []
+                is_vocab = isinstance(other, type) and issubclass(other, StrEnum)
+                names = other.values() if is_vocab else []
                 raise UserError(f"{path} must be one of {names} or an integer. "
                                 f"Received: {value!r}") from None
         return _convert(non_none[0], value, path)
@@ -646,7 +654,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise UserError(f"{path} must be a mapping. Received: {value!r}")
-        return _build(tp, value, path)
+        return _build(typing.cast(type, tp), value, path)  # tp: a type hint, so a class
     if isinstance(tp, type) and issubclass(tp, StrEnum):
         return tp.parse(value, path)
     if origin is tuple:
@@ -717,9 +725,9 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
     if errors:
         count += len(errors)
         if path or count == 1:
-            exc = UserError("; ".join(errors))
-            exc.count = count  # type: ignore[attr-defined]
-            raise exc
+            err = UserError("; ".join(errors))
+            setattr(err, "count", count)  # read back with getattr(exc, "count", 1) above
+            raise err
         raise UserError(f"{count} mistakes in the spec: " + "; ".join(errors))
     if cls is LayerSpec and "type" not in kwargs:
         raise UserError(f"{path} needs a 'type' ({', '.join(LayerType.values())}). Received: {data!r}")
@@ -803,8 +811,9 @@ def shipped_config(path: str | Path) -> Path | None:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    if not p.exists() and shipped_config(p) is not None:
-        p = shipped_config(p)  # type: ignore[assignment]
+    named = shipped_config(p) if not p.exists() else None
+    if named is not None:
+        p = named
     if p.is_dir():
         found = sorted(q.name for q in p.glob("*.y*ml"))
         hint = f"; it holds {', '.join(found)}" if found else ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,10 @@ def _storage_dtype(array: np.ndarray) -> type:
 def save_weights(path: str | Path, weights: Weights) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{k: np.ascontiguousarray(v, dtype=_storage_dtype(v)) for k, v in weights.items()})
+    # Any: mypy also matches **arrays against savez's allow_pickle: bool parameter
+    arrays: dict[str, Any] = {k: np.ascontiguousarray(v, dtype=_storage_dtype(v))
+                              for k, v in weights.items()}
+    np.savez(tmp, **arrays)
     tmp.replace(path)
 
 

@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from types import ModuleType
+from typing import TYPE_CHECKING, Protocol, cast
 
 from dualtrain.errors import UserError
 from dualtrain.spec import Backend
+
+if TYPE_CHECKING:
+    import re
+    from collections.abc import Mapping
+
+    from dualtrain import cluster
+    from dualtrain.launch import Worker
+    from dualtrain.spec import Experiment
 
 PACKAGES = {Backend.TORCH: "dualtrain.backends.torch", Backend.TF: "dualtrain.backends.tf"}
 REQUIRES = {Backend.TORCH: ("torch",), Backend.TF: ("tensorflow", "keras")}
@@ -27,6 +35,40 @@ def check_installed(backend: Backend) -> None:
                             f"pip install 'dualtrain[{backend.value}]' -c constraints.txt")
 
 
-def launch_module(backend: Backend) -> ModuleType:
+class LaunchModule(Protocol):
+    """What each backend's framework-free ``launch`` module provides (both modules are checked
+    against it by mypy at the end of this file)."""
+
+    @property
+    def MODULE(self) -> str:
+        """The backend package the workers run as ``python -m``."""
+
+    @property
+    def UNIT(self) -> str:
+        """What one worker process is called in messages ("rank", "worker")."""
+
+    @property
+    def STDERR_NOISE(self) -> re.Pattern[bytes] | None:
+        """The workers' stderr lines the launcher leaves out (dualtrain.launch.run_workers)."""
+
+    def detect(self, env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
+        """The external launcher that started this process as one rank, if any (reads only)."""
+
+    def workers(self, spec: Experiment) -> list[Worker]:
+        """The worker processes dualtrain starts itself for ``spec``."""
+
+    def check_devices(self, spec: Experiment) -> None:
+        """Raise UserError when ``spec``'s device is not there (asks a child process)."""
+
+
+def launch_module(backend: Backend) -> LaunchModule:
     """The backend's framework-free launch module (worker planning, external-launch detection)."""
-    return importlib.import_module(PACKAGES[backend] + ".launch")
+    return cast(LaunchModule, importlib.import_module(PACKAGES[backend] + ".launch"))
+
+
+if TYPE_CHECKING:  # mypy checks both launch modules against the protocol (never run)
+    from dualtrain.backends.tf import launch as _tf_launch
+    from dualtrain.backends.torch import launch as _torch_launch
+
+    _torch_checked: LaunchModule = _torch_launch
+    _tf_checked: LaunchModule = _tf_launch

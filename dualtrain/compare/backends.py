@@ -287,6 +287,7 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
             say(f"{Progress.PREFIX} {tracker._tag(i)}: {run.what} stopped before a checkpoint; "
                 f"it runs again (the stopped run is kept in {_set_aside(run)})")
         tracker.start(i)
+        run_dir: Path | None  # start_run returns None for a worker of an external launcher
         try:
             if have.state == "resumable":
                 run_dir, _ = resume_run(run.where, run.backend, probe=run.probe)

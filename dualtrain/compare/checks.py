@@ -161,7 +161,7 @@ def check_init_weights(a: RunRecord, b: RunRecord) -> Check:
     if problem:
         return Check("init_weights", math.inf, 0.0, False, problem, unit="max abs", first_step=0)
     diffs = R.max_abs_diff(wa, wb)
-    worst = max(diffs, key=diffs.get)
+    worst = max(diffs, key=diffs.__getitem__)
     value = diffs[worst]
     differing = [k for k, v in diffs.items() if v > 0]
     if differing:
@@ -359,7 +359,8 @@ def check_skipped(a: RunRecord, b: RunRecord) -> Check:
     if c.passed or not diffs:
         return c
     off = [d for d in diffs if not d.at_threshold]
-    note = _steps_note(*(set(R.step_map(r, "skipped")) for r in (a, b)), *R.labels(a, b))
+    note = _steps_note(set(R.step_map(a, "skipped")), set(R.step_map(b, "skipped")),
+                       *R.labels(a, b))
     c.value = float(len(off))
     c.passed = not off and not note
     c.first_step = off[0].step if off else None
@@ -412,7 +413,7 @@ def check_reference_weights(ref: Reference) -> Check:
         return Check("reference_weights", math.inf, REFERENCE.weights_rel, False, problem, unit="rel",
                      group=SEMANTICS)
     rel = {k: (math.inf if math.isnan(v) else v) for k, v in R.rel_diff(wa, wb).items()}
-    worst = max(rel, key=rel.get)
+    worst = max(rel, key=rel.__getitem__)
     bad = [k for k, v in rel.items() if v > REFERENCE.weights_rel]
     dtypes = sorted({str(v.dtype) for v in (*wa.values(), *wb.values())})
     detail = f"fp64 pair, per tensor: worst {worst} {_fmt(rel[worst])} ({'/'.join(dtypes)} weights)"
@@ -437,7 +438,7 @@ def check_reference_eval(ref: Reference) -> Check:
     diff = {s: abs(loss_a[s] - loss_b[s]) for s in steps}
     diff = {s: (math.inf if math.isnan(v) else v) for s, v in diff.items()}
     bad = [s for s in steps if diff[s] > REFERENCE.eval_loss_abs or acc_a.get(s) != acc_b.get(s)]
-    worst = max(steps, key=diff.get)
+    worst = max(steps, key=diff.__getitem__)
     same_acc = all(acc_a.get(s) == acc_b.get(s) for s in steps)
     detail = (f"fp64 pair, {len(steps)} evaluation(s): max |eval loss diff| {_fmt(diff[worst])} at step "
               f"{worst}; accuracy {'identical' if same_acc else 'differs'} "
@@ -529,6 +530,8 @@ def check_trajectory(a: RunRecord, b: RunRecord, ref: Reference | None = None,
     worst = int(np.argmax(ratio))
     n_cov = int(t.covered.sum())
     la, lb = R.labels(a, b)
+    # covered steps exist: trajectory() had the fp64 runs' losses
+    assert t.rounding_a is not None and t.rounding_b is not None and t.noise is not None
     end_a = float(np.nanmax(t.rounding_a[t.covered]))
     end_b = float(np.nanmax(t.rounding_b[t.covered]))
     detail = (f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(distance to fp64 (running max, "
@@ -565,7 +568,7 @@ def check_final_weights(a: RunRecord, b: RunRecord, ref: Reference | None = None
             da, db = R.rel_diff(wa, ra), R.rel_diff(wb, rb)
             noise = {k: max(da[k], db[k]) for k in cross}
     if noise is None:
-        worst = max(cross, key=cross.get)
+        worst = max(cross, key=cross.__getitem__)
         bad = [k for k, v in cross.items() if not v <= tol.weights_fixed]
         why = "no fp64 reference" if ref is None else "fp64 reference weights unusable"
         detail = (f"{why}: fixed relative tolerance {_fmt(tol.weights_fixed)}; worst {worst} "
@@ -576,7 +579,7 @@ def check_final_weights(a: RunRecord, b: RunRecord, ref: Reference | None = None
                      group=NUMERICS)
     ratio = {k: cross[k] / max(noise[k], tol.weights_floor) for k in cross}
     ratio = {k: (math.inf if math.isnan(v) else v) for k, v in ratio.items()}
-    worst = max(ratio, key=ratio.get)
+    worst = max(ratio, key=ratio.__getitem__)
     bad = [k for k, v in ratio.items() if v > tol.factor]
     detail = (f"per tensor rel diff vs {tol.factor:g} x max(distance to fp64 (farther backend), "
               f"{_fmt(tol.weights_floor)}); worst {worst}: {_fmt(cross[worst])} vs {_fmt(noise[worst])}")
@@ -588,7 +591,7 @@ def check_final_weights(a: RunRecord, b: RunRecord, ref: Reference | None = None
 
 def _accuracies(rec: RunRecord) -> dict[int | str, float]:
     """Test accuracy per eval step, and the final one under the key "final"."""
-    acc: dict[int | str, float] = dict(R.step_map(rec, "accuracy", "eval"))
+    acc: dict[int | str, float] = {k: v for k, v in R.step_map(rec, "accuracy", "eval").items()}
     final = rec.summary.get("test_accuracy")
     if final is not None:
         acc["final"] = float(final)
@@ -618,7 +621,9 @@ def check_eval(a: RunRecord, b: RunRecord, ref: Reference | None = None,
             allowed[s] = max(tol.eval_pp, tol.factor * dist) if not math.isnan(dist) else tol.eval_pp
     over = [s for s in points if diff[s] > allowed[s]]
     worst = max(points, key=lambda s: diff[s] / allowed[s])
-    note = _steps_note({k for k in ea if k != "final"}, {k for k in eb if k != "final"}, la, lb)
+    # the keys besides "final" are the int eval steps
+    note = _steps_note({k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)},
+                       la, lb)
     detail = f"final {la} {100 * ea['final']:.2f}% vs {lb} {100 * eb['final']:.2f}% ({diff['final']:.3f} pp)"
     if len(points) > 1:
         detail += f"; {len(points) - 1} eval step(s)"
@@ -631,7 +636,7 @@ def check_eval(a: RunRecord, b: RunRecord, ref: Reference | None = None,
         detail += f"; over at {', '.join(map(str, over[:5]))}"
     if note:
         detail += f"; {note}"
-    steps_over = [s for s in over if s != "final"]
+    steps_over = [s for s in over if isinstance(s, int)]  # all but "final"
     return Check("eval", diff[worst], allowed[worst], not over and not note, detail, unit="pp",
                  first_step=_min_step(steps_over[0] if steps_over else None,
                                       _first_missing(set(R.step_map(a, "accuracy", "eval")),

@@ -125,9 +125,10 @@ def measure(
         absgrad, n = ref.get("absgrad", {}), {k: float(v[0]) for k, v in ref.get("absterms", {}).items()}
         scaled = [k for k in keys if k in absgrad and k in n and bound is not None]
         scale = {k: g64[k] for k in keys}
-        scale.update({k: absgrad[k] * bound.grad_scale(n[k]) for k in scaled})  # type: ignore[union-attr]
+        if bound is not None:  # else scaled is empty
+            scale.update({k: absgrad[k] * bound.grad_scale(n[k]) for k in scaled})
         tensors = {k: _rel(_norm(grad_err, [k]), _norm(scale, [k])) for k in keys}
-        floors = {k: bound.grad_cross_floor(n[k]) for k in scaled}  # type: ignore[union-attr]
+        floors = {k: bound.grad_cross_floor(n[k]) for k in scaled} if bound is not None else {}
         den = _norm(update, keys)
         errors = {
             "loss": _rel(

@@ -275,7 +275,7 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
         "versions": {"dualtrain": __version__, "python": platform.python_version(),
                      "numpy": np.__version__, "a": _versions(cmp.a), "b": _versions(cmp.b),
                      **({"reference_a": _versions(ref.a), "reference_b": _versions(ref.b)}
-                        if "reference_a" in runs else {})},
+                        if ref is not None and "reference_a" in runs else {})},
         "environment": environment(cmp),
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -310,7 +310,7 @@ def figures(cmp: Comparison) -> dict[str, str]:
     runs = [(cmp.a, la, "-", 1.6), (cmp.b, lb, "--", 1.2)]
     ref = cmp.reference
     separate_ref = ref is not None and ref.a is not cmp.a
-    if separate_ref:
+    if ref is not None and separate_ref:
         runs += [(ref.a, f"{la} fp64", ":", 1.0), (ref.b, f"{lb} fp64", "-.", 1.0)]
     out: dict[str, str] = {}
 
@@ -343,6 +343,8 @@ def figures(cmp: Comparison) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(8, 3.6))
         ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
         if t.noise is not None:
+            # trajectory() sets the noise model and both distances to fp64 together
+            assert t.rounding_a is not None and t.rounding_b is not None
             ax.plot(t.steps, pos(t.rounding_a), lw=0.8, alpha=0.7, label=f"|{la} - {la} fp64|")
             ax.plot(t.steps, pos(t.rounding_b), lw=0.8, alpha=0.7, label=f"|{lb} - {lb} fp64|")
         ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance (numerics)")
@@ -415,8 +417,9 @@ def figures(cmp: Comparison) -> dict[str, str]:
 
 def _tolerance_rows() -> list[tuple[str, ...]]:
     r = REFERENCE
-    rows = [("fp64 pair (semantics)", f"{r.loss_abs:g} abs", "-", f"{r.weights_rel:g} rel", "-",
-             f"identical; eval loss {r.eval_loss_abs:g}")]
+    rows: list[tuple[str, ...]] = [
+        ("fp64 pair (semantics)", f"{r.loss_abs:g} abs", "-", f"{r.weights_rel:g} rel", "-",
+         f"identical; eval loss {r.eval_loss_abs:g}")]
     for name, t in TOLERANCES.items():
         if name == "fp64":
             continue
@@ -502,9 +505,9 @@ def markdown(cmp: Comparison) -> str:
                      f"{step if step is not None else 'none (no per-step check failed)'}")
         lines.append(f"- category: **{d.category}**")
         lines.append(f"- likely cause: **{d.cause}**")
-        for c in d.causes:
-            at = "before training" if c.step == 0 else f"step {c.step}"
-            lines.append(f"  - {c.kind} ({at}): {c.evidence}")
+        for cause in d.causes:
+            at = "before training" if cause.step == 0 else f"step {cause.step}"
+            lines.append(f"  - {cause.kind} ({at}): {cause.evidence}")
     if d.spec_differences:
         lines += ["", "Spec differences:", "", "| field | A | B | |", "|---|---|---|---|"]
         for s in d.spec_differences:

@@ -36,7 +36,7 @@ from dualtrain.checkpoint import OptimizerState
 from dualtrain.data import Mnist, normalize
 from dualtrain.errors import UserError
 from dualtrain.model import resolve, walk
-from dualtrain.runner_base import StepOut
+from dualtrain.runner_base import Engine, StepOut
 from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
 from dualtrain.weights import Weights
 
@@ -76,7 +76,7 @@ def _fma(a, alpha, b):
     return tf.cast(tf.cast(a, f64) + alpha32 * tf.cast(b, f64), tf.float32)
 
 
-class TFEngine:
+class TFEngine(Engine):
     backend = "tf"
 
     def __init__(self, spec: Experiment, strategy: tf.distribute.Strategy, data: Mnist,

@@ -19,7 +19,7 @@ import os
 import socket
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from dualtrain.checkpoint import OptimizerState
 from dualtrain.data import Mnist, normalize
 from dualtrain.errors import UserError
 from dualtrain.netif import listen_address
-from dualtrain.runner_base import StepOut
+from dualtrain.runner_base import Engine, StepOut
 from dualtrain.spec import Device, Experiment, OptimizerName, Precision
 from dualtrain.weights import Weights
 
@@ -61,7 +61,9 @@ def configure_determinism(on: bool) -> None:
     torch.use_deterministic_algorithms(on)
     # use_deterministic_algorithms also NaN-fills every new tensor; nothing here reads uninitialised
     # memory, so that fill only costs time (a few % per step on the MLP).
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    # torch defines this setting as a property of the module's class (torch/utils/deterministic.py),
+    # which its type information does not show
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     torch.backends.cudnn.deterministic = on
     torch.backends.cudnn.benchmark = False
     # TF32 off in both modes: fp32 must mean fp32 (TF is configured the same way).
@@ -70,7 +72,8 @@ def configure_determinism(on: bool) -> None:
     # A kernel setting for portability checks (docs/parity.md §7): DUALTRAIN_TORCH_MKLDNN=0 turns
     # torch's oneDNN (mkldnn) CPU kernels off, as TF_ENABLE_ONEDNN_OPTS does for TensorFlow.
     if os.environ.get(MKLDNN_ENV, "").strip() == "0":
-        torch.backends.mkldnn.enabled = False
+        # a bool at runtime (a ContextProp on the module's class), annotated as the ContextProp
+        torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
 
 
 
@@ -163,6 +166,7 @@ def _global_norm(grads: list[torch.Tensor]) -> torch.Tensor:
 
 def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     o = spec.optimizer
+    assert o.eps is not None  # OptimizerSpec fills in torch's default for a null eps
     if o.name is OptimizerName.SGD:
         return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
                                weight_decay=o.weight_decay)
@@ -173,10 +177,11 @@ def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.
                                    weight_decay=o.weight_decay, momentum=o.momentum,
                                    centered=o.centered)
     cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
-    return cls(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    beta1, beta2 = o.betas  # two numbers (OptimizerSpec checks)
+    return cls(params, lr=o.lr, betas=(beta1, beta2), eps=o.eps, weight_decay=o.weight_decay)
 
 
-class TorchEngine:
+class TorchEngine(Engine):
     backend = "torch"
 
     def __init__(self, spec: Experiment, data: Mnist, weights: Weights, *, rank: int, world: int,
@@ -275,7 +280,8 @@ class TorchEngine:
             self._unscale()
         else:
             loss.backward()
-        grads = [p.grad for p in self.params]
+        # backward() gave every parameter a gradient (DDP: every parameter takes part)
+        grads = cast(list[torch.Tensor], [p.grad for p in self.params])
         norm = _global_norm(grads)
         amax = torch.stack(torch._foreach_norm(grads, float("inf"))).max().item() \
             if scaler is not None else None
@@ -309,6 +315,7 @@ class TorchEngine:
     def _unscale(self) -> None:
         """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which also
         records whether any is not finite)."""
+        assert self.scaler is not None  # fp16 only, which has a scaler
         self.scaler.unscale_(self.opt)
 
     def _loss_sum(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

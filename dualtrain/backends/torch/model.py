@@ -78,6 +78,9 @@ class BatchNorm(nn.Module):
     State dict: weight, bias, running_mean, running_var (nn.BatchNorm's names, without
     num_batches_tracked, which only momentum=None would use)."""
 
+    running_mean: torch.Tensor  # buffers (register_buffer): declared for the type checker
+    running_var: torch.Tensor
+
     def __init__(self, channels: int, momentum: float, eps: float, sync: bool):
         super().__init__()
         self.momentum, self.eps, self.sync = momentum, eps, sync

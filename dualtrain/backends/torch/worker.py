@@ -65,20 +65,23 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Star
     resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
 
+    # Before the process group: a hook that stops a worker (a planted user error) then stops every
+    # rank alike, as the checks above do, instead of leaving the others in a collective.
+    hook = run_test_hook("torch")
     route = route_interface(os.environ["MASTER_ADDR"])  # (interface, address) towards rank 0's host
     ifname = choose_gloo_interface(device, env["rank"], route)
     loop, peers = None, []
     try:
         init_distributed(spec, device, env["rank"], env["world"])
         peers = exchange_peers(env["rank"], env["world"], route[1] if route else None)
-        hook = run_test_hook("torch")
         engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"],
                              device=device)
         if resume is not None:
             engine.load_optimizer_state(resume.optimizer)
-        extra = {"threads_per_worker": threads, "process_group": dist.get_backend(),
-                 "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled,
-                 "gloo_interface": ifname, **hook}
+        extra: dict[str, Any] = {
+            "threads_per_worker": threads, "process_group": dist.get_backend(),
+            "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled,
+            "gloo_interface": ifname, **hook}
         extra["env"] = {"core": core, "torch": backend_facts(gpu_details=device.type == "cuda")}
         loop = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
                          extra_summary=extra, started=started, resume=resume,
