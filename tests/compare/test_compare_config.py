@@ -10,10 +10,9 @@ import yaml
 
 from dualtrain.tbevents import EVAL_TAGS, TRAIN_TAGS, read_logdir
 from dualtrain.weights import load_weights
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, require, run_cli
 
-BACKENDS = all((ROOT / f"dualtrain/backends/{b}/worker.py").is_file() for b in ("torch", "tf"))
-pytestmark = pytest.mark.skipif(not BACKENDS, reason="needs both backends in this checkout")
+require("torch", "tensorflow", "keras")  # both backends' frameworks (skip only if not installed)
 
 
 def test_compare_config_tiny(tmp_path):

@@ -13,10 +13,9 @@ from dualtrain.compare import compare_dirs
 from dualtrain.compare import diagnose as D
 from dualtrain.schedule import lr_at
 from dualtrain.spec import load_spec
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, require, run_cli
 
-pytestmark = pytest.mark.skipif(not (ROOT / "dualtrain/backends/torch/worker.py").is_file(),
-                                reason="the torch backend is not in this checkout")
+require("torch")
 
 CONFIG = str(ROOT / "configs/mnist_mlp.yaml")
 BASE = ["--world-size", "2", "--set", "train.epochs=1", "--set", "data.train_limit=2560",
