@@ -364,6 +364,12 @@ def check_skipped(a: RunRecord, b: RunRecord) -> Check:
     c.value = float(len(off))
     c.passed = not off and not note
     c.first_step = off[0].step if off else None
+    # A skip whose own gradient was finite broke the rule "skip exactly when the all-reduced gradient
+    # is not finite" on that run's path; a non-finite one away from the threshold is judged by the
+    # one-step probes (either path may be the one that is off).
+    by_label = dict(zip(R.labels(a, b), (a, b)))
+    c.culprits = sorted({path_name(by_label[d.skipper]) for d in off
+                         if math.isfinite(d.skipper_amax)})
     c.detail = (f"{len(diffs)} step(s) differ, " + ("each at the fp16 overflow threshold"
                                                      if not off else f"{len(off)} not at the overflow "
                                                      "threshold") + f": {_skip_note(diffs)}"

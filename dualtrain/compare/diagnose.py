@@ -211,7 +211,7 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
         causes.append(Cause(SEMANTICS, c.first_step,
                             f"the fp64 reference pair disagrees ({c.name}: {c.detail})"))
-    culprits = sorted({p for c in failed if c.group == "numerics" or c.name == "loss_scale"
+    culprits = sorted({p for c in failed if c.group == "numerics" or c.name in ("loss_scale", "skipped")
                        for p in c.culprits})
     semantic = [c for c in causes if c.kind not in (SCALE,)]
     if culprits and not ref_failed and not semantic:

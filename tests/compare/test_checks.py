@@ -241,6 +241,9 @@ def test_fp16_skip_decisions_that_part_away_from_the_threshold_fail(tmp_path):
     cmp = _fp16_pair(tmp_path / "spurious", other_at_9=0.9, skipper_at_9=1.0)
     assert not cmp.check("skipped").passed
     assert "own gradient was finite" in cmp.check("skipped").detail
+    # ... and names the skipper's path: its skip rule, not rounding, decided
+    assert cmp.check("skipped").culprits == ["torch fp16 path"]
+    assert cmp.diagnosis.culprits == ["torch fp16 path"], cmp.diagnosis.summary()
 
 
 def test_with_a_reference_eval_allows_each_backends_own_distance_to_fp64(tmp_path):
