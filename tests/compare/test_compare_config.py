@@ -80,7 +80,7 @@ def test_compare_config_tiny(tmp_path):
             (r["step"], round(r["accuracy"], 5)) for r in rows if r["kind"] == "eval"]
 
 
-@pytest.mark.slow  # the same compare_backends path runs in tests/unit/test_python_api.py
+@pytest.mark.slow  # the same compare_backends path runs in tests/integration/test_python_api.py
 def test_compare_config_reference_none(tmp_path):
     out = tmp_path / "cmp"
     res = run_cli("compare", "--config", str(ROOT / "configs/mnist_mlp.yaml"), "--world-size", "1",

@@ -1,4 +1,5 @@
-"""BatchNorm and residual blocks in the spec, the canonical layout and the pre-launch batch check."""
+"""BatchNorm and residual blocks in the spec, the canonical layout and the pre-launch batch check.
+(The CLI's refusal, a real process: tests/integration/test_batchnorm_spec.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from dualtrain.plan import ShardPlan
 from dualtrain.runs import check_batchnorm_batches
 from dualtrain.spec import LastBatch, Sharding, from_dict, load_spec
 from dualtrain.weights import init_weights
-from tests.conftest import run_cli
 
 BN_CNN = ("model.preset=null", "model.layers=[{type: conv2d, filters: 4, kernel_size: 3}, {type: batchnorm}, "
           "{type: relu}, {type: flatten}, {type: dense, units: 8}, {type: batchnorm, momentum: 0.2}, "
@@ -138,16 +138,3 @@ def test_sync_global_batch_of_one_value():
     with pytest.raises(UserError, match=r"model.layers\[4\] \(batchnorm, sync: true\): at step 41 .*"
                                         r"the global batch holds 1 sample"):
         check_batchnorm_batches(_spec("distribution.world_size=3", sync="true"), 2561)
-
-
-def test_cli_refuses_before_anything_is_written(tmp_path):
-    cfg = tmp_path / "spec.yaml"
-    cfg.write_text("data: {batch_size: 64, train_limit: 2561}\nmodel:\n  layers:\n"
-                   "    - {type: flatten}\n    - {type: dense, units: 8}\n    - {type: batchnorm}\n"
-                   "    - {type: dense, units: 10}\n")
-    out = tmp_path / "out"
-    proc = run_cli("run", "--backend", "torch", "--config", str(cfg), "--out", str(out), timeout=60)
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "at step 41" in lines[0] and "replica 0 holds 1 sample" in lines[0], lines
-    assert not out.exists()

@@ -1,6 +1,6 @@
 """The local launcher (dualtrain.launch.run_workers) never waits forever and names the worker at fault.
 
-Real subprocesses (tests/unit/launch_stub.py), no framework."""
+Real subprocesses (tests/integration/launch_stub.py), no framework."""
 
 import json
 import os
@@ -16,7 +16,7 @@ from dualtrain.backends.tf.launch import STDERR_NOISE
 from dualtrain.errors import RunFailed
 from dualtrain.launch import SHOW_ALL_LOGS, Worker, run_workers
 
-STUB = "tests.unit.launch_stub"
+STUB = "tests.integration.launch_stub"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -93,7 +93,7 @@ role = sys.argv[2] if len(sys.argv) > 2 else "hang"
 ws = [Worker(rank=r, env={"STUB_ROLE": role, "STUB_READY": sys.argv[1] + f"/ready{r}"})
       for r in range(2)]
 try:
-    run_workers("tests.unit.launch_stub", [], ws, run_dir=sys.argv[1])
+    run_workers("tests.integration.launch_stub", [], ws, run_dir=sys.argv[1])
 except Terminated:
     sys.exit(143)
 except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""Test-only worker hooks (DUALTRAIN_TEST_HOOK=tests.unit.worker_hooks:FUNCTION=ARGUMENT)."""
+"""Test-only worker hooks (DUALTRAIN_TEST_HOOK=tests.integration.worker_hooks:FUNCTION=ARGUMENT)."""
 
 from dualtrain.errors import UserError
 

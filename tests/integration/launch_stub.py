@@ -1,4 +1,4 @@
-"""A stand-in worker for tests/unit/test_launch.py: ``python -m tests.unit.launch_stub``.
+"""A stand-in worker for tests/integration/test_launch.py: ``python -m tests.integration.launch_stub``.
 
 Its behaviour comes from the STUB_ROLE environment variable: ``ok`` exits 0 (once the file
 STUB_READY names exists, if set), ``fail`` exits 3, ``fail_first`` exits 1 at once while
