@@ -18,7 +18,7 @@ from dualtrain.backends import parse_backend
 from dualtrain.compare.checks import Reference
 from dualtrain.record import read_run
 from dualtrain.runs import start_run
-from dualtrain.spec import load_spec
+from dualtrain.spec import dump_spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "configs" / "mnist_mlp.yaml")
@@ -33,11 +33,13 @@ class Runs:
                  env: dict[str, str] | None = None, probe: probes.Role | None = None) -> Path:
         """The run's directory; ``env``: extra environment for its workers (the mutants' test hook);
         ``probe``: its part in the one-step probes (dualtrain.probes), as compare sets it."""
-        key = (backend, config, overrides, tuple(sorted((env or {}).items())), probe)
+        spec = load_spec(config, ["train.log_every=1000000", *overrides])
+        # keyed by the resolved spec, so tests that reach the same run by other overrides (another
+        # order, a default spelled out) share it
+        key = (backend, dump_spec(spec), tuple(sorted((env or {}).items())), probe)
         if key not in self._cache:
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
             out = self.base / f"{backend}-{tag}"
-            spec = load_spec(config, ["train.log_every=1000000", *overrides])
             saved = {k: os.environ.get(k) for k in (env or {})}
             os.environ.update(env or {})
             try:

@@ -41,7 +41,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", [c if c != "rmsprop-plain-w1" else
+# In the slow set: rmsprop-plain-w1 (rmsprop-centered-momentum-w3 covers the rule) and
+# dropout-mlp-w3-multi_worker (dropout-cnn-w2 covers the masks, layers-w3-multi_worker the strategy).
+SLOW_CASES = ("rmsprop-plain-w1", "dropout-mlp-w3-multi_worker")
+
+
+@pytest.mark.parametrize("case", [c if c not in SLOW_CASES else
                                   pytest.param(c, marks=pytest.mark.slow) for c in CASES])
 def test_reference_pair_agrees(runs, case):
     ref = runs.reference(*DATA, *CASES[case])
@@ -58,8 +63,10 @@ def test_epoch_schedule_changes_the_lr_once_per_epoch(runs):
     assert lrs == {1: {1.0}, 2: {0.7}}
 
 
-@pytest.mark.parametrize("case", [pytest.param("layers-w3-multi_worker", marks=pytest.mark.slow),
-                                  "dropout-cnn-w2"])
+# Both slow: the default suite's fp32 compare of a CNN with dropout (and batchnorm) is
+# test_batchnorm.test_fp32_compare_passes_for_cnn_with_dropout_and_batchnorm.
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["layers-w3-multi_worker", "dropout-cnn-w2"])
 def test_fp32_pair_passes_compare_against_its_reference(runs, case):
     overrides = (*DATA, *CASES[case])
     a = read_run(runs("torch", *overrides))
