@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dualtrain import checkpoint  # noqa: E402
-from dualtrain.runs import start_run  # noqa: E402
+from dualtrain.driver.runs import start_run  # noqa: E402
+from dualtrain.runtime import checkpoint  # noqa: E402
 from dualtrain.spec import Backend, load_spec  # noqa: E402
 
 CONFIGS = {"mlp": ROOT / "configs" / "mnist_mlp.yaml", "cnn": ROOT / "configs" / "mnist_cnn.yaml"}

@@ -1,6 +1,6 @@
 """Wall time of ``dualtrain compare`` with the one-step probes against the same compare before them.
 
-The probes (dualtrain.probes) add work to a compare: the fp64 torch run saves its state at a few
+The probes (dualtrain.runtime.probes) add work to a compare: the fp64 torch run saves its state at a few
 steps, and both requested-precision runs replay one step from each after their training. This runs
 ``dualtrain compare --config configs/mnist_mlp.yaml --world-size 2`` (2 epochs, the shipped config) from
 this checkout and from the commit before the probes (a temporary git worktree), alternately, and
@@ -10,7 +10,7 @@ and noisy: never compare timings from different runs).
     python bench/bench_compare.py [--repeats 3] [--base REV] [--set KEY=VALUE ...]
 
 ``--base``: the commit to compare against (default: the parent of the commit that added
-dualtrain/probes.py). Uses this interpreter (the project's .venv) for both.
+dualtrain/runtime/probes.py). Uses this interpreter (the project's .venv) for both.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def git(*args: str) -> str:
 
 
 def default_base() -> str:
-    added = git("log", "--diff-filter=A", "--format=%H", "--", "dualtrain/probes.py").splitlines()
+    added = git("log", "--diff-filter=A", "--format=%H", "--", "dualtrain/runtime/probes.py").splitlines()
     if not added:
-        raise SystemExit("dualtrain/probes.py is not committed yet: pass --base REV")
+        raise SystemExit("dualtrain/runtime/probes.py is not committed yet: pass --base REV")
     return f"{added[-1]}^"
 
 

@@ -40,7 +40,7 @@ epochs = int(sys.argv[1])
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from dualtrain.data import DataSpec, load_mnist, normalize
+from dualtrain.core.data import DataSpec, load_mnist, normalize
 
 keras.utils.set_random_seed(0)
 data = load_mnist(DataSpec())

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dualtrain.launch import free_port  # noqa: E402
-from dualtrain.runner_base import default_threads  # noqa: E402
-from dualtrain.runs import start_run  # noqa: E402
+from dualtrain.driver.runs import start_run  # noqa: E402
+from dualtrain.launch.local import free_port  # noqa: E402
+from dualtrain.runtime.loop import default_threads  # noqa: E402
 from dualtrain.spec import Backend, load_spec  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def _plain_rank(rank: int, world: int, port: int, threads: int, result) -> None:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dualtrain.data import load_mnist, normalize
+    from dualtrain.core.data import load_mnist, normalize
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(threads)

@@ -14,8 +14,9 @@ The top-level package is framework-free: it never imports torch, tensorflow or k
 the result types load on first use (from :mod:`dualtrain.api`). Backends live in
 ``dualtrain.backends.torch`` and ``dualtrain.backends.tf`` and run in their own processes.
 
-``dualtrain.compare`` is also the name of the compare subpackage (checks, report): that module is
-callable, and calling it is :func:`dualtrain.api.compare`.
+The package is laid out as the pipeline a run goes through, each folder importing only from the
+ones before it (tests/unit/test_boundaries.py): ``spec`` -> ``records`` -> ``core`` -> ``runtime``
+-> ``launch`` -> ``backends`` -> ``parity`` -> ``driver`` -> ``api`` -> ``cli`` (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load lazily (__ge
 __all__ = ["CompareResult", "Experiment", "RunFailed", "RunResult", "UserError", "__version__",
            "compare", "experiment", "resume", "run"]
 
-_API = ("CompareResult", "RunResult", "experiment", "resume", "run")
+_API = ("CompareResult", "RunResult", "compare", "experiment", "resume", "run")
 
 
 def __getattr__(name: str) -> object:
@@ -39,8 +40,6 @@ def __getattr__(name: str) -> object:
 
     if name in _API:
         return getattr(importlib.import_module("dualtrain.api"), name)
-    if name == "compare":  # the subpackage, callable (see its __init__); importing it binds it here
-        return importlib.import_module("dualtrain.compare")
     if name == "Experiment":
         return importlib.import_module("dualtrain.spec").Experiment
     raise AttributeError(f"module 'dualtrain' has no attribute {name!r}")

@@ -34,10 +34,10 @@ from dualtrain.errors import RunFailed, UserError
 if TYPE_CHECKING:  # annotations only: importing them at run time would load numpy and more
     import numpy as np
 
-    from dualtrain.compare.checks import Check
-    from dualtrain.compare.diagnose import Diagnosis
-    from dualtrain.compare.report import Comparison
-    from dualtrain.record import RunRecord
+    from dualtrain.parity.checks import Check
+    from dualtrain.parity.diagnose import Diagnosis
+    from dualtrain.parity.report import Comparison
+    from dualtrain.records.record import RunRecord
     from dualtrain.spec import Backend, Experiment
 
 __all__ = ["CompareResult", "RunFailed", "RunResult", "SpecLike", "UserError", "compare",
@@ -81,16 +81,16 @@ class RunResult:
 
     def metrics(self) -> RunRecord:
         """Load the run's records: ``.train`` and ``.eval`` (the rows of metrics.jsonl),
-        ``.shards``, ``.spec`` and ``.summary`` (:class:`dualtrain.record.RunRecord`)."""
-        from dualtrain.record import read_run
+        ``.shards``, ``.spec`` and ``.summary`` (:class:`dualtrain.records.record.RunRecord`)."""
+        from dualtrain.records.record import read_run
 
         return read_run(self._dir())
 
     def final_weights(self) -> dict[str, np.ndarray]:
         """The trained weights (weights_final.npz): canonical names (torch ``state_dict`` keys) to
         NumPy arrays in torch's layout, whichever backend trained them."""
-        from dualtrain.record import WEIGHTS_FINAL
-        from dualtrain.weights import load_weights
+        from dualtrain.core.weights import load_weights
+        from dualtrain.records.record import WEIGHTS_FINAL
 
         return load_weights(self._dir() / WEIGHTS_FINAL)
 
@@ -243,7 +243,7 @@ def _num(value: Any) -> float | None:
 
 def _run_result(backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None,
                 spec: Experiment | None) -> RunResult:
-    from dualtrain.record import SPEC_FILE
+    from dualtrain.records.record import SPEC_FILE
     from dualtrain.spec import load_spec
 
     if run_dir is not None:  # what ran: spec.yaml (an external launcher's world size included)
@@ -279,7 +279,7 @@ def run(spec: SpecLike, backend: str = "torch", *, out: PathLike | None = None,
         UserError: a mistake in the spec, the overrides or the paths; nothing was written.
         RunFailed: a worker failed (the partial run directory stays, named in the message).
     """
-    from dualtrain.runs import start_run
+    from dualtrain.driver.runs import start_run
 
     b = _backend(backend)
     resolved = experiment(spec, world_size=world_size, precision=precision, set=set, **overrides)
@@ -294,7 +294,7 @@ def resume(run_dir: PathLike, *, backend: str | None = None, world_size: int | N
     """Continue a stopped or killed run from its latest complete checkpoint, in its own folder and
     with its own spec, like ``dualtrain run --resume RUN_DIR``; ``world_size`` may change (sharding
     exact). ``backend``, if given, must be the checkpoint's."""
-    from dualtrain.runs import resume_run
+    from dualtrain.driver.runs import resume_run
 
     b = _backend(backend) if backend is not None else None
     with _silenced(quiet):
@@ -363,7 +363,7 @@ def compare(spec_or_run_a: SpecLike | RunResult, run_b: PathLike | RunResult | N
             raise UserError(f"a spec is a YAML file, a dict or an Experiment, not a run (to "
                             f"compare finished runs, give two run directories). Received: the "
                             f"folder {str(_dir_of(spec_or_run_a))!r}")
-        from dualtrain.compare.backends import check_reference
+        from dualtrain.driver.compare import check_reference
 
         check_reference(reference or "fp64")
         resolved = experiment(spec_or_run_a, world_size=world_size, precision=precision, set=set,
@@ -389,7 +389,7 @@ def _compare_spec(spec: Experiment, reference: str, out: PathLike | None,
                  say: Callable[[str], None] | None,
                  overwrite: bool = False) -> tuple[Comparison, Path]:
     """``dualtrain compare --config``: the four runs (two with reference "none") and the report."""
-    from dualtrain.compare.backends import compare_backends, default_out
+    from dualtrain.driver.compare import compare_backends, default_out
 
     out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
     with _silenced(say is None):
@@ -400,8 +400,8 @@ def _compare_spec(spec: Experiment, reference: str, out: PathLike | None,
 def _compare_dirs_report(run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None,
                         out: PathLike | None) -> tuple[Comparison, Path]:
     """``dualtrain compare A B``: compare finished runs and write the report."""
-    from dualtrain.compare.backends import default_out
-    from dualtrain.compare.report import compare_dirs, write_report
+    from dualtrain.driver.compare import default_out
+    from dualtrain.parity.report import compare_dirs, write_report
 
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
@@ -415,7 +415,7 @@ def _compare_dirs_report(run_a: Path, run_b: Path, reference_runs: tuple[Path, P
 def _compare_result(cmp: Comparison, out_dir: Path,
                     say: Callable[[str], None] | None) -> CompareResult:
     """Print the table, the verdict and where the report is (unless ``say`` is None); the result."""
-    from dualtrain.compare.report import (
+    from dualtrain.parity.report import (
         REPORT_HTML,
         REPORT_MD,
         VERDICT_FILE,

@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from dualtrain import probes
 from dualtrain.backends import parse_backend
-from dualtrain.compare import compare_dirs
-from dualtrain.runs import start_run
+from dualtrain.driver.runs import start_run
+from dualtrain.parity import compare_dirs
+from dualtrain.runtime import probes
 from dualtrain.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dualtrain import probes
 from dualtrain.backends import parse_backend
-from dualtrain.compare.checks import Reference
-from dualtrain.record import read_run
-from dualtrain.runs import start_run
+from dualtrain.driver.runs import start_run
+from dualtrain.parity.checks import Reference
+from dualtrain.records.record import read_run
+from dualtrain.runtime import probes
 from dualtrain.spec import dump_spec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ class Runs:
     def __call__(self, backend: str, *overrides: str, config: str = MLP,
                  env: dict[str, str] | None = None, probe: probes.Role | None = None) -> Path:
         """The run's directory; ``env``: extra environment for its workers (the mutants' test hook);
-        ``probe``: its part in the one-step probes (dualtrain.probes), as compare sets it."""
+        ``probe``: its part in the one-step probes (dualtrain.runtime.probes), as compare sets it."""
         spec = load_spec(config, ["train.log_every=1000000", *overrides])
         # keyed by the resolved spec, so tests that reach the same run by other overrides (another
         # order, a default spelled out) share it

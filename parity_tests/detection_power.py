@@ -6,7 +6,7 @@ reference pair still fails.
 
 Prints the Markdown table of docs/parity.md §7 (and writes it to DIR/detection_power.md). Each trial is
 one mutated fp64 tf run compared with the unmutated fp64 torch run of the same spec (the reference pair
-``dualtrain compare`` runs), through dualtrain.compare.compare_records. About 4 minutes on 2 cores.
+``dualtrain compare`` runs), through dualtrain.parity.compare_records. About 4 minutes on 2 cores.
 
 ``--precision``: the precision-path mutants (PRECISION_MUTANTS) instead, on both backends: each trial
 is the mutated backend's run at the mutant's precision against the other backend's unmutated run, both
@@ -25,14 +25,12 @@ import time
 from pathlib import Path
 
 from dualtrain.backends import parse_backend
-from dualtrain.compare import compare_records
-from dualtrain.compare.records import loss_diff
-from dualtrain.record import read_run
-from dualtrain.runs import start_run
+from dualtrain.driver.runs import start_run
+from dualtrain.parity import compare_dirs, compare_records
+from dualtrain.parity.records import loss_diff
+from dualtrain.records.record import read_run
+from dualtrain.runtime import probes
 from dualtrain.spec import load_spec
-
-from dualtrain import probes
-from dualtrain.compare import compare_dirs
 
 from .mutants import MUTANTS, PRECISION_MUTANTS, PRECISION_SPEC, SPECS, hook
 

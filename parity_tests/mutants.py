@@ -12,7 +12,7 @@ Two kinds:
   precision, so the fp64 reference pair must fail, with the cause named here;
 * :data:`PRECISION_MUTANTS`, **precision-path** mutants (either backend): active only in runs of their
   precision path (``path``), so the fp64 pair cannot see them; ``dualtrain compare`` must fail with
-  "numerics: <backend> <path> path", found by the one-step probes (dualtrain.compare.local).
+  "numerics: <backend> <path> path", found by the one-step probes (dualtrain.parity.local).
 
 parity_tests/test_mutants.py and test_precision_mutants.py apply each one;
 parity_tests/detection_power.py measures the smallest detected sizes (docs/parity.md §7).
@@ -35,7 +35,7 @@ class Mutant:
     """The size the issue names (None: the mutant has no size)."""
     unit: str
     cause: str
-    """The cause dualtrain compare must name (dualtrain.compare.diagnose)."""
+    """The cause dualtrain compare must name (dualtrain.parity.diagnose)."""
     spec: str
     """Which parity_tests.test_mutants spec exercises it."""
     seen_by: str = "reference_loss"
@@ -126,7 +126,7 @@ SPECS = {
 
 def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
     """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at ``size``)."""
-    from dualtrain.entry import TEST_HOOK
+    from dualtrain.runtime.entry import TEST_HOOK
 
     root = str(Path(__file__).resolve().parent.parent)
     arg = name if size is None else f"{name}:{size!r}"
@@ -301,7 +301,7 @@ def _same_padding_asym(size: float) -> None:
 
 
 def _keras_bn_variance(size: float) -> None:
-    from dualtrain import batchnorm
+    from dualtrain.core import batchnorm
 
     stats = batchnorm.batch_stats
 
@@ -313,7 +313,7 @@ def _keras_bn_variance(size: float) -> None:
 
 
 def _keras_bn_replica_stats(size: float) -> None:
-    from dualtrain import batchnorm
+    from dualtrain.core import batchnorm
 
     cls = _engine()
 

@@ -13,10 +13,10 @@
 
 import pytest
 
-from dualtrain.compare import compare_records
-from dualtrain.compare.checks import Reference, check_reference_loss, check_reference_weights
-from dualtrain.record import read_run
-from dualtrain.weights import load_weights
+from dualtrain.core.weights import load_weights
+from dualtrain.parity import compare_records
+from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
+from dualtrain.records.record import read_run
 
 from .test_reference import assert_reference
 

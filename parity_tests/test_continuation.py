@@ -7,10 +7,10 @@ canonical form); in fp16 the loss-scale state carries over, so the scale and ski
 
 import pytest
 
-from dualtrain import checkpoint
-from dualtrain.compare import compare_records
-from dualtrain.compare.checks import Reference, check_reference_loss, check_reference_weights
-from dualtrain.record import read_run
+from dualtrain.parity import compare_records
+from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
+from dualtrain.records.record import read_run
+from dualtrain.runtime import checkpoint
 
 DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2",
         "distribution.world_size=2", "train.checkpoint_every=5", "train.keep_checkpoints=5")

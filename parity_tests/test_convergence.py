@@ -2,8 +2,8 @@
 
 import pytest
 
-from dualtrain.compare.checks import check_eval
-from dualtrain.record import read_run
+from dualtrain.parity.checks import check_eval
+from dualtrain.records.record import read_run
 from parity_tests.conftest import ROOT
 
 

@@ -4,8 +4,8 @@ full-batch gradient and each other, per tensor max|diff| / max|ref| <= 1e-6 (fp3
 import numpy as np
 import pytest
 
-from dualtrain.record import read_run
-from dualtrain.weights import load_weights
+from dualtrain.core.weights import load_weights
+from dualtrain.records.record import read_run
 
 from .conftest import MLP, ROOT
 

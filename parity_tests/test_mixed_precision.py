@@ -3,14 +3,14 @@ agree within the bf16 row of the tolerance table, against their distance to the 
 
 import pytest
 
-from dualtrain.compare.checks import (
+from dualtrain.parity.checks import (
     check_final_weights,
     check_loss_scale,
     check_skipped,
     check_trajectory,
 )
-from dualtrain.compare.tolerances import TOLERANCES
-from dualtrain.record import read_run
+from dualtrain.parity.tolerances import TOLERANCES
+from dualtrain.records.record import read_run
 
 SHORT = ("data.train_limit=25600", "data.test_limit=1000", "train.epochs=1", "distribution.world_size=2")
 # fp16 arithmetic is not bitwise equal across frameworks (loss differs by ~1e-6 at step 1 and ~1e-3

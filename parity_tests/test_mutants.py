@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from dualtrain.compare import compare_records
-from dualtrain.compare.diagnose import SEMANTICS
-from dualtrain.record import read_run
+from dualtrain.parity import compare_records
+from dualtrain.parity.diagnose import SEMANTICS
+from dualtrain.records.record import read_run
 from tests.conftest import run_cli
 
 from .conftest import MLP

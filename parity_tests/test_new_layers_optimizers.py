@@ -6,9 +6,9 @@ multi_worker. Dropout masks that differed anywhere would put the pair O(1e-2) ap
 
 import pytest
 
-from dualtrain.compare import compare_records
-from dualtrain.compare.checks import Reference, check_reference_loss, check_reference_weights
-from dualtrain.record import read_run
+from dualtrain.parity import compare_records
+from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
+from dualtrain.records.record import read_run
 
 from .conftest import ROOT
 from .test_reference import assert_reference

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from dualtrain.record import read_run
+from dualtrain.records.record import read_run
 from parity_tests.test_trajectory import assert_trajectory
 
 SHORT = ("data.train_limit=19200", "data.test_limit=1000", "train.epochs=1", "distribution.world_size=2")

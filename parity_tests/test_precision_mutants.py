@@ -1,7 +1,7 @@
 """A defect confined to one backend's requested-precision path must FAIL ``dualtrain compare``, as
 "numerics: <backend> <precision> path", while the fp64 reference pair (which never runs that path)
 passes. The mutants are parity_tests/mutants.py's PRECISION_MUTANTS; they are found by the one-step
-probes (dualtrain.compare.local) and, where training suffers, by the convergence check.
+probes (dualtrain.parity.local) and, where training suffers, by the convergence check.
 
 The runs are made as ``dualtrain compare --config`` makes them (the fp64 torch run records the probe
 states, the requested-precision runs replay them), shared between tests; the verdict comes from the
@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from dualtrain import probes
+from dualtrain.runtime import probes
 from tests.conftest import run_cli
 
 from .mutants import PRECISION_MUTANTS, PRECISION_SPEC, hook

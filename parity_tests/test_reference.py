@@ -1,5 +1,5 @@
 """The fp64 reference pair: the same spec in float64 on torch and on tf agrees to rounding (the bounds
-of dualtrain.compare.tolerances.REFERENCE, 1e-10) over every world size and strategy, with uneven and
+of dualtrain.parity.tolerances.REFERENCE, 1e-10) over every world size and strategy, with uneven and
 empty replicas on the last step, for the MLP and the CNN, SGD with momentum and AdamW.
 
 This is the semantic check ``dualtrain compare`` runs; what it must catch is measured in
@@ -9,14 +9,14 @@ parity_tests/test_mutants.py.
 import numpy as np
 import pytest
 
-from dualtrain.compare.checks import (
+from dualtrain.core.weights import load_weights
+from dualtrain.parity.checks import (
     check_reference_eval,
     check_reference_loss,
     check_reference_weights,
     check_sharding,
 )
-from dualtrain.compare.records import loss_diff
-from dualtrain.weights import load_weights
+from dualtrain.parity.records import loss_diff
 
 from .conftest import ROOT
 

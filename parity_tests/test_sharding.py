@@ -2,9 +2,9 @@
 
 import pytest
 
-from dualtrain.compare.checks import check_sharding
-from dualtrain.plan import ShardPlan
-from dualtrain.record import read_run
+from dualtrain.core.plan import ShardPlan
+from dualtrain.parity.checks import check_sharding
+from dualtrain.records.record import read_run
 from dualtrain.spec import load_spec
 from parity_tests.conftest import MLP
 

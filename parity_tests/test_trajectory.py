@@ -1,6 +1,6 @@
 """Trajectory parity over a whole MNIST epoch (fp32, determinism on, same init, same plan).
 
-Two questions, as ``dualtrain compare`` asks them (dualtrain.compare.checks, the same functions the
+Two questions, as ``dualtrain compare`` asks them (dualtrain.parity.checks, the same functions the
 report uses):
 
 * semantics: the same spec in float64 on both backends (the reference pair) agrees to rounding over
@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dualtrain.compare.checks import (
+from dualtrain.parity.checks import (
     Reference,
     check_final_weights,
     check_reference_eval,
@@ -22,9 +22,9 @@ from dualtrain.compare.checks import (
     check_reference_weights,
     check_trajectory,
 )
-from dualtrain.compare.records import loss_diff
-from dualtrain.compare.tolerances import TOLERANCES
-from dualtrain.record import read_run
+from dualtrain.parity.records import loss_diff
+from dualtrain.parity.tolerances import TOLERANCES
+from dualtrain.records.record import read_run
 
 
 def first_epoch(record):

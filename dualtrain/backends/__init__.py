@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Mapping
 
-    from dualtrain import cluster
-    from dualtrain.launch import Worker
+    from dualtrain.launch import cluster
+    from dualtrain.launch.local import Worker
     from dualtrain.spec import Experiment
 
 PACKAGES = {Backend.TORCH: "dualtrain.backends.torch", Backend.TF: "dualtrain.backends.tf"}
@@ -49,7 +49,7 @@ class LaunchModule(Protocol):
 
     @property
     def STDERR_NOISE(self) -> re.Pattern[bytes] | None:
-        """The workers' stderr lines the launcher leaves out (dualtrain.launch.run_workers)."""
+        """The workers' stderr lines the launcher leaves out (dualtrain.launch.local.run_workers)."""
 
     def detect(self, env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
         """The external launcher that started this process as one rank, if any (reads only)."""

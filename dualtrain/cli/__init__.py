@@ -17,7 +17,7 @@ from dualtrain.cli.env import env
 from dualtrain.cli.export import export
 from dualtrain.cli.run import run
 from dualtrain.errors import RunFailed, UserError
-from dualtrain.launch import Terminated
+from dualtrain.launch.local import Terminated
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -29,8 +29,8 @@ def _last_line(text: str) -> str:
 def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
     """Run ``tools env`` of one backend. Returns {"status": "ok", "facts": {...}} or
     {"status": "missing" | "broken", "detail": one line}."""
-    from dualtrain.envinfo import missing_packages
-    from dualtrain.launch import worker_env
+    from dualtrain.launch.local import worker_env
+    from dualtrain.records.envinfo import missing_packages
 
     missing = missing_packages(backend)
     if missing:
@@ -58,7 +58,7 @@ def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
 def collect(backends: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
     """Core facts plus every named backend's, probed in parallel. The layout of summary.json's
     ``env`` ("core", "torch", "tf"), plus "backends": status per backend."""
-    from dualtrain.envinfo import core_facts
+    from dualtrain.records.envinfo import core_facts
 
     probes: dict[str, dict[str, Any]] = {}
 
@@ -84,7 +84,7 @@ _SELF_NAMED = {"torch", "tensorflow", "keras"}
 
 def _rows(group: dict[str, Any], prefix: str = "",
           skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    from dualtrain.envinfo import show
+    from dualtrain.records.envinfo import show
 
     rows = []
     for key, value in group.items():
@@ -99,7 +99,7 @@ def _rows(group: dict[str, Any], prefix: str = "",
 
 def render(facts: dict[str, Any]) -> str:
     """The human-readable report: versions, devices, kernel settings; backends after the core."""
-    from dualtrain.envinfo import BACKEND_PACKAGES, GROUPS, WATCHED_ENV, show
+    from dualtrain.records.envinfo import BACKEND_PACKAGES, GROUPS, WATCHED_ENV, show
 
     core = facts["core"]
     status = facts.get("backends", {})

@@ -22,7 +22,7 @@ def export(run_dir: str, fmt: str, out: str | None, overwrite: bool) -> None:
     keras: model.keras (keras.saving.load_model opens it).
     Inputs are normalised as (x / 255 - 0.1307) / 0.3081; outputs are logits (export.json says so).
     """
-    from dualtrain.export import export_run
+    from dualtrain.driver.export import export_run
 
     folder = export_run(run_dir, fmt, out, overwrite=overwrite)
     click.echo(f"dualtrain: exported {run_dir} as {fmt} -> {folder}")

@@ -81,7 +81,7 @@ def _dry_run(backend, spec, out, overwrite, resume_from, as_json) -> None:
     import json
     import sys
 
-    from dualtrain.dryrun import format_plan, plan_run
+    from dualtrain.driver.dryrun import format_plan, plan_run
 
     if not as_json:
         click.echo(format_plan(plan_run(spec, backend, out, overwrite=overwrite,

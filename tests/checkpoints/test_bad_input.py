@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dualtrain import checkpoint
+from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, require, run_cli
 
 require("torch")
@@ -162,9 +162,9 @@ def _mistakes(stopped: Path, tmp: Path):
 def test_the_dry_run_and_the_run_refuse_the_same_mistakes_alike(stopped, tmp_path, monkeypatch):
     """One code path (runs.resolve_run) decides for both: each mistake gives the same one line from
     the dry run and from the run itself, and neither writes anything."""
-    from dualtrain.dryrun import plan_run
+    from dualtrain.driver.dryrun import plan_run
+    from dualtrain.driver.runs import start_run
     from dualtrain.errors import UserError
-    from dualtrain.runs import start_run
     from dualtrain.spec import Backend, load_spec
 
     cases = _mistakes(stopped, tmp_path)

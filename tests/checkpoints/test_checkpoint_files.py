@@ -1,4 +1,4 @@
-"""The checkpoint folder itself (dualtrain/checkpoint.py): round trip, atomic visibility, keeping K,
+"""The checkpoint folder itself (dualtrain/runtime/checkpoint.py): round trip, atomic visibility, keeping K,
 checksums, the spec comparison, and a full disk (a real tmpfs, where the machine allows mounting)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dualtrain import checkpoint
-from dualtrain.checkpoint import CheckpointWriteError, OptimizerState
 from dualtrain.errors import UserError
+from dualtrain.runtime import checkpoint
+from dualtrain.runtime.checkpoint import CheckpointWriteError, OptimizerState
 from dualtrain.spec import load_spec
 from tests.conftest import ROOT, run_cli
 

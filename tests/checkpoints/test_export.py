@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dualtrain.data import load_mnist, normalize
+from dualtrain.core.data import load_mnist, normalize
 from dualtrain.spec import DataSpec
 from tests.conftest import ROOT, require, run_cli
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dualtrain import checkpoint
-from dualtrain.tbevents import read_scalars
-from dualtrain.weights import load_weights
+from dualtrain.core.weights import load_weights
+from dualtrain.records.tbevents import read_scalars
+from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, cli_env, require, run_cli
 
 require("torch", "tensorflow")
@@ -173,8 +173,8 @@ def test_crash_during_checkpoint_write_resumes_from_the_previous_one(tmp_path, r
 def test_resume_on_another_world_size_continues_the_trajectory(tmp_path):
     # fp64, sharding exact: a world-2 run resumed at world 3 from step 20 stays on the world-2 run's
     # trajectory within the reference bound (the global batches do not depend on the world size).
-    from dualtrain.compare.checks import Reference, check_reference_loss, check_reference_weights
-    from dualtrain.record import read_run
+    from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
+    from dualtrain.records.record import read_run
 
     sets = ("distribution.world_size=2", "precision.dtype=fp64")
     full, part = tmp_path / "full", tmp_path / "part"
@@ -195,7 +195,7 @@ def test_a_restarted_tf_config_cluster_resumes_by_itself(tmp_path, reference):
     # every task runs `dualtrain run` with the same --out on a shared volume; one dies, the others
     # fail on the lost peer; the operator starts every task again with the same command, and they
     # continue from the latest complete checkpoint by themselves.
-    from dualtrain.launch import free_ports
+    from dualtrain.launch.local import free_ports
 
     out = tmp_path / "shared" / "run"
     _, sets = CASES["tf-multi_worker-w2"]

@@ -1,5 +1,5 @@
 """Synthetic run directories for the compare tests: real files in the run-directory contract, written
-with dualtrain.record.RunWriter and dualtrain.weights.save_weights (data fixtures, no framework)."""
+with dualtrain.records.record.RunWriter and dualtrain.core.weights.save_weights (data fixtures, no framework)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
+from dualtrain.core.weights import Weights, init_weights, save_weights
+from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
 from dualtrain.spec import dump_spec, from_dict
-from dualtrain.weights import Weights, init_weights, save_weights
 
 TINY_MODEL = {"layers": [{"type": "flatten"}, {"type": "dense", "units": 16}, {"type": "relu"},
                          {"type": "dense", "units": 10}]}
@@ -120,10 +120,11 @@ def noisy(scale: float, seed: int, grow: float = 0.0) -> Callable[[int], float]:
 
 def add_probes(ref: Path, runs: dict[Path, dict[str, float]], steps: tuple[int, ...] = (1, 40, 80),
                seed: int = 5) -> None:
-    """One-step probes (dualtrain.probes) for synthetic runs: ``ref`` (fp64) records states; each
+    """One-step probes (dualtrain.runtime.probes) for synthetic runs: ``ref`` (fp64) records states; each
     run in ``runs`` replays them with relative errors ``{"loss": e, "grad": e, "update": e}`` (an
     error of float32 rounding size where not given). The runs' summaries name ``ref`` as the source."""
-    from dualtrain import optim_ref, probes
+    from dualtrain.core import optim_ref
+    from dualtrain.runtime import probes
 
     spec = from_dict(base_spec())
     rng = np.random.default_rng(seed)

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from dualtrain.compare import REFERENCE, TOLERANCES, compare_dirs, tolerance_for
-from dualtrain.compare import checks as C
-from dualtrain.compare import diagnose as D
-from dualtrain.record import read_run
+from dualtrain.core.weights import init_weights
+from dualtrain.parity import REFERENCE, TOLERANCES, compare_dirs, tolerance_for
+from dualtrain.parity import checks as C
+from dualtrain.parity import diagnose as D
+from dualtrain.records.record import read_run
 from dualtrain.spec import from_dict
-from dualtrain.weights import init_weights
 from tests.compare.synth import add_probes, base_loss, base_spec, fp64_spec, make_run, noisy, quad
 
 NAMES = ["spec", "sharding", "init_weights", "lr", "loss_scale", "skipped", "reference_loss",
@@ -263,7 +263,7 @@ def test_with_a_reference_eval_allows_each_backends_own_distance_to_fp64(tmp_pat
     assert not ev.passed and ev.first_step == 80 and ev.tolerance == TOLERANCES["fp32"].eval_pp
     d = alone.diagnosis
     assert d.cause == D.NUMERICS and d.category == D.NUMERICS and d.first_divergent_step == 80
-    assert "FAIL, numerics" in __import__("dualtrain.compare.report", fromlist=["x"]).verdict_line(alone)
+    assert "FAIL, numerics" in __import__("dualtrain.parity.report", fromlist=["x"]).verdict_line(alone)
 
 
 def test_reference_runs_must_be_the_compared_spec_in_fp64(tmp_path, four):
@@ -446,7 +446,7 @@ def test_a_path_defect_fails_naming_the_backend(four, quantity, culprit):
     assert all(cmp.check(n).passed for n in others)
     assert cmp.diagnosis.category == D.NUMERICS and cmp.diagnosis.cause == D.PATH
     assert cmp.diagnosis.culprits == [f"{who} fp32 path"]
-    from dualtrain.compare.report import verdict_line
+    from dualtrain.parity.report import verdict_line
     assert verdict_line(cmp).startswith(f"verdict: FAIL, numerics: {who} fp32 path (")
 
 

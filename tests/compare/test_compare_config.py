@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from dualtrain.tbevents import EVAL_TAGS, TRAIN_TAGS, read_logdir
-from dualtrain.weights import load_weights
+from dualtrain.core.weights import load_weights
+from dualtrain.records.tbevents import EVAL_TAGS, TRAIN_TAGS, read_logdir
 from tests.conftest import ROOT, require, run_cli
 
 require("torch", "tensorflow", "keras")  # both backends' frameworks (skip only if not installed)

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from dualtrain.cli import main
-from dualtrain.compare import compare_dirs, write_report
-from dualtrain.compare.report import table, terminal_summary
+from dualtrain.parity import compare_dirs, write_report
+from dualtrain.parity.report import table, terminal_summary
 from tests.compare.synth import base_loss, base_spec, fp64_spec, make_run, noisy, quad
 from tests.conftest import ROOT
 
@@ -165,7 +165,7 @@ def test_cli_missing_run_dir_exit_2(pair, tmp_path, capsys):
 def test_compare_package_imports_no_framework():
     code = ("import sys\n"
             "for m in ('torch', 'tensorflow', 'keras'): sys.modules[m] = None\n"
-            "import dualtrain.compare, dualtrain.compare.backends, dualtrain.compare.report\n"
+            "import dualtrain.parity, dualtrain.driver.compare, dualtrain.parity.report\n"
             "import dualtrain.cli.compare\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

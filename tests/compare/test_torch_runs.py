@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dualtrain.compare import compare_dirs
-from dualtrain.compare import diagnose as D
-from dualtrain.schedule import lr_at
+from dualtrain.core.schedule import lr_at
+from dualtrain.parity import compare_dirs
+from dualtrain.parity import diagnose as D
 from dualtrain.spec import load_spec
 from tests.conftest import ROOT, require, run_cli
 
@@ -57,8 +57,8 @@ def test_identical_specs_pass(runs, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert v["passed"] and "verdict: PASS" in res.stdout
     # determinism: the same spec on the same backend reproduces every loss exactly
-    from dualtrain.compare.records import loss_diff
-    from dualtrain.record import read_run
+    from dualtrain.parity.records import loss_diff
+    from dualtrain.records.record import read_run
 
     _, diff = loss_diff(read_run(runs["a"]), read_run(runs["a_again"]))
     assert diff.size > 0 and (diff == 0).all()
@@ -91,7 +91,7 @@ def test_another_lr_schedule_is_named_at_the_step_it_changes(runs, tmp_path):
     # the losses are identical before the lr changes (same ids, weights, lr): the runs part there
     cmp = compare_dirs(runs["a"], runs["schedule"])
     assert cmp.check("sharding").passed and cmp.check("init_weights").passed
-    from dualtrain.compare.records import loss_diff
+    from dualtrain.parity.records import loss_diff
 
     steps, diff = loss_diff(cmp.a, cmp.b)
     assert (diff[steps <= first] == 0).all() and (diff[steps > first] > 0).any()

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from dualtrain.entry import enable_stack_dump
+from dualtrain.runtime.entry import enable_stack_dump
 
 # TF 2.21 start-up lines (captured on this machine) between lines a user must see.
 NOISY_STDERR = """\

@@ -2,7 +2,7 @@
 addresses, the batch script is never a replica, torchrun and TF_CONFIG win, the Kubeflow operators'
 environments give the right ranks, and every command line in examples/kubernetes/*.yaml and
 examples/slurm/dualtrain.sbatch passes the CLI's own validation. (The same rules in this process,
-dualtrain/cluster.py and the backends' launch.detect: tests/unit/test_cluster_env.py.)
+dualtrain/launch/cluster.py and the backends' launch.detect: tests/unit/test_cluster_env.py.)
 
 No training: the CLI runs with ``--dry-run --json`` (a subprocess, as a user or a pod would start it).
 """
@@ -257,7 +257,7 @@ def test_tfjob_manifest_commands_pass_dry_run(tmp_path):
 _SHIM_HEAD = f"""#!{sys.executable}
 import json, os, subprocess, sys
 sys.path.insert(0, {str(ROOT)!r})
-from dualtrain.cluster import expand_hostlist
+from dualtrain.launch.cluster import expand_hostlist
 """
 
 #: srun: start the command once per task (one after another), with the step's variables.

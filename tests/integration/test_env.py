@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 import dualtrain
-from dualtrain.envinfo import ISA_FLAGS, WATCHED_ENV
+from dualtrain.records.envinfo import ISA_FLAGS, WATCHED_ENV
 from tests.conftest import ROOT, run_cli
 
 
 def proc_cpu_flags() -> set[str] | None:
-    """The first CPU's feature flags, read here independently of dualtrain.envinfo."""
+    """The first CPU's feature flags, read here independently of dualtrain.records.envinfo."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

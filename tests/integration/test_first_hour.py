@@ -106,7 +106,7 @@ def test_another_dataset_in_data_dir_is_refused_by_the_dry_run_too(tmp_path):
 def test_a_worker_user_error_is_one_line_with_its_cause_and_leaves_no_run(tmp_path):
     # A mistake only a worker can see (planted through the test hook every worker runs): reported
     # once, as the launcher's own line, exit 2, and the run folder this call created is gone.
-    from dualtrain.entry import TEST_HOOK
+    from dualtrain.runtime.entry import TEST_HOOK
 
     out = tmp_path / "run"
     hook = {TEST_HOOK: "tests.integration.worker_hooks:user_error=the planted cause",

@@ -1,4 +1,4 @@
-"""The local launcher (dualtrain.launch.run_workers) never waits forever and names the worker at fault.
+"""The local launcher (dualtrain.launch.local.run_workers) never waits forever and names the worker at fault.
 
 Real subprocesses (tests/integration/launch_stub.py), no framework."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from dualtrain.backends.tf.launch import STDERR_NOISE
 from dualtrain.errors import RunFailed
-from dualtrain.launch import SHOW_ALL_LOGS, Worker, run_workers
+from dualtrain.launch.local import SHOW_ALL_LOGS, Worker, run_workers
 
 STUB = "tests.integration.launch_stub"
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def _alive(pid: int) -> bool:
 
 LAUNCHER = """
 import sys
-from dualtrain.launch import Terminated, Worker, run_workers
+from dualtrain.launch.local import Terminated, Worker, run_workers
 role = sys.argv[2] if len(sys.argv) > 2 else "hang"
 ws = [Worker(rank=r, env={"STUB_ROLE": role, "STUB_READY": sys.argv[1] + f"/ready{r}"})
       for r in range(2)]

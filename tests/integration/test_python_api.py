@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import dualtrain
-from dualtrain.record import read_run
+from dualtrain.records.record import read_run
 from dualtrain.spec import load_spec
 from tests.conftest import ROOT, cli_env
 
@@ -128,7 +128,7 @@ with open(os.path.join(sys.argv[3], "rank%s.json" % os.environ["RANK"]), "w") as
 @needs_torch
 @pytest.mark.slow  # the same paths as the CLI's own tests (default suite)
 def test_under_torchrun_each_rank_gets_an_honest_result(tmp_path):
-    from dualtrain.launch import free_port
+    from dualtrain.launch.local import free_port
 
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
@@ -157,7 +157,7 @@ def test_import_dualtrain_stays_light():
         "names = (dualtrain.run, dualtrain.compare, dualtrain.resume, dualtrain.experiment,\n"
         "         dualtrain.RunResult, dualtrain.CompareResult, dualtrain.Experiment,\n"
         "         dualtrain.UserError, dualtrain.RunFailed)\n"
-        "import dualtrain.compare.report\n"  # binds the subpackage: still callable
+        "import dualtrain.parity.report\n"  # loading the report changes nothing of the API
         "from dualtrain import compare\n"
         "fw = [m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules]\n"
         "print(light, heavy, fw, callable(dualtrain.compare), compare is dualtrain.compare)\n"

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from dualtrain.record import RunRecord, read_run
-from dualtrain.weights import load_weights
+from dualtrain.core.weights import load_weights
+from dualtrain.records.record import RunRecord, read_run
 from tests.conftest import ROOT, require, run_cli
 
 require("tensorflow", "keras")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from dualtrain.record import read_run
+from dualtrain.records.record import read_run
 from tests.conftest import ROOT, run_cli
 
 

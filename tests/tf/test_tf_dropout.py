@@ -1,4 +1,4 @@
-"""The TF backend's dropout: masks bit-identical to dualtrain.dropout's (and so to torch's), computed
+"""The TF backend's dropout: masks bit-identical to dualtrain.core.dropout's (and so to torch's), computed
 in canonical C,H,W element order on NHWC activations, and different for different samples on the same
 replica or across replicas (Keras's own Dropout under tf.distribute gives every replica the same mask)."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-from dualtrain.dropout import NUMPY, keep
+from dualtrain.core.dropout import NUMPY, keep
 from dualtrain.backends.tf.model import _OPS, HashDropout
 
 ids = np.arange(3, 3000, 11, dtype=np.int64)

@@ -8,9 +8,9 @@ import sys
 
 import yaml
 
-from dualtrain.launch import free_ports
-from dualtrain.plan import ShardPlan
-from dualtrain.record import read_run
+from dualtrain.core.plan import ShardPlan
+from dualtrain.launch.local import free_ports
+from dualtrain.records.record import read_run
 from dualtrain.spec import from_dict
 
 from .conftest import ROOT, python_env, small_spec, write_spec

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dualtrain.core.weights import init_weights, save_weights
 from dualtrain.spec import ModelSpec
-from dualtrain.weights import init_weights, save_weights
 
 from .conftest import run_python, write_spec
 
@@ -78,7 +78,7 @@ import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
 from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
-from dualtrain.weights import init_weights
+from dualtrain.core.weights import init_weights
 from dualtrain.backends.tf.model import build_model, export_canonical, load_canonical
 
 custom = ModelSpec(layers=(
@@ -105,8 +105,8 @@ import os
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
 from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
-from dualtrain.weights import init_weights
-from dualtrain.data import normalize
+from dualtrain.core.weights import init_weights
+from dualtrain.core.data import normalize
 from dualtrain.backends.tf.model import build_model, load_canonical, to_nhwc
 
 # conv (2 channels) -> flatten -> dense: compute torch's answer by hand in NumPy (NCHW, C,H,W flatten).

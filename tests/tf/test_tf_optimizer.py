@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dualtrain.weights import load_weights
+from dualtrain.core.weights import load_weights
 
 from .conftest import small_spec, tf_run
 

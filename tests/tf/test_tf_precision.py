@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dualtrain.record import as_float
+from dualtrain.records.record import as_float
 
 from .conftest import small_spec, tf_run
 

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from dualtrain.plan import ShardPlan
+from dualtrain.core.plan import ShardPlan
+from dualtrain.core.weights import initial_weights, load_weights, weights_digest
 from dualtrain.spec import from_dict
-from dualtrain.weights import initial_weights, load_weights, weights_digest
 
 from .conftest import small_spec
 

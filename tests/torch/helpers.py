@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dualtrain.record import RunRecord, read_run
+from dualtrain.records.record import RunRecord, read_run
 from tests.conftest import run_cli
 
 SMALL = ("data.test_limit=200", "train.log_every=1")

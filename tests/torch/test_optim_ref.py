@@ -1,4 +1,4 @@
-"""dualtrain.optim_ref (the exact update the one-step probes judge against) is torch.optim, in float64.
+"""dualtrain.core.optim_ref (the exact update the one-step probes judge against) is torch.optim, in float64.
 
 torch.optim stays the reference: every optimizer and option the spec offers, from no state (the first
 applied update) and from a state three updates in, with and without clipping."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dualtrain import optim_ref
+from dualtrain.core import optim_ref
 from dualtrain.spec import OptimizerName, OptimizerSpec
 
 torch = pytest.importorskip("torch")

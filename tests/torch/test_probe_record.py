@@ -1,4 +1,4 @@
-"""The fp64 run that records compare's probe states (dualtrain.probes) trains bit for bit as without
+"""The fp64 run that records compare's probe states (dualtrain.runtime.probes) trains bit for bit as without
 them: at each probe step it takes the reference step from the rounded state, then restores its own
 state exactly before taking the step itself."""
 
@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from dualtrain import probes
-from dualtrain.runs import start_run
+from dualtrain.driver.runs import start_run
+from dualtrain.runtime import probes
 from dualtrain.spec import Backend, load_spec
 from tests.conftest import ROOT
 

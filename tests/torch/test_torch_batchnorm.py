@@ -1,4 +1,4 @@
-"""dualtrain's BatchNorm module (dualtrain.batchnorm on torch tensors) against torch's own
+"""dualtrain's BatchNorm module (dualtrain.core.batchnorm on torch tensors) against torch's own
 nn.BatchNorm1d/2d, the reference: outputs, input and parameter gradients, running statistics after
 several training steps, and evaluation, in float64 (to rounding) and float32."""
 

@@ -1,10 +1,10 @@
-"""The torch backend's dropout masks are dualtrain.dropout's, bit for bit (the TF side:
+"""The torch backend's dropout masks are dualtrain.core.dropout's, bit for bit (the TF side:
 tests/tf/test_tf_dropout.py)."""
 
 import numpy as np
 import pytest
 
-from dualtrain.dropout import NUMPY, keep
+from dualtrain.core.dropout import NUMPY, keep
 
 torch = pytest.importorskip("torch")
 

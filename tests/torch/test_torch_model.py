@@ -6,9 +6,9 @@ import numpy as np
 
 from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
 from dualtrain.backends.torch.tools import forward_logits
-from dualtrain.data import load_mnist, normalize
+from dualtrain.core.data import load_mnist, normalize
+from dualtrain.core.weights import init_weights
 from dualtrain.spec import DataSpec, load_spec
-from dualtrain.weights import init_weights
 
 
 def test_canonical_round_trip_mlp_and_cnn():

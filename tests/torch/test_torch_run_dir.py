@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from dualtrain.plan import ShardPlan
+from dualtrain.core.plan import ShardPlan
+from dualtrain.core.weights import init_weights
 from dualtrain.spec import LastBatch, ModelSpec, Sharding
-from dualtrain.weights import init_weights
 from tests.torch.helpers import npz, record, torch_run
 
 N_TRAIN = 300  # 128 + 128 + 44: a partial last batch

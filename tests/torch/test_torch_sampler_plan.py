@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dualtrain.plan import ShardPlan
+from dualtrain.core.plan import ShardPlan
 from dualtrain.spec import LastBatch, Sharding
 
 
@@ -39,7 +39,7 @@ def test_plan_equals_distributed_sampler(world, drop, n, per_rank):
 
 
 def test_randperm_matches_torch():
-    from dualtrain.plan import torch_randperm
+    from dualtrain.core.plan import torch_randperm
 
     for n, seed in ((1, 0), (17, 3), (1000, 12345)):
         g = torch.Generator().manual_seed(seed)

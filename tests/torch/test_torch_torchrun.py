@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dualtrain.launch import free_port
-from dualtrain.record import read_run
+from dualtrain.launch.local import free_port
+from dualtrain.records.record import read_run
 from tests.conftest import ROOT
 
 
@@ -39,7 +39,7 @@ def test_torchrun_max_restarts_resumes_from_the_latest_checkpoint(tmp_path):
     # failure (dualtrain's own launcher, same world size).
     import numpy as np
 
-    from dualtrain.weights import load_weights
+    from dualtrain.core.weights import load_weights
     from tests.conftest import run_cli
 
     sets = ["--set", "data.train_limit=600", "--set", "data.test_limit=100", "--set",

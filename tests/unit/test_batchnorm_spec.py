@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dualtrain.core.model import param_shapes, resolve, walk
+from dualtrain.core.plan import ShardPlan
+from dualtrain.core.weights import init_weights
+from dualtrain.driver.runs import check_batchnorm_batches
 from dualtrain.errors import UserError
-from dualtrain.model import param_shapes, resolve, walk
-from dualtrain.plan import ShardPlan
-from dualtrain.runs import check_batchnorm_batches
 from dualtrain.spec import LastBatch, Sharding, from_dict, load_spec
-from dualtrain.weights import init_weights
 
 BN_CNN = ("model.preset=null", "model.layers=[{type: conv2d, filters: 4, kernel_size: 3}, {type: batchnorm}, "
           "{type: relu}, {type: flatten}, {type: dense, units: 8}, {type: batchnorm, momentum: 0.2}, "

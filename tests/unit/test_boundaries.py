@@ -41,3 +41,140 @@ def test_backend_launch_modules_are_framework_free():
         path = PKG / "backends" / backend / "launch.py"
         if path.exists():
             assert not imported_roots(path) & set(FRAMEWORKS), path
+
+
+# ---- layers: the package is the pipeline, each folder imports only from the ones before it ----------
+
+LAYERS = [
+    {"errors", "version", "jsonio"},  # plain helpers every layer may use
+    {"spec"},  # the Experiment schema
+    {"records"},  # the files a run leaves
+    {"core"},  # what both backends compute, defined once
+    {"runtime"},  # one worker's training loop, the engine contract, checkpoints
+    {"launch"},  # starting and watching workers, cluster conventions
+    {"backends"},  # torch and tf: engines, models, their launch modules
+    {"parity"},  # checks, diagnosis and report on finished runs
+    {"driver"},  # run / compare / export in the launcher process
+    {"api", "__init__"},  # the Python API (the package root re-exports it lazily)
+    {"cli", "__main__"},
+]
+
+
+def layer_of(module: str) -> int:
+    """Layer index of a dualtrain module name (``dualtrain.core.plan`` -> 3)."""
+    parts = module.split(".")
+    head = parts[1] if len(parts) > 1 else "__init__"
+    for i, names in enumerate(LAYERS):
+        if head in names:
+            return i
+    raise AssertionError(f"{module} belongs to no layer: add its folder to LAYERS")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def dualtrain_imports(path: Path, source: str | None = None, module: str | None = None) -> set[str]:
+    """Every dualtrain module ``path`` imports, at module level or inside a function (type-only
+    imports included: a layer must not even name a higher one)."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    me = module or module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "dualtrain"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] == "dualtrain":
+                found.add(mod)
+                # `from dualtrain.core import plan` names the module dualtrain.core.plan
+                found |= {f"{mod}.{a.name}" for a in node.names if is_module(f"{mod}.{a.name}")}
+    return found - {me}
+
+
+def is_module(name: str) -> bool:
+    path = PKG.parent / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or path.is_dir()
+
+
+def upward_imports(module: str, imports: set[str]) -> list[str]:
+    return [f"{module} imports {other}" for other in sorted(imports)
+            if layer_of(other) > layer_of(module)]
+
+
+def package_imports() -> dict[str, set[str]]:
+    return {module_name(p): dualtrain_imports(p) for p in sorted(PKG.rglob("*.py"))}
+
+
+def test_no_layer_imports_a_higher_one():
+    upward = [line for me, imports in package_imports().items()
+              for line in upward_imports(me, imports)]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    """The check itself: a core module that imports the driver, even inside a function, is named."""
+    source = "def f():\n    from dualtrain.driver import runs\n"
+    imports = dualtrain_imports(PKG / "core" / "planted.py", source, "dualtrain.core.planted")
+    assert upward_imports("dualtrain.core.planted", imports) == [
+        "dualtrain.core.planted imports dualtrain.driver",
+        "dualtrain.core.planted imports dualtrain.driver.runs"]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles among modules (one per strongly connected component of size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    """A package's __init__ importing its own modules is not a cycle (edges into a package's
+    __init__ from inside it are left out); any other circle of imports is."""
+    graph = {me: {o for o in imports if not me.startswith(o + ".")}
+             for me, imports in package_imports().items()}
+    assert not cycles(graph)
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_two_backends_do_not_import_each_other():
+    for mine, theirs in (("torch", "tf"), ("tf", "torch")):
+        for path in (PKG / "backends" / mine).rglob("*.py"):
+            bad = [m for m in dualtrain_imports(path) if m.startswith(f"dualtrain.backends.{theirs}")]
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}"

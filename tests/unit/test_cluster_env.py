@@ -1,4 +1,4 @@
-"""Cluster launchers in this process (dualtrain/cluster.py, the backends' launch.detect): Slurm's
+"""Cluster launchers in this process (dualtrain/launch/cluster.py, the backends' launch.detect): Slurm's
 compact lists, Slurm's variables map to ranks and addresses, the batch script is never a replica,
 torchrun and TF_CONFIG win, and a broken environment is one user error.
 
@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from dualtrain import cluster
 from dualtrain.backends.tf import launch as tf_launch
 from dualtrain.backends.torch import launch as torch_launch
 from dualtrain.errors import UserError
+from dualtrain.launch import cluster
 
 
 def slurm_step(procid: int, *, nodes: str = "node[01-02]", tasks: str = "1(x2)", ntasks: int = 2,

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from dualtrain import data
+from dualtrain.core import data
 from dualtrain.errors import UserError
 from dualtrain.spec import load_spec
 

@@ -1,10 +1,10 @@
-"""The dropout hash (dualtrain.dropout) in NumPy: the drop fraction, what changes a mask, and what must
+"""The dropout hash (dualtrain.core.dropout) in NumPy: the drop fraction, what changes a mask, and what must
 not (which replica or batch holds the sample)."""
 
 import numpy as np
 import pytest
 
-from dualtrain.dropout import NUMPY, keep, threshold
+from dualtrain.core.dropout import NUMPY, keep, threshold
 
 IDS = np.arange(0, 60000, 7, dtype=np.int64)   # 8,572 samples
 ELEMENTS = np.arange(784, dtype=np.int64)       # 6.7 M mask elements per call
@@ -38,7 +38,7 @@ def test_a_samples_mask_does_not_depend_on_its_batch():
 
 def test_no_int64_overflow():
     # Every intermediate stays below 2**63: the largest 32-bit value times either multiplier.
-    from dualtrain.dropout import M1, M2, MASK32
+    from dualtrain.core.dropout import M1, M2, MASK32
 
     assert MASK32 * max(M1, M2) < 2**63 and M1 % 2 == 1 and M2 % 2 == 1
     big = np.array([2**32 - 1, 2**31, 0], dtype=np.int64)

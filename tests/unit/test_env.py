@@ -1,4 +1,4 @@
-"""The compare report's environment table, and the differences it shows (dualtrain.envinfo).
+"""The compare report's environment table, and the differences it shows (dualtrain.records.envinfo).
 
 Synthetic run directories (tests/compare/synth.py) whose summary.json carries env facts that differ
 in one known fact. ``dualtrain env`` itself and a real run's facts: tests/integration/test_env.py.
@@ -10,9 +10,9 @@ import copy
 import json
 from pathlib import Path
 
-from dualtrain.compare import compare_dirs, write_report
-from dualtrain.compare.report import terminal_summary
-from dualtrain.envinfo import core_facts, env_differences
+from dualtrain.parity import compare_dirs, write_report
+from dualtrain.parity.report import terminal_summary
+from dualtrain.records.envinfo import core_facts, env_differences
 from tests.compare.synth import base_loss, make_run, quad
 
 

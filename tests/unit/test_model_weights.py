@@ -1,10 +1,8 @@
 import numpy as np
 import pytest
 
-from dualtrain.errors import UserError
-from dualtrain.model import conv_flatten_shape, param_shapes, resolve
-from dualtrain.spec import load_spec
-from dualtrain.weights import (
+from dualtrain.core.model import conv_flatten_shape, param_shapes, resolve
+from dualtrain.core.weights import (
     check_layout,
     init_weights,
     initial_weights,
@@ -12,6 +10,8 @@ from dualtrain.weights import (
     save_weights,
     weights_digest,
 )
+from dualtrain.errors import UserError
+from dualtrain.spec import load_spec
 
 
 def test_mlp_layout_is_torch_sequential():

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dualtrain.plan import ShardPlan, eval_shards, shard_digest, split_balanced, torch_randperm
+from dualtrain.core.plan import ShardPlan, eval_shards, shard_digest, split_balanced, torch_randperm
 from dualtrain.spec import LastBatch, Sharding, load_spec
 
 sizes = st.integers(min_value=1, max_value=300)

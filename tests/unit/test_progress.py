@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from dualtrain.progress import Reporter, clock
+from dualtrain.runtime.progress import Reporter, clock
 from dualtrain.spec import Progress
 
 

@@ -1,10 +1,10 @@
-"""The lr schedule, per step and per epoch (dualtrain.schedule, shared by both backends)."""
+"""The lr schedule, per step and per epoch (dualtrain.core.schedule, shared by both backends)."""
 
 import math
 
 import pytest
 
-from dualtrain.schedule import lr_at
+from dualtrain.core.schedule import lr_at
 from dualtrain.spec import load_spec
 
 

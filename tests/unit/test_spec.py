@@ -85,7 +85,7 @@ def test_errors_name_field_and_value(override, words):
 
 
 def test_integer_padding_sizes_a_strided_conv():
-    from dualtrain.model import param_shapes, resolve
+    from dualtrain.core.model import param_shapes, resolve
 
     spec = load_spec(None, ["model.preset=null", "model.layers=[{type: conv2d, filters: 4, "
                             "kernel_size: 3, stride: 2, padding: 1}, {type: flatten}, "
@@ -179,7 +179,7 @@ def test_every_mistake_of_a_spec_at_once_with_suggestions():
 def test_every_field_policy_names_a_field_of_the_schema():
     """The spec paths the schema tags (cosmetic for compare, free on continuation) and the ones the
     diagnosis maps to causes all name real fields: a renamed field cannot leave a stale entry."""
-    from dualtrain.compare.diagnose import _EXPLAINS
+    from dualtrain.parity.diagnose import _EXPLAINS
     from dualtrain.spec import COSMETIC, FREE, has_path, paths_with
 
     named = [*paths_with(COSMETIC), *paths_with(FREE), *(p.rstrip(".") for p in _EXPLAINS)]

@@ -31,14 +31,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain import batchnorm
-from dualtrain.checkpoint import OptimizerState
-from dualtrain.data import Mnist, normalize
+from dualtrain.core import batchnorm
+from dualtrain.core.data import Mnist, normalize
+from dualtrain.core.model import resolve, walk
+from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
-from dualtrain.model import resolve, walk
-from dualtrain.runner_base import Engine, StepOut
+from dualtrain.runtime.checkpoint import OptimizerState
+from dualtrain.runtime.loop import Engine, StepOut
 from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
-from dualtrain.weights import Weights
 
 from .model import (
     build_model,
@@ -181,7 +181,7 @@ class TFEngine(Engine):
         """New running statistics (identical on every replica) from each batchnorm layer's batch
         statistics: sync layers' are already global; unsync layers take replica 0's (DDP's buffer
         broadcast), sent to every replica by an all-reduce of replica 0's values and zeros elsewhere
-        (adding zeros is exact). dualtrain.batchnorm.update_running does the arithmetic."""
+        (adding zeros is exact). dualtrain.core.batchnorm.update_running does the arithmetic."""
         unsync = [i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)]
         if unsync and ctx.num_replicas_in_sync > 1:
             first = tf.equal(ctx.replica_id_in_sync_group, 0)

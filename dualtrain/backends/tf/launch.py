@@ -5,7 +5,7 @@
   ``TF_CONFIG`` on loopback ports.
 
 Started inside a ``TF_CONFIG`` cluster (Kubeflow TFJob, Ray, a hand-written cluster spec) or as one
-task of a multi-task ``srun`` step (dualtrain.cluster builds the TF_CONFIG from Slurm's variables), this
+task of a multi-task ``srun`` step (dualtrain.launch.cluster builds the TF_CONFIG from Slurm's variables), this
 process *is* one worker of that cluster: :func:`detect` reports its rank and the cluster size. The
 cluster then defines the replicas (one per task), so such a run always uses MultiWorkerMirrored: a
 spec that says ``mirrored`` is run as ``multi_worker`` (the worker says so and records the strategy
@@ -20,10 +20,10 @@ import os
 import re
 from collections.abc import Mapping
 
-from dualtrain import cluster
 from dualtrain.errors import UserError
-from dualtrain.launch import Worker, free_ports, require_gpu
-from dualtrain.peers import Peer
+from dualtrain.launch import cluster
+from dualtrain.launch.local import Worker, free_ports, require_gpu
+from dualtrain.launch.peers import Peer
 from dualtrain.spec import Experiment, TFStrategy
 
 UNIT = "worker"
@@ -40,7 +40,7 @@ STDERR_NOISE = re.compile(
     rb"|To enable the following instructions: ")  # cpu_feature_guard's second line
 """TensorFlow's start-up chatter: ``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's pre-initialisation
 log lines in TF 2.16+. The launcher leaves these lines out of the workers' stderr (see
-dualtrain.launch.run_workers); warnings and errors other than the cuInit probe still show."""
+dualtrain.launch.local.run_workers); warnings and errors other than the cuInit probe still show."""
 
 
 def parse_tf_config(text: str) -> dict[str, int]:
@@ -69,7 +69,7 @@ def parse_tf_config(text: str) -> dict[str, int]:
 
 
 def cluster_peers(text: str) -> list[Peer]:
-    """The cluster's tasks as dualtrain.peers.Peer, by rank (chief first), each also known by its
+    """The cluster's tasks as dualtrain.launch.peers.Peer, by rank (chief first), each also known by its
     TF task name, which TF's collective errors quote ("/job:worker/replica:0/task:1")."""
     spec = json.loads(text)["cluster"]
     tasks = [("chief", i, a) for i, a in enumerate(spec.get("chief", []))] + \
@@ -85,7 +85,7 @@ def cluster_peers(text: str) -> list[Peer]:
 def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     """Which external cluster started this process as one worker, if any (reads, changes nothing):
     a TF_CONFIG (Kubeflow TFJob, a script) wins; else a multi-task srun step, for which
-    dualtrain.cluster builds the TF_CONFIG from Slurm's variables; else None."""
+    dualtrain.launch.cluster builds the TF_CONFIG from Slurm's variables; else None."""
     env = os.environ if env is None else env
     if env.get(LOCAL_ONLY) == "1":  # a worker dualtrain launched: its TF_CONFIG is ours
         return None
@@ -114,7 +114,7 @@ def workers(spec: Experiment) -> list[Worker]:
 
 
 def check_devices(spec: Experiment) -> None:
-    """A gpu run needs a GPU TensorFlow sees (dualtrain.launch.require_gpu)."""
+    """A gpu run needs a GPU TensorFlow sees (dualtrain.launch.local.require_gpu)."""
     require_gpu(spec.distribution.device,
                 "import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); "
                 "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",

@@ -1,6 +1,6 @@
 """Keras 3 model built from the framework-free layer list, with canonical <-> Keras weight conversion.
 
-Layouts (dualtrain.model): canonical dense weight (out, in) -> Keras kernel (in, out); canonical conv
+Layouts (dualtrain.core.model): canonical dense weight (out, in) -> Keras kernel (in, out); canonical conv
 weight OIHW -> Keras HWIO. Inputs are NHWC (the canonical NCHW batch transposed). A flatten that
 receives a C,H,W tensor with C > 1 gets a ``Permute((3, 1, 2))`` in front of it, so Keras flattens in
 torch's C,H,W order and the next dense kernel is just the transposed canonical weight.
@@ -12,11 +12,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain import batchnorm, dropout
-from dualtrain.dropout import IntOps, canonical_elements
-from dualtrain.model import INPUT_SHAPE, conv_flatten_shape, has_layer, resolve
+from dualtrain.core import batchnorm, dropout
+from dualtrain.core.dropout import IntOps, canonical_elements
+from dualtrain.core.model import INPUT_SHAPE, conv_flatten_shape, has_layer, resolve
+from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec
-from dualtrain.weights import Weights
 
 INPUT_NHWC = (INPUT_SHAPE[1], INPUT_SHAPE[2], INPUT_SHAPE[0])
 
@@ -31,7 +31,7 @@ def build_model(spec: ModelSpec, policy: str = "float32",
     parameters and batchnorm running statistics (``variable.trainable`` tells them apart).
 
     A model with dropout takes three inputs, ``[images, sample_ids, steps]`` (both int64, one per
-    sample): its masks are a hash of them (dualtrain.dropout); without dropout it takes the images.
+    sample): its masks are a hash of them (dualtrain.core.dropout); without dropout it takes the images.
     A model with batchnorm outputs ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm layer's
     batch mean and unbiased variance in training (the engine updates the running statistics from
     them, docs/parity.md §9), its running ones in evaluation."""
@@ -65,7 +65,7 @@ def call_model(model: keras.Model, x, *, dropout: bool, ids=None, step=None, tra
 
 def build_inference_model(spec: ModelSpec,
                           dtype: str = "float32") -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
-    """The model from Keras's own layers only, for export (dualtrain.export): keras.saving.load_model
+    """The model from Keras's own layers only, for export (dualtrain.driver.export): keras.saving.load_model
     opens it without dualtrain. Dropout is keras's Dropout (identity in inference), batchnorm is
     BatchNormalization with torch's eps and the running statistics as its moving ones, gelu is Keras's
     exact gelu. Input: NHWC images; output: logits."""
@@ -172,7 +172,7 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 class BatchNorm(keras.layers.Layer):
-    """dualtrain.batchnorm on TF tensors (torch semantics; the channel is the last axis). Returns
+    """dualtrain.core.batchnorm on TF tensors (torch semantics; the channel is the last axis). Returns
     ``(y, mean, var)``: the batch mean and unbiased variance in training (global with ``sync`` when
     more than one replica is in sync), the running statistics in evaluation. It never assigns its
     running statistics: the engine does, from these outputs, on every replica alike."""
@@ -221,7 +221,7 @@ _OPS = IntOps(xor=lambda a, b: tf.bitwise.bitwise_xor(_i64(a), _i64(b)),
 
 
 class HashDropout(keras.layers.Layer):
-    """Inverted dropout whose mask is dualtrain.dropout.keep, bit-identical to the torch backend's:
+    """Inverted dropout whose mask is dualtrain.core.dropout.keep, bit-identical to the torch backend's:
     element indices count the layer input in canonical (C, H, W) order, so an NHWC activation gets the
     mask computed for NCHW and transposed. Identity outside training."""
 

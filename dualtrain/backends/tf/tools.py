@@ -17,8 +17,8 @@ import sys
 
 import numpy as np
 
+from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
-from dualtrain.weights import Weights
 
 
 def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
@@ -27,7 +27,7 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see worker.configure_tf)
     import tensorflow as tf
 
-    from dualtrain.data import normalize
+    from dualtrain.core.data import normalize
 
     from .model import build_model, call_model, has_dropout, load_canonical, to_nhwc
 
@@ -46,7 +46,7 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
 
 
 def export_keras(spec: Experiment, weights: Weights, path: str) -> None:
-    """Write the run's inference model as a .keras file from Keras's own layers (dualtrain.export)."""
+    """Write the run's inference model as a .keras file from Keras's own layers (dualtrain.driver.export)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
 
@@ -59,7 +59,7 @@ def export_keras(spec: Experiment, weights: Weights, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dualtrain.entry import env_main, export_main, forward_main
+    from dualtrain.runtime.entry import env_main, export_main, forward_main
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["env"]:

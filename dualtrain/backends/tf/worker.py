@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dualtrain.envinfo import core_facts
 from dualtrain.errors import UserError
-from dualtrain.peers import is_comm_error, lost_peer
-from dualtrain.record import SPEC_FILE
-from dualtrain.runner_base import Start, default_threads
+from dualtrain.launch.peers import is_comm_error, lost_peer
+from dualtrain.records.envinfo import core_facts
+from dualtrain.records.record import SPEC_FILE
+from dualtrain.runtime.loop import Start, default_threads
 from dualtrain.spec import Device, Experiment, Precision, TFStrategy, dump_spec
 
 from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config
@@ -142,9 +142,9 @@ def run_worker(spec: Experiment, run_dir: str | Path | None,
     import keras
     import tensorflow as tf
 
-    from dualtrain.data import load_mnist
-    from dualtrain.runner_base import TrainLoop, resume_checkpoint
-    from dualtrain.weights import worker_initial_weights
+    from dualtrain.core.data import load_mnist
+    from dualtrain.core.weights import worker_initial_weights
+    from dualtrain.runtime.loop import TrainLoop, resume_checkpoint
 
     keras.utils.set_random_seed(spec.seed)
     tf.random.set_seed(spec.seed)
@@ -155,7 +155,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None,
     init = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     data = load_mnist(spec.data)
 
-    from dualtrain.entry import run_test_hook
+    from dualtrain.runtime.entry import run_test_hook
 
     from .engine import TFEngine
     from .envinfo import backend_facts
@@ -182,7 +182,7 @@ def run_worker(spec: Experiment, run_dir: str | Path | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dualtrain.entry import worker_main
+    from dualtrain.runtime.entry import worker_main
 
     return worker_main("tf", sys.argv[1:] if argv is None else argv, run_worker)
 

@@ -12,7 +12,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     from dualtrain.backends.torch.worker import run_worker
-    from dualtrain.entry import worker_main
+    from dualtrain.runtime.entry import worker_main
 
     # The process ends right after the run (below), so the process group is not torn down.
     return worker_main("torch", argv,

@@ -11,7 +11,7 @@ background and its output gradient, behind a batchnorm, has zero mean per channe
 weight gradient is 2.4e-4 off there while the absolute sum is ~1,000x the gradient.
 
 :class:`AbsoluteGradient` computes that scale on the fp64 reference run at its probe steps (the
-local checks, dualtrain.compare.local): per parameter of every dense and conv layer
+local checks, dualtrain.parity.local): per parameter of every dense and conv layer
 (``sum |x| |g|`` for the weight, ``sum |g|`` for the bias) and of every batchnorm
 (``sum |x_hat| |g|``, ``sum |g|``), from the same forward and backward, all-reduced over replicas
 as the gradient is, with the number of terms ``n`` each element sums (batch x output positions:

@@ -37,13 +37,13 @@ from dualtrain.backends.torch.model import (
     load_canonical,
 )
 from dualtrain.backends.torch.precision import precision_setup
-from dualtrain.checkpoint import OptimizerState
-from dualtrain.data import Mnist, normalize
+from dualtrain.core.data import Mnist, normalize
+from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
-from dualtrain.netif import listen_address
-from dualtrain.runner_base import Engine, StepOut
+from dualtrain.launch.netif import listen_address
+from dualtrain.runtime.checkpoint import OptimizerState
+from dualtrain.runtime.loop import Engine, StepOut
 from dualtrain.spec import Device, Experiment, OptimizerName, Precision
-from dualtrain.weights import Weights
 
 
 class DeviceUnavailable(UserError):
@@ -120,7 +120,7 @@ _LISTENER: list[socket.socket] = []
 def rendezvous_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
     """The rendezvous store at MASTER_ADDR:MASTER_PORT, as init_method="env://" makes it, except that
     rank 0 listens only on the address the user named (loopback for runs dualtrain launches), not on
-    every interface as TCPStore does by itself (dualtrain.netif.listen_address)."""
+    every interface as TCPStore does by itself (dualtrain.launch.netif.listen_address)."""
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     if rank == 0:
         bind = listen_address(addr)
@@ -212,7 +212,7 @@ class TorchEngine(Engine):
         self._hook = _HookState()
         self.ddp.register_comm_hook(self._hook, _sum_hook)
         self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
-        # BatchNorm (dualtrain.batchnorm): sync layers all-reduce their sums in a group of their own
+        # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of their own
         # (never interleaved with DDP's gradient buckets); unsync layers' running statistics are
         # rank 0's, broadcast after every step.
         norms = [m for m in self.module.modules() if isinstance(m, BatchNorm)]

@@ -5,21 +5,21 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from dualtrain import cluster
-from dualtrain.launch import Worker, free_port, require_gpu
+from dualtrain.launch import cluster
+from dualtrain.launch.local import Worker, free_port, require_gpu
 from dualtrain.spec import Experiment
 
 ENV_KEYS = cluster.TORCH_KEYS
 UNIT = "rank"
 MODULE = "dualtrain.backends.torch"
 STDERR_NOISE = None
-"""torch workers' stderr passes through unfiltered (see dualtrain.launch.run_workers)."""
+"""torch workers' stderr passes through unfiltered (see dualtrain.launch.local.run_workers)."""
 
 
 def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     """Which external launcher started this process as one rank, if any (reads, changes nothing):
     torchrun's variables (torchrun, the Kubeflow PyTorchJob operator, a script) win; else a
-    multi-task srun step (dualtrain.cluster maps Slurm's variables to torchrun's); else None."""
+    multi-task srun step (dualtrain.launch.cluster maps Slurm's variables to torchrun's); else None."""
     env = os.environ if env is None else env
     return cluster.torch_env_launcher(env) or cluster.slurm_launcher("torch", env)
 
@@ -37,6 +37,6 @@ def workers(spec: Experiment) -> list[Worker]:
 
 
 def check_devices(spec: Experiment) -> None:
-    """A gpu run needs a GPU torch sees (dualtrain.launch.require_gpu)."""
+    """A gpu run needs a GPU torch sees (dualtrain.launch.local.require_gpu)."""
     require_gpu(spec.distribution.device, 'import torch; print(torch.cuda.device_count())',
                 "torch sees no CUDA device")

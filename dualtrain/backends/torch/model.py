@@ -1,7 +1,7 @@
 """Build the torch model from the framework-free layer list; canonical weights in and out.
 
-The canonical layout (dualtrain.model) *is* this ``nn.Sequential``'s state dict, so loading and
-exporting are plain copies: module ``i`` is layer ``i`` of ``dualtrain.model.resolve``.
+The canonical layout (dualtrain.core.model) *is* this ``nn.Sequential``'s state dict, so loading and
+exporting are plain copies: module ``i`` is layer ``i`` of ``dualtrain.core.model.resolve``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dualtrain import batchnorm, dropout
-from dualtrain.dropout import IntOps, canonical_elements
-from dualtrain.model import param_shapes, resolve
+from dualtrain.core import batchnorm, dropout
+from dualtrain.core.dropout import IntOps, canonical_elements
+from dualtrain.core.model import param_shapes, resolve
+from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec, Padding
-from dualtrain.weights import Weights
 
 
 class GlobalAvgPool(nn.Module):
@@ -34,7 +34,7 @@ _OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.b
 
 
 class HashDropout(nn.Module):
-    """Inverted dropout whose mask is dualtrain.dropout.keep (a hash of seed, step, sample id, layer
+    """Inverted dropout whose mask is dualtrain.core.dropout.keep (a hash of seed, step, sample id, layer
     and element, bit-identical to the TF backend's). The engine sets ``step`` and ``ids`` (the ids this
     replica feeds) before each training forward; in eval mode it is the identity."""
 
@@ -73,7 +73,7 @@ class _AllReduceSum(torch.autograd.Function):
 
 
 class BatchNorm(nn.Module):
-    """dualtrain.batchnorm on torch tensors: torch BatchNorm1d/2d semantics, optionally synchronised
+    """dualtrain.core.batchnorm on torch tensors: torch BatchNorm1d/2d semantics, optionally synchronised
     over ``group`` (set by the engine for sync: true at world > 1; None: this replica's batch only).
     State dict: weight, bias, running_mean, running_var (nn.BatchNorm's names, without
     num_batches_tracked, which only momentum=None would use)."""
@@ -166,7 +166,7 @@ def build_model(spec: ModelSpec, seed: int = 0) -> nn.Sequential:
     model = nn.Sequential(*_build(resolve(spec), seed))
     expected = param_shapes(spec)
     got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    if got != expected:  # programming error: the builder and dualtrain.model disagree
+    if got != expected:  # programming error: the builder and dualtrain.core.model disagree
         raise RuntimeError(f"torch model layout {got} != canonical layout {expected}")
     return model
 

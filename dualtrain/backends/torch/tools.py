@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from dualtrain.backends.torch.model import build_model, load_canonical
-from dualtrain.data import normalize
+from dualtrain.core.data import normalize
+from dualtrain.core.weights import Weights, check_layout
 from dualtrain.spec import Experiment
-from dualtrain.weights import Weights, check_layout
 
 
 def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray) -> np.ndarray:
-    """float32 logits (N, 10): fp32, eval mode, inputs normalised with dualtrain.data.normalize."""
+    """float32 logits (N, 10): fp32, eval mode, inputs normalised with dualtrain.core.data.normalize."""
     check_layout(weights, spec.model)
     model = build_model(spec.model, spec.seed)
     load_canonical(model, weights)
@@ -32,7 +32,7 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray)
 
 
 def main(argv: list[str]) -> int:
-    from dualtrain.entry import env_main, forward_main
+    from dualtrain.runtime.entry import env_main, forward_main
 
     if argv[:1] == ["env"]:
         from dualtrain.backends.torch.envinfo import backend_facts

@@ -21,15 +21,15 @@ from dualtrain.backends.torch.engine import (
     select_device,
 )
 from dualtrain.backends.torch.envinfo import backend_facts
-from dualtrain.data import load_mnist
-from dualtrain.entry import run_test_hook
-from dualtrain.envinfo import core_facts
+from dualtrain.core.data import load_mnist
+from dualtrain.core.weights import worker_initial_weights
 from dualtrain.errors import UserError
-from dualtrain.netif import route_interface
-from dualtrain.peers import Peer, is_comm_error, lost_peer
-from dualtrain.runner_base import Start, TrainLoop, default_threads, resume_checkpoint
+from dualtrain.launch.netif import route_interface
+from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
+from dualtrain.records.envinfo import core_facts
+from dualtrain.runtime.entry import run_test_hook
+from dualtrain.runtime.loop import Start, TrainLoop, default_threads, resume_checkpoint
 from dualtrain.spec import Experiment
-from dualtrain.weights import worker_initial_weights
 
 
 def dist_env() -> dict[str, int]:
@@ -103,7 +103,7 @@ def choose_gloo_interface(device: torch.device, rank: int,
                           route: tuple[str, str] | None) -> str | None:
     """gloo listens on the interface GLOO_SOCKET_IFNAME names; unset, on the address the host name
     resolves to, which is 127.0.0.1 on many machines (multi-host runs then time out connecting to
-    their own loopback). Pick the interface that routes to MASTER_ADDR instead (dualtrain.netif)."""
+    their own loopback). Pick the interface that routes to MASTER_ADDR instead (dualtrain.launch.netif)."""
     if device.type != "cpu":
         return None
     if os.environ.get("GLOO_SOCKET_IFNAME"):
@@ -120,7 +120,7 @@ def choose_gloo_interface(device: torch.device, rank: int,
 
 def exchange_peers(rank: int, world: int, address: str | None) -> list[Peer]:
     """Every rank publishes its host name and its address towards rank 0 on the rendezvous store, so
-    that a failed collective can name the peer it lost (dualtrain.peers)."""
+    that a failed collective can name the peer it lost (dualtrain.launch.peers)."""
     if world == 1:
         return []
     store = dist.distributed_c10d._get_default_store()

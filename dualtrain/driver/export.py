@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dualtrain.data import MEAN, STD
+from dualtrain.core.data import MEAN, STD
+from dualtrain.core.model import ResolvedLayer, resolve, walk
+from dualtrain.core.weights import Weights, check_layout, load_weights
+from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
-from dualtrain.model import ResolvedLayer, resolve, walk
-from dualtrain.outdir import check_creatable
-from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
+from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
 from dualtrain.spec import Experiment, LayerType, Padding
-from dualtrain.weights import Weights, check_layout, load_weights
 
 FORMATS = ("torch", "keras")
 
@@ -55,7 +55,7 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
                overwrite: bool = False) -> Path:
     """Export the finished run in ``run_dir``; returns the folder written. ``overwrite``: replace a
     previous export in ``out`` (a folder holding export.json), nothing else."""
-    from dualtrain.entry import run_spec
+    from dualtrain.runtime.entry import run_spec
 
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {list(FORMATS)}. Received: {fmt!r}")
@@ -229,7 +229,7 @@ def _write_torch(spec: Experiment, weights: Weights, folder: Path) -> None:
 # ---- keras (in the tf backend's own process) -----------------------------------------------------
 
 def _write_keras(run_dir: Path, folder: Path) -> None:
-    from dualtrain.launch import worker_env
+    from dualtrain.launch.local import worker_env
 
     cmd = [sys.executable, "-m", "dualtrain.backends.tf.tools", "export", str(run_dir / SPEC_FILE),
            str(run_dir / WEIGHTS_FINAL), str(folder / "model.keras")]

@@ -13,20 +13,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dualtrain import checkpoint, cluster, probes, tbevents
-from dualtrain import data as mnist
 from dualtrain.backends import LaunchModule, check_installed, launch_module, parse_backend
-from dualtrain.entry import WORKER_ERROR
+from dualtrain.core import data as mnist
+from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, where
+from dualtrain.core.plan import ShardPlan
+from dualtrain.core.weights import initial_weights, save_weights
+from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder, write_atomic
-from dualtrain.launch import run_workers
-from dualtrain.model import batchnorm_layers, cancelled_biases, resolve, where
-from dualtrain.outdir import check_creatable
-from dualtrain.plan import ShardPlan
-from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
-from dualtrain.runner_base import Start, check_continuation, steps_total
+from dualtrain.launch import cluster
+from dualtrain.launch.local import run_workers
+from dualtrain.records import tbevents
+from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
+from dualtrain.runtime import checkpoint, probes
+from dualtrain.runtime.entry import WORKER_ERROR
+from dualtrain.runtime.loop import Start, check_continuation, steps_total
 from dualtrain.spec import Backend, Experiment, dump_spec
-from dualtrain.weights import initial_weights, save_weights
 
 
 def default_run_dir(spec: Experiment, backend: Backend) -> Path:
@@ -164,7 +166,7 @@ class RunPlan:
     """What ``dualtrain run`` will do, with every check made and nothing written or started.
 
     :func:`resolve_run` makes it; :func:`start_run` carries it out and ``--dry-run``
-    (:mod:`dualtrain.dryrun`) prints it, so the run and its dry run make the same checks by
+    (:mod:`dualtrain.driver.dryrun`) prints it, so the run and its dry run make the same checks by
     construction (one code path, not two kept in step)."""
 
     spec: Experiment
@@ -262,13 +264,13 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
     Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), inside a TF_CONFIG cluster or
     as one task of a multi-task srun step, this process is one worker: rank 0 writes the run
     directory, the others return (None, {}). Under Slurm the torchrun variables / TF_CONFIG derived
-    from Slurm's (dualtrain/cluster.py) are exported into os.environ before this process becomes
+    from Slurm's (dualtrain/launch/cluster.py) are exported into os.environ before this process becomes
     the rank. Otherwise dualtrain launches ``world_size`` local workers itself.
 
     ``resume_from``: a checkpoint folder (of either backend) this new run continues from; its
     records up to the checkpoint are copied in, so the run reads as one run of ``spec``.
 
-    ``probe``: the run's part in compare's one-step probes (dualtrain.probes), passed to the workers.
+    ``probe``: the run's part in compare's one-step probes (dualtrain.runtime.probes), passed to the workers.
     """
     plan = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
     launch = launch_module(backend)
@@ -305,7 +307,7 @@ def resume_run(run_dir: str | Path, backend: Backend | None = None,
                probe: probes.Role | None = None) -> tuple[Path, dict[str, Any]]:
     """``dualtrain run --resume RUN_DIR``: continue a stopped or killed run from its latest complete
     checkpoint, on the checkpoint's backend, optionally at another world size (sharding exact)."""
-    from dualtrain.entry import run_spec
+    from dualtrain.runtime.entry import run_spec
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.weights import Weights, load_weights
 from dualtrain.errors import UserError
 from dualtrain.jsonio import flatten
 from dualtrain.spec import FREE, paths_with
-from dualtrain.weights import Weights, load_weights
 
 DIR = "checkpoints"
 WEIGHTS = "weights.npz"

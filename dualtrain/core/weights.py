@@ -1,6 +1,6 @@
 """Initial weights, generated once in NumPy and loaded into both backends.
 
-Layout: the canonical layout of :mod:`dualtrain.model` (PyTorch ``nn.Sequential`` state dict). Initial
+Layout: the canonical layout of :mod:`dualtrain.core.model` (PyTorch ``nn.Sequential`` state dict). Initial
 weights are float32 (an fp64 run starts from the same float32 values, exactly widened); a weights file
 holds float32 or float64 arrays (an fp64 run's final weights and gradients stay float64).
 Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.model import param_shapes, resolve, walk
 from dualtrain.errors import UserError
-from dualtrain.model import param_shapes, resolve, walk
-from dualtrain.record import WEIGHTS_INIT
+from dualtrain.records.record import WEIGHTS_INIT
 from dualtrain.spec import LayerType, ModelSpec
 
 _WEIGHTS_STREAM = 0x57  # keeps the weight stream independent of any other use of the seed

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.compare import records as R
-from dualtrain.compare.checks import (
+from dualtrain.jsonio import json_safe
+from dualtrain.parity import records as R
+from dualtrain.parity.checks import (
     Check,
     Reference,
     all_passed,
@@ -29,11 +30,10 @@ from dualtrain.compare.checks import (
     tolerance_of,
     trajectory,
 )
-from dualtrain.compare.diagnose import Diagnosis, diagnose
-from dualtrain.compare.tolerances import LOCAL, REFERENCE, TOLERANCES, Tolerance, precision_of
-from dualtrain.envinfo import env_differences, show
-from dualtrain.jsonio import json_safe
-from dualtrain.record import RunRecord, read_run
+from dualtrain.parity.diagnose import Diagnosis, diagnose
+from dualtrain.parity.tolerances import LOCAL, REFERENCE, TOLERANCES, Tolerance, precision_of
+from dualtrain.records.envinfo import env_differences, show
+from dualtrain.records.record import RunRecord, read_run
 from dualtrain.version import __version__
 
 VERDICT_FILE = "verdict.json"
@@ -71,8 +71,8 @@ def compare_records(a: RunRecord, b: RunRecord, reference: Reference | None = No
 
 def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:
     """A reference run is ``of``'s spec in fp64: anything else would make it no yardstick."""
-    from dualtrain.compare.tolerances import precision_of
     from dualtrain.errors import UserError
+    from dualtrain.parity.tolerances import precision_of
 
     if precision_of(rec.spec) != "fp64":
         raise UserError(f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "

@@ -12,7 +12,7 @@ Two kinds of bound (docs/parity.md §7 documents every number and the measuremen
   differently moves both distances, and the bound with them. With a reference pair these whole-run
   checks cannot fail (docs/parity.md §7): they describe the drift, they do not judge the precision.
 * :data:`LOCAL`, one row per precision: the checks that judge the requested precision. Teacher-forced
-  one-step probes (dualtrain.probes) give each backend's local error against the fp64 step from the
+  one-step probes (dualtrain.runtime.probes) give each backend's local error against the fp64 step from the
   same state; each is bounded a priori from the precision's unit roundoff, and against the other
   backend's. Neither bound is computed from the run being judged. With them, ``convergence``: each
   run's test accuracy against its own fp64 run's.
@@ -106,7 +106,7 @@ UNIT_ROUNDOFF = {"fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf
 
 @dataclass(frozen=True)
 class LocalBound:
-    """Bounds on the one-step (local) errors of one precision path (dualtrain.compare.local), all
+    """Bounds on the one-step (local) errors of one precision path (dualtrain.parity.local), all
     relative, ``u`` the compute precision's unit roundoff, ``u_param`` the parameter dtype's (float32
     for fp32, fp16 and bf16: the update rule always runs in float32).
 

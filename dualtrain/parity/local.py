@@ -1,4 +1,4 @@
-"""Local (one-step) errors of the requested precision, from the teacher-forced probes (dualtrain.probes).
+"""Local (one-step) errors of the requested precision, from the teacher-forced probes (dualtrain.runtime.probes).
 
 For every probe step k the fp64 reference run recorded its state before step k (weights, batchnorm
 statistics, optimizer slots, applied-update count) and the exact (float64) step k from that state
@@ -15,7 +15,7 @@ rounded state and ran step k itself. Per backend X and probe step, three relativ
   scale (A_t >= |g64,t| componentwise);
 * ``update``: ||W_X - U(fl(state), g_X)|| / ||U(fl(state), g_X) - fl(W_pre)||: what X's optimizer did
   with X's own gradient against the exact (float64) update rule applied to that same gradient from
-  the state X loaded (dualtrain.optim_ref; clipping included). The gradient's rounding is the grad
+  the state X loaded (dualtrain.core.optim_ref; clipping included). The gradient's rounding is the grad
   error's business, so this one sees only the update's arithmetic.
 
 Nothing here is measured against the run being judged: every error is the distance of one step of the
@@ -30,10 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dualtrain import optim_ref, probes
-from dualtrain.compare.tolerances import LocalBound
+from dualtrain.core import optim_ref
+from dualtrain.core.weights import Weights
+from dualtrain.parity.tolerances import LocalBound
+from dualtrain.runtime import probes
 from dualtrain.spec import OptimizerSpec
-from dualtrain.weights import Weights
 
 QUANTITIES = ("loss", "grad", "update")
 WHAT = {"loss": "forward (loss)", "grad": "gradient", "update": "update rule"}

@@ -5,13 +5,13 @@ Three groups, in report order (docs/report.md):
 * ``records``: the inputs of the arithmetic must be exact (spec, sample ids, initial weights, lr,
   loss-scale decisions);
 * ``semantics``: the fp64 reference pair (the same spec run in float64 on both backends) agrees to
-  rounding over the whole run (:data:`dualtrain.compare.tolerances.REFERENCE`);
+  rounding over the whole run (:data:`dualtrain.parity.tolerances.REFERENCE`);
 * ``numerics``: the requested precision's runs differ by at most ``factor`` times what that precision's
   rounding alone does to a run (each backend's distance to its own fp64 run), and agree on accuracy.
 
 Each check returns a :class:`Check`. ``run_checks`` runs them all. The parity tests call these same
 functions, so the report and the tests cannot disagree about what "equal" means. Thresholds come from
-:mod:`dualtrain.compare.tolerances` only.
+:mod:`dualtrain.parity.tolerances` only.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.compare import local as L
-from dualtrain.compare import records as R
-from dualtrain.compare.tolerances import (
+from dualtrain.jsonio import json_safe
+from dualtrain.parity import local as L
+from dualtrain.parity import records as R
+from dualtrain.parity.tolerances import (
     LOCAL,
     REFERENCE,
     LocalBound,
@@ -32,8 +33,7 @@ from dualtrain.compare.tolerances import (
     precision_of,
     tolerance_for,
 )
-from dualtrain.jsonio import json_safe
-from dualtrain.record import RunRecord
+from dualtrain.records.record import RunRecord
 
 RECORDS, SEMANTICS, NUMERICS, INFO = "records", "semantics", "numerics", "info"
 
@@ -698,7 +698,7 @@ def _grad_cross(mine: dict[int, L.Probe], other: dict[int, L.Probe], steps: list
 def check_local(quantity: str, a: RunRecord, b: RunRecord, errs: tuple[list[L.Probe], list[L.Probe]],
                 bound: LocalBound) -> Check:
     """One quantity of the one-step probes: each backend's error at every probe step against the a
-    priori bound, and its rms over the probes against the other backend's (dualtrain.compare.local)."""
+    priori bound, and its rms over the probes against the other backend's (dualtrain.parity.local)."""
     name = f"local_{quantity}"
     runs = (a, b)
     steps = [p.step for p in errs[0] if not p.skipped]

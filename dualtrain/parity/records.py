@@ -1,6 +1,6 @@
 """Reading what the checks need from run directories: per-step series, weights, spec differences.
 
-Everything here is plain NumPy over :class:`dualtrain.record.RunRecord`; no framework is imported.
+Everything here is plain NumPy over :class:`dualtrain.records.record.RunRecord`; no framework is imported.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.weights import Weights, load_weights
 from dualtrain.jsonio import flatten
-from dualtrain.record import WEIGHTS_FINAL, WEIGHTS_INIT, RunRecord, as_float
+from dualtrain.records.record import WEIGHTS_FINAL, WEIGHTS_INIT, RunRecord, as_float
 from dualtrain.spec import COSMETIC, paths_with
-from dualtrain.weights import Weights, load_weights
 
 #: Spec fields that cannot change the numbers of a run (names, paths, rendezvous, logging), as the
 #: schema declares them (dualtrain.spec.COSMETIC). They are still listed in the report, but never

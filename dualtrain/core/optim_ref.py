@@ -1,6 +1,6 @@
 """torch.optim's update rules and clipping in float64 NumPy: the exact step a probe is judged against.
 
-The one-step probes (dualtrain.probes) check the update a backend applied against this exact update
+The one-step probes (dualtrain.runtime.probes) check the update a backend applied against this exact update
 applied to *that backend's own gradient* from the same state, so the update check sees only the
 update's arithmetic (a defect in the float32 branch of an update rule, optimizer state held in a low
 precision) and not the gradient's rounding, which the gradient check judges. Formulas:
@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
+from dualtrain.core.weights import Weights
 from dualtrain.spec import OptimizerName, OptimizerSpec
-from dualtrain.weights import Weights
 
 
 def clip_coefficient(grads: Weights, max_norm: float | None) -> tuple[float, float]:

@@ -9,10 +9,10 @@ Layout of OUT::
     OUT/tf/              the tf run
     OUT/verdict.json, report.md, report.html
 
-Each backend runs in its own worker processes (``dualtrain.runs.start_run``); this process never
+Each backend runs in its own worker processes (``dualtrain.driver.runs.start_run``); this process never
 imports a framework. The reference pair answers "do the two backends compute the same training run?"
 to rounding (the semantic check), and each run's distance to its own fp64 run is the noise model of
-the numerics checks (dualtrain.compare.checks).
+the numerics checks (dualtrain.parity.checks).
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dualtrain import probes
-from dualtrain.compare.report import (
+from dualtrain.driver.outdir import check_creatable
+from dualtrain.errors import UserError
+from dualtrain.jsonio import new_folder
+from dualtrain.parity.report import (
     REPORT_HTML,
     REPORT_MD,
     VERDICT_FILE,
@@ -34,9 +36,7 @@ from dualtrain.compare.report import (
     compare_dirs,
     write_report,
 )
-from dualtrain.errors import UserError
-from dualtrain.jsonio import new_folder
-from dualtrain.outdir import check_creatable
+from dualtrain.runtime import probes
 from dualtrain.spec import Backend, Experiment, Precision
 
 REFERENCE_CHOICES = ("fp64", "none")
@@ -80,8 +80,8 @@ class Existing:
 
 
 def _existing(run: PlannedRun) -> Existing:
-    from dualtrain import checkpoint
-    from dualtrain.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
+    from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
+    from dualtrain.runtime import checkpoint
     from dualtrain.spec import load_spec
 
     where = run.where
@@ -121,7 +121,7 @@ def _claim_out(out: Path, runs: list[PlannedRun], overwrite: bool) -> dict[str, 
                         f"{', '.join(n for n in content if n not in ours) or ', '.join(content)}. "
                         f"Received: {str(out)!r}")
     if overwrite:
-        from dualtrain.record import SPEC_FILE
+        from dualtrain.records.record import SPEC_FILE
 
         for name in content:
             if name in labels and not (out / name / SPEC_FILE).is_file():
@@ -177,7 +177,7 @@ class PlannedRun:
 def plan_runs(spec: Experiment, out: Path, reference: str) -> list[PlannedRun]:
     """The runs compare makes, in order: (reference fp64, spec not fp64) the fp64 pair first, then
     torch and tf. The fp64 torch run records the states the one-step probes start from
-    (dualtrain.probes); the requested-precision runs replay them after their training."""
+    (dualtrain.runtime.probes); the requested-precision runs replay them after their training."""
     runs = []
     probe = None
     if reference == "fp64" and spec.precision.dtype is not Precision.FP64:
@@ -257,7 +257,7 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     runs are reused (checked by their spec), interrupted ones continue from their latest checkpoint
     or, without one, run again (the stopped run is moved to OUT/partial/). ``overwrite`` replaces an
     earlier compare's runs and report instead."""
-    from dualtrain.runs import resume_run, start_run, validate
+    from dualtrain.driver.runs import resume_run, start_run, validate
 
     check_reference(reference)
     _require_backends()

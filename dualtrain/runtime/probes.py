@@ -14,7 +14,7 @@ the run itself grows with the defect. A one-step probe cannot be widened that wa
    to its own parameter dtype), runs that one step (the same ids, lr, dropout masks; the loss scale
    its own run used at that step) through its normal train step, and saves its gradient, its weights
    after the step and its loss.
-3. compare (dualtrain.compare.local) measures each backend's one-step error against the exact step.
+3. compare (dualtrain.parity.local) measures each backend's one-step error against the exact step.
    Both backends start from the same state, so their errors are comparable; one-step errors are not
    amplified by chaotic training, so the bounds can be tight and hold on any CPU.
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.checkpoint import OptimizerState
+from dualtrain.core.weights import Weights
 from dualtrain.jsonio import write_atomic
-from dualtrain.weights import Weights
+from dualtrain.runtime.checkpoint import OptimizerState
 
 PROBE_ENV = "DUALTRAIN_PROBES"
 DIR = "probes"

@@ -9,7 +9,7 @@ Files (see docs/run-directory.md):
 - ``shards.jsonl``: per step and replica: step, epoch, replica, digest (of the ids actually fed), count.
 - ``summary.json``: backend, world_size, precision, steps, wall_s, train_samples_per_s, test_loss,
   test_accuracy, versions and more.
-- ``weights_init.npz`` / ``weights_final.npz``: canonical layout (dualtrain.model).
+- ``weights_init.npz`` / ``weights_final.npz``: canonical layout (dualtrain.core.model).
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ class RunWriter:
         self._shards = open(self.dir / SHARDS_FILE, mode, buffering=1)
         self._events = None
         if tensorboard:
-            from dualtrain.tbevents import EventLog
+            from dualtrain.records.tbevents import EventLog
 
             self._events = EventLog(self.dir)
 
     def offsets(self) -> dict[str, int]:
         """Bytes written so far to each record file, TensorBoard's event files included (a
         checkpoint remembers them; a resume cuts the files back to them and deletes event files
-        written after them, dualtrain.runs.truncate_records)."""
+        written after them, dualtrain.driver.runs.truncate_records)."""
         self.flush()
         sizes = {METRICS_FILE: self._metrics.tell(), SHARDS_FILE: self._shards.tell()}
         if self._events is not None:

@@ -20,8 +20,8 @@ import numpy as np
 import yaml
 
 from dualtrain.errors import RunFailed, UserError
-from dualtrain.record import SPEC_FILE
-from dualtrain.runner_base import Start
+from dualtrain.records.record import SPEC_FILE
+from dualtrain.runtime.loop import Start
 from dualtrain.spec import Experiment, from_dict
 
 
@@ -98,7 +98,7 @@ def worker_main(backend: str, argv: list[str],
         if not _report_to_launcher(Path(argv[0]), str(exc), start.launched):
             print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    except RunFailed as exc:  # a lost peer (dualtrain.peers): one line, the launcher names the rank
+    except RunFailed as exc:  # a lost peer (dualtrain.launch.peers): one line, the launcher names the rank
         print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
@@ -108,9 +108,9 @@ def forward_main(backend: str, argv: list[str],
                  forward_logits: Callable[[Experiment, dict, np.ndarray], np.ndarray]) -> int:
     """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
     float32 logits of the first N MNIST test images under the canonical weights (key "logits")."""
-    from dualtrain.data import load_mnist
+    from dualtrain.core.data import load_mnist
+    from dualtrain.core.weights import check_layout, load_weights
     from dualtrain.spec import load_spec
-    from dualtrain.weights import check_layout, load_weights
 
     if len(argv) != 5 or argv[0] != "forward":
         print(f"usage: python -m dualtrain.backends.{backend}.tools forward SPEC_YAML WEIGHTS_NPZ N "
@@ -139,8 +139,8 @@ def forward_main(backend: str, argv: list[str],
 def export_main(backend: str, argv: list[str],
                 export: Callable[[Experiment, dict, str], None]) -> int:
     """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FILE``."""
+    from dualtrain.core.weights import check_layout, load_weights
     from dualtrain.spec import load_spec
-    from dualtrain.weights import check_layout, load_weights
 
     if len(argv) != 4:
         print(f"usage: python -m dualtrain.backends.{backend}.tools export SPEC_YAML WEIGHTS_NPZ "

@@ -2,7 +2,7 @@
 
 A backend supplies an :class:`Engine` (the mechanics: a train step, distributed evaluation, a gather,
 the weights). :class:`TrainLoop` owns everything else, once for both: which ids each replica gets
-(the plan), the lr at every step (dualtrain.schedule), the loss normaliser (the global sample count
+(the plan), the lr at every step (dualtrain.core.schedule), the loss normaliser (the global sample count
 of the step), eval cadence, fault injection, progress output, and the run-directory records. So the
 two backends cannot disagree on policy, only on numerics.
 """
@@ -21,17 +21,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dualtrain import checkpoint, probes
-from dualtrain.checkpoint import Checkpoint, OptimizerState
-from dualtrain.data import Mnist
-from dualtrain.envinfo import usable_cores
+from dualtrain.core.data import Mnist
+from dualtrain.core.plan import ShardPlan, eval_shards, shard_digest
+from dualtrain.core.schedule import lr_at
+from dualtrain.core.weights import Weights, save_weights, weights_digest
 from dualtrain.errors import UserError
-from dualtrain.plan import ShardPlan, eval_shards, shard_digest
-from dualtrain.progress import Reporter
-from dualtrain.record import WEIGHTS_FINAL, RunWriter
-from dualtrain.schedule import lr_at
+from dualtrain.records.envinfo import usable_cores
+from dualtrain.records.record import WEIGHTS_FINAL, RunWriter
+from dualtrain.runtime import checkpoint, probes
+from dualtrain.runtime.checkpoint import Checkpoint, OptimizerState
+from dualtrain.runtime.progress import Reporter
 from dualtrain.spec import Every, Experiment
-from dualtrain.weights import Weights, save_weights, weights_digest
 
 
 @dataclass
@@ -208,7 +208,7 @@ class TrainLoop:
         self.checkpoints, self.checkpoint_s = 0, 0.0
         self.out = Reporter(f"[{engine.backend}]", spec.logging.progress, self.total_steps,
                             enabled=self.chief)
-        # Teacher-forced one-step probes (dualtrain.probes): compare asks the fp64 reference run to
+        # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference run to
         # record states, and the requested-precision runs to replay them after training.
         self.probe_role = probes.role_from_env()
         self._probe_index: list[dict[str, Any]] = []
@@ -410,7 +410,7 @@ class TrainLoop:
         self.say(f"eval after step {step}: loss {loss_sum / count:.4f} "
                  f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)")
 
-    # ---- probes (dualtrain.probes) -----------------------------------------------------------------
+    # ---- probes (dualtrain.runtime.probes) -----------------------------------------------------------------
     def _record_probe(self, step: int, local: list[np.ndarray], count: int, lr: float) -> None:
         """The fp64 run's probe of ``step``, before the step itself: save the state, then take the
         step exactly (this engine is float64) from that state rounded to float32, the input every

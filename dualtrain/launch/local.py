@@ -235,7 +235,7 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
 def _root_cause(workers: list[Worker], failed: Worker, code: int,
                 wait_s: float = 1.0) -> tuple[Worker, int]:
     """The worker whose failure to report. A worker that exits with an error may only be reacting
-    to another one's death (its collective lost that peer: dualtrain.peers); a worker killed by a
+    to another one's death (its collective lost that peer: dualtrain.launch.peers); a worker killed by a
     signal is the cause. So after an error exit, wait up to ``wait_s`` for another worker to turn
     out killed, and name that one instead."""
     if code < 0:
@@ -253,7 +253,7 @@ def _root_cause(workers: list[Worker], failed: Worker, code: int,
 
 def _dump_stacks(workers: list[Worker], wait_s: float = 2.0) -> None:
     """Ask stuck workers where they are: each worker registers faulthandler on SIGUSR1
-    (dualtrain.entry.worker_main), which prints every thread's Python stack to its stderr."""
+    (dualtrain.runtime.entry.worker_main), which prints every thread's Python stack to its stderr."""
     sig = getattr(signal, "SIGUSR1", None)
     if sig is None:
         return

@@ -241,7 +241,7 @@ class LayerSpec:
     """conv2d (default 1), maxpool2d and avgpool2d (default pool_size)."""
     rate: float | None = None
     """dropout: the drop probability p in [0, 1) (inverted scaling by 1/(1-p), off in evaluation; the
-    mask is a hash of seed, step, sample id, layer and element: dualtrain/dropout.py)."""
+    mask is a hash of seed, step, sample id, layer and element: dualtrain/core/dropout.py)."""
     padding: Padding | int = Padding.VALID
     """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
     P zeros on every side (torch's ``padding=P``), with any stride."""

@@ -28,9 +28,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dualtrain.compare import records as R
-from dualtrain.compare.checks import LOCAL_CHECKS, Check, all_passed
-from dualtrain.record import RunRecord
+from dualtrain.parity import records as R
+from dualtrain.parity.checks import LOCAL_CHECKS, Check, all_passed
+from dualtrain.records.record import RunRecord
 
 IDS = "different sample ids"
 INIT = "different initial weights"

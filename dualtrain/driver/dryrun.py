@@ -1,9 +1,9 @@
 """``dualtrain run --dry-run``: every check the run would make, and the plan it would follow, with
 nothing written and nothing started (framework-free).
 
-The plan is :func:`dualtrain.runs.resolve_run`'s, the very object :func:`dualtrain.runs.start_run`
+The plan is :func:`dualtrain.driver.runs.resolve_run`'s, the very object :func:`dualtrain.driver.runs.start_run`
 carries out: the launcher (local, torchrun, Kubeflow, TF_CONFIG, Slurm), the world size the launcher
-imposes, the restart point of an external worker, the spec checks (:func:`dualtrain.runs.validate`:
+imposes, the restart point of an external worker, the spec checks (:func:`dualtrain.driver.runs.validate`:
 model shapes, the data and its content, initial weights, batch sizes, the device), the checkpoint
 of ``--resume-from`` and the run directory. This module only turns it into JSON and text.
 """
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dualtrain import data as mnist
-from dualtrain.runs import resolve_run
+from dualtrain.core import data as mnist
+from dualtrain.driver.runs import resolve_run
 from dualtrain.spec import Backend, Experiment, TFStrategy
 
 
