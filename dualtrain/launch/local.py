@@ -71,7 +71,7 @@ def worker_env(extra: dict[str, str]) -> dict[str, str]:
     env.update(extra)
     env["PYTHONUNBUFFERED"] = "1"
     # Workers must find this package even when it is run from a source checkout.
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds dualtrain/
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

@@ -1,0 +1,159 @@
+"""The model section: layers (a closed vocabulary with per-type fields) and the shipped presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dualtrain.errors import UserError
+from dualtrain.spec.fields import _SPEC, COSMETIC, _check, _tagged
+from dualtrain.spec.vocab import LayerType, Padding
+
+
+@dataclass(**_SPEC)
+class LayerSpec:
+    type: LayerType
+    """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid, gelu
+    (exact erf form), dropout, batchnorm, residual."""
+    units: int | None = None
+    """dense: output features."""
+    filters: int | None = None
+    """conv2d: output channels."""
+    kernel_size: int | None = None
+    """conv2d: square kernel size."""
+    pool_size: int | None = None
+    """maxpool2d, avgpool2d: square window (stride defaults to the window)."""
+    stride: int | None = None
+    """conv2d (default 1), maxpool2d and avgpool2d (default pool_size)."""
+    rate: float | None = None
+    """dropout: the drop probability p in [0, 1) (inverted scaling by 1/(1-p), off in evaluation; the
+    mask is a hash of seed, step, sample id, layer and element: dualtrain/core/dropout.py)."""
+    padding: Padding | int = Padding.VALID
+    """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
+    P zeros on every side (torch's ``padding=P``), with any stride."""
+    bias: bool = True
+    """dense, conv2d: add a bias (torch's ``bias=False`` / Keras's ``use_bias=False`` when false, as
+    before a batchnorm, whose mean subtraction cancels it)."""
+    momentum: float | None = None
+    """batchnorm: torch's momentum (default 0.1): running = (1 - momentum) * running + momentum *
+    batch statistic (the unbiased variance for running_var)."""
+    eps: float | None = None
+    """batchnorm: added to the biased batch variance before the square root (default 1e-5)."""
+    sync: bool | None = None
+    """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
+    count (torch SyncBatchNorm); false (default): each replica's own batch, and the running statistics
+    are replica 0's (DDP's buffer broadcast), on both backends. docs/parity.md §9."""
+    body: tuple[LayerSpec, ...] = ()
+    """residual: the layers of the residual branch; the block outputs body(x) + shortcut(x)."""
+    shortcut: tuple[LayerSpec, ...] = ()
+    """residual: layers on the skip path (e.g. a 1x1 conv2d with stride 2 and a batchnorm); empty:
+    the identity."""
+
+    def __post_init__(self) -> None:
+        t = self.type
+        allowed = {
+            LayerType.DENSE: {"units"},
+            LayerType.CONV2D: {"filters", "kernel_size", "stride", "padding"},
+            LayerType.MAXPOOL2D: {"pool_size", "stride"},
+            LayerType.AVGPOOL2D: {"pool_size", "stride"},
+            LayerType.DROPOUT: {"rate"},
+            LayerType.BATCHNORM: {"momentum", "eps", "sync"},
+            LayerType.RESIDUAL: {"body", "shortcut"},
+        }.get(t, set())
+        for name in ("momentum", "eps", "sync", "body", "shortcut"):
+            v = getattr(self, name)
+            if v not in (None, ()) and name not in allowed:
+                raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
+        if not self.bias and t not in (LayerType.DENSE, LayerType.CONV2D):
+            raise UserError(f"layer type {t.value!r} takes no 'bias'. Received: bias=False")
+        if t is LayerType.BATCHNORM:
+            for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
+                if getattr(self, name) is None:
+                    object.__setattr__(self, name, default)
+            assert self.momentum is not None and self.eps is not None  # defaults set just above
+            _check(0.0 <= self.momentum <= 1.0, "layer batchnorm.momentum", "must be in [0, 1]",
+                   self.momentum)
+            _check(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
+        if t is LayerType.RESIDUAL:
+            _check(bool(self.body), "layer residual.body", "must list at least one layer", list(self.body))
+            for part in ("body", "shortcut"):
+                for j, inner in enumerate(getattr(self, part)):
+                    if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN):
+                        raise UserError(f"layer residual.{part}[{j}]: a residual block cannot hold a "
+                                        f"{inner.type.value} layer (blocks do not nest; flatten changes "
+                                        f"the shape the add needs). Received: {inner.type.value}")
+        if self.rate is not None:
+            if "rate" not in allowed:
+                raise UserError(f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}")
+            _check(0.0 <= self.rate < 1.0, "layer dropout.rate", "must be in [0, 1)", self.rate)
+        for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
+            v = getattr(self, name)
+            if v is not None and name not in allowed:
+                raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
+            if v is not None:
+                _check(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
+        if self.padding is not Padding.VALID and "padding" not in allowed:
+            raise UserError(f"layer type {t.value!r} takes no 'padding'. Received: {self.padding!r}")
+        if isinstance(self.padding, int):
+            _check(self.padding >= 0, f"layer {t.value}.padding", "must be >= 0, valid or same",
+                   self.padding)
+        required = {LayerType.DENSE: ("units",), LayerType.CONV2D: ("filters", "kernel_size"),
+                    LayerType.MAXPOOL2D: ("pool_size",), LayerType.AVGPOOL2D: ("pool_size",),
+                    LayerType.DROPOUT: ("rate",)}.get(t, ())
+        for name in required:
+            if getattr(self, name) is None:
+                raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
+        if t is LayerType.CONV2D and self.padding is Padding.SAME and (self.stride or 1) != 1:
+            raise UserError(
+                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs differently; "
+                f"an integer padding such as 1 pads every side equally on both). "
+                f"Received: stride={self.stride}"
+            )
+
+
+@dataclass(**_SPEC)
+class ModelSpec:
+    preset: str | None = None
+    """``mlp`` (784-256-128-10, the default) or ``cnn`` (two conv blocks + dense). Mutually exclusive
+    with layers; set ``preset: null`` to use layers."""
+    layers: tuple[LayerSpec, ...] = ()
+    """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
+    init_from: str | None = _tagged(COSMETIC, default=None)
+    """Canonical-layout .npz with the initial weights; None: generate them from the seed."""
+
+    def __post_init__(self) -> None:
+        if self.preset is not None:
+            _check(self.preset in PRESETS, "model.preset", f"must be one of {sorted(PRESETS)}", self.preset)
+            if self.layers:
+                raise UserError("model: give either 'preset' or 'layers', not both. Received: both")
+        elif not self.layers:
+            raise UserError("model: give a 'preset' (mlp, cnn) or a 'layers' list. Received: neither")
+
+    def resolved_layers(self) -> tuple[LayerSpec, ...]:
+        return PRESETS[self.preset] if self.preset is not None else self.layers
+
+
+def _layers(*items: dict[str, Any]) -> tuple[LayerSpec, ...]:
+    def layer(d: dict[str, Any]) -> LayerSpec:
+        kwargs: dict[str, Any] = {k: (LayerType(v) if k == "type" else v) for k, v in d.items()}
+        return LayerSpec(**kwargs)
+    return tuple(layer(d) for d in items)
+
+
+PRESETS: dict[str, tuple[LayerSpec, ...]] = {
+    "mlp": _layers(
+        {"type": "flatten"},
+        {"type": "dense", "units": 256}, {"type": "relu"},
+        {"type": "dense", "units": 128}, {"type": "relu"},
+        {"type": "dense", "units": 10},
+    ),
+    "cnn": _layers(
+        {"type": "conv2d", "filters": 32, "kernel_size": 3}, {"type": "relu"},
+        {"type": "maxpool2d", "pool_size": 2},
+        {"type": "conv2d", "filters": 64, "kernel_size": 3}, {"type": "relu"},
+        {"type": "maxpool2d", "pool_size": 2},
+        {"type": "flatten"},
+        {"type": "dense", "units": 128}, {"type": "relu"},
+        {"type": "dense", "units": 10},
+    ),
+}

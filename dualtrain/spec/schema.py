@@ -1,0 +1,310 @@
+"""The Experiment and its sections (except the model's): frozen, keyword-only dataclasses whose
+``__post_init__`` range-checks every value with a one-line UserError naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from dualtrain.errors import UserError
+from dualtrain.spec.fields import _SPEC, COSMETIC, FREE, _check, _tagged
+from dualtrain.spec.model import LayerSpec, ModelSpec
+from dualtrain.spec.vocab import (
+    Device,
+    Every,
+    LastBatch,
+    OptimizerName,
+    Precision,
+    Progress,
+    ScheduleInterval,
+    ScheduleName,
+    Sharding,
+    TFStrategy,
+)
+
+
+@dataclass(**_SPEC)
+class DataSpec:
+    dataset: str = "mnist"
+    """Dataset name. Only ``mnist`` for now."""
+    data_dir: str | None = _tagged(COSMETIC, FREE, default=None)
+    """Folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None: offline copy or cache."""
+    download: bool = _tagged(COSMETIC, FREE, default=True)
+    """Allow a checksum-verified download into the cache when no local copy is found."""
+    batch_size: int = 128
+    """Global batch size (all replicas together)."""
+    eval_batch_size: int = 1000
+    """Global batch size for evaluation."""
+    shuffle: bool = True
+    """Shuffle the training order every epoch (permutation from seed and epoch)."""
+    last_batch: LastBatch = LastBatch.KEEP
+    """What to do with a partial last global batch: keep it (split across replicas) or drop it."""
+    sharding: Sharding = Sharding.EXACT
+    """How a global batch is split: ``exact`` (no duplicates) or ``torch_sampler`` (DistributedSampler)."""
+    train_limit: int | None = None
+    """Use only the first N training samples (quick runs and tests)."""
+    test_limit: int | None = None
+    """Use only the first N test samples."""
+
+    def __post_init__(self) -> None:
+        _check(self.dataset == "mnist", "data.dataset", "must be 'mnist'", self.dataset)
+        _check(self.batch_size >= 1, "data.batch_size", "must be >= 1", self.batch_size)
+        _check(self.eval_batch_size >= 1, "data.eval_batch_size", "must be >= 1", self.eval_batch_size)
+        for name in ("train_limit", "test_limit"):
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"data.{name}", "must be >= 1 or null", v)
+
+
+@dataclass(**_SPEC)
+class ScheduleSpec:
+    name: ScheduleName = ScheduleName.CONSTANT
+    """constant, step (lr * gamma ** (step // step_size)) or cosine (to min_lr over the run)."""
+    step_size: int = 1000
+    """step: optimizer steps between decays."""
+    gamma: float = 0.1
+    """step: decay factor."""
+    min_lr: float = 0.0
+    """cosine: final learning rate."""
+    warmup_steps: int = 0
+    """Linear warmup from lr/warmup_steps to lr over this many steps."""
+    interval: ScheduleInterval = ScheduleInterval.STEP
+    """step: the lr changes every optimizer step; epoch: once per epoch (step_size and warmup_steps
+    then count epochs), as torch's StepLR/CosineAnnealingLR stepped after each epoch."""
+
+    def __post_init__(self) -> None:
+        _check(self.step_size >= 1, "optimizer.schedule.step_size", "must be >= 1", self.step_size)
+        _check(0 < self.gamma <= 1, "optimizer.schedule.gamma", "must be in (0, 1]", self.gamma)
+        _check(self.min_lr >= 0, "optimizer.schedule.min_lr", "must be >= 0", self.min_lr)
+        _check(self.warmup_steps >= 0, "optimizer.schedule.warmup_steps", "must be >= 0", self.warmup_steps)
+
+
+@dataclass(**_SPEC)
+class OptimizerSpec:
+    name: OptimizerName = OptimizerName.SGD
+    """sgd, adam, adamw, adadelta or rmsprop (torch.optim semantics in both backends; see
+    docs/parity.md)."""
+    lr: float = 0.05
+    """Peak learning rate."""
+    momentum: float = 0.0
+    """sgd and rmsprop: momentum (torch form: buf = m*buf + g; p -= lr*buf); other optimizers
+    ignore it."""
+    nesterov: bool = False
+    """sgd: Nesterov momentum (needs momentum > 0)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """adam/adamw: (beta1, beta2)."""
+    eps: float | None = None
+    """adam/adamw: added to sqrt(v_hat); rmsprop: to sqrt(square_avg); adadelta: inside both square
+    roots (torch placements). null: torch's default (1e-8; adadelta 1e-6)."""
+    rho: float = 0.9
+    """adadelta: decay of the squared-gradient and squared-update averages."""
+    alpha: float = 0.99
+    """rmsprop: decay of the squared-gradient average."""
+    centered: bool = False
+    """rmsprop: divide by the centered second moment (square_avg - grad_avg**2)."""
+    weight_decay: float = 0.0
+    """sgd/adam/adadelta/rmsprop: L2 added to the gradient; adamw: decoupled (p *= 1 - lr*wd)."""
+    clip_grad_norm: float | None = None
+    """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null: off."""
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optimizer.lr", "must be > 0", self.lr)
+        _check(0 <= self.momentum < 1, "optimizer.momentum", "must be in [0, 1)", self.momentum)
+        if self.nesterov:
+            _check(self.momentum > 0, "optimizer.nesterov", "needs momentum > 0", self.momentum)
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optimizer.betas",
+               "must be two numbers in [0, 1)", list(self.betas))
+        if self.eps is None:  # torch's default for this optimizer, written into the resolved spec
+            object.__setattr__(self, "eps", 1e-6 if self.name is OptimizerName.ADADELTA else 1e-8)
+        assert self.eps is not None  # set just above when it was null
+        _check(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
+        _check(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
+        _check(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
+        if self.centered and self.name is not OptimizerName.RMSPROP:
+            raise UserError(f"optimizer.centered is for rmsprop. Received: centered=true with "
+                            f"{self.name.value}")
+
+        _check(self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", self.weight_decay)
+        if self.clip_grad_norm is not None:
+            _check(self.clip_grad_norm > 0, "optimizer.clip_grad_norm", "must be > 0 or null",
+                   self.clip_grad_norm)
+
+
+@dataclass(**_SPEC)
+class LossScaleSpec:
+    init: float = 65536.0
+    """Initial loss scale (torch GradScaler default 2**16; Keras uses 2**15)."""
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    """Grow the scale after this many consecutive finite steps."""
+
+    def __post_init__(self) -> None:
+        _check(self.init > 0, "precision.loss_scale.init", "must be > 0", self.init)
+        _check(self.growth_factor >= 1, "precision.loss_scale.growth_factor", "must be >= 1",
+               self.growth_factor)
+        _check(0 < self.backoff_factor < 1, "precision.loss_scale.backoff_factor", "must be in (0, 1)",
+               self.backoff_factor)
+        _check(self.growth_interval >= 1, "precision.loss_scale.growth_interval", "must be >= 1",
+               self.growth_interval)
+
+
+@dataclass(**_SPEC)
+class PrecisionSpec:
+    dtype: Precision = Precision.FP32
+    """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling), bf16 (no loss scaling) or fp64
+    (float64 everywhere: the reference precision ``dualtrain compare`` checks semantics with)."""
+    loss_scale: LossScaleSpec = field(default_factory=LossScaleSpec)
+
+
+@dataclass(**_SPEC)
+class DistributionSpec:
+    world_size: int = 1
+    """Number of replicas (torch: processes; tf: devices or worker processes)."""
+    device: Device = Device.CPU
+    """cpu (gloo) or gpu (nccl)."""
+    master_addr: str = _tagged(COSMETIC, default="127.0.0.1")
+    """Rendezvous address for locally launched workers."""
+    master_port: int | None = _tagged(COSMETIC, default=None)
+    """Rendezvous port; null picks a free one."""
+    timeout_s: float = _tagged(COSMETIC, default=120.0)
+    """Bound on startup and on any single collective: a lost peer fails the run instead of hanging."""
+    threads_per_worker: int | None = _tagged(COSMETIC, default=None)
+    """Intra-op threads per worker process; null: cores // local workers."""
+    max_restarts: int = _tagged(COSMETIC, default=0)
+    """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
+    the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the
+    rank. Without checkpoints a restart begins again at step 1."""
+
+    def __post_init__(self) -> None:
+        _check(self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size)
+        _check(self.max_restarts >= 0, "distribution.max_restarts", "must be >= 0", self.max_restarts)
+        _check(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
+        if self.master_port is not None:
+            _check(0 < self.master_port < 65536, "distribution.master_port", "must be in 1..65535",
+                   self.master_port)
+        if self.threads_per_worker is not None:
+            _check(self.threads_per_worker >= 1, "distribution.threads_per_worker", "must be >= 1",
+                   self.threads_per_worker)
+
+
+@dataclass(**_SPEC)
+class TFSpec:
+    strategy: TFStrategy = _tagged(COSMETIC, default=TFStrategy.MIRRORED)
+    """mirrored (one process, N local devices) or multi_worker (N processes, TF_CONFIG)."""
+
+
+@dataclass(**_SPEC)
+class TrainSpec:
+    epochs: int | None = 1
+    """Number of epochs (null with max_steps: as many as max_steps needs)."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (counted across epochs)."""
+    eval_every: int = 0
+    """Evaluate every N steps; 0: at the end of every epoch. A final evaluation always runs."""
+    log_every: int = _tagged(COSMETIC, FREE, default=50)
+    """Progress line and metrics flush every N steps."""
+    checkpoint_every: Every | int | None = _tagged(COSMETIC, FREE, default=None)
+    """Write a checkpoint every N steps, or ``epoch``: at the end of every epoch; null: never. A run
+    that checkpoints also writes one after its last step (RUN_DIR/checkpoints, docs/checkpoints.md)."""
+    keep_checkpoints: int = _tagged(COSMETIC, FREE, default=3)
+    """Keep the newest K complete checkpoints; older ones are deleted once a newer one is complete."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.checkpoint_every, int):
+            _check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1, epoch or null",
+                   self.checkpoint_every)
+        _check(self.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1",
+               self.keep_checkpoints)
+        if self.epochs is None and self.max_steps is None:
+            raise UserError("train: give epochs or max_steps. Received: neither")
+        if self.epochs is not None:
+            _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
+        if self.max_steps is not None:
+            _check(self.max_steps >= 1, "train.max_steps", "must be >= 1", self.max_steps)
+        _check(self.eval_every >= 0, "train.eval_every", "must be >= 0", self.eval_every)
+        _check(self.log_every >= 1, "train.log_every", "must be >= 1", self.log_every)
+
+
+@dataclass(**_SPEC)
+class LoggingSpec:
+    """Where a run reports besides metrics.jsonl (which is always written). Changing it never changes
+    the training: a run may resume or continue with other logging settings."""
+
+    tensorboard: bool = True
+    """TensorBoard event files from the chief in RUN_DIR/tensorboard (tags train/loss, train/lr,
+    train/grad_norm, train/loss_scale, train/samples_per_s, eval/loss, eval/accuracy; the same on
+    both backends)."""
+    progress: Progress = Progress.AUTO
+    """auto: a live progress bar when the chief writes to an interactive terminal, plain lines
+    otherwise (log files, CI); bar: always the bar; lines: always plain lines."""
+
+
+@dataclass(**_SPEC)
+class DebugSpec:
+    """Inspection and fault injection, for tests and debugging. Leave empty in real runs."""
+
+    dump_grads: tuple[int, ...] = _tagged(COSMETIC, default=())
+    """Steps (1-based) whose all-reduced, unscaled, unclipped gradient the chief saves as
+    ``grads_step{N}.npz`` (canonical layout)."""
+    nonfinite_grad: tuple[tuple[int, int], ...] = ()
+    """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
+    exit_rank: tuple[int, int] | None = None
+    """(step, rank): that worker process kills itself (SIGKILL) at that step, in the run's first
+    attempt only (a restarted or resumed run does not fail again) unless exit_every_attempt."""
+    exit_every_attempt: bool = False
+    """exit_rank fires in every attempt (tests of max_restarts running out)."""
+    crash_in_checkpoint: int | None = None
+    """Step whose checkpoint write the chief dies in (SIGKILL after the weights file, before the
+    manifest), in the first attempt only."""
+
+
+@dataclass(**_SPEC)
+class Experiment:
+    name: str = _tagged(COSMETIC, FREE, default="experiment")
+    """Run name, used in the default output directory."""
+    seed: int = 0
+    """Seeds the data order and the initial weights."""
+    data: DataSpec = field(default_factory=DataSpec)
+    model: ModelSpec = field(default_factory=lambda: ModelSpec(preset="mlp"))
+    optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    precision: PrecisionSpec = field(default_factory=PrecisionSpec)
+    distribution: DistributionSpec = _tagged(FREE, default_factory=DistributionSpec)
+    tf: TFSpec = _tagged(FREE, default_factory=TFSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    determinism: bool = True
+    """Deterministic kernels in both frameworks, TF32 off (see docs/parity.md)."""
+    output_dir: str = _tagged(COSMETIC, FREE, default="runs")
+    """Parent folder of run directories (``--out`` names the run directory itself)."""
+    logging: LoggingSpec = _tagged(COSMETIC, FREE, default_factory=LoggingSpec)
+    debug: DebugSpec = _tagged(FREE, default_factory=DebugSpec)
+
+    def __post_init__(self) -> None:
+        _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'",
+               self.name)
+        _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32)", self.seed)
+        if self.data.sharding is Sharding.TORCH_SAMPLER:
+            _check(self.data.batch_size % self.distribution.world_size == 0, "data.batch_size",
+                   f"must be a multiple of world_size={self.distribution.world_size} with "
+                   "sharding=torch_sampler", self.data.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(self)
+
+    def replace(self, **changes: Any) -> Experiment:
+        return dataclasses.replace(self, **changes)
+
+
+def _to_plain(obj: Any) -> Any:
+    if isinstance(obj, LayerSpec):  # a layer names only what it sets: {type: dense, units: 10}
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.name == "type" or getattr(obj, f.name) != f.default}
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, (tuple, list)):
+        return [_to_plain(v) for v in obj]
+    return obj

@@ -1,0 +1,154 @@
+"""The spec's closed vocabularies: ``str`` enums that read the names users bring from the frameworks
+(``pytorch``, ``mixed_float16``, ``Dense``) and suggest the closest name for a typo."""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from typing import Any, TypeVar
+
+from dualtrain.errors import UserError
+
+_E = TypeVar("_E", bound="StrEnum")
+
+
+class StrEnum(str, enum.Enum):
+    """A closed vocabulary whose members are plain strings (JSON/YAML friendly)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def values(cls) -> list[str]:
+        return [m.value for m in cls]
+
+    @classmethod
+    def parse(cls: type[_E], value: Any, path: str) -> _E:
+        """The member ``value`` names: its value in any letter case, or an unambiguous alias the
+        frameworks use (``pytorch``, ``mixed_float16``, ``Dense``, ``linear``); recorded by its
+        canonical value. Otherwise a UserError that suggests the closest names."""
+        if isinstance(value, str):
+            key = value.strip().lower()
+            if key in cls.values():
+                return cls(key)
+            alias = ALIASES.get(cls.__name__, {}).get(key.replace("-", "_"))
+            if alias is not None:
+                return cls(alias)
+            close = difflib.get_close_matches(key, cls.values() + list(ALIASES.get(cls.__name__, {})),
+                                              n=2, cutoff=0.6)
+            names = [ALIASES.get(cls.__name__, {}).get(c, c) for c in close]
+            if names:
+                hint = " or ".join(f"'{n}'" for n in dict.fromkeys(names))
+                raise UserError(f"{path} must be one of {cls.values()}; did you mean {hint}? "
+                                f"Received: {value!r}")
+        raise UserError(f"{path} must be one of {cls.values()}. Received: {value!r}")
+
+
+#: Names users bring from the frameworks, per vocabulary (keys lower case, "-" read as "_").
+ALIASES: dict[str, dict[str, str]] = {
+    "Backend": {"pytorch": "torch", "tensorflow": "tf", "keras": "tf"},
+    "Precision": {"float32": "fp32", "single": "fp32", "float16": "fp16", "half": "fp16",
+                  "mixed_float16": "fp16", "bfloat16": "bf16", "mixed_bfloat16": "bf16",
+                  "float64": "fp64", "double": "fp64"},
+    "LayerType": {"linear": "dense", "conv2d": "conv2d", "conv": "conv2d",
+                  "maxpooling2d": "maxpool2d", "maxpool": "maxpool2d",
+                  "averagepooling2d": "avgpool2d", "avgpool": "avgpool2d",
+                  "globalaveragepooling2d": "global_avgpool", "adaptiveavgpool2d": "global_avgpool",
+                  "batchnormalization": "batchnorm", "batchnorm2d": "batchnorm",
+                  "batchnorm1d": "batchnorm", "syncbatchnorm": "batchnorm"},
+    "ScheduleName": {"cosineannealing": "cosine", "cosineannealinglr": "cosine",
+                     "cosinedecay": "cosine", "steplr": "step"},
+}
+
+
+class Backend(StrEnum):
+    TORCH = "torch"
+    TF = "tf"
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    #: float64 parameters, activations, loss and optimizer state: the reference precision
+    FP64 = "fp64"
+
+    @property
+    def param_dtype(self) -> str:
+        """NumPy name of the parameters' (and optimizer state's) dtype: float64 for fp64, else
+        float32 (fp16/bf16 keep float32 master weights)."""
+        return "float64" if self is Precision.FP64 else "float32"
+
+
+class LastBatch(StrEnum):
+    DROP = "drop"
+    KEEP = "keep"
+
+
+class Sharding(StrEnum):
+    #: every sample exactly once per epoch, contiguous balanced split of each global batch
+    EXACT = "exact"
+    #: torch.utils.data.DistributedSampler + DataLoader, padding and rank striding included
+    TORCH_SAMPLER = "torch_sampler"
+
+
+class OptimizerName(StrEnum):
+    SGD = "sgd"
+    ADAM = "adam"
+    ADAMW = "adamw"
+    ADADELTA = "adadelta"
+    RMSPROP = "rmsprop"
+
+
+class ScheduleName(StrEnum):
+    CONSTANT = "constant"
+    STEP = "step"
+    COSINE = "cosine"
+
+
+class ScheduleInterval(StrEnum):
+    #: the lr changes every optimizer step (the default)
+    STEP = "step"
+    #: the lr changes once per epoch, as a torch scheduler stepped after each epoch
+    EPOCH = "epoch"
+
+
+class Device(StrEnum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class TFStrategy(StrEnum):
+    MIRRORED = "mirrored"
+    MULTI_WORKER = "multi_worker"
+
+
+class LayerType(StrEnum):
+    DENSE = "dense"
+    CONV2D = "conv2d"
+    MAXPOOL2D = "maxpool2d"
+    AVGPOOL2D = "avgpool2d"
+    GLOBAL_AVGPOOL = "global_avgpool"
+    FLATTEN = "flatten"
+    RELU = "relu"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    GELU = "gelu"
+    DROPOUT = "dropout"
+    BATCHNORM = "batchnorm"
+    RESIDUAL = "residual"
+
+
+class Every(StrEnum):
+    EPOCH = "epoch"
+
+
+class Progress(StrEnum):
+    AUTO = "auto"
+    BAR = "bar"
+    LINES = "lines"
+
+
+class Padding(StrEnum):
+    VALID = "valid"
+    SAME = "same"
