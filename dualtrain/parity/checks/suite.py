@@ -1,0 +1,80 @@
+"""All checks in report order (:func:`run_checks`), and the information-only ones."""
+
+from __future__ import annotations
+
+import math
+
+from dualtrain.parity import records as R
+from dualtrain.parity.checks.base import (
+    INFO,
+    NUMERICS,
+    SEMANTICS,
+    Check,
+    Reference,
+    not_run,
+    tolerance_of,
+)
+from dualtrain.parity.checks.numerics import check_eval, check_final_weights, check_trajectory
+from dualtrain.parity.checks.probes import local_checks
+from dualtrain.parity.checks.records import (
+    check_init_weights,
+    check_loss_scale,
+    check_lr,
+    check_sharding,
+    check_skipped,
+    check_spec,
+)
+from dualtrain.parity.checks.semantics import (
+    check_reference_eval,
+    check_reference_loss,
+    check_reference_weights,
+)
+from dualtrain.parity.tolerances import (
+    precision_of,
+)
+from dualtrain.records.record import RunRecord
+
+
+def check_throughput(a: RunRecord, b: RunRecord) -> Check:
+    la, lb = R.labels(a, b)
+    ta = float(a.summary.get("train_samples_per_s") or 0.0)
+    tb = float(b.summary.get("train_samples_per_s") or 0.0)
+    ratio = tb / ta if ta > 0 else math.nan
+    detail = f"{la} {ta:,.0f} samples/s, {lb} {tb:,.0f} samples/s (informational)"
+    return Check("throughput", ratio, None, True, detail, unit=f"{lb}/{la}", informational=True,
+                 group=INFO)
+
+
+def is_fp64_pair(a: RunRecord, b: RunRecord) -> bool:
+    return precision_of(a.spec) == "fp64" and precision_of(b.spec) == "fp64"
+
+
+def run_checks(a: RunRecord, b: RunRecord, ref: Reference | None = None) -> list[Check]:
+    """Every check, in report order. Two fp64 runs are their own reference pair."""
+    tol = tolerance_of(a, b)
+    checks = [check_spec(a, b), check_sharding(a, b), check_init_weights(a, b), check_lr(a, b, tol),
+              check_loss_scale(a, b), check_skipped(a, b)]
+    fp64 = is_fp64_pair(a, b)
+    if fp64:
+        ref = Reference(a, b)
+    if ref is not None:
+        checks += [check_reference_loss(ref), check_reference_weights(ref), check_reference_eval(ref)]
+    else:
+        why = ("no fp64 reference pair (compare --config --reference none, or two run folders "
+               "without --reference-runs): semantics were not checked")
+        checks += [not_run(n, SEMANTICS, why)
+                   for n in ("reference_loss", "reference_weights", "reference_eval")]
+    if fp64:
+        why = "the runs are fp64: the reference checks are their result checks"
+        checks += [not_run("trajectory", NUMERICS, why), not_run("final_weights", NUMERICS, why)]
+    else:
+        checks += [check_trajectory(a, b, ref, tol), check_final_weights(a, b, ref, tol)]
+    checks += [check_eval(a, b, None if fp64 else ref, tol)]
+    if not fp64:
+        checks += local_checks(a, b, ref)
+    checks += [check_throughput(a, b)]
+    return checks
+
+
+def all_passed(checks: list[Check]) -> bool:
+    return all(c.passed or c.informational for c in checks)
