@@ -1,0 +1,80 @@
+"""Two runs' records, their fp64 pair and their checks, gathered once: :class:`Comparison`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dualtrain.parity import records as R
+from dualtrain.parity.checks import (
+    Check,
+    Reference,
+    all_passed,
+    is_fp64_pair,
+    run_checks,
+    tolerance_of,
+)
+from dualtrain.parity.diagnose import Diagnosis, diagnose
+from dualtrain.parity.tolerances import Tolerance
+from dualtrain.records.record import RunRecord, read_run
+
+VERDICT_FILE = "verdict.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+
+
+@dataclass
+class Comparison:
+    a: RunRecord
+    b: RunRecord
+    reference: Reference | None
+    """The fp64 reference pair (A's spec in float64 on A's and on B's backend); None: not run."""
+    tolerance: Tolerance
+    checks: list[Check]
+    diagnosis: Diagnosis
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all_passed(self.checks)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+
+def compare_records(a: RunRecord, b: RunRecord, reference: Reference | None = None,
+                    notes: list[str] | None = None) -> Comparison:
+    checks = run_checks(a, b, reference)
+    if reference is None and is_fp64_pair(a, b):
+        reference = Reference(a, b)
+    return Comparison(a, b, reference, tolerance_of(a, b), checks, diagnose(a, b, checks),
+                      list(notes or []))
+
+
+def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:
+    """A reference run is ``of``'s spec in fp64: anything else would make it no yardstick."""
+    from dualtrain.errors import UserError
+    from dualtrain.parity.tolerances import precision_of
+
+    if precision_of(rec.spec) != "fp64":
+        raise UserError(f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "
+                        f"with {precision_of(rec.spec)}")
+    other = [k for k, _, _ in R.spec_differences(of.spec, rec.spec)
+             if not R.is_cosmetic(k) and not k.startswith("precision.")]
+    if other:
+        raise UserError(f"a reference run must be the compared run's spec in fp64; {ref_dir} differs in "
+                        f"{', '.join(other[:5])}. Received: {str(ref_dir)!r}")
+
+
+def compare_dirs(run_a: str | Path, run_b: str | Path,
+                 reference: tuple[str | Path, str | Path] | None = None,
+                 notes: list[str] | None = None) -> Comparison:
+    """Load finished run directories (UserError if one is not) and run every check. ``reference``:
+    the fp64 runs of A's spec on A's backend and on B's backend."""
+    a, b = read_run(run_a), read_run(run_b)
+    ref = None
+    if reference is not None:
+        ref = Reference(read_run(reference[0]), read_run(reference[1]))
+        for d, rec, of in zip(reference, (ref.a, ref.b), (a, b)):
+            _check_reference(Path(d), rec, of)
+    return compare_records(a, b, ref, notes)

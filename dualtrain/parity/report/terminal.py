@@ -1,0 +1,45 @@
+"""What ``dualtrain compare`` prints: the verdict line and the checks table."""
+
+from __future__ import annotations
+
+from dualtrain.parity.report.compare import Comparison
+from dualtrain.parity.report.verdict import environment, fmt_value, status, verdict_line
+
+
+def table(cmp: Comparison) -> str:
+    """The short aligned table printed to the terminal."""
+    rows = [("group", "check", "value", "tolerance", "result")]
+    for c in cmp.checks:
+        unit = f" {c.unit}" if c.unit and c.ran else ""
+        tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
+        rows.append((c.group, c.name, fmt_value(c.value) + unit, tol, status(c)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def terminal_summary(cmp: Comparison) -> str:
+    out = [table(cmp), ""]
+    d = cmp.diagnosis
+    if not d.passed:
+        for c in d.causes:
+            at = "before training" if c.step == 0 else (f"step {c.step}" if c.step else "")
+            out.append(f"  cause: {c.kind} ({at}): {c.evidence}" if at else f"  cause: {c.kind}: "
+                       f"{c.evidence}")
+        rel = [s for s in d.spec_differences if not s["cosmetic"]]
+        if rel:
+            out.append("  spec differences: " + ", ".join(
+                f"{s['field']}: {s['a']!r} vs {s['b']!r}" for s in rel))
+        if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
+            out.append("  most divergent parameters: " + ", ".join(
+                f"{p['name']} ({p['rel_diff']:.3g})" for p in d.top_parameters[:3]))
+    env = environment(cmp)
+    if env["differences"]:
+        names = [d["fact"] for d in env["differences"]]
+        out.append(f"  environment differs in {len(names)} fact{'s' if len(names) > 1 else ''}: "
+                   f"{', '.join(names[:4])}{', ...' if len(names) > 4 else ''} (see the report)")
+    for n in cmp.notes:
+        out.append(f"  note: {n}")
+    out.append(verdict_line(cmp))
+    return "\n".join(out)
