@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from dualtrain.driver.runs import start_run  # noqa: E402
 from dualtrain.launch.local import free_port  # noqa: E402
-from dualtrain.runtime.loop import default_threads  # noqa: E402
+from dualtrain.runtime.start import default_threads  # noqa: E402
 from dualtrain.spec import Backend, load_spec  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from dualtrain.records import tbevents
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
 from dualtrain.runtime import checkpoint, probes
 from dualtrain.runtime.entry import WORKER_ERROR
-from dualtrain.runtime.loop import Start, check_continuation, steps_total
+from dualtrain.runtime.start import Start, check_continuation, steps_total
 from dualtrain.spec import Backend, Experiment, dump_spec
 
 

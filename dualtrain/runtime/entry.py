@@ -21,7 +21,7 @@ import yaml
 
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.records.record import SPEC_FILE
-from dualtrain.runtime.loop import Start
+from dualtrain.runtime.start import Start
 from dualtrain.spec import Experiment, from_dict
 
 

@@ -14,10 +14,8 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -26,150 +24,13 @@ from dualtrain.core.plan import ShardPlan, eval_shards, shard_digest
 from dualtrain.core.schedule import lr_at
 from dualtrain.core.weights import Weights, save_weights, weights_digest
 from dualtrain.errors import UserError
-from dualtrain.records.envinfo import usable_cores
 from dualtrain.records.record import WEIGHTS_FINAL, RunWriter
 from dualtrain.runtime import checkpoint, probes
-from dualtrain.runtime.checkpoint import Checkpoint, OptimizerState
+from dualtrain.runtime.checkpoint import Checkpoint
+from dualtrain.runtime.engine import Engine, StepOut
 from dualtrain.runtime.progress import Reporter
+from dualtrain.runtime.start import steps_total
 from dualtrain.spec import Every, Experiment
-
-
-@dataclass
-class StepOut:
-    """What one process reports about one training step."""
-
-    loss_sum: float
-    """Sum of per-sample cross-entropy over this process's samples (before the update)."""
-    grad_norm: float
-    """Global L2 norm of the all-reduced, unscaled gradient, before clipping."""
-    loss_scale: float
-    """Loss scale used for this step (1.0 without fp16)."""
-    skipped: bool
-    """True when the all-reduced gradient was not finite and the update was skipped."""
-    fed_ids: list[np.ndarray] = field(default_factory=list)
-    """The ids each local replica actually consumed, read back from the replica (for shards.jsonl)."""
-    grad_amax: float | None = None
-    """fp16 only: the largest |element| of the all-reduced, unscaled gradient before clipping (inf
-    or nan where it is not finite). Times the loss scale, how close the step came to fp16 overflow:
-    compare tells a skip decision taken at the threshold from one that is not."""
-    grads: Weights | None = None
-    """Only when asked (capture_grads): the all-reduced, unscaled, unclipped gradient, canonical layout."""
-    abs_grads: Weights | None = None
-    """With grads, from an engine that can (torch, float64): the gradient's absolute scale per
-    parameter (sum of |input| x |output gradient|, all-reduced; dualtrain.backends.torch.condition),
-    which the local checks judge gradient errors against."""
-    abs_terms: Weights | None = None
-    """With abs_grads: per parameter, the number of terms each gradient element sums (a 1-vector)."""
-
-
-class Engine(Protocol):
-    backend: str
-    rank: int
-    """Process index; 0 is the chief that prints and writes."""
-    local_replicas: Sequence[int]
-    """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
-
-    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False, step: int = 0,
-                   measure_scale: bool = False) -> StepOut:
-        """One step (``step``: the 1-based global step, which dropout masks hash). ``ids``: sample ids
-        per local replica. The loss each replica differentiates is
-        ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set local
-        replica i's gradient to inf before the all-reduce (fault injection). ``capture_grads``: return
-        the all-reduced gradient in StepOut.grads (the chief's copy is saved). ``measure_scale``:
-        also the gradient's absolute scale in StepOut.abs_grads (the fp64 reference's probe steps;
-        an engine that cannot measure it leaves it None)."""
-
-    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
-        """Test-set (loss_sum, correct, count), summed over ALL replicas. ``ranges``: [start, stop)
-        per local replica."""
-
-    def gather(self, rows: np.ndarray) -> np.ndarray:
-        """All-gather a float64/int64 array from every process: result[process] = that process's rows."""
-
-    def weights(self) -> Weights:
-        """Current weights in the canonical layout."""
-
-    def versions(self) -> dict[str, str]:
-        ...
-
-    def optimizer_state(self) -> OptimizerState:
-        """Optimizer slots (canonical names and layouts), applied-update count, loss-scale state."""
-
-    def load_optimizer_state(self, state: OptimizerState) -> None:
-        """The inverse of :meth:`optimizer_state` (a checkpoint of either backend). Slots the state
-        does not name start from nothing, as in a fresh optimizer."""
-
-    def load_weights(self, weights: Weights) -> None:
-        """Replace the weights (and batchnorm statistics) by canonical arrays, rounded to the
-        engine's parameter dtype (a probe's recorded state)."""
-
-
-def steps_total(spec: Experiment, plan: ShardPlan) -> int:
-    by_epochs = spec.train.epochs * plan.steps_per_epoch if spec.train.epochs is not None else None
-    if spec.train.max_steps is None:
-        assert by_epochs is not None  # TrainSpec requires epochs or max_steps
-        return by_epochs
-    return spec.train.max_steps if by_epochs is None else min(by_epochs, spec.train.max_steps)
-
-
-def default_threads(local_workers: int) -> int:
-    """The cores this process may run on (a Slurm or cgroup CPU binding, taskset), not the
-    machine's, shared by the host's local workers."""
-    return max(1, (usable_cores() or os.cpu_count() or 1) // max(local_workers, 1))
-
-
-#: Set by dualtrain's launcher for every worker process: the checkpoint folder to continue from.
-RESUME_ENV = "DUALTRAIN_RESUME"
-#: Set by dualtrain's launcher for every worker process: 0 for a run's first attempt, n after n
-#: restarts or resumes. Its presence tells a worker that dualtrain's launcher started it.
-ATTEMPT_ENV = "DUALTRAIN_ATTEMPT"
-
-
-@dataclass(frozen=True)
-class Start:
-    """Where a worker starts: the checkpoint it continues from (None: step 0) and its attempt (0 for
-    a run's first, n after n restarts or resumes). Passed to ``run_worker`` as an argument; only
-    between processes (dualtrain's launcher -> a worker process) does it travel in the environment
-    (:meth:`env`, :meth:`from_env`)."""
-
-    resume: Path | None = None
-    attempt: int = 0
-    launched: bool = False
-    """Started by dualtrain's own launcher (which reports a worker's user error once)."""
-
-    def env(self) -> dict[str, str]:
-        return {ATTEMPT_ENV: str(self.attempt),
-                **({RESUME_ENV: str(self.resume)} if self.resume is not None else {})}
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Start:
-        env = os.environ if env is None else env
-        path = env.get(RESUME_ENV, "").strip()
-        return cls(resume=Path(path) if path else None, attempt=int(env.get(ATTEMPT_ENV) or 0),
-                   launched=ATTEMPT_ENV in env)
-
-
-def resume_checkpoint(spec: Experiment, start: Start) -> Checkpoint | None:
-    """The checkpoint this worker continues from, checked against the spec."""
-    if start.resume is None:
-        return None
-    ckpt = checkpoint.load(start.resume)
-    check_continuation(ckpt.state, spec, ckpt.path)
-    return ckpt
-
-
-def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> None:
-    """A checkpoint can continue ``spec`` only if it is the same training run (model, optimizer,
-    data, precision, length); the world size may change only with sharding ``exact``."""
-    diff = checkpoint.spec_difference(state["spec"], spec.to_dict())
-    if diff is not None:
-        raise UserError(f"checkpoint {where} is of another training run: {diff}")
-    if state["world_size"] != spec.distribution.world_size and spec.data.sharding.value != "exact":
-        raise UserError(f"checkpoint {where} was written at world_size {state['world_size']}; with "
-                        f"data.sharding torch_sampler the global batches depend on the world size, so "
-                        f"the run can only continue at world_size {state['world_size']} (sharding "
-                        f"exact can change it). Received: world_size {spec.distribution.world_size}")
 
 
 class TrainLoop:

@@ -37,7 +37,7 @@ from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.loop import Engine, StepOut
+from dualtrain.runtime.engine import Engine, StepOut
 from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
 
 from .model import (

@@ -20,7 +20,7 @@ from dualtrain.errors import UserError
 from dualtrain.launch.peers import is_comm_error, lost_peer
 from dualtrain.records.envinfo import core_facts
 from dualtrain.records.record import SPEC_FILE
-from dualtrain.runtime.loop import Start, default_threads
+from dualtrain.runtime.start import Start, default_threads
 from dualtrain.spec import Device, Experiment, Precision, TFStrategy, dump_spec
 
 from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config
@@ -144,7 +144,8 @@ def run_worker(spec: Experiment, run_dir: str | Path | None,
 
     from dualtrain.core.data import load_mnist
     from dualtrain.core.weights import worker_initial_weights
-    from dualtrain.runtime.loop import TrainLoop, resume_checkpoint
+    from dualtrain.runtime.loop import TrainLoop
+    from dualtrain.runtime.start import resume_checkpoint
 
     keras.utils.set_random_seed(spec.seed)
     tf.random.set_seed(spec.seed)

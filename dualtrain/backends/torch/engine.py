@@ -42,7 +42,7 @@ from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import listen_address
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.loop import Engine, StepOut
+from dualtrain.runtime.engine import Engine, StepOut
 from dualtrain.spec import Device, Experiment, OptimizerName, Precision
 
 

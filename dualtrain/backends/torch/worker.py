@@ -28,7 +28,8 @@ from dualtrain.launch.netif import route_interface
 from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
 from dualtrain.records.envinfo import core_facts
 from dualtrain.runtime.entry import run_test_hook
-from dualtrain.runtime.loop import Start, TrainLoop, default_threads, resume_checkpoint
+from dualtrain.runtime.loop import TrainLoop
+from dualtrain.runtime.start import Start, default_threads, resume_checkpoint
 from dualtrain.spec import Experiment
 
 

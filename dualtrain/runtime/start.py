@@ -1,0 +1,83 @@
+"""Where a worker starts: a fresh run or a checkpoint (:class:`Start`, handed from the launcher to
+every worker), the continuation checks, the run's length and the default thread count."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dualtrain.core.plan import ShardPlan
+from dualtrain.errors import UserError
+from dualtrain.records.envinfo import usable_cores
+from dualtrain.runtime import checkpoint
+from dualtrain.runtime.checkpoint import Checkpoint
+from dualtrain.spec import Experiment
+
+#: Set by dualtrain's launcher for every worker process: the checkpoint folder to continue from.
+RESUME_ENV = "DUALTRAIN_RESUME"
+#: Set by dualtrain's launcher for every worker process: 0 for a run's first attempt, n after n
+#: restarts or resumes. Its presence tells a worker that dualtrain's launcher started it.
+ATTEMPT_ENV = "DUALTRAIN_ATTEMPT"
+
+
+def steps_total(spec: Experiment, plan: ShardPlan) -> int:
+    by_epochs = spec.train.epochs * plan.steps_per_epoch if spec.train.epochs is not None else None
+    if spec.train.max_steps is None:
+        assert by_epochs is not None  # TrainSpec requires epochs or max_steps
+        return by_epochs
+    return spec.train.max_steps if by_epochs is None else min(by_epochs, spec.train.max_steps)
+
+
+def default_threads(local_workers: int) -> int:
+    """The cores this process may run on (a Slurm or cgroup CPU binding, taskset), not the
+    machine's, shared by the host's local workers."""
+    return max(1, (usable_cores() or os.cpu_count() or 1) // max(local_workers, 1))
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a worker starts: the checkpoint it continues from (None: step 0) and its attempt (0 for
+    a run's first, n after n restarts or resumes). Passed to ``run_worker`` as an argument; only
+    between processes (dualtrain's launcher -> a worker process) does it travel in the environment
+    (:meth:`env`, :meth:`from_env`)."""
+
+    resume: Path | None = None
+    attempt: int = 0
+    launched: bool = False
+    """Started by dualtrain's own launcher (which reports a worker's user error once)."""
+
+    def env(self) -> dict[str, str]:
+        return {ATTEMPT_ENV: str(self.attempt),
+                **({RESUME_ENV: str(self.resume)} if self.resume is not None else {})}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Start:
+        env = os.environ if env is None else env
+        path = env.get(RESUME_ENV, "").strip()
+        return cls(resume=Path(path) if path else None, attempt=int(env.get(ATTEMPT_ENV) or 0),
+                   launched=ATTEMPT_ENV in env)
+
+
+def resume_checkpoint(spec: Experiment, start: Start) -> Checkpoint | None:
+    """The checkpoint this worker continues from, checked against the spec."""
+    if start.resume is None:
+        return None
+    ckpt = checkpoint.load(start.resume)
+    check_continuation(ckpt.state, spec, ckpt.path)
+    return ckpt
+
+
+def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> None:
+    """A checkpoint can continue ``spec`` only if it is the same training run (model, optimizer,
+    data, precision, length); the world size may change only with sharding ``exact``."""
+    diff = checkpoint.spec_difference(state["spec"], spec.to_dict())
+    if diff is not None:
+        raise UserError(f"checkpoint {where} is of another training run: {diff}")
+    if state["world_size"] != spec.distribution.world_size and spec.data.sharding.value != "exact":
+        raise UserError(f"checkpoint {where} was written at world_size {state['world_size']}; with "
+                        f"data.sharding torch_sampler the global batches depend on the world size, so "
+                        f"the run can only continue at world_size {state['world_size']} (sharding "
+                        f"exact can change it). Received: world_size {spec.distribution.world_size}")
