@@ -257,7 +257,8 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     runs are reused (checked by their spec), interrupted ones continue from their latest checkpoint
     or, without one, run again (the stopped run is moved to OUT/partial/). ``overwrite`` replaces an
     earlier compare's runs and report instead."""
-    from dualtrain.driver.runs import resume_run, start_run, validate
+    from dualtrain.driver.runs import resume_run, start_run
+    from dualtrain.driver.validate import validate
 
     check_reference(reference)
     _require_backends()

@@ -13,12 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dualtrain.backends import LaunchModule, check_installed, launch_module, parse_backend
-from dualtrain.core import data as mnist
-from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, where
-from dualtrain.core.plan import ShardPlan
+from dualtrain.backends import LaunchModule, launch_module, parse_backend
 from dualtrain.core.weights import initial_weights, save_weights
-from dualtrain.driver.outdir import check_creatable
+from dualtrain.driver.validate import check_out_dir, validate
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder, write_atomic
 from dualtrain.launch import cluster
@@ -27,7 +24,7 @@ from dualtrain.records import tbevents
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, read_run
 from dualtrain.runtime import checkpoint, probes
 from dualtrain.runtime.entry import WORKER_ERROR
-from dualtrain.runtime.start import Start, check_continuation, steps_total
+from dualtrain.runtime.start import Start, check_continuation
 from dualtrain.spec import Backend, Experiment, dump_spec
 
 
@@ -35,130 +32,18 @@ def default_run_dir(spec: Experiment, backend: Backend) -> Path:
     return new_folder(spec.output_dir, f"{spec.name}-{backend.value}")
 
 
-def validate(spec: Experiment, backend: Backend) -> None:
-    """Every check of a run made before any worker starts (the run and its --dry-run share them):
-    model shapes, the data (its content checked: another dataset in data.data_dir is refused here),
-    init weights, batches batchnorm can normalise, the device (a child process asks the framework
-    whether a gpu run has a GPU)."""
-    check_installed(backend)
-    if spec.logging.tensorboard and not tbevents.available():
-        raise UserError("logging.tensorboard needs the tensorboard package (pip install tensorboard; "
-                        "it does not need TensorFlow), or set logging.tensorboard: false. Received: "
-                        "tensorboard not installed")
-    resolve(spec.model)
-    mnist.verify(spec.data)
-    initial_weights(spec.model, spec.seed)  # checks init_from's layout
-    check_batchnorm_batches(spec, mnist.sizes(spec.data)[0])
-    check_sizes(spec, mnist.sizes(spec.data)[0])
-    warn_cancelled_biases(spec)
-    launch_module(backend).check_devices(spec)
 
 
-_WARNED: set[tuple[str, str]] = set()
-#: Optimizers whose step divides by a running gradient magnitude (plus eps).
-_NORMALISING = ("adam", "adamw", "adadelta", "rmsprop")
 
 
-def _warn_once(key: tuple[str, str], text: str) -> None:
-    if key in _WARNED:  # compare validates four runs of one spec: say it once
-        return
-    _WARNED.add(key)
-    print(f"dualtrain: warning: {text}", file=sys.stderr, flush=True)
 
 
-def check_sizes(spec: Experiment, num_train: int) -> None:
-    """Refuse a setup that cannot train (no step at all); warn once about one that trains with
-    replicas that never get a sample (world size above the global batch or the samples)."""
-    plan = ShardPlan.from_spec(spec, num_train)
-    world, batch = spec.distribution.world_size, spec.data.batch_size
-    got = (f"Received: world_size {world}, data.batch_size {batch}, {num_train} training "
-           f"sample(s), data.last_batch {spec.data.last_batch.value}")
-    if plan.steps_per_epoch == 0:
-        raise UserError(f"no training step: the global batch ({batch}) is larger than the "
-                        f"{num_train} training sample(s) and data.last_batch: drop drops it; use "
-                        f"data.last_batch: keep or a smaller batch. {got}")
-    busy = min(batch, num_train)  # the most samples any step holds
-    if world > busy:
-        _warn_once(("idle", f"{world}/{busy}"),
-                   f"{world - busy} of the {world} replicas get no sample at any step (a step holds "
-                   f"at most {busy} sample(s)); they only take part in the collectives. Use "
-                   f"--world-size {busy} or less. {got}")
-    elif batch > num_train:
-        _warn_once(("batch", f"{batch}/{num_train}"),
-                   f"the global batch ({batch}) is larger than the {num_train} training "
-                   f"sample(s): every epoch is one step of {num_train}. {got}")
 
 
-def warn_cancelled_biases(spec: Experiment) -> None:
-    """A bias right before a batchnorm has an exactly-zero gradient; what is computed is rounding
-    noise, which Adam-like optimizers divide by eps into real updates that differ between any two
-    implementations. Training is unaffected, but the fp64 reference pair sees those tensors differ
-    (docs/parity.md §9), so say so before the run, with the fix."""
-    if spec.optimizer.name.value not in _NORMALISING:
-        return
-    for layer, norm in cancelled_biases(spec.model):
-        key = (layer.prefix, spec.optimizer.name.value)
-        if key in _WARNED:  # compare validates four runs of one spec: say it once
-            continue
-        _WARNED.add(key)
-        print(f"dualtrain: warning: {where(layer.prefix)} ({layer.spec.type.value}) feeds the "
-              f"batchnorm {where(norm.prefix)}, which cancels its bias (zero gradient); under "
-              f"{spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair may "
-              f"report that bias and the batchnorm's running_mean as differing. Set bias: false on "
-              f"{where(layer.prefix)}.", file=sys.stderr, flush=True)
 
 
-def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
-    """Refuse, before any process starts, a step where a batchnorm layer would normalise over fewer
-    than 2 values per channel: on one replica (sync: false) or over the global batch (sync: true).
-    Batch sizes repeat every epoch and only the last step of an epoch can be smaller, so the first
-    and last steps of the first epoch decide."""
-    norms = batchnorm_layers(spec.model)
-    if not norms:
-        return
-    plan = ShardPlan.from_spec(spec, num_train)
-    total = steps_total(spec, plan)
-    last = plan.steps_per_epoch - 1
-    for k in sorted({0, last}):
-        if k >= total:
-            continue
-        sizes = plan.step_sizes(k)
-        for r, per_sample in norms:
-            what = f"{where(r.prefix)} (batchnorm, sync: {str(r.spec.sync).lower()})"
-            at = f"at step {k + 1}{' (the last of every epoch)' if k == last and k else ''}"
-            got = (f"Received: batch_size {spec.data.batch_size}, world_size {plan.world_size}, "
-                   f"{num_train} train samples, last_batch {spec.data.last_batch.value}")
-            if r.spec.sync:
-                n = sum(sizes)
-                if n * per_sample < 2:
-                    raise UserError(f"{what}: {at} the global batch holds {n} sample(s), "
-                                    f"{n * per_sample} value(s) per channel; batchnorm needs at least "
-                                    f"2. Use data.last_batch: drop. {got}")
-                continue
-            replica = min(range(len(sizes)), key=lambda i: sizes[i])
-            n = sizes[replica]
-            if n * per_sample < 2:
-                raise UserError(f"{what}: {at} replica {replica} holds {n} sample(s), "
-                                f"{n * per_sample} value(s) per channel; batchnorm needs at least 2. "
-                                f"Use sync: true (statistics over the global batch) or "
-                                f"data.last_batch: drop. {got}")
 
 
-def check_out_dir(path: Path, overwrite: bool) -> bool:
-    """Refuse an --out the run may not use (nothing stays written); True if it holds a run
-    --overwrite replaces."""
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--out exists and is not a folder. Received: {str(path)!r}")
-    check_creatable(path)
-    if path.is_dir() and any(path.iterdir()):
-        if not (path / SPEC_FILE).is_file():
-            raise UserError(f"--out is a non-empty folder that is not a dualtrain run; choose another. "
-                            f"Received: {str(path)!r}")
-        if not overwrite:
-            raise UserError(f"--out already holds a run; pass --overwrite or choose another folder. "
-                            f"Received: {str(path)!r}")
-        return True
-    return False
 
 
 @dataclasses.dataclass(frozen=True)

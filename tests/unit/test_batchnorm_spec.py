@@ -9,7 +9,7 @@ import pytest
 from dualtrain.core.model import param_shapes, resolve, walk
 from dualtrain.core.plan import ShardPlan
 from dualtrain.core.weights import init_weights
-from dualtrain.driver.runs import check_batchnorm_batches
+from dualtrain.driver.validate import check_batchnorm_batches
 from dualtrain.errors import UserError
 from dualtrain.spec import LastBatch, Sharding, from_dict, load_spec
 

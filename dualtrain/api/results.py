@@ -1,0 +1,112 @@
+"""What the Python API returns: :class:`RunResult` and :class:`CompareResult`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dualtrain.errors import UserError
+
+if TYPE_CHECKING:  # annotations only: importing them at run time would load numpy and more
+    import numpy as np
+
+    from dualtrain.parity.checks import Check
+    from dualtrain.parity.diagnose import Diagnosis
+    from dualtrain.parity.report import Comparison
+    from dualtrain.records.record import RunRecord
+    from dualtrain.spec import Experiment
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :func:`run` and :func:`resume` return.
+
+    ``is_chief`` is False only in a process that is one non-chief rank of an externally launched run
+    (torchrun, a TF_CONFIG cluster, a multi-task srun step): the chief (rank 0) writes the run
+    directory, so there ``run_dir`` is None and ``summary`` is this rank's own view of the run
+    (possibly empty).
+    """
+
+    run_dir: Path | None
+    """The run directory (None on a non-chief rank of an external launch)."""
+    backend: str
+    """``torch`` or ``tf``."""
+    is_chief: bool
+    test_accuracy: float | None
+    """Accuracy of the final evaluation, 0..1."""
+    test_loss: float | None
+    samples_per_s: float | None
+    """Training throughput over the whole run, all replicas together."""
+    steps: int | None
+    """Optimizer steps run (skipped fp16 steps included)."""
+    wall_s: float | None
+    """The workers' wall time (summary.json ``wall_s``; process start-up excluded)."""
+    summary: dict[str, Any] = field(repr=False)
+    """RUN_DIR/summary.json as written (docs/run-directory.md)."""
+    spec: Experiment = field(repr=False)
+    """The spec that ran (RUN_DIR/spec.yaml; an external launcher's world size included)."""
+
+    def metrics(self) -> RunRecord:
+        """Load the run's records: ``.train`` and ``.eval`` (the rows of metrics.jsonl),
+        ``.shards``, ``.spec`` and ``.summary`` (:class:`dualtrain.records.record.RunRecord`)."""
+        from dualtrain.records.record import read_run
+
+        return read_run(self._dir())
+
+    def final_weights(self) -> dict[str, np.ndarray]:
+        """The trained weights (weights_final.npz): canonical names (torch ``state_dict`` keys) to
+        NumPy arrays in torch's layout, whichever backend trained them."""
+        from dualtrain.core.weights import load_weights
+        from dualtrain.records.record import WEIGHTS_FINAL
+
+        return load_weights(self._dir() / WEIGHTS_FINAL)
+
+    def _dir(self) -> Path:
+        if self.run_dir is None:
+            raise UserError("this process is a non-chief rank of an externally launched run; "
+                            "rank 0 wrote the run directory. Received: RunResult(is_chief=False)")
+        return self.run_dir
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    """What :func:`compare` returns; the same content as OUT/verdict.json."""
+
+    passed: bool
+    """Every scored check passed (the CLI's exit code 0)."""
+    verdict: str
+    """The verdict line, e.g. ``verdict: PASS (16/16 checks; semantics checked against ...)``."""
+    category: str | None
+    """``semantics differ`` or ``numerics`` when a check failed; None when all passed."""
+    culprits: tuple[str, ...]
+    """The precision paths found off (``("tf fp16 path",)``) when the category is numerics and the
+    one-step probes or the convergence check name one; empty otherwise."""
+    semantics_checked: bool
+    """An fp64 reference pair was compared (False with ``reference="none"``)."""
+    checks: tuple[Check, ...] = field(repr=False)
+    """Every check (name, group, value, tolerance, passed, detail, ...) in report order."""
+    diagnosis: Diagnosis = field(repr=False)
+    """First divergent step, likely cause, evidence; ``diagnosis.summary()`` is one line."""
+    notes: tuple[str, ...] = field(repr=False)
+    out: Path
+    """The folder holding the report (and, for a spec, the runs)."""
+    reports: dict[str, Path] = field(repr=False)
+    """``{"json": OUT/verdict.json, "md": OUT/report.md, "html": OUT/report.html}``."""
+    run_a: Path
+    """Run A (for a spec: OUT/torch)."""
+    run_b: Path
+    """Run B (for a spec: OUT/tf)."""
+    reference_runs: tuple[Path, Path] | None
+    """The fp64 reference pair (for a spec: OUT/fp64-torch, OUT/fp64-tf; an fp64 spec's own runs);
+    None when semantics were not checked."""
+    comparison: Comparison = field(repr=False, compare=False)
+    """The full comparison (records of every run included), for custom analysis."""
+
+    def check(self, name: str) -> Check:
+        """The check called ``name`` (``"trajectory"``, ``"reference_loss"``, ...)."""
+        for c in self.checks:
+            if c.name == name:
+                return c
+        names = ", ".join(c.name for c in self.checks)
+        raise UserError(f"no check named {name!r} (checks: {names}). Received: {name!r}")
