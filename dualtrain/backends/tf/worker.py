@@ -12,15 +12,15 @@ import os
 import signal
 import sys
 import threading
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dualtrain.errors import UserError
 from dualtrain.launch.peers import is_comm_error, lost_peer
-from dualtrain.records.envinfo import core_facts
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import Start, default_threads
+from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
 from dualtrain.spec import Device, Experiment, Precision, TFStrategy, dump_spec
 
 from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config
@@ -31,19 +31,39 @@ def _say(text: str, rank: int = 0) -> None:
         print(f"[tf] {text}", flush=True)
 
 
-def plan_process(spec: Experiment) -> tuple[Experiment, dict[str, Any]]:
-    """Decide this process's role from the spec and the environment (no TF import).
+@dataclass(frozen=True)
+class Role:
+    """This process in the run: one MirroredStrategy process over local devices, or one task of a
+    TF_CONFIG cluster (``external``: a cluster dualtrain did not launch)."""
 
-    Returns the effective spec and {"multi_worker", "rank", "num_processes", "local_workers",
-    "external"}. Inside an external TF_CONFIG cluster the cluster defines the replicas (one per
-    task), so a ``mirrored`` spec runs as ``multi_worker`` there.
-    """
+    multi_worker: bool
+    rank: int
+    num_processes: int
+    local_workers: int
+    external: bool
+
+
+@dataclass(frozen=True)
+class Configured:
+    """TensorFlow as configured for this process: the strategy, the host device, the replicas'
+    devices and the intra-op thread count."""
+
+    strategy: Any
+    host: str
+    devices: list[str]
+    threads: int
+
+
+def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
+    """Decide this process's role from the spec and the environment (no TF import); return the
+    effective spec and the role. Inside an external TF_CONFIG cluster the cluster defines the
+    replicas (one per task), so a ``mirrored`` spec runs as ``multi_worker`` there."""
     text = os.environ.get(TF_CONFIG, "").strip()
     ours = os.environ.get(LOCAL_ONLY) == "1"
     if spec.tf.strategy is TFStrategy.MIRRORED and (not text or ours):
         os.environ.pop(TF_CONFIG, None)
-        return spec, {"multi_worker": False, "rank": 0, "num_processes": 1, "local_workers": 1,
-                      "external": False}
+        return spec, Role(multi_worker=False, rank=0, num_processes=1, local_workers=1,
+                          external=False)
     if not text:
         raise UserError("tf.strategy=multi_worker needs TF_CONFIG: run it through `dualtrain run` (which "
                         "launches the workers) or inside a TF_CONFIG cluster. Received: no TF_CONFIG")
@@ -56,12 +76,12 @@ def plan_process(spec: Experiment) -> tuple[Experiment, dict[str, Any]]:
         raise UserError(f"distribution.world_size must equal the TF_CONFIG cluster size "
                         f"{info['world_size']}. Received: {spec.distribution.world_size}")
     local = spec.distribution.world_size if ours else 1
-    return spec, {"multi_worker": True, "rank": info["rank"], "num_processes": info["world_size"],
-                  "local_workers": local, "external": not ours}
+    return spec, Role(multi_worker=True, rank=info["rank"], num_processes=info["world_size"],
+                      local_workers=local, external=not ours)
 
 
-def configure_tf(spec: Experiment, role: dict[str, Any]):
-    """Everything that must happen before TensorFlow initialises its runtime. Returns the strategy."""
+def configure_tf(spec: Experiment, role: Role) -> Configured:
+    """Everything that must happen before TensorFlow initialises its runtime."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if spec.determinism:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
@@ -76,7 +96,7 @@ def configure_tf(spec: Experiment, role: dict[str, Any]):
                               "1" if spec.precision.dtype is Precision.BF16 else "0")
     import tensorflow as tf
 
-    threads = spec.distribution.threads_per_worker or default_threads(role["local_workers"])
+    threads = spec.distribution.threads_per_worker or default_threads(role.local_workers)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
     tf.config.set_soft_device_placement(False)
@@ -90,7 +110,7 @@ def configure_tf(spec: Experiment, role: dict[str, Any]):
     timeout = spec.distribution.timeout_s
     if spec.distribution.device is Device.GPU and not gpus:
         raise UserError("distribution.device=gpu but TensorFlow sees no GPU. Received: device=gpu")
-    if not role["multi_worker"]:
+    if not role.multi_worker:
         if spec.distribution.device is Device.GPU:
             if len(gpus) < world:
                 raise UserError(f"tf.strategy=mirrored with device=gpu needs world_size GPUs; "
@@ -108,7 +128,7 @@ def configure_tf(spec: Experiment, role: dict[str, Any]):
                  else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
         strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross)
         host = tf.config.list_logical_devices("CPU")[0].name
-        return strategy, host, devices, threads
+        return Configured(strategy, host, devices, threads)
     # multi_worker: one replica per process.
     if spec.distribution.device is Device.GPU:
         local_rank = int(os.environ.get("DUALTRAIN_TF_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
@@ -129,56 +149,41 @@ def configure_tf(spec: Experiment, role: dict[str, Any]):
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     host = [d.name for d in tf.config.list_logical_devices("CPU")][0]
-    return strategy, host, list(strategy.extended.worker_devices), threads
+    return Configured(strategy, host, list(strategy.extended.worker_devices), threads)
 
 
 def run_worker(spec: Experiment, run_dir: str | Path | None,
                start: Start = Start()) -> dict[str, Any]:
-    started = time.perf_counter()
-    core = core_facts()  # the environment as given, before configure_tf sets anything (docs/env.md)
+    begun = Begun()  # the environment as given, before configure_tf sets anything (docs/env.md)
     spec, role = plan_process(spec)
-    rank = role["rank"]
-    strategy, host, devices, threads = configure_tf(spec, role)
+    tf_ = configure_tf(spec, role)
     import keras
     import tensorflow as tf
-
-    from dualtrain.core.data import load_mnist
-    from dualtrain.core.weights import worker_initial_weights
-    from dualtrain.runtime.loop import TrainLoop
-    from dualtrain.runtime.start import resume_checkpoint
-
-    keras.utils.set_random_seed(spec.seed)
-    tf.random.set_seed(spec.seed)
-    run_dir = Path(run_dir) if run_dir is not None else None
-    if run_dir is not None and rank == 0 and role["external"] and spec.tf.strategy is TFStrategy.MULTI_WORKER:
-        (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
-    resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
-    init = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
-    data = load_mnist(spec.data)
-
-    from dualtrain.runtime.entry import run_test_hook
 
     from .engine import TFEngine
     from .envinfo import backend_facts
 
-    hook = run_test_hook("tf")
-    engine = TFEngine(spec, strategy, data, init, rank=rank, num_processes=role["num_processes"],
-                      host_device=host)
-    if resume is not None:
-        engine.load_optimizer_state(resume.optimizer)
-    extra = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(devices),
-             "tf_processes": role["num_processes"], "threads_per_worker": threads,
-             "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"), **hook}
-    extra["env"] = {"core": core, "tf": backend_facts()}
-    loop = TrainLoop(spec, engine, data, run_dir if rank == 0 else None, extra_summary=extra,
-                     started=started, resume=resume, attempt=start.attempt)
+    keras.utils.set_random_seed(spec.seed)
+    tf.random.set_seed(spec.seed)
+    run_dir = Path(run_dir) if run_dir is not None else None
+    if (run_dir is not None and role.rank == 0 and role.external
+            and spec.tf.strategy is TFStrategy.MULTI_WORKER):
+        (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
+    inputs = worker_inputs(spec, run_dir, start, "tf")
+    engine = TFEngine(spec, tf_.strategy, inputs.data, inputs.weights, rank=role.rank,
+                      num_processes=role.num_processes, host_device=tf_.host)
+    facts = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(tf_.devices),
+             "tf_processes": role.num_processes, "threads_per_worker": tf_.threads,
+             "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")}
+    loop = train_loop(spec, engine, inputs, run_dir, start, begun, chief=role.rank == 0,
+                      facts=facts, env={"tf": backend_facts()})
     try:
         return loop.run()
     except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
             tf.errors.CancelledError, tf.errors.InternalError) as exc:
-        if not role["multi_worker"] or not is_comm_error(exc.message):
+        if not role.multi_worker or not is_comm_error(exc.message):
             raise
-        raise lost_peer("tf", rank, exc.message, cluster_peers(os.environ[TF_CONFIG]),
+        raise lost_peer("tf", role.rank, exc.message, cluster_peers(os.environ[TF_CONFIG]),
                         timeout_s=spec.distribution.timeout_s, step=loop.step) from None
 
 

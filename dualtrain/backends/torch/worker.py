@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
-import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,26 +21,32 @@ from dualtrain.backends.torch.engine import (
     select_device,
 )
 from dualtrain.backends.torch.envinfo import backend_facts
-from dualtrain.core.data import load_mnist
-from dualtrain.core.weights import worker_initial_weights
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import route_interface
 from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
-from dualtrain.records.envinfo import core_facts
-from dualtrain.runtime.entry import run_test_hook
-from dualtrain.runtime.loop import TrainLoop
-from dualtrain.runtime.start import Start, default_threads, resume_checkpoint
+from dualtrain.runtime.start import Start, default_threads
+from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
 from dualtrain.spec import Experiment
 
 
-def dist_env() -> dict[str, int]:
+@dataclass(frozen=True)
+class DistEnv:
+    """This rank in torchrun's terms."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+
+
+def dist_env() -> DistEnv:
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise UserError("a torch worker needs torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, "
                         f"MASTER_PORT). Received: {', '.join(missing)} unset")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return {"rank": rank, "world": world, "local_rank": int(os.environ.get("LOCAL_RANK", rank)),
-            "local_world": int(os.environ.get("LOCAL_WORLD_SIZE", world))}
+    return DistEnv(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+                   local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
 
 
 def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Start(), *,
@@ -49,51 +55,42 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Star
     (others).
 
     ``destroy=False``: leave the process group as it is (the worker process exits right after)."""
-    started = time.perf_counter()
-    core = core_facts()  # the environment as given, before this worker sets anything (docs/env.md)
+    begun = Begun()  # the environment as given, before this worker sets anything (docs/env.md)
     env = dist_env()
-    if env["world"] != spec.distribution.world_size:
-        raise UserError(f"distribution.world_size must match WORLD_SIZE={env['world']} from the "
+    if env.world != spec.distribution.world_size:
+        raise UserError(f"distribution.world_size must match WORLD_SIZE={env.world} from the "
                         f"launcher. Received: {spec.distribution.world_size}")
     run_dir = Path(run_dir) if run_dir is not None else None
-    threads = spec.distribution.threads_per_worker or default_threads(env["local_world"])
+    threads = spec.distribution.threads_per_worker or default_threads(env.local_world)
     torch.set_num_threads(threads)
     configure_determinism(spec.determinism)
     torch.manual_seed(spec.seed)
-    device = select_device(spec, env["local_rank"])
+    device = select_device(spec, env.local_rank)
 
-    data = load_mnist(spec.data)
-    resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
-    weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
-
-    # Before the process group: a hook that stops a worker (a planted user error) then stops every
-    # rank alike, as the checks above do, instead of leaving the others in a collective.
-    hook = run_test_hook("torch")
+    # Before the process group: a test hook that stops a worker (a planted user error) then stops
+    # every rank alike, as the checks above do, instead of leaving the others in a collective.
+    inputs = worker_inputs(spec, run_dir, start, "torch")
     route = route_interface(os.environ["MASTER_ADDR"])  # (interface, address) towards rank 0's host
-    ifname = choose_gloo_interface(device, env["rank"], route)
+    ifname = choose_gloo_interface(device, env.rank, route)
     loop, peers = None, []
     try:
-        init_distributed(spec, device, env["rank"], env["world"])
-        peers = exchange_peers(env["rank"], env["world"], route[1] if route else None)
-        engine = TorchEngine(spec, data, weights, rank=env["rank"], world=env["world"],
+        init_distributed(spec, device, env.rank, env.world)
+        peers = exchange_peers(env.rank, env.world, route[1] if route else None)
+        engine = TorchEngine(spec, inputs.data, inputs.weights, rank=env.rank, world=env.world,
                              device=device)
-        if resume is not None:
-            engine.load_optimizer_state(resume.optimizer)
-        extra: dict[str, Any] = {
-            "threads_per_worker": threads, "process_group": dist.get_backend(),
-            "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled,
-            "gloo_interface": ifname, **hook}
-        extra["env"] = {"core": core, "torch": backend_facts(gpu_details=device.type == "cuda")}
-        loop = TrainLoop(spec, engine, data, run_dir if env["rank"] == 0 else None,
-                         extra_summary=extra, started=started, resume=resume,
-                         attempt=start.attempt)
+        facts = {"threads_per_worker": threads, "process_group": dist.get_backend(),
+                 "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled,
+                 "gloo_interface": ifname}
+        loop = train_loop(spec, engine, inputs, run_dir, start, begun, chief=env.rank == 0,
+                          facts=facts,
+                          env={"torch": backend_facts(gpu_details=device.type == "cuda")})
         summary = loop.run()
         # (On an exception there is no teardown: the process exits; a launcher stops the others.)
-        leave_together(env["rank"], env["world"], spec.distribution.timeout_s)
+        leave_together(env.rank, env.world, spec.distribution.timeout_s)
     except RuntimeError as exc:  # torch.distributed's DistError is one
-        if env["world"] == 1 or not (isinstance(exc, dist.DistError) or is_comm_error(str(exc))):
+        if env.world == 1 or not (isinstance(exc, dist.DistError) or is_comm_error(str(exc))):
             raise
-        raise lost_peer("torch", env["rank"], str(exc), peers, timeout_s=spec.distribution.timeout_s,
+        raise lost_peer("torch", env.rank, str(exc), peers, timeout_s=spec.distribution.timeout_s,
                         step=loop.step if loop is not None else None) from None
     if destroy:
         dist.destroy_process_group()
