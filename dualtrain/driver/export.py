@@ -1,9 +1,9 @@
 """``dualtrain export``: a finished run's model in each framework's own form, usable without dualtrain.
 
-``--format torch`` (written here, framework-free): ``model.safetensors``, the state dict in torch's
-names (the canonical layout is torch's; batchnorm layers get torch's ``num_batches_tracked``), and
-``model.py``, the nn.Module definition dualtrain built, as plain torch code (``build_model()``,
-``load()``). ``--format keras`` (written by the tf backend in its own process): ``model.keras``, built
+Each backend writes its own form in its own process (``python -m dualtrain.backends.<b>.tools
+export``): ``--format torch`` (backends/torch/export.py): ``model.safetensors``, the state dict in
+torch's names, and ``model.py``, the nn.Module definition dualtrain built, as plain torch code
+(``build_model()``, ``load()``); ``--format keras`` (backends/tf/export.py): ``model.keras``, built
 from Keras's own layers only, so ``keras.saving.load_model`` opens it without dualtrain.
 
 Both are the inference model: dropout is the framework's own ``Dropout`` (identity in evaluation;
@@ -23,15 +23,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
+from dualtrain.backends import check_installed, parse_backend
 from dualtrain.core.data import MEAN, STD
-from dualtrain.core.model import ResolvedLayer, resolve, walk
-from dualtrain.core.weights import Weights, check_layout, load_weights
+from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
-from dualtrain.spec import Experiment, LayerType, Padding
 
 FORMATS = ("torch", "keras")
 
@@ -59,6 +56,8 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
 
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {list(FORMATS)}. Received: {fmt!r}")
+    # Each format is written by its framework (as its reader needs it): installed, or one line.
+    check_installed(parse_backend(BACKEND_OF[fmt]))
     run_dir = Path(run_dir)
     if not (run_dir / SPEC_FILE).is_file():
         raise UserError(f"{run_dir} is not a dualtrain run directory (no {SPEC_FILE})")
@@ -90,10 +89,7 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
         raise UserError(f"cannot write the export into {str(target.parent)!r}: {exc.strerror}. "
                         f"Received: {str(target)!r}") from None
     try:
-        if fmt == "torch":
-            _write_torch(spec, weights, tmp)
-        else:
-            _write_keras(run_dir, tmp)
+        _write(fmt, run_dir, tmp)
         meta = {"format": fmt, "source_run": str(run_dir.resolve()), "spec": spec.to_dict(),
                 "dtype": str(next(iter(weights.values())).dtype),
                 "input": {"normalise": f"(x / 255 - {MEAN}) / {STD}",
@@ -117,123 +113,20 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
     return target
 
 
-# ---- torch ---------------------------------------------------------------------------------------
+# ---- each backend writes its own form, in its own process ------------------------------------
 
-_HEADER = '''"""{model} exported by dualtrain from {run}.
-
-A plain torch nn.Module (no dualtrain needed): ``load()`` builds it, loads model.safetensors and
-puts it in eval mode. Input: float32 (N, 1, 28, 28), normalised as (x / 255 - {mean}) / {std};
-output: logits (N, 10). Dropout is torch's (identity in eval); batchnorm uses the run's statistics.
-"""
-
-from pathlib import Path
-
-import torch
-from torch import nn
-
-DTYPE = torch.{dtype}
+#: --format -> the backend that writes it
+BACKEND_OF = {"torch": "torch", "keras": "tf"}
 
 
-class Residual(nn.Module):
-    """body(x) + shortcut(x); an empty shortcut is the identity."""
-
-    def __init__(self, body, shortcut):
-        super().__init__()
-        self.body = nn.Sequential(*body)
-        self.shortcut = nn.Sequential(*shortcut)
-
-    def forward(self, x):
-        return self.body(x) + self.shortcut(x)
-
-
-class GlobalAvgPool(nn.Module):
-    """(N, C, H, W) -> (N, C): the mean over H and W."""
-
-    def forward(self, x):
-        return x.mean(dim=(2, 3))
-
-
-def build_model() -> nn.Sequential:
-    return nn.Sequential(
-{layers}
-    ).to(DTYPE)
-
-
-def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Sequential:
-    from safetensors.torch import load_file
-
-    model = build_model()
-    model.load_state_dict(load_file(str(path)))
-    return model.eval()
-'''
-
-_ACT = {LayerType.RELU: "nn.ReLU()", LayerType.TANH: "nn.Tanh()", LayerType.SIGMOID: "nn.Sigmoid()",
-        LayerType.GELU: "nn.GELU()"}
-
-
-def _torch_layer(r: ResolvedLayer, indent: str) -> str:
-    s, t = r.spec, r.spec.type
-    if t is LayerType.DENSE:
-        return f"nn.Linear({r.in_shape[0]}, {s.units}, bias={s.bias})"
-    if t is LayerType.CONV2D:
-        pad = '"same"' if s.padding is Padding.SAME else (s.padding if isinstance(s.padding, int) else 0)
-        return (f"nn.Conv2d({r.in_shape[0]}, {s.filters}, {s.kernel_size}, stride={s.stride or 1}, "
-                f"padding={pad}, bias={s.bias})")
-    if t is LayerType.MAXPOOL2D:
-        return f"nn.MaxPool2d({s.pool_size}, stride={s.stride or s.pool_size})"
-    if t is LayerType.AVGPOOL2D:
-        return f"nn.AvgPool2d({s.pool_size}, stride={s.stride or s.pool_size})"
-    if t is LayerType.GLOBAL_AVGPOOL:
-        return "GlobalAvgPool()"
-    if t is LayerType.FLATTEN:
-        return "nn.Flatten()"
-    if t is LayerType.DROPOUT:
-        return f"nn.Dropout({s.rate})"
-    if t is LayerType.BATCHNORM:
-        kind = "1d" if len(r.in_shape) == 1 else "2d"
-        return f"nn.BatchNorm{kind}({r.in_shape[0]}, eps={s.eps}, momentum={s.momentum})"
-    if t is LayerType.RESIDUAL:
-        inner = indent + "    "
-
-        def block(layers):
-            return "".join(f"\n{inner}    {_torch_layer(x, inner + '    ')}," for x in layers)
-
-        return (f"Residual(\n{inner}[{block(r.body)}\n{inner}],\n{inner}[{block(r.shortcut)}\n{inner}],"
-                f"\n{indent})")
-    return _ACT[t]
-
-
-def torch_source(spec: Experiment, dtype: str, run: str) -> str:
-    layers = "\n".join(f"        {_torch_layer(r, '        ')}," for r in resolve(spec.model))
-    return _HEADER.format(model=spec.name, run=run, mean=MEAN, std=STD, dtype=dtype, layers=layers)
-
-
-def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:
-    """The canonical weights plus torch BatchNorm's ``num_batches_tracked`` (0: dualtrain's momentum is
-    always a number, for which torch never reads it)."""
-    state = {k: np.ascontiguousarray(v) for k, v in weights.items()}
-    for r in walk(resolve(spec.model)):
-        if r.spec.type is LayerType.BATCHNORM:
-            state[f"{r.prefix}.num_batches_tracked"] = np.zeros((), np.int64)
-    return state
-
-
-def _write_torch(spec: Experiment, weights: Weights, folder: Path) -> None:
-    from safetensors.numpy import save_file
-
-    dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
-    save_file(torch_state(spec, weights), str(folder / "model.safetensors"))
-    (folder / "model.py").write_text(torch_source(spec, dtype, str(folder.parent)))
-
-
-# ---- keras (in the tf backend's own process) -----------------------------------------------------
-
-def _write_keras(run_dir: Path, folder: Path) -> None:
+def _write(fmt: str, run_dir: Path, folder: Path) -> None:
     from dualtrain.launch.local import worker_env
 
-    cmd = [sys.executable, "-m", "dualtrain.backends.tf.tools", "export", str(run_dir / SPEC_FILE),
-           str(run_dir / WEIGHTS_FINAL), str(folder / "model.keras")]
+    backend = BACKEND_OF[fmt]
+    cmd = [sys.executable, "-m", f"dualtrain.backends.{backend}.tools", "export",
+           str(run_dir / SPEC_FILE), str(run_dir / WEIGHTS_FINAL), str(folder)]
     proc = subprocess.run(cmd, env=worker_env({}), capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        raise UserError(f"the Keras export failed: {lines[-1] if lines else 'no output'}")
+        name = "torch" if fmt == "torch" else "Keras"
+        raise UserError(f"the {name} export failed: {lines[-1] if lines else 'no output'}")

@@ -138,13 +138,14 @@ def forward_main(backend: str, argv: list[str],
 
 def export_main(backend: str, argv: list[str],
                 export: Callable[[Experiment, dict, str], None]) -> int:
-    """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FILE``."""
+    """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER``: the
+    backend's export of those weights, written into OUT_FOLDER (dualtrain.driver.export)."""
     from dualtrain.core.weights import check_layout, load_weights
     from dualtrain.spec import load_spec
 
     if len(argv) != 4:
         print(f"usage: python -m dualtrain.backends.{backend}.tools export SPEC_YAML WEIGHTS_NPZ "
-              "OUT_FILE", file=sys.stderr)
+              "OUT_FOLDER", file=sys.stderr)
         return 2
     _, spec_path, weights_path, out = argv
     try:

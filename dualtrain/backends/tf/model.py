@@ -86,60 +86,102 @@ class _Builder:
         self.stats: list = []
 
     def apply(self, layers, x):
-        policy = self.policy
         for r in layers:
-            s, name = r.spec, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}"
-            if s.type is LayerType.RESIDUAL:
-                body = self.apply(r.body, x)
-                skip = self.apply(r.shortcut, x)
-                x = keras.layers.Add(name=name, dtype=policy)([body, skip])
-                continue
-            if s.type is LayerType.DENSE:
-                layer = keras.layers.Dense(s.units, use_bias=s.bias, name=name, dtype=policy)
-            elif s.type is LayerType.CONV2D:
-                x, layer = conv2d(x, s, name, policy)
-            elif s.type is LayerType.MAXPOOL2D:
-                layer = keras.layers.MaxPooling2D(s.pool_size, strides=s.stride or s.pool_size,
-                                                  padding="valid", name=name, dtype=policy)
-            elif s.type is LayerType.AVGPOOL2D:
-                layer = keras.layers.AveragePooling2D(s.pool_size, strides=s.stride or s.pool_size,
-                                                      padding="valid", name=name, dtype=policy)
-            elif s.type is LayerType.GLOBAL_AVGPOOL:  # NHWC -> (N, C): torch's channel order
-                layer = keras.layers.GlobalAveragePooling2D(name=name, dtype=policy)
-            elif s.type is LayerType.FLATTEN:
-                if r.index in self.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
-                    x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=policy)(x)
-                layer = keras.layers.Flatten(name=name, dtype=policy)
-            elif s.type is LayerType.RELU:
-                layer = keras.layers.ReLU(name=name, dtype=policy)
-            elif s.type is LayerType.DROPOUT and self.inference:
-                layer = keras.layers.Dropout(s.rate, name=name, dtype=policy)
-            elif s.type is LayerType.DROPOUT:
-                x = HashDropout(s.rate, r.uid, r.in_shape, self.seed, name=name,
-                                dtype=policy)([x, self.ids, self.steps])
-                continue
-            elif s.type is LayerType.BATCHNORM and self.inference:
-                layer = keras.layers.BatchNormalization(epsilon=s.eps, momentum=1.0 - s.momentum,
-                                                        name=name, dtype=policy)
-                x = layer(x)
-                self.named += [(n, v) for (n, _), v in zip(r.arrays, (
-                    layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance))]
-                continue
-            elif s.type is LayerType.GELU and self.inference:
-                layer = keras.layers.Activation("gelu", name=name, dtype=policy)
-            elif s.type is LayerType.BATCHNORM:
-                layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=policy)
-                x, mean, var = layer(x)
-                self.stats += [mean, var]
-                self.named += [(n, v) for (n, _), v in zip(
-                    r.arrays, (layer.weight, layer.bias, layer.running_mean, layer.running_var))]
-                continue
-            else:
-                layer = keras.layers.Activation(ACTIVATIONS[s.type], name=name, dtype=policy)
-            x = layer(x)
-            if r.params:  # weight, then the bias if the layer has one
-                self.named += list(zip([n for n, _ in r.params], (layer.kernel, layer.bias)))
+            x = LAYERS[r.spec.type](self, r, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}", x)
         return x
+
+    def weighted(self, r, layer, x):
+        """``layer(x)``; the layer's kernel (and bias, if it has one) named as the canonical ones."""
+        x = layer(x)
+        if r.params:
+            self.named += list(zip([n for n, _ in r.params], (layer.kernel, layer.bias)))
+        return x
+
+
+# ---- the layer registry: one function per layer type, training and inference (export) alike ------
+# Each takes (builder, resolved layer, Keras name, input) and returns the output. A new layer type
+# adds one entry here (and one in backends/torch/model.py's LAYERS).
+
+def _residual(b: _Builder, r, name: str, x):
+    body = b.apply(r.body, x)
+    skip = b.apply(r.shortcut, x)
+    return keras.layers.Add(name=name, dtype=b.policy)([body, skip])
+
+
+def _conv(b: _Builder, r, name: str, x):
+    x, layer = conv2d(x, r.spec, name, b.policy)
+    return b.weighted(r, layer, x)
+
+
+def _flatten(b: _Builder, r, name: str, x):
+    if r.index in b.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
+        x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=b.policy)(x)
+    return keras.layers.Flatten(name=name, dtype=b.policy)(x)
+
+
+def _dropout(b: _Builder, r, name: str, x):
+    if b.inference:  # Keras's Dropout: the identity in inference
+        return keras.layers.Dropout(r.spec.rate, name=name, dtype=b.policy)(x)
+    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name,
+                       dtype=b.policy)([x, b.ids, b.steps])
+
+
+def _batchnorm(b: _Builder, r, name: str, x):
+    s = r.spec
+    if b.inference:  # Keras's BatchNormalization with torch's eps and momentum convention
+        layer = keras.layers.BatchNormalization(epsilon=s.eps, momentum=1.0 - s.momentum,
+                                                name=name, dtype=b.policy)
+        x = layer(x)
+        b.named += [(n, v) for (n, _), v in zip(r.arrays, (
+            layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance))]
+        return x
+    layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=b.policy)
+    x, mean, var = layer(x)
+    b.stats += [mean, var]
+    b.named += [(n, v) for (n, _), v in zip(
+        r.arrays, (layer.weight, layer.bias, layer.running_mean, layer.running_var))]
+    return x
+
+
+def _pool(kind):
+    def apply(b: _Builder, r, name: str, x):
+        s = r.spec
+        return kind(s.pool_size, strides=s.stride or s.pool_size, padding="valid", name=name,
+                    dtype=b.policy)(x)
+
+    return apply
+
+
+def _activation(fn):
+    def apply(b: _Builder, r, name: str, x):
+        return keras.layers.Activation(fn, name=name, dtype=b.policy)(x)
+
+    return apply
+
+
+def _gelu_layer(b: _Builder, r, name: str, x):
+    # inference: Keras's own exact gelu (the export loads without dualtrain); training: _gelu
+    return keras.layers.Activation("gelu" if b.inference else _gelu, name=name, dtype=b.policy)(x)
+
+
+LAYERS = {
+    LayerType.RESIDUAL: _residual,
+    LayerType.DENSE: lambda b, r, name, x: b.weighted(
+        r, keras.layers.Dense(r.spec.units, use_bias=r.spec.bias, name=name, dtype=b.policy), x),
+    LayerType.CONV2D: _conv,
+    LayerType.MAXPOOL2D: _pool(keras.layers.MaxPooling2D),
+    LayerType.AVGPOOL2D: _pool(keras.layers.AveragePooling2D),
+    # NHWC -> (N, C): torch's channel order
+    LayerType.GLOBAL_AVGPOOL: lambda b, r, name, x: keras.layers.GlobalAveragePooling2D(
+        name=name, dtype=b.policy)(x),
+    LayerType.FLATTEN: _flatten,
+    LayerType.RELU: lambda b, r, name, x: keras.layers.ReLU(name=name, dtype=b.policy)(x),
+    LayerType.TANH: _activation("tanh"),
+    LayerType.SIGMOID: _activation("sigmoid"),
+    LayerType.GELU: _gelu_layer,
+    LayerType.DROPOUT: _dropout,
+    LayerType.BATCHNORM: _batchnorm,
+}
 
 
 def _bn_ops(x) -> batchnorm.Ops:
@@ -249,9 +291,6 @@ def _gelu(x):
     reports as 6e-12 apart at step 1 (docs/parity.md §5)."""
     half_sqrt = keras.ops.convert_to_tensor(0.7071067811865476, dtype=x.dtype)
     return x * 0.5 * (1.0 + keras.ops.erf(x * half_sqrt))
-
-
-ACTIVATIONS = {LayerType.TANH: "tanh", LayerType.SIGMOID: "sigmoid", LayerType.GELU: _gelu}
 
 
 def conv2d(x, s, name: str, policy: str):

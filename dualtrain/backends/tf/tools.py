@@ -6,7 +6,8 @@ loaded with canonical weights. CLI:
     python -m dualtrain.backends.tf.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ
 
 writes the logits of the first N MNIST test images under key "logits".
-``python -m dualtrain.backends.tf.tools env`` prints TensorFlow's and Keras's facts
+``python -m dualtrain.backends.tf.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the Keras
+export (export.py). ``python -m dualtrain.backends.tf.tools env`` prints TensorFlow's and Keras's facts
 (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
 """
 
@@ -45,19 +46,6 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
     return np.concatenate(out) if out else np.zeros((0, 10), np.float32)
 
 
-def export_keras(spec: Experiment, weights: Weights, path: str) -> None:
-    """Write the run's inference model as a .keras file from Keras's own layers (dualtrain.driver.export)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
-
-    from .model import build_inference_model, load_canonical
-
-    dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
-    model, named = build_inference_model(spec.model, dtype)
-    load_canonical(named, weights)
-    model.save(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     from dualtrain.runtime.entry import env_main, export_main, forward_main
 
@@ -67,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return env_main("tf", argv, backend_facts)
     if argv[:1] == ["export"]:
+        from .export import export_keras
+
         return export_main("tf", argv, export_keras)
     return forward_main("tf", argv, forward_logits)
 

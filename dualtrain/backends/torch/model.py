@@ -6,6 +6,10 @@ exporting are plain copies: module ``i`` is layer ``i`` of ``dualtrain.core.mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -13,7 +17,7 @@ from torch import nn
 
 from dualtrain.core import batchnorm, dropout
 from dualtrain.core.dropout import IntOps, canonical_elements
-from dualtrain.core.model import param_shapes, resolve
+from dualtrain.core.model import ResolvedLayer, param_shapes, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec, Padding
 
@@ -23,11 +27,6 @@ class GlobalAvgPool(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(2, 3))
-
-
-#: gelu is the exact erf form (nn.GELU's default, approximate="none"), as Keras's gelu by default.
-ACTIVATIONS = {LayerType.RELU: nn.ReLU, LayerType.TANH: nn.Tanh, LayerType.SIGMOID: nn.Sigmoid,
-               LayerType.GELU: nn.GELU}
 
 
 _OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.bitwise_and)
@@ -130,36 +129,88 @@ class Residual(nn.Module):
         return self.body(x) + self.shortcut(x)
 
 
-def _build(layers, seed: int) -> list[nn.Module]:
-    out: list[nn.Module] = []
-    for r in layers:
-        t, s = r.spec.type, r.spec
-        if t is LayerType.FLATTEN:
-            out.append(nn.Flatten())
-        elif t is LayerType.DENSE:
-            out.append(nn.Linear(r.in_shape[0], s.units, bias=s.bias))
-        elif t is LayerType.CONV2D:
-            padding = "same" if s.padding is Padding.SAME else (
-                s.padding if isinstance(s.padding, int) else 0)
-            out.append(nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
-                                 padding=padding, bias=s.bias))
-        elif t is LayerType.MAXPOOL2D:
-            out.append(nn.MaxPool2d(s.pool_size, stride=s.stride or s.pool_size))
-        elif t is LayerType.AVGPOOL2D:
-            out.append(nn.AvgPool2d(s.pool_size, stride=s.stride or s.pool_size))
-        elif t is LayerType.GLOBAL_AVGPOOL:
-            out.append(GlobalAvgPool())
-        elif t in ACTIVATIONS:
-            out.append(ACTIVATIONS[t]())
-        elif t is LayerType.DROPOUT:
-            out.append(HashDropout(s.rate, r.uid, r.in_shape, seed))
-        elif t is LayerType.BATCHNORM:
-            out.append(BatchNorm(r.in_shape[0], s.momentum, s.eps, s.sync))
-        elif t is LayerType.RESIDUAL:
-            out.append(Residual(_build(r.body, seed), _build(r.shortcut, seed)))
-        else:  # pragma: no cover - the spec enum is closed
-            raise ValueError(f"unsupported layer type {t!r}")
-    return out
+@dataclass(frozen=True)
+class TorchLayer:
+    """One layer type in torch, in one place: the module dualtrain trains (``train``) and the same
+    layer as plain torch source for the exported inference model (``source``: torch's own Dropout
+    and BatchNorm there, backends/torch/export.py). A new layer type adds one entry here."""
+
+    # Any: a resolved layer whose per-type fields (units, filters, ...) its type guarantees set
+    train: Callable[[Any, int], nn.Module]
+    source: Callable[[Any, str], str]
+
+
+def _padding(s: Any) -> int | str:
+    return "same" if s.padding is Padding.SAME else (s.padding if isinstance(s.padding, int) else 0)
+
+
+def _conv(r: Any, seed: int) -> nn.Module:
+    s = r.spec
+    return nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
+                     padding=_padding(s), bias=s.bias)
+
+
+def _conv_source(r: Any, indent: str) -> str:
+    s = r.spec
+    return (f"nn.Conv2d({r.in_shape[0]}, {s.filters}, {s.kernel_size}, stride={s.stride or 1}, "
+            f"padding={_padding(s)!r}, bias={s.bias})").replace("'", '"')
+
+
+def _batchnorm_source(r: ResolvedLayer, indent: str) -> str:
+    kind = "1d" if len(r.in_shape) == 1 else "2d"
+    return f"nn.BatchNorm{kind}({r.in_shape[0]}, eps={r.spec.eps}, momentum={r.spec.momentum})"
+
+
+def _residual_source(r: ResolvedLayer, indent: str) -> str:
+    inner = indent + "    "
+
+    def block(layers: tuple[ResolvedLayer, ...]) -> str:
+        return "".join(f"\n{inner}    {layer_source(x, inner + '    ')}," for x in layers)
+
+    return (f"Residual(\n{inner}[{block(r.body)}\n{inner}],\n{inner}[{block(r.shortcut)}\n{inner}],"
+            f"\n{indent})")
+
+
+def _activation(module: type[nn.Module]) -> TorchLayer:
+    return TorchLayer(lambda r, seed: module(), lambda r, indent: f"nn.{module.__name__}()")
+
+
+#: gelu is the exact erf form (nn.GELU's default, approximate="none"), as Keras's gelu by default.
+LAYERS: dict[LayerType, TorchLayer] = {
+    LayerType.FLATTEN: TorchLayer(lambda r, seed: nn.Flatten(), lambda r, indent: "nn.Flatten()"),
+    LayerType.DENSE: TorchLayer(
+        lambda r, seed: nn.Linear(r.in_shape[0], r.spec.units, bias=r.spec.bias),
+        lambda r, indent: f"nn.Linear({r.in_shape[0]}, {r.spec.units}, bias={r.spec.bias})"),
+    LayerType.CONV2D: TorchLayer(_conv, _conv_source),
+    LayerType.MAXPOOL2D: TorchLayer(
+        lambda r, seed: nn.MaxPool2d(r.spec.pool_size, stride=r.spec.stride or r.spec.pool_size),
+        lambda r, indent: f"nn.MaxPool2d({r.spec.pool_size}, stride={r.spec.stride or r.spec.pool_size})"),
+    LayerType.AVGPOOL2D: TorchLayer(
+        lambda r, seed: nn.AvgPool2d(r.spec.pool_size, stride=r.spec.stride or r.spec.pool_size),
+        lambda r, indent: f"nn.AvgPool2d({r.spec.pool_size}, stride={r.spec.stride or r.spec.pool_size})"),
+    LayerType.GLOBAL_AVGPOOL: TorchLayer(lambda r, seed: GlobalAvgPool(),
+                                         lambda r, indent: "GlobalAvgPool()"),
+    LayerType.RELU: _activation(nn.ReLU),
+    LayerType.TANH: _activation(nn.Tanh),
+    LayerType.SIGMOID: _activation(nn.Sigmoid),
+    LayerType.GELU: _activation(nn.GELU),
+    LayerType.DROPOUT: TorchLayer(lambda r, seed: HashDropout(r.spec.rate, r.uid, r.in_shape, seed),
+                                  lambda r, indent: f"nn.Dropout({r.spec.rate})"),
+    LayerType.BATCHNORM: TorchLayer(
+        lambda r, seed: BatchNorm(r.in_shape[0], r.spec.momentum, r.spec.eps, r.spec.sync),
+        _batchnorm_source),
+    LayerType.RESIDUAL: TorchLayer(
+        lambda r, seed: Residual(_build(r.body, seed), _build(r.shortcut, seed)), _residual_source),
+}
+
+
+def _build(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...], seed: int) -> list[nn.Module]:
+    return [LAYERS[r.spec.type].train(r, seed) for r in layers]
+
+
+def layer_source(r: ResolvedLayer, indent: str) -> str:
+    """Layer ``r`` of the exported model, as torch source."""
+    return LAYERS[r.spec.type].source(r, indent)
 
 
 def build_model(spec: ModelSpec, seed: int = 0) -> nn.Sequential:

@@ -5,6 +5,8 @@ CLI: ``python -m dualtrain.backends.torch.tools forward SPEC_YAML WEIGHTS_NPZ N 
 logits of the first N MNIST test images (key ``logits``); the TF backend has the same command, and a
 parity test compares the two. ``python -m dualtrain.backends.torch.tools env`` prints torch's facts
 (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
+``python -m dualtrain.backends.torch.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the torch
+export (export.py).
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray)
 
 
 def main(argv: list[str]) -> int:
-    from dualtrain.runtime.entry import env_main, forward_main
+    from dualtrain.runtime.entry import env_main, export_main, forward_main
 
     if argv[:1] == ["env"]:
         from dualtrain.backends.torch.envinfo import backend_facts
 
         return env_main("torch", argv, backend_facts)
+    if argv[:1] == ["export"]:
+        from dualtrain.backends.torch.export import export_torch
+
+        return export_main("torch", argv, export_torch)
     return forward_main("torch", argv, forward_logits)
 
 

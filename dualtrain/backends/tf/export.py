@@ -1,0 +1,25 @@
+"""``dualtrain export --format keras``: the run's inference model as a ``.keras`` file, built from
+Keras's own layers only (``model.build_inference_model``), so ``keras.saving.load_model`` opens it
+without dualtrain. Run by ``python -m dualtrain.backends.tf.tools export``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from dualtrain.core.weights import Weights
+from dualtrain.spec import Experiment
+
+
+def export_keras(spec: Experiment, weights: Weights, out: str) -> None:
+    """Write model.keras into the folder ``out`` (dualtrain.driver.export)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .model import build_inference_model, load_canonical
+
+    dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
+    model, named = build_inference_model(spec.model, dtype)
+    load_canonical(named, weights)
+    model.save(str(Path(out) / "model.keras"))

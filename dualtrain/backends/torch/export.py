@@ -1,0 +1,91 @@
+"""``dualtrain export --format torch``: the run's inference model as plain torch.
+
+``model.safetensors``: the state dict in torch's names (the canonical layout is torch's; batchnorm
+layers get torch's ``num_batches_tracked``); ``model.py``: the nn.Module definition dualtrain built,
+as plain torch code (``build_model()``, ``load()``), each layer's source from the layer registry
+(``model.LAYERS``). Run by ``python -m dualtrain.backends.torch.tools export``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dualtrain.backends.torch.model import layer_source
+from dualtrain.core.data import MEAN, STD
+from dualtrain.core.model import resolve, walk
+from dualtrain.core.weights import Weights
+from dualtrain.spec import Experiment, LayerType
+
+_HEADER = '''"""{model} exported by dualtrain from {run}.
+
+A plain torch nn.Module (no dualtrain needed): ``load()`` builds it, loads model.safetensors and
+puts it in eval mode. Input: float32 (N, 1, 28, 28), normalised as (x / 255 - {mean}) / {std};
+output: logits (N, 10). Dropout is torch's (identity in eval); batchnorm uses the run's statistics.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+DTYPE = torch.{dtype}
+
+
+class Residual(nn.Module):
+    """body(x) + shortcut(x); an empty shortcut is the identity."""
+
+    def __init__(self, body, shortcut):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+        self.shortcut = nn.Sequential(*shortcut)
+
+    def forward(self, x):
+        return self.body(x) + self.shortcut(x)
+
+
+class GlobalAvgPool(nn.Module):
+    """(N, C, H, W) -> (N, C): the mean over H and W."""
+
+    def forward(self, x):
+        return x.mean(dim=(2, 3))
+
+
+def build_model() -> nn.Sequential:
+    return nn.Sequential(
+{layers}
+    ).to(DTYPE)
+
+
+def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Sequential:
+    from safetensors.torch import load_file
+
+    model = build_model()
+    model.load_state_dict(load_file(str(path)))
+    return model.eval()
+'''
+
+def torch_source(spec: Experiment, dtype: str, run: str) -> str:
+    layers = "\n".join(f"        {layer_source(r, '        ')}," for r in resolve(spec.model))
+    return _HEADER.format(model=spec.name, run=run, mean=MEAN, std=STD, dtype=dtype, layers=layers)
+
+
+def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:
+    """The canonical weights plus torch BatchNorm's ``num_batches_tracked`` (0: dualtrain's momentum is
+    always a number, for which torch never reads it)."""
+    state = {k: np.ascontiguousarray(v) for k, v in weights.items()}
+    for r in walk(resolve(spec.model)):
+        if r.spec.type is LayerType.BATCHNORM:
+            state[f"{r.prefix}.num_batches_tracked"] = np.zeros((), np.int64)
+    return state
+
+
+def export_torch(spec: Experiment, weights: Weights, out: str) -> None:
+    """Write model.safetensors and model.py into the folder ``out`` (dualtrain.driver.export)."""
+    from safetensors.numpy import save_file
+
+    folder = Path(out)
+    dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
+    save_file(torch_state(spec, weights), str(folder / "model.safetensors"))
+    (folder / "model.py").write_text(torch_source(spec, dtype, str(folder.parent)))
