@@ -472,8 +472,6 @@ def _torch_optimizer_state_low(path: str, size: float) -> None:
 def _tf_optimizer_state_low(path: str, size: float) -> None:
     import tensorflow as tf
 
-    from dualtrain.backends.tf import engine
-
     cls = _engine()
     apply_one = cls._apply_one
 
@@ -484,7 +482,7 @@ def _tf_optimizer_state_low(path: str, size: float) -> None:
         first = tf.equal(self.applied, 0)
         new_buf = tf.where(first, g, buf * self.opt.momentum + g)
         new_buf = tf.cast(tf.cast(new_buf, tf.bfloat16), new_buf.dtype)  # stored in bfloat16
-        return tf.group(buf.assign(new_buf), p.assign(engine._fma(p, -lr, new_buf)))
+        return tf.group(buf.assign(new_buf), p.assign(self.ops.fma(p, -lr, new_buf)))
 
     cls._apply_one = mutated
 
@@ -504,19 +502,19 @@ def _torch_fp32_update_branch(path: str, size: float) -> None:
 def _tf_fp32_update_branch(path: str, size: float) -> None:
     import tensorflow as tf
 
-    from dualtrain.backends.tf import engine
-
-    fma, init = engine._fma, engine.TFEngine.__init__
-    active = {"on": False}
-
-    def mutated(a, alpha, b):
-        if a.dtype == tf.float64 or not active["on"]:
-            return fma(a, alpha, b)
-        return fma(a, alpha * (1.0 + size), b)  # the float32 branch only
+    cls = _engine()
+    init = cls.__init__
 
     def mutated_init(self, spec, *args, **kwargs):
-        active["on"] = _active(spec, path)
+        if _active(spec, path):  # the engine's namespace, before __init__ traces the step
+            fma = cls.ops.fma
+
+            def mutated(a, alpha, b):
+                if a.dtype == tf.float64:
+                    return fma(a, alpha, b)
+                return fma(a, alpha * (1.0 + size), b)  # the float32 branch only
+
+            self.ops = dataclasses.replace(cls.ops, fma=mutated)
         init(self, spec, *args, **kwargs)
 
-    engine._fma = mutated
-    engine.TFEngine.__init__ = mutated_init
+    cls.__init__ = mutated_init

@@ -14,8 +14,9 @@ Per step, every replica:
    clipping with torch's ``min(1, max / (norm + 1e-6))``.
 
 Then, in cross-replica context, ``strategy.extended.update`` applies torch.optim's update formulas
-(written here, not Keras's optimizers) on every device, or skips it on every device when the
-all-reduced fp16 gradient was not finite, and advances the dynamic loss scale with GradScaler's rule.
+(dualtrain.core.update_rules on the TF namespace in .ops, not Keras's optimizers) on every device, or
+skips it on every device when the all-reduced fp16 gradient was not finite, and advances the dynamic
+loss scale with GradScaler's rule (dualtrain.core.update_rules too, as are the global norm and clipping).
 
 All step inputs have fixed signatures (ids are a flat ``[None]`` vector plus offsets, lr and N_global are
 scalar tensors), so the step is traced once (twice with gradient capture) whatever the per-replica
@@ -31,14 +32,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.core import batchnorm
+from dualtrain.core import batchnorm, update_rules
 from dualtrain.core.data import Mnist, normalize
 from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine, StepOut
-from dualtrain.spec import Experiment, LayerType, OptimizerName, Precision
+from dualtrain.spec import Experiment, LayerType, Precision
 
 from .model import (
     build_model,
@@ -50,34 +51,17 @@ from .model import (
     to_keras,
     to_nhwc,
 )
+from .ops import OPS
 from .precision import policy_name
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
-def _fma(a, alpha, b):
-    """``a + alpha * b`` rounded once to float32, as torch's ``a.add(b, alpha=alpha)`` computes it on
-    CPU (a fused multiply-add; alpha is rounded to float32 first). Writing it as two float32 ops
-    rounds twice: measured, that alone made 1-3% of the weights differ by one ulp after every SGD
-    step, and plain SGD drifted 1e-3 apart in loss over an epoch. The float64 product of two float32
-    values is exact, so one float64 add and one rounding reproduce the fused result.
-
-    On float64 tensors (fp64 runs) ``alpha`` is used as the Python double it is (torch does the same)
-    and the result is rounded twice; there is no wider type to fuse in, and one fp64 ulp per update
-    is far below what the fp64 reference bound allows (docs/parity.md)."""
-    f64 = tf.float64
-    if a.dtype == f64:
-        # tf.cast(0.9, f64) would go through a float32 constant first (0.899999976): a Python number
-        # becomes a float64 constant directly. (The fp64 reference pair caught that rounding: 2.5e-10
-        # after two Nesterov steps, 1.6e-9 in the weights after 150 Adam steps with weight decay.)
-        alpha64 = tf.constant(alpha, f64) if isinstance(alpha, (int, float)) else tf.cast(alpha, f64)
-        return a + alpha64 * b
-    alpha32 = tf.cast(tf.cast(alpha, tf.float32), f64)
-    return tf.cast(tf.cast(a, f64) + alpha32 * tf.cast(b, f64), tf.float32)
-
-
 class TFEngine(Engine):
     backend = "tf"
+    #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on an
+    #: instance before __init__ traces the step: parity_tests/mutants.py)
+    ops: update_rules.Ops = OPS
 
     def __init__(self, spec: Experiment, strategy: tf.distribute.Strategy, data: Mnist,
                  init_weights: Weights, *, rank: int, num_processes: int, host_device: str):
@@ -126,17 +110,16 @@ class TFEngine(Engine):
             self.params = [v.value for _, v in self.named if v.trainable]
             self.running = [v.value for _, v in self.named if not v.trainable]
             zeros = lambda p: tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False)  # noqa: E731
-            name, o = self.opt.name, self.opt
-            slots = lambda need: [zeros(p) for p in self.params] if need else []  # noqa: E731
+            need = update_rules.slot_names(self.opt)
+            slots = lambda key: [zeros(p) for p in self.params] if key in need else []  # noqa: E731
             # torch.optim's state, per optimizer: momentum buffer (sgd, rmsprop), Adam's m and v,
             # the squared-gradient average (adadelta, rmsprop), adadelta's squared-update average,
             # rmsprop's gradient average (centered).
-            self.buf = slots(o.momentum and name in (OptimizerName.SGD, OptimizerName.RMSPROP))
-            adam = name in (OptimizerName.ADAM, OptimizerName.ADAMW)
-            self.m, self.v = slots(adam), slots(adam)
-            self.square_avg = slots(name in (OptimizerName.ADADELTA, OptimizerName.RMSPROP))
-            self.acc_delta = slots(name is OptimizerName.ADADELTA)
-            self.grad_avg = slots(name is OptimizerName.RMSPROP and o.centered)
+            self.buf = slots("momentum_buffer")
+            self.m, self.v = slots("exp_avg"), slots("exp_avg_sq")
+            self.square_avg = slots("square_avg")
+            self.acc_delta = slots("acc_delta")
+            self.grad_avg = slots("grad_avg")
             # Applied (not skipped) updates: momentum-buffer creation and Adam bias correction.
             self.applied = tf.Variable(0, dtype=tf.int64, trainable=False)
             self.scale = tf.Variable(ls.init if self.fp16 else 1.0, dtype=tf.float32, trainable=False)
@@ -236,11 +219,9 @@ class TFEngine(Engine):
         else:
             finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
         # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
-        norm = tf.norm(tf.stack([tf.norm(tf.reshape(g, [-1])) for g in grads]))
+        norm = update_rules.global_norm(self.ops, grads)
         captured = list(grads) if capture else []
-        if self.opt.clip_grad_norm is not None:
-            coef = tf.minimum(tf.constant(self.opt.clip_grad_norm, self.dtype) / (norm + 1e-6), 1.0)
-            grads = [g * coef for g in grads]
+        grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
         running = self._running_updates(ctx, stats) if self.running else []
         return grads, loss_sum, ids, norm, finite, amax, captured, running
 
@@ -276,95 +257,26 @@ class TFEngine(Engine):
 
     def _apply_one(self, p, g, apply, lr, k: int):
         """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
-        o = self.opt
 
         def update():
-            grad = g
-            if o.name is OptimizerName.SGD:
-                if o.weight_decay:
-                    grad = _fma(grad, o.weight_decay, p)  # torch: grad.add(param, alpha=wd)
-                if o.momentum:
-                    buf = self.buf[k]
-                    first = tf.equal(self.applied, 0)
-                    new_buf = tf.where(first, grad, buf * o.momentum + grad)
-                    buf.assign(new_buf)
-                    grad = _fma(grad, o.momentum, new_buf) if o.nesterov else new_buf
-                return p.assign(_fma(p, -lr, grad))  # torch: param.add_(grad, alpha=-lr)
-            if o.name is OptimizerName.ADADELTA:
-                return self._adadelta(p, grad, lr, k)
-            if o.name is OptimizerName.RMSPROP:
-                return self._rmsprop(p, grad, lr, k)
-            if o.name is OptimizerName.ADAMW and o.weight_decay:
-                # torch: param.mul_(1 - lr * wd), the factor computed in double, then rounded
-                p.assign(p * tf.cast(1.0 - lr * o.weight_decay, p.dtype))
-            elif o.weight_decay:
-                grad = _fma(grad, o.weight_decay, p)
-            b1, b2 = o.betas
-            m, v = self.m[k], self.v[k]
-            m_new = m + (1.0 - b1) * (grad - m)  # torch: exp_avg.lerp_(grad, 1 - beta1)
-            v_new = v * b2 + (1.0 - b2) * grad * grad
-            m.assign(m_new)
-            v.assign(v_new)
-            t = tf.cast(self.applied + 1, tf.float64)
-            bc1 = 1.0 - tf.pow(tf.constant(b1, tf.float64), t)
-            bc2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(b2, tf.float64), t))
-            step_size = tf.cast(lr / bc1, p.dtype)
-            denom = tf.sqrt(v_new) / tf.cast(bc2_sqrt, p.dtype) + o.eps
-            return p.assign_sub(step_size * (m_new / denom))
+            slots = {key: getattr(self, attr)[k] for key, attr in self.SLOTS.items()
+                     if getattr(self, attr)}
+            new_p, new_slots = update_rules.update(self.ops, self.opt, p, g, slots, lr=lr,
+                                                   applied=self.applied)
+            return [*(slots[key].assign(value) for key, value in new_slots.items()),
+                    p.assign(new_p)]
 
         if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
             return tf.group(update())
         return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
 
-    def _adadelta(self, p, grad, lr, k: int):
-        """torch.optim.Adadelta (_single_tensor_adadelta), op for op."""
-        o = self.opt
-        if o.weight_decay:
-            grad = _fma(grad, o.weight_decay, p)  # grad.add(param, alpha=wd)
-        sq, acc = self.square_avg[k], self.acc_delta[k]
-        sq_new = sq * o.rho + (1.0 - o.rho) * grad * grad  # square_avg.mul_(rho).addcmul_(g, g, 1-rho)
-        std = tf.sqrt(sq_new + o.eps)  # square_avg.add(eps).sqrt_()
-        delta = tf.sqrt(acc + o.eps) / std * grad  # acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
-        acc_new = acc * o.rho + (1.0 - o.rho) * delta * delta
-        return tf.group(sq.assign(sq_new), acc.assign(acc_new),
-                        p.assign(_fma(p, -lr, delta)))  # param.add_(delta, alpha=-lr)
-
-    def _rmsprop(self, p, grad, lr, k: int):
-        """torch.optim.RMSprop (_single_tensor_rmsprop), op for op."""
-        o = self.opt
-        if o.weight_decay:
-            grad = _fma(grad, o.weight_decay, p)
-        sq = self.square_avg[k]
-        sq_new = sq * o.alpha + (1.0 - o.alpha) * grad * grad  # mul_(alpha).addcmul_(g, g, 1-alpha)
-        ops = [sq.assign(sq_new)]
-        if o.centered:
-            ga = self.grad_avg[k]
-            w = 1.0 - o.alpha  # grad_avg.lerp_(grad, w): torch's two lerp forms, by weight
-            ga_new = ga + w * (grad - ga) if w < 0.5 else grad - (grad - ga) * (1.0 - w)
-            ops.append(ga.assign(ga_new))
-            avg = tf.sqrt(sq_new - ga_new * ga_new)  # square_avg.addcmul(ga, ga, value=-1).sqrt_()
-        else:
-            avg = tf.sqrt(sq_new)
-        avg = avg + o.eps
-        if o.momentum:
-            buf = self.buf[k]
-            buf_new = buf * o.momentum + grad / avg  # buf.mul_(momentum).addcdiv_(grad, avg)
-            ops += [buf.assign(buf_new), p.assign(_fma(p, -lr, buf_new))]
-        else:
-            ops.append(p.assign(_fma(p, -lr, grad / avg)))  # param.addcdiv_(grad, avg, value=-lr)
-        return tf.group(ops)
-
     def _bookkeeping(self, applied, ok):
         """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""
-        ls = self.spec.precision.loss_scale
         ops = [applied.assign_add(tf.cast(ok, tf.int64))]
         if self.fp16:
-            good = tf.where(ok, self.good_steps + 1, tf.zeros([], tf.int64))
-            grow = tf.logical_and(ok, tf.equal(good, ls.growth_interval))
-            new_scale = tf.where(ok, tf.where(grow, self.scale * ls.growth_factor, self.scale),
-                                 self.scale * ls.backoff_factor)
-            ops.append(self.scale.assign(new_scale))
-            ops.append(self.good_steps.assign(tf.where(grow, tf.zeros([], tf.int64), good)))
+            scale, good = update_rules.loss_scale_update(self.ops, self.scale, self.good_steps, ok,
+                                                         self.spec.precision.loss_scale)
+            ops += [self.scale.assign(scale), self.good_steps.assign(good)]
         return tf.group(ops)
 
     def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
