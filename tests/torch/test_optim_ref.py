@@ -31,7 +31,7 @@ def _torch_opt(spec: OptimizerSpec, params):
     """The torch backend's own optimizer for ``spec`` (make_optimizer reads only spec.optimizer)."""
     from types import SimpleNamespace
 
-    from dualtrain.backends.torch.engine import make_optimizer
+    from dualtrain.backends.torch.optimizer import make_optimizer
 
     return make_optimizer(SimpleNamespace(optimizer=spec), params)
 

@@ -68,7 +68,7 @@ def _spec(case) -> OptimizerSpec:
 
 def _torch_opt(spec: OptimizerSpec, params):
     """The torch backend's own optimizer for ``spec`` (make_optimizer reads only spec.optimizer)."""
-    from dualtrain.backends.torch.engine import make_optimizer
+    from dualtrain.backends.torch.optimizer import make_optimizer
 
     return make_optimizer(SimpleNamespace(optimizer=spec), params)
 

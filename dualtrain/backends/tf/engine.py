@@ -36,7 +36,6 @@ from dualtrain.core import batchnorm, update_rules
 from dualtrain.core.data import Mnist, normalize
 from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
-from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine, StepOut
 from dualtrain.spec import Experiment, LayerType, Precision
@@ -48,10 +47,10 @@ from .model import (
     has_dropout,
     load_canonical,
     to_canonical,
-    to_keras,
     to_nhwc,
 )
 from .ops import OPS
+from .optimizer import SLOTS, OptimizerVariables
 from .precision import policy_name
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -109,21 +108,15 @@ class TFEngine(Engine):
             self.param_names = [n for n, v in self.named if v.trainable]
             self.params = [v.value for _, v in self.named if v.trainable]
             self.running = [v.value for _, v in self.named if not v.trainable]
-            zeros = lambda p: tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False)  # noqa: E731
-            need = update_rules.slot_names(self.opt)
-            slots = lambda key: [zeros(p) for p in self.params] if key in need else []  # noqa: E731
-            # torch.optim's state, per optimizer: momentum buffer (sgd, rmsprop), Adam's m and v,
-            # the squared-gradient average (adadelta, rmsprop), adadelta's squared-update average,
-            # rmsprop's gradient average (centered).
-            self.buf = slots("momentum_buffer")
-            self.m, self.v = slots("exp_avg"), slots("exp_avg_sq")
-            self.square_avg = slots("square_avg")
-            self.acc_delta = slots("acc_delta")
-            self.grad_avg = slots("grad_avg")
-            # Applied (not skipped) updates: momentum-buffer creation and Adam bias correction.
-            self.applied = tf.Variable(0, dtype=tf.int64, trainable=False)
-            self.scale = tf.Variable(ls.init if self.fp16 else 1.0, dtype=tf.float32, trainable=False)
-            self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+            # torch.optim's state and GradScaler's, as variables (optimizer.py); the engine's
+            # names for them (self.buf, self.m, ...) are the mutants' too (parity_tests/mutants.py).
+            self.optimizer = OptimizerVariables(self.opt, self.params, fp16=self.fp16,
+                                                loss_scale=ls)
+            for key, attr in SLOTS.items():
+                setattr(self, attr, self.optimizer.slots[key])
+            self.applied = self.optimizer.applied
+            self.scale = self.optimizer.scale
+            self.good_steps = self.optimizer.good_steps
 
         eval_chunk = max(1, spec.data.eval_batch_size // strategy.num_replicas_in_sync)
         self._eval_chunk = eval_chunk
@@ -259,7 +252,7 @@ class TFEngine(Engine):
         """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
 
         def update():
-            slots = {key: getattr(self, attr)[k] for key, attr in self.SLOTS.items()
+            slots = {key: getattr(self, attr)[k] for key, attr in SLOTS.items()
                      if getattr(self, attr)}
             new_p, new_slots = update_rules.update(self.ops, self.opt, p, g, slots, lr=lr,
                                                    applied=self.applied)
@@ -373,39 +366,11 @@ class TFEngine(Engine):
         return {"tensorflow": tf.__version__, "keras": keras.__version__}
 
     # ---- checkpoints -----------------------------------------------------------------------------
-    #: canonical slot name (torch.optim's) -> this engine's list of per-parameter variables
-    SLOTS = {"momentum_buffer": "buf", "exp_avg": "m", "exp_avg_sq": "v", "square_avg": "square_avg",
-             "acc_delta": "acc_delta", "grad_avg": "grad_avg"}
-
     def optimizer_state(self) -> OptimizerState:
-        """The slots in canonical names and layouts, as torch.optim holds them: none before the first
-        applied update (torch creates its state then)."""
-        applied = int(self.applied.numpy())
-        slots = {}
-        if applied:
-            for slot, attr in self.SLOTS.items():
-                for name, var in zip(self.param_names, getattr(self, attr)):
-                    slots[f"{slot}/{name}"] = to_canonical(name, var.numpy())
-        return OptimizerState(slots=slots, applied=applied,
-                              loss_scale=float(self.scale.numpy()) if self.fp16 else 1.0,
-                              good_steps=int(self.good_steps.numpy()) if self.fp16 else 0)
+        return self.optimizer.state(self.param_names)
 
     def load_weights(self, weights: Weights) -> None:
         load_canonical(self.named, weights)
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
-        for attr in set(self.SLOTS.values()):  # slots the state does not name start from zero
-            for var in getattr(self, attr):
-                var.assign(tf.zeros(var.shape, var.dtype))
-        for key, value in state.slots.items():
-            slot, _, name = key.partition("/")
-            variables = getattr(self, self.SLOTS.get(slot, "_none"), None)
-            if not variables or name not in self.param_names:
-                raise UserError(f"the checkpoint's optimizer state does not fit this optimizer and "
-                                f"model. Received: {key}")
-            var = variables[self.param_names.index(name)]
-            var.assign(to_keras(name, value, var.dtype.name))
-        self.applied.assign(state.applied)
-        if self.fp16:
-            self.scale.assign(state.loss_scale)
-            self.good_steps.assign(state.good_steps)
+        self.optimizer.load(state, self.param_names)

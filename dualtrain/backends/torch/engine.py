@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.optim.optimizer import _get_scalar_dtype
 
 from dualtrain.backends.torch.condition import AbsoluteGradient
 from dualtrain.backends.torch.model import (
@@ -37,6 +36,11 @@ from dualtrain.backends.torch.model import (
     load_canonical,
 )
 from dualtrain.backends.torch.ops import NORM_OPS
+from dualtrain.backends.torch.optimizer import (
+    load_optimizer_state,
+    make_optimizer,
+    optimizer_state,
+)
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.core import update_rules
 from dualtrain.core.data import Mnist, normalize
@@ -158,23 +162,6 @@ def _sum_hook(state, bucket):  # no annotations: DDP checks them as real types
     if state.poison:
         buf.fill_(float("inf"))
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
-
-
-def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    o = spec.optimizer
-    assert o.eps is not None  # OptimizerSpec fills in torch's default for a null eps
-    if o.name is OptimizerName.SGD:
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
-                               weight_decay=o.weight_decay)
-    if o.name is OptimizerName.ADADELTA:
-        return torch.optim.Adadelta(params, lr=o.lr, rho=o.rho, eps=o.eps, weight_decay=o.weight_decay)
-    if o.name is OptimizerName.RMSPROP:
-        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, eps=o.eps,
-                                   weight_decay=o.weight_decay, momentum=o.momentum,
-                                   centered=o.centered)
-    cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
-    beta1, beta2 = o.betas  # two numbers (OptimizerSpec checks)
-    return cls(params, lr=o.lr, betas=(beta1, beta2), eps=o.eps, weight_decay=o.weight_decay)
 
 
 class TorchEngine(Engine):
@@ -353,41 +340,13 @@ class TorchEngine(Engine):
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:
-        """torch.optim's per-parameter state under canonical names ("exp_avg/0.weight"); its ``step``
-        is the applied count; GradScaler's scale and growth tracker."""
-        slots = {f"{key}/{name}": value.detach().to("cpu").numpy().copy()
-                 for name, p in zip(self.names, self.params)
-                 for key, value in self.opt.state.get(p, {}).items()
-                 if key != "step" and torch.is_tensor(value)}
-        scale, good = 1.0, 0
-        if self.scaler is not None:
-            sd = self.scaler.state_dict()
-            scale, good = float(sd["scale"]), int(sd["_growth_tracker"])
-        return OptimizerState(slots=slots, applied=self.applied, loss_scale=scale, good_steps=good)
+        return optimizer_state(self.opt, self.names, self.params, self.applied, self.scaler)
 
     def load_weights(self, weights: Weights) -> None:
         load_canonical(self.module, weights)
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
-        self.opt.state.clear()  # slots the state does not name start from nothing
-        by_param: dict[str, dict[str, torch.Tensor]] = {}
-        for key, value in state.slots.items():
-            slot, _, name = key.partition("/")
-            by_param.setdefault(name, {})[slot] = torch.from_numpy(np.ascontiguousarray(value)).to(
-                self.device, self.dtype)
-        unknown = sorted(set(by_param) - set(self.names))
-        if unknown:
-            raise UserError(f"the checkpoint's optimizer state names parameters this model does not "
-                            f"have. Received: {', '.join(unknown)}")
-        counted = self.spec.optimizer.name is not OptimizerName.SGD  # torch.optim keeps a step
-        for name, p in zip(self.names, self.params):
-            slots = by_param.get(name, {})
-            if counted and state.applied:
-                slots["step"] = torch.tensor(float(state.applied), dtype=_get_scalar_dtype())
-            if slots:
-                self.opt.state[p] = slots
+        load_optimizer_state(self.opt, self.names, self.params, self.scaler, state,
+                             counted=self.spec.optimizer.name is not OptimizerName.SGD,
+                             device=self.device, dtype=self.dtype)
         self.applied = state.applied
-        if self.scaler is not None:
-            sd = self.scaler.state_dict()
-            self.scaler.load_state_dict({**sd, "scale": state.loss_scale,
-                                         "_growth_tracker": state.good_steps})

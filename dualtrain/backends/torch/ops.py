@@ -8,7 +8,6 @@ import torch
 from dualtrain.core.update_rules import NormOps
 
 
-
 def _l2(x: torch.Tensor) -> torch.Tensor:
     """The L2 norm of all of x's elements as the square root of one BLAS dot."""
     flat = x.reshape(-1)
