@@ -178,3 +178,16 @@ def test_the_two_backends_do_not_import_each_other():
         for path in (PKG / "backends" / mine).rglob("*.py"):
             bad = [m for m in dualtrain_imports(path) if m.startswith(f"dualtrain.backends.{theirs}")]
             assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+#: Files only one backend has, and why. The gradient's absolute scale (the local checks' yardstick)
+#: is measured on the fp64 reference run of one backend, torch's (backends/torch/condition.py).
+ONE_SIDED = {"torch": {"condition.py"}, "tf": set()}
+
+
+def test_both_backends_have_the_same_files():
+    """Each backend package has the same modules, each with the same job (the docstrings say
+    which): launch, worker, engine, model, ops, optimizer, precision, export, tools, envinfo."""
+    files = {b: {p.name for p in (PKG / "backends" / b).glob("*.py")} - ONE_SIDED[b]
+             for b in ("torch", "tf")}
+    assert files["torch"] == files["tf"], files["torch"] ^ files["tf"]
