@@ -28,8 +28,12 @@ CONFIGS = {"mlp": ROOT / "configs" / "mnist_mlp.yaml", "cnn": ROOT / "configs" /
 
 
 def one(model: str, backend: str, every: int | None) -> dict:
-    over = ["train.epochs=1", "distribution.world_size=2", "train.log_every=1000",
-            *([f"train.checkpoint_every={every}", "train.keep_checkpoints=2"] if every else [])]
+    over = [
+        "train.epochs=1",
+        "distribution.world_size=2",
+        "train.log_every=1000",
+        *([f"train.checkpoint_every={every}", "train.keep_checkpoints=2"] if every else []),
+    ]
     spec = load_spec(CONFIGS[model], over)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir, summary = start_run(spec, Backend(backend), Path(tmp) / "run")
@@ -49,8 +53,16 @@ def main() -> int:
         for backend in args.backends:
             saved = one(model, backend, args.every)
             n, ck = saved["checkpoints_written"], saved["checkpoint_wall_s"]
-            rows.append((model, backend, n, ck / max(n, 1), saved["checkpoint_bytes"] / 1e6,
-                         ck / (saved["train_wall_s"] + ck)))
+            rows.append(
+                (
+                    model,
+                    backend,
+                    n,
+                    ck / max(n, 1),
+                    saved["checkpoint_bytes"] / 1e6,
+                    ck / (saved["train_wall_s"] + ck),
+                )
+            )
     print(f"\ncheckpoint_every={args.every}, 1 epoch, world 2")
     print("| model | backend | saves | s per save | MB per checkpoint | share of the run |")
     print("|---|---|---|---|---|---|")

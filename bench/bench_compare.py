@@ -35,7 +35,9 @@ def git(*args: str) -> str:
 
 
 def default_base() -> str:
-    added = git("log", "--diff-filter=A", "--format=%H", "--", "dualtrain/runtime/probes.py").splitlines()
+    added = git(
+        "log", "--diff-filter=A", "--format=%H", "--", "dualtrain/runtime/probes.py"
+    ).splitlines()
     if not added:
         raise SystemExit("dualtrain/runtime/probes.py is not committed yet: pass --base REV")
     return f"{added[-1]}^"

@@ -86,10 +86,28 @@ def env() -> dict[str, str]:
 def run_dualtrain(epochs: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        cmd = [sys.executable, "-m", "dualtrain", "run", "--backend", "tf", "--config",
-               str(ROOT / "configs" / "mnist_mlp.yaml"), "--world-size", "2",
-               "--set", "tf.strategy=mirrored", "--set", f"train.epochs={epochs}",
-               "--set", "precision.dtype=fp32", "--set", "data.batch_size=128", "--out", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dualtrain",
+            "run",
+            "--backend",
+            "tf",
+            "--config",
+            str(ROOT / "configs" / "mnist_mlp.yaml"),
+            "--world-size",
+            "2",
+            "--set",
+            "tf.strategy=mirrored",
+            "--set",
+            f"train.epochs={epochs}",
+            "--set",
+            "precision.dtype=fp32",
+            "--set",
+            "data.batch_size=128",
+            "--out",
+            str(out),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT)
         if proc.returncode != 0:
             sys.exit(f"dualtrain run failed:\n{proc.stdout}\n{proc.stderr}")
@@ -97,8 +115,13 @@ def run_dualtrain(epochs: int) -> float:
 
 
 def run_keras(epochs: int) -> float:
-    proc = subprocess.run([sys.executable, "-c", KERAS_FIT, str(epochs)], capture_output=True,
-                          text=True, env=env(), cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", KERAS_FIT, str(epochs)],
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+    )
     if proc.returncode != 0:
         sys.exit(f"keras fit failed:\n{proc.stdout}\n{proc.stderr}")
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["samples_per_s"])
@@ -113,13 +136,20 @@ def main() -> None:
     for i in range(args.repeat):
         ours.append(run_dualtrain(args.epochs))
         keras_fit.append(run_keras(args.epochs))
-        print(f"run {i + 1}: dualtrain tf {ours[-1]:,.0f} samples/s, keras fit {keras_fit[-1]:,.0f} "
-              f"samples/s", flush=True)
+        print(
+            f"run {i + 1}: dualtrain tf {ours[-1]:,.0f} samples/s, keras fit {keras_fit[-1]:,.0f} "
+            f"samples/s",
+            flush=True,
+        )
     a, b = statistics.median(ours), statistics.median(keras_fit)
-    print(f"dualtrain tf runner (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
-          f"{a:,.0f} samples/s")
-    print(f"keras model.fit    (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
-          f"{b:,.0f} samples/s")
+    print(
+        f"dualtrain tf runner (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
+        f"{a:,.0f} samples/s"
+    )
+    print(
+        f"keras model.fit    (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
+        f"{b:,.0f} samples/s"
+    )
     print(f"ratio dualtrain / keras: {a / b:.2f} (target >= 1.0)")
 
 

@@ -30,9 +30,17 @@ from dualtrain.spec import Backend, load_spec  # noqa: E402
 
 
 def bench_spec(world: int, extra: list[str] | None = None):
-    return load_spec(ROOT / "configs" / "mnist_mlp.yaml",
-                     ["train.epochs=1", f"distribution.world_size={world}", "precision.dtype=fp32",
-                      "data.batch_size=128", "train.log_every=100", *(extra or [])])
+    return load_spec(
+        ROOT / "configs" / "mnist_mlp.yaml",
+        [
+            "train.epochs=1",
+            f"distribution.world_size={world}",
+            "precision.dtype=fp32",
+            "data.batch_size=128",
+            "train.log_every=100",
+            *(extra or []),
+        ],
+    )
 
 
 def run_dualtrain(world: int, extra: list[str]) -> float:
@@ -61,15 +69,25 @@ def _plain_rank(rank: int, world: int, port: int, threads: int, result) -> None:
     y_all = torch.from_numpy(data.train_y)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
-                              nn.ReLU(), nn.Linear(128, 10)))
-    opt = torch.optim.SGD(model.parameters(), lr=spec.optimizer.lr, momentum=spec.optimizer.momentum)
+    model = DDP(
+        nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(784, 256),
+            nn.ReLU(),
+            nn.Linear(256, 128),
+            nn.ReLU(),
+            nn.Linear(128, 10),
+        )
+    )
+    opt = torch.optim.SGD(
+        model.parameters(), lr=spec.optimizer.lr, momentum=spec.optimizer.momentum
+    )
     n, batch = len(y_all), spec.data.batch_size
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
     dist.barrier()
     t0 = time.perf_counter()
     for start in range(0, n, batch):
-        glob = order[start:start + batch]
+        glob = order[start : start + batch]
         idx = glob.tensor_split(world)[rank]
         x, y = x_all.index_select(0, idx), y_all.index_select(0, idx)
         loss = F.cross_entropy(model(x), y)
@@ -96,15 +114,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra spec override for the dualtrain run (e.g. determinism=false)")
+    ap.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra spec override for the dualtrain run (e.g. determinism=false)",
+    )
     args = ap.parse_args()
     ours, plain = [], []
     for i in range(args.repeats):
         ours.append(run_dualtrain(args.world_size, args.extra))
         plain.append(run_plain(args.world_size))
-        print(f"round {i + 1}: dualtrain {ours[-1]:,.0f} samples/s, plain DDP {plain[-1]:,.0f} "
-              f"samples/s, ratio {ours[-1] / plain[-1]:.3f}", flush=True)
+        print(
+            f"round {i + 1}: dualtrain {ours[-1]:,.0f} samples/s, plain DDP {plain[-1]:,.0f} "
+            f"samples/s, ratio {ours[-1] / plain[-1]:.3f}",
+            flush=True,
+        )
     a, b = statistics.median(ours), statistics.median(plain)
     print(f"dualtrain torch runner: {a:,.0f} samples/s (median of {len(ours)})")
     print(f"plain gloo DDP loop:    {b:,.0f} samples/s (median of {len(plain)})")

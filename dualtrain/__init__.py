@@ -29,8 +29,18 @@ if TYPE_CHECKING:  # what type checkers see; at run time these load lazily (__ge
     from dualtrain.api import CompareResult, RunResult, compare, experiment, resume, run
     from dualtrain.spec import Experiment
 
-__all__ = ["CompareResult", "Experiment", "RunFailed", "RunResult", "UserError", "__version__",
-           "compare", "experiment", "resume", "run"]
+__all__ = [
+    "CompareResult",
+    "Experiment",
+    "RunFailed",
+    "RunResult",
+    "UserError",
+    "__version__",
+    "compare",
+    "experiment",
+    "resume",
+    "run",
+]
 
 _API = ("CompareResult", "RunResult", "compare", "experiment", "resume", "run")
 

@@ -17,9 +17,11 @@ SMALL: dict = {"train": {"epochs": 1, "log_every": 20}, "data": {"train_limit": 
 # 1. One backend: a typed result, the records and the trained weights.
 res = dualtrain.run(SPEC, "torch", **SMALL, world_size=2, out="runs/api-torch", overwrite=True)
 losses = [row["loss"] for row in res.metrics().train]
-print(f"torch: {res.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, test accuracy "
-      f"{res.test_accuracy:.2%}, {res.samples_per_s:,.0f} samples/s, "
-      f"{sum(w.size for w in res.final_weights().values()):,} parameters -> {res.run_dir}")
+print(
+    f"torch: {res.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, test accuracy "
+    f"{res.test_accuracy:.2%}, {res.samples_per_s:,.0f} samples/s, "
+    f"{sum(w.size for w in res.final_weights().values()):,} parameters -> {res.run_dir}"
+)
 
 # 2. Both backends and their fp64 reference pair (4 runs), then the verdict. A mistake in the spec
 #    or the overrides is a dualtrain.UserError raised before anything runs; a failed check is not an
@@ -34,8 +36,10 @@ cmp = dualtrain.compare(SPEC, **SMALL, world_size=2, out="runs/api-compare")
 # the same, typed (and OUT/verdict.json the same again).
 ref = cmp.check("reference_loss")
 failed = [c.name for c in cmp.checks if not c.passed]
-print(f"passed: {cmp.passed} (failed: {failed or 'none'}); fp64 pair max |loss diff| "
-      f"{ref.value:.2g}, bound {ref.tolerance:g}; compared {cmp.run_a} and {cmp.run_b}")
+print(
+    f"passed: {cmp.passed} (failed: {failed or 'none'}); fp64 pair max |loss diff| "
+    f"{ref.value:.2g}, bound {ref.tolerance:g}; compared {cmp.run_a} and {cmp.run_b}"
+)
 if not cmp.passed:
     print(f"diagnosis: {cmp.diagnosis.summary()}")
 

@@ -29,8 +29,14 @@ class Runs:
         self.base = base
         self._cache: dict[tuple, Path] = {}
 
-    def __call__(self, backend: str, *overrides: str, config: str = MLP,
-                 env: dict[str, str] | None = None, probe: probes.Role | None = None) -> Path:
+    def __call__(
+        self,
+        backend: str,
+        *overrides: str,
+        config: str = MLP,
+        env: dict[str, str] | None = None,
+        probe: probes.Role | None = None,
+    ) -> Path:
         """The run's directory; ``env``: extra environment for its workers (the mutants' test hook);
         ``probe``: its part in the one-step probes (dualtrain.runtime.probes), as compare sets it."""
         spec = load_spec(config, ["train.log_every=1000000", *overrides])
@@ -68,8 +74,9 @@ class Runs:
         """The fp64 reference pair of a spec, built as ``dualtrain compare`` builds it: the same
         overrides with ``precision.dtype=fp64``, on torch and on tf."""
         ref = (*overrides, "precision.dtype=fp64")
-        return Reference(read_run(self("torch", *ref, config=config)),
-                         read_run(self("tf", *ref, config=config)))
+        return Reference(
+            read_run(self("torch", *ref, config=config)), read_run(self("tf", *ref, config=config))
+        )
 
 
 @pytest.fixture(scope="session")

@@ -38,14 +38,24 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "mnist_mlp.yaml"
 
 
-def run(out: Path, backend: str, overrides: tuple[str, ...], env: dict[str, str] | None = None,
-        probe: probes.Role | None = None) -> Path:
+def run(
+    out: Path,
+    backend: str,
+    overrides: tuple[str, ...],
+    env: dict[str, str] | None = None,
+    probe: probes.Role | None = None,
+) -> Path:
     saved = dict(os.environ)
     os.environ.update(env or {})
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            start_run(load_spec(CONFIG, ["train.log_every=1000000", *overrides]),
-                      parse_backend(backend), out, overwrite=True, probe=probe)
+            start_run(
+                load_spec(CONFIG, ["train.log_every=1000000", *overrides]),
+                parse_backend(backend),
+                out,
+                overwrite=True,
+                probe=probe,
+            )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -59,12 +69,19 @@ def trial(base: Path, name: str, size: float | None, reference: Path) -> dict:
     cmp = compare_records(read_run(reference), read_run(b))
     _, diff = loss_diff(cmp.a, cmp.b)
     d = cmp.diagnosis
-    return {"detected": not cmp.passed, "cause": d.cause, "category": d.category,
-            "step": d.first_divergent_step, "max_loss_diff": float(diff.max()) if diff.size else 0.0,
-            "right_cause": (not cmp.passed) and d.cause == m.cause}
+    return {
+        "detected": not cmp.passed,
+        "cause": d.cause,
+        "category": d.category,
+        "step": d.first_divergent_step,
+        "max_loss_diff": float(diff.max()) if diff.size else 0.0,
+        "right_cause": (not cmp.passed) and d.cause == m.cause,
+    }
 
 
-def smallest_detected(base: Path, name: str, reference: Path, start: float) -> tuple[float | None, float]:
+def smallest_detected(
+    base: Path, name: str, reference: Path, start: float
+) -> tuple[float | None, float]:
     """Walk down by powers of ten from ``start``: (smallest detected size, first size not detected)."""
     found, size = None, start
     while size >= 1e-17:
@@ -77,35 +94,53 @@ def smallest_detected(base: Path, name: str, reference: Path, start: float) -> t
 
 def precision_table(base: Path, names: list[str]) -> tuple[list[str], bool]:
     """Rows of the precision-path mutants' table; whether every unmutated pair passed."""
-    ref = run(base / "p-fp64-torch", "torch", (*PRECISION_SPEC, "precision.dtype=fp64"),
-              probe=probes.RECORD)
+    ref = run(
+        base / "p-fp64-torch",
+        "torch",
+        (*PRECISION_SPEC, "precision.dtype=fp64"),
+        probe=probes.RECORD,
+    )
     ref_tf = run(base / "p-fp64-tf", "tf", (*PRECISION_SPEC, "precision.dtype=fp64"))
     replay = probes.replay(ref)
     clean: dict[tuple[str, str], Path] = {}
 
     def clean_run(backend: str, path: str) -> Path:
         if (backend, path) not in clean:
-            clean[backend, path] = run(base / f"p-{path}-{backend}", backend,
-                                       (*PRECISION_SPEC, f"precision.dtype={path}"), probe=replay)
+            clean[backend, path] = run(
+                base / f"p-{path}-{backend}",
+                backend,
+                (*PRECISION_SPEC, f"precision.dtype={path}"),
+                probe=replay,
+            )
         return clean[backend, path]
 
     def trial_p(name: str, backend: str, size: float | None) -> tuple[bool, str]:
         m = PRECISION_MUTANTS[name]
         tag = f"p-{name}-{backend}-{size!r}"
-        mutated = run(base / tag, backend, (*PRECISION_SPEC, f"precision.dtype={m.path}"),
-                      hook(name, size, backend=backend), probe=replay)
+        mutated = run(
+            base / tag,
+            backend,
+            (*PRECISION_SPEC, f"precision.dtype={m.path}"),
+            hook(name, size, backend=backend),
+            probe=replay,
+        )
         other = clean_run("tf" if backend == "torch" else "torch", m.path)
         a, b = (mutated, other) if backend == "torch" else (other, mutated)
         cmp = compare_dirs(a, b, (ref, ref_tf))
         want = f"{backend} {m.path} path"
         failed = [c.name for c in cmp.checks if c.culprits]
-        return (not cmp.passed and cmp.diagnosis.culprits == [want],
-                f"{'FAIL' if not cmp.passed else 'PASS'}, {cmp.diagnosis.category}"
-                f"{': ' + ', '.join(cmp.diagnosis.culprits) if cmp.diagnosis.culprits else ''} "
-                f"({', '.join(failed) or 'no local check failed'})")
+        return (
+            not cmp.passed and cmp.diagnosis.culprits == [want],
+            f"{'FAIL' if not cmp.passed else 'PASS'}, {cmp.diagnosis.category}"
+            f"{': ' + ', '.join(cmp.diagnosis.culprits) if cmp.diagnosis.culprits else ''} "
+            f"({', '.join(failed) or 'no local check failed'})",
+        )
 
-    rows = ["| mutant (path) | backend | at the size named: verdict (failing checks) | smallest size "
-            "detected (next size down: not detected) |", "|---|---|---|---|"]
+    rows = [
+        "| mutant (path) | backend | at the size named: verdict (failing checks) | smallest size "
+        "detected (next size down: not detected) |",
+        "|---|---|---|---|",
+    ]
     for name in names:
         m = PRECISION_MUTANTS[name]
         for backend in ("torch", "tf"):
@@ -116,9 +151,11 @@ def precision_table(base: Path, names: list[str]) -> tuple[list[str], bool]:
                 while size >= 1e-12 and trial_p(name, backend, size)[0]:
                     small, size = size, size / 10.0
                 found = f"{small:.0e} {m.unit} ({size:.0e}: not detected)"
-            rows.append(f"| `{name}` ({m.path}): {m.what}"
-                        f"{f' (size {m.size:g})' if m.size is not None else ''} | {backend} | "
-                        f"{text}{'' if ok else ' **(wrong or no culprit)**'} | {found} |")
+            rows.append(
+                f"| `{name}` ({m.path}): {m.what}"
+                f"{f' (size {m.size:g})' if m.size is not None else ''} | {backend} | "
+                f"{text}{'' if ok else ' **(wrong or no culprit)**'} | {found} |"
+            )
             print(rows[-1], flush=True)
     passed = True
     for path in sorted({PRECISION_MUTANTS[n].path for n in names}):
@@ -130,7 +167,9 @@ def precision_table(base: Path, names: list[str]) -> tuple[list[str], bool]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temp dir)")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="keep the runs here (default: a temp dir)"
+    )
     ap.add_argument("--only", nargs="*", default=None, metavar="NAME", help="these mutants only")
     ap.add_argument("--precision", action="store_true", help="the precision-path mutants instead")
     args = ap.parse_args(argv)
@@ -145,12 +184,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if passed else 1
     names = args.only or list(MUTANTS)
     t0 = time.perf_counter()
-    refs = {spec: run(base / f"reference-{spec}", "torch", overrides)
-            for spec, overrides in SPECS.items() if any(MUTANTS[n].spec == spec for n in names)}
-    clean = {spec: compare_records(read_run(r), read_run(run(base / f"clean-{spec}", "tf",
-                                                             SPECS[spec]))) for spec, r in refs.items()}
-    rows = ["| mutant | at the issue's size: verdict, cause, first divergent step, fp64 max \\|Δloss\\| "
-            "| smallest size detected (next size down: not detected) |", "|---|---|---|"]
+    refs = {
+        spec: run(base / f"reference-{spec}", "torch", overrides)
+        for spec, overrides in SPECS.items()
+        if any(MUTANTS[n].spec == spec for n in names)
+    }
+    clean = {
+        spec: compare_records(read_run(r), read_run(run(base / f"clean-{spec}", "tf", SPECS[spec])))
+        for spec, r in refs.items()
+    }
+    rows = [
+        "| mutant | at the issue's size: verdict, cause, first divergent step, fp64 max \\|Δloss\\| "
+        "| smallest size detected (next size down: not detected) |",
+        "|---|---|---|",
+    ]
     for name in names:
         m = MUTANTS[name]
         t = trial(base, name, m.size, refs[m.spec])
@@ -162,13 +209,20 @@ def main(argv: list[str] | None = None) -> int:
             small, missed = smallest_detected(base, name, refs[m.spec], m.size / 10.0)
             small = small if small is not None else m.size
             found = f"{small:.0e} {m.unit} ({missed:.0e}: not detected)"
-        rows.append(f"| `{name}`: {at} | {verdict}, {t['cause']}{ok}, step {t['step']}, "
-                    f"{t['max_loss_diff']:.1e} | {found} |")
+        rows.append(
+            f"| `{name}`: {at} | {verdict}, {t['cause']}{ok}, step {t['step']}, "
+            f"{t['max_loss_diff']:.1e} | {found} |"
+        )
         print(rows[-1], flush=True)
-    ref_rows = [f"unmutated pair ({spec}): {'PASS' if c.passed else 'FAIL'}, fp64 max |Δloss| "
-                f"{loss_diff(c.a, c.b)[1].max():.1e}" for spec, c in clean.items()]
-    text = "\n".join(rows + ["", *ref_rows,
-                             f"({time.perf_counter() - t0:.0f} s; runs in {base})"]) + "\n"
+    ref_rows = [
+        f"unmutated pair ({spec}): {'PASS' if c.passed else 'FAIL'}, fp64 max |Δloss| "
+        f"{loss_diff(c.a, c.b)[1].max():.1e}"
+        for spec, c in clean.items()
+    ]
+    text = (
+        "\n".join(rows + ["", *ref_rows, f"({time.perf_counter() - t0:.0f} s; runs in {base})"])
+        + "\n"
+    )
     (base / "detection_power.md").write_text(text)
     print(text)
     return 0 if all(c.passed for c in clean.values()) else 1

@@ -42,33 +42,104 @@ class Mutant:
     """The reference check that must fail (a mutant that changes only evaluation leaves the loss)."""
 
 
-MUTANTS = {m.name: m for m in [
-    Mutant("adam_eps", "Adam eps x (1 + size): 1e-8 vs Keras's default 1e-7 at size 9", 9.0,
-           "relative change of eps", "semantics differ", "adam"),
-    Mutant("lr_scale", "the update uses lr x (1 + size)", 1e-6, "relative change of lr",
-           "semantics differ", "sgd"),
-    Mutant("momentum", "SGD momentum 0.9 + size", 1e-6, "added to momentum", "semantics differ", "sgd"),
-    Mutant("weight_decay", "weight decay 0 + size (coupled, as torch's SGD)", 1e-6,
-           "weight decay added", "semantics differ", "sgd"),
-    Mutant("keras_momentum", "Keras-form SGD momentum (v = m v - lr g; p += v) under a changing lr",
-           None, "", "semantics differ", "sgd"),
-    Mutant("mean_of_means", "loss = mean of per-replica means (Keras/DDP default) on a partial batch",
-           None, "", "semantics differ", "sgd"),
-    Mutant("clip_before_allreduce", "global-norm clipping per replica before the all-reduce (Keras "
-           "clipnorm/global_clipnorm under a strategy) instead of after it", None, "",
-           "semantics differ", "sgd"),
-    Mutant("swap_id", "one sample id swapped for another at one step, on one replica", None, "",
-           "different sample ids", "sgd"),
-    Mutant("same_padding_asym", "a stride-2 conv with padding 1 built as Keras padding='same' (pads "
-           "bottom/right only)", None, "", "semantics differ", "stride2"),
-    Mutant("keras_bn_variance", "batchnorm running_var from the biased batch variance (Keras's "
-           "moving_variance) instead of torch's unbiased one", None, "", "semantics differ", "bn",
-           seen_by="reference_weights"),
-    Mutant("keras_bn_replica_stats", "unsync batchnorm: every replica keeps its own running "
-           "statistics and evaluates with them (Keras under tf.distribute) instead of replica 0's",
-           None, "", "semantics differ", "bn", seen_by="reference_eval"),
-]}
-
+MUTANTS = {
+    m.name: m
+    for m in [
+        Mutant(
+            "adam_eps",
+            "Adam eps x (1 + size): 1e-8 vs Keras's default 1e-7 at size 9",
+            9.0,
+            "relative change of eps",
+            "semantics differ",
+            "adam",
+        ),
+        Mutant(
+            "lr_scale",
+            "the update uses lr x (1 + size)",
+            1e-6,
+            "relative change of lr",
+            "semantics differ",
+            "sgd",
+        ),
+        Mutant(
+            "momentum",
+            "SGD momentum 0.9 + size",
+            1e-6,
+            "added to momentum",
+            "semantics differ",
+            "sgd",
+        ),
+        Mutant(
+            "weight_decay",
+            "weight decay 0 + size (coupled, as torch's SGD)",
+            1e-6,
+            "weight decay added",
+            "semantics differ",
+            "sgd",
+        ),
+        Mutant(
+            "keras_momentum",
+            "Keras-form SGD momentum (v = m v - lr g; p += v) under a changing lr",
+            None,
+            "",
+            "semantics differ",
+            "sgd",
+        ),
+        Mutant(
+            "mean_of_means",
+            "loss = mean of per-replica means (Keras/DDP default) on a partial batch",
+            None,
+            "",
+            "semantics differ",
+            "sgd",
+        ),
+        Mutant(
+            "clip_before_allreduce",
+            "global-norm clipping per replica before the all-reduce (Keras "
+            "clipnorm/global_clipnorm under a strategy) instead of after it",
+            None,
+            "",
+            "semantics differ",
+            "sgd",
+        ),
+        Mutant(
+            "swap_id",
+            "one sample id swapped for another at one step, on one replica",
+            None,
+            "",
+            "different sample ids",
+            "sgd",
+        ),
+        Mutant(
+            "same_padding_asym",
+            "a stride-2 conv with padding 1 built as Keras padding='same' (pads bottom/right only)",
+            None,
+            "",
+            "semantics differ",
+            "stride2",
+        ),
+        Mutant(
+            "keras_bn_variance",
+            "batchnorm running_var from the biased batch variance (Keras's "
+            "moving_variance) instead of torch's unbiased one",
+            None,
+            "",
+            "semantics differ",
+            "bn",
+            seen_by="reference_weights",
+        ),
+        Mutant(
+            "keras_bn_replica_stats",
+            "unsync batchnorm: every replica keeps its own running "
+            "statistics and evaluates with them (Keras under tf.distribute) instead of replica 0's",
+            None,
+            "",
+            "semantics differ",
+            "bn",
+            seen_by="reference_eval",
+        ),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -83,44 +154,99 @@ class PrecisionMutant:
     """The local check that must fail."""
 
 
-PRECISION_MUTANTS = {m.name: m for m in [
-    PrecisionMutant("unscale_factor", "fp16 gradients unscaled with a wrong factor: divided by the loss "
-                    "scale x (1 + size)", "fp16", 1.0, "relative error of the unscale factor"),
-    PrecisionMutant("ce_low_precision", "the softmax cross-entropy and its sum over the batch computed "
-                    "in bfloat16, on the autocast/mixed_bfloat16 logits, instead of float32 (torch: "
-                    "F.cross_entropy on the bf16 logits; tf: logsumexp(z) - z[y] in bf16)",
-                    "bf16", None, seen_by="local_loss"),
-    PrecisionMutant("allreduce_low", "gradients all-reduced in float16 (a compression hook, as "
-                    "torch's fp16_compress_hook, without its division) in an fp32 run", "fp32", None),
-    PrecisionMutant("optimizer_state_low", "SGD's momentum buffer kept in bfloat16 (the optimizer state "
-                    "in a low precision) in an fp32 run", "fp32", None, seen_by="local_update"),
-    PrecisionMutant("fp32_update_branch", "the float32 branch of the update uses lr x (1 + size) (the "
-                    "float64 branch, which the fp64 pair runs, is right)", "fp32", 1e-3,
-                    "relative change of lr in the float32 update", seen_by="local_update"),
-]}
+PRECISION_MUTANTS = {
+    m.name: m
+    for m in [
+        PrecisionMutant(
+            "unscale_factor",
+            "fp16 gradients unscaled with a wrong factor: divided by the loss scale x (1 + size)",
+            "fp16",
+            1.0,
+            "relative error of the unscale factor",
+        ),
+        PrecisionMutant(
+            "ce_low_precision",
+            "the softmax cross-entropy and its sum over the batch computed "
+            "in bfloat16, on the autocast/mixed_bfloat16 logits, instead of float32 (torch: "
+            "F.cross_entropy on the bf16 logits; tf: logsumexp(z) - z[y] in bf16)",
+            "bf16",
+            None,
+            seen_by="local_loss",
+        ),
+        PrecisionMutant(
+            "allreduce_low",
+            "gradients all-reduced in float16 (a compression hook, as "
+            "torch's fp16_compress_hook, without its division) in an fp32 run",
+            "fp32",
+            None,
+        ),
+        PrecisionMutant(
+            "optimizer_state_low",
+            "SGD's momentum buffer kept in bfloat16 (the optimizer state "
+            "in a low precision) in an fp32 run",
+            "fp32",
+            None,
+            seen_by="local_update",
+        ),
+        PrecisionMutant(
+            "fp32_update_branch",
+            "the float32 branch of the update uses lr x (1 + size) (the "
+            "float64 branch, which the fp64 pair runs, is right)",
+            "fp32",
+            1e-3,
+            "relative change of lr in the float32 update",
+            seen_by="local_update",
+        ),
+    ]
+}
 
 #: The spec the precision mutants are measured on (MLP, SGD momentum 0.9, cosine, world 2, 2,600
 #: samples: a partial last batch; 1 epoch, 21 steps, 6 probe steps), with the mutant's precision.
-PRECISION_SPEC = ("data.train_limit=2600", "data.test_limit=500", "train.epochs=1",
-                  "distribution.world_size=2")
+PRECISION_SPEC = (
+    "data.train_limit=2600",
+    "data.test_limit=500",
+    "train.epochs=1",
+    "distribution.world_size=2",
+)
 
 SWAP_STEP = 3
 
 # 1,001 samples in global batches of 128 over 2 replicas: 7 full steps (64/64), then 105 samples split
 # 53/52 (a partial, uneven batch), 2 epochs; lr follows a cosine schedule; clipping at 0.5 is active.
-DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2",
-        "distribution.world_size=2", "precision.dtype=fp64")
+DATA = (
+    "data.train_limit=1001",
+    "data.batch_size=128",
+    "data.test_limit=500",
+    "train.epochs=2",
+    "distribution.world_size=2",
+    "precision.dtype=fp64",
+)
 SPECS = {
-    "sgd": (*DATA, "optimizer.lr=0.1", "optimizer.momentum=0.9", "optimizer.schedule.name=cosine",
-            "optimizer.clip_grad_norm=0.5"),
+    "sgd": (
+        *DATA,
+        "optimizer.lr=0.1",
+        "optimizer.momentum=0.9",
+        "optimizer.schedule.name=cosine",
+        "optimizer.clip_grad_norm=0.5",
+    ),
     "adam": (*DATA, "optimizer.name=adam", "optimizer.lr=0.001"),
-    "stride2": (*DATA, "optimizer.lr=0.05", "optimizer.momentum=0.9",
-                "model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3, "
-                "stride: 2, padding: 1}, {type: relu}, {type: flatten}, {type: dense, units: 10}]"),
-    "bn": (*DATA, "optimizer.lr=0.05", "optimizer.momentum=0.9", "model.preset=null",
-           "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: batchnorm}, {type: relu}, "
-           "{type: maxpool2d, pool_size: 2}, {type: flatten}, {type: dense, units: 32}, "
-           "{type: batchnorm}, {type: relu}, {type: dense, units: 10}]"),
+    "stride2": (
+        *DATA,
+        "optimizer.lr=0.05",
+        "optimizer.momentum=0.9",
+        "model.preset=null",
+        "model.layers=[{type: conv2d, filters: 8, kernel_size: 3, "
+        "stride: 2, padding: 1}, {type: relu}, {type: flatten}, {type: dense, units: 10}]",
+    ),
+    "bn": (
+        *DATA,
+        "optimizer.lr=0.05",
+        "optimizer.momentum=0.9",
+        "model.preset=null",
+        "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: batchnorm}, {type: relu}, "
+        "{type: maxpool2d, pool_size: 2}, {type: flatten}, {type: dense, units: 32}, "
+        "{type: batchnorm}, {type: relu}, {type: dense, units: 10}]",
+    ),
 }
 
 
@@ -132,8 +258,10 @@ def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str,
     arg = name if size is None else f"{name}:{size!r}"
     if backend != "tf":
         arg = f"{backend}/{arg}"
-    return {TEST_HOOK: f"parity_tests.mutants:apply={arg}",
-            "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return {
+        TEST_HOOK: f"parity_tests.mutants:apply={arg}",
+        "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
 
 
 def apply(backend: str, argument: str) -> None:
@@ -148,13 +276,16 @@ def apply(backend: str, argument: str) -> None:
         globals()[f"_{backend}_{name}"](m.path, size)
         return
     if name not in MUTANTS or backend != "tf":
-        raise ValueError(f"unknown {backend} mutant {name!r} (known: {', '.join(MUTANTS)} (tf), "
-                         f"{', '.join(PRECISION_MUTANTS)} (either))")
+        raise ValueError(
+            f"unknown {backend} mutant {name!r} (known: {', '.join(MUTANTS)} (tf), "
+            f"{', '.join(PRECISION_MUTANTS)} (either))"
+        )
     size = float(size_text) if size_text else MUTANTS[name].size
     globals()[f"_{name}"](size)
 
 
 # ---- the mutants (each patches the tf backend in this worker process) -------------------------------
+
 
 def _engine():
     from dualtrain.backends.tf import engine
@@ -293,8 +424,9 @@ def _same_padding_asym(size: float) -> None:
 
     def mutated(x, s, name, policy):
         if isinstance(s.padding, int) and s.padding and (s.stride or 1) > 1:
-            return x, keras.layers.Conv2D(s.filters, s.kernel_size, strides=s.stride, padding="same",
-                                          name=name, dtype=policy)
+            return x, keras.layers.Conv2D(
+                s.filters, s.kernel_size, strides=s.stride, padding="same", name=name, dtype=policy
+            )
         return conv2d(x, s, name, policy)
 
     model.conv2d = mutated
@@ -320,13 +452,16 @@ def _keras_bn_replica_stats(size: float) -> None:
     def mutated(self, ctx, stats):
         # no broadcast: each replica's running statistics follow its own batches; the exported
         # weights (the first device's copy) stay replica 0's, only evaluation on replica 1 differs
-        return [batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
-                for k, (r, stat) in enumerate(zip(self.running, stats))]
+        return [
+            batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
+            for k, (r, stat) in enumerate(zip(self.running, stats))
+        ]
 
     cls._running_updates = mutated
 
 
 # ---- the precision-path mutants (each patches one backend, active only in its precision path) --------
+
 
 def _active(spec, path: str) -> bool:
     return spec.precision.dtype.value == path
@@ -460,7 +595,9 @@ def _torch_optimizer_state_low(path: str, size: float) -> None:
     step = cls.train_step
 
     def mutated(self, *args, **kwargs):
-        if _active(self.spec, path):  # the state is held in bfloat16: torch.optim updates it in place
+        if _active(
+            self.spec, path
+        ):  # the state is held in bfloat16: torch.optim updates it in place
             for state in self.opt.state.values():
                 if torch.is_tensor(state.get("momentum_buffer")):
                     state["momentum_buffer"] = state["momentum_buffer"].to(torch.bfloat16)

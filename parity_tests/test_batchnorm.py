@@ -20,37 +20,60 @@ from dualtrain.records.record import read_run
 
 from .test_reference import assert_reference
 
-DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2",
-        "optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9")
+DATA = (
+    "data.train_limit=1001",
+    "data.batch_size=128",
+    "data.test_limit=500",
+    "train.epochs=2",
+    "optimizer.name=sgd",
+    "optimizer.lr=0.05",
+    "optimizer.momentum=0.9",
+)
 
 
 def bn_cnn(sync: bool, dense_bn: bool = True, dropout: bool = False) -> str:
     bn = f"{{type: batchnorm, sync: {str(sync).lower()}}}"
     drop = "{type: dropout, rate: 0.25}, " if dropout else ""
     dense = f"{bn}, " if dense_bn else ""
-    return ("model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, " + bn + ", {type: relu}, "
-            "{type: maxpool2d, pool_size: 2}, " + drop + "{type: flatten}, {type: dense, units: 32}, "
-            + dense + "{type: relu}, {type: dense, units: 10}]")
+    return (
+        "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, " + bn + ", {type: relu}, "
+        "{type: maxpool2d, pool_size: 2}, "
+        + drop
+        + "{type: flatten}, {type: dense, units: 32}, "
+        + dense
+        + "{type: relu}, {type: dense, units: 10}]"
+    )
 
 
 CASES = {
     "unsync-w1": (bn_cnn(False), "distribution.world_size=1"),
     "unsync-w2-mirrored": (bn_cnn(False), "distribution.world_size=2"),
-    "unsync-w3-multi_worker": (bn_cnn(False), "distribution.world_size=3", "tf.strategy=multi_worker"),
+    "unsync-w3-multi_worker": (
+        bn_cnn(False),
+        "distribution.world_size=3",
+        "tf.strategy=multi_worker",
+    ),
     "sync-w2-multi_worker": (bn_cnn(True), "distribution.world_size=2", "tf.strategy=multi_worker"),
     # 1,025 samples: the last global batch holds one sample, replicas 1 and 2 are empty (and add
     # nothing to the statistics); the dense batchnorm is left out (one value per channel).
-    "sync-w3-empty-replicas": (bn_cnn(True, dense_bn=False), "distribution.world_size=3",
-                               "data.train_limit=1025"),
+    "sync-w3-empty-replicas": (
+        bn_cnn(True, dense_bn=False),
+        "distribution.world_size=3",
+        "data.train_limit=1025",
+    ),
 }
 
 
 SLOW = pytest.mark.slow
 # Default suite: one unsync and one sync case per strategy kind, the empty replicas; the slow set
 # (CI runs it) the rest of the matrix.
-CASE_PARAMS = [pytest.param("unsync-w1", marks=SLOW), "unsync-w2-mirrored",
-               pytest.param("unsync-w3-multi_worker", marks=SLOW),
-               pytest.param("sync-w2-multi_worker", marks=SLOW), "sync-w3-empty-replicas"]
+CASE_PARAMS = [
+    pytest.param("unsync-w1", marks=SLOW),
+    "unsync-w2-mirrored",
+    pytest.param("unsync-w3-multi_worker", marks=SLOW),
+    pytest.param("sync-w2-multi_worker", marks=SLOW),
+    "sync-w3-empty-replicas",
+]
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS)
@@ -68,10 +91,15 @@ def _one_vs_three(runs, backend: str, sync: bool) -> list:
     over = ("model.preset=null", *DATA, bn_cnn(sync), "precision.dtype=fp64")
     one = read_run(runs(backend, *over, "distribution.world_size=1"))
     three = read_run(runs(backend, *over, "distribution.world_size=3"))
-    return [check_reference_loss(Reference(one, three)), check_reference_weights(Reference(one, three))]
+    return [
+        check_reference_loss(Reference(one, three)),
+        check_reference_weights(Reference(one, three)),
+    ]
 
 
-@pytest.mark.parametrize("backend", [pytest.param("torch", marks=SLOW), pytest.param("tf", marks=SLOW)])
+@pytest.mark.parametrize(
+    "backend", [pytest.param("torch", marks=SLOW), pytest.param("tf", marks=SLOW)]
+)
 def test_sync_statistics_are_the_global_batch(runs, backend):
     for check in _one_vs_three(runs, backend, sync=True):
         assert check.passed, check.detail

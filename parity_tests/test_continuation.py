@@ -12,16 +12,27 @@ from dualtrain.parity.checks import Reference, check_reference_loss, check_refer
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
 
-DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2",
-        "distribution.world_size=2", "train.checkpoint_every=5", "train.keep_checkpoints=5")
+DATA = (
+    "data.train_limit=1001",
+    "data.batch_size=128",
+    "data.test_limit=500",
+    "train.epochs=2",
+    "distribution.world_size=2",
+    "train.checkpoint_every=5",
+    "train.keep_checkpoints=5",
+)
 # Adam (m, v and the step), batchnorm after a conv and a dense layer, dropout, a conv kernel and a
 # dense kernel (both transposed between the layouts). The layers before a batchnorm have no bias
 # (docs/parity.md §9: under Adam a bias there is moved by eps-scaled rounding noise).
-CNN = ("model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3, bias: false}, "
-       "{type: batchnorm}, {type: relu}, {type: maxpool2d, pool_size: 2}, {type: dropout, rate: 0.2}, "
-       "{type: flatten}, {type: dense, units: 32, bias: false}, {type: batchnorm}, {type: relu}, "
-       "{type: dense, units: 10}]",
-       "optimizer.name=adam", "optimizer.lr=0.002")
+CNN = (
+    "model.preset=null",
+    "model.layers=[{type: conv2d, filters: 8, kernel_size: 3, bias: false}, "
+    "{type: batchnorm}, {type: relu}, {type: maxpool2d, pool_size: 2}, {type: dropout, rate: 0.2}, "
+    "{type: flatten}, {type: dense, units: 32, bias: false}, {type: batchnorm}, {type: relu}, "
+    "{type: dense, units: 10}]",
+    "optimizer.name=adam",
+    "optimizer.lr=0.002",
+)
 MLP_SGD = ("optimizer.momentum=0.9", "optimizer.nesterov=true", "optimizer.schedule.name=cosine")
 CASES = {"cnn-bn-adam": CNN, "mlp-sgd-nesterov": MLP_SGD}
 CASE_PARAMS = ["cnn-bn-adam", pytest.param("mlp-sgd-nesterov", marks=pytest.mark.slow)]
@@ -37,15 +48,21 @@ def continued(runs, source: str, target: str, overrides: tuple[str, ...], step: 
 
 
 @pytest.mark.parametrize("case", CASE_PARAMS)
-@pytest.mark.parametrize("source,target", [("torch", "tf"),
-                                           pytest.param("tf", "torch", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "source,target", [("torch", "tf"), pytest.param("tf", "torch", marks=pytest.mark.slow)]
+)
 def test_fp64_continuation_matches_the_source_backend(runs, case, source, target):
     overrides = (*DATA, *CASES[case], "precision.dtype=fp64")
     full, cont = continued(runs, source, target, overrides)
     assert cont.summary["backend"] == target
     assert cont.summary["resumed"][0]["checkpoint_backend"] == source
-    assert [r["step"] for r in cont.train] == list(range(1, 17))  # one run: no step twice or missing
-    for check in (check_reference_loss(Reference(full, cont)), check_reference_weights(Reference(full, cont))):
+    assert [r["step"] for r in cont.train] == list(
+        range(1, 17)
+    )  # one run: no step twice or missing
+    for check in (
+        check_reference_loss(Reference(full, cont)),
+        check_reference_weights(Reference(full, cont)),
+    ):
         print(f"{source} -> {target} {case}: {check.detail}")
         assert check.passed, check.detail
     # and `dualtrain compare` reads "source all the way" vs "source then target" as one spec
@@ -56,8 +73,12 @@ def test_fp64_continuation_matches_the_source_backend(runs, case, source, target
 def test_fp16_loss_scale_state_carries_over(runs):
     # A scale that starts at 2**20 backs off in the first steps; TF continuing torch's step-10
     # checkpoint makes exactly torch's later decisions.
-    overrides = (*DATA, "precision.dtype=fp16", "precision.loss_scale.init=1048576",
-                 "precision.loss_scale.growth_interval=4")
+    overrides = (
+        *DATA,
+        "precision.dtype=fp16",
+        "precision.loss_scale.init=1048576",
+        "precision.loss_scale.growth_interval=4",
+    )
     full, cont = continued(runs, "torch", "tf", overrides)
     assert [r["loss_scale"] for r in cont.train] == [r["loss_scale"] for r in full.train]
     assert [r["skipped"] for r in cont.train] == [r["skipped"] for r in full.train]

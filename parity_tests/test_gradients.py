@@ -19,14 +19,24 @@ def rel_err(a, b):
 
 # (train_limit, world, config): the first (and only) step has this many samples, split over the
 # replicas. Uneven splits without an empty replica are covered per backend (tests/tf, tests/torch).
-CASES = [(1, 2, MLP),    # [1, 0]: replica 1 gets nothing
-         (2, 3, CNN)]    # [1, 1, 0]: uneven and one empty; convolutions and the C,H,W flatten too
+CASES = [
+    (1, 2, MLP),  # [1, 0]: replica 1 gets nothing
+    (2, 3, CNN),
+]  # [1, 1, 0]: uneven and one empty; convolutions and the C,H,W flatten too
 
 
-@pytest.mark.parametrize("n,world,config", [CASES[0], pytest.param(*CASES[1], marks=pytest.mark.slow)],
-                         ids=["mlp-1-over-2", "cnn-2-over-3"])
+@pytest.mark.parametrize(
+    "n,world,config",
+    [CASES[0], pytest.param(*CASES[1], marks=pytest.mark.slow)],
+    ids=["mlp-1-over-2", "cnn-2-over-3"],
+)
 def test_averaged_gradient_equals_full_batch(runs, n, world, config):
-    base = (f"data.train_limit={n}", "data.test_limit=100", "train.max_steps=1", "debug.dump_grads=[1]")
+    base = (
+        f"data.train_limit={n}",
+        "data.test_limit=100",
+        "train.max_steps=1",
+        "debug.dump_grads=[1]",
+    )
     grads, losses = {}, {}
     for backend in ("torch", "tf"):
         for w in (1, world):
@@ -38,10 +48,12 @@ def test_averaged_gradient_equals_full_batch(runs, n, world, config):
                 counts = [r["count"] for r in rec.shards if r["step"] == 1]
                 assert sum(counts) == n and counts[-1] == 0, counts  # the last replica is empty
     ref = grads["torch", 1]
-    pairs = {"torch W vs torch 1": (grads["torch", world], ref),
-             "tf W vs tf 1": (grads["tf", world], grads["tf", 1]),
-             "tf W vs torch 1": (grads["tf", world], ref),
-             "tf W vs torch W": (grads["tf", world], grads["torch", world])}
+    pairs = {
+        "torch W vs torch 1": (grads["torch", world], ref),
+        "tf W vs tf 1": (grads["tf", world], grads["tf", 1]),
+        "tf W vs torch 1": (grads["tf", world], ref),
+        "tf W vs torch W": (grads["tf", world], grads["torch", world]),
+    }
     report = {name: max(rel_err(a, b).values()) for name, (a, b) in pairs.items()}
     print(f"n={n} world={world}: " + ", ".join(f"{k} {v:.2e}" for k, v in report.items()))
     for name, (a, b) in pairs.items():

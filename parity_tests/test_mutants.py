@@ -15,8 +15,9 @@ from .conftest import MLP
 from .mutants import MUTANTS, SPECS, hook
 
 
-@pytest.mark.parametrize("spec", [s if s != "adam" else pytest.param(s, marks=pytest.mark.slow)
-                                  for s in SPECS])
+@pytest.mark.parametrize(
+    "spec", [s if s != "adam" else pytest.param(s, marks=pytest.mark.slow) for s in SPECS]
+)
 def test_unmutated_pair_passes(runs, spec):
     cmp = compare_records(read_run(runs("torch", *SPECS[spec])), read_run(runs("tf", *SPECS[spec])))
     assert cmp.passed, cmp.diagnosis.summary()
@@ -28,8 +29,10 @@ def test_unmutated_pair_passes(runs, spec):
 SLOW_MUTANTS = ("momentum", "weight_decay", "adam_eps", "keras_bn_replica_stats")
 
 
-@pytest.mark.parametrize("name", [n if n not in SLOW_MUTANTS else
-                                  pytest.param(n, marks=pytest.mark.slow) for n in MUTANTS])
+@pytest.mark.parametrize(
+    "name",
+    [n if n not in SLOW_MUTANTS else pytest.param(n, marks=pytest.mark.slow) for n in MUTANTS],
+)
 def test_mutant_fails_with_its_cause(runs, name):
     m = MUTANTS[name]
     a = read_run(runs("torch", *SPECS[m.spec]))
@@ -52,10 +55,18 @@ def test_compare_cli_names_the_semantic_cause(tmp_path):
     # fails is explained by the fp64 pair disagreeing, so the verdict is "semantics differ" (not
     # "numerics") and the cause the reference pair.
     out = tmp_path / "cmp"
-    res = run_cli("compare", "--config", MLP, *[a for o in SPECS["sgd"][:-1] if "precision" not in o
-                                                for a in ("--set", o)],
-                  "--set", "optimizer.lr=0.1", "--out", str(out), timeout=600,
-                  env=hook("lr_scale", 1e-6))
+    res = run_cli(
+        "compare",
+        "--config",
+        MLP,
+        *[a for o in SPECS["sgd"][:-1] if "precision" not in o for a in ("--set", o)],
+        "--set",
+        "optimizer.lr=0.1",
+        "--out",
+        str(out),
+        timeout=600,
+        env=hook("lr_scale", 1e-6),
+    )
     assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
     assert "verdict: FAIL, semantics differ" in res.stdout
     v = json.loads((out / "verdict.json").read_text())

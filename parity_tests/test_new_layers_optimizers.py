@@ -14,30 +14,58 @@ from .conftest import ROOT
 from .test_reference import assert_reference
 
 DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2")
-LAYERS = ("model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: tanh}, "
-          "{type: avgpool2d, pool_size: 2}, {type: conv2d, filters: 16, kernel_size: 3}, {type: gelu}, "
-          "{type: global_avgpool}, {type: dense, units: 32}, {type: sigmoid}, {type: dense, units: 10}]",
-          "optimizer.name=adam", "optimizer.lr=0.01")
+LAYERS = (
+    "model.preset=null",
+    "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: tanh}, "
+    "{type: avgpool2d, pool_size: 2}, {type: conv2d, filters: 16, kernel_size: 3}, {type: gelu}, "
+    "{type: global_avgpool}, {type: dense, units: 32}, {type: sigmoid}, {type: dense, units: 10}]",
+    "optimizer.name=adam",
+    "optimizer.lr=0.01",
+)
 CASES = {
     "layers-w3-multi_worker": (*LAYERS, "distribution.world_size=3", "tf.strategy=multi_worker"),
     # pytorch/examples mnist: Adadelta lr 1.0, StepLR(step_size=1, gamma=0.7) stepped per epoch
-    "adadelta-steplr-per-epoch": ("optimizer.name=adadelta", "optimizer.lr=1.0",
-                                  "optimizer.schedule.name=step", "optimizer.schedule.step_size=1",
-                                  "optimizer.schedule.gamma=0.7", "optimizer.schedule.interval=epoch",
-                                  "optimizer.weight_decay=0.001", "distribution.world_size=2"),
-    "rmsprop-centered-momentum-w3": ("optimizer.name=rmsprop", "optimizer.lr=0.001",
-                                     "optimizer.momentum=0.9", "optimizer.centered=true",
-                                     "optimizer.weight_decay=0.0001", "distribution.world_size=3"),
-    "rmsprop-plain-w1": ("optimizer.name=rmsprop", "optimizer.lr=0.001", "optimizer.momentum=0.0",
-                         "distribution.world_size=1"),
-    "dropout-mlp-w3-multi_worker": ("model.preset=null", "model.layers=[{type: flatten}, {type: dropout, "
-                                    "rate: 0.2}, {type: dense, units: 128}, {type: relu}, {type: dropout, "
-                                    "rate: 0.5}, {type: dense, units: 10}]", "optimizer.lr=0.05",
-                                    "distribution.world_size=3", "tf.strategy=multi_worker"),
-    "dropout-cnn-w2": ("model.preset=null", "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, "
-                       "{type: relu}, {type: dropout, rate: 0.25}, {type: maxpool2d, pool_size: 2}, "
-                       "{type: flatten}, {type: dropout, rate: 0.5}, {type: dense, units: 10}]",
-                       "optimizer.lr=0.05", "distribution.world_size=2"),
+    "adadelta-steplr-per-epoch": (
+        "optimizer.name=adadelta",
+        "optimizer.lr=1.0",
+        "optimizer.schedule.name=step",
+        "optimizer.schedule.step_size=1",
+        "optimizer.schedule.gamma=0.7",
+        "optimizer.schedule.interval=epoch",
+        "optimizer.weight_decay=0.001",
+        "distribution.world_size=2",
+    ),
+    "rmsprop-centered-momentum-w3": (
+        "optimizer.name=rmsprop",
+        "optimizer.lr=0.001",
+        "optimizer.momentum=0.9",
+        "optimizer.centered=true",
+        "optimizer.weight_decay=0.0001",
+        "distribution.world_size=3",
+    ),
+    "rmsprop-plain-w1": (
+        "optimizer.name=rmsprop",
+        "optimizer.lr=0.001",
+        "optimizer.momentum=0.0",
+        "distribution.world_size=1",
+    ),
+    "dropout-mlp-w3-multi_worker": (
+        "model.preset=null",
+        "model.layers=[{type: flatten}, {type: dropout, "
+        "rate: 0.2}, {type: dense, units: 128}, {type: relu}, {type: dropout, "
+        "rate: 0.5}, {type: dense, units: 10}]",
+        "optimizer.lr=0.05",
+        "distribution.world_size=3",
+        "tf.strategy=multi_worker",
+    ),
+    "dropout-cnn-w2": (
+        "model.preset=null",
+        "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, "
+        "{type: relu}, {type: dropout, rate: 0.25}, {type: maxpool2d, pool_size: 2}, "
+        "{type: flatten}, {type: dropout, rate: 0.5}, {type: dense, units: 10}]",
+        "optimizer.lr=0.05",
+        "distribution.world_size=2",
+    ),
 }
 
 
@@ -46,8 +74,9 @@ CASES = {
 SLOW_CASES = ("rmsprop-plain-w1", "dropout-mlp-w3-multi_worker")
 
 
-@pytest.mark.parametrize("case", [c if c not in SLOW_CASES else
-                                  pytest.param(c, marks=pytest.mark.slow) for c in CASES])
+@pytest.mark.parametrize(
+    "case", [c if c not in SLOW_CASES else pytest.param(c, marks=pytest.mark.slow) for c in CASES]
+)
 def test_reference_pair_agrees(runs, case):
     ref = runs.reference(*DATA, *CASES[case])
     assert_reference(ref)
@@ -81,18 +110,29 @@ def test_dropout_masks_do_not_depend_on_the_world_size(runs):
     overrides = (*DATA, *CASES["dropout-mlp-w3-multi_worker"][:-2], "precision.dtype=fp64")
     one = read_run(runs("torch", *overrides, "distribution.world_size=1"))
     three = read_run(runs("torch", *overrides, "distribution.world_size=3"))
-    for check in (check_reference_loss(Reference(one, three)),
-                  check_reference_weights(Reference(one, three))):
+    for check in (
+        check_reference_loss(Reference(one, three)),
+        check_reference_weights(Reference(one, three)),
+    ):
         assert check.passed, check.detail
 
 
-@pytest.mark.parametrize("config", [pytest.param("pytorch_examples_mnist", marks=pytest.mark.slow),
-                                    "keras_io_mnist_convnet",
-                                    pytest.param("mnist_resnet_bn", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param("pytorch_examples_mnist", marks=pytest.mark.slow),
+        "keras_io_mnist_convnet",
+        pytest.param("mnist_resnet_bn", marks=pytest.mark.slow),
+    ],
+)
 def test_reference_configs_mean_the_same_on_both_backends(runs, config):
     # The two canonical MNIST models as shipped (dropout, Adadelta + per-epoch StepLR / Adam with
     # Keras's eps) and the residual CNN with sync batchnorm, on 1,001 samples for 2 epochs, world 2:
     # the fp64 pair agrees to its bound.
-    ref = runs.reference("data.train_limit=1001", "data.test_limit=500", "train.epochs=2",
-                         config=str(ROOT / "configs" / f"{config}.yaml"))
+    ref = runs.reference(
+        "data.train_limit=1001",
+        "data.test_limit=500",
+        "train.epochs=2",
+        config=str(ROOT / "configs" / f"{config}.yaml"),
+    )
     assert_reference(ref)

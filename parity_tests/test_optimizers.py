@@ -7,16 +7,33 @@ import pytest
 from dualtrain.records.record import read_run
 from parity_tests.test_trajectory import assert_trajectory
 
-SHORT = ("data.train_limit=19200", "data.test_limit=1000", "train.epochs=1", "distribution.world_size=2")
+SHORT = (
+    "data.train_limit=19200",
+    "data.test_limit=1000",
+    "train.epochs=1",
+    "distribution.world_size=2",
+)
 
 CASES = {
-    "sgd_momentum_step_lr_clip": ("optimizer.momentum=0.9", "optimizer.schedule.name=step",
-                                  "optimizer.schedule.step_size=50", "optimizer.schedule.gamma=0.5",
-                                  "optimizer.clip_grad_norm=0.5"),
-    "sgd_nesterov_cosine": ("optimizer.momentum=0.9", "optimizer.nesterov=true",
-                            "optimizer.schedule.name=cosine", "optimizer.schedule.warmup_steps=20"),
-    "adam_clip": ("optimizer.name=adam", "optimizer.lr=0.001", "optimizer.clip_grad_norm=0.5",
-                  "optimizer.weight_decay=0.0001"),
+    "sgd_momentum_step_lr_clip": (
+        "optimizer.momentum=0.9",
+        "optimizer.schedule.name=step",
+        "optimizer.schedule.step_size=50",
+        "optimizer.schedule.gamma=0.5",
+        "optimizer.clip_grad_norm=0.5",
+    ),
+    "sgd_nesterov_cosine": (
+        "optimizer.momentum=0.9",
+        "optimizer.nesterov=true",
+        "optimizer.schedule.name=cosine",
+        "optimizer.schedule.warmup_steps=20",
+    ),
+    "adam_clip": (
+        "optimizer.name=adam",
+        "optimizer.lr=0.001",
+        "optimizer.clip_grad_norm=0.5",
+        "optimizer.weight_decay=0.0001",
+    ),
     "adamw": ("optimizer.name=adamw", "optimizer.lr=0.001", "optimizer.weight_decay=0.01"),
 }
 

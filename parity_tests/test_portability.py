@@ -28,16 +28,33 @@ SETTINGS = {
 # The cases that failed on an AVX-512 EPYC with the old noise-floor twin (issue 7): AdamW, SGD with
 # momentum and clipping, and the shipped CNN config.
 CASES = {
-    "adamw": ("configs/mnist_mlp.yaml", ("data.train_limit=19200", "data.test_limit=1000",
-                                         "train.epochs=1", "optimizer.name=adamw", "optimizer.lr=0.001",
-                                         "optimizer.weight_decay=0.01")),
-    "sgd_clip": ("configs/mnist_mlp.yaml", ("data.train_limit=19200", "data.test_limit=1000",
-                                            "train.epochs=1", "optimizer.schedule.name=step",
-                                            "optimizer.schedule.step_size=50",
-                                            "optimizer.schedule.gamma=0.5",
-                                            "optimizer.clip_grad_norm=0.5")),
-    "cnn": ("configs/mnist_cnn.yaml", ("data.train_limit=6400", "data.test_limit=1000",
-                                       "train.epochs=1")),
+    "adamw": (
+        "configs/mnist_mlp.yaml",
+        (
+            "data.train_limit=19200",
+            "data.test_limit=1000",
+            "train.epochs=1",
+            "optimizer.name=adamw",
+            "optimizer.lr=0.001",
+            "optimizer.weight_decay=0.01",
+        ),
+    ),
+    "sgd_clip": (
+        "configs/mnist_mlp.yaml",
+        (
+            "data.train_limit=19200",
+            "data.test_limit=1000",
+            "train.epochs=1",
+            "optimizer.schedule.name=step",
+            "optimizer.schedule.step_size=50",
+            "optimizer.schedule.gamma=0.5",
+            "optimizer.clip_grad_norm=0.5",
+        ),
+    ),
+    "cnn": (
+        "configs/mnist_cnn.yaml",
+        ("data.train_limit=6400", "data.test_limit=1000", "train.epochs=1"),
+    ),
 }
 
 
@@ -47,16 +64,28 @@ def test_verdict_holds_under_kernel_setting(tmp_path, setting, case):
     env, extra = SETTINGS[setting]
     config, overrides = CASES[case]
     args = [a for o in (*overrides, *extra, "distribution.world_size=2") for a in ("--set", o)]
-    res = run_cli("compare", "--config", str(ROOT / config), *args, "--out", str(tmp_path / "c"),
-                  env=env, timeout=600)
+    res = run_cli(
+        "compare",
+        "--config",
+        str(ROOT / config),
+        *args,
+        "--out",
+        str(tmp_path / "c"),
+        env=env,
+        timeout=600,
+    )
     v = json.loads((tmp_path / "c" / "verdict.json").read_text())
     checks = {c["name"]: c for c in v["checks"]}
-    print(f"{setting} {case}: {v['verdict']}; fp64 pair {checks['reference_loss']['value']:.2e} / "
-          f"{checks['reference_weights']['value']:.2e}; trajectory {checks['trajectory']['value']:.3g}"
-          f" x rounding; final weights {checks['final_weights']['value']:.3g} x; local loss/grad/"
-          f"update {checks['local_loss']['value']:.2f}/{checks['local_grad']['value']:.2f}/"
-          f"{checks['local_update']['value']:.2f} x bound; convergence "
-          f"{checks['convergence']['value']:.2f} pp")
+    print(
+        f"{setting} {case}: {v['verdict']}; fp64 pair {checks['reference_loss']['value']:.2e} / "
+        f"{checks['reference_weights']['value']:.2e}; trajectory {checks['trajectory']['value']:.3g}"
+        f" x rounding; final weights {checks['final_weights']['value']:.3g} x; local loss/grad/"
+        f"update {checks['local_loss']['value']:.2f}/{checks['local_grad']['value']:.2f}/"
+        f"{checks['local_update']['value']:.2f} x bound; convergence "
+        f"{checks['convergence']['value']:.2f} pp"
+    )
     assert res.returncode == 0, v["verdict"]
     # the precision path was judged, not skipped
-    assert all(checks[n]["ran"] for n in ("local_loss", "local_grad", "local_update", "convergence"))
+    assert all(
+        checks[n]["ran"] for n in ("local_loss", "local_grad", "local_update", "convergence")
+    )

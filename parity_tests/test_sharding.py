@@ -26,14 +26,23 @@ def plan_rows(spec, n):
 
 
 def recorded_rows(run_dir):
-    return {(s["step"], s["replica"]): (s["epoch"], s["digest"], s["count"]) for s in read_run(run_dir).shards}
+    return {
+        (s["step"], s["replica"]): (s["epoch"], s["digest"], s["count"])
+        for s in read_run(run_dir).shards
+    }
 
 
 # torch_sampler needs a batch that divides by the world size: it runs at world 2. exact at world 3
 # (uneven shards) stays in the default suite; worlds 1 and 2 run in the slow set.
-@pytest.mark.parametrize("sharding,world", [pytest.param("exact", 1, marks=pytest.mark.slow),
-                                            pytest.param("exact", 2, marks=pytest.mark.slow),
-                                            ("exact", 3), ("torch_sampler", 2)])
+@pytest.mark.parametrize(
+    "sharding,world",
+    [
+        pytest.param("exact", 1, marks=pytest.mark.slow),
+        pytest.param("exact", 2, marks=pytest.mark.slow),
+        ("exact", 3),
+        ("torch_sampler", 2),
+    ],
+)
 def test_torch_tf_and_plan_agree(runs, world, sharding):
     overrides = (*SMALL, f"distribution.world_size={world}", f"data.sharding={sharding}")
     torch_dir, tf_dir = runs("torch", *overrides), runs("tf", *overrides)

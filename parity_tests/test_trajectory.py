@@ -41,10 +41,12 @@ def assert_trajectory(runs, *overrides):
     _, cross = loss_diff(ea, eb)
     _, dist_a = loss_diff(ea, first_epoch(ref.a))
     _, dist_b = loss_diff(eb, first_epoch(ref.b))
-    print(f"{' '.join(overrides) or 'mnist_mlp'}: fp64 pair max |loss diff| {ref_diff.max():.2e} "
-          f"({checks[1].detail}); fp32 epoch 1: {len(cross)} steps, cross max {cross.max():.3e} "
-          f"(first 50: {cross[:50].max():.3e}); distance to fp64: torch {dist_a.max():.3e}, "
-          f"tf {dist_b.max():.3e}")
+    print(
+        f"{' '.join(overrides) or 'mnist_mlp'}: fp64 pair max |loss diff| {ref_diff.max():.2e} "
+        f"({checks[1].detail}); fp32 epoch 1: {len(cross)} steps, cross max {cross.max():.3e} "
+        f"(first 50: {cross[:50].max():.3e}); distance to fp64: torch {dist_a.max():.3e}, "
+        f"tf {dist_b.max():.3e}"
+    )
     for c in checks:
         assert c.passed, c.detail
     ref1 = Reference(first_epoch(ref.a), first_epoch(ref.b))
@@ -63,9 +65,12 @@ def test_mlp_sgd_momentum_epoch(runs):
 
 
 @pytest.mark.slow  # a known gap, tracked: four more full-epoch runs the default suite skips
-@pytest.mark.xfail(strict=True, reason="known gap (docs/parity.md): with plain SGD the fp64 pair agrees "
-                   "to ~1e-15, but the fp32 runs drift to ~2e-3 apart from step ~80: their fp32 kernels "
-                   "round differently in most gradient elements")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap (docs/parity.md): with plain SGD the fp64 pair agrees "
+    "to ~1e-15, but the fp32 runs drift to ~2e-3 apart from step ~80: their fp32 kernels "
+    "round differently in most gradient elements",
+)
 def test_plain_sgd_is_near_bitwise(runs):
     # No momentum: the brief measured hand-written loops staying within 8e-7 for a whole epoch.
     cross, _ = assert_trajectory(runs, "optimizer.momentum=0.0", "train.epochs=1")

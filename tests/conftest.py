@@ -21,11 +21,18 @@ def require(*modules: str) -> None:
         pytest.skip(f"needs {', '.join(missing)}", allow_module_level=True)
 
 
-def run_cli(*args: str, timeout: float = 600, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run ``python -m dualtrain ARGS`` as a user would, capturing output."""
-    return subprocess.run([sys.executable, "-m", "dualtrain", *args], capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(env), cwd=cwd or ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "dualtrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(env),
+        cwd=cwd or ROOT,
+    )
 
 
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:

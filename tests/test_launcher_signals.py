@@ -54,16 +54,41 @@ def _alive(pid: int) -> bool:
 
 def _start(tmp_path: Path, backend: str, strategy: str | None, epochs: int = 200):
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "dualtrain", "run", "--backend", backend, "--world-size", "2",
-            "--out", str(out), "--set", f"train.epochs={epochs}", "--set", "train.log_every=1",
-            "--set", "data.train_limit=640", "--set", "data.test_limit=100",
-            "--set", f"distribution.timeout_s={TIMEOUT_S}"]
+    args = [
+        sys.executable,
+        "-m",
+        "dualtrain",
+        "run",
+        "--backend",
+        backend,
+        "--world-size",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        f"train.epochs={epochs}",
+        "--set",
+        "train.log_every=1",
+        "--set",
+        "data.train_limit=640",
+        "--set",
+        "data.test_limit=100",
+        "--set",
+        f"distribution.timeout_s={TIMEOUT_S}",
+    ]
     if strategy:
         args += ["--set", f"tf.strategy={strategy}"]
     # A session of its own, as a shell gives a job: SIGINT then goes to the whole group, as Ctrl-C.
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), cwd=ROOT, start_new_session=True,
-                            preexec_fn=default_sigint)
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
+    )
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 180
     while not (metrics.is_file() and metrics.stat().st_size > 0):  # training is under way
@@ -108,4 +133,3 @@ def test_no_worker_outlives_its_launcher(tmp_path, backend, strategy, sig):
     word = "interrupted" if sig is signal.SIGINT else f"stopped by {sig.name}"
     assert f"dualtrain: {word}" in err, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-

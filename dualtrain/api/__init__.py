@@ -35,21 +35,34 @@ if TYPE_CHECKING:  # annotations only: importing them at run time would load num
     from dualtrain.parity.report import Comparison
     from dualtrain.spec import Backend, Experiment
 
-__all__ = ["CompareResult", "RunFailed", "RunResult", "SpecLike", "UserError", "compare",
-           "experiment", "resume", "run"]
+__all__ = [
+    "CompareResult",
+    "RunFailed",
+    "RunResult",
+    "SpecLike",
+    "UserError",
+    "compare",
+    "experiment",
+    "resume",
+    "run",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 SpecLike = Union[PathLike, Mapping[str, Any], "Experiment"]
 """A path to a YAML spec, a dict with the YAML schema, or a :class:`dualtrain.spec.Experiment`."""
 
 
-
-
 # ---- the spec ------------------------------------------------------------------------------------
 
-def experiment(spec: SpecLike, *, world_size: int | None = None,
-               precision: str | Mapping[str, Any] | None = None,
-               set: Sequence[str] = (), **overrides: Any) -> Experiment:
+
+def experiment(
+    spec: SpecLike,
+    *,
+    world_size: int | None = None,
+    precision: str | Mapping[str, Any] | None = None,
+    set: Sequence[str] = (),
+    **overrides: Any,
+) -> Experiment:
     """The spec :func:`run` would run, validated; nothing is started or written.
 
     ``spec``: a path to a YAML file, a dict (the YAML schema) or an Experiment. Overrides: see the
@@ -68,8 +81,10 @@ def experiment(spec: SpecLike, *, world_size: int | None = None,
     elif isinstance(spec, (str, os.PathLike)):
         raw = read_yaml(Path(spec))
     else:
-        raise UserError(f"spec must be a path to a YAML file, a dict or a "
-                        f"dualtrain.spec.Experiment. Received: {type(spec).__name__}")
+        raise UserError(
+            f"spec must be a path to a YAML file, a dict or a "
+            f"dualtrain.spec.Experiment. Received: {type(spec).__name__}"
+        )
     raw = apply_overrides(raw, [])  # the loader's short forms (precision: fp16) first
     for key, value in overrides.items():
         raw = _merge_key(raw, key, value)
@@ -77,8 +92,9 @@ def experiment(spec: SpecLike, *, world_size: int | None = None,
     if world_size is not None:
         raw = _merge_key(raw, "distribution", {"world_size": world_size})
     if precision is not None:
-        raw = _merge_key(raw, "precision",
-                         {"dtype": precision} if isinstance(precision, str) else precision)
+        raw = _merge_key(
+            raw, "precision", {"dtype": precision} if isinstance(precision, str) else precision
+        )
     return from_dict(raw)
 
 
@@ -105,8 +121,12 @@ def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
 
 def _merge_key(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     base = raw
-    if key == "model" and isinstance(value, Mapping) and isinstance(raw.get("model"), dict) and \
-            ("preset" in value or "layers" in value):  # mutually exclusive: the new one replaces
+    if (
+        key == "model"
+        and isinstance(value, Mapping)
+        and isinstance(raw.get("model"), dict)
+        and ("preset" in value or "layers" in value)
+    ):  # mutually exclusive: the new one replaces
         model = {k: v for k, v in raw["model"].items() if k not in ("preset", "layers")}
         base = {**raw, "model": model}
     return _merge(base, {key: value})
@@ -119,6 +139,7 @@ def _backend(backend: str) -> Backend:
 
 
 # ---- output --------------------------------------------------------------------------------------
+
 
 def _say(text: str) -> None:
     print(text, flush=True)
@@ -133,17 +154,20 @@ def _silenced(quiet: bool) -> contextlib.AbstractContextManager[Any]:
 
 def _finished_line(result: RunResult) -> str:
     acc = result.test_accuracy
-    return (f"dualtrain: {result.backend} run finished: test accuracy "
-            f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}, "
-            f"{result.samples_per_s or 0:,.0f} samples/s -> {result.run_dir}")
+    return (
+        f"dualtrain: {result.backend} run finished: test accuracy "
+        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}, "
+        f"{result.samples_per_s or 0:,.0f} samples/s -> {result.run_dir}"
+    )
 
 
 def _num(value: Any) -> float | None:
     return None if value is None else float(value)  # float() reads the "nan"/"inf" JSON strings
 
 
-def _run_result(backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None,
-                spec: Experiment | None) -> RunResult:
+def _run_result(
+    backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None, spec: Experiment | None
+) -> RunResult:
     from dualtrain.records.record import SPEC_FILE
     from dualtrain.spec import load_spec
 
@@ -152,20 +176,36 @@ def _run_result(backend: Backend, run_dir: Path | None, summary: dict[str, Any] 
     assert spec is not None
     summary = dict(summary or {})
     steps = summary.get("steps")
-    return RunResult(run_dir=None if run_dir is None else Path(run_dir), backend=backend.value,
-                     is_chief=run_dir is not None, test_accuracy=_num(summary.get("test_accuracy")),
-                     test_loss=_num(summary.get("test_loss")),
-                     samples_per_s=_num(summary.get("train_samples_per_s")),
-                     steps=None if steps is None else int(steps),
-                     wall_s=_num(summary.get("wall_s")), summary=summary, spec=spec)
+    return RunResult(
+        run_dir=None if run_dir is None else Path(run_dir),
+        backend=backend.value,
+        is_chief=run_dir is not None,
+        test_accuracy=_num(summary.get("test_accuracy")),
+        test_loss=_num(summary.get("test_loss")),
+        samples_per_s=_num(summary.get("train_samples_per_s")),
+        steps=None if steps is None else int(steps),
+        wall_s=_num(summary.get("wall_s")),
+        summary=summary,
+        spec=spec,
+    )
 
 
 # ---- run / resume --------------------------------------------------------------------------------
 
-def run(spec: SpecLike, backend: str = "torch", *, out: PathLike | None = None,
-        overwrite: bool = False, resume_from: PathLike | None = None,
-        world_size: int | None = None, precision: str | Mapping[str, Any] | None = None,
-        set: Sequence[str] = (), quiet: bool = False, **overrides: Any) -> RunResult:
+
+def run(
+    spec: SpecLike,
+    backend: str = "torch",
+    *,
+    out: PathLike | None = None,
+    overwrite: bool = False,
+    resume_from: PathLike | None = None,
+    world_size: int | None = None,
+    precision: str | Mapping[str, Any] | None = None,
+    set: Sequence[str] = (),
+    quiet: bool = False,
+    **overrides: Any,
+) -> RunResult:
     """Train ``spec`` on ``backend`` (``"torch"`` or ``"tf"``), like ``dualtrain run``.
 
     ``out``: the run directory (default ``<output_dir>/<name>-<backend>-<time>``); ``overwrite``:
@@ -185,13 +225,19 @@ def run(spec: SpecLike, backend: str = "torch", *, out: PathLike | None = None,
     b = _backend(backend)
     resolved = experiment(spec, world_size=world_size, precision=precision, set=set, **overrides)
     with _silenced(quiet):
-        run_dir, summary = start_run(resolved, b, _path(out), overwrite=overwrite,
-                                     resume_from=_path(resume_from))
+        run_dir, summary = start_run(
+            resolved, b, _path(out), overwrite=overwrite, resume_from=_path(resume_from)
+        )
     return _finished(_run_result(b, run_dir, summary, resolved), quiet)
 
 
-def resume(run_dir: PathLike, *, backend: str | None = None, world_size: int | None = None,
-           quiet: bool = False) -> RunResult:
+def resume(
+    run_dir: PathLike,
+    *,
+    backend: str | None = None,
+    world_size: int | None = None,
+    quiet: bool = False,
+) -> RunResult:
     """Continue a stopped or killed run from its latest complete checkpoint, in its own folder and
     with its own spec, like ``dualtrain run --resume RUN_DIR``; ``world_size`` may change (sharding
     exact). ``backend``, if given, must be the checkpoint's."""
@@ -211,12 +257,22 @@ def _finished(result: RunResult, quiet: bool) -> RunResult:
 
 # ---- compare -------------------------------------------------------------------------------------
 
-def compare(spec_or_run_a: SpecLike | RunResult, run_b: PathLike | RunResult | None = None, /, *,
-            reference: str | None = None,
-            reference_runs: tuple[PathLike | RunResult, PathLike | RunResult] | None = None,
-            out: PathLike | None = None, overwrite: bool = False, world_size: int | None = None,
-            precision: str | Mapping[str, Any] | None = None, set: Sequence[str] = (),
-            quiet: bool = False, **overrides: Any) -> CompareResult:
+
+def compare(
+    spec_or_run_a: SpecLike | RunResult,
+    run_b: PathLike | RunResult | None = None,
+    /,
+    *,
+    reference: str | None = None,
+    reference_runs: tuple[PathLike | RunResult, PathLike | RunResult] | None = None,
+    out: PathLike | None = None,
+    overwrite: bool = False,
+    world_size: int | None = None,
+    precision: str | Mapping[str, Any] | None = None,
+    set: Sequence[str] = (),
+    quiet: bool = False,
+    **overrides: Any,
+) -> CompareResult:
     """Check that the torch and tf backends train the same way, like ``dualtrain compare``.
 
     * ``compare(spec, **overrides)``: run the spec on torch (OUT/torch) and tf (OUT/tf), then, with
@@ -240,35 +296,53 @@ def compare(spec_or_run_a: SpecLike | RunResult, run_b: PathLike | RunResult | N
     """
     say = None if quiet else _say
     if run_b is not None:
-        given = sorted([k for k, v in (("world_size", world_size), ("precision", precision))
-                        if v is not None] + (["set"] if set else []) + list(overrides))
+        given = sorted(
+            [k for k, v in (("world_size", world_size), ("precision", precision)) if v is not None]
+            + (["set"] if set else [])
+            + list(overrides)
+        )
         if given:
-            raise UserError(f"spec overrides need a spec; finished runs keep theirs. Received: "
-                            f"{', '.join(given)} with two run directories")
+            raise UserError(
+                f"spec overrides need a spec; finished runs keep theirs. Received: "
+                f"{', '.join(given)} with two run directories"
+            )
         if reference is not None:
-            raise UserError(f"reference='fp64'|'none' goes with a spec; for finished runs name "
-                            f"their fp64 runs with reference_runs=(ref_a, ref_b). Received: "
-                            f"reference={reference!r}")
+            raise UserError(
+                f"reference='fp64'|'none' goes with a spec; for finished runs name "
+                f"their fp64 runs with reference_runs=(ref_a, ref_b). Received: "
+                f"reference={reference!r}"
+            )
         if reference_runs is not None and len(reference_runs) != 2:
-            raise UserError(f"reference_runs is a pair: the fp64 runs of A's spec on A's and on "
-                            f"B's backend. Received: {len(reference_runs)} runs")
-        refs = None if reference_runs is None else (_dir_of(reference_runs[0]),
-                                                    _dir_of(reference_runs[1]))
+            raise UserError(
+                f"reference_runs is a pair: the fp64 runs of A's spec on A's and on "
+                f"B's backend. Received: {len(reference_runs)} runs"
+            )
+        refs = (
+            None
+            if reference_runs is None
+            else (_dir_of(reference_runs[0]), _dir_of(reference_runs[1]))
+        )
         cmp, out_dir = _compare_dirs_report(_dir_of(spec_or_run_a), _dir_of(run_b), refs, out)
     else:
         if reference_runs is not None:
-            raise UserError("reference_runs is for comparing finished runs; with a spec compare "
-                            "runs its own reference pair. Received: reference_runs with a spec")
+            raise UserError(
+                "reference_runs is for comparing finished runs; with a spec compare "
+                "runs its own reference pair. Received: reference_runs with a spec"
+            )
         if isinstance(spec_or_run_a, RunResult) or (
-                isinstance(spec_or_run_a, (str, os.PathLike)) and Path(spec_or_run_a).is_dir()):
-            raise UserError(f"a spec is a YAML file, a dict or an Experiment, not a run (to "
-                            f"compare finished runs, give two run directories). Received: the "
-                            f"folder {str(_dir_of(spec_or_run_a))!r}")
+            isinstance(spec_or_run_a, (str, os.PathLike)) and Path(spec_or_run_a).is_dir()
+        ):
+            raise UserError(
+                f"a spec is a YAML file, a dict or an Experiment, not a run (to "
+                f"compare finished runs, give two run directories). Received: the "
+                f"folder {str(_dir_of(spec_or_run_a))!r}"
+            )
         from dualtrain.driver.compare import check_reference
 
         check_reference(reference or "fp64")
-        resolved = experiment(spec_or_run_a, world_size=world_size, precision=precision, set=set,
-                              **overrides)
+        resolved = experiment(
+            spec_or_run_a, world_size=world_size, precision=precision, set=set, **overrides
+        )
         cmp, out_dir = _compare_spec(resolved, reference or "fp64", out, say, overwrite)
     return _compare_result(cmp, out_dir, say)
 
@@ -281,25 +355,32 @@ def _dir_of(run: object) -> Path:
     if isinstance(run, RunResult):
         return run._dir()
     if not isinstance(run, (str, os.PathLike)):
-        raise UserError(f"a finished run is a run directory or a RunResult. Received: "
-                        f"{type(run).__name__}")
+        raise UserError(
+            f"a finished run is a run directory or a RunResult. Received: {type(run).__name__}"
+        )
     return Path(run)
 
 
-def _compare_spec(spec: Experiment, reference: str, out: PathLike | None,
-                 say: Callable[[str], None] | None,
-                 overwrite: bool = False) -> tuple[Comparison, Path]:
+def _compare_spec(
+    spec: Experiment,
+    reference: str,
+    out: PathLike | None,
+    say: Callable[[str], None] | None,
+    overwrite: bool = False,
+) -> tuple[Comparison, Path]:
     """``dualtrain compare --config``: the four runs (two with reference "none") and the report."""
     from dualtrain.driver.compare import compare_backends, default_out
 
     out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
     with _silenced(say is None):
-        return compare_backends(spec, out_dir, reference=reference, progress=say,
-                                overwrite=overwrite), out_dir
+        return compare_backends(
+            spec, out_dir, reference=reference, progress=say, overwrite=overwrite
+        ), out_dir
 
 
-def _compare_dirs_report(run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None,
-                        out: PathLike | None) -> tuple[Comparison, Path]:
+def _compare_dirs_report(
+    run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None, out: PathLike | None
+) -> tuple[Comparison, Path]:
     """``dualtrain compare A B``: compare finished runs and write the report."""
     from dualtrain.driver.compare import default_out
     from dualtrain.parity.report import compare_dirs, write_report
@@ -307,14 +388,18 @@ def _compare_dirs_report(run_a: Path, run_b: Path, reference_runs: tuple[Path, P
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
     cmp = compare_dirs(run_a, run_b, reference_runs)
-    out_dir = Path(out) if out is not None else default_out(
-        str(cmp.a.spec.get("name", "runs")), cmp.a.spec.get("output_dir", "runs"))
+    out_dir = (
+        Path(out)
+        if out is not None
+        else default_out(str(cmp.a.spec.get("name", "runs")), cmp.a.spec.get("output_dir", "runs"))
+    )
     write_report(cmp, out_dir)
     return cmp, out_dir
 
 
-def _compare_result(cmp: Comparison, out_dir: Path,
-                    say: Callable[[str], None] | None) -> CompareResult:
+def _compare_result(
+    cmp: Comparison, out_dir: Path, say: Callable[[str], None] | None
+) -> CompareResult:
     """Print the table, the verdict and where the report is (unless ``say`` is None); the result."""
     from dualtrain.parity.report import (
         REPORT_HTML,
@@ -324,17 +409,29 @@ def _compare_result(cmp: Comparison, out_dir: Path,
         verdict_line,
     )
 
-    reports = {"json": out_dir / VERDICT_FILE, "md": out_dir / REPORT_MD,
-               "html": out_dir / REPORT_HTML}
+    reports = {
+        "json": out_dir / VERDICT_FILE,
+        "md": out_dir / REPORT_MD,
+        "html": out_dir / REPORT_HTML,
+    }
     if say is not None:
         say(terminal_summary(cmp))
         say(f"dualtrain compare: report: {reports['html']} (verdict.json, report.md beside it)")
     ref = cmp.reference
     d = cmp.diagnosis
-    return CompareResult(passed=cmp.passed, verdict=verdict_line(cmp), category=d.category,
-                         culprits=tuple(d.culprits), semantics_checked=ref is not None, checks=tuple(cmp.checks), diagnosis=d,
-                         notes=tuple(cmp.notes), out=out_dir, reports=reports, run_a=cmp.a.path,
-                         run_b=cmp.b.path,
-                         reference_runs=None if ref is None else (ref.a.path, ref.b.path),
-                         comparison=cmp)
-
+    return CompareResult(
+        passed=cmp.passed,
+        verdict=verdict_line(cmp),
+        category=d.category,
+        culprits=tuple(d.culprits),
+        semantics_checked=ref is not None,
+        checks=tuple(cmp.checks),
+        diagnosis=d,
+        notes=tuple(cmp.notes),
+        out=out_dir,
+        reports=reports,
+        run_a=cmp.a.path,
+        run_b=cmp.b.path,
+        reference_runs=None if ref is None else (ref.a.path, ref.b.path),
+        comparison=cmp,
+    )

@@ -64,8 +64,10 @@ class RunResult:
 
     def _dir(self) -> Path:
         if self.run_dir is None:
-            raise UserError("this process is a non-chief rank of an externally launched run; "
-                            "rank 0 wrote the run directory. Received: RunResult(is_chief=False)")
+            raise UserError(
+                "this process is a non-chief rank of an externally launched run; "
+                "rank 0 wrote the run directory. Received: RunResult(is_chief=False)"
+            )
         return self.run_dir
 
 

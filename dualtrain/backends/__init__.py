@@ -31,8 +31,10 @@ def parse_backend(name: str) -> Backend:
 def check_installed(backend: Backend) -> None:
     for mod in REQUIRES[backend]:
         if importlib.util.find_spec(mod) is None:
-            raise UserError(f"backend {backend.value!r} needs {mod}, which is not installed: "
-                            f"pip install 'dualtrain[{backend.value}]' -c constraints.txt")
+            raise UserError(
+                f"backend {backend.value!r} needs {mod}, which is not installed: "
+                f"pip install 'dualtrain[{backend.value}]' -c constraints.txt"
+            )
 
 
 class LaunchModule(Protocol):

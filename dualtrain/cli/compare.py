@@ -14,27 +14,63 @@ from dualtrain.errors import UserError
 
 @click.command()
 @click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR_A RUN_DIR_B]")
-@click.option("--config", "config", type=str, default=None, metavar="FILE",
-              help="YAML experiment spec: run it on torch and tf (plus the fp64 reference pair), "
-                   "then compare.")
+@click.option(
+    "--config",
+    "config",
+    type=str,
+    default=None,
+    metavar="FILE",
+    help="YAML experiment spec: run it on torch and tf (plus the fp64 reference pair), "
+    "then compare.",
+)
 @spec_options
-@click.option("--reference", "reference", type=str, default=None, metavar="fp64|none",
-              help="With --config: fp64 (default) also runs the spec in float64 on both backends and "
-                   "checks that this pair agrees to rounding (the semantic check); none skips it.")
-@click.option("--reference-runs", "reference_runs", type=str, nargs=2, default=None,
-              metavar="REF_A REF_B",
-              help="With two run directories: the fp64 runs of the same spec on A's and on B's "
-                   "backend (the semantic check and the numerics noise model).")
-@click.option("--out", type=str, default=None, metavar="DIR",
-              help="Where the runs and the report go (default: <output_dir>/compare-<name>-<time>). "
-                   "A folder an earlier compare of the same spec wrote is taken up where it "
-                   "stopped: finished runs are reused, interrupted ones continue.")
-@click.option("--overwrite", is_flag=True, default=False,
-              help="With --config: replace the runs and the report of an earlier compare in --out.")
+@click.option(
+    "--reference",
+    "reference",
+    type=str,
+    default=None,
+    metavar="fp64|none",
+    help="With --config: fp64 (default) also runs the spec in float64 on both backends and "
+    "checks that this pair agrees to rounding (the semantic check); none skips it.",
+)
+@click.option(
+    "--reference-runs",
+    "reference_runs",
+    type=str,
+    nargs=2,
+    default=None,
+    metavar="REF_A REF_B",
+    help="With two run directories: the fp64 runs of the same spec on A's and on B's "
+    "backend (the semantic check and the numerics noise model).",
+)
+@click.option(
+    "--out",
+    type=str,
+    default=None,
+    metavar="DIR",
+    help="Where the runs and the report go (default: <output_dir>/compare-<name>-<time>). "
+    "A folder an earlier compare of the same spec wrote is taken up where it "
+    "stopped: finished runs are reused, interrupted ones continue.",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    default=False,
+    help="With --config: replace the runs and the report of an earlier compare in --out.",
+)
 @click.pass_context
-def compare(ctx: click.Context, run_dirs: tuple[str, ...], config: str | None, world_size: int | None,
-            precision: str | None, overrides: tuple[str, ...], reference: str | None,
-            reference_runs: tuple[str, str] | None, out: str | None, overwrite: bool) -> None:
+def compare(
+    ctx: click.Context,
+    run_dirs: tuple[str, ...],
+    config: str | None,
+    world_size: int | None,
+    precision: str | None,
+    overrides: tuple[str, ...],
+    reference: str | None,
+    reference_runs: tuple[str, str] | None,
+    out: str | None,
+    overwrite: bool,
+) -> None:
     """Check that the torch and tf backends train the same way.
 
     \b
@@ -55,26 +91,45 @@ def compare(ctx: click.Context, run_dirs: tuple[str, ...], config: str | None, w
 
     if config is not None:
         if run_dirs:
-            raise UserError(f"give either --config or two run directories, not both. "
-                            f"Received: --config {config} and {' '.join(run_dirs)}")
+            raise UserError(
+                f"give either --config or two run directories, not both. "
+                f"Received: --config {config} and {' '.join(run_dirs)}"
+            )
         if reference_runs is not None:
-            raise UserError("--reference-runs is for comparing existing runs; with --config compare runs "
-                            f"its own reference pair. Received: --reference-runs {' '.join(reference_runs)}")
-        result = compare_api(config, reference=reference or "fp64", out=out, overwrite=overwrite,
-                             world_size=world_size, precision=precision, set=overrides)
+            raise UserError(
+                "--reference-runs is for comparing existing runs; with --config compare runs "
+                f"its own reference pair. Received: --reference-runs {' '.join(reference_runs)}"
+            )
+        result = compare_api(
+            config,
+            reference=reference or "fp64",
+            out=out,
+            overwrite=overwrite,
+            world_size=world_size,
+            precision=precision,
+            set=overrides,
+        )
     else:
         if len(run_dirs) != 2:
-            raise UserError(f"give --config FILE, or exactly two run directories. Received: "
-                            f"{len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}")
+            raise UserError(
+                f"give --config FILE, or exactly two run directories. Received: "
+                f"{len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}"
+            )
         if world_size is not None or precision is not None or overrides:
-            raise UserError("--world-size, --precision and --set need --config (finished runs keep "
-                            "their spec). Received: spec options without --config")
+            raise UserError(
+                "--world-size, --precision and --set need --config (finished runs keep "
+                "their spec). Received: spec options without --config"
+            )
         if overwrite:
-            raise UserError("--overwrite goes with --config (it replaces an earlier compare's runs); "
-                            "the report of two finished runs is rewritten anyway. Received: "
-                            "--overwrite with two run directories")
+            raise UserError(
+                "--overwrite goes with --config (it replaces an earlier compare's runs); "
+                "the report of two finished runs is rewritten anyway. Received: "
+                "--overwrite with two run directories"
+            )
         if reference is not None:
-            raise UserError("--reference fp64|none goes with --config; for finished runs name the fp64 "
-                            f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}")
+            raise UserError(
+                "--reference fp64|none goes with --config; for finished runs name the fp64 "
+                f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}"
+            )
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
     ctx.exit(0 if result.passed else 1)

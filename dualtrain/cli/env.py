@@ -38,11 +38,20 @@ def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", f"dualtrain.backends.{backend}.tools", "env"]
     extra = {"TF_CPP_MIN_LOG_LEVEL": "2"} if backend == "tf" else {}
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                             env=worker_env(extra), stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=worker_env(extra),
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        return {"status": "broken", "detail": f"no answer within {timeout_s:g}s "
-                                              f"(python -m dualtrain.backends.{backend}.tools env)"}
+        return {
+            "status": "broken",
+            "detail": f"no answer within {timeout_s:g}s "
+            f"(python -m dualtrain.backends.{backend}.tools env)",
+        }
     except OSError as exc:
         return {"status": "broken", "detail": f"could not start {sys.executable}: {exc}"}
     if res.returncode != 0:
@@ -50,8 +59,10 @@ def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
     try:
         facts = json.loads(res.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        return {"status": "broken",
-                "detail": "tools env printed no JSON: " + _last_line(res.stdout)}
+        return {
+            "status": "broken",
+            "detail": "tools env printed no JSON: " + _last_line(res.stdout),
+        }
     return {"status": "ok", "facts": facts}
 
 
@@ -82,8 +93,9 @@ def collect(backends: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
 _SELF_NAMED = {"torch", "tensorflow", "keras"}
 
 
-def _rows(group: dict[str, Any], prefix: str = "",
-          skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def _rows(
+    group: dict[str, Any], prefix: str = "", skip: tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
     from dualtrain.records.envinfo import show
 
     rows = []
@@ -132,27 +144,48 @@ def render(facts: dict[str, Any]) -> str:
     for title, rows in sections:
         lines.append(title)
         lines += [f"  {k.ljust(width)}  {v}" for k, v in rows]
-    missing = [f"{b} ({status[b]['detail']})" for b in BACKENDS
-               if status.get(b, {}).get("status") == "missing"]
+    missing = [
+        f"{b} ({status[b]['detail']})"
+        for b in BACKENDS
+        if status.get(b, {}).get("status") == "missing"
+    ]
     broken = [b for b in BACKENDS if status.get(b, {}).get("status") == "broken"]
     if missing:
         lines.append(f"missing backends: {'; '.join(missing)}")
     if broken:
         lines.append(f"broken backends: {', '.join(broken)} (the error is under versions)")
     if answered:
-        lines.append("note: the framework settings above are a fresh process's defaults; each "
-                     "run's summary.json records what the run used (dualtrain turns TF32 off, and "
-                     "TF's oneDNN off except for bf16; docs/env.md)")
+        lines.append(
+            "note: the framework settings above are a fresh process's defaults; each "
+            "run's summary.json records what the run used (dualtrain turns TF32 off, and "
+            "TF's oneDNN off except for bf16; docs/env.md)"
+        )
     return "\n".join(lines)
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object (core, torch, tf, backends) instead of the tables.")
-@click.option("--backend", "backend", type=str, default="all", metavar="torch|tf|all|none",
-              help="Which backends to ask (each in its own subprocess; default all).")
-@click.option("--timeout", "timeout_s", type=float, default=120.0, metavar="SECONDS",
-              help="How long a backend may take to answer (default 120).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object (core, torch, tf, backends) instead of the tables.",
+)
+@click.option(
+    "--backend",
+    "backend",
+    type=str,
+    default="all",
+    metavar="torch|tf|all|none",
+    help="Which backends to ask (each in its own subprocess; default all).",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=120.0,
+    metavar="SECONDS",
+    help="How long a backend may take to answer (default 120).",
+)
 def env(as_json: bool, backend: str, timeout_s: float) -> None:
     """Show the facts that decide whether two runs compute the same numbers: versions (Python,
     NumPy, torch, TensorFlow, Keras, CUDA), devices (CPU model, cores, instruction sets, GPUs) and

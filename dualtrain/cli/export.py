@@ -7,13 +7,27 @@ import click
 
 @click.command()
 @click.argument("run_dir", metavar="RUN_DIR")
-@click.option("--format", "fmt", required=True, metavar="torch|keras",
-              help="torch: model.safetensors + model.py (the nn.Module); keras: model.keras.")
-@click.option("--out", type=str, default=None, metavar="DIR",
-              help="Folder to write (default: RUN_DIR/export/FORMAT); must be new or empty.")
-@click.option("--overwrite", is_flag=True, default=False,
-              help="Replace a previous export in --out (a folder with export.json), once the new "
-                   "one is complete.")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    metavar="torch|keras",
+    help="torch: model.safetensors + model.py (the nn.Module); keras: model.keras.",
+)
+@click.option(
+    "--out",
+    type=str,
+    default=None,
+    metavar="DIR",
+    help="Folder to write (default: RUN_DIR/export/FORMAT); must be new or empty.",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    default=False,
+    help="Replace a previous export in --out (a folder with export.json), once the new "
+    "one is complete.",
+)
 def export(run_dir: str, fmt: str, out: str | None, overwrite: bool) -> None:
     """Write a finished run's trained model so that torch or Keras loads it without dualtrain.
 

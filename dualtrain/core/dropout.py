@@ -60,7 +60,9 @@ def _seed_hash(seed: int) -> int:
     return int(mix(NUMPY, x))
 
 
-def keep(ops: IntOps, seed: int, step: Any, ids: Any, layer: int, elements: Any, rate: float) -> Any:
+def keep(
+    ops: IntOps, seed: int, step: Any, ids: Any, layer: int, elements: Any, rate: float
+) -> Any:
     """Boolean mask (len(ids), len(elements)): True where the element is kept at dropout ``rate``.
 
     ``step``: int64 scalar tensor (the 1-based global step); ``ids``: int64 vector of sample ids;

@@ -50,8 +50,10 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
     block holds its resolved inner layers, :func:`walk` visits every layer)."""
     out, shape = _resolve_list(model.resolved_layers(), INPUT_SHAPE, "model.layers", "", None)
     if shape != (NUM_CLASSES,):
-        raise UserError(f"model: the last layer must output {NUM_CLASSES} logits (a dense layer with "
-                        f"units: {NUM_CLASSES}). Received: output shape {shape}")
+        raise UserError(
+            f"model: the last layer must output {NUM_CLASSES} logits (a dense layer with "
+            f"units: {NUM_CLASSES}). Received: output shape {shape}"
+        )
     if not any(r.params for r in walk(out)):
         raise UserError("model: needs at least one dense or conv2d layer. Received: none")
     return out
@@ -65,19 +67,27 @@ def walk(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...]):
         yield from walk(r.shortcut)
 
 
-def _resolve_list(specs, shape, where_base: str, prefix_base: str,
-                  block: tuple[int, int] | None) -> tuple[list[ResolvedLayer], tuple[int, ...]]:
+def _resolve_list(
+    specs, shape, where_base: str, prefix_base: str, block: tuple[int, int] | None
+) -> tuple[list[ResolvedLayer], tuple[int, ...]]:
     out: list[ResolvedLayer] = []
     for i, layer in enumerate(specs):
-        r = _resolve_one(i, layer, shape, f"{where_base}[{i}]", f"{prefix_base}{i}",
-                         i if block is None else (block[0] + 1) * 1000 + block[1] + i)
+        r = _resolve_one(
+            i,
+            layer,
+            shape,
+            f"{where_base}[{i}]",
+            f"{prefix_base}{i}",
+            i if block is None else (block[0] + 1) * 1000 + block[1] + i,
+        )
         out.append(r)
         shape = r.out_shape
     return out, shape
 
 
-def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: str, prefix: str,
-                 uid: int) -> ResolvedLayer:
+def _resolve_one(
+    i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: str, prefix: str, uid: int
+) -> ResolvedLayer:
     where = f"{where_list} ({layer.type.value})"
     params: tuple[tuple[str, tuple[int, ...]], ...] = ()
     buffers: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -88,12 +98,16 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
     t = layer.type
     if t is LayerType.DENSE:
         if len(shape) != 1:
-            raise UserError(f"{where} needs a flat input; add a flatten layer before it. "
-                            f"Received: input shape {shape}")
+            raise UserError(
+                f"{where} needs a flat input; add a flatten layer before it. "
+                f"Received: input shape {shape}"
+            )
         assert layer.units is not None  # LayerSpec requires units on a dense layer
         fan_in = shape[0]
-        params = ((f"{prefix}.weight", (layer.units, fan_in)),
-                  *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()))
+        params = (
+            (f"{prefix}.weight", (layer.units, fan_in)),
+            *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()),
+        )
         new = (layer.units,)
     elif t is LayerType.CONV2D:
         if len(shape) != 3:
@@ -107,10 +121,14 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
             pad = layer.padding if isinstance(layer.padding, int) else 0
             oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
         if oh < 1 or ow < 1:
-            raise UserError(f"{where}: kernel {k} does not fit the input. Received: input shape {shape}")
+            raise UserError(
+                f"{where}: kernel {k} does not fit the input. Received: input shape {shape}"
+            )
         fan_in = c * k * k
-        params = ((f"{prefix}.weight", (layer.filters, c, k, k)),
-                  *(((f"{prefix}.bias", (layer.filters,)),) if layer.bias else ()))
+        params = (
+            (f"{prefix}.weight", (layer.filters, c, k, k)),
+            *(((f"{prefix}.bias", (layer.filters,)),) if layer.bias else ()),
+        )
         new = (layer.filters, oh, ow)
     elif t in (LayerType.MAXPOOL2D, LayerType.AVGPOOL2D):
         if len(shape) != 3:
@@ -120,7 +138,9 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
         p, s = layer.pool_size, layer.stride or layer.pool_size
         oh, ow = (h - p) // s + 1, (w - p) // s + 1
         if oh < 1 or ow < 1:
-            raise UserError(f"{where}: pool {p} does not fit the input. Received: input shape {shape}")
+            raise UserError(
+                f"{where}: pool {p} does not fit the input. Received: input shape {shape}"
+            )
         new = (c, oh, ow)
     elif t is LayerType.GLOBAL_AVGPOOL:
         if len(shape) != 3:
@@ -133,27 +153,34 @@ def _resolve_one(i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: s
         new = (n,)
     elif t is LayerType.BATCHNORM:
         if prefix == "0":
-            raise UserError(f"{where} normalises the output of the layer before it; put it after a "
-                            f"dense or conv2d layer. Received: batchnorm as the first layer")
+            raise UserError(
+                f"{where} normalises the output of the layer before it; put it after a "
+                f"dense or conv2d layer. Received: batchnorm as the first layer"
+            )
         c = shape[0]  # (F,) after dense: F features; (C, H, W) after conv: C channels
         params = ((f"{prefix}.weight", (c,)), (f"{prefix}.bias", (c,)))
         buffers = ((f"{prefix}.running_mean", (c,)), (f"{prefix}.running_var", (c,)))
         new = shape
     elif t is LayerType.RESIDUAL:
-        body, out_body = _resolve_list(layer.body, shape, f"{where_list}.body", f"{prefix}.body.",
-                                       (uid, 0))
-        shortcut, out_short = _resolve_list(layer.shortcut, shape, f"{where_list}.shortcut",
-                                            f"{prefix}.shortcut.", (uid, 500))
+        body, out_body = _resolve_list(
+            layer.body, shape, f"{where_list}.body", f"{prefix}.body.", (uid, 0)
+        )
+        shortcut, out_short = _resolve_list(
+            layer.shortcut, shape, f"{where_list}.shortcut", f"{prefix}.shortcut.", (uid, 500)
+        )
         if out_body != out_short:
             skip = "the shortcut" if layer.shortcut else "the block input (identity shortcut)"
-            raise UserError(f"{where}: the body outputs {out_body} but {skip} is {out_short}; the add "
-                            f"needs equal shapes (give a shortcut such as a 1x1 conv2d with the body's "
-                            f"stride and filters). Received: body {out_body}, shortcut {out_short}")
+            raise UserError(
+                f"{where}: the body outputs {out_body} but {skip} is {out_short}; the add "
+                f"needs equal shapes (give a shortcut such as a 1x1 conv2d with the body's "
+                f"stride and filters). Received: body {out_body}, shortcut {out_short}"
+            )
         new = out_body
     else:  # element-wise activations, dropout
         new = shape
-    return ResolvedLayer(i, layer, shape, new, params, fan_in, prefix, uid, buffers, tuple(body),
-                         tuple(shortcut))
+    return ResolvedLayer(
+        i, layer, shape, new, params, fan_in, prefix, uid, buffers, tuple(body), tuple(shortcut)
+    )
 
 
 def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
@@ -187,8 +214,11 @@ def cancelled_biases(model: ModelSpec) -> list[tuple[ResolvedLayer, ResolvedLaye
 
     def scan(layers):
         for prev, nxt in zip(layers, layers[1:]):
-            if (prev.spec.type in (LayerType.DENSE, LayerType.CONV2D) and prev.spec.bias
-                    and nxt.spec.type is LayerType.BATCHNORM):
+            if (
+                prev.spec.type in (LayerType.DENSE, LayerType.CONV2D)
+                and prev.spec.bias
+                and nxt.spec.type is LayerType.BATCHNORM
+            ):
                 out.append((prev, nxt))
         for r in layers:
             scan(list(r.body))
@@ -207,5 +237,8 @@ def conv_flatten_shape(model: ModelSpec) -> dict[int, tuple[int, int, int]]:
 
     The TF backend needs it to reorder the next dense kernel's rows (H,W,C vs C,H,W flatten order).
     """
-    return {r.index: r.in_shape for r in resolve(model)
-            if r.spec.type is LayerType.FLATTEN and len(r.in_shape) == 3 and r.in_shape[0] > 1}
+    return {
+        r.index: r.in_shape
+        for r in resolve(model)
+        if r.spec.type is LayerType.FLATTEN and len(r.in_shape) == 3 and r.in_shape[0] > 1
+    }

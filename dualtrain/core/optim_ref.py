@@ -44,8 +44,11 @@ def step(
         # A slot torch.optim has not created yet starts from zeros; a missing sgd momentum buffer
         # starts as a copy of the gradient, as at the first applied update.
         no_buf = "momentum_buffer" in state and state["momentum_buffer"] is None
-        current = {key: np.zeros_like(p) if v is None else np.asarray(v, np.float64)
-                for key, v in state.items()}
-        out[name], _ = update_rules.update(NUMPY, opt, p, g, current, lr=lr,
-                                           applied=0 if no_buf else applied)
+        current = {
+            key: np.zeros_like(p) if v is None else np.asarray(v, np.float64)
+            for key, v in state.items()
+        }
+        out[name], _ = update_rules.update(
+            NUMPY, opt, p, g, current, lr=lr, applied=0 if no_buf else applied
+        )
     return out

@@ -67,9 +67,15 @@ class ShardPlan:
 
     @classmethod
     def from_spec(cls, spec: Experiment, num_samples: int) -> ShardPlan:
-        return cls(num_samples=num_samples, global_batch=spec.data.batch_size,
-                   world_size=spec.distribution.world_size, seed=spec.seed, shuffle=spec.data.shuffle,
-                   last_batch=spec.data.last_batch, mode=spec.data.sharding)
+        return cls(
+            num_samples=num_samples,
+            global_batch=spec.data.batch_size,
+            world_size=spec.distribution.world_size,
+            seed=spec.seed,
+            shuffle=spec.data.shuffle,
+            last_batch=spec.data.last_batch,
+            mode=spec.data.sharding,
+        )
 
     def __post_init__(self) -> None:
         if self.num_samples < 1 or self.global_batch < 1 or self.world_size < 1:
@@ -123,11 +129,11 @@ class ShardPlan:
             raise IndexError(f"step {step} outside 0..{self.steps_per_epoch - 1}")
         if self.mode is Sharding.EXACT:
             order = self.epoch_order(epoch)
-            batch = order[step * self.global_batch:(step + 1) * self.global_batch]
+            batch = order[step * self.global_batch : (step + 1) * self.global_batch]
             return split_balanced(batch, self.world_size)
         per_rank = self._rank_orders(epoch)
         b = self.per_rank_batch
-        return [ranks[step * b:(step + 1) * b] for ranks in per_rank]
+        return [ranks[step * b : (step + 1) * b] for ranks in per_rank]
 
     def epoch(self, epoch: int) -> Iterator[list[np.ndarray]]:
         for step in range(self.steps_per_epoch):
@@ -143,7 +149,7 @@ class ShardPlan:
                 order = np.concatenate([order, np.tile(order, reps)[:pad]])
         else:
             order = order[:total]
-        return [order[r:total:self.world_size] for r in range(self.world_size)]
+        return [order[r : total : self.world_size] for r in range(self.world_size)]
 
     def digests(self, epoch: int) -> list[list[tuple[str, int]]]:
         """[(digest, count) per replica] for every step of ``epoch``: what shards.jsonl must record."""
@@ -164,7 +170,7 @@ def split_balanced(batch: np.ndarray, world_size: int) -> list[np.ndarray]:
     out, start = [], 0
     for r in range(world_size):
         size = base + (1 if r < rem else 0)
-        out.append(batch[start:start + size])
+        out.append(batch[start : start + size])
         start += size
     return out
 

@@ -69,8 +69,19 @@ class Ops(NormOps):
 
 # ---- update rules --------------------------------------------------------------------------------
 
-def sgd(ops: Ops, p: Any, g: Any, buf: Any, *, lr: Any, momentum: float, nesterov: bool,
-        weight_decay: float, applied: Any) -> tuple[Any, Any]:
+
+def sgd(
+    ops: Ops,
+    p: Any,
+    g: Any,
+    buf: Any,
+    *,
+    lr: Any,
+    momentum: float,
+    nesterov: bool,
+    weight_decay: float,
+    applied: Any,
+) -> tuple[Any, Any]:
     """torch.optim.SGD (dampening 0): (new parameter, new momentum buffer; None without momentum).
 
     ``applied``: updates applied before this one. torch creates the buffer as a copy of the gradient
@@ -85,9 +96,20 @@ def sgd(ops: Ops, p: Any, g: Any, buf: Any, *, lr: Any, momentum: float, nestero
     return ops.fma(p, -lr, g), new_buf  # torch: param.add_(grad, alpha=-lr)
 
 
-def adam(ops: Ops, p: Any, g: Any, exp_avg: Any, exp_avg_sq: Any, *, lr: Any,
-         betas: tuple[float, float], eps: float, weight_decay: float, decoupled: bool,
-         applied: Any) -> tuple[Any, Any, Any]:
+def adam(
+    ops: Ops,
+    p: Any,
+    g: Any,
+    exp_avg: Any,
+    exp_avg_sq: Any,
+    *,
+    lr: Any,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+    applied: Any,
+) -> tuple[Any, Any, Any]:
     """torch.optim.Adam (``decoupled``: AdamW): (new parameter, new exp_avg, new exp_avg_sq).
 
     ``applied``: updates applied before this one (the bias corrections use t = applied + 1)."""
@@ -110,8 +132,18 @@ def adam(ops: Ops, p: Any, g: Any, exp_avg: Any, exp_avg_sq: Any, *, lr: Any,
     return p - step_size * (m / denom), m, v  # param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-def adadelta(ops: Ops, p: Any, g: Any, square_avg: Any, acc_delta: Any, *, lr: Any, rho: float,
-             eps: float, weight_decay: float) -> tuple[Any, Any, Any]:
+def adadelta(
+    ops: Ops,
+    p: Any,
+    g: Any,
+    square_avg: Any,
+    acc_delta: Any,
+    *,
+    lr: Any,
+    rho: float,
+    eps: float,
+    weight_decay: float,
+) -> tuple[Any, Any, Any]:
     """torch.optim.Adadelta (_single_tensor_adadelta), op for op: (new parameter, new square_avg,
     new acc_delta)."""
     if weight_decay:
@@ -123,9 +155,21 @@ def adadelta(ops: Ops, p: Any, g: Any, square_avg: Any, acc_delta: Any, *, lr: A
     return ops.fma(p, -lr, delta), sq, acc  # param.add_(delta, alpha=-lr)
 
 
-def rmsprop(ops: Ops, p: Any, g: Any, square_avg: Any, grad_avg: Any, buf: Any, *, lr: Any,
-            alpha: float, eps: float, weight_decay: float, momentum: float,
-            centered: bool) -> tuple[Any, Any, Any, Any]:
+def rmsprop(
+    ops: Ops,
+    p: Any,
+    g: Any,
+    square_avg: Any,
+    grad_avg: Any,
+    buf: Any,
+    *,
+    lr: Any,
+    alpha: float,
+    eps: float,
+    weight_decay: float,
+    momentum: float,
+    centered: bool,
+) -> tuple[Any, Any, Any, Any]:
     """torch.optim.RMSprop (_single_tensor_rmsprop), op for op: (new parameter, new square_avg,
     new grad_avg (None unless centered), new momentum buffer (None without momentum))."""
     if weight_decay:
@@ -162,8 +206,9 @@ def slot_names(opt: OptimizerSpec) -> tuple[str, ...]:
     return tuple(names)
 
 
-def update(ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], *, lr: Any,
-           applied: Any) -> tuple[Any, dict[str, Any]]:
+def update(
+    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], *, lr: Any, applied: Any
+) -> tuple[Any, dict[str, Any]]:
     """One update of one parameter by ``opt``'s rule: (new parameter, new slots by name).
 
     ``slots``: the current value of each of :func:`slot_names` (zeros before the first applied
@@ -171,29 +216,70 @@ def update(ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any
     name, wd = opt.name, opt.weight_decay
     assert opt.eps is not None  # OptimizerSpec fills in torch's default for a null eps
     if name is OptimizerName.SGD:
-        p, buf = sgd(ops, p, g, slots.get("momentum_buffer"), lr=lr, momentum=opt.momentum,
-                     nesterov=opt.nesterov, weight_decay=wd, applied=applied)
+        p, buf = sgd(
+            ops,
+            p,
+            g,
+            slots.get("momentum_buffer"),
+            lr=lr,
+            momentum=opt.momentum,
+            nesterov=opt.nesterov,
+            weight_decay=wd,
+            applied=applied,
+        )
         return p, {} if buf is None else {"momentum_buffer": buf}
     if name in (OptimizerName.ADAM, OptimizerName.ADAMW):
-        p, m, v = adam(ops, p, g, slots["exp_avg"], slots["exp_avg_sq"], lr=lr, betas=opt.betas,
-                       eps=opt.eps, weight_decay=wd, decoupled=name is OptimizerName.ADAMW,
-                       applied=applied)
+        p, m, v = adam(
+            ops,
+            p,
+            g,
+            slots["exp_avg"],
+            slots["exp_avg_sq"],
+            lr=lr,
+            betas=opt.betas,
+            eps=opt.eps,
+            weight_decay=wd,
+            decoupled=name is OptimizerName.ADAMW,
+            applied=applied,
+        )
         return p, {"exp_avg": m, "exp_avg_sq": v}
     if name is OptimizerName.ADADELTA:
-        p, sq, acc = adadelta(ops, p, g, slots["square_avg"], slots["acc_delta"], lr=lr,
-                              rho=opt.rho, eps=opt.eps, weight_decay=wd)
+        p, sq, acc = adadelta(
+            ops,
+            p,
+            g,
+            slots["square_avg"],
+            slots["acc_delta"],
+            lr=lr,
+            rho=opt.rho,
+            eps=opt.eps,
+            weight_decay=wd,
+        )
         return p, {"square_avg": sq, "acc_delta": acc}
-    p, sq, ga, buf = rmsprop(ops, p, g, slots["square_avg"], slots.get("grad_avg"),
-                             slots.get("momentum_buffer"), lr=lr, alpha=opt.alpha, eps=opt.eps,
-                             weight_decay=wd, momentum=opt.momentum, centered=opt.centered)
+    p, sq, ga, buf = rmsprop(
+        ops,
+        p,
+        g,
+        slots["square_avg"],
+        slots.get("grad_avg"),
+        slots.get("momentum_buffer"),
+        lr=lr,
+        alpha=opt.alpha,
+        eps=opt.eps,
+        weight_decay=wd,
+        momentum=opt.momentum,
+        centered=opt.centered,
+    )
     new = {"square_avg": sq, "grad_avg": ga, "momentum_buffer": buf}
     return p, {k: v for k, v in new.items() if v is not None}
 
 
 # ---- loss scale, norm, clipping ------------------------------------------------------------------
 
-def loss_scale_update(ops: Ops, scale: Any, good_steps: Any, finite: Any,
-                      ls: LossScaleSpec) -> tuple[Any, Any]:
+
+def loss_scale_update(
+    ops: Ops, scale: Any, good_steps: Any, finite: Any, ls: LossScaleSpec
+) -> tuple[Any, Any]:
     """GradScaler's dynamic loss-scale rule (``torch._amp_update_scale_``): (new scale, new count of
     consecutive finite steps). A step whose all-reduced gradient is not ``finite`` is skipped (its
     update is not applied) and multiplies the scale by backoff_factor; growth_interval finite steps
@@ -205,8 +291,9 @@ def loss_scale_update(ops: Ops, scale: Any, good_steps: Any, finite: Any,
     inc = good_steps + 1
     good = ops.where(finite, inc, ops.zeros_like(inc))
     grow = ops.logical_and(finite, ops.equal(good, ls.growth_interval))
-    new_scale = ops.where(finite, ops.where(grow, scale * ls.growth_factor, scale),
-                          scale * ls.backoff_factor)
+    new_scale = ops.where(
+        finite, ops.where(grow, scale * ls.growth_factor, scale), scale * ls.backoff_factor
+    )
     return new_scale, ops.where(grow, ops.zeros_like(good), good)
 
 
@@ -232,6 +319,7 @@ def clip(ops: Ops, grads: Sequence[Any], norm: Any, max_norm: float | None) -> l
 
 
 # ---- the NumPy namespace -------------------------------------------------------------------------
+
 
 def _np_fma(a: Any, alpha: Any, b: Any) -> np.ndarray:
     """torch's ``a.add(b, alpha=alpha)`` in NumPy. float32: the float64 product of two float32

@@ -67,12 +67,15 @@ def check_layout(weights: Weights, model: ModelSpec, source: str = "weights") ->
     if set(weights) != set(expected):
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
-        raise UserError(f"{source}: parameters do not match the model (missing {missing}, unexpected "
-                        f"{extra}). Received: {sorted(weights)}")
+        raise UserError(
+            f"{source}: parameters do not match the model (missing {missing}, unexpected "
+            f"{extra}). Received: {sorted(weights)}"
+        )
     for name, shape in expected.items():
         if tuple(weights[name].shape) != shape:
-            raise UserError(f"{source}: {name} must have shape {shape}. "
-                            f"Received: {tuple(weights[name].shape)}")
+            raise UserError(
+                f"{source}: {name} must have shape {shape}. Received: {tuple(weights[name].shape)}"
+            )
 
 
 def _storage_dtype(array: np.ndarray) -> type:
@@ -84,8 +87,9 @@ def save_weights(path: str | Path, weights: Weights) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
     # Any: mypy also matches **arrays against savez's allow_pickle: bool parameter
-    arrays: dict[str, Any] = {k: np.ascontiguousarray(v, dtype=_storage_dtype(v))
-                              for k, v in weights.items()}
+    arrays: dict[str, Any] = {
+        k: np.ascontiguousarray(v, dtype=_storage_dtype(v)) for k, v in weights.items()
+    }
     np.savez(tmp, **arrays)
     tmp.replace(path)
 
@@ -106,5 +110,9 @@ def weights_digest(weights: Weights) -> str:
     for name in sorted(weights):
         a = weights[name]
         h.update(name.encode())
-        h.update(np.ascontiguousarray(a, dtype="<f8" if _storage_dtype(a) is np.float64 else "<f4").tobytes())
+        h.update(
+            np.ascontiguousarray(
+                a, dtype="<f8" if _storage_dtype(a) is np.float64 else "<f4"
+            ).tobytes()
+        )
     return h.hexdigest()[:16]

@@ -44,8 +44,9 @@ REFERENCE_CHOICES = ("fp64", "none")
 
 def check_reference(reference: str) -> None:
     if reference not in REFERENCE_CHOICES:
-        raise UserError(f"--reference must be one of {', '.join(REFERENCE_CHOICES)}. "
-                        f"Received: {reference!r}")
+        raise UserError(
+            f"--reference must be one of {', '.join(REFERENCE_CHOICES)}. Received: {reference!r}"
+        )
 
 
 def default_out(spec_name: str, output_dir: str | Path = "runs") -> Path:
@@ -58,11 +59,15 @@ def _require_backends() -> None:
     from dualtrain.backends import PACKAGES
 
     for backend in (Backend.TORCH, Backend.TF):
-        if importlib.util.find_spec(PACKAGES[backend] + ".launch") is None or \
-                importlib.util.find_spec(PACKAGES[backend] + ".worker") is None:
-            raise UserError(f"compare needs both backends; the {backend.value} backend is not available "
-                            f"in this installation (no {PACKAGES[backend]}.worker). Received: "
-                            f"dualtrain {backend.value} backend missing")
+        if (
+            importlib.util.find_spec(PACKAGES[backend] + ".launch") is None
+            or importlib.util.find_spec(PACKAGES[backend] + ".worker") is None
+        ):
+            raise UserError(
+                f"compare needs both backends; the {backend.value} backend is not available "
+                f"in this installation (no {PACKAGES[backend]}.worker). Received: "
+                f"dualtrain {backend.value} backend missing"
+            )
 
 
 #: What a compare writes into OUT besides its run folders.
@@ -88,16 +93,20 @@ def _existing(run: PlannedRun) -> Existing:
     if not where.exists():
         return Existing("absent")
     if not (where / SPEC_FILE).is_file():
-        raise UserError(f"--out holds {where.name}, which is not a dualtrain run; choose another "
-                        f"folder. Received: {str(where.parent)!r}")
+        raise UserError(
+            f"--out holds {where.name}, which is not a dualtrain run; choose another "
+            f"folder. Received: {str(where.parent)!r}"
+        )
     try:
         same = load_spec(where / SPEC_FILE).to_dict() == run.spec.to_dict()
     except UserError:
         same = False
     if not same:
-        raise UserError(f"--out holds a compare of another spec ({where.name}/{SPEC_FILE} differs "
-                        f"from this one); pass --overwrite to replace it, or choose another "
-                        f"folder. Received: {str(where.parent)!r}")
+        raise UserError(
+            f"--out holds a compare of another spec ({where.name}/{SPEC_FILE} differs "
+            f"from this one); pass --overwrite to replace it, or choose another "
+            f"folder. Received: {str(where.parent)!r}"
+        )
     if (where / SUMMARY_FILE).is_file() and (where / WEIGHTS_FINAL).is_file():
         return Existing("finished")
     latest = checkpoint.latest(where)
@@ -116,17 +125,21 @@ def _claim_out(out: Path, runs: list[PlannedRun], overwrite: bool) -> dict[str, 
     content = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     ours = [n for n in content if n in labels or n in REPORT_FILES or n == PARTIAL]
     if len(ours) < len(content) or (content and not any(n in labels for n in content)):
-        raise UserError(f"--out must be a new or empty folder, or one an earlier compare wrote "
-                        f"(compare writes its runs and the report into it); it holds "
-                        f"{', '.join(n for n in content if n not in ours) or ', '.join(content)}. "
-                        f"Received: {str(out)!r}")
+        raise UserError(
+            f"--out must be a new or empty folder, or one an earlier compare wrote "
+            f"(compare writes its runs and the report into it); it holds "
+            f"{', '.join(n for n in content if n not in ours) or ', '.join(content)}. "
+            f"Received: {str(out)!r}"
+        )
     if overwrite:
         from dualtrain.records.record import SPEC_FILE
 
         for name in content:
             if name in labels and not (out / name / SPEC_FILE).is_file():
-                raise UserError(f"--overwrite replaces an earlier compare; {name} in --out is not a "
-                                f"dualtrain run. Received: {str(out)!r}")
+                raise UserError(
+                    f"--overwrite replaces an earlier compare; {name} in --out is not a "
+                    f"dualtrain run. Received: {str(out)!r}"
+                )
         for name in content:  # an earlier compare's own output, and nothing else
             path = out / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -182,11 +195,15 @@ def plan_runs(spec: Experiment, out: Path, reference: str) -> list[PlannedRun]:
     probe = None
     if reference == "fp64" and spec.precision.dtype is not Precision.FP64:
         ref = reference_spec(spec)
-        runs += [PlannedRun("fp64-torch", ref, Backend.TORCH, out / "fp64-torch", probes.RECORD),
-                 PlannedRun("fp64-tf", ref, Backend.TF, out / "fp64-tf")]
+        runs += [
+            PlannedRun("fp64-torch", ref, Backend.TORCH, out / "fp64-torch", probes.RECORD),
+            PlannedRun("fp64-tf", ref, Backend.TF, out / "fp64-tf"),
+        ]
         probe = probes.replay(out / "fp64-torch")
-    runs += [PlannedRun("torch", spec, Backend.TORCH, out / "torch", probe),
-             PlannedRun("tf", spec, Backend.TF, out / "tf", probe)]
+    runs += [
+        PlannedRun("torch", spec, Backend.TORCH, out / "torch", probe),
+        PlannedRun("tf", spec, Backend.TF, out / "tf", probe),
+    ]
     return runs
 
 
@@ -212,17 +229,21 @@ class Progress:
     def start(self, i: int) -> None:
         with self.lock:
             run = self.runs[i]
-            self.say(f"{self.PREFIX} {self._tag(i)}: {run.what} -> {run.where}"
-                     f"{self._others('; also running: ')}")
+            self.say(
+                f"{self.PREFIX} {self._tag(i)}: {run.what} -> {run.where}"
+                f"{self._others('; also running: ')}"
+            )
             self.started[i] = time.perf_counter()
 
     def end(self, i: int, ok: bool, interrupted: bool = False) -> float:
         with self.lock:
             took = time.perf_counter() - self.started.pop(i)
             state = "done" if ok else "stopped" if interrupted else "FAILED"
-            self.say(f"{self.PREFIX} {self._tag(i)} {state}: "
-                     f"{self.runs[i].what} {'in' if ok else 'after'} {took:.1f}s"
-                     f"{self._others('; still running: ')}")
+            self.say(
+                f"{self.PREFIX} {self._tag(i)} {state}: "
+                f"{self.runs[i].what} {'in' if ok else 'after'} {took:.1f}s"
+                f"{self._others('; still running: ')}"
+            )
             return took
 
 
@@ -232,18 +253,28 @@ def refuse_external_launch() -> None:
     TensorFlow worker)."""
     from dualtrain.backends import launch_module
 
-    for backend, how in ((Backend.TORCH, "torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT"),
-                         (Backend.TF, "TF_CONFIG")):
+    for backend, how in (
+        (Backend.TORCH, "torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT"),
+        (Backend.TF, "TF_CONFIG"),
+    ):
         if launch_module(backend).detect() is not None:  # detect() only reads the environment
-            raise UserError(f"dualtrain compare launches its own workers; run it outside "
-                            f"torchrun, a TF_CONFIG cluster or a multi-task srun step. Received: "
-                            f"an external {backend.value} launch in the environment ({how} or a "
-                            f"Slurm step)")
+            raise UserError(
+                f"dualtrain compare launches its own workers; run it outside "
+                f"torchrun, a TF_CONFIG cluster or a multi-task srun step. Received: "
+                f"an external {backend.value} launch in the environment ({how} or a "
+                f"Slurm step)"
+            )
 
 
-def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp64",
-                     overlap: bool = False, overwrite: bool = False,
-                     progress: Callable[[str], None] | None = None) -> Comparison:
+def compare_backends(
+    spec: Experiment,
+    out: str | Path,
+    *,
+    reference: str = "fp64",
+    overlap: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Comparison:
     """Run ``spec`` on torch (OUT/torch) and tf (OUT/tf), then, with ``reference="fp64"``, the fp64
     reference pair (OUT/fp64-torch, OUT/fp64-tf; a fp64 spec is its own reference), and compare.
 
@@ -269,8 +300,11 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     runs = plan_runs(spec, out, reference)
     existing = _claim_out(out, runs, overwrite)
     with_ref = len(runs) == 4
-    what = ("both in fp64 (the reference pair, which records the probe states), then torch and tf"
-            if with_ref else "torch and tf")
+    what = (
+        "both in fp64 (the reference pair, which records the probe states), then torch and tf"
+        if with_ref
+        else "torch and tf"
+    )
     say = progress or (lambda text: None)
     say(f"{Progress.PREFIX} {spec.name}: {len(runs)} runs, {what} -> {out}")
     tracker = Progress(runs, progress, overlap)
@@ -280,13 +314,17 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     def one(i: int) -> Path:
         run, have = runs[i], existing[runs[i].label]
         if have.state == "finished":
-            say(f"{Progress.PREFIX} {tracker._tag(i)}: {run.what}: finished earlier, reused "
-                f"({run.where})")
+            say(
+                f"{Progress.PREFIX} {tracker._tag(i)}: {run.what}: finished earlier, reused "
+                f"({run.where})"
+            )
             took[i] = 0.0
             return run.where
         if have.state == "partial":
-            say(f"{Progress.PREFIX} {tracker._tag(i)}: {run.what} stopped before a checkpoint; "
-                f"it runs again (the stopped run is kept in {_set_aside(run)})")
+            say(
+                f"{Progress.PREFIX} {tracker._tag(i)}: {run.what} stopped before a checkpoint; "
+                f"it runs again (the stopped run is kept in {_set_aside(run)})"
+            )
         tracker.start(i)
         run_dir: Path | None  # start_run returns None for a worker of an external launcher
         try:
@@ -317,15 +355,21 @@ def compare_backends(spec: Experiment, out: str | Path, *, reference: str = "fp6
     else:
         dirs = [one(i) for i in range(len(runs))]
     if reference == "none":
-        notes.append("no fp64 reference pair (--reference none): the semantic check did not run; "
-                     "trajectory and final weights use the fixed tolerances")
+        notes.append(
+            "no fp64 reference pair (--reference none): the semantic check did not run; "
+            "trajectory and final weights use the fixed tolerances"
+        )
     elif not with_ref:
         notes.append("the runs are fp64: they are the reference pair")
-    timings = ", ".join(f"{run.label} " + ("reused" if existing[run.label].state == "finished"
-                                           else f"{took[i]:.1f}s") for i, run in enumerate(runs))
+    timings = ", ".join(
+        f"{run.label} "
+        + ("reused" if existing[run.label].state == "finished" else f"{took[i]:.1f}s")
+        for i, run in enumerate(runs)
+    )
     notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({timings})")
     by = {run.label: d for run, d in zip(runs, dirs)}
-    cmp = compare_dirs(by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None,
-                       notes)
+    cmp = compare_dirs(
+        by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None, notes
+    )
     write_report(cmp, out)
     return cmp

@@ -48,8 +48,9 @@ def _publish_modes(folder: Path) -> None:
         f.chmod((0o777 if f.is_dir() else 0o666) & ~mask)
 
 
-def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
-               overwrite: bool = False) -> Path:
+def export_run(
+    run_dir: str | Path, fmt: str, out: str | Path | None = None, *, overwrite: bool = False
+) -> Path:
     """Export the finished run in ``run_dir``; returns the folder written. ``overwrite``: replace a
     previous export in ``out`` (a folder holding export.json), nothing else."""
     from dualtrain.runtime.entry import run_spec
@@ -72,12 +73,16 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
     replace = False
     if target.is_dir() and any(target.iterdir()):
         if not overwrite:
-            raise UserError(f"--out is not empty; choose another folder, or --overwrite to replace "
-                            f"a previous export there. Received: {str(target)!r}")
+            raise UserError(
+                f"--out is not empty; choose another folder, or --overwrite to replace "
+                f"a previous export there. Received: {str(target)!r}"
+            )
         if not (target / "export.json").is_file():
-            raise UserError(f"--overwrite replaces a previous export only (a folder with "
-                            f"export.json); {str(target)!r} holds something else. Received: "
-                            f"{str(target)!r}")
+            raise UserError(
+                f"--overwrite replaces a previous export only (a folder with "
+                f"export.json); {str(target)!r} holds something else. Received: "
+                f"{str(target)!r}"
+            )
         replace = True
     check_creatable(target)
     try:
@@ -86,19 +91,29 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path | None = None, *,
         # export leaves nothing behind, and the target appears complete or not at all.
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     except OSError as exc:
-        raise UserError(f"cannot write the export into {str(target.parent)!r}: {exc.strerror}. "
-                        f"Received: {str(target)!r}") from None
+        raise UserError(
+            f"cannot write the export into {str(target.parent)!r}: {exc.strerror}. "
+            f"Received: {str(target)!r}"
+        ) from None
     try:
         _write(fmt, run_dir, tmp)
-        meta = {"format": fmt, "source_run": str(run_dir.resolve()), "spec": spec.to_dict(),
-                "dtype": str(next(iter(weights.values())).dtype),
-                "input": {"normalise": f"(x / 255 - {MEAN}) / {STD}",
-                          "layout": "NCHW (N, 1, 28, 28)" if fmt == "torch" else "NHWC (N, 28, 28, 1)"},
-                "output": "logits (N, 10)"}
+        meta = {
+            "format": fmt,
+            "source_run": str(run_dir.resolve()),
+            "spec": spec.to_dict(),
+            "dtype": str(next(iter(weights.values())).dtype),
+            "input": {
+                "normalise": f"(x / 255 - {MEAN}) / {STD}",
+                "layout": "NCHW (N, 1, 28, 28)" if fmt == "torch" else "NHWC (N, 28, 28, 1)",
+            },
+            "output": "logits (N, 10)",
+        }
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
         _publish_modes(tmp)
         if replace:  # the previous export (checked above: ours) goes only once the new one is whole
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
+            )
             old.rmdir()
             target.rename(old)
             tmp.rename(target)
@@ -123,8 +138,15 @@ def _write(fmt: str, run_dir: Path, folder: Path) -> None:
     from dualtrain.launch.local import worker_env
 
     backend = BACKEND_OF[fmt]
-    cmd = [sys.executable, "-m", f"dualtrain.backends.{backend}.tools", "export",
-           str(run_dir / SPEC_FILE), str(run_dir / WEIGHTS_FINAL), str(folder)]
+    cmd = [
+        sys.executable,
+        "-m",
+        f"dualtrain.backends.{backend}.tools",
+        "export",
+        str(run_dir / SPEC_FILE),
+        str(run_dir / WEIGHTS_FINAL),
+        str(folder),
+    ]
     proc = subprocess.run(cmd, env=worker_env({}), capture_output=True, text=True)
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -23,11 +23,15 @@ def check_creatable(path: str | Path, what: str = "--out") -> None:
         probe = probe.parent
     if not probe.is_dir():
         where = "" if probe == target else f" ({str(probe)!r} is not a folder)"
-        raise UserError(f"{what} cannot be a folder: something other than a folder is in the "
-                        f"way{where}. Received: {str(path)!r}")
+        raise UserError(
+            f"{what} cannot be a folder: something other than a folder is in the "
+            f"way{where}. Received: {str(path)!r}"
+        )
     try:
         made = tempfile.mkdtemp(prefix=".dualtrain-write-check.", dir=probe)
     except OSError as exc:
-        raise UserError(f"{what} cannot be written: {exc.strerror or exc} in {str(probe)!r}. "
-                        f"Received: {str(path)!r}") from None
+        raise UserError(
+            f"{what} cannot be written: {exc.strerror or exc} in {str(probe)!r}. "
+            f"Received: {str(path)!r}"
+        ) from None
     os.rmdir(made)

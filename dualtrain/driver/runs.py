@@ -32,20 +32,6 @@ def default_run_dir(spec: Experiment, backend: Backend) -> Path:
     return new_folder(spec.output_dir, f"{spec.name}-{backend.value}")
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """What ``dualtrain run`` will do, with every check made and nothing written or started.
@@ -78,8 +64,14 @@ class RunPlan:
         return self.run_dir if self.action is not None else None
 
 
-def resolve_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
-                overwrite: bool = False, resume_from: str | Path | None = None) -> RunPlan:
+def resolve_run(
+    spec: Experiment,
+    backend: Backend,
+    out: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    resume_from: str | Path | None = None,
+) -> RunPlan:
     """Every check of ``dualtrain run`` before anything is written: the external launcher (its
     ``detect`` reads the environment and changes nothing) and the world size it imposes, a
     restarted external worker's checkpoint, ``--resume-from`` (the checkpoint, its spec, its
@@ -96,9 +88,16 @@ def resolve_run(spec: Experiment, backend: Backend, out: str | Path | None = Non
         if restart is not None:
             check_continuation(restart.state, spec, restart.path)
         validate(spec, backend)
-        warnings: tuple[str, ...] = () if out is not None else (
-            ("no --out: rank 0 writes a new timestamped folder, so a restarted worker cannot find "
-             "the run's checkpoints; give every replica the same --out on shared storage"),)
+        warnings: tuple[str, ...] = (
+            ()
+            if out is not None
+            else (
+                (
+                    "no --out: rank 0 writes a new timestamped folder, so a restarted worker cannot find "
+                    "the run's checkpoints; give every replica the same --out on shared storage"
+                ),
+            )
+        )
         chief = found.rank == 0
         run_dir = Path(out) if out is not None else None
         if restart is not None:
@@ -108,8 +107,9 @@ def resolve_run(spec: Experiment, backend: Backend, out: str | Path | None = Non
             action = "replace" if check_out_dir(run_dir, overwrite) else "create"
         else:
             action = None
-        return RunPlan(spec, backend, spec_world, found, run_dir, action, restart=restart,
-                       warnings=warnings)
+        return RunPlan(
+            spec, backend, spec_world, found, run_dir, action, restart=restart, warnings=warnings
+        )
     resume = None
     if resume_from is not None:
         resume = checkpoint.load(resume_from)
@@ -140,10 +140,15 @@ def _write_run_dir(plan: RunPlan) -> Path:
     return run_dir
 
 
-def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None, *,
-              overwrite: bool = False,
-              resume_from: str | Path | None = None,
-              probe: probes.Role | None = None) -> tuple[Path | None, dict[str, Any]]:
+def start_run(
+    spec: Experiment,
+    backend: Backend,
+    out: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    resume_from: str | Path | None = None,
+    probe: probes.Role | None = None,
+) -> tuple[Path | None, dict[str, Any]]:
     """Run ``spec`` on ``backend``; return (run_dir, summary).
 
     Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), inside a TF_CONFIG cluster or
@@ -168,9 +173,15 @@ def start_run(spec: Experiment, backend: Backend, out: str | Path | None = None,
     try:
         if plan.resume is not None:
             _copy_records(plan.resume, run_dir)
-        return run_dir, _launch(plan.spec, backend, run_dir, launch,
-                                plan.resume.path if plan.resume else None, attempt=0,
-                                extra_env=probe.env() if probe is not None else None)
+        return run_dir, _launch(
+            plan.spec,
+            backend,
+            run_dir,
+            launch,
+            plan.resume.path if plan.resume else None,
+            attempt=0,
+            extra_env=probe.env() if probe is not None else None,
+        )
     except UserError:
         # A worker stopped on a user mistake before training: nothing of this call's run stays.
         if fresh:
@@ -182,14 +193,19 @@ def refuse_resume_from(resume_from: str | Path | None) -> None:
     """Under an external launcher every worker starts from the same command: a continuation from
     another run's checkpoint is dualtrain's own launcher's job."""
     if resume_from is not None:
-        raise UserError("--resume-from is for runs dualtrain launches; under torchrun, a TF_CONFIG "
-                        "cluster or a Slurm step start the run with dualtrain's own launcher. "
-                        f"Received: {resume_from}")
+        raise UserError(
+            "--resume-from is for runs dualtrain launches; under torchrun, a TF_CONFIG "
+            "cluster or a Slurm step start the run with dualtrain's own launcher. "
+            f"Received: {resume_from}"
+        )
 
 
-def resume_run(run_dir: str | Path, backend: Backend | None = None,
-               world_size: int | None = None,
-               probe: probes.Role | None = None) -> tuple[Path, dict[str, Any]]:
+def resume_run(
+    run_dir: str | Path,
+    backend: Backend | None = None,
+    world_size: int | None = None,
+    probe: probes.Role | None = None,
+) -> tuple[Path, dict[str, Any]]:
     """``dualtrain run --resume RUN_DIR``: continue a stopped or killed run from its latest complete
     checkpoint, on the checkpoint's backend, optionally at another world size (sharding exact)."""
     from dualtrain.runtime.entry import run_spec
@@ -199,19 +215,25 @@ def resume_run(run_dir: str | Path, backend: Backend | None = None,
         raise UserError(f"--resume needs a run directory. Received: {str(run_dir)!r}")
     spec = run_spec(run_dir)
     if (run_dir / SUMMARY_FILE).is_file():
-        raise UserError(f"{run_dir} has finished (summary.json exists); nothing to resume. To train "
-                        f"further, start a new run with --resume-from {run_dir / checkpoint.DIR}/<step>")
+        raise UserError(
+            f"{run_dir} has finished (summary.json exists); nothing to resume. To train "
+            f"further, start a new run with --resume-from {run_dir / checkpoint.DIR}/<step>"
+        )
     path = checkpoint.latest(run_dir)
     if path is None:
-        raise UserError(f"{run_dir} has no complete checkpoint to resume from (set "
-                        f"train.checkpoint_every to write them). Received: {str(run_dir)!r}")
+        raise UserError(
+            f"{run_dir} has no complete checkpoint to resume from (set "
+            f"train.checkpoint_every to write them). Received: {str(run_dir)!r}"
+        )
     ckpt = checkpoint.load(path)
     ckpt_backend = parse_backend(ckpt.state["backend"])
     if backend is not None and backend is not ckpt_backend:
-        raise UserError(f"--resume continues on the checkpoint's backend ({ckpt_backend.value}); to "
-                        f"continue it in {backend.value}, start a new run: dualtrain run --backend "
-                        f"{backend.value} --config {run_dir / SPEC_FILE} --resume-from {path} --out "
-                        f"NEW_DIR. Received: --backend {backend.value}")
+        raise UserError(
+            f"--resume continues on the checkpoint's backend ({ckpt_backend.value}); to "
+            f"continue it in {backend.value}, start a new run: dualtrain run --backend "
+            f"{backend.value} --config {run_dir / SPEC_FILE} --resume-from {path} --out "
+            f"NEW_DIR. Received: --backend {backend.value}"
+        )
     if world_size is not None and world_size != spec.distribution.world_size:
         spec = spec.replace(distribution=_with(spec.distribution, world_size=world_size))
     check_continuation(ckpt.state, spec, ckpt.path)
@@ -221,17 +243,34 @@ def resume_run(run_dir: str | Path, backend: Backend | None = None,
     write_atomic(run_dir / SPEC_FILE, dump_spec(spec))
     truncate_records(run_dir, ckpt)
     attempt = len(ckpt.state.get("history", [])) + 1
-    return run_dir, _launch(spec, ckpt_backend, run_dir, launch, ckpt.path, attempt=attempt,
-                            extra_env=probe.env() if probe is not None else None)
+    return run_dir, _launch(
+        spec,
+        ckpt_backend,
+        run_dir,
+        launch,
+        ckpt.path,
+        attempt=attempt,
+        extra_env=probe.env() if probe is not None else None,
+    )
 
 
-def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: LaunchModule,
-            ckpt: Path | None,
-            *, attempt: int, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+def _launch(
+    spec: Experiment,
+    backend: Backend,
+    run_dir: Path,
+    launch: LaunchModule,
+    ckpt: Path | None,
+    *,
+    attempt: int,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
     ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
-    print(f"dualtrain: {backend.value} run -> {run_dir}"
-          + (f" (continuing from {ckpt})" if ckpt is not None else ""), flush=True)
+    print(
+        f"dualtrain: {backend.value} run -> {run_dir}"
+        + (f" (continuing from {ckpt})" if ckpt is not None else ""),
+        flush=True,
+    )
     restarts = 0
     while True:
         workers = launch.workers(spec)
@@ -239,9 +278,15 @@ def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: LaunchMod
         for w in workers:
             w.env.update(env)
         try:
-            run_workers(launch.MODULE, [str(run_dir)], workers, unit=launch.UNIT,
-                        grace_s=spec.distribution.timeout_s, run_dir=run_dir,
-                        stderr_noise=launch.STDERR_NOISE)
+            run_workers(
+                launch.MODULE,
+                [str(run_dir)],
+                workers,
+                unit=launch.UNIT,
+                grace_s=spec.distribution.timeout_s,
+                run_dir=run_dir,
+                stderr_noise=launch.STDERR_NOISE,
+            )
             break
         except RunFailed as exc:
             reported = run_dir / WORKER_ERROR
@@ -251,12 +296,18 @@ def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: LaunchMod
                 if not _trained(run_dir):  # before the first step: a mistake, exit 2
                     raise UserError(message) from None
                 # during training (a full disk, say): the run failed; what it wrote stays
-                raise RunFailed(f"{backend.value} run failed: {message} (partial run left in "
-                                f"{run_dir})", rank=exc.rank, code=exc.code) from None
+                raise RunFailed(
+                    f"{backend.value} run failed: {message} (partial run left in {run_dir})",
+                    rank=exc.rank,
+                    code=exc.code,
+                ) from None
             if restarts >= spec.distribution.max_restarts or exc.code == 2:
-                more = (f" after {restarts} restart(s)" if restarts else "")
-                raise RunFailed(f"{backend.value} run failed{more}: {exc} (partial run left in "
-                                f"{run_dir})", rank=exc.rank, code=exc.code) from None
+                more = f" after {restarts} restart(s)" if restarts else ""
+                raise RunFailed(
+                    f"{backend.value} run failed{more}: {exc} (partial run left in {run_dir})",
+                    rank=exc.rank,
+                    code=exc.code,
+                ) from None
             restarts += 1
             attempt += 1
             latest = checkpoint.latest(run_dir)
@@ -264,12 +315,18 @@ def _launch(spec: Experiment, backend: Backend, run_dir: Path, launch: LaunchMod
                 ckpt_obj = checkpoint.load(latest)  # a tampered latest checkpoint stops the run
                 truncate_records(run_dir, ckpt_obj)
             ckpt = latest
-            print(f"dualtrain: {exc}; restart {restarts}/{spec.distribution.max_restarts} of every "
-                  f"{launch.UNIT} from {latest or 'step 0 (no checkpoint yet)'}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"dualtrain: {exc}; restart {restarts}/{spec.distribution.max_restarts} of every "
+                f"{launch.UNIT} from {latest or 'step 0 (no checkpoint yet)'}",
+                file=sys.stderr,
+                flush=True,
+            )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
-            print(f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
             raise
     if not (run_dir / SUMMARY_FILE).is_file():
         raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
@@ -289,12 +346,14 @@ def truncate_records(run_dir: Path, ckpt: checkpoint.Checkpoint) -> None:
     for name, size in ckpt.state["records"].items():
         path = run_dir / name
         if not path.is_file() or path.stat().st_size < size:
-            raise UserError(f"{path} is shorter than at the checkpoint of step {ckpt.step} "
-                            f"({size} bytes); the run directory was changed. Received: {str(path)!r}")
+            raise UserError(
+                f"{path} is shorter than at the checkpoint of step {ckpt.step} "
+                f"({size} bytes); the run directory was changed. Received: {str(path)!r}"
+            )
         with open(path, "r+b") as f:
             f.truncate(size)
     events = run_dir / tbevents.DIR
-    for path in (events.iterdir() if events.is_dir() else ()):
+    for path in events.iterdir() if events.is_dir() else ():
         if str(path.relative_to(run_dir)) not in ckpt.state["records"]:
             path.unlink()  # an event file begun after the checkpoint
     for name in (SUMMARY_FILE, WEIGHTS_FINAL):
@@ -311,9 +370,11 @@ def check_records(ckpt: checkpoint.Checkpoint) -> Path:
     for name, size in ckpt.state["records"].items():
         src = source / name
         if not src.is_file() or src.stat().st_size < size:
-            raise UserError(f"the checkpoint's run directory {source} lacks its records ({name} up to "
-                            f"{size} bytes), which the continued run starts from. Received: "
-                            f"{str(ckpt.path)!r}")
+            raise UserError(
+                f"the checkpoint's run directory {source} lacks its records ({name} up to "
+                f"{size} bytes), which the continued run starts from. Received: "
+                f"{str(ckpt.path)!r}"
+            )
     return source
 
 
@@ -326,27 +387,34 @@ def _copy_records(ckpt: checkpoint.Checkpoint, run_dir: Path) -> None:
             (run_dir / name).write_bytes(f.read(size))
 
 
-def _run_as_external_worker(plan: RunPlan,
-                            launch: LaunchModule) -> tuple[Path | None, dict[str, Any]]:
+def _run_as_external_worker(
+    plan: RunPlan, launch: LaunchModule
+) -> tuple[Path | None, dict[str, Any]]:
     import importlib
 
     assert plan.launcher is not None
     cluster.apply(plan.launcher)
     if plan.spec_world_size != plan.spec.distribution.world_size:
-        print(f"dualtrain: world_size {plan.spec.distribution.world_size} from the launcher "
-              f"overrides the spec's {plan.spec_world_size}", flush=True)
+        print(
+            f"dualtrain: world_size {plan.spec.distribution.world_size} from the launcher "
+            f"overrides the spec's {plan.spec_world_size}",
+            flush=True,
+        )
     if plan.restart is not None:
         # A restarted worker of an external launcher (torchrun --max-restarts, a Kubernetes restart
         # policy): --out holds this run, unfinished, with a complete checkpoint, so every rank
         # continues from it by itself (the chief cuts the records back to it). The ranks check that
         # they all start at the same step (TrainLoop.run).
-        start = Start(resume=plan.restart.path,
-                      attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 1))
+        start = Start(
+            resume=plan.restart.path, attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 1)
+        )
         if plan.action == "continue":
             assert plan.run_dir is not None
             truncate_records(plan.run_dir, plan.restart)
-            print(f"dualtrain: restarted worker: continuing {plan.run_dir} from "
-                  f"{plan.restart.path}", flush=True)
+            print(
+                f"dualtrain: restarted worker: continuing {plan.run_dir} from {plan.restart.path}",
+                flush=True,
+            )
     else:
         start = Start()
         if plan.action is not None:

@@ -29,9 +29,11 @@ def validate(spec: Experiment, backend: Backend) -> None:
     whether a gpu run has a GPU)."""
     check_installed(backend)
     if spec.logging.tensorboard and not tbevents.available():
-        raise UserError("logging.tensorboard needs the tensorboard package (pip install tensorboard; "
-                        "it does not need TensorFlow), or set logging.tensorboard: false. Received: "
-                        "tensorboard not installed")
+        raise UserError(
+            "logging.tensorboard needs the tensorboard package (pip install tensorboard; "
+            "it does not need TensorFlow), or set logging.tensorboard: false. Received: "
+            "tensorboard not installed"
+        )
     resolve(spec.model)
     mnist.verify(spec.data)
     initial_weights(spec.model, spec.seed)  # checks init_from's layout
@@ -57,22 +59,30 @@ def check_sizes(spec: Experiment, num_train: int) -> None:
     replicas that never get a sample (world size above the global batch or the samples)."""
     plan = ShardPlan.from_spec(spec, num_train)
     world, batch = spec.distribution.world_size, spec.data.batch_size
-    got = (f"Received: world_size {world}, data.batch_size {batch}, {num_train} training "
-           f"sample(s), data.last_batch {spec.data.last_batch.value}")
+    got = (
+        f"Received: world_size {world}, data.batch_size {batch}, {num_train} training "
+        f"sample(s), data.last_batch {spec.data.last_batch.value}"
+    )
     if plan.steps_per_epoch == 0:
-        raise UserError(f"no training step: the global batch ({batch}) is larger than the "
-                        f"{num_train} training sample(s) and data.last_batch: drop drops it; use "
-                        f"data.last_batch: keep or a smaller batch. {got}")
+        raise UserError(
+            f"no training step: the global batch ({batch}) is larger than the "
+            f"{num_train} training sample(s) and data.last_batch: drop drops it; use "
+            f"data.last_batch: keep or a smaller batch. {got}"
+        )
     busy = min(batch, num_train)  # the most samples any step holds
     if world > busy:
-        _warn_once(("idle", f"{world}/{busy}"),
-                   f"{world - busy} of the {world} replicas get no sample at any step (a step holds "
-                   f"at most {busy} sample(s)); they only take part in the collectives. Use "
-                   f"--world-size {busy} or less. {got}")
+        _warn_once(
+            ("idle", f"{world}/{busy}"),
+            f"{world - busy} of the {world} replicas get no sample at any step (a step holds "
+            f"at most {busy} sample(s)); they only take part in the collectives. Use "
+            f"--world-size {busy} or less. {got}",
+        )
     elif batch > num_train:
-        _warn_once(("batch", f"{batch}/{num_train}"),
-                   f"the global batch ({batch}) is larger than the {num_train} training "
-                   f"sample(s): every epoch is one step of {num_train}. {got}")
+        _warn_once(
+            ("batch", f"{batch}/{num_train}"),
+            f"the global batch ({batch}) is larger than the {num_train} training "
+            f"sample(s): every epoch is one step of {num_train}. {got}",
+        )
 
 
 def warn_cancelled_biases(spec: Experiment) -> None:
@@ -87,11 +97,15 @@ def warn_cancelled_biases(spec: Experiment) -> None:
         if key in _WARNED:  # compare validates four runs of one spec: say it once
             continue
         _WARNED.add(key)
-        print(f"dualtrain: warning: {where(layer.prefix)} ({layer.spec.type.value}) feeds the "
-              f"batchnorm {where(norm.prefix)}, which cancels its bias (zero gradient); under "
-              f"{spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair may "
-              f"report that bias and the batchnorm's running_mean as differing. Set bias: false on "
-              f"{where(layer.prefix)}.", file=sys.stderr, flush=True)
+        print(
+            f"dualtrain: warning: {where(layer.prefix)} ({layer.spec.type.value}) feeds the "
+            f"batchnorm {where(norm.prefix)}, which cancels its bias (zero gradient); under "
+            f"{spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair may "
+            f"report that bias and the batchnorm's running_mean as differing. Set bias: false on "
+            f"{where(layer.prefix)}.",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
@@ -112,22 +126,28 @@ def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
         for r, per_sample in norms:
             what = f"{where(r.prefix)} (batchnorm, sync: {str(r.spec.sync).lower()})"
             at = f"at step {k + 1}{' (the last of every epoch)' if k == last and k else ''}"
-            got = (f"Received: batch_size {spec.data.batch_size}, world_size {plan.world_size}, "
-                   f"{num_train} train samples, last_batch {spec.data.last_batch.value}")
+            got = (
+                f"Received: batch_size {spec.data.batch_size}, world_size {plan.world_size}, "
+                f"{num_train} train samples, last_batch {spec.data.last_batch.value}"
+            )
             if r.spec.sync:
                 n = sum(sizes)
                 if n * per_sample < 2:
-                    raise UserError(f"{what}: {at} the global batch holds {n} sample(s), "
-                                    f"{n * per_sample} value(s) per channel; batchnorm needs at least "
-                                    f"2. Use data.last_batch: drop. {got}")
+                    raise UserError(
+                        f"{what}: {at} the global batch holds {n} sample(s), "
+                        f"{n * per_sample} value(s) per channel; batchnorm needs at least "
+                        f"2. Use data.last_batch: drop. {got}"
+                    )
                 continue
             replica = min(range(len(sizes)), key=lambda i: sizes[i])
             n = sizes[replica]
             if n * per_sample < 2:
-                raise UserError(f"{what}: {at} replica {replica} holds {n} sample(s), "
-                                f"{n * per_sample} value(s) per channel; batchnorm needs at least 2. "
-                                f"Use sync: true (statistics over the global batch) or "
-                                f"data.last_batch: drop. {got}")
+                raise UserError(
+                    f"{what}: {at} replica {replica} holds {n} sample(s), "
+                    f"{n * per_sample} value(s) per channel; batchnorm needs at least 2. "
+                    f"Use sync: true (statistics over the global batch) or "
+                    f"data.last_batch: drop. {got}"
+                )
 
 
 def check_out_dir(path: Path, overwrite: bool) -> bool:
@@ -138,10 +158,14 @@ def check_out_dir(path: Path, overwrite: bool) -> bool:
     check_creatable(path)
     if path.is_dir() and any(path.iterdir()):
         if not (path / SPEC_FILE).is_file():
-            raise UserError(f"--out is a non-empty folder that is not a dualtrain run; choose another. "
-                            f"Received: {str(path)!r}")
+            raise UserError(
+                f"--out is a non-empty folder that is not a dualtrain run; choose another. "
+                f"Received: {str(path)!r}"
+            )
         if not overwrite:
-            raise UserError(f"--out already holds a run; pass --overwrite or choose another folder. "
-                            f"Received: {str(path)!r}")
+            raise UserError(
+                f"--out already holds a run; pass --overwrite or choose another folder. "
+                f"Received: {str(path)!r}"
+            )
         return True
     return False

@@ -78,11 +78,20 @@ class Launcher:
     """The one line ``dualtrain run`` says on stdout about it."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "rank": self.rank, "world_size": self.world_size,
-                "local_rank": self.local_rank, "local_world_size": self.local_world_size,
-                "master_addr": self.master_addr, "master_port": self.master_port,
-                "tf_cluster": self.tf_cluster, "tf_task": self.tf_task, "host": self.host,
-                "env": dict(self.env), "line": self.line}
+        return {
+            "kind": self.kind,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "local_world_size": self.local_world_size,
+            "master_addr": self.master_addr,
+            "master_port": self.master_port,
+            "tf_cluster": self.tf_cluster,
+            "tf_task": self.tf_task,
+            "host": self.host,
+            "env": dict(self.env),
+            "line": self.line,
+        }
 
 
 def apply(launcher: Launcher) -> None:
@@ -109,8 +118,11 @@ def expand_hostlist(text: str) -> list[str]:
         parts = re.split(r"(\[[^\[\]]*\])", name)
         if any(c in part for part in parts[::2] for c in "[]"):
             raise ValueError(f"unbalanced brackets in {name!r}")
-        choices = [[part] if i % 2 == 0 else _expand_ranges(part[1:-1], name)
-                   for i, part in enumerate(parts) if part]
+        choices = [
+            [part] if i % 2 == 0 else _expand_ranges(part[1:-1], name)
+            for i, part in enumerate(parts)
+            if part
+        ]
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     if not hosts:
         raise ValueError("no host names")
@@ -210,9 +222,11 @@ def _first(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
 def _int_var(env: Mapping[str, str], *names: str, minimum: int = 0) -> tuple[str, int]:
     found = _first(env, *names)
     if found is None:
-        raise UserError(f"{names[0]} is not set, which an srun task needs (dualtrain maps Slurm's "
-                        f"variables to its ranks; DUALTRAIN_SLURM=0 turns that off). Received: "
-                        f"{', '.join(names)} unset")
+        raise UserError(
+            f"{names[0]} is not set, which an srun task needs (dualtrain maps Slurm's "
+            f"variables to its ranks; DUALTRAIN_SLURM=0 turns that off). Received: "
+            f"{', '.join(names)} unset"
+        )
     name, value = found
     if not re.fullmatch(r"\d+", value) or int(value) < minimum:
         raise UserError(f"{name} must be an integer >= {minimum}. Received: {name}={value!r}")
@@ -243,40 +257,59 @@ def slurm_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
         return None
     procid_var, procid = _int_var(env, "SLURM_PROCID")
     if procid >= ntasks:
-        raise UserError(f"{procid_var} must be below the step's task count {ntasks_var}={ntasks}. "
-                        f"Received: {procid_var}={procid}")
+        raise UserError(
+            f"{procid_var} must be below the step's task count {ntasks_var}={ntasks}. "
+            f"Received: {procid_var}={procid}"
+        )
     local_var, local = _int_var(env, "SLURM_LOCALID")
-    hosts_var, hosts_text = _first(env, "SLURM_STEP_NODELIST", "SLURM_NODELIST",
-                                   "SLURM_JOB_NODELIST") or ("SLURM_STEP_NODELIST", "")
+    hosts_var, hosts_text = _first(
+        env, "SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"
+    ) or ("SLURM_STEP_NODELIST", "")
     try:
         hosts = expand_hostlist(hosts_text)
     except ValueError as exc:
-        raise UserError(f"{hosts_var} is not a Slurm hostlist ({exc}). Received: "
-                        f"{hosts_var}={hosts_text!r}") from None
+        raise UserError(
+            f"{hosts_var} is not a Slurm hostlist ({exc}). Received: {hosts_var}={hosts_text!r}"
+        ) from None
     tpn_var, tpn_text = _first(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") or (
-        "SLURM_STEP_TASKS_PER_NODE", "")
+        "SLURM_STEP_TASKS_PER_NODE",
+        "",
+    )
     try:
         tasks = expand_tasks_per_node(tpn_text)
     except ValueError as exc:
-        raise UserError(f"{tpn_var} is not a Slurm tasks-per-node list like 2(x3),1 ({exc}). "
-                        f"Received: {tpn_var}={tpn_text!r}") from None
+        raise UserError(
+            f"{tpn_var} is not a Slurm tasks-per-node list like 2(x3),1 ({exc}). "
+            f"Received: {tpn_var}={tpn_text!r}"
+        ) from None
     if len(tasks) != len(hosts) or sum(tasks) != ntasks:
-        raise UserError(f"{tpn_var}={tpn_text} does not lay out {ntasks_var}={ntasks} tasks on the "
-                        f"{len(hosts)} node(s) of {hosts_var}={hosts_text}. Received: "
-                        f"{tpn_var}={tpn_text!r}")
+        raise UserError(
+            f"{tpn_var}={tpn_text} does not lay out {ntasks_var}={ntasks} tasks on the "
+            f"{len(hosts)} node(s) of {hosts_var}={hosts_text}. Received: "
+            f"{tpn_var}={tpn_text!r}"
+        )
     layout = [(h, i) for h, n in zip(hosts, tasks) for i in range(n)]
     host, expected_local = layout[procid]
     nodename = env.get("SLURMD_NODENAME", "").strip()
     if local != expected_local or (nodename and nodename != host):
         where = f"{local_var}={local}" + (f", SLURMD_NODENAME={nodename}" if nodename else "")
-        raise UserError(f"task {procid_var}={procid} runs as {where}, but block distribution puts "
-                        f"it on {host} as local task {expected_local}; dualtrain derives every "
-                        f"task's address from the block layout: run srun with --distribution=block "
-                        f"(Slurm's default). Received: {where}")
+        raise UserError(
+            f"task {procid_var}={procid} runs as {where}, but block distribution puts "
+            f"it on {host} as local task {expected_local}; dualtrain derives every "
+            f"task's address from the block layout: run srun with --distribution=block "
+            f"(Slurm's default). Received: {where}"
+        )
     node = next(i for i, n in enumerate(itertools.accumulate(tasks)) if procid < n)
     job = env.get("SLURM_JOB_ID", env.get("SLURM_JOBID", "")).strip() or None
-    return SlurmTask(rank=procid, world_size=ntasks, local_rank=local, hosts=hosts,
-                     tasks_per_node=tasks, node=node, job_id=job)
+    return SlurmTask(
+        rank=procid,
+        world_size=ntasks,
+        local_rank=local,
+        hosts=hosts,
+        tasks_per_node=tasks,
+        node=node,
+        job_id=job,
+    )
 
 
 def slurm_port(env: Mapping[str, str], job_id: str | None) -> int:
@@ -313,28 +346,50 @@ def slurm_launcher(backend: str, env: Mapping[str, str] | None = None) -> Launch
     local_world = task.tasks_per_node[task.node]
     if backend == "torch":
         addr = env.get("MASTER_ADDR", "").strip() or task.hosts[0]
-        exported = {"RANK": str(task.rank), "WORLD_SIZE": str(task.world_size),
-                    "LOCAL_RANK": str(task.local_rank), "LOCAL_WORLD_SIZE": str(local_world),
-                    "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
-        return Launcher(kind="slurm", rank=task.rank, world_size=task.world_size,
-                        local_rank=task.local_rank, local_world_size=local_world, master_addr=addr,
-                        master_port=port, host=task.host, env=exported,
-                        line=f"{where}, MASTER_ADDR {addr}:{port}")
+        exported = {
+            "RANK": str(task.rank),
+            "WORLD_SIZE": str(task.world_size),
+            "LOCAL_RANK": str(task.local_rank),
+            "LOCAL_WORLD_SIZE": str(local_world),
+            "MASTER_ADDR": addr,
+            "MASTER_PORT": str(port),
+        }
+        return Launcher(
+            kind="slurm",
+            rank=task.rank,
+            world_size=task.world_size,
+            local_rank=task.local_rank,
+            local_world_size=local_world,
+            master_addr=addr,
+            master_port=port,
+            host=task.host,
+            env=exported,
+            line=f"{where}, MASTER_ADDR {addr}:{port}",
+        )
     base_var = TF_PORT_BASE if env.get(TF_PORT_BASE, "").strip() else None
     base = _port(env, TF_PORT_BASE) if base_var else port
     top = base + max(task.tasks_per_node) - 1
     if top > 65535:
-        raise UserError(f"the TF worker ports {base}..{top} run past 65535; set {TF_PORT_BASE} "
-                        f"lower. Received: port base {base}")
+        raise UserError(
+            f"the TF worker ports {base}..{top} run past 65535; set {TF_PORT_BASE} "
+            f"lower. Received: port base {base}"
+        )
     workers = [f"{h}:{base + i}" for h, i in task.task_hosts()]
-    config = json.dumps({"cluster": {"worker": workers},
-                         "task": {"type": "worker", "index": task.rank}})
-    return Launcher(kind="slurm", rank=task.rank, world_size=task.world_size,
-                    local_rank=task.local_rank, local_world_size=local_world,
-                    tf_cluster={"worker": workers}, tf_task=f"worker:{task.rank}", host=task.host,
-                    env={"TF_CONFIG": config, "LOCAL_RANK": str(task.local_rank)},
-                    line=f"{where}, TF worker {task.rank} at {workers[task.rank]} "
-                         f"(chief {workers[0]})")
+    config = json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": task.rank}}
+    )
+    return Launcher(
+        kind="slurm",
+        rank=task.rank,
+        world_size=task.world_size,
+        local_rank=task.local_rank,
+        local_world_size=local_world,
+        tf_cluster={"worker": workers},
+        tf_task=f"worker:{task.rank}",
+        host=task.host,
+        env={"TF_CONFIG": config, "LOCAL_RANK": str(task.local_rank)},
+        line=f"{where}, TF worker {task.rank} at {workers[task.rank]} (chief {workers[0]})",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,7 +406,9 @@ def torch_env_launcher(env: Mapping[str, str] | None = None) -> Launcher | None:
         if name in env:
             value = env[name].strip()
             if not value.isdigit():
-                raise UserError(f"{name} must be a non-negative integer. Received: {name}={value!r}")
+                raise UserError(
+                    f"{name} must be a non-negative integer. Received: {name}={value!r}"
+                )
             values[name] = int(value)
     rank, world = values["RANK"], values["WORLD_SIZE"]
     if world < 1 or rank >= world:
@@ -360,24 +417,34 @@ def torch_env_launcher(env: Mapping[str, str] | None = None) -> Launcher | None:
     if "TORCHELASTIC_RUN_ID" in env:
         kind, who = "torchrun", "torchrun"
     elif any(k in env for k in ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE")) or (
-            "KUBERNETES_SERVICE_HOST" in env and addr.endswith("-master-0")):
+        "KUBERNETES_SERVICE_HOST" in env and addr.endswith("-master-0")
+    ):
         # The training operator sets PET_* (v1.7+) and MASTER_ADDR=<job>-master-0 (its Service).
         kind, who = "kubeflow-pytorchjob", "Kubeflow PyTorchJob"
         nproc = env.get("PET_NPROC_PER_NODE", "").strip()
         if nproc.isdigit() and int(nproc) > 1:
             # The operator's WORLD_SIZE then counts processes, but RANK is the pod's index: it is
             # torchrun's input (PET_*), not a process rank.
-            raise UserError(f"this PyTorchJob sets nprocPerNode {nproc}: its pods must start "
-                            f"torchrun (which reads PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE), "
-                            f"not dualtrain directly; or set nprocPerNode: \"1\". Received: "
-                            f"PET_NPROC_PER_NODE={nproc}")
+            raise UserError(
+                f"this PyTorchJob sets nprocPerNode {nproc}: its pods must start "
+                f"torchrun (which reads PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE), "
+                f'not dualtrain directly; or set nprocPerNode: "1". Received: '
+                f"PET_NPROC_PER_NODE={nproc}"
+            )
     else:
         kind, who = "torch-env", "RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT from the environment:"
     local = values.get("LOCAL_RANK", rank)
     line = f"{who} rank {rank} of {world}, MASTER_ADDR {addr}:{port}"
-    return Launcher(kind=kind, rank=rank, world_size=world, local_rank=local,
-                    local_world_size=values.get("LOCAL_WORLD_SIZE"), master_addr=addr,
-                    master_port=port, line=line)
+    return Launcher(
+        kind=kind,
+        rank=rank,
+        world_size=world,
+        local_rank=local,
+        local_world_size=values.get("LOCAL_WORLD_SIZE"),
+        master_addr=addr,
+        master_port=port,
+        line=line,
+    )
 
 
 def tf_config_launcher(info: Mapping[str, int], cfg: Mapping[str, Any]) -> Launcher:
@@ -390,7 +457,14 @@ def tf_config_launcher(info: Mapping[str, int], cfg: Mapping[str, Any]) -> Launc
     kubeflow = cfg.get("environment") == "cloud"
     kind = "kubeflow-tfjob" if kubeflow else "tf-config"
     who = "Kubeflow TFJob" if kubeflow else "TF_CONFIG"
-    return Launcher(kind=kind, rank=info["rank"], world_size=info["world_size"], local_rank=0,
-                    tf_cluster=cluster, tf_task=f"{ttype}:{index}", host=own,
-                    line=f"{who} task {ttype}:{index} = worker {info['rank']} of "
-                         f"{info['world_size']} at {own} (chief {members[0] if members else '?'})")
+    return Launcher(
+        kind=kind,
+        rank=info["rank"],
+        world_size=info["world_size"],
+        local_rank=0,
+        tf_cluster=cluster,
+        tf_task=f"{ttype}:{index}",
+        host=own,
+        line=f"{who} task {ttype}:{index} = worker {info['rank']} of "
+        f"{info['world_size']} at {own} (chief {members[0] if members else '?'})",
+    )

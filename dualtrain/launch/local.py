@@ -80,8 +80,13 @@ def count_in_child(code: str, timeout_s: float = 120.0) -> int | None:
     """Run ``python -c code`` (which prints one integer) in a child process, so the framework it
     imports never loads into this one; None if it fails."""
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=timeout_s, env=worker_env({}))
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=worker_env({}),
+        )
         return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
@@ -94,8 +99,10 @@ def require_gpu(device: Device, count_code: str, nothing_seen: str) -> None:
     if device is not Device.GPU:
         return
     if not count_in_child(count_code):
-        raise UserError(f"distribution.device is 'gpu' but {nothing_seen} on this machine; use "
-                        f"distribution.device: cpu. Received: 'gpu'")
+        raise UserError(
+            f"distribution.device is 'gpu' but {nothing_seen} on this machine; use "
+            f"distribution.device: cpu. Received: 'gpu'"
+        )
 
 
 SHOW_ALL_LOGS = "DUALTRAIN_WORKER_LOGS"
@@ -152,9 +159,17 @@ def _worker_signals() -> None:  # pragma: no cover - runs in the child between f
         pass
 
 
-def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: str = "rank",
-                grace_s: float = 120.0, run_dir: Path | None = None, poll_s: float = 0.05,
-                stderr_noise: re.Pattern[bytes] | None = None) -> None:
+def run_workers(
+    module: str,
+    args: list[str],
+    workers: list[Worker],
+    *,
+    unit: str = "rank",
+    grace_s: float = 120.0,
+    run_dir: Path | None = None,
+    poll_s: float = 0.05,
+    stderr_noise: re.Pattern[bytes] | None = None,
+) -> None:
     """Start ``python -m module *args`` once per worker and wait for all of them.
 
     ``stderr_noise``: the workers' stderr passes through this process, without the lines it matches
@@ -179,21 +194,33 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
         for w in workers:
             # preexec_fn runs before any forwarder thread exists (they start below): no fork with
             # another thread holding a lock.
-            w.proc = subprocess.Popen([sys.executable, "-m", module, *args], env=worker_env(w.env),
-                                      stderr=subprocess.PIPE if stderr_noise else None,
-                                      preexec_fn=_worker_signals if main else None)
+            w.proc = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                env=worker_env(w.env),
+                stderr=subprocess.PIPE if stderr_noise else None,
+                preexec_fn=_worker_signals if main else None,
+            )
         if stderr_noise is not None:
             for w in workers:
-                t = threading.Thread(target=_forward_stderr,
-                                     args=(_started(w).stderr, stderr_noise),
-                                     name=f"stderr-{unit}{w.rank}", daemon=True)
+                t = threading.Thread(
+                    target=_forward_stderr,
+                    args=(_started(w).stderr, stderr_noise),
+                    name=f"stderr-{unit}{w.rank}",
+                    daemon=True,
+                )
                 t.start()
                 forwarders.append(t)
         if run_dir is not None:
-            (Path(run_dir) / "launch.json").write_text(json.dumps(
-                {"module": module,
-                 "workers": [{unit: w.rank, "pid": _started(w).pid} for w in workers]},
-                indent=2) + "\n")
+            (Path(run_dir) / "launch.json").write_text(
+                json.dumps(
+                    {
+                        "module": module,
+                        "workers": [{unit: w.rank, "pid": _started(w).pid} for w in workers],
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
         first_done: float | None = None
         while True:
             running = []
@@ -206,8 +233,11 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
                     others = [o for o in workers if o is not w and _started(o).poll() is None]
                     _stop(others)
                     stopped = f"; stopped the other {len(others)} {unit}(s)" if others else ""
-                    raise RunFailed(f"{unit} {w.rank} (pid {_started(w).pid}) {describe_exit(code)}"
-                                    f"{stopped}", rank=w.rank, code=code)
+                    raise RunFailed(
+                        f"{unit} {w.rank} (pid {_started(w).pid}) {describe_exit(code)}{stopped}",
+                        rank=w.rank,
+                        code=code,
+                    )
             if not running:
                 return
             if len(running) < len(workers):
@@ -216,13 +246,20 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
                     _dump_stacks(running)
                     _stop(running)
                     names = ", ".join(str(w.rank) for w in running)
-                    raise RunFailed(f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
-                                    f"others; stopped them")
+                    raise RunFailed(
+                        f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
+                        f"others; stopped them"
+                    )
             time.sleep(poll_s)
-    except BaseException as exc:  # Ctrl-C, Terminated, or a launcher error: no worker is left running
+    except (
+        BaseException
+    ) as exc:  # Ctrl-C, Terminated, or a launcher error: no worker is left running
         _stop([w for w in workers if w.proc is not None and w.proc.poll() is None])
-        if isinstance(exc, KeyboardInterrupt) and workers and all(
-                w.proc is not None and w.proc.returncode == 0 for w in workers):
+        if (
+            isinstance(exc, KeyboardInterrupt)
+            and workers
+            and all(w.proc is not None and w.proc.returncode == 0 for w in workers)
+        ):
             return  # every worker had finished its run when the signal came: the run is complete
         raise
     finally:
@@ -232,8 +269,9 @@ def run_workers(module: str, args: list[str], workers: list[Worker], *, unit: st
             t.join(timeout=5.0)
 
 
-def _root_cause(workers: list[Worker], failed: Worker, code: int,
-                wait_s: float = 1.0) -> tuple[Worker, int]:
+def _root_cause(
+    workers: list[Worker], failed: Worker, code: int, wait_s: float = 1.0
+) -> tuple[Worker, int]:
     """The worker whose failure to report. A worker that exits with an error may only be reacting
     to another one's death (its collective lost that peer: dualtrain.launch.peers); a worker killed by a
     signal is the cause. So after an error exit, wait up to ``wait_s`` for another worker to turn
@@ -259,8 +297,11 @@ def _dump_stacks(workers: list[Worker], wait_s: float = 2.0) -> None:
         return
     for w in workers:
         if w.proc is not None and w.proc.poll() is None:
-            print(f"dualtrain: {w.proc.pid} is stuck; its stacks follow on stderr", file=sys.stderr,
-                  flush=True)
+            print(
+                f"dualtrain: {w.proc.pid} is stuck; its stacks follow on stderr",
+                file=sys.stderr,
+                flush=True,
+            )
             w.proc.send_signal(sig)
     time.sleep(wait_s)
 

@@ -38,7 +38,9 @@ def interface_addresses() -> dict[str, str]:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for _, name in socket.if_nameindex():
             try:
-                packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name[:15].encode()))
+                packed = fcntl.ioctl(
+                    s.fileno(), _SIOCGIFADDR, struct.pack("256s", name[:15].encode())
+                )
             except OSError:  # no IPv4 address on this interface
                 continue
             out[name] = socket.inet_ntoa(packed[20:24])

@@ -29,11 +29,16 @@ class Peer:
 
 
 _TIMEOUT = re.compile(r"timed? ?out|deadline exceeded|timeout", re.IGNORECASE)
-_COMM = re.compile(r"gloo|nccl|connect|socket|timed? ?out|timeout|deadline|peer|store|closed|reset|"
-                   r"broken pipe|collective|unavailable|recvmsg|sendmsg|grpc", re.IGNORECASE)
-_NOISE = re.compile(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*"  # C++ source locations
-                    r"|\{\{function_node [^}]*\}\}\s*"  # TF's function names
-                    r"|Got the following error when running the callback: |RuntimeError: ")
+_COMM = re.compile(
+    r"gloo|nccl|connect|socket|timed? ?out|timeout|deadline|peer|store|closed|reset|"
+    r"broken pipe|collective|unavailable|recvmsg|sendmsg|grpc",
+    re.IGNORECASE,
+)
+_NOISE = re.compile(
+    r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*"  # C++ source locations
+    r"|\{\{function_node [^}]*\}\}\s*"  # TF's function names
+    r"|Got the following error when running the callback: |RuntimeError: "
+)
 
 
 def is_comm_error(text: str) -> bool:
@@ -59,26 +64,31 @@ def mentioned(text: str, peers: list[Peer], me: int) -> list[Peer]:
         if p.rank == me:
             continue
         if re.search(rf"(?<![\d.]){re.escape(p.address)}(?![\d])", text) or any(
-                m in text for m in p.markers):
+            m in text for m in p.markers
+        ):
             found.append(p)
     return found
 
 
-def lost_peer(backend: str, rank: int, text: str, peers: list[Peer], *, timeout_s: float,
-              step: int | None) -> RunFailed:
+def lost_peer(
+    backend: str, rank: int, text: str, peers: list[Peer], *, timeout_s: float, step: int | None
+) -> RunFailed:
     """One line for a collective that failed on ``rank`` with error ``text``."""
     at = f" after step {step}" if step else " before the first step"
     who = mentioned(text, peers, rank)
     reason = _reason(text)
     if who:
         names = ", ".join(p.describe() for p in who)
-        return RunFailed(f"{backend} rank {rank} lost its peer {names}{at}: {reason}",
-                         rank=who[0].rank)
+        return RunFailed(
+            f"{backend} rank {rank} lost its peer {names}{at}: {reason}", rank=who[0].rank
+        )
     if _TIMEOUT.search(text):
         others = [p for p in peers if p.rank != rank]
         whom = f"its peer {others[0].describe()}" if len(others) == 1 else "a peer"
-        return RunFailed(f"{backend} rank {rank}: {whom} did not answer within "
-                         f"distribution.timeout_s={timeout_s:g}s{at} (lost host or network): "
-                         f"{reason}",
-                         rank=others[0].rank if len(others) == 1 else None)
+        return RunFailed(
+            f"{backend} rank {rank}: {whom} did not answer within "
+            f"distribution.timeout_s={timeout_s:g}s{at} (lost host or network): "
+            f"{reason}",
+            rank=others[0].rank if len(others) == 1 else None,
+        )
     return RunFailed(f"{backend} rank {rank}: a collective failed{at}: {reason}")

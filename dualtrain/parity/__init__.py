@@ -17,6 +17,18 @@ from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import Comparison, compare_dirs, compare_records, write_report
 from dualtrain.parity.tolerances import REFERENCE, TOLERANCES, Tolerance, tolerance_for
 
-__all__ = ["REFERENCE", "TOLERANCES", "Check", "Comparison", "Diagnosis", "Reference", "Tolerance",
-           "all_passed", "compare_dirs",
-           "compare_records", "run_checks", "tolerance_for", "write_report"]
+__all__ = [
+    "REFERENCE",
+    "TOLERANCES",
+    "Check",
+    "Comparison",
+    "Diagnosis",
+    "Reference",
+    "Tolerance",
+    "all_passed",
+    "compare_dirs",
+    "compare_records",
+    "run_checks",
+    "tolerance_for",
+    "write_report",
+]

@@ -45,8 +45,16 @@ PATH = "precision path"
 _ORDER = [INIT, SPEC, IDS, LR, SCALE, SEMANTICS, PATH, NUMERICS]
 
 #: The verdict's category of each cause.
-CATEGORY = {INIT: SEMANTICS, SPEC: SEMANTICS, IDS: SEMANTICS, LR: SEMANTICS, SCALE: SEMANTICS,
-            SEMANTICS: SEMANTICS, PATH: NUMERICS, NUMERICS: NUMERICS}
+CATEGORY = {
+    INIT: SEMANTICS,
+    SPEC: SEMANTICS,
+    IDS: SEMANTICS,
+    LR: SEMANTICS,
+    SCALE: SEMANTICS,
+    SEMANTICS: SEMANTICS,
+    PATH: NUMERICS,
+    NUMERICS: NUMERICS,
+}
 
 #: Spec fields whose effect one of the record-based classes already shows.
 _EXPLAINS = {
@@ -90,8 +98,11 @@ class Diagnosis:
     def summary(self) -> str:
         if self.passed:
             return "all checks pass"
-        where = (f"first divergent step {self.first_divergent_step}"
-                 if self.first_divergent_step is not None else "no per-step divergence")
+        where = (
+            f"first divergent step {self.first_divergent_step}"
+            if self.first_divergent_step is not None
+            else "no per-step divergence"
+        )
         cause = f"likely cause: {self.cause}"
         if self.culprits:
             cause += f" ({', '.join(self.culprits)})"
@@ -111,8 +122,9 @@ def _first_shard_difference(a: RunRecord, b: RunRecord) -> tuple[int, str] | Non
     return None
 
 
-def _first_series_difference(a: RunRecord, b: RunRecord, key: str,
-                             rel: float = 0.0) -> tuple[int, str] | None:
+def _first_series_difference(
+    a: RunRecord, b: RunRecord, key: str, rel: float = 0.0
+) -> tuple[int, str] | None:
     ma, mb = R.step_map(a, key), R.step_map(b, key)
     for s in sorted(set(ma) & set(mb)):
         x, y = ma[s], mb[s]
@@ -160,9 +172,13 @@ def _reference_causes(checks: list[Check]) -> tuple[list[Check], bool]:
 def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -> Diagnosis:
     failed = [c for c in checks if not c.passed and not c.informational]
     diffs = R.spec_differences(a.spec, b.spec)
-    d = Diagnosis(passed=all_passed(checks), failed_checks=[c.name for c in failed],
-                  spec_differences=[{"field": k, "a": va, "b": vb, "cosmetic": R.is_cosmetic(k)}
-                                    for k, va, vb in diffs])
+    d = Diagnosis(
+        passed=all_passed(checks),
+        failed_checks=[c.name for c in failed],
+        spec_differences=[
+            {"field": k, "a": va, "b": vb, "cosmetic": R.is_cosmetic(k)} for k, va, vb in diffs
+        ],
+    )
     # Step 0 marks a difference that exists before training (spec, initial weights): a cause, not the
     # step where the runs part.
     # The probes' steps are where a one-step error was measured, not where the runs part: they set
@@ -195,24 +211,47 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     lr = _first_series_difference(a, b, "lr", rel=1e-12)
     if lr:
         causes.append(Cause(LR, lr[0], lr[1]))
-    scale = [x for x in (_first_series_difference(a, b, "loss_scale"),
-                         _first_series_difference(a, b, "skipped")) if x]
+    scale = [
+        x
+        for x in (
+            _first_series_difference(a, b, "loss_scale"),
+            _first_series_difference(a, b, "skipped"),
+        )
+        if x
+    ]
     if scale:
         first = min(scale, key=lambda x: x[0])
         causes.append(Cause(SCALE, first[0], first[1]))
     seen = {c.kind for c in causes}
-    unexplained = [(k, va, vb) for k, va, vb in diffs if not R.is_cosmetic(k)
-                   and not (set(_explained_by(k)) & seen)]
+    unexplained = [
+        (k, va, vb)
+        for k, va, vb in diffs
+        if not R.is_cosmetic(k) and not (set(_explained_by(k)) & seen)
+    ]
     if unexplained:
-        causes.append(Cause(SPEC, 0, "spec differs: " + ", ".join(
-            f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained)))
+        causes.append(
+            Cause(
+                SPEC,
+                0,
+                "spec differs: " + ", ".join(f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained),
+            )
+        )
     ref_failed, ref_ran = _reference_causes(checks)
     if ref_failed:
         c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
-        causes.append(Cause(SEMANTICS, c.first_step,
-                            f"the fp64 reference pair disagrees ({c.name}: {c.detail})"))
-    culprits = sorted({p for c in failed if c.group == "numerics" or c.name in ("loss_scale", "skipped")
-                       for p in c.culprits})
+        causes.append(
+            Cause(
+                SEMANTICS, c.first_step, f"the fp64 reference pair disagrees ({c.name}: {c.detail})"
+            )
+        )
+    culprits = sorted(
+        {
+            p
+            for c in failed
+            if c.group == "numerics" or c.name in ("loss_scale", "skipped")
+            for p in c.culprits
+        }
+    )
     semantic = [c for c in causes if c.kind not in (SCALE,)]
     if culprits and not ref_failed and not semantic:
         # The fp64 pair agrees and nothing recorded differs but (perhaps) the loss-scale decisions:
@@ -220,26 +259,42 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         local = [c for c in failed if c.culprits]
         step = min((c.first_step for c in local if c.first_step is not None), default=None)
         d.culprits = culprits
-        d.causes = [Cause(PATH, step, f"{', '.join(culprits)} off in "
-                          f"{', '.join(c.name for c in local)}: " + local[0].detail), *causes]
+        d.causes = [
+            Cause(
+                PATH,
+                step,
+                f"{', '.join(culprits)} off in "
+                f"{', '.join(c.name for c in local)}: " + local[0].detail,
+            ),
+            *causes,
+        ]
         d.cause, d.category = PATH, NUMERICS
         return d
     if not causes:
         if ref_ran:
-            why = ("same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 reference "
-                   "pair agrees: the runs differ only in arithmetic (op order, kernels, reductions)")
+            why = (
+                "same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 reference "
+                "pair agrees: the runs differ only in arithmetic (op order, kernels, reductions)"
+            )
         else:
-            why = ("same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference ran, "
-                   "so a semantic difference is not ruled out (compare --config runs one unless "
-                   "--reference none; two run folders take theirs with --reference-runs)")
+            why = (
+                "same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference ran, "
+                "so a semantic difference is not ruled out (compare --config runs one unless "
+                "--reference none; two run folders take theirs with --reference-runs)"
+            )
         causes.append(Cause(NUMERICS, d.first_divergent_step, why))
     # A cause only explains a divergence it precedes: keep those at or before the first divergent
     # step (all of them when no per-step check failed).
     if d.first_divergent_step is not None:
         before = [c for c in causes if c.step is None or c.step <= d.first_divergent_step]
         if not before:  # everything recorded differs only later: arithmetic parted them first
-            before = [Cause(NUMERICS, d.first_divergent_step,
-                            "the recorded inputs agree up to the first divergent step")]
+            before = [
+                Cause(
+                    NUMERICS,
+                    d.first_divergent_step,
+                    "the recorded inputs agree up to the first divergent step",
+                )
+            ]
         causes = before + [c for c in causes if c not in before]
     causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.kind)))
     d.causes = causes

@@ -123,7 +123,10 @@ def measure(
         update = _diff(exact, pre, keys)
         upd_err = _diff(mine["post"], exact, keys)
         grad_err = _diff(g, g64, keys)
-        absgrad, n = ref.get("absgrad", {}), {k: float(v[0]) for k, v in ref.get("absterms", {}).items()}
+        absgrad, n = (
+            ref.get("absgrad", {}),
+            {k: float(v[0]) for k, v in ref.get("absterms", {}).items()},
+        )
         scaled = [k for k in keys if k in absgrad and k in n and bound is not None]
         scale = {k: g64[k] for k in keys}
         if bound is not None:  # else scaled is empty

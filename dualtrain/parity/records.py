@@ -55,7 +55,9 @@ def common_steps(*maps: dict[int, Any]) -> list[int]:
 
 
 def shard_map(rec: RunRecord) -> dict[tuple[int, int], tuple[str, int]]:
-    return {(int(s["step"]), int(s["replica"])): (str(s["digest"]), int(s["count"])) for s in rec.shards}
+    return {
+        (int(s["step"]), int(s["replica"])): (str(s["digest"]), int(s["count"])) for s in rec.shards
+    }
 
 
 def loss_diff(a: RunRecord, b: RunRecord) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +81,7 @@ def running_max(values: np.ndarray, lag: int = 0) -> np.ndarray:
 
 
 # ---- weights -------------------------------------------------------------------------------------
+
 
 def weights_file(rec: RunRecord, name: str) -> Path:
     return Path(rec.path) / name
@@ -108,8 +111,10 @@ def grad_steps(rec: RunRecord) -> list[int]:
 
 def layout_problem(wa: Weights, wb: Weights) -> str | None:
     if set(wa) != set(wb):
-        return (f"different tensors: only in A {sorted(set(wa) - set(wb))}, "
-                f"only in B {sorted(set(wb) - set(wa))}")
+        return (
+            f"different tensors: only in A {sorted(set(wa) - set(wb))}, "
+            f"only in B {sorted(set(wb) - set(wa))}"
+        )
     for k in sorted(wa):
         if wa[k].shape != wb[k].shape:
             return f"{k}: shape {tuple(wa[k].shape)} vs {tuple(wb[k].shape)}"
@@ -117,8 +122,10 @@ def layout_problem(wa: Weights, wb: Weights) -> str | None:
 
 
 def max_abs_diff(wa: Weights, wb: Weights) -> dict[str, float]:
-    return {k: float(np.max(np.abs(wa[k].astype(np.float64) - wb[k].astype(np.float64)), initial=0.0))
-            for k in sorted(wa)}
+    return {
+        k: float(np.max(np.abs(wa[k].astype(np.float64) - wb[k].astype(np.float64)), initial=0.0))
+        for k in sorted(wa)
+    }
 
 
 def rel_diff(wa: Weights, wb: Weights) -> dict[str, float]:
@@ -134,6 +141,7 @@ def rel_diff(wa: Weights, wb: Weights) -> dict[str, float]:
 
 
 # ---- spec ----------------------------------------------------------------------------------------
+
 
 def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """(dotted field, value in A, value in B) for every field that differs, in a stable order."""

@@ -73,14 +73,34 @@ class Tolerance:
 TOLERANCES: dict[str, Tolerance] = {
     # fp64 runs are the reference pair themselves: their result checks are the REFERENCE bounds; the
     # fixed values below only apply where a fp64 pair is compared without them (never in practice).
-    "fp64": Tolerance(precision="fp64", traj_abs_floor=REFERENCE.loss_abs, traj_fixed=REFERENCE.loss_abs,
-                      weights_floor=REFERENCE.weights_rel, weights_fixed=REFERENCE.weights_rel),
-    "fp32": Tolerance(precision="fp32", traj_abs_floor=1e-6, traj_fixed=5e-2,
-                      weights_floor=1e-6, weights_fixed=1e-1),
-    "fp16": Tolerance(precision="fp16", traj_abs_floor=1e-3, traj_fixed=1e-1,
-                      weights_floor=1e-3, weights_fixed=2e-1),
-    "bf16": Tolerance(precision="bf16", traj_abs_floor=5e-3, traj_fixed=2e-1,
-                      weights_floor=5e-3, weights_fixed=3e-1),
+    "fp64": Tolerance(
+        precision="fp64",
+        traj_abs_floor=REFERENCE.loss_abs,
+        traj_fixed=REFERENCE.loss_abs,
+        weights_floor=REFERENCE.weights_rel,
+        weights_fixed=REFERENCE.weights_rel,
+    ),
+    "fp32": Tolerance(
+        precision="fp32",
+        traj_abs_floor=1e-6,
+        traj_fixed=5e-2,
+        weights_floor=1e-6,
+        weights_fixed=1e-1,
+    ),
+    "fp16": Tolerance(
+        precision="fp16",
+        traj_abs_floor=1e-3,
+        traj_fixed=1e-1,
+        weights_floor=1e-3,
+        weights_fixed=2e-1,
+    ),
+    "bf16": Tolerance(
+        precision="bf16",
+        traj_abs_floor=5e-3,
+        traj_fixed=2e-1,
+        weights_floor=5e-3,
+        weights_fixed=3e-1,
+    ),
 }
 
 _STRICTNESS = ["fp64", "fp32", "fp16", "bf16"]  # strictest first
@@ -101,7 +121,7 @@ def tolerance_for(*precisions: str) -> Tolerance:
 
 
 #: Unit roundoff (half an ulp of 1) of the compute precision of each path.
-UNIT_ROUNDOFF = {"fp64": 2.0 ** -53, "fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
 
 
 @dataclass(frozen=True)
@@ -128,7 +148,7 @@ class LocalBound:
     accuracy_pp: float = 1.0
     """convergence: a run's final test accuracy may be at most this many percentage points below its
     own fp64 run's."""
-    u_param: float = 2.0 ** -24
+    u_param: float = 2.0**-24
     grad_lambda: float = 4.0
     """The gradient's accumulation allowance: each tensor's error is judged against its absolute
     scale ||A_t|| x (1 + ``grad_lambda`` sqrt(n_t) u_param / (``grad_c`` u)), n_t the terms each of
@@ -149,7 +169,7 @@ class LocalBound:
         return (self.grad_floor * self.u + self._accumulation(terms)) / self.grad_scale(terms)
 
     def _accumulation(self, terms: float) -> float:
-        return self.grad_lambda * terms ** 0.5 * self.u_param
+        return self.grad_lambda * terms**0.5 * self.u_param
 
     def a_priori(self, quantity: str, rounding_floor: float = 0.0) -> float:
         if quantity == "update":
@@ -169,13 +189,34 @@ LOCAL: dict[str, LocalBound] = {
     # fp32 floors: the loss and gradient errors of a correct fp32 step are a few u, and which backend
     # happens to be the more accurate one varies from probe to probe (measured rms ratios up to 1.7):
     # a backend is compared with the other only beyond 4 u.
-    "fp32": LocalBound("fp32", UNIT_ROUNDOFF["fp32"], loss_c=32, grad_c=128, loss_floor=4,
-                       grad_floor=4, accuracy_pp=1.0),
+    "fp32": LocalBound(
+        "fp32",
+        UNIT_ROUNDOFF["fp32"],
+        loss_c=32,
+        grad_c=128,
+        loss_floor=4,
+        grad_floor=4,
+        accuracy_pp=1.0,
+    ),
     # fp16 loss floor: Keras's mixed_float16 runs every op of a layer in float16, torch's CPU autocast
     # only the matmuls and convolutions (docs/parity.md §3), so tf's fp16 forward rounds more by
     # design: measured up to 3.2x torch's loss rms (8.5e-5 = 0.17 u, configs/pytorch_examples_mnist).
-    "fp16": LocalBound("fp16", UNIT_ROUNDOFF["fp16"], loss_c=16, grad_c=128, loss_floor=0.25,
-                       grad_floor=2, accuracy_pp=2.0),
-    "bf16": LocalBound("bf16", UNIT_ROUNDOFF["bf16"], loss_c=16, grad_c=32, loss_floor=0.02,
-                       grad_floor=1, accuracy_pp=3.0),
+    "fp16": LocalBound(
+        "fp16",
+        UNIT_ROUNDOFF["fp16"],
+        loss_c=16,
+        grad_c=128,
+        loss_floor=0.25,
+        grad_floor=2,
+        accuracy_pp=2.0,
+    ),
+    "bf16": LocalBound(
+        "bf16",
+        UNIT_ROUNDOFF["bf16"],
+        loss_c=16,
+        grad_c=32,
+        loss_floor=0.02,
+        grad_floor=1,
+        accuracy_pp=3.0,
+    ),
 }

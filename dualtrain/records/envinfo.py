@@ -28,16 +28,28 @@ GROUPS = (("versions", "versions"), ("devices", "devices"), ("settings", "kernel
 #: reduction. Only those that are set are recorded (docs/env.md says what each does).
 WATCHED_ENV = (
     # threads: a reduction split over a different number of threads rounds differently
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TF_NUM_INTRAOP_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
     "TF_NUM_INTEROP_THREADS",
     # instruction-set caps and numerical modes of MKL / oneDNN / ATen
-    "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-    "ONEDNN_DEFAULT_FPMATH_MODE", "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_CBWR",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "ATEN_CPU_CAPABILITY",
     # framework kernel switches
-    "TF_ENABLE_ONEDNN_OPTS", "TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "TF_XLA_FLAGS",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_DETERMINISTIC_OPS",
+    "TF_CUDNN_DETERMINISTIC",
+    "TF_XLA_FLAGS",
     "DUALTRAIN_TORCH_MKLDNN",
     # GPU
-    "CUBLAS_WORKSPACE_CONFIG", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
     "CUDA_VISIBLE_DEVICES",
     # tests only: a deliberate change of one backend's arithmetic (dualtrain.runtime.entry.TEST_HOOK)
     "DUALTRAIN_TEST_HOOK",
@@ -47,17 +59,45 @@ WATCHED_ENV = (
 #: order they are printed. ATen's AVX512 path needs avx512f+bw+vl+dq; bf16/vnni/amx change which
 #: oneDNN kernels exist.
 ISA_FLAGS = (
-    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq", "avx512bw", "avx512vl",
-    "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
     "amx_fp16",
-    "asimd", "asimdhp", "fphp", "sve", "sve2", "bf16", "i8mm", "sme",
+    "asimd",
+    "asimdhp",
+    "fphp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
+    "sme",
 )
 
 #: Distribution names a package may be installed under (importlib.metadata), first found wins.
 _DISTRIBUTIONS = {
     "torch": ("torch",),
-    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
-                   "tensorflow-macos", "tf-nightly", "tf-nightly-cpu"),
+    "tensorflow": (
+        "tensorflow",
+        "tensorflow-cpu",
+        "tensorflow-gpu",
+        "tensorflow-intel",
+        "tensorflow-macos",
+        "tf-nightly",
+        "tf-nightly-cpu",
+    ),
     "keras": ("keras", "keras-nightly"),
 }
 
@@ -179,6 +219,7 @@ def core_facts(environ: dict[str, str] | os._Environ | None = None) -> dict[str,
 
 # ---- differences between runs --------------------------------------------------------------------
 
+
 def show(value: Any) -> str:
     """A fact as people read it: None -> "-", booleans yes/no, lists space-separated, GPUs by
     name."""
@@ -192,8 +233,11 @@ def show(value: Any) -> str:
             return f"{value['name']}" + (f" (sm {cc})" if cc else "")
         return ", ".join(f"{k}={show(v)}" for k, v in value.items()) or "-"
     if isinstance(value, (list, tuple)):
-        return (" ".join(show(v) for v in value) if all(not isinstance(v, dict) for v in value)
-                else "; ".join(show(v) for v in value)) or "none"
+        return (
+            " ".join(show(v) for v in value)
+            if all(not isinstance(v, dict) for v in value)
+            else "; ".join(show(v) for v in value)
+        ) or "none"
     return str(value)
 
 

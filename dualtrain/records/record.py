@@ -72,8 +72,10 @@ class RunWriter:
             self._events.eval(fields)
 
     def shard(self, *, step: int, epoch: int, replica: int, digest: str, count: int) -> None:
-        self._write(self._shards, {"step": step, "epoch": epoch, "replica": replica, "digest": digest,
-                                   "count": count})
+        self._write(
+            self._shards,
+            {"step": step, "epoch": epoch, "replica": replica, "digest": digest, "count": count},
+        )
 
     def summary(self, summary: dict[str, Any]) -> None:
         write_atomic(self.dir / SUMMARY_FILE, json.dumps(json_safe(summary), indent=2) + "\n")
@@ -124,12 +126,19 @@ def read_run(run_dir: str | Path, *, require_summary: bool = True) -> RunRecord:
     d = Path(run_dir)
     if not d.is_dir():
         raise UserError(f"run directory not found: {str(d)!r}")
-    for name in (SPEC_FILE, METRICS_FILE, SHARDS_FILE) + ((SUMMARY_FILE,) if require_summary else ()):
+    for name in (SPEC_FILE, METRICS_FILE, SHARDS_FILE) + (
+        (SUMMARY_FILE,) if require_summary else ()
+    ):
         if not (d / name).is_file():
             raise UserError(f"{d} is not a finished dualtrain run directory (no {name})")
     spec = yaml.safe_load((d / SPEC_FILE).read_text()) or {}
     metrics = _read_jsonl(d / METRICS_FILE)
     summary = json.loads((d / SUMMARY_FILE).read_text()) if (d / SUMMARY_FILE).is_file() else {}
-    return RunRecord(path=d, spec=spec, train=[m for m in metrics if m.get("kind") == "train"],
-                     eval=[m for m in metrics if m.get("kind") == "eval"],
-                     shards=_read_jsonl(d / SHARDS_FILE), summary=summary)
+    return RunRecord(
+        path=d,
+        spec=spec,
+        train=[m for m in metrics if m.get("kind") == "train"],
+        eval=[m for m in metrics if m.get("kind") == "eval"],
+        shards=_read_jsonl(d / SHARDS_FILE),
+        summary=summary,
+    )

@@ -21,8 +21,13 @@ from typing import Any
 DIR = "tensorboard"
 
 #: metrics.jsonl field -> TensorBoard tag, per record kind.
-TRAIN_TAGS = {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
-              "loss_scale": "train/loss_scale", "samples_per_s": "train/samples_per_s"}
+TRAIN_TAGS = {
+    "loss": "train/loss",
+    "lr": "train/lr",
+    "grad_norm": "train/grad_norm",
+    "loss_scale": "train/loss_scale",
+    "samples_per_s": "train/samples_per_s",
+}
 EVAL_TAGS = {"loss": "eval/loss", "accuracy": "eval/accuracy"}
 
 
@@ -43,8 +48,10 @@ class EventLog:
 
         self.dir = Path(run_dir) / DIR
         self.dir.mkdir(parents=True, exist_ok=True)
-        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-                f"{os.getpid()}.0.dualtrain")
+        name = (
+            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+            f"{os.getpid()}.0.dualtrain"
+        )
         self._file = open(self.dir / name, "wb")
         self._records = RecordWriter(self._file)
         self._add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
@@ -55,11 +62,17 @@ class EventLog:
     def write(self, step: int, tags: dict[str, str], fields: dict[str, Any]) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
-        values = [summary_pb2.Summary.Value(tag=tag, simple_value=float(fields[key]))
-                  for key, tag in tags.items() if _number(fields.get(key))]
+        values = [
+            summary_pb2.Summary.Value(tag=tag, simple_value=float(fields[key]))
+            for key, tag in tags.items()
+            if _number(fields.get(key))
+        ]
         if values:
-            self._add(event_pb2.Event(wall_time=time.time(), step=int(step),
-                                      summary=summary_pb2.Summary(value=values)))
+            self._add(
+                event_pb2.Event(
+                    wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=values)
+                )
+            )
 
     def train(self, fields: dict[str, Any]) -> None:
         self.write(fields["step"], TRAIN_TAGS, fields)
@@ -74,8 +87,11 @@ class EventLog:
         """Every event file in the folder (this process's and earlier attempts') -> its size now,
         keyed by its path relative to ``root`` (the run directory)."""
         self.flush()
-        return {str(p.relative_to(root)): p.stat().st_size for p in sorted(self.dir.iterdir())
-                if p.is_file()}
+        return {
+            str(p.relative_to(root)): p.stat().st_size
+            for p in sorted(self.dir.iterdir())
+            if p.is_file()
+        }
 
     def close(self) -> None:
         self._file.close()
@@ -107,9 +123,16 @@ def read_logdir(logdir: str | Path) -> dict[str, dict[str, list[tuple[int, float
     mux.AddRunsFromDirectory(str(logdir))
     mux.Reload()
     # The scalars dashboard's view: plugin "scalars" data (simple_value scalars migrated on load).
-    return {run: {tag: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
-                        for e in mux.Tensors(run, tag)] for tag in tags}
-            for run, tags in mux.PluginRunToTagToContent("scalars").items()}
+    return {
+        run: {
+            tag: [
+                (e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+                for e in mux.Tensors(run, tag)
+            ]
+            for tag in tags
+        }
+        for run, tags in mux.PluginRunToTagToContent("scalars").items()
+    }
 
 
 def read_scalars(path: str | Path) -> dict[str, list[tuple[int, float]]]:

@@ -120,8 +120,15 @@ class CheckpointWriteError(Exception):
     """A checkpoint could not be written (disk full, unwritable folder); the previous ones stand."""
 
 
-def save(run_dir: str | Path, step: int, weights: Weights, optimizer: OptimizerState,
-         state: dict[str, Any], keep: int, crash_after: str | None = None) -> Path:
+def save(
+    run_dir: str | Path,
+    step: int,
+    weights: Weights,
+    optimizer: OptimizerState,
+    state: dict[str, Any],
+    keep: int,
+    crash_after: str | None = None,
+) -> Path:
     """Write the checkpoint of ``step`` atomically and keep the newest ``keep`` complete ones.
 
     ``crash_after`` (fault injection, debug.crash_in_checkpoint): SIGKILL this process right after
@@ -135,22 +142,42 @@ def save(run_dir: str | Path, step: int, weights: Weights, optimizer: OptimizerS
             shutil.rmtree(tmp)
         tmp.mkdir()
         arrays = {k: v for k, v in optimizer.slots.items()}
-        files = ((WEIGHTS, lambda p: _write_npz(p, weights)), (OPTIMIZER, lambda p: _write_npz(p, arrays)),
-                 (STATE, lambda p: _write_json(p, {**state, "step": step, "format": FORMAT,
-                                                   "applied": optimizer.applied,
-                                                   "loss_scale": optimizer.loss_scale,
-                                                   "good_steps": optimizer.good_steps})))
+        files = (
+            (WEIGHTS, lambda p: _write_npz(p, weights)),
+            (OPTIMIZER, lambda p: _write_npz(p, arrays)),
+            (
+                STATE,
+                lambda p: _write_json(
+                    p,
+                    {
+                        **state,
+                        "step": step,
+                        "format": FORMAT,
+                        "applied": optimizer.applied,
+                        "loss_scale": optimizer.loss_scale,
+                        "good_steps": optimizer.good_steps,
+                    },
+                ),
+            ),
+        )
         for name, write in files:
             write(tmp / name)
             if crash_after == name:
                 import signal
 
-                print(f"fault injection: killed while writing the checkpoint of step {step}",
-                      flush=True)
+                print(
+                    f"fault injection: killed while writing the checkpoint of step {step}",
+                    flush=True,
+                )
                 os.kill(os.getpid(), signal.SIGKILL)
-        manifest = {"format": FORMAT, "step": step,
-                    "files": {name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
-                              for name, _ in files}}
+        manifest = {
+            "format": FORMAT,
+            "step": step,
+            "files": {
+                name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+                for name, _ in files
+            },
+        }
         _write_json(tmp / MANIFEST, manifest)
         _fsync_dir(tmp)
         if final.exists():  # a checkpoint of this step from an earlier attempt: replace it
@@ -159,8 +186,10 @@ def save(run_dir: str | Path, step: int, weights: Weights, optimizer: OptimizerS
         _fsync_dir(root)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointWriteError(f"the checkpoint of step {step} could not be written to {root}: "
-                                   f"{exc.strerror or exc}; the previous checkpoints are intact") from None
+        raise CheckpointWriteError(
+            f"the checkpoint of step {step} could not be written to {root}: "
+            f"{exc.strerror or exc}; the previous checkpoints are intact"
+        ) from None
     for old in complete_steps(run_dir)[:-keep]:
         shutil.rmtree(step_dir(run_dir, old), ignore_errors=True)
     return final
@@ -191,10 +220,14 @@ def verify(path: str | Path) -> dict[str, Any]:
         raise UserError(f"checkpoint not found. Received: {str(path)!r}")
     if not (path / MANIFEST).is_file():
         if not any((path / name).exists() for name in (WEIGHTS, OPTIMIZER, STATE)):
-            raise UserError(f"not a checkpoint: a checkpoint is a folder RUN_DIR/{DIR}/step-NNNNNNNN "
-                            f"that a run with train.checkpoint_every writes. Received: {str(path)!r}")
-        raise UserError(f"not a complete checkpoint (no {MANIFEST}: its write did not finish). "
-                        f"Received: {str(path)!r}")
+            raise UserError(
+                f"not a checkpoint: a checkpoint is a folder RUN_DIR/{DIR}/step-NNNNNNNN "
+                f"that a run with train.checkpoint_every writes. Received: {str(path)!r}"
+            )
+        raise UserError(
+            f"not a complete checkpoint (no {MANIFEST}: its write did not finish). "
+            f"Received: {str(path)!r}"
+        )
     try:
         manifest = json.loads((path / MANIFEST).read_text())
         files = manifest["files"]
@@ -207,11 +240,15 @@ def verify(path: str | Path) -> dict[str, Any]:
         if not f.is_file():
             raise UserError(f"checkpoint {path} is missing {name}")
         if f.stat().st_size != files[name]["bytes"]:
-            raise UserError(f"checkpoint {path}: {name} is truncated or changed ({f.stat().st_size} "
-                            f"bytes, the manifest says {files[name]['bytes']})")
+            raise UserError(
+                f"checkpoint {path}: {name} is truncated or changed ({f.stat().st_size} "
+                f"bytes, the manifest says {files[name]['bytes']})"
+            )
         if _sha256(f) != files[name]["sha256"]:
-            raise UserError(f"checkpoint {path}: {name} does not match its checksum (changed after "
-                            f"it was written)")
+            raise UserError(
+                f"checkpoint {path}: {name} does not match its checksum (changed after "
+                f"it was written)"
+            )
     return manifest
 
 
@@ -220,12 +257,18 @@ def load(path: str | Path) -> Checkpoint:
     verify(path)
     state = json.loads((path / STATE).read_text())
     if state.get("format") != FORMAT:
-        raise UserError(f"checkpoint {path} has format {state.get('format')!r}; this dualtrain reads "
-                        f"format {FORMAT}")
+        raise UserError(
+            f"checkpoint {path} has format {state.get('format')!r}; this dualtrain reads "
+            f"format {FORMAT}"
+        )
     weights = load_weights(path / WEIGHTS)
     slots = load_weights(path / OPTIMIZER)
-    opt = OptimizerState(slots=slots, applied=int(state["applied"]),
-                         loss_scale=float(state["loss_scale"]), good_steps=int(state["good_steps"]))
+    opt = OptimizerState(
+        slots=slots,
+        applied=int(state["applied"]),
+        loss_scale=float(state["loss_scale"]),
+        good_steps=int(state["good_steps"]),
+    )
     return Checkpoint(path=path, weights=weights, optimizer=opt, state=state)
 
 

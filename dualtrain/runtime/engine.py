@@ -49,9 +49,17 @@ class Engine(Protocol):
     local_replicas: Sequence[int]
     """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
 
-    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False, step: int = 0,
-                   measure_scale: bool = False) -> StepOut:
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
         """One step (``step``: the 1-based global step, which dropout masks hash). ``ids``: sample ids
         per local replica. The loss each replica differentiates is
         ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set local
@@ -70,8 +78,7 @@ class Engine(Protocol):
     def weights(self) -> Weights:
         """Current weights in the canonical layout."""
 
-    def versions(self) -> dict[str, str]:
-        ...
+    def versions(self) -> dict[str, str]: ...
 
     def optimizer_state(self) -> OptimizerState:
         """Optimizer slots (canonical names and layouts), applied-update count, loss-scale state."""

@@ -57,8 +57,11 @@ def run_test_hook(backend: str) -> dict[str, str]:
     module, _, function = target.partition(":")
     if not module or not function:
         raise UserError(f"{TEST_HOOK} must be module:function[=argument]. Received: {text!r}")
-    print(f"dualtrain {backend} worker: WARNING: test hook {text} is active (tests only)",
-          file=sys.stderr, flush=True)
+    print(
+        f"dualtrain {backend} worker: WARNING: test hook {text} is active (tests only)",
+        file=sys.stderr,
+        flush=True,
+    )
     getattr(importlib.import_module(module), function)(backend, argument)
     return {"test_hook": text}
 
@@ -83,8 +86,9 @@ def _report_to_launcher(run_dir: Path, message: str, launched: bool) -> bool:
     return True
 
 
-def worker_main(backend: str, argv: list[str],
-                run_worker: Callable[[Experiment, Path, Start], Any]) -> int:
+def worker_main(
+    backend: str, argv: list[str], run_worker: Callable[[Experiment, Path, Start], Any]
+) -> int:
     """``python -m dualtrain.backends.<backend> RUN_DIR``: run one worker of the run in RUN_DIR."""
     if len(argv) != 1:
         print(f"usage: python -m dualtrain.backends.{backend} RUN_DIR", file=sys.stderr)
@@ -98,14 +102,19 @@ def worker_main(backend: str, argv: list[str],
         if not _report_to_launcher(Path(argv[0]), str(exc), start.launched):
             print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    except RunFailed as exc:  # a lost peer (dualtrain.launch.peers): one line, the launcher names the rank
+    except (
+        RunFailed
+    ) as exc:  # a lost peer (dualtrain.launch.peers): one line, the launcher names the rank
         print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
 
 
-def forward_main(backend: str, argv: list[str],
-                 forward_logits: Callable[[Experiment, dict, np.ndarray], np.ndarray]) -> int:
+def forward_main(
+    backend: str,
+    argv: list[str],
+    forward_logits: Callable[[Experiment, dict, np.ndarray], np.ndarray],
+) -> int:
     """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
     float32 logits of the first N MNIST test images under the canonical weights (key "logits")."""
     from dualtrain.core.data import load_mnist
@@ -113,8 +122,11 @@ def forward_main(backend: str, argv: list[str],
     from dualtrain.spec import load_spec
 
     if len(argv) != 5 or argv[0] != "forward":
-        print(f"usage: python -m dualtrain.backends.{backend}.tools forward SPEC_YAML WEIGHTS_NPZ N "
-              "OUT_NPZ", file=sys.stderr)
+        print(
+            f"usage: python -m dualtrain.backends.{backend}.tools forward SPEC_YAML WEIGHTS_NPZ N "
+            "OUT_NPZ",
+            file=sys.stderr,
+        )
         return 2
     _, spec_path, weights_path, n_text, out = argv
     try:
@@ -136,16 +148,20 @@ def forward_main(backend: str, argv: list[str],
     return 0
 
 
-def export_main(backend: str, argv: list[str],
-                export: Callable[[Experiment, dict, str], None]) -> int:
+def export_main(
+    backend: str, argv: list[str], export: Callable[[Experiment, dict, str], None]
+) -> int:
     """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER``: the
     backend's export of those weights, written into OUT_FOLDER (dualtrain.driver.export)."""
     from dualtrain.core.weights import check_layout, load_weights
     from dualtrain.spec import load_spec
 
     if len(argv) != 4:
-        print(f"usage: python -m dualtrain.backends.{backend}.tools export SPEC_YAML WEIGHTS_NPZ "
-              "OUT_FOLDER", file=sys.stderr)
+        print(
+            f"usage: python -m dualtrain.backends.{backend}.tools export SPEC_YAML WEIGHTS_NPZ "
+            "OUT_FOLDER",
+            file=sys.stderr,
+        )
         return 2
     _, spec_path, weights_path, out = argv
     try:

@@ -34,9 +34,18 @@ from dualtrain.spec import Every, Experiment
 
 
 class TrainLoop:
-    def __init__(self, spec: Experiment, engine: Engine, data: Mnist, run_dir: Path | None,
-                 *, extra_summary: dict[str, Any] | None = None, started: float | None = None,
-                 resume: Checkpoint | None = None, attempt: int = 0):
+    def __init__(
+        self,
+        spec: Experiment,
+        engine: Engine,
+        data: Mnist,
+        run_dir: Path | None,
+        *,
+        extra_summary: dict[str, Any] | None = None,
+        started: float | None = None,
+        resume: Checkpoint | None = None,
+        attempt: int = 0,
+    ):
         self.spec = spec
         self.engine = engine
         self.data = data
@@ -44,9 +53,11 @@ class TrainLoop:
         self.total_steps = steps_total(spec, self.plan)
         self.chief = engine.rank == 0
         # A resumed run appends to records the launcher cut back to the checkpoint's step.
-        self.writer = (RunWriter(run_dir, append=resume is not None,
-                                 tensorboard=spec.logging.tensorboard)
-                       if self.chief and run_dir is not None else None)
+        self.writer = (
+            RunWriter(run_dir, append=resume is not None, tensorboard=spec.logging.tensorboard)
+            if self.chief and run_dir is not None
+            else None
+        )
         self.resume = resume
         self.start_step = resume.step if resume is not None else 0
         self.step = self.start_step
@@ -67,8 +78,9 @@ class TrainLoop:
         self._dump = set(spec.debug.dump_grads)
         self.history: list[dict[str, Any]] = []
         self.checkpoints, self.checkpoint_s = 0, 0.0
-        self.out = Reporter(f"[{engine.backend}]", spec.logging.progress, self.total_steps,
-                            enabled=self.chief)
+        self.out = Reporter(
+            f"[{engine.backend}]", spec.logging.progress, self.total_steps, enabled=self.chief
+        )
         # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference run to
         # record states, and the requested-precision runs to replay them after training.
         self.probe_role = probes.role_from_env()
@@ -89,11 +101,17 @@ class TrainLoop:
             self.samples, self.skipped = int(loop["samples"]), int(loop["skipped"])
             self.train_time = float(loop["train_time"])
             self.last_eval = dict(loop["last_eval"])
-            self.history = [*resume.state.get("history", []),
-                            {"from_step": resume.step, "checkpoint": str(resume.path),
-                             "backend": engine.backend, "world_size": self.world,
-                             "checkpoint_backend": resume.state["backend"],
-                             "checkpoint_world_size": resume.state["world_size"]}]
+            self.history = [
+                *resume.state.get("history", []),
+                {
+                    "from_step": resume.step,
+                    "checkpoint": str(resume.path),
+                    "backend": engine.backend,
+                    "world_size": self.world,
+                    "checkpoint_backend": resume.state["backend"],
+                    "checkpoint_world_size": resume.state["world_size"],
+                },
+            ]
 
     # ---- output ----------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -109,14 +127,18 @@ class TrainLoop:
     def _run(self) -> dict[str, Any]:
         spec, plan = self.spec, self.plan
         epochs = spec.train.epochs or -(-self.total_steps // plan.steps_per_epoch)
-        self.say(f"{spec.name}: {spec.model.preset or 'custom'} model, world_size {self.world}, "
-                 f"{spec.precision.dtype.value}, {len(self.data.train_y)} train samples, "
-                 f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps")
+        self.say(
+            f"{spec.name}: {spec.model.preset or 'custom'} model, world_size {self.world}, "
+            f"{spec.precision.dtype.value}, {len(self.data.train_y)} train samples, "
+            f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps"
+        )
         step = self.start_step
         starts = self.engine.gather(np.array([step], dtype=np.int64)).reshape(-1)
         if (starts != step).any():  # e.g. a restarted worker that cannot see the checkpoint folder
-            raise UserError(f"the workers would start at different steps ({starts.tolist()} by "
-                            f"process): every worker must see the same run directory and checkpoint")
+            raise UserError(
+                f"the workers would start at different steps ({starts.tolist()} by "
+                f"process): every worker must see the same run directory and checkpoint"
+            )
         if step:
             assert self.resume is not None  # only a resumed run starts after step 0
             self.say(f"resuming after step {step} from {self.resume.path}")
@@ -136,8 +158,14 @@ class TrainLoop:
                 poison = [(step, r) in self._poison for r in self.engine.local_replicas]
                 if step in self._record_at:
                     self._record_probe(step, local, count, lr)
-                out = self.engine.train_step(local, lr=lr, global_count=count, poison=poison,
-                                             capture_grads=step in self._dump, step=step)
+                out = self.engine.train_step(
+                    local,
+                    lr=lr,
+                    global_count=count,
+                    poison=poison,
+                    capture_grads=step in self._dump,
+                    step=step,
+                )
                 self._last_scale = out.loss_scale
                 if step in self._scale_at:
                     self._scales[step] = out.loss_scale
@@ -150,14 +178,17 @@ class TrainLoop:
                 if step % spec.train.log_every == 0 or end_of_epoch:
                     self._flush(epochs, keep=end_of_epoch)
                 eval_due = (spec.train.eval_every and step % spec.train.eval_every == 0) or (
-                    not spec.train.eval_every and end_of_epoch)
+                    not spec.train.eval_every and end_of_epoch
+                )
                 if eval_due or step == self.total_steps:
                     self.train_time += time.perf_counter() - t_train
                     self._evaluate(step, epoch + 1)
                     t_train = time.perf_counter()
                     self._window_t0 = t_train
-                if every is not None and (step == self.total_steps or (
-                        end_of_epoch if every is Every.EPOCH else step % every == 0)):
+                if every is not None and (
+                    step == self.total_steps
+                    or (end_of_epoch if every is Every.EPOCH else step % every == 0)
+                ):
                     self._flush(epochs)  # the records are complete up to this step
                     self.train_time += time.perf_counter() - t_train
                     self._checkpoint(step, epoch + 1)
@@ -183,21 +214,38 @@ class TrainLoop:
         t0 = time.perf_counter()
         self.writer.flush()
         spec = self.spec
-        state = {"epoch": epoch, "backend": self.engine.backend, "world_size": self.world,
-                 "precision": spec.precision.dtype.value, "spec": spec.to_dict(),
-                 "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                              **self.engine.versions()},
-                 "records": self.writer.offsets(),
-                 "loop": {"samples": self.samples, "skipped": self.skipped,
-                          "train_time": self.train_time, "last_eval": self.last_eval},
-                 "history": self.history}
-        crash = (spec.debug.crash_in_checkpoint == step and self.attempt == 0)
+        state = {
+            "epoch": epoch,
+            "backend": self.engine.backend,
+            "world_size": self.world,
+            "precision": spec.precision.dtype.value,
+            "spec": spec.to_dict(),
+            "versions": {
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                **self.engine.versions(),
+            },
+            "records": self.writer.offsets(),
+            "loop": {
+                "samples": self.samples,
+                "skipped": self.skipped,
+                "train_time": self.train_time,
+                "last_eval": self.last_eval,
+            },
+            "history": self.history,
+        }
+        crash = spec.debug.crash_in_checkpoint == step and self.attempt == 0
         try:
             with self.out.busy(f"writing the checkpoint of step {step}"):
-                path = checkpoint.save(self.run_dir, step, self.engine.weights(),
-                                       self.engine.optimizer_state(), state,
-                                       keep=spec.train.keep_checkpoints,
-                                       crash_after=checkpoint.WEIGHTS if crash else None)
+                path = checkpoint.save(
+                    self.run_dir,
+                    step,
+                    self.engine.weights(),
+                    self.engine.optimizer_state(),
+                    state,
+                    keep=spec.train.keep_checkpoints,
+                    crash_after=checkpoint.WEIGHTS if crash else None,
+                )
         except checkpoint.CheckpointWriteError as exc:
             raise UserError(str(exc)) from None
         self.checkpoint_s += time.perf_counter() - t0
@@ -209,8 +257,12 @@ class TrainLoop:
         if (self.attempt or self.resume is not None) and not self.spec.debug.exit_every_attempt:
             return  # the fault fires in the first attempt only
         if target is not None and tuple(target) == (step, self.engine.rank):
-            print(f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
-                  f"{step}", file=sys.stderr, flush=True)
+            print(
+                f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
+                f"{step}",
+                file=sys.stderr,
+                flush=True,
+            )
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _flush(self, epochs: int, keep: bool = False) -> None:
@@ -219,8 +271,14 @@ class TrainLoop:
             return
         n_local = len(self.engine.local_replicas)
         losses = np.array([w[3].loss_sum for w in self._window], dtype=np.float64)
-        shard_rows = np.array([[int(shard_digest(ids), 16) - (1 << 63), len(ids)]
-                               for w in self._window for ids in w[3].fed_ids], dtype=np.int64)
+        shard_rows = np.array(
+            [
+                [int(shard_digest(ids), 16) - (1 << 63), len(ids)]
+                for w in self._window
+                for ids in w[3].fed_ids
+            ],
+            dtype=np.int64,
+        )
         if shard_rows.shape[0] != len(self._window) * n_local:
             raise RuntimeError("engine returned fed_ids for the wrong number of replicas")
         all_losses = self.engine.gather(losses)  # (processes, window)
@@ -233,14 +291,27 @@ class TrainLoop:
         if self.writer is not None:
             replicas = [r for proc in range(all_shards.shape[0]) for r in self._replicas_of(proc)]
             for i, (step, epoch, lr, out, count) in enumerate(self._window):
-                self.writer.train(step=step, epoch=epoch, loss=float(all_losses[:, i].sum()) / count,
-                                  lr=lr, grad_norm=out.grad_norm, loss_scale=out.loss_scale,
-                                  skipped=bool(out.skipped), samples=count, samples_per_s=sps,
-                                  **({} if out.grad_amax is None else {"grad_amax": out.grad_amax}))
+                self.writer.train(
+                    step=step,
+                    epoch=epoch,
+                    loss=float(all_losses[:, i].sum()) / count,
+                    lr=lr,
+                    grad_norm=out.grad_norm,
+                    loss_scale=out.loss_scale,
+                    skipped=bool(out.skipped),
+                    samples=count,
+                    samples_per_s=sps,
+                    **({} if out.grad_amax is None else {"grad_amax": out.grad_amax}),
+                )
                 rows = all_shards[:, i].reshape(-1, 2)
                 for replica, (digest, n) in sorted(zip(replicas, rows.tolist())):
-                    self.writer.shard(step=step, epoch=epoch, replica=replica,
-                                      digest=f"{(digest + (1 << 63)):016x}", count=n)
+                    self.writer.shard(
+                        step=step,
+                        epoch=epoch,
+                        replica=replica,
+                        digest=f"{(digest + (1 << 63)):016x}",
+                        count=n,
+                    )
         for w in self._window:
             self.samples += w[4]
             self.skipped += int(w[3].skipped)
@@ -248,8 +319,10 @@ class TrainLoop:
         loss = float(all_losses[:, -1].sum()) / count
         scale = f" scale {out.loss_scale:g}" if self.spec.precision.dtype.value == "fp16" else ""
         self.out.advance(step, epoch, loss=loss, rate=sps)
-        text = (f"epoch {epoch}/{epochs} step {step}/{self.total_steps} loss {loss:.4f} lr {lr:.4g}"
-                f"{scale} {sps:,.0f} samples/s")
+        text = (
+            f"epoch {epoch}/{epochs} step {step}/{self.total_steps} loss {loss:.4f} lr {lr:.4g}"
+            f"{scale} {sps:,.0f} samples/s"
+        )
         if keep:  # the end of an epoch stays on screen under the live bar too
             self.out.line(text)
         else:
@@ -264,12 +337,19 @@ class TrainLoop:
         local = [self.eval_ranges[r] for r in self.engine.local_replicas]
         with self.out.busy(f"evaluating on {len(self.data.test_y):,} test samples"):
             loss_sum, correct, count = self.engine.evaluate(local)
-        self.last_eval = {"step": step, "epoch": epoch, "loss": loss_sum / count,
-                          "accuracy": correct / count, "count": int(count)}
+        self.last_eval = {
+            "step": step,
+            "epoch": epoch,
+            "loss": loss_sum / count,
+            "accuracy": correct / count,
+            "count": int(count),
+        }
         if self.writer is not None:
             self.writer.eval(**self.last_eval)
-        self.say(f"eval after step {step}: loss {loss_sum / count:.4f} "
-                 f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)")
+        self.say(
+            f"eval after step {step}: loss {loss_sum / count:.4f} "
+            f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)"
+        )
 
     # ---- probes (dualtrain.runtime.probes) -----------------------------------------------------------------
     def _record_probe(self, step: int, local: list[np.ndarray], count: int, lr: float) -> None:
@@ -282,9 +362,15 @@ class TrainLoop:
         weights, state = self.engine.weights(), self.engine.optimizer_state()
         self.engine.load_weights(probes.rounded(weights))
         self.engine.load_optimizer_state(probes.rounded_state(state))
-        out = self.engine.train_step(local, lr=lr, global_count=count,
-                                     poison=[False] * len(local), capture_grads=True, step=step,
-                                     measure_scale=True)
+        out = self.engine.train_step(
+            local,
+            lr=lr,
+            global_count=count,
+            poison=[False] * len(local),
+            capture_grads=True,
+            step=step,
+            measure_scale=True,
+        )
         self.engine.load_weights(weights)
         self.engine.load_optimizer_state(state)
         recorded = {"pre": weights, "slot": state.slots}
@@ -293,8 +379,15 @@ class TrainLoop:
             recorded["absterms"] = out.abs_terms or {}
         self._save_probe(step, out, count, lr, recorded, applied=state.applied)
 
-    def _save_probe(self, step: int, out: StepOut, count: int, lr: float,
-                    arrays: dict[str, Weights] | None = None, applied: int | None = None) -> None:
+    def _save_probe(
+        self,
+        step: int,
+        out: StepOut,
+        count: int,
+        lr: float,
+        arrays: dict[str, Weights] | None = None,
+        applied: int | None = None,
+    ) -> None:
         """The probe of ``step`` (all processes: the loss gather is a collective; the chief writes)
         with its gradient; a replay also saves the weights after the step, a record the state."""
         loss = float(self.engine.gather(np.array([out.loss_sum], np.float64)).sum()) / count
@@ -302,8 +395,15 @@ class TrainLoop:
             return
         assert self.run_dir is not None  # a writer implies a run directory
         arrays = {"grad": out.grads or {}, **(arrays or {"post": self.engine.weights()})}
-        row = {"step": step, "loss": loss, "lr": lr, "grad_norm": out.grad_norm,
-               "loss_scale": out.loss_scale, "skipped": bool(out.skipped), "count": count}
+        row = {
+            "step": step,
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": out.grad_norm,
+            "loss_scale": out.loss_scale,
+            "skipped": bool(out.skipped),
+            "count": count,
+        }
         if applied is not None:
             row["applied"] = applied
         probes.save(self.run_dir, step, arrays)
@@ -323,10 +423,14 @@ class TrainLoop:
             self.engine.load_weights(weights)
             self.engine.load_optimizer_state(state)
             ids, count, lr = self._step_inputs(step)
-            out = self.engine.train_step([ids[r] for r in self.engine.local_replicas], lr=lr,
-                                         global_count=count,
-                                         poison=[False] * len(self.engine.local_replicas),
-                                         capture_grads=True, step=step)
+            out = self.engine.train_step(
+                [ids[r] for r in self.engine.local_replicas],
+                lr=lr,
+                global_count=count,
+                poison=[False] * len(self.engine.local_replicas),
+                capture_grads=True,
+                step=step,
+            )
             self._save_probe(step, out, count, lr)
         return len(rows)
 
@@ -362,11 +466,20 @@ class TrainLoop:
             "checkpoint_wall_s": round(self.checkpoint_s, 3),
             "resumed": self.history,
             "attempt": self.attempt,
-            "probes": ({"mode": self.probe_role.mode, "steps": n_probes,
-                        "source": str(self.probe_role.source or "")}
-                       if self.probe_role is not None else None),
-            "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                         **self.engine.versions()},
+            "probes": (
+                {
+                    "mode": self.probe_role.mode,
+                    "steps": n_probes,
+                    "source": str(self.probe_role.source or ""),
+                }
+                if self.probe_role is not None
+                else None
+            ),
+            "versions": {
+                "python": platform.python_version(),
+                "numpy": np.__version__,
+                **self.engine.versions(),
+            },
             **self.extra_summary,
         }
         if self.writer is not None:
@@ -375,7 +488,9 @@ class TrainLoop:
             self.writer.summary(summary)
             self.writer.close()
         self.out.finish()
-        self.say(f"done: {steps} steps in {summary['train_wall_s']:.1f}s "
-                 f"({summary['train_samples_per_s']:,.0f} samples/s), test accuracy "
-                 f"{100 * (summary['test_accuracy'] or 0):.2f}%")
+        self.say(
+            f"done: {steps} steps in {summary['train_wall_s']:.1f}s "
+            f"({summary['train_samples_per_s']:,.0f} samples/s), test accuracy "
+            f"{100 * (summary['test_accuracy'] or 0):.2f}%"
+        )
         return summary

@@ -42,13 +42,21 @@ def clock(seconds: float) -> str:
 class Reporter:
     """The chief's output: ``line()`` for lines that stay, ``advance()`` per step for the bar."""
 
-    def __init__(self, prefix: str, mode: Progress, total_steps: int, *, enabled: bool = True,
-                 stream: TextIO | None = None):
+    def __init__(
+        self,
+        prefix: str,
+        mode: Progress,
+        total_steps: int,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+    ):
         self.prefix = prefix
         self.stream = stream or sys.stdout
         self.enabled = enabled
-        self.bar = enabled and (mode is Progress.BAR or (
-            mode is Progress.AUTO and interactive(self.stream)))
+        self.bar = enabled and (
+            mode is Progress.BAR or (mode is Progress.AUTO and interactive(self.stream))
+        )
         self.total = max(total_steps, 1)
         self._shown = False
         self._last_draw = 0.0
@@ -77,8 +85,9 @@ class Reporter:
     def start(self, step: int, epochs: int) -> None:
         self._t0, self._step0, self.step, self.epochs = time.perf_counter(), step, step, epochs
 
-    def advance(self, step: int, epoch: int, *, loss: float | None = None,
-                rate: float | None = None) -> None:
+    def advance(
+        self, step: int, epoch: int, *, loss: float | None = None, rate: float | None = None
+    ) -> None:
         self.step, self.epoch = step, epoch
         if loss is not None:
             self.loss = loss
@@ -107,8 +116,11 @@ class Reporter:
         done = self.step / self.total
         elapsed = time.perf_counter() - (self._t0 or time.perf_counter())
         steps_run = self.step - self._step0
-        eta = (f"ETA {clock(elapsed / steps_run * (self.total - self.step))}" if steps_run
-               else "ETA --:--")
+        eta = (
+            f"ETA {clock(elapsed / steps_run * (self.total - self.step))}"
+            if steps_run
+            else "ETA --:--"
+        )
         parts = [f"{self.step}/{self.total}", f"epoch {self.epoch}/{self.epochs}"]
         if self.loss is not None:
             parts.append(f"loss {self.loss:.4f}")

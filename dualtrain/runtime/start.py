@@ -50,15 +50,20 @@ class Start:
     """Started by dualtrain's own launcher (which reports a worker's user error once)."""
 
     def env(self) -> dict[str, str]:
-        return {ATTEMPT_ENV: str(self.attempt),
-                **({RESUME_ENV: str(self.resume)} if self.resume is not None else {})}
+        return {
+            ATTEMPT_ENV: str(self.attempt),
+            **({RESUME_ENV: str(self.resume)} if self.resume is not None else {}),
+        }
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Start:
         env = os.environ if env is None else env
         path = env.get(RESUME_ENV, "").strip()
-        return cls(resume=Path(path) if path else None, attempt=int(env.get(ATTEMPT_ENV) or 0),
-                   launched=ATTEMPT_ENV in env)
+        return cls(
+            resume=Path(path) if path else None,
+            attempt=int(env.get(ATTEMPT_ENV) or 0),
+            launched=ATTEMPT_ENV in env,
+        )
 
 
 def resume_checkpoint(spec: Experiment, start: Start) -> Checkpoint | None:
@@ -77,7 +82,9 @@ def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> N
     if diff is not None:
         raise UserError(f"checkpoint {where} is of another training run: {diff}")
     if state["world_size"] != spec.distribution.world_size and spec.data.sharding.value != "exact":
-        raise UserError(f"checkpoint {where} was written at world_size {state['world_size']}; with "
-                        f"data.sharding torch_sampler the global batches depend on the world size, so "
-                        f"the run can only continue at world_size {state['world_size']} (sharding "
-                        f"exact can change it). Received: world_size {spec.distribution.world_size}")
+        raise UserError(
+            f"checkpoint {where} was written at world_size {state['world_size']}; with "
+            f"data.sharding torch_sampler the global batches depend on the world size, so "
+            f"the run can only continue at world_size {state['world_size']} (sharding "
+            f"exact can change it). Received: world_size {spec.distribution.world_size}"
+        )

@@ -55,14 +55,31 @@ def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend:
     return Inputs(data=data, resume=resume, weights=weights, hook=run_test_hook(backend))
 
 
-def train_loop(spec: Experiment, engine: Engine, inputs: Inputs, run_dir: Path | None,
-               start: Start, begun: Begun, *, chief: bool, facts: Mapping[str, Any],
-               env: Mapping[str, Any]) -> TrainLoop:
+def train_loop(
+    spec: Experiment,
+    engine: Engine,
+    inputs: Inputs,
+    run_dir: Path | None,
+    start: Start,
+    begun: Begun,
+    *,
+    chief: bool,
+    facts: Mapping[str, Any],
+    env: Mapping[str, Any],
+) -> TrainLoop:
     """The loop for ``engine``: the checkpoint's optimizer state restored, the run directory
     written by the chief only; ``facts`` (the backend's own: threads, devices, strategy) and
     ``env`` (the backend's environment facts) go into summary.json beside the core facts."""
     if inputs.resume is not None:
         engine.load_optimizer_state(inputs.resume.optimizer)
     extra = {**facts, **inputs.hook, "env": {"core": begun.core, **env}}
-    return TrainLoop(spec, engine, inputs.data, run_dir if chief else None, extra_summary=extra,
-                     started=begun.started, resume=inputs.resume, attempt=start.attempt)
+    return TrainLoop(
+        spec,
+        engine,
+        inputs.data,
+        run_dir if chief else None,
+        extra_summary=extra,
+        started=begun.started,
+        resume=inputs.resume,
+        attempt=start.attempt,
+    )

@@ -37,8 +37,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             except UserError:
                 is_vocab = isinstance(other, type) and issubclass(other, StrEnum)
                 names = other.values() if is_vocab else []
-                raise UserError(f"{path} must be one of {names} or an integer. "
-                                f"Received: {value!r}") from None
+                raise UserError(
+                    f"{path} must be one of {names} or an integer. Received: {value!r}"
+                ) from None
         return _convert(non_none[0], value, path)
     if value is None:
         raise UserError(f"{path} must not be null. Received: None")
@@ -101,8 +102,10 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
             where = f"{path}.{key}" if path else str(key)
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            errors.append(f"unknown key '{where}' (valid keys{' in ' + path if path else ''}: "
-                          f"{', '.join(names)}){hint} Received: {key}={data[key]!r}")
+            errors.append(
+                f"unknown key '{where}' (valid keys{' in ' + path if path else ''}: "
+                f"{', '.join(names)}){hint} Received: {key}={data[key]!r}"
+            )
     hints = _hints(cls)
     kwargs = {}
     for name in names:
@@ -121,7 +124,9 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
             raise err
         raise UserError(f"{count} mistakes in the spec: " + "; ".join(errors))
     if cls is LayerSpec and "type" not in kwargs:
-        raise UserError(f"{path} needs a 'type' ({', '.join(LayerType.values())}). Received: {data!r}")
+        raise UserError(
+            f"{path} needs a 'type' ({', '.join(LayerType.values())}). Received: {data!r}"
+        )
     try:
         return cls(**kwargs)
     except UserError as exc:
@@ -147,7 +152,9 @@ def from_dict(raw: Any) -> Experiment:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise UserError(f"the spec must be a YAML mapping at the top level. Received: {type(raw).__name__}")
+        raise UserError(
+            f"the spec must be a YAML mapping at the top level. Received: {type(raw).__name__}"
+        )
     return _build(Experiment, _normalise(raw))
 
 
@@ -176,7 +183,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             if nxt is None:
                 nxt = {}
             elif not isinstance(nxt, dict):
-                raise UserError(f"--set {'.'.join(parts[:i + 1])} is not a section. Received: {text!r}")
+                raise UserError(
+                    f"--set {'.'.join(parts[: i + 1])} is not a section. Received: {text!r}"
+                )
             else:
                 nxt = dict(nxt)
             node[part] = nxt
@@ -211,8 +220,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"--config must be a YAML file, not a folder{hint}. Received: {str(p)!r}")
     if not p.is_file():
         shipped = ", ".join(sorted(q.stem for q in SHIPPED_CONFIGS.glob("*.yaml")))
-        raise UserError(f"config file not found: {str(p)!r} (shipped configs, usable by name from "
-                        f"anywhere: {shipped})")
+        raise UserError(
+            f"config file not found: {str(p)!r} (shipped configs, usable by name from "
+            f"anywhere: {shipped})"
+        )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
@@ -223,11 +234,14 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise UserError(f"{p}: not a text file") from None
     if raw is None:  # an empty file: a user who meant all defaults passes no --config
-        raise UserError(f"{p}: the file is empty (no spec in it); to train on the defaults, leave "
-                        f"out --config. Received: {str(p)!r}")
+        raise UserError(
+            f"{p}: the file is empty (no spec in it); to train on the defaults, leave "
+            f"out --config. Received: {str(p)!r}"
+        )
     if not isinstance(raw, dict):
-        raise UserError(f"{p}: the spec must be a YAML mapping at the top level. "
-                        f"Received: {type(raw).__name__}")
+        raise UserError(
+            f"{p}: the spec must be a YAML mapping at the top level. Received: {type(raw).__name__}"
+        )
     return raw
 
 
@@ -260,7 +274,9 @@ def has_path(path: str) -> bool:
     Experiment schema."""
     cls: Any = Experiment
     for part in path.split("."):
-        if not (dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}):
+        if not (
+            dataclasses.is_dataclass(cls) and part in {f.name for f in dataclasses.fields(cls)}
+        ):
             return False
         cls = typing.get_type_hints(cls)[part]
     return True

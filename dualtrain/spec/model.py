@@ -71,20 +71,33 @@ class LayerSpec:
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, default)
             assert self.momentum is not None and self.eps is not None  # defaults set just above
-            _check(0.0 <= self.momentum <= 1.0, "layer batchnorm.momentum", "must be in [0, 1]",
-                   self.momentum)
+            _check(
+                0.0 <= self.momentum <= 1.0,
+                "layer batchnorm.momentum",
+                "must be in [0, 1]",
+                self.momentum,
+            )
             _check(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
         if t is LayerType.RESIDUAL:
-            _check(bool(self.body), "layer residual.body", "must list at least one layer", list(self.body))
+            _check(
+                bool(self.body),
+                "layer residual.body",
+                "must list at least one layer",
+                list(self.body),
+            )
             for part in ("body", "shortcut"):
                 for j, inner in enumerate(getattr(self, part)):
                     if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN):
-                        raise UserError(f"layer residual.{part}[{j}]: a residual block cannot hold a "
-                                        f"{inner.type.value} layer (blocks do not nest; flatten changes "
-                                        f"the shape the add needs). Received: {inner.type.value}")
+                        raise UserError(
+                            f"layer residual.{part}[{j}]: a residual block cannot hold a "
+                            f"{inner.type.value} layer (blocks do not nest; flatten changes "
+                            f"the shape the add needs). Received: {inner.type.value}"
+                        )
         if self.rate is not None:
             if "rate" not in allowed:
-                raise UserError(f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}")
+                raise UserError(
+                    f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}"
+                )
             _check(0.0 <= self.rate < 1.0, "layer dropout.rate", "must be in [0, 1)", self.rate)
         for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
             v = getattr(self, name)
@@ -93,13 +106,23 @@ class LayerSpec:
             if v is not None:
                 _check(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
         if self.padding is not Padding.VALID and "padding" not in allowed:
-            raise UserError(f"layer type {t.value!r} takes no 'padding'. Received: {self.padding!r}")
+            raise UserError(
+                f"layer type {t.value!r} takes no 'padding'. Received: {self.padding!r}"
+            )
         if isinstance(self.padding, int):
-            _check(self.padding >= 0, f"layer {t.value}.padding", "must be >= 0, valid or same",
-                   self.padding)
-        required = {LayerType.DENSE: ("units",), LayerType.CONV2D: ("filters", "kernel_size"),
-                    LayerType.MAXPOOL2D: ("pool_size",), LayerType.AVGPOOL2D: ("pool_size",),
-                    LayerType.DROPOUT: ("rate",)}.get(t, ())
+            _check(
+                self.padding >= 0,
+                f"layer {t.value}.padding",
+                "must be >= 0, valid or same",
+                self.padding,
+            )
+        required = {
+            LayerType.DENSE: ("units",),
+            LayerType.CONV2D: ("filters", "kernel_size"),
+            LayerType.MAXPOOL2D: ("pool_size",),
+            LayerType.AVGPOOL2D: ("pool_size",),
+            LayerType.DROPOUT: ("rate",),
+        }.get(t, ())
         for name in required:
             if getattr(self, name) is None:
                 raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
@@ -123,11 +146,18 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if self.preset is not None:
-            _check(self.preset in PRESETS, "model.preset", f"must be one of {sorted(PRESETS)}", self.preset)
+            _check(
+                self.preset in PRESETS,
+                "model.preset",
+                f"must be one of {sorted(PRESETS)}",
+                self.preset,
+            )
             if self.layers:
                 raise UserError("model: give either 'preset' or 'layers', not both. Received: both")
         elif not self.layers:
-            raise UserError("model: give a 'preset' (mlp, cnn) or a 'layers' list. Received: neither")
+            raise UserError(
+                "model: give a 'preset' (mlp, cnn) or a 'layers' list. Received: neither"
+            )
 
     def resolved_layers(self) -> tuple[LayerSpec, ...]:
         return PRESETS[self.preset] if self.preset is not None else self.layers
@@ -137,23 +167,29 @@ def _layers(*items: dict[str, Any]) -> tuple[LayerSpec, ...]:
     def layer(d: dict[str, Any]) -> LayerSpec:
         kwargs: dict[str, Any] = {k: (LayerType(v) if k == "type" else v) for k, v in d.items()}
         return LayerSpec(**kwargs)
+
     return tuple(layer(d) for d in items)
 
 
 PRESETS: dict[str, tuple[LayerSpec, ...]] = {
     "mlp": _layers(
         {"type": "flatten"},
-        {"type": "dense", "units": 256}, {"type": "relu"},
-        {"type": "dense", "units": 128}, {"type": "relu"},
+        {"type": "dense", "units": 256},
+        {"type": "relu"},
+        {"type": "dense", "units": 128},
+        {"type": "relu"},
         {"type": "dense", "units": 10},
     ),
     "cnn": _layers(
-        {"type": "conv2d", "filters": 32, "kernel_size": 3}, {"type": "relu"},
+        {"type": "conv2d", "filters": 32, "kernel_size": 3},
+        {"type": "relu"},
         {"type": "maxpool2d", "pool_size": 2},
-        {"type": "conv2d", "filters": 64, "kernel_size": 3}, {"type": "relu"},
+        {"type": "conv2d", "filters": 64, "kernel_size": 3},
+        {"type": "relu"},
         {"type": "maxpool2d", "pool_size": 2},
         {"type": "flatten"},
-        {"type": "dense", "units": 128}, {"type": "relu"},
+        {"type": "dense", "units": 128},
+        {"type": "relu"},
         {"type": "dense", "units": 10},
     ),
 }

@@ -51,7 +51,9 @@ class DataSpec:
     def __post_init__(self) -> None:
         _check(self.dataset == "mnist", "data.dataset", "must be 'mnist'", self.dataset)
         _check(self.batch_size >= 1, "data.batch_size", "must be >= 1", self.batch_size)
-        _check(self.eval_batch_size >= 1, "data.eval_batch_size", "must be >= 1", self.eval_batch_size)
+        _check(
+            self.eval_batch_size >= 1, "data.eval_batch_size", "must be >= 1", self.eval_batch_size
+        )
         for name in ("train_limit", "test_limit"):
             v = getattr(self, name)
             _check(v is None or v >= 1, f"data.{name}", "must be >= 1 or null", v)
@@ -77,7 +79,12 @@ class ScheduleSpec:
         _check(self.step_size >= 1, "optimizer.schedule.step_size", "must be >= 1", self.step_size)
         _check(0 < self.gamma <= 1, "optimizer.schedule.gamma", "must be in (0, 1]", self.gamma)
         _check(self.min_lr >= 0, "optimizer.schedule.min_lr", "must be >= 0", self.min_lr)
-        _check(self.warmup_steps >= 0, "optimizer.schedule.warmup_steps", "must be >= 0", self.warmup_steps)
+        _check(
+            self.warmup_steps >= 0,
+            "optimizer.schedule.warmup_steps",
+            "must be >= 0",
+            self.warmup_steps,
+        )
 
 
 @dataclass(**_SPEC)
@@ -114,8 +121,12 @@ class OptimizerSpec:
         _check(0 <= self.momentum < 1, "optimizer.momentum", "must be in [0, 1)", self.momentum)
         if self.nesterov:
             _check(self.momentum > 0, "optimizer.nesterov", "needs momentum > 0", self.momentum)
-        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "optimizer.betas",
-               "must be two numbers in [0, 1)", list(self.betas))
+        _check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "optimizer.betas",
+            "must be two numbers in [0, 1)",
+            list(self.betas),
+        )
         if self.eps is None:  # torch's default for this optimizer, written into the resolved spec
             object.__setattr__(self, "eps", 1e-6 if self.name is OptimizerName.ADADELTA else 1e-8)
         assert self.eps is not None  # set just above when it was null
@@ -123,13 +134,18 @@ class OptimizerSpec:
         _check(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
         _check(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
         if self.centered and self.name is not OptimizerName.RMSPROP:
-            raise UserError(f"optimizer.centered is for rmsprop. Received: centered=true with "
-                            f"{self.name.value}")
+            raise UserError(
+                f"optimizer.centered is for rmsprop. Received: centered=true with {self.name.value}"
+            )
 
         _check(self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", self.weight_decay)
         if self.clip_grad_norm is not None:
-            _check(self.clip_grad_norm > 0, "optimizer.clip_grad_norm", "must be > 0 or null",
-                   self.clip_grad_norm)
+            _check(
+                self.clip_grad_norm > 0,
+                "optimizer.clip_grad_norm",
+                "must be > 0 or null",
+                self.clip_grad_norm,
+            )
 
 
 @dataclass(**_SPEC)
@@ -143,12 +159,24 @@ class LossScaleSpec:
 
     def __post_init__(self) -> None:
         _check(self.init > 0, "precision.loss_scale.init", "must be > 0", self.init)
-        _check(self.growth_factor >= 1, "precision.loss_scale.growth_factor", "must be >= 1",
-               self.growth_factor)
-        _check(0 < self.backoff_factor < 1, "precision.loss_scale.backoff_factor", "must be in (0, 1)",
-               self.backoff_factor)
-        _check(self.growth_interval >= 1, "precision.loss_scale.growth_interval", "must be >= 1",
-               self.growth_interval)
+        _check(
+            self.growth_factor >= 1,
+            "precision.loss_scale.growth_factor",
+            "must be >= 1",
+            self.growth_factor,
+        )
+        _check(
+            0 < self.backoff_factor < 1,
+            "precision.loss_scale.backoff_factor",
+            "must be in (0, 1)",
+            self.backoff_factor,
+        )
+        _check(
+            self.growth_interval >= 1,
+            "precision.loss_scale.growth_interval",
+            "must be >= 1",
+            self.growth_interval,
+        )
 
 
 @dataclass(**_SPEC)
@@ -180,14 +208,24 @@ class DistributionSpec:
 
     def __post_init__(self) -> None:
         _check(self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size)
-        _check(self.max_restarts >= 0, "distribution.max_restarts", "must be >= 0", self.max_restarts)
+        _check(
+            self.max_restarts >= 0, "distribution.max_restarts", "must be >= 0", self.max_restarts
+        )
         _check(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
         if self.master_port is not None:
-            _check(0 < self.master_port < 65536, "distribution.master_port", "must be in 1..65535",
-                   self.master_port)
+            _check(
+                0 < self.master_port < 65536,
+                "distribution.master_port",
+                "must be in 1..65535",
+                self.master_port,
+            )
         if self.threads_per_worker is not None:
-            _check(self.threads_per_worker >= 1, "distribution.threads_per_worker", "must be >= 1",
-                   self.threads_per_worker)
+            _check(
+                self.threads_per_worker >= 1,
+                "distribution.threads_per_worker",
+                "must be >= 1",
+                self.threads_per_worker,
+            )
 
 
 @dataclass(**_SPEC)
@@ -214,10 +252,18 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_every, int):
-            _check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1, epoch or null",
-                   self.checkpoint_every)
-        _check(self.keep_checkpoints >= 1, "train.keep_checkpoints", "must be >= 1",
-               self.keep_checkpoints)
+            _check(
+                self.checkpoint_every >= 1,
+                "train.checkpoint_every",
+                "must be >= 1, epoch or null",
+                self.checkpoint_every,
+            )
+        _check(
+            self.keep_checkpoints >= 1,
+            "train.keep_checkpoints",
+            "must be >= 1",
+            self.keep_checkpoints,
+        )
         if self.epochs is None and self.max_steps is None:
             raise UserError("train: give epochs or max_steps. Received: neither")
         if self.epochs is not None:
@@ -282,13 +328,21 @@ class Experiment:
     debug: DebugSpec = _tagged(FREE, default_factory=DebugSpec)
 
     def __post_init__(self) -> None:
-        _check(bool(self.name) and "/" not in self.name, "name", "must be a non-empty name without '/'",
-               self.name)
+        _check(
+            bool(self.name) and "/" not in self.name,
+            "name",
+            "must be a non-empty name without '/'",
+            self.name,
+        )
         _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32)", self.seed)
         if self.data.sharding is Sharding.TORCH_SAMPLER:
-            _check(self.data.batch_size % self.distribution.world_size == 0, "data.batch_size",
-                   f"must be a multiple of world_size={self.distribution.world_size} with "
-                   "sharding=torch_sampler", self.data.batch_size)
+            _check(
+                self.data.batch_size % self.distribution.world_size == 0,
+                "data.batch_size",
+                f"must be a multiple of world_size={self.distribution.world_size} with "
+                "sharding=torch_sampler",
+                self.data.batch_size,
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(self)
@@ -299,8 +353,11 @@ class Experiment:
 
 def _to_plain(obj: Any) -> Any:
     if isinstance(obj, LayerSpec):  # a layer names only what it sets: {type: dense, units: 10}
-        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if f.name == "type" or getattr(obj, f.name) != f.default}
+        return {
+            f.name: _to_plain(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.name == "type" or getattr(obj, f.name) != f.default
+        }
     if dataclasses.is_dataclass(obj):
         return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):

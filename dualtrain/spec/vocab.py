@@ -34,30 +34,54 @@ class StrEnum(str, enum.Enum):
             alias = ALIASES.get(cls.__name__, {}).get(key.replace("-", "_"))
             if alias is not None:
                 return cls(alias)
-            close = difflib.get_close_matches(key, cls.values() + list(ALIASES.get(cls.__name__, {})),
-                                              n=2, cutoff=0.6)
+            close = difflib.get_close_matches(
+                key, cls.values() + list(ALIASES.get(cls.__name__, {})), n=2, cutoff=0.6
+            )
             names = [ALIASES.get(cls.__name__, {}).get(c, c) for c in close]
             if names:
                 hint = " or ".join(f"'{n}'" for n in dict.fromkeys(names))
-                raise UserError(f"{path} must be one of {cls.values()}; did you mean {hint}? "
-                                f"Received: {value!r}")
+                raise UserError(
+                    f"{path} must be one of {cls.values()}; did you mean {hint}? "
+                    f"Received: {value!r}"
+                )
         raise UserError(f"{path} must be one of {cls.values()}. Received: {value!r}")
 
 
 #: Names users bring from the frameworks, per vocabulary (keys lower case, "-" read as "_").
 ALIASES: dict[str, dict[str, str]] = {
     "Backend": {"pytorch": "torch", "tensorflow": "tf", "keras": "tf"},
-    "Precision": {"float32": "fp32", "single": "fp32", "float16": "fp16", "half": "fp16",
-                  "mixed_float16": "fp16", "bfloat16": "bf16", "mixed_bfloat16": "bf16",
-                  "float64": "fp64", "double": "fp64"},
-    "LayerType": {"linear": "dense", "conv2d": "conv2d", "conv": "conv2d",
-                  "maxpooling2d": "maxpool2d", "maxpool": "maxpool2d",
-                  "averagepooling2d": "avgpool2d", "avgpool": "avgpool2d",
-                  "globalaveragepooling2d": "global_avgpool", "adaptiveavgpool2d": "global_avgpool",
-                  "batchnormalization": "batchnorm", "batchnorm2d": "batchnorm",
-                  "batchnorm1d": "batchnorm", "syncbatchnorm": "batchnorm"},
-    "ScheduleName": {"cosineannealing": "cosine", "cosineannealinglr": "cosine",
-                     "cosinedecay": "cosine", "steplr": "step"},
+    "Precision": {
+        "float32": "fp32",
+        "single": "fp32",
+        "float16": "fp16",
+        "half": "fp16",
+        "mixed_float16": "fp16",
+        "bfloat16": "bf16",
+        "mixed_bfloat16": "bf16",
+        "float64": "fp64",
+        "double": "fp64",
+    },
+    "LayerType": {
+        "linear": "dense",
+        "conv2d": "conv2d",
+        "conv": "conv2d",
+        "maxpooling2d": "maxpool2d",
+        "maxpool": "maxpool2d",
+        "averagepooling2d": "avgpool2d",
+        "avgpool": "avgpool2d",
+        "globalaveragepooling2d": "global_avgpool",
+        "adaptiveavgpool2d": "global_avgpool",
+        "batchnormalization": "batchnorm",
+        "batchnorm2d": "batchnorm",
+        "batchnorm1d": "batchnorm",
+        "syncbatchnorm": "batchnorm",
+    },
+    "ScheduleName": {
+        "cosineannealing": "cosine",
+        "cosineannealinglr": "cosine",
+        "cosinedecay": "cosine",
+        "steplr": "step",
+    },
 }
 
 

@@ -19,8 +19,12 @@ from dualtrain.spec import load_spec
 from tests.conftest import ROOT, run_cli
 
 W = {"0.weight": np.arange(6, dtype=np.float32).reshape(2, 3), "0.bias": np.ones(2, np.float32)}
-OPT = OptimizerState(slots={"exp_avg/0.weight": np.full((2, 3), 0.5, np.float32)}, applied=7,
-                     loss_scale=1024.0, good_steps=3)
+OPT = OptimizerState(
+    slots={"exp_avg/0.weight": np.full((2, 3), 0.5, np.float32)},
+    applied=7,
+    loss_scale=1024.0,
+    good_steps=3,
+)
 
 
 def save(run: Path, step: int, keep: int = 3) -> Path:
@@ -30,13 +34,21 @@ def save(run: Path, step: int, keep: int = 3) -> Path:
 def test_round_trip(tmp_path):
     path = save(tmp_path, 12)
     assert path == tmp_path / "checkpoints" / "step-00000012"
-    assert sorted(p.name for p in path.iterdir()) == ["MANIFEST.json", "optimizer.npz", "state.json",
-                                                      "weights.npz"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "MANIFEST.json",
+        "optimizer.npz",
+        "state.json",
+        "weights.npz",
+    ]
     ck = checkpoint.load(path)
     assert ck.step == 12 and ck.state["epoch"] == 1
     assert all(np.array_equal(ck.weights[k], W[k]) and ck.weights[k].dtype == W[k].dtype for k in W)
     assert np.array_equal(ck.optimizer.slots["exp_avg/0.weight"], OPT.slots["exp_avg/0.weight"])
-    assert (ck.optimizer.applied, ck.optimizer.loss_scale, ck.optimizer.good_steps) == (7, 1024.0, 3)
+    assert (ck.optimizer.applied, ck.optimizer.loss_scale, ck.optimizer.good_steps) == (
+        7,
+        1024.0,
+        3,
+    )
 
 
 def test_keeps_the_newest_k(tmp_path):
@@ -72,8 +84,16 @@ def test_any_changed_byte_is_refused(tmp_path, name):
 
 def test_spec_difference_names_the_field():
     a = load_spec(None, ["optimizer.lr=0.1"]).to_dict()
-    same = load_spec(None, ["optimizer.lr=0.1", "distribution.world_size=3", "train.log_every=7",
-                            "train.checkpoint_every=epoch", "name=other"]).to_dict()
+    same = load_spec(
+        None,
+        [
+            "optimizer.lr=0.1",
+            "distribution.world_size=3",
+            "train.log_every=7",
+            "train.checkpoint_every=epoch",
+            "name=other",
+        ],
+    ).to_dict()
     assert checkpoint.spec_difference(a, same) is None
     other = load_spec(None, ["optimizer.lr=0.2"]).to_dict()
     assert checkpoint.spec_difference(a, other) == "optimizer.lr: 0.1 in the checkpoint, 0.2 here"
@@ -89,8 +109,11 @@ def small_disk(tmp_path):
     mnt.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("needs root and mount to make a small tmpfs")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     yield mnt
@@ -100,8 +123,10 @@ def small_disk(tmp_path):
 def test_full_disk_keeps_the_previous_checkpoint(small_disk):
     save(small_disk, 10)
     big = {"w": np.zeros(1_000_000, np.float32)}  # 4 MB: does not fit
-    with pytest.raises(CheckpointWriteError, match="the checkpoint of step 20 could not be written.*"
-                                                   "No space left on device"):
+    with pytest.raises(
+        CheckpointWriteError,
+        match="the checkpoint of step 20 could not be written.*No space left on device",
+    ):
         checkpoint.save(small_disk, 20, big, OPT, {"spec": {}, "records": {}}, keep=3)
     assert checkpoint.complete_steps(small_disk) == [10]
     assert [p.name for p in (small_disk / "checkpoints").iterdir()] == ["step-00000010"]
@@ -111,12 +136,27 @@ def test_full_disk_keeps_the_previous_checkpoint(small_disk):
 def test_full_disk_fails_the_run_in_one_line(small_disk):
     pytest.importorskip("torch")
     out = small_disk / "run"
-    proc = run_cli("run", "--backend", "torch", "--config", str(ROOT / "configs" / "mnist_mlp.yaml"),
-                   "--set", "data.train_limit=640", "--set", "train.checkpoint_every=2",
-                   "--set", "distribution.world_size=1", "--out", str(out), timeout=300)
+    proc = run_cli(
+        "run",
+        "--backend",
+        "torch",
+        "--config",
+        str(ROOT / "configs" / "mnist_mlp.yaml"),
+        "--set",
+        "data.train_limit=640",
+        "--set",
+        "train.checkpoint_every=2",
+        "--set",
+        "distribution.world_size=1",
+        "--out",
+        str(out),
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert any("the checkpoint of step 2 could not be written" in e and "No space left on device" in e
-               for e in errors), proc.stderr[-2000:]
+    assert any(
+        "the checkpoint of step 2 could not be written" in e and "No space left on device" in e
+        for e in errors
+    ), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert checkpoint.complete_steps(out) == []

@@ -25,8 +25,13 @@ from tests.conftest import ROOT, cli_env, require, run_cli
 
 require("torch", "tensorflow")
 
-BASE = ("data.train_limit=2600", "data.test_limit=1000", "train.epochs=2", "train.checkpoint_every=10",
-        "train.log_every=1000")
+BASE = (
+    "data.train_limit=2600",
+    "data.test_limit=1000",
+    "train.epochs=2",
+    "train.checkpoint_every=10",
+    "train.log_every=1000",
+)
 CASES = {
     "torch-w3": ("torch", ("distribution.world_size=3",)),
     "tf-mirrored-w2": ("tf", ("distribution.world_size=2",)),
@@ -35,14 +40,29 @@ CASES = {
 SLOW = pytest.mark.slow
 # The default suite covers each mechanism once per backend; the slow set (CI runs it) every case.
 RESUME_CASES = ["torch-w3", "tf-mirrored-w2", pytest.param("tf-multi_worker-w2", marks=SLOW)]
-RESTART_CASES = ["torch-w3", pytest.param("tf-mirrored-w2", marks=SLOW),
-                 pytest.param("tf-multi_worker-w2", marks=SLOW)]
+RESTART_CASES = [
+    "torch-w3",
+    pytest.param("tf-mirrored-w2", marks=SLOW),
+    pytest.param("tf-multi_worker-w2", marks=SLOW),
+]
 
 
-def run(backend: str | None, out: Path, *sets: str, extra: tuple[str, ...] = (),
-        config: Path = ROOT / "configs" / "mnist_mlp.yaml") -> subprocess.CompletedProcess:
-    args = ["run", *(("--backend", backend) if backend else ()), "--config", str(config),
-            "--out", str(out), *extra]
+def run(
+    backend: str | None,
+    out: Path,
+    *sets: str,
+    extra: tuple[str, ...] = (),
+    config: Path = ROOT / "configs" / "mnist_mlp.yaml",
+) -> subprocess.CompletedProcess:
+    args = [
+        "run",
+        *(("--backend", backend) if backend else ()),
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        *extra,
+    ]
     for s in (*BASE, *sets):
         args += ["--set", s]
     return run_cli(*args, timeout=300)
@@ -55,8 +75,10 @@ def assert_same_run(a: Path, b: Path) -> None:
         assert np.array_equal(wa[k], wb[k]), f"{k}: max |diff| {np.abs(wa[k] - wb[k]).max():.3g}"
 
     def rows(p: Path) -> list[dict]:
-        return [{k: v for k, v in json.loads(line).items() if k != "samples_per_s"}
-                for line in (p / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "samples_per_s"}
+            for line in (p / "metrics.jsonl").read_text().splitlines()
+        ]
 
     assert rows(a) == rows(b)
     assert (a / "shards.jsonl").read_text() == (b / "shards.jsonl").read_text()
@@ -122,8 +144,14 @@ def test_restarts_run_out_and_the_failing_rank_is_named(tmp_path):
     # rank 1 dies at step 25 in every attempt: two restarts from the step-20 checkpoint, then the
     # run fails, naming the rank.
     out = tmp_path / "run"
-    proc = run("torch", out, "distribution.world_size=2", "debug.exit_rank=[25, 1]",
-               "debug.exit_every_attempt=true", "distribution.max_restarts=2")
+    proc = run(
+        "torch",
+        out,
+        "distribution.world_size=2",
+        "debug.exit_rank=[25, 1]",
+        "debug.exit_every_attempt=true",
+        "distribution.max_restarts=2",
+    )
     assert proc.returncode == 1
     assert proc.stderr.count("from " + str(out / "checkpoints" / "step-00000020")) == 2
     last = proc.stderr.strip().splitlines()[-1]
@@ -134,12 +162,23 @@ def test_restarts_run_out_and_the_failing_rank_is_named(tmp_path):
 def test_external_kill_9_after_a_checkpoint(tmp_path, reference):
     # A real kill -9 from outside, at whatever step the run has reached once step 20 is saved.
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "dualtrain", "run", "--backend", "torch", "--config",
-            str(ROOT / "configs" / "mnist_mlp.yaml"), "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "dualtrain",
+        "run",
+        "--backend",
+        "torch",
+        "--config",
+        str(ROOT / "configs" / "mnist_mlp.yaml"),
+        "--out",
+        str(out),
+    ]
     for s in (*BASE, *CASES["torch-w3"][1]):
         args += ["--set", s]
-    proc = subprocess.Popen(args, env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        args, env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 120
     while not (out / "checkpoints" / "step-00000020").is_dir():
         assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint at step 20"
@@ -199,8 +238,18 @@ def test_a_restarted_tf_config_cluster_resumes_by_itself(tmp_path, reference):
 
     out = tmp_path / "shared" / "run"
     _, sets = CASES["tf-multi_worker-w2"]
-    args = [sys.executable, "-m", "dualtrain", "run", "--backend", "tf", "--config",
-            str(ROOT / "configs" / "mnist_mlp.yaml"), "--out", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "dualtrain",
+        "run",
+        "--backend",
+        "tf",
+        "--config",
+        str(ROOT / "configs" / "mnist_mlp.yaml"),
+        "--out",
+        str(out),
+    ]
     # one process per task, 1 thread each: as the local multi_worker reference run has
     for s in (*BASE, *sets, "distribution.threads_per_worker=1", "debug.exit_rank=[25, 1]"):
         args += ["--set", s]
@@ -209,21 +258,42 @@ def test_a_restarted_tf_config_cluster_resumes_by_itself(tmp_path, reference):
         ports = free_ports(2)
         procs = []
         for task in range(2):
-            env = cli_env({"TF_CONFIG": json.dumps({
-                "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                "task": {"type": "worker", "index": task}})})
-            procs.append(subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+            env = cli_env(
+                {
+                    "TF_CONFIG": json.dumps(
+                        {
+                            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                            "task": {"type": "worker", "index": task},
+                        }
+                    )
+                }
+            )
+            procs.append(
+                subprocess.Popen(
+                    args,
+                    env=env,
+                    cwd=ROOT,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         done = [p.communicate(timeout=300) for p in procs]
-        return [subprocess.CompletedProcess(p.args, p.returncode, o, e)
-                for p, (o, e) in zip(procs, done)]
+        return [
+            subprocess.CompletedProcess(p.args, p.returncode, o, e)
+            for p, (o, e) in zip(procs, done)
+        ]
 
     first = cluster()  # task 1 SIGKILLs itself at step 25, after the step-20 checkpoint
     assert [p.returncode for p in first] == [1, -signal.SIGKILL], first[0].stderr[-3000:]
     assert "tf rank 0 lost its peer rank 1 (127.0.0.1)" in first[0].stderr
     assert checkpoint.complete_steps(out) == [10, 20] and not (out / "summary.json").exists()
     again = cluster()  # the restart: the same command lines
-    assert [p.returncode for p in again] == [0, 0], again[0].stderr[-3000:] + again[1].stderr[-3000:]
+    assert [p.returncode for p in again] == [0, 0], (
+        again[0].stderr[-3000:] + again[1].stderr[-3000:]
+    )
     assert f"continuing {out} from {out / 'checkpoints' / 'step-00000020'}" in again[0].stdout
     assert_same_run(reference["tf-multi_worker-w2"], out)
-    assert [h["from_step"] for h in json.loads((out / "summary.json").read_text())["resumed"]] == [20]
+    assert [h["from_step"] for h in json.loads((out / "summary.json").read_text())["resumed"]] == [
+        20
+    ]

@@ -16,15 +16,27 @@ from dualtrain.core.weights import Weights, init_weights, save_weights
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
 from dualtrain.spec import dump_spec, from_dict
 
-TINY_MODEL = {"layers": [{"type": "flatten"}, {"type": "dense", "units": 16}, {"type": "relu"},
-                         {"type": "dense", "units": 10}]}
+TINY_MODEL = {
+    "layers": [
+        {"type": "flatten"},
+        {"type": "dense", "units": 16},
+        {"type": "relu"},
+        {"type": "dense", "units": 10},
+    ]
+}
 WORLD = 2
 
 
 def base_spec(**changes: Any) -> dict[str, Any]:
-    raw = {"name": "synth", "seed": 0, "model": TINY_MODEL, "distribution": {"world_size": WORLD},
-           "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9}, "train": {"epochs": 1},
-           "data": {"batch_size": 64}}
+    raw = {
+        "name": "synth",
+        "seed": 0,
+        "model": TINY_MODEL,
+        "distribution": {"world_size": WORLD},
+        "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+        "train": {"epochs": 1},
+        "data": {"batch_size": 64},
+    }
     for dotted, value in changes.items():
         node = raw
         parts = dotted.split(".")
@@ -42,19 +54,27 @@ def digest(step: int, replica: int, salt: str = "") -> str:
     return hashlib.sha256(f"{salt}{step}:{replica}".encode()).hexdigest()[:16]
 
 
-def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
-             spec: dict[str, Any] | None = None,
-             loss: Callable[[int], float] = base_loss,
-             lr: Callable[[int], float] = lambda s: 0.05,
-             loss_scale: Callable[[int], float] = lambda s: 1.0,
-             skipped: Callable[[int], bool] = lambda s: False,
-             shard_salt: Callable[[int], str] = lambda s: "",
-             init: Weights | None = None,
-             final_delta: float = 1e-2, final_noise: float = 0.0, noise_seed: int = 1,
-             accuracy: Callable[[int], float] = lambda s: 0.9,
-             eval_every: int = 40, samples_per_s: float = 10000.0,
-             grads: dict[int, Weights] | None = None,
-             grad_amax: Callable[[int], float] | None = None) -> Path:
+def make_run(
+    path: Path,
+    *,
+    backend: str = "torch",
+    steps: int = 120,
+    spec: dict[str, Any] | None = None,
+    loss: Callable[[int], float] = base_loss,
+    lr: Callable[[int], float] = lambda s: 0.05,
+    loss_scale: Callable[[int], float] = lambda s: 1.0,
+    skipped: Callable[[int], bool] = lambda s: False,
+    shard_salt: Callable[[int], str] = lambda s: "",
+    init: Weights | None = None,
+    final_delta: float = 1e-2,
+    final_noise: float = 0.0,
+    noise_seed: int = 1,
+    accuracy: Callable[[int], float] = lambda s: 0.9,
+    eval_every: int = 40,
+    samples_per_s: float = 10000.0,
+    grads: dict[int, Weights] | None = None,
+    grad_amax: Callable[[int], float] | None = None,
+) -> Path:
     """Write a finished run directory. Every series is a function of the (1-based) step."""
     path = Path(path)
     spec_obj = from_dict(spec or base_spec())
@@ -66,9 +86,12 @@ def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
     # A fixed "training" update shared by every run, plus optional run-specific noise.
     # An fp64 run's final weights are float64 (as the backends write them).
     dt = np.float64 if spec_obj.precision.dtype.value == "fp64" else np.float32
-    final = {k: v.astype(dt) + dt(final_delta) * np.cos(np.arange(v.size, dtype=dt)).reshape(
-        v.shape) + dt(final_noise) * rng.standard_normal(v.shape).astype(dt)
-             for k, v in w0.items()}
+    final = {
+        k: v.astype(dt)
+        + dt(final_delta) * np.cos(np.arange(v.size, dtype=dt)).reshape(v.shape)
+        + dt(final_noise) * rng.standard_normal(v.shape).astype(dt)
+        for k, v in w0.items()
+    }
     save_weights(path / WEIGHTS_FINAL, final)
     for s, g in (grads or {}).items():
         save_weights(path / f"grads_step{s}.npz", g)
@@ -76,17 +99,38 @@ def make_run(path: Path, *, backend: str = "torch", steps: int = 120,
     batch = spec_obj.data.batch_size
     for s in range(1, steps + 1):
         amax = {} if grad_amax is None else {"grad_amax": grad_amax(s)}
-        w.train(step=s, epoch=1, loss=loss(s), lr=lr(s), grad_norm=1.0, loss_scale=loss_scale(s),
-                skipped=bool(skipped(s)), samples=batch, samples_per_s=samples_per_s, **amax)
+        w.train(
+            step=s,
+            epoch=1,
+            loss=loss(s),
+            lr=lr(s),
+            grad_norm=1.0,
+            loss_scale=loss_scale(s),
+            skipped=bool(skipped(s)),
+            samples=batch,
+            samples_per_s=samples_per_s,
+            **amax,
+        )
         for r in range(WORLD):
-            w.shard(step=s, epoch=1, replica=r, digest=digest(s, r, shard_salt(s)), count=batch // WORLD)
+            w.shard(
+                step=s, epoch=1, replica=r, digest=digest(s, r, shard_salt(s)), count=batch // WORLD
+            )
         if s % eval_every == 0 or s == steps:
             w.eval(step=s, epoch=1, loss=loss(s), accuracy=accuracy(s), count=1000)
-    w.summary({"backend": backend, "name": spec_obj.name, "world_size": WORLD,
-               "precision": spec_obj.precision.dtype.value, "steps": steps,
-               "train_samples_per_s": samples_per_s, "test_loss": loss(steps),
-               "test_accuracy": accuracy(steps), "test_count": 1000,
-               "versions": {"python": "3", "numpy": np.__version__, backend: "synthetic"}})
+    w.summary(
+        {
+            "backend": backend,
+            "name": spec_obj.name,
+            "world_size": WORLD,
+            "precision": spec_obj.precision.dtype.value,
+            "steps": steps,
+            "train_samples_per_s": samples_per_s,
+            "test_loss": loss(steps),
+            "test_accuracy": accuracy(steps),
+            "test_count": 1000,
+            "versions": {"python": "3", "numpy": np.__version__, backend: "synthetic"},
+        }
+    )
     w.close()
     return path
 
@@ -95,31 +139,57 @@ def fp64_spec(**changes: Any) -> dict[str, Any]:
     return base_spec(precision={"dtype": "fp64"}, **changes)
 
 
-def quad(root: Path, *, a_loss: Callable[[int], float] | None = None,
-         b_loss: Callable[[int], float] | None = None,
-         ref_b_loss: Callable[[int], float] | None = None, **b_kwargs: Any) -> tuple[Path, ...]:
+def quad(
+    root: Path,
+    *,
+    a_loss: Callable[[int], float] | None = None,
+    b_loss: Callable[[int], float] | None = None,
+    ref_b_loss: Callable[[int], float] | None = None,
+    **b_kwargs: Any,
+) -> tuple[Path, ...]:
     """A (torch fp32), B (tf fp32) and their fp64 reference pair: the fp64 runs agree to ~1e-15, each
     fp32 run drifts from its fp64 run by ~1e-4 (growing), like real runs do."""
-    ra = make_run(root / "ref_a", spec=fp64_spec(), loss=noisy(1e-15, 11), final_noise=1e-15,
-                  noise_seed=11)
-    rb = make_run(root / "ref_b", backend="tf", spec=fp64_spec(), loss=ref_b_loss or noisy(1e-15, 12),
-                  final_noise=1e-15, noise_seed=12)
-    a = make_run(root / "a", loss=a_loss or noisy(1e-5, 1, grow=0.02), final_noise=1e-5, noise_seed=1)
-    b = make_run(root / "b", backend="tf", loss=b_loss or noisy(1e-5, 2, grow=0.02), final_noise=1e-5,
-                 noise_seed=2, **b_kwargs)
+    ra = make_run(
+        root / "ref_a", spec=fp64_spec(), loss=noisy(1e-15, 11), final_noise=1e-15, noise_seed=11
+    )
+    rb = make_run(
+        root / "ref_b",
+        backend="tf",
+        spec=fp64_spec(),
+        loss=ref_b_loss or noisy(1e-15, 12),
+        final_noise=1e-15,
+        noise_seed=12,
+    )
+    a = make_run(
+        root / "a", loss=a_loss or noisy(1e-5, 1, grow=0.02), final_noise=1e-5, noise_seed=1
+    )
+    b = make_run(
+        root / "b",
+        backend="tf",
+        loss=b_loss or noisy(1e-5, 2, grow=0.02),
+        final_noise=1e-5,
+        noise_seed=2,
+        **b_kwargs,
+    )
     return a, b, ra, rb
 
 
 def noisy(scale: float, seed: int, grow: float = 0.0) -> Callable[[int], float]:
     """base_loss plus a deterministic perturbation of size ~scale * exp(grow * step)."""
+
     def f(step: int) -> float:
         u = np.random.default_rng([seed, step]).uniform(-1.0, 1.0)
         return base_loss(step) + scale * math.exp(grow * step) * float(u)
+
     return f
 
 
-def add_probes(ref: Path, runs: dict[Path, dict[str, float]], steps: tuple[int, ...] = (1, 40, 80),
-               seed: int = 5) -> None:
+def add_probes(
+    ref: Path,
+    runs: dict[Path, dict[str, float]],
+    steps: tuple[int, ...] = (1, 40, 80),
+    seed: int = 5,
+) -> None:
     """One-step probes (dualtrain.runtime.probes) for synthetic runs: ``ref`` (fp64) records states; each
     run in ``runs`` replays them with relative errors ``{"loss": e, "grad": e, "update": e}`` (an
     error of float32 rounding size where not given). The runs' summaries name ``ref`` as the source."""
@@ -130,7 +200,7 @@ def add_probes(ref: Path, runs: dict[Path, dict[str, float]], steps: tuple[int, 
     rng = np.random.default_rng(seed)
     shapes = {"0.weight": (6, 5), "0.bias": (6,)}
     ref_rows, rows = [], {run: [] for run in runs}
-    u = 2.0 ** -24
+    u = 2.0**-24
     for s in steps:
         pre = {k: rng.standard_normal(v) for k, v in shapes.items()}
         slots = {f"momentum_buffer/{k}": rng.standard_normal(v) * 0.1 for k, v in shapes.items()}
@@ -141,21 +211,43 @@ def add_probes(ref: Path, runs: dict[Path, dict[str, float]], steps: tuple[int, 
         opt = spec.optimizer
         post64 = optim_ref.step(opt, lr, pre, sl, applied, g64)
         probes.save(ref, s, {"pre": pre, "slot": sl, "grad": g64, "post": post64})
-        ref_rows.append({"step": s, "loss": 1.0, "lr": lr, "grad_norm": 1.0, "loss_scale": 1.0,
-                         "skipped": False, "count": 64, "applied": applied})
+        ref_rows.append(
+            {
+                "step": s,
+                "loss": 1.0,
+                "lr": lr,
+                "grad_norm": 1.0,
+                "loss_scale": 1.0,
+                "skipped": False,
+                "count": 64,
+                "applied": applied,
+            }
+        )
         for run, err in runs.items():
+
             def noise(v, e):
                 return v * (1.0 + e * rng.choice([-1.0, 1.0], size=np.shape(v)))
+
             g = {k: noise(v, err.get("grad", 4 * u)).astype(np.float32) for k, v in g64.items()}
             pre32 = {k: v.astype(np.float32).astype(np.float64) for k, v in pre.items()}
             sl32 = {k: v.astype(np.float32).astype(np.float64) for k, v in sl.items()}
-            exact = optim_ref.step(opt, lr, pre32, sl32, applied, {k: v.astype(np.float64)
-                                                                  for k, v in g.items()})
+            exact = optim_ref.step(
+                opt, lr, pre32, sl32, applied, {k: v.astype(np.float64) for k, v in g.items()}
+            )
             e_upd = err.get("update", 0.0)
             post = {k: (v + e_upd * (v - pre32[k])).astype(np.float32) for k, v in exact.items()}
             probes.save(run, s, {"grad": g, "post": post})
-            rows[run].append({"step": s, "loss": 1.0 + err.get("loss", 2 * u), "lr": lr,
-                              "grad_norm": 1.0, "loss_scale": 1.0, "skipped": False, "count": 64})
+            rows[run].append(
+                {
+                    "step": s,
+                    "loss": 1.0 + err.get("loss", 2 * u),
+                    "lr": lr,
+                    "grad_norm": 1.0,
+                    "loss_scale": 1.0,
+                    "skipped": False,
+                    "count": 64,
+                }
+            )
     probes.write_index(ref, ref_rows)
     path = Path(ref) / SUMMARY_FILE
     summary = json.loads(path.read_text())

@@ -15,9 +15,25 @@ from dualtrain.records.record import read_run
 from dualtrain.spec import from_dict
 from tests.compare.synth import add_probes, base_loss, base_spec, fp64_spec, make_run, noisy, quad
 
-NAMES = ["spec", "sharding", "init_weights", "lr", "loss_scale", "skipped", "reference_loss",
-         "reference_weights", "reference_eval", "trajectory", "final_weights", "eval", "local_loss",
-         "local_grad", "local_update", "convergence", "throughput"]
+NAMES = [
+    "spec",
+    "sharding",
+    "init_weights",
+    "lr",
+    "loss_scale",
+    "skipped",
+    "reference_loss",
+    "reference_weights",
+    "reference_eval",
+    "trajectory",
+    "final_weights",
+    "eval",
+    "local_loss",
+    "local_grad",
+    "local_update",
+    "convergence",
+    "throughput",
+]
 
 
 def one_ulp_moved(weights):
@@ -61,7 +77,9 @@ def test_without_reference_the_semantic_checks_did_not_run(four):
 
 def test_reference_pair_disagreement_is_semantics(tmp_path):
     # The fp64 pair parts by 1e-9 from step 30: far above fp64 rounding, far below fp32's.
-    a, b, ra, rb = quad(tmp_path, ref_b_loss=lambda s: noisy(1e-15, 12)(s) + (1e-9 if s >= 30 else 0))
+    a, b, ra, rb = quad(
+        tmp_path, ref_b_loss=lambda s: noisy(1e-15, 12)(s) + (1e-9 if s >= 30 else 0)
+    )
     cmp = compare_dirs(a, b, (ra, rb))
     ref = cmp.check("reference_loss")
     assert not ref.passed and ref.first_step == 30
@@ -75,8 +93,12 @@ def test_reference_weights_and_eval(tmp_path):
     ra = make_run(tmp_path / "ra", spec=fp64_spec())
     same = make_run(tmp_path / "same", backend="tf", spec=fp64_spec(), final_noise=1e-15)
     far = make_run(tmp_path / "far", backend="tf", spec=fp64_spec(), final_noise=1e-9)
-    acc = make_run(tmp_path / "acc", backend="tf", spec=fp64_spec(),
-                   accuracy=lambda s: 0.9 + (1e-3 if s == 80 else 0.0))
+    acc = make_run(
+        tmp_path / "acc",
+        backend="tf",
+        spec=fp64_spec(),
+        accuracy=lambda s: 0.9 + (1e-3 if s == 80 else 0.0),
+    )
     ref = lambda x: C.Reference(read_run(ra), read_run(x))  # noqa: E731
     assert C.check_reference_weights(ref(same)).passed
     w = C.check_reference_weights(ref(far))
@@ -102,8 +124,12 @@ def test_two_fp64_runs_are_their_own_reference(tmp_path):
 def test_shifted_shards_name_sample_ids_at_the_right_step(tmp_path):
     shift = 37
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", backend="tf", shard_salt=lambda s: "x" if s >= shift else "",
-                 loss=lambda s: base_loss(s) + (0.01 if s >= shift else 0.0))
+    b = make_run(
+        tmp_path / "b",
+        backend="tf",
+        shard_salt=lambda s: "x" if s >= shift else "",
+        loss=lambda s: base_loss(s) + (0.01 if s >= shift else 0.0),
+    )
     cmp = compare_dirs(a, b)
     shard = cmp.check("sharding")
     assert not shard.passed and shard.first_step == shift
@@ -130,8 +156,12 @@ def test_missing_steps_fail_sharding_and_lr(tmp_path):
 
 def test_different_lr_is_named(tmp_path):
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", spec=base_spec(**{"optimizer.lr": 0.1}), lr=lambda s: 0.1,
-                 loss=lambda s: base_loss(s) + (0.02 if s >= 2 else 0.0))
+    b = make_run(
+        tmp_path / "b",
+        spec=base_spec(**{"optimizer.lr": 0.1}),
+        lr=lambda s: 0.1,
+        loss=lambda s: base_loss(s) + (0.02 if s >= 2 else 0.0),
+    )
     cmp = compare_dirs(a, b)
     lr = cmp.check("lr")
     assert not lr.passed and lr.first_step == 1 and lr.value == pytest.approx(0.5)
@@ -153,8 +183,11 @@ def test_lr_within_relative_tolerance_passes(tmp_path):
 def test_different_initial_weights_are_named(tmp_path):
     spec = from_dict(base_spec())
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", init=one_ulp_moved(init_weights(spec.model, 0)),
-                 loss=lambda s: base_loss(s) + 0.1)
+    b = make_run(
+        tmp_path / "b",
+        init=one_ulp_moved(init_weights(spec.model, 0)),
+        loss=lambda s: base_loss(s) + 0.1,
+    )
     cmp = compare_dirs(a, b)
     init = cmp.check("init_weights")
     assert not init.passed and init.first_step == 0 and init.value > 0
@@ -171,8 +204,9 @@ def test_identical_init_is_exactly_zero(tmp_path):
 
 def test_another_seed_names_initial_weights_and_sample_ids(tmp_path):
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", spec=base_spec(seed=1), shard_salt=lambda s: "seed1",
-                 loss=noisy(1e-2, 9))
+    b = make_run(
+        tmp_path / "b", spec=base_spec(seed=1), shard_salt=lambda s: "seed1", loss=noisy(1e-2, 9)
+    )
     cmp = compare_dirs(a, b)
     d = cmp.diagnosis
     kinds = [c.kind for c in d.causes]
@@ -184,8 +218,12 @@ def test_another_seed_names_initial_weights_and_sample_ids(tmp_path):
 
 def test_fp16_vs_fp32_spec_is_a_precision_difference(tmp_path):
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", spec=base_spec(precision={"dtype": "fp16"}),
-                 loss_scale=lambda s: 65536.0, loss=noisy(1e-3, 4))
+    b = make_run(
+        tmp_path / "b",
+        spec=base_spec(precision={"dtype": "fp16"}),
+        loss_scale=lambda s: 65536.0,
+        loss=noisy(1e-3, 4),
+    )
     cmp = compare_dirs(a, b)
     d = cmp.diagnosis
     assert d.cause == D.SPEC
@@ -197,10 +235,18 @@ def test_fp16_vs_fp32_spec_is_a_precision_difference(tmp_path):
 
 def test_different_skip_decisions_are_loss_scale_decisions(tmp_path):
     spec = base_spec(precision={"dtype": "fp16"})
-    a = make_run(tmp_path / "a", spec=spec, loss_scale=lambda s: 65536.0 if s < 10 else 32768.0,
-                 skipped=lambda s: s == 9)
-    b = make_run(tmp_path / "b", spec=spec, loss_scale=lambda s: 65536.0,
-                 loss=lambda s: base_loss(s) + (0.05 if s >= 10 else 0.0))
+    a = make_run(
+        tmp_path / "a",
+        spec=spec,
+        loss_scale=lambda s: 65536.0 if s < 10 else 32768.0,
+        skipped=lambda s: s == 9,
+    )
+    b = make_run(
+        tmp_path / "b",
+        spec=spec,
+        loss_scale=lambda s: 65536.0,
+        loss=lambda s: base_loss(s) + (0.05 if s >= 10 else 0.0),
+    )
     cmp = compare_dirs(a, b)
     assert cmp.check("skipped").first_step == 9
     assert cmp.check("loss_scale").first_step == 10
@@ -213,11 +259,20 @@ def _fp16_pair(tmp_path, *, other_at_9: float, skipper_at_9: float = math.inf):
     9 stands at ``other_at_9`` of the fp16 maximum under A's scale; A's own is ``skipper_at_9``."""
     spec = base_spec(precision={"dtype": "fp16"})
     scale = 65536.0
-    a = make_run(tmp_path / "a", spec=spec, loss_scale=lambda s: scale if s < 10 else scale / 2,
-                 skipped=lambda s: s == 9,
-                 grad_amax=lambda s: skipper_at_9 if s == 9 else 0.3 * 65504.0 / scale)
-    b = make_run(tmp_path / "b", backend="tf", spec=spec, loss_scale=lambda s: scale,
-                 grad_amax=lambda s: (other_at_9 if s == 9 else 0.3) * 65504.0 / scale)
+    a = make_run(
+        tmp_path / "a",
+        spec=spec,
+        loss_scale=lambda s: scale if s < 10 else scale / 2,
+        skipped=lambda s: s == 9,
+        grad_amax=lambda s: skipper_at_9 if s == 9 else 0.3 * 65504.0 / scale,
+    )
+    b = make_run(
+        tmp_path / "b",
+        backend="tf",
+        spec=spec,
+        loss_scale=lambda s: scale,
+        grad_amax=lambda s: (other_at_9 if s == 9 else 0.3) * 65504.0 / scale,
+    )
     return compare_dirs(a, b)
 
 
@@ -263,7 +318,9 @@ def test_with_a_reference_eval_allows_each_backends_own_distance_to_fp64(tmp_pat
     assert not ev.passed and ev.first_step == 80 and ev.tolerance == TOLERANCES["fp32"].eval_pp
     d = alone.diagnosis
     assert d.cause == D.NUMERICS and d.category == D.NUMERICS and d.first_divergent_step == 80
-    assert "FAIL, numerics" in __import__("dualtrain.parity.report", fromlist=["x"]).verdict_line(alone)
+    assert "FAIL, numerics" in __import__("dualtrain.parity.report", fromlist=["x"]).verdict_line(
+        alone
+    )
 
 
 def test_reference_runs_must_be_the_compared_spec_in_fp64(tmp_path, four):
@@ -277,12 +334,16 @@ def test_reference_runs_must_be_the_compared_spec_in_fp64(tmp_path, four):
 
 def test_numerics_without_reference_says_semantics_are_unchecked(tmp_path):
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", backend="tf",
-                 loss=lambda s: base_loss(s) + (0.1 if s >= 80 else 0.0))
+    b = make_run(
+        tmp_path / "b", backend="tf", loss=lambda s: base_loss(s) + (0.1 if s >= 80 else 0.0)
+    )
     cmp = compare_dirs(a, b)
     traj = cmp.check("trajectory")
     assert not traj.passed and traj.first_step == 80
-    assert cmp.diagnosis.cause == D.NUMERICS and "no fp64 reference ran" in cmp.diagnosis.causes[0].evidence
+    assert (
+        cmp.diagnosis.cause == D.NUMERICS
+        and "no fp64 reference ran" in cmp.diagnosis.causes[0].evidence
+    )
 
 
 def test_nan_loss_fails(tmp_path):
@@ -313,10 +374,17 @@ def test_trajectory_bound_is_the_farther_backends_distance_to_fp64(tmp_path):
 
     def with_start(start):
         shift = lambda s: 5e-3 if s >= start else 0.0  # noqa: E731
-        rb = make_run(tmp_path / f"rb{start}", backend="tf", spec=fp64_spec(),
-                      loss=lambda s: base_loss(s) + shift(s))
-        b = make_run(tmp_path / f"b{start}", backend="tf",
-                     loss=lambda s: base_loss(s) + shift(s) + (1e-3 if s == 60 else 0.0))
+        rb = make_run(
+            tmp_path / f"rb{start}",
+            backend="tf",
+            spec=fp64_spec(),
+            loss=lambda s: base_loss(s) + shift(s),
+        )
+        b = make_run(
+            tmp_path / f"b{start}",
+            backend="tf",
+            loss=lambda s: base_loss(s) + shift(s) + (1e-3 if s == 60 else 0.0),
+        )
         return read_run(b), C.Reference(ra, read_run(rb))
 
     b, ref = with_start(10**6)
@@ -377,8 +445,10 @@ def test_throughput_is_informational(tmp_path):
 
 def test_spec_check_ignores_cosmetic_fields(tmp_path):
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", spec=base_spec(name="other", output_dir="elsewhere",
-                                                **{"train.log_every": 7}))
+    b = make_run(
+        tmp_path / "b",
+        spec=base_spec(name="other", output_dir="elsewhere", **{"train.log_every": 7}),
+    )
     c = C.check_spec(read_run(a), read_run(b))
     assert c.passed and "ignored" in c.detail and "name" in c.detail
 
@@ -389,8 +459,12 @@ def test_gradients_and_parameters_are_ranked(tmp_path):
     ga = {k: np.ones_like(v) for k, v in w.items()}
     gb = {k: (v * 1.5 if k == "3.weight" else v) for k, v in ga.items()}
     a = make_run(tmp_path / "a", grads={2: ga})
-    b = make_run(tmp_path / "b", grads={2: gb}, loss=lambda s: base_loss(s) + (1e-3 if s >= 2 else 0),
-                 final_noise=1e-2)
+    b = make_run(
+        tmp_path / "b",
+        grads={2: gb},
+        loss=lambda s: base_loss(s) + (1e-3 if s >= 2 else 0),
+        final_noise=1e-2,
+    )
     cmp = compare_dirs(a, b)
     d = cmp.diagnosis
     assert d.gradient_step == 2 and d.top_gradients[0]["name"] == "3.weight"
@@ -409,6 +483,7 @@ def test_tolerance_for_picks_the_strictest():
 
 
 # ---- the precision path: one-step probes and convergence -------------------------------------------
+
 
 def test_local_checks_pass_on_rounding_sized_errors(four):
     a, b, ra, rb = four
@@ -447,6 +522,7 @@ def test_a_path_defect_fails_naming_the_backend(four, quantity, culprit):
     assert cmp.diagnosis.category == D.NUMERICS and cmp.diagnosis.cause == D.PATH
     assert cmp.diagnosis.culprits == [f"{who} fp32 path"]
     from dualtrain.parity.report import verdict_line
+
     assert verdict_line(cmp).startswith(f"verdict: FAIL, numerics: {who} fp32 path (")
 
 
@@ -477,8 +553,9 @@ def test_convergence_fails_a_run_far_below_its_fp64_run(tmp_path):
 
 
 @pytest.mark.parametrize("tf_accuracy,passed", [(0.5, True), (0.1, False)])
-def test_convergence_of_runs_that_skip_by_spec_is_judged_across_backends(tmp_path, tf_accuracy,
-                                                                         passed):
+def test_convergence_of_runs_that_skip_by_spec_is_judged_across_backends(
+    tmp_path, tf_accuracy, passed
+):
     # Both fp16 runs skip their first 30 of 120 steps (an initial loss scale that overflows, by
     # spec): they apply fewer updates than their fp64 runs and end at 50%, not 90%, which is not a
     # path defect; each is judged against the other backend's run, so one at chance still fails.
@@ -486,8 +563,13 @@ def test_convergence_of_runs_that_skip_by_spec_is_judged_across_backends(tmp_pat
     ra = make_run(tmp_path / "ra", spec=fp64_spec(), accuracy=lambda s: 0.9)
     rb = make_run(tmp_path / "rb", backend="tf", spec=fp64_spec(), accuracy=lambda s: 0.9)
     a = make_run(tmp_path / "a", spec=spec, skipped=lambda s: s <= 30, accuracy=lambda s: 0.5)
-    b = make_run(tmp_path / "b", backend="tf", spec=spec, skipped=lambda s: s <= 30,
-                 accuracy=lambda s: tf_accuracy)
+    b = make_run(
+        tmp_path / "b",
+        backend="tf",
+        spec=spec,
+        skipped=lambda s: s <= 30,
+        accuracy=lambda s: tf_accuracy,
+    )
     c = compare_dirs(a, b, (ra, rb)).check("convergence")
     assert c.passed is passed, c.detail
     assert "both runs skipped 25% / 25% of their steps" in c.detail
@@ -498,13 +580,24 @@ def test_a_run_that_breaks_the_loss_scale_rule_is_named(tmp_path):
     # Both skip step 9 (the same decisions), but tf keeps its scale: GradScaler's rule, applied to
     # tf's own skip decisions, backs off to 32768. The rule is defined once, so tf's fp16 path is off.
     spec = base_spec(precision={"dtype": "fp16"})
-    a = make_run(tmp_path / "a", spec=spec, loss_scale=lambda s: 65536.0 if s < 10 else 32768.0,
-                 skipped=lambda s: s == 9)
-    b = make_run(tmp_path / "b", backend="tf", spec=spec, loss_scale=lambda s: 65536.0,
-                 skipped=lambda s: s == 9)
+    a = make_run(
+        tmp_path / "a",
+        spec=spec,
+        loss_scale=lambda s: 65536.0 if s < 10 else 32768.0,
+        skipped=lambda s: s == 9,
+    )
+    b = make_run(
+        tmp_path / "b",
+        backend="tf",
+        spec=spec,
+        loss_scale=lambda s: 65536.0,
+        skipped=lambda s: s == 9,
+    )
     assert C.scale_rule_violation(read_run(a)) is None
     assert C.scale_rule_violation(read_run(b)) == "step 10: loss scale 65536, the rule gives 32768"
     cmp = compare_dirs(a, b)
     c = cmp.check("loss_scale")
-    assert not c.passed and c.culprits == ["tf fp16 path"] and "breaks the loss-scale rule" in c.detail
+    assert (
+        not c.passed and c.culprits == ["tf fp16 path"] and "breaks the loss-scale rule" in c.detail
+    )
     assert cmp.diagnosis.cause == D.PATH and cmp.diagnosis.culprits == ["tf fp16 path"]

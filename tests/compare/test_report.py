@@ -26,8 +26,13 @@ def pair(tmp_path):
 @pytest.fixture
 def bad_pair(tmp_path):
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", backend="tf", spec=base_spec(**{"optimizer.lr": 0.1}),
-                 lr=lambda s: 0.1, loss=lambda s: base_loss(s) + (0.05 if s >= 2 else 0.0))
+    b = make_run(
+        tmp_path / "b",
+        backend="tf",
+        spec=base_spec(**{"optimizer.lr": 0.1}),
+        lr=lambda s: 0.1,
+        loss=lambda s: base_loss(s) + (0.05 if s >= 2 else 0.0),
+    )
     return a, b
 
 
@@ -74,8 +79,9 @@ def test_the_report_says_what_was_compared(pair, tmp_path):
 def test_html_is_self_contained(bad_pair, tmp_path):
     a, b = bad_pair
     ra = make_run(tmp_path / "ra", spec=fp64_spec())
-    rb = make_run(tmp_path / "rb", backend="tf", spec=fp64_spec(**{"optimizer.lr": 0.1}),
-                  loss=noisy(1e-15, 3))
+    rb = make_run(
+        tmp_path / "rb", backend="tf", spec=fp64_spec(**{"optimizer.lr": 0.1}), loss=noisy(1e-15, 3)
+    )
     page = write_report(compare_dirs(a, b, (ra, rb)), tmp_path / "rep")["html"].read_text()
     # loss, reference pair, per-step difference, accuracy, loss scale, throughput
     assert page.count("data:image/png;base64,") == 6
@@ -101,12 +107,17 @@ def test_terminal_table_is_aligned(bad_pair):
 
 
 def test_report_shows_the_reference_pair_and_the_category(tmp_path):
-    a, b, ra, rb = quad(tmp_path, ref_b_loss=lambda s: noisy(1e-15, 12)(s) + (1e-8 if s >= 5 else 0))
+    a, b, ra, rb = quad(
+        tmp_path, ref_b_loss=lambda s: noisy(1e-15, 12)(s) + (1e-8 if s >= 5 else 0)
+    )
     cmp = compare_dirs(a, b, (ra, rb))
     paths = write_report(cmp, tmp_path / "rep")
     v = json.loads(paths["verdict"].read_text())
     assert v["category"] == "semantics differ" and v["semantics_checked"] is True
-    assert v["runs"]["reference_a"]["path"] == str(ra) and v["runs"]["reference_b"]["label"] == "tf fp64"
+    assert (
+        v["runs"]["reference_a"]["path"] == str(ra)
+        and v["runs"]["reference_b"]["label"] == "tf fp64"
+    )
     assert v["reference_bounds"]["loss_abs"] == 1e-10
     md = paths["markdown"].read_text()
     assert "| semantics | reference_loss |" in md and "category: **semantics differ**" in md
@@ -133,17 +144,26 @@ def test_cli_compare_existing_runs_fail_exit_1(bad_pair, tmp_path, capsys):
     assert v["diagnosis"]["first_divergent_step"] == 1
 
 
-@pytest.mark.parametrize("args, words", [
-    (["compare"], "exactly two run directories"),
-    (["compare", "A"], "Received: 1 run directory"),
-    (["compare", "A", "B", "C"], "Received: 3"),
-    (["compare", "--config", "x.yaml", "A", "B"], "not both"),
-    (["compare", "A", "B", "--set", "seed=1"], "need --config"),
-    (["compare", "--config", "configs/mnist_mlp.yaml", "--reference-runs", "T", "U"], "--reference-runs"),
-    (["compare", "--config", "configs/mnist_mlp.yaml", "--reference", "fp32"], "--reference must be"),
-    (["compare", "A", "B", "--reference", "none"], "goes with --config"),
-    (["compare", "--config", "no/such.yaml"], "config file not found"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["compare"], "exactly two run directories"),
+        (["compare", "A"], "Received: 1 run directory"),
+        (["compare", "A", "B", "C"], "Received: 3"),
+        (["compare", "--config", "x.yaml", "A", "B"], "not both"),
+        (["compare", "A", "B", "--set", "seed=1"], "need --config"),
+        (
+            ["compare", "--config", "configs/mnist_mlp.yaml", "--reference-runs", "T", "U"],
+            "--reference-runs",
+        ),
+        (
+            ["compare", "--config", "configs/mnist_mlp.yaml", "--reference", "fp32"],
+            "--reference must be",
+        ),
+        (["compare", "A", "B", "--reference", "none"], "goes with --config"),
+        (["compare", "--config", "no/such.yaml"], "config file not found"),
+    ],
+)
 def test_cli_usage_errors_exit_2(args, words, capsys):
     code, _, err = run_main(args, capsys)
     assert code == 2
@@ -163,11 +183,14 @@ def test_cli_missing_run_dir_exit_2(pair, tmp_path, capsys):
 
 
 def test_compare_package_imports_no_framework():
-    code = ("import sys\n"
-            "for m in ('torch', 'tensorflow', 'keras'): sys.modules[m] = None\n"
-            "import dualtrain.parity, dualtrain.driver.compare, dualtrain.parity.report\n"
-            "import dualtrain.cli.compare\n"
-            "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         check=False)
+    code = (
+        "import sys\n"
+        "for m in ('torch', 'tensorflow', 'keras'): sys.modules[m] = None\n"
+        "import dualtrain.parity, dualtrain.driver.compare, dualtrain.parity.report\n"
+        "import dualtrain.cli.compare\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

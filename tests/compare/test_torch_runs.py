@@ -18,15 +18,34 @@ from tests.conftest import ROOT, require, run_cli
 require("torch")
 
 CONFIG = str(ROOT / "configs/mnist_mlp.yaml")
-BASE = ["--world-size", "2", "--set", "train.epochs=1", "--set", "data.train_limit=2560",
-        "--set", "data.test_limit=1000", "--set", "train.log_every=10",
-        "--set", "distribution.timeout_s=60", "--set", "optimizer.schedule.name=constant"]
+BASE = [
+    "--world-size",
+    "2",
+    "--set",
+    "train.epochs=1",
+    "--set",
+    "data.train_limit=2560",
+    "--set",
+    "data.test_limit=1000",
+    "--set",
+    "train.log_every=10",
+    "--set",
+    "distribution.timeout_s=60",
+    "--set",
+    "optimizer.schedule.name=constant",
+]
 VARIANTS = {
     "a": [],
     "a_again": [],
     "seed": ["--set", "seed=1"],
-    "schedule": ["--set", "optimizer.schedule.name=step", "--set", "optimizer.schedule.step_size=7",
-                 "--set", "optimizer.schedule.gamma=0.5"],
+    "schedule": [
+        "--set",
+        "optimizer.schedule.name=step",
+        "--set",
+        "optimizer.schedule.step_size=7",
+        "--set",
+        "optimizer.schedule.gamma=0.5",
+    ],
     "fp16": ["--precision", "fp16"],
 }
 
@@ -36,8 +55,18 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("torch_runs")
 
     def one(name: str) -> Path:
-        res = run_cli("run", "--backend", "torch", "--config", CONFIG, *BASE, *VARIANTS[name],
-                      "--out", str(root / name), timeout=180)
+        res = run_cli(
+            "run",
+            "--backend",
+            "torch",
+            "--config",
+            CONFIG,
+            *BASE,
+            *VARIANTS[name],
+            "--out",
+            str(root / name),
+            timeout=180,
+        )
         assert res.returncode == 0, res.stderr[-2000:]
         return root / name
 
@@ -79,8 +108,11 @@ def test_another_lr_schedule_is_named_at_the_step_it_changes(runs, tmp_path):
     spec_a = load_spec(runs["a"] / "spec.yaml")
     spec_b = load_spec(runs["schedule"] / "spec.yaml")
     total = json.loads((runs["a"] / "summary.json").read_text())["steps"]
-    first = next(k for k in range(1, total + 1)
-                 if lr_at(spec_a.optimizer, k - 1, total) != lr_at(spec_b.optimizer, k - 1, total))
+    first = next(
+        k
+        for k in range(1, total + 1)
+        if lr_at(spec_a.optimizer, k - 1, total) != lr_at(spec_b.optimizer, k - 1, total)
+    )
     assert first > 1  # the schedules agree at first: the step matters
     res, v = compare_cli(runs["a"], runs["schedule"], tmp_path / "r")
     assert res.returncode == 1
@@ -102,7 +134,8 @@ def test_fp16_vs_fp32_is_a_precision_difference(runs, tmp_path):
     assert res.returncode == 1
     d = v["diagnosis"]
     assert d["cause"] == D.SPEC and d["first_divergent_step"] == 1
-    assert {"field": "precision.dtype", "a": "fp32", "b": "fp16", "cosmetic": False} in \
-        d["spec_differences"]
+    assert {"field": "precision.dtype", "a": "fp32", "b": "fp16", "cosmetic": False} in d[
+        "spec_differences"
+    ]
     assert D.SCALE in [c["kind"] for c in d["causes"]]
     assert v["precision"] == "fp32"

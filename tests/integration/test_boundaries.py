@@ -25,4 +25,3 @@ def test_cli_and_core_import_without_frameworks():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
-

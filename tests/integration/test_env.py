@@ -44,13 +44,19 @@ def have(*modules: str) -> bool:
 
 # ---- dualtrain env with the frameworks installed -------------------------------------------------
 
+
 @pytest.mark.skipif(not have("torch", "tensorflow", "keras"), reason="needs torch and tensorflow")
 def test_env_json_reports_real_values():
     settings = {"OMP_NUM_THREADS": "1", "ONEDNN_MAX_CPU_ISA": "AVX2", "TF_ENABLE_ONEDNN_OPTS": "0"}
     env = {k: v for k, v in os.environ.items() if k not in WATCHED_ENV}  # only ours are set
-    res = subprocess.run([sys.executable, "-m", "dualtrain", "env", "--json"], capture_output=True,
-                         text=True, timeout=240, cwd=ROOT,
-                         env={**env, **settings, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [sys.executable, "-m", "dualtrain", "env", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+        env={**env, **settings, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 0, res.stderr
     facts = json.loads(res.stdout)
     assert facts["backends"] == {"torch": {"status": "ok"}, "tf": {"status": "ok"}}
@@ -68,13 +74,24 @@ def test_env_json_reports_real_values():
         assert core["devices"]["isa"] == [f for f in ISA_FLAGS if f in flags]  # in ISA_FLAGS order
     assert core["settings"] == settings
 
-    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True, timeout=120).stdout.strip()
+    torch_version = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout.strip()
     t = facts["torch"]
     assert t["versions"]["torch"] == torch_version == core["versions"]["installed"]["torch"]
     assert t["settings"]["num_threads"] == 1  # OMP_NUM_THREADS reached the backend's process
-    assert t["settings"]["cpu_capability"] in ("DEFAULT", "AVX2", "AVX512", "ZVECTOR", "VSX",
-                                              "SVE256", "NEON")
+    assert t["settings"]["cpu_capability"] in (
+        "DEFAULT",
+        "AVX2",
+        "AVX512",
+        "ZVECTOR",
+        "VSX",
+        "SVE256",
+        "NEON",
+    )
     if flags is not None and "avx2" not in flags:
         assert t["settings"]["cpu_capability"] not in ("AVX2", "AVX512")
     if flags is not None and "avx512f" not in flags:
@@ -105,11 +122,14 @@ def test_env_usage_errors_are_one_line():
     for args in (("--backend", "jax"), ("--timeout", "0")):
         res = run_cli("env", *args, timeout=60)
         assert res.returncode == 2
-        assert res.stderr.count("\n") == 1 and res.stderr.startswith("dualtrain: error: "), res.stderr
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith("dualtrain: error: "), (
+            res.stderr
+        )
     assert "dualtrain env" in run_cli("--help", timeout=60).stdout
 
 
 # ---- dualtrain env without the frameworks --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def bare_python(tmp_path_factory) -> Path:
@@ -117,11 +137,16 @@ def bare_python(tmp_path_factory) -> Path:
     checkout, exposed through a .pth file and symlinks into this interpreter's site-packages."""
     root = tmp_path_factory.mktemp("bare")
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
-                   timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                              "['purelib'])"], capture_output=True, text=True, check=True).stdout
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     deps = root / "deps"
     deps.mkdir()
     ours = Path(sysconfig.get_paths()["purelib"])
@@ -139,27 +164,49 @@ def bare_env(**extra: str) -> dict[str, str]:
 
 def test_env_without_frameworks(bare_python, tmp_path):
     for module in ("torch", "tensorflow", "keras"):  # really not installed there
-        probe = subprocess.run([str(bare_python), "-c", f"import {module}"], capture_output=True,
-                               text=True, env=bare_env(), timeout=60)
+        probe = subprocess.run(
+            [str(bare_python), "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            env=bare_env(),
+            timeout=60,
+        )
         assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr
-    res = subprocess.run([str(bare_python), "-m", "dualtrain", "env"], capture_output=True,
-                         text=True, env=bare_env(), timeout=60, cwd=tmp_path)
+    res = subprocess.run(
+        [str(bare_python), "-m", "dualtrain", "env"],
+        capture_output=True,
+        text=True,
+        env=bare_env(),
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert out.startswith("versions\n") and "\ndevices\n" in out and "\nkernel settings\n" in out
     assert platform.python_version() in out and np.__version__ in out
-    assert "missing backends: torch (torch not installed); tf (tensorflow, keras not installed)" in out
+    assert (
+        "missing backends: torch (torch not installed); tf (tensorflow, keras not installed)" in out
+    )
     assert "Traceback" not in out + res.stderr
 
-    res = subprocess.run([str(bare_python), "-m", "dualtrain", "env", "--json"], capture_output=True,
-                         text=True, env=bare_env(), timeout=60, cwd=tmp_path)
+    res = subprocess.run(
+        [str(bare_python), "-m", "dualtrain", "env", "--json"],
+        capture_output=True,
+        text=True,
+        env=bare_env(),
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     facts = json.loads(res.stdout)
     assert facts["torch"] is None and facts["tf"] is None
     assert facts["backends"]["torch"] == {"status": "missing", "detail": "torch not installed"}
     assert facts["backends"]["tf"]["status"] == "missing"
-    assert facts["core"]["versions"]["installed"] == {"torch": None, "tensorflow": None,
-                                                      "keras": None}
+    assert facts["core"]["versions"]["installed"] == {
+        "torch": None,
+        "tensorflow": None,
+        "keras": None,
+    }
     assert facts["core"]["versions"]["numpy"] == np.__version__
 
 
@@ -167,27 +214,49 @@ def test_env_broken_backend_is_one_line(bare_python, tmp_path):
     """A torch that is installed but fails to import: reported as broken, exit 0, no traceback."""
     fake = tmp_path / "site" / "torch"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text('raise ImportError("libtorch_cpu.so: cannot open shared '
-                                      'object file")\n')
+    (fake / "__init__.py").write_text(
+        'raise ImportError("libtorch_cpu.so: cannot open shared object file")\n'
+    )
     env = bare_env(PYTHONPATH=str(tmp_path / "site"))
-    res = subprocess.run([str(bare_python), "-m", "dualtrain", "env", "--backend", "torch"],
-                         capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    res = subprocess.run(
+        [str(bare_python), "-m", "dualtrain", "env", "--backend", "torch"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if "torch backend" in ln)
-    assert line.split(None, 2)[2] == ("broken: ImportError: libtorch_cpu.so: cannot open shared "
-                                      "object file")
+    assert line.split(None, 2)[2] == (
+        "broken: ImportError: libtorch_cpu.so: cannot open shared object file"
+    )
     assert "Traceback" not in res.stdout + res.stderr
 
 
 # ---- summary.json of a real run ------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not have("torch"), reason="needs torch")
 def test_torch_run_summary_has_env(tmp_path):
     out = tmp_path / "run"
-    res = run_cli("run", "--backend", "torch", "--world-size", "1", "--out", str(out),
-                  "--set", "data.train_limit=64", "--set", "data.test_limit=64",
-                  "--set", "train.epochs=1", timeout=300,
-                  env={"MKL_ENABLE_INSTRUCTIONS": "AVX2"})
+    res = run_cli(
+        "run",
+        "--backend",
+        "torch",
+        "--world-size",
+        "1",
+        "--out",
+        str(out),
+        "--set",
+        "data.train_limit=64",
+        "--set",
+        "data.test_limit=64",
+        "--set",
+        "train.epochs=1",
+        timeout=300,
+        env={"MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    )
     assert res.returncode == 0, res.stderr
     env = json.loads((out / "summary.json").read_text())["env"]
     assert set(env) == {"core", "torch"}

@@ -10,8 +10,9 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-SCRIPTS = sorted(str(p.relative_to(EXAMPLES)) for p in [*EXAMPLES.glob("*.sh"),
-                                                         *EXAMPLES.glob("slurm/*.sbatch")])
+SCRIPTS = sorted(
+    str(p.relative_to(EXAMPLES)) for p in [*EXAMPLES.glob("*.sh"), *EXAMPLES.glob("slurm/*.sbatch")]
+)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

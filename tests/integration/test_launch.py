@@ -35,7 +35,9 @@ def test_all_finish(tmp_path):
 def test_failing_worker_is_named_and_others_stopped():
     ws = workers("hang", "fail")
     t0 = time.monotonic()
-    with pytest.raises(RunFailed, match=r"rank 1 \(pid \d+\) exited with code 3; stopped the other 1"):
+    with pytest.raises(
+        RunFailed, match=r"rank 1 \(pid \d+\) exited with code 3; stopped the other 1"
+    ):
         run_workers(STUB, [], ws, grace_s=60)
     assert time.monotonic() - t0 < 30
     assert ws[0].proc.poll() is not None  # the hanging one was stopped, not left behind
@@ -59,16 +61,23 @@ def test_straggler_is_stopped_after_grace_with_its_stack(capfd, tmp_path):
     assert ws[1].proc.poll() is not None
     err = capfd.readouterr().err
     assert "is stuck; its stacks follow" in err
-    assert "stuck_here" in err  # faulthandler's dump of the stuck worker names the function it is in
+    assert (
+        "stuck_here" in err
+    )  # faulthandler's dump of the stuck worker names the function it is in
 
 
 def test_stderr_noise_is_left_out_and_the_rest_forwarded(capfd):
     run_workers(STUB, [], workers("noisy", "noisy"), stderr_noise=STDERR_NOISE)
     err = capfd.readouterr().err.splitlines()
-    assert sorted(err) == sorted(2 * ["keep: a user-facing line",
-                                      "W1122 09:15:03.000001   12724 some_op.cc:12] keep: a TF warning",
-                                      "Traceback (most recent call last):",
-                                      "keep: the last line, without a newline"]), err
+    assert sorted(err) == sorted(
+        2
+        * [
+            "keep: a user-facing line",
+            "W1122 09:15:03.000001   12724 some_op.cc:12] keep: a TF warning",
+            "Traceback (most recent call last):",
+            "keep: the last line, without a newline",
+        ]
+    ), err
 
 
 def test_all_worker_logs_on_request(capfd, monkeypatch):
@@ -109,9 +118,13 @@ def default_sigint() -> None:
 
 
 def _start_launcher(tmp_path, role="hang", **popen):
-    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path), role], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=default_sigint,
-                            **popen)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path), role],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=default_sigint,
+        **popen,
+    )
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready{r}").exists() for r in range(2)):
         assert proc.poll() is None and time.monotonic() < deadline, "stub workers never started"
@@ -155,8 +168,9 @@ def test_a_run_that_finishes_while_being_stopped_is_reported_finished(tmp_path):
 
 def test_workers_leave_ctrl_c_to_their_launcher(tmp_path):
     # Ctrl-C reaches the whole process group; workers ignore it and the launcher stops them.
-    proc, pids = _start_launcher(tmp_path, start_new_session=True, stderr=subprocess.PIPE,
-                                 text=True)
+    proc, pids = _start_launcher(
+        tmp_path, start_new_session=True, stderr=subprocess.PIPE, text=True
+    )
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130

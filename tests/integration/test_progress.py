@@ -21,8 +21,15 @@ def _in_terminal(args: list[str], extra_env: dict[str, str]) -> tuple[int, str]:
     env = cli_env({"COLUMNS": "120", "TERM": "xterm", **extra_env})
     if "CI" not in extra_env:  # CI runners set it; the bar is for a person at a terminal
         env.pop("CI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "dualtrain", *args], stdin=slave, stdout=slave,
-                            stderr=slave, env=env, cwd=ROOT, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dualtrain", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=ROOT,
+        close_fds=True,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -41,9 +48,23 @@ def _in_terminal(args: list[str], extra_env: dict[str, str]) -> tuple[int, str]:
     return proc.wait(timeout=60), b"".join(chunks).decode(errors="replace")
 
 
-RUN = ["run", "--backend", "torch", "--config", str(ROOT / "configs/mnist_mlp.yaml"),
-       "--world-size", "2", "--set", "data.train_limit=6400", "--set", "data.test_limit=500",
-       "--set", "train.epochs=2", "--set", "train.log_every=10"]
+RUN = [
+    "run",
+    "--backend",
+    "torch",
+    "--config",
+    str(ROOT / "configs/mnist_mlp.yaml"),
+    "--world-size",
+    "2",
+    "--set",
+    "data.train_limit=6400",
+    "--set",
+    "data.test_limit=500",
+    "--set",
+    "train.epochs=2",
+    "--set",
+    "train.log_every=10",
+]
 
 
 def test_a_run_on_a_terminal_shows_a_live_bar_and_in_a_pipe_plain_lines(tmp_path):
@@ -66,11 +87,13 @@ def test_a_run_on_a_terminal_shows_a_live_bar_and_in_a_pipe_plain_lines(tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env,setting", [({"CI": "true"}, []),
-                                         ({}, ["--set", "logging.progress=lines"])])
+@pytest.mark.parametrize(
+    "env,setting", [({"CI": "true"}, []), ({}, ["--set", "logging.progress=lines"])]
+)
 def test_ci_or_lines_keeps_plain_lines_on_a_terminal(tmp_path, env, setting):
     require("torch")
-    code, text = _in_terminal([*RUN, "--set", "train.epochs=1", *setting, "--out",
-                               str(tmp_path / "run")], env)
+    code, text = _in_terminal(
+        [*RUN, "--set", "train.epochs=1", *setting, "--out", str(tmp_path / "run")], env
+    )
     assert code == 0, text[-3000:]
     assert "ETA" not in text and "[torch] epoch 1/1 step 10/50" in text

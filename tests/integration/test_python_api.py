@@ -27,7 +27,8 @@ CONFIG = ROOT / "configs" / "mnist_mlp.yaml"
 TINY = {"train": {"max_steps": 3, "log_every": 1}, "data": {"train_limit": 640, "test_limit": 200}}
 TORCH = importlib.util.find_spec("torch") is not None
 TF = (ROOT / "dualtrain/backends/tf/worker.py").is_file() and all(
-    importlib.util.find_spec(m) is not None for m in ("tensorflow", "keras"))
+    importlib.util.find_spec(m) is not None for m in ("tensorflow", "keras")
+)
 needs_torch = pytest.mark.skipif(not TORCH, reason="needs torch (real runs)")
 
 
@@ -37,8 +38,9 @@ def torch_run(tmp_path_factory) -> tuple[dualtrain.RunResult, str]:
     out = tmp_path_factory.mktemp("api") / "run"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # dualtrain's own lines (the workers write to fd 1)
-        res = dualtrain.run(CONFIG, "torch", **TINY, optimizer={"lr": 0.05}, seed=3, world_size=1,
-                            out=out)
+        res = dualtrain.run(
+            CONFIG, "torch", **TINY, optimizer={"lr": 0.05}, seed=3, world_size=1, out=out
+        )
     return res, printed.getvalue()
 
 
@@ -61,11 +63,19 @@ def test_run_returns_the_run_it_wrote(torch_run):
     rec = res.metrics()
     assert [r["step"] for r in rec.train] == [1, 2, 3]
     assert rec.eval[-1]["accuracy"] == res.test_accuracy
-    assert set(res.final_weights()) == {"1.weight", "1.bias", "3.weight", "3.bias", "5.weight",
-                                        "5.bias"}
-    assert printed.splitlines()[-1] == (f"dualtrain: torch run finished: test accuracy "
-                                        f"{100 * res.test_accuracy:.2f}%, {res.samples_per_s:,.0f} "
-                                        f"samples/s -> {res.run_dir}")
+    assert set(res.final_weights()) == {
+        "1.weight",
+        "1.bias",
+        "3.weight",
+        "3.bias",
+        "5.weight",
+        "5.bias",
+    }
+    assert printed.splitlines()[-1] == (
+        f"dualtrain: torch run finished: test accuracy "
+        f"{100 * res.test_accuracy:.2f}%, {res.samples_per_s:,.0f} "
+        f"samples/s -> {res.run_dir}"
+    )
 
 
 @needs_torch
@@ -74,8 +84,9 @@ def test_run_returns_the_run_it_wrote(torch_run):
 def test_compare_a_spec_says_which_run_is_running(tmp_path, capfd):
     out = tmp_path / "cmp"
     res = dualtrain.compare(CONFIG, **TINY, world_size=1, reference="none", out=out)
-    lines = [ln for ln in capfd.readouterr().out.splitlines()
-             if ln.startswith("dualtrain compare:")]
+    lines = [
+        ln for ln in capfd.readouterr().out.splitlines() if ln.startswith("dualtrain compare:")
+    ]
     assert lines[0] == f"dualtrain compare: mnist_mlp: 2 runs, torch and tf -> {out}"
     assert lines[1] == f"dualtrain compare: run 1/2: torch fp32 -> {out / 'torch'}"
     assert lines[2].startswith("dualtrain compare: run 1/2 done: torch fp32 in ")
@@ -93,8 +104,14 @@ def test_compare_a_spec_says_which_run_is_running(tmp_path, capfd):
 def test_a_failed_run_is_named_and_raises_run_failed(tmp_path, capfd):
     # rank 0 kills itself at step 2 of the first run (torch): compare stops there
     with pytest.raises(dualtrain.RunFailed, match="torch run failed"):
-        dualtrain.compare(CONFIG, **TINY, world_size=1, reference="none", out=tmp_path / "c",
-                          debug={"exit_rank": [2, 0]})
+        dualtrain.compare(
+            CONFIG,
+            **TINY,
+            world_size=1,
+            reference="none",
+            out=tmp_path / "c",
+            debug={"exit_rank": [2, 0]},
+        )
     out = capfd.readouterr().out
     assert "dualtrain compare: run 1/2 FAILED: torch fp32 after " in out
     assert "run 2/2" not in out
@@ -105,9 +122,16 @@ def test_a_failed_run_is_named_and_raises_run_failed(tmp_path, capfd):
 def test_resume_continues_a_killed_run(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(dualtrain.RunFailed):  # rank 0 dies at step 3, after the step-2 checkpoint
-        dualtrain.run(CONFIG, "torch", data=TINY["data"], world_size=1, out=out, quiet=True,
-                      train={"max_steps": 4, "checkpoint_every": 2, "log_every": 1},
-                      debug={"exit_rank": [3, 0]})
+        dualtrain.run(
+            CONFIG,
+            "torch",
+            data=TINY["data"],
+            world_size=1,
+            out=out,
+            quiet=True,
+            train={"max_steps": 4, "checkpoint_every": 2, "log_every": 1},
+            debug={"exit_rank": [3, 0]},
+        )
     res = dualtrain.resume(out, quiet=True)
     assert res.run_dir == out and res.steps == 4 and res.backend == "torch"
     assert [r["step"] for r in res.metrics().train] == [1, 2, 3, 4]
@@ -133,13 +157,32 @@ def test_under_torchrun_each_rank_gets_an_honest_result(tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-           "127.0.0.1", "--master_port", str(free_port()), str(script), str(CONFIG), str(out),
-           str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                          env=cli_env({"GLOO_SOCKET_IFNAME": "lo"}))
-    said = [ln for ln in (proc.stdout + proc.stderr).splitlines()
-            if "dualtrain" in ln or "Error" in ln]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(script),
+        str(CONFIG),
+        str(out),
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=cli_env({"GLOO_SOCKET_IFNAME": "lo"}),
+    )
+    said = [
+        ln for ln in (proc.stdout + proc.stderr).splitlines() if "dualtrain" in ln or "Error" in ln
+    ]
     assert proc.returncode == 0, "\n".join(said[-12:])
     chief = json.loads((tmp_path / "rank0.json").read_text())
     other = json.loads((tmp_path / "rank1.json").read_text())
@@ -162,7 +205,11 @@ def test_import_dualtrain_stays_light():
         "fw = [m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules]\n"
         "print(light, heavy, fw, callable(dualtrain.compare), compare is dualtrain.compare)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env=cli_env())
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=cli_env()
+    )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "['dualtrain', 'dualtrain.errors', 'dualtrain.version'] [] [] True True"
+    assert (
+        out.stdout.strip()
+        == "['dualtrain', 'dualtrain.errors', 'dualtrain.version'] [] [] True True"
+    )

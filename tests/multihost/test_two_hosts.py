@@ -30,8 +30,19 @@ from tests.conftest import ROOT, cli_env, require, run_cli
 require("torch", "tensorflow")
 
 # What the launcher variables of an outer torchrun or TF cluster would otherwise leak into the hosts.
-_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "TF_CONFIG", "GLOO_SOCKET_IFNAME", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID")
+_LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TF_CONFIG",
+    "GLOO_SOCKET_IFNAME",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_ID",
+)
 TIMEOUT_S = 30
 
 
@@ -51,13 +62,30 @@ class Hosts:
 
     def create(self) -> str | None:
         """Make the namespaces; on failure return why (the caller skips)."""
-        steps = [("netns", "add", self.ns[0]), ("netns", "add", self.ns[1]),
-                 ("link", "add", self.ifname[0], "netns", self.ns[0], "type", "veth", "peer", "name",
-                  self.ifname[1], "netns", self.ns[1])]
+        steps = [
+            ("netns", "add", self.ns[0]),
+            ("netns", "add", self.ns[1]),
+            (
+                "link",
+                "add",
+                self.ifname[0],
+                "netns",
+                self.ns[0],
+                "type",
+                "veth",
+                "peer",
+                "name",
+                self.ifname[1],
+                "netns",
+                self.ns[1],
+            ),
+        ]
         for i in (0, 1):
-            steps += [("-n", self.ns[i], "addr", "add", f"{self.addr[i]}/24", "dev", self.ifname[i]),
-                      ("-n", self.ns[i], "link", "set", self.ifname[i], "up"),
-                      ("-n", self.ns[i], "link", "set", "lo", "up")]
+            steps += [
+                ("-n", self.ns[i], "addr", "add", f"{self.addr[i]}/24", "dev", self.ifname[i]),
+                ("-n", self.ns[i], "link", "set", self.ifname[i], "up"),
+                ("-n", self.ns[i], "link", "set", "lo", "up"),
+            ]
         for step in steps:
             done = _ip(*step)
             if done.returncode != 0:
@@ -77,9 +105,14 @@ class Hosts:
             full.pop(key, None)
         full.update(env)
         out = open(log, "w")
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[host], sys.executable, "-m",
-                                 "dualtrain", *args], env=full, cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            ["ip", "netns", "exec", self.ns[host], sys.executable, "-m", "dualtrain", *args],
+            env=full,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +135,13 @@ def hosts():
 
 def _spec(tmp_path: Path, **data) -> Path:
     limits = {"train_limit": 2000, "test_limit": 500, **data}
-    text = (f"name: twohosts\n"
-            f"data: {{train_limit: {limits['train_limit']}, test_limit: {limits['test_limit']}, "
-            f"batch_size: 64}}\n"
-            f"train: {{epochs: {limits.get('epochs', 1)}, log_every: 10}}\n"
-            f"distribution: {{world_size: 2, timeout_s: {TIMEOUT_S}, threads_per_worker: 1}}\n")
+    text = (
+        f"name: twohosts\n"
+        f"data: {{train_limit: {limits['train_limit']}, test_limit: {limits['test_limit']}, "
+        f"batch_size: 64}}\n"
+        f"train: {{epochs: {limits.get('epochs', 1)}, log_every: 10}}\n"
+        f"distribution: {{world_size: 2, timeout_s: {TIMEOUT_S}, threads_per_worker: 1}}\n"
+    )
     path = tmp_path / "spec.yaml"
     path.write_text(text)
     return path
@@ -118,12 +153,24 @@ def _backend_args(backend: str) -> list[str]:
 
 def _host_env(hosts: Hosts, backend: str, rank: int, port: int) -> dict[str, str]:
     if backend == "torch":  # what torchrun (or Kubeflow's PyTorchJob) sets on each host
-        return {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                "MASTER_ADDR": hosts.addr[0], "MASTER_PORT": str(port)}
+        return {
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": hosts.addr[0],
+            "MASTER_PORT": str(port),
+        }
     import json  # what a TF cluster (Kubeflow's TFJob) sets: TF_CONFIG naming both hosts
 
-    return {"TF_CONFIG": json.dumps({"cluster": {"worker": [f"{a}:{port}" for a in hosts.addr]},
-                                     "task": {"type": "worker", "index": rank}})}
+    return {
+        "TF_CONFIG": json.dumps(
+            {
+                "cluster": {"worker": [f"{a}:{port}" for a in hosts.addr]},
+                "task": {"type": "worker", "index": rank},
+            }
+        )
+    }
 
 
 def _port() -> int:
@@ -155,9 +202,15 @@ def test_two_hosts_train_like_one(hosts, tmp_path, backend):
     port = _port() + (0 if backend == "torch" else 1)
     args = ["run", "--backend", backend, "--config", str(spec), *_backend_args(backend)]
     t0 = time.monotonic()
-    procs = [hosts.start(h, [*args, "--out", str(tmp_path / f"host{h}")],
-                         _host_env(hosts, backend, h, port), tmp_path / f"host{h}.log")
-             for h in (0, 1)]
+    procs = [
+        hosts.start(
+            h,
+            [*args, "--out", str(tmp_path / f"host{h}")],
+            _host_env(hosts, backend, h, port),
+            tmp_path / f"host{h}.log",
+        )
+        for h in (0, 1)
+    ]
     codes = _wait(procs, 300)
     wall = time.monotonic() - t0
     logs = [(tmp_path / f"host{h}.log").read_text() for h in (0, 1)]
@@ -186,15 +239,23 @@ def test_two_hosts_train_like_one(hosts, tmp_path, backend):
     print(f"\n{backend}: two hosts {wall:.1f}s, shards and weights identical to one host")
 
 
-@pytest.mark.parametrize("backend,killed", [("torch", 1),
-                                            pytest.param("tf", 0, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "backend,killed", [("torch", 1), pytest.param("tf", 0, marks=pytest.mark.slow)]
+)
 def test_lost_host_fails_the_other_naming_it(hosts, tmp_path, backend, killed):
     spec = _spec(tmp_path, train_limit=60000, epochs=3)
     port = _port() + (2 if backend == "torch" else 3)
     args = ["run", "--backend", backend, "--config", str(spec), *_backend_args(backend)]
     logs = [tmp_path / f"host{h}.log" for h in (0, 1)]
-    procs = [hosts.start(h, [*args, "--out", str(tmp_path / f"host{h}")],
-                         _host_env(hosts, backend, h, port), logs[h]) for h in (0, 1)]
+    procs = [
+        hosts.start(
+            h,
+            [*args, "--out", str(tmp_path / f"host{h}")],
+            _host_env(hosts, backend, h, port),
+            logs[h],
+        )
+        for h in (0, 1)
+    ]
     survivor = 1 - killed
     try:
         deadline = time.monotonic() + 240
@@ -216,11 +277,15 @@ def test_lost_host_fails_the_other_naming_it(hosts, tmp_path, backend, killed):
     assert after < TIMEOUT_S, f"the surviving host took {after:.1f}s to fail"
     errors = [line for line in text.splitlines() if line.startswith("dualtrain: error:")]
     assert len(errors) == 1, text[-3000:]
-    assert f"{backend} rank {survivor} lost its peer rank {killed} ({hosts.addr[killed]}" in errors[0]
+    assert (
+        f"{backend} rank {survivor} lost its peer rank {killed} ({hosts.addr[killed]}" in errors[0]
+    )
     assert "after step" in errors[0]
     assert "Traceback" not in text
-    print(f"\n{backend}: host {survivor} failed {after:.2f}s after host {killed} was killed: "
-          f"{errors[0]}")
+    print(
+        f"\n{backend}: host {survivor} failed {after:.2f}s after host {killed} was killed: "
+        f"{errors[0]}"
+    )
 
 
 @pytest.mark.slow
@@ -231,11 +296,26 @@ def test_network_partition_fails_both_hosts_within_the_timeout(hosts, tmp_path, 
     timeout_s = 15
     spec = _spec(tmp_path, train_limit=60000, epochs=3)
     port = _port() + (4 if backend == "torch" else 5)
-    args = ["run", "--backend", backend, "--config", str(spec), *_backend_args(backend), "--set",
-            f"distribution.timeout_s={timeout_s}"]
+    args = [
+        "run",
+        "--backend",
+        backend,
+        "--config",
+        str(spec),
+        *_backend_args(backend),
+        "--set",
+        f"distribution.timeout_s={timeout_s}",
+    ]
     logs = [tmp_path / f"host{h}.log" for h in (0, 1)]
-    procs = [hosts.start(h, [*args, "--out", str(tmp_path / f"host{h}")],
-                         _host_env(hosts, backend, h, port), logs[h]) for h in (0, 1)]
+    procs = [
+        hosts.start(
+            h,
+            [*args, "--out", str(tmp_path / f"host{h}")],
+            _host_env(hosts, backend, h, port),
+            logs[h],
+        )
+        for h in (0, 1)
+    ]
     try:
         deadline = time.monotonic() + 240
         while "step 50/" not in logs[0].read_text():
@@ -259,5 +339,7 @@ def test_network_partition_fails_both_hosts_within_the_timeout(hosts, tmp_path, 
         errors = [line for line in text.splitlines() if line.startswith("dualtrain: error:")]
         assert len(errors) == 1 and "Traceback" not in text, text[-3000:]
         assert f"rank {1 - h} ({hosts.addr[1 - h]}" in errors[0], errors[0]
-    print(f"\n{backend}: both hosts failed {after:.1f}s after the network was cut "
-          f"(timeout_s {timeout_s})")
+    print(
+        f"\n{backend}: both hosts failed {after:.1f}s after the network was cut "
+        f"(timeout_s {timeout_s})"
+    )

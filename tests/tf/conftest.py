@@ -57,17 +57,21 @@ class Run:
         return load_weights(self.out / f"grads_step{step}.npz")
 
 
-def tf_run(tmp: Path, spec: dict[str, Any], *extra: str, check: bool = True,
-           timeout: float = 300) -> Run:
+def tf_run(
+    tmp: Path, spec: dict[str, Any], *extra: str, check: bool = True, timeout: float = 300
+) -> Run:
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = write_spec(tmp / "spec_in.yaml", spec)
     out = tmp / "run"
     t0 = time.monotonic()
-    proc = run_cli("run", "--backend", "tf", "--config", str(cfg), "--out", str(out), *extra,
-                   timeout=timeout)
+    proc = run_cli(
+        "run", "--backend", "tf", "--config", str(cfg), "--out", str(out), *extra, timeout=timeout
+    )
     seconds = time.monotonic() - t0
     if check:
-        assert proc.returncode == 0, f"tf run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, (
+            f"tf run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return Run(out, proc, seconds)
 
 
@@ -79,8 +83,14 @@ def python_env() -> dict[str, str]:
 
 
 def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
-                          env=python_env(), cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=python_env(),
+        cwd=ROOT,
+    )
 
 
 _CACHE: dict[str, Run] = {}

@@ -15,13 +15,26 @@ from tests.conftest import ROOT, run_cli
 def test_mnist_mlp_world2_reaches_97(tmp_path, strategy):
     out = tmp_path / "run"
     t0 = time.monotonic()
-    proc = run_cli("run", "--backend", "tf", "--config", str(ROOT / "configs" / "mnist_mlp.yaml"),
-                   "--world-size", "2", "--set", f"tf.strategy={strategy}", "--out", str(out),
-                   timeout=900)
+    proc = run_cli(
+        "run",
+        "--backend",
+        "tf",
+        "--config",
+        str(ROOT / "configs" / "mnist_mlp.yaml"),
+        "--world-size",
+        "2",
+        "--set",
+        f"tf.strategy={strategy}",
+        "--out",
+        str(out),
+        timeout=900,
+    )
     seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = read_run(out).summary
-    print(f"{strategy}: {seconds:.1f}s wall, {s['train_samples_per_s']:.0f} samples/s, "
-          f"test accuracy {s['test_accuracy']:.4f}")
+    print(
+        f"{strategy}: {seconds:.1f}s wall, {s['train_samples_per_s']:.0f} samples/s, "
+        f"test accuracy {s['test_accuracy']:.4f}"
+    )
     assert s["epochs_run"] == 2 and s["test_count"] == 10000 and s["samples"] == 120000
     assert s["test_accuracy"] >= 0.97

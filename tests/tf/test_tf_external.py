@@ -24,11 +24,30 @@ def test_external_tf_config_cluster_runs_multi_worker(tmp_path):
     procs = []
     for task, out in ((("chief", 0), tmp_path / "chief"), (("worker", 0), tmp_path / "other")):
         env = python_env()
-        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": task[0], "index": task[1]}})
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "dualtrain", "run", "--backend", "tf", "--config", str(cfg),
-             "--out", str(out)], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": cluster, "task": {"type": task[0], "index": task[1]}}
+        )
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dualtrain",
+                    "run",
+                    "--backend",
+                    "tf",
+                    "--config",
+                    str(cfg),
+                    "--out",
+                    str(out),
+                ],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     results = [p.communicate(timeout=180) for p in procs]
     for p, (out, err) in zip(procs, results):
         assert p.returncode == 0, f"{out}\n{err}"

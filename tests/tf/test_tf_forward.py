@@ -17,8 +17,9 @@ N_IMAGES = 256
 
 
 def _forward(module: str, spec_path, weights_path, out_path) -> np.ndarray:
-    proc = run_python("-m", module, "forward", str(spec_path), str(weights_path), str(N_IMAGES),
-                      str(out_path))
+    proc = run_python(
+        "-m", module, "forward", str(spec_path), str(weights_path), str(N_IMAGES), str(out_path)
+    )
     assert proc.returncode == 0, f"{module} forward failed:\n{proc.stdout}\n{proc.stderr}"
     with np.load(out_path) as z:
         return z["logits"]

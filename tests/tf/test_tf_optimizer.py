@@ -22,12 +22,22 @@ F = np.float32
 
 def replay(init, grads, lrs, opt):
     p = {k: v.astype(F).copy() for k, v in init.items()}
-    buf, m, v = {}, {k: np.zeros_like(x) for k, x in p.items()}, {k: np.zeros_like(x) for k, x in p.items()}
+    buf, m, v = (
+        {},
+        {k: np.zeros_like(x) for k, x in p.items()},
+        {k: np.zeros_like(x) for k, x in p.items()},
+    )
     wd, name = F(opt.get("weight_decay", 0.0)), opt["name"]
     for t, (g, lr) in enumerate(zip(grads, lrs), 1):
         g = {k: x.astype(F) for k, x in g.items()}
-        norm = np.sqrt(np.sum(np.square([np.sqrt(np.sum(np.square(x, dtype=F), dtype=F)) for x in g.values()],
-                                        dtype=F), dtype=F))
+        norm = np.sqrt(
+            np.sum(
+                np.square(
+                    [np.sqrt(np.sum(np.square(x, dtype=F), dtype=F)) for x in g.values()], dtype=F
+                ),
+                dtype=F,
+            )
+        )
         if opt.get("clip_grad_norm"):
             coef = min(F(1.0), F(opt["clip_grad_norm"]) / (norm + F(1e-6)))
             g = {k: x * F(coef) for k, x in g.items()}
@@ -49,18 +59,31 @@ def replay(init, grads, lrs, opt):
             b1, b2 = opt["betas"]
             m[k] = m[k] + F(1 - b1) * (grad - m[k])
             v[k] = v[k] * F(b2) + F(1 - b2) * grad * grad
-            step_size = F(float(lr) / (1 - b1 ** t))
-            denom = np.sqrt(v[k]) / F((1 - b2 ** t) ** 0.5) + F(opt["eps"])
+            step_size = F(float(lr) / (1 - b1**t))
+            denom = np.sqrt(v[k]) / F((1 - b2**t) ** 0.5) + F(opt["eps"])
             p[k] = p[k] - step_size * (m[k] / denom)
     return p
 
 
 OPTS = {
-    "sgd_nesterov": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01,
-                     "clip_grad_norm": 0.5,
-                     "schedule": {"name": "cosine", "warmup_steps": 2, "min_lr": 0.001}},
-    "adam": {"name": "adam", "lr": 0.01, "betas": [0.9, 0.99], "eps": 0.001, "weight_decay": 0.05,
-             "clip_grad_norm": 1.0, "schedule": {"name": "step", "step_size": 2, "gamma": 0.5}},
+    "sgd_nesterov": {
+        "name": "sgd",
+        "lr": 0.1,
+        "momentum": 0.9,
+        "nesterov": True,
+        "weight_decay": 0.01,
+        "clip_grad_norm": 0.5,
+        "schedule": {"name": "cosine", "warmup_steps": 2, "min_lr": 0.001},
+    },
+    "adam": {
+        "name": "adam",
+        "lr": 0.01,
+        "betas": [0.9, 0.99],
+        "eps": 0.001,
+        "weight_decay": 0.05,
+        "clip_grad_norm": 1.0,
+        "schedule": {"name": "step", "step_size": 2, "gamma": 0.5},
+    },
     "adamw": {"name": "adamw", "lr": 0.01, "betas": [0.8, 0.9], "eps": 0.001, "weight_decay": 0.5},
 }
 
@@ -68,9 +91,13 @@ OPTS = {
 @pytest.mark.parametrize("key", sorted(OPTS))
 def test_updates_follow_torch_optim(tmp_path, key):
     opt = OPTS[key]
-    spec = small_spec(data={"train_limit": 48, "batch_size": 8, "test_limit": 20}, optimizer=opt,
-                      distribution={"world_size": 2}, train={"epochs": 1, "log_every": 2},
-                      debug={"dump_grads": list(range(1, STEPS + 1))})
+    spec = small_spec(
+        data={"train_limit": 48, "batch_size": 8, "test_limit": 20},
+        optimizer=opt,
+        distribution={"world_size": 2},
+        train={"epochs": 1, "log_every": 2},
+        debug={"dump_grads": list(range(1, STEPS + 1))},
+    )
     run = tf_run(tmp_path, spec)
     rec = run.record
     lrs = [r["lr"] for r in rec.train]

@@ -28,8 +28,8 @@ def test_fp16_overflow_on_one_replica_skips_the_step_everywhere(tmp_path):
     assert all(math.isfinite(as_float(r["grad_norm"])) for r in (train[0], train[2], train[3]))
     assert rec.summary["skipped_steps"] == 1 and rec.summary["precision"] == "fp16"
     evals = {e["step"]: (e["loss"], e["accuracy"]) for e in rec.eval}
-    assert evals[2] == evals[1], evals          # step 2 changed no replica's weights
-    assert evals[3] != evals[2], evals          # step 3 was applied again
+    assert evals[2] == evals[1], evals  # step 2 changed no replica's weights
+    assert evals[3] != evals[2], evals  # step 3 was applied again
     # Same batch, same weights: the training loss of step 3 repeats step 2's, and differs from 1's.
     assert train[2]["loss"] == train[1]["loss"] != train[0]["loss"]
 
@@ -37,8 +37,10 @@ def test_fp16_overflow_on_one_replica_skips_the_step_everywhere(tmp_path):
 def test_fp16_scale_grows_after_growth_interval(tmp_path):
     spec = small_spec(
         data={"train_limit": 32, "batch_size": 8, "test_limit": 20},
-        precision={"dtype": "fp16", "loss_scale": {"init": 1024.0, "growth_interval": 2,
-                                                   "growth_factor": 4.0}},
+        precision={
+            "dtype": "fp16",
+            "loss_scale": {"init": 1024.0, "growth_interval": 2, "growth_factor": 4.0},
+        },
         distribution={"world_size": 2},
         train={"epochs": 1, "log_every": 2},
     )

@@ -22,8 +22,18 @@ CASES = {
     "w3": small_spec(distribution={"world_size": 3}, **UNEVEN),
     "w2mw": small_spec(distribution={"world_size": 2}, tf={"strategy": "multi_worker"}, **UNEVEN),
 }
-TRAIN_KEYS = {"kind", "step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples",
-              "samples_per_s"}
+TRAIN_KEYS = {
+    "kind",
+    "step",
+    "epoch",
+    "loss",
+    "lr",
+    "grad_norm",
+    "loss_scale",
+    "skipped",
+    "samples",
+    "samples_per_s",
+}
 EVAL_KEYS = {"kind", "step", "epoch", "loss", "accuracy", "count"}
 
 
@@ -38,8 +48,16 @@ def test_run_directory_contract(cached_run, key):
     run = cached_run(key, spec_in)
     rec = run.record
     out = run.out
-    for name in ("spec.yaml", "metrics.jsonl", "shards.jsonl", "summary.json", "weights_init.npz",
-                 "weights_final.npz", "launch.json", "grads_step1.npz"):
+    for name in (
+        "spec.yaml",
+        "metrics.jsonl",
+        "shards.jsonl",
+        "summary.json",
+        "weights_init.npz",
+        "weights_final.npz",
+        "launch.json",
+        "grads_step1.npz",
+    ):
         assert (out / name).is_file(), name
     spec = from_dict(rec.spec)
     plan = ShardPlan.from_spec(spec, 64)
@@ -64,7 +82,7 @@ def test_run_directory_contract(cached_run, key):
         assert set(r) == TRAIN_KEYS, r
         assert r["loss_scale"] == 1.0 and r["skipped"] is False and r["lr"] == 0.05
         assert np.isfinite(r["loss"]) and r["grad_norm"] > 0
-    assert [r["samples"] for r in rec.train[:plan.steps_per_epoch]] == [7] * 9 + [1]
+    assert [r["samples"] for r in rec.train[: plan.steps_per_epoch]] == [7] * 9 + [1]
     assert [(e["step"], e["epoch"]) for e in rec.eval] == [(10, 1), (20, 2)]
     for e in rec.eval:
         assert set(e) == EVAL_KEYS and e["count"] == 50
@@ -85,7 +103,11 @@ def test_shards_follow_the_plan(cached_run, key):
     for epoch in range(2):
         for k, step in enumerate(plan.digests(epoch)):
             for replica, (digest, count) in enumerate(step):
-                expected[(epoch * plan.steps_per_epoch + k + 1, replica)] = (epoch + 1, digest, count)
+                expected[(epoch * plan.steps_per_epoch + k + 1, replica)] = (
+                    epoch + 1,
+                    digest,
+                    count,
+                )
     got = {(r["step"], r["replica"]): (r["epoch"], r["digest"], r["count"]) for r in rec.shards}
     assert len(rec.shards) == len(got) == 2 * plan.steps_per_epoch * world
     assert got == expected

@@ -13,14 +13,17 @@ from tests.conftest import run_cli
 SMALL = ("data.test_limit=200", "train.log_every=1")
 
 
-def torch_run(out: Path, *sets: str, world: int = 1, timeout: float = 300,
-              check: bool = True) -> subprocess.CompletedProcess:
+def torch_run(
+    out: Path, *sets: str, world: int = 1, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess:
     args = ["run", "--backend", "torch", "--world-size", str(world), "--out", str(out)]
     for s in (*SMALL, *sets):
         args += ["--set", s]
     proc = run_cli(*args, timeout=timeout)
     if check:
-        assert proc.returncode == 0, f"run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, (
+            f"run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 

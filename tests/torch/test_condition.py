@@ -14,9 +14,11 @@ from dualtrain.spec import load_spec
 
 torch = pytest.importorskip("torch")
 
-LAYERS = ("model.layers=[{type: conv2d, filters: 4, kernel_size: 3, stride: 2, padding: 1}, "
-          "{type: batchnorm}, {type: relu}, {type: flatten}, {type: dense, units: 16}, "
-          "{type: relu}, {type: dense, units: 10}]")
+LAYERS = (
+    "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, stride: 2, padding: 1}, "
+    "{type: batchnorm}, {type: relu}, {type: flatten}, {type: dense, units: 16}, "
+    "{type: relu}, {type: dense, units: 10}]"
+)
 
 
 def _model_and_batch():
@@ -47,23 +49,26 @@ def test_absolute_gradient_is_the_sum_of_absolute_products():
         acts.append(m(acts[-1]))
     outs = [a for a in acts[1:]]
     g_out = torch.autograd.grad(
-        torch.nn.functional.cross_entropy(outs[-1], y, reduction="sum"), outs, allow_unused=True)
+        torch.nn.functional.cross_entropy(outs[-1], y, reduction="sum"), outs, allow_unused=True
+    )
     conv, bn, dense1, dense2 = model[0], model[1], model[4], model[6]
     gx, g0 = acts[0].abs(), g_out[0].abs()
     want = torch.nn.grad.conv2d_weight(gx, conv.weight.shape, g0, stride=2, padding=1)
     np.testing.assert_allclose(scale["0.weight"], want.numpy(), rtol=1e-12)
     np.testing.assert_allclose(scale["0.bias"], g0.sum((0, 2, 3)).numpy(), rtol=1e-12)
     a1 = acts[1].detach()
-    mean, var = a1.mean((0, 2, 3), keepdim=True), a1.var((0, 2, 3), unbiased=False,
-                                                     keepdim=True)
+    mean, var = a1.mean((0, 2, 3), keepdim=True), a1.var((0, 2, 3), unbiased=False, keepdim=True)
     x_hat = (a1 - mean) / torch.sqrt(var + bn.eps)
     g1 = g_out[1].abs()
-    np.testing.assert_allclose(scale["1.weight"], (x_hat.abs() * g1).sum((0, 2, 3)).numpy(),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        scale["1.weight"], (x_hat.abs() * g1).sum((0, 2, 3)).numpy(), rtol=1e-9
+    )
     np.testing.assert_allclose(scale["1.bias"], g1.sum((0, 2, 3)).numpy(), rtol=1e-12)
     for layer, i in ((dense1, 4), (dense2, 6)):
         g = g_out[i].abs()
-        np.testing.assert_allclose(scale[f"{i}.weight"], (g.T @ acts[i].detach().abs()).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(
+            scale[f"{i}.weight"], (g.T @ acts[i].detach().abs()).numpy(), rtol=1e-12
+        )
         np.testing.assert_allclose(scale[f"{i}.bias"], g.sum(0).numpy(), rtol=1e-12)
 
     for name, g in grads.items():  # a componentwise bound on the gradient, tight nowhere near 1

@@ -17,7 +17,8 @@ def test_matches_torch_batchnorm(shape, dtype, tol):
     c = shape[1]
     ours = BatchNorm(c, momentum=0.3, eps=1e-5, sync=False).to(dtype)
     ref = (torch.nn.BatchNorm1d if len(shape) == 2 else torch.nn.BatchNorm2d)(
-        c, momentum=0.3, eps=1e-5).to(dtype)
+        c, momentum=0.3, eps=1e-5
+    ).to(dtype)
     with torch.no_grad():
         w, b = torch.randn(c, dtype=dtype), torch.randn(c, dtype=dtype)
         for m in (ours, ref):

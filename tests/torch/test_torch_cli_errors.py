@@ -7,24 +7,38 @@ import pytest
 from tests.conftest import run_cli
 
 
-@pytest.mark.parametrize("yaml_text,extra,needle", [
-    ("seed: [1, 2\n", (), "invalid YAML"),
-    ("optimizer:\n  lrr: 0.1\n", (), "optimizer.lrr"),
-    ("data:\n  batch_size: lots\n", (), "data.batch_size must be an integer. Received: 'lots'"),
-    ("optimizer:\n  lr: -1\n", (), "optimizer.lr must be > 0. Received: -1.0"),
-    ("seed: 0\n", ("--world-size", "0"), "distribution.world_size must be >= 1. Received: 0"),
-    (None, (), "config file not found"),
-    ("", (), "the file is empty (no spec in it); to train on the defaults, leave out --config"),
-    ("# only a comment\n", (), "the file is empty"),
-    ("seed: 0\n", ("--backend", "jax"), "--backend must be one of ['torch', 'tf']. Received: 'jax'"),
-])
+@pytest.mark.parametrize(
+    "yaml_text,extra,needle",
+    [
+        ("seed: [1, 2\n", (), "invalid YAML"),
+        ("optimizer:\n  lrr: 0.1\n", (), "optimizer.lrr"),
+        ("data:\n  batch_size: lots\n", (), "data.batch_size must be an integer. Received: 'lots'"),
+        ("optimizer:\n  lr: -1\n", (), "optimizer.lr must be > 0. Received: -1.0"),
+        ("seed: 0\n", ("--world-size", "0"), "distribution.world_size must be >= 1. Received: 0"),
+        (None, (), "config file not found"),
+        ("", (), "the file is empty (no spec in it); to train on the defaults, leave out --config"),
+        ("# only a comment\n", (), "the file is empty"),
+        (
+            "seed: 0\n",
+            ("--backend", "jax"),
+            "--backend must be one of ['torch', 'tf']. Received: 'jax'",
+        ),
+    ],
+)
 def test_user_mistake(tmp_path, yaml_text, extra, needle):
     cfg = tmp_path / "spec.yaml"
     if yaml_text is not None:
         cfg.write_text(yaml_text)
     out = tmp_path / "out"
-    args = ["run", *(() if "--backend" in extra else ("--backend", "torch")), "--config", str(cfg),
-            "--out", str(out), *extra]
+    args = [
+        "run",
+        *(() if "--backend" in extra else ("--backend", "torch")),
+        "--config",
+        str(cfg),
+        "--out",
+        str(out),
+        *extra,
+    ]
     proc = run_cli(*args, timeout=60)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = proc.stderr.strip().splitlines()
@@ -37,8 +51,11 @@ def test_user_mistake(tmp_path, yaml_text, extra, needle):
 def test_a_config_folder_names_the_files_in_it(tmp_path):
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "a.yaml").write_text("seed: 0\n")
-    proc = run_cli("run", "--backend", "torch", "--config", str(tmp_path / "cfg"), "--dry-run",
-                   timeout=60)
+    proc = run_cli(
+        "run", "--backend", "torch", "--config", str(tmp_path / "cfg"), "--dry-run", timeout=60
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"dualtrain: error: --config must be a YAML file, not a folder; "
-                                   f"it holds a.yaml. Received: {str(tmp_path / 'cfg')!r}")
+    assert proc.stderr.strip() == (
+        f"dualtrain: error: --config must be a YAML file, not a folder; "
+        f"it holds a.yaml. Received: {str(tmp_path / 'cfg')!r}"
+    )

@@ -14,10 +14,15 @@ def test_torch_masks_equal_numpy_masks():
 
     ids = np.arange(3, 3000, 11, dtype=np.int64)
     el = np.arange(8 * 13 * 13, dtype=np.int64)
-    for seed, step, layer, rate in [(0, 1, 2, 0.5), (7, 123456, 5, 0.25), (2**32 - 1, 2**31, 9, 0.1)]:
+    for seed, step, layer, rate in [
+        (0, 1, 2, 0.5),
+        (7, 123456, 5, 0.25),
+        (2**32 - 1, 2**31, 9, 0.1),
+    ]:
         ref = keep(NUMPY, seed, np.int64(step), ids, layer, el, rate)
-        got = keep(_OPS, seed, torch.tensor(step), torch.from_numpy(ids), layer, torch.from_numpy(el),
-                   rate).numpy()
+        got = keep(
+            _OPS, seed, torch.tensor(step), torch.from_numpy(ids), layer, torch.from_numpy(el), rate
+        ).numpy()
         assert np.array_equal(got, ref)
 
 

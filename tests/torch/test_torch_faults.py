@@ -15,9 +15,16 @@ from tests.torch.helpers import torch_run
 
 def test_dead_rank_fails_the_run(tmp_path):
     t0 = time.monotonic()
-    proc = torch_run(tmp_path / "run", "data.train_limit=2000", "train.max_steps=20",
-                     "debug.exit_rank=[3,1]", "distribution.timeout_s=30", world=2, timeout=120,
-                     check=False)
+    proc = torch_run(
+        tmp_path / "run",
+        "data.train_limit=2000",
+        "train.max_steps=20",
+        "debug.exit_rank=[3,1]",
+        "distribution.timeout_s=30",
+        world=2,
+        timeout=120,
+        check=False,
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode == 1, proc.stderr
     assert "rank 1" in proc.stderr and "SIGKILL" in proc.stderr, proc.stderr
@@ -32,8 +39,15 @@ def test_gpu_without_cuda_is_a_clear_error(tmp_path):
         import pytest
 
         pytest.skip("this machine has CUDA")
-    proc = torch_run(tmp_path / "run", "distribution.device=gpu", "data.train_limit=64",
-                     "train.max_steps=1", world=1, timeout=120, check=False)
+    proc = torch_run(
+        tmp_path / "run",
+        "distribution.device=gpu",
+        "data.train_limit=64",
+        "train.max_steps=1",
+        world=1,
+        timeout=120,
+        check=False,
+    )
     # Refused before any worker starts (the launcher asks torch in a child process): a user
     # mistake, one line, exit 2, no run folder.
     assert proc.returncode == 2, proc.stderr
@@ -45,11 +59,29 @@ def test_gpu_without_cuda_is_a_clear_error(tmp_path):
 
 def test_sigterm_stops_the_run_and_its_workers(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "dualtrain", "run", "--backend", "torch",
-                             "--world-size", "2", "--out", str(out), "--set", "train.epochs=50",
-                             "--set", "train.log_every=1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dualtrain",
+            "run",
+            "--backend",
+            "torch",
+            "--world-size",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "train.epochs=50",
+            "--set",
+            "train.log_every=1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        cwd=ROOT,
+    )
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.is_file() and metrics.stat().st_size > 0):  # training is under way

@@ -19,16 +19,24 @@ N_GPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 if REQUIRED and N_GPU == 0:
     pytest.fail("DUALTRAIN_TEST_GPU=1 but torch sees no CUDA device", pytrace=False)
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(N_GPU == 0, reason="needs a CUDA GPU (set DUALTRAIN_TEST_GPU=1 to require)")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(N_GPU == 0, reason="needs a CUDA GPU (set DUALTRAIN_TEST_GPU=1 to require)"),
+]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "fp64"])
 def test_gpu_run_trains(tmp_path, precision):
     world = min(N_GPU, 2)
     out = tmp_path / precision
-    torch_run(out, "distribution.device=gpu", f"precision.dtype={precision}", "data.train_limit=12800",
-              "train.epochs=1", world=world)
+    torch_run(
+        out,
+        "distribution.device=gpu",
+        f"precision.dtype={precision}",
+        "data.train_limit=12800",
+        "train.epochs=1",
+        world=world,
+    )
     rec = record(out)
     assert rec.summary["process_group"] == "nccl"
     assert rec.summary["world_size"] == world

@@ -17,8 +17,14 @@ CASES = [(2, 3)]
 
 def _grads(tmp, limit, world):
     out = tmp / f"n{limit}w{world}"
-    torch_run(out, f"data.train_limit={limit}", "train.max_steps=1", "debug.dump_grads=[1]",
-              "data.test_limit=10", world=world)
+    torch_run(
+        out,
+        f"data.train_limit={limit}",
+        "train.max_steps=1",
+        "debug.dump_grads=[1]",
+        "data.test_limit=10",
+        world=world,
+    )
     return npz(out / "grads_step1.npz"), record(out).train[0]["grad_norm"]
 
 
@@ -34,7 +40,9 @@ def grads(tmp_path_factory):
 @pytest.mark.parametrize("limit,world", CASES)
 def test_world_gradient_equals_single_process(grads, limit, world):
     (ref, _), (got, _) = grads[(limit, 1)], grads[(limit, world)]
-    assert set(ref) == set(got) == {"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"}
+    assert (
+        set(ref) == set(got) == {"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"}
+    )
     for name in ref:
         scale = float(np.abs(ref[name]).max())
         assert scale > 0, name

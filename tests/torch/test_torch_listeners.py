@@ -17,7 +17,9 @@ import pytest
 from tests.conftest import ROOT, cli_env, require
 
 require("torch")
-pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net")
+pytestmark = pytest.mark.skipif(
+    not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net"
+)
 
 
 def _listening(pids: list[int]) -> list[str]:
@@ -42,8 +44,10 @@ def _listening(pids: list[int]) -> list[str]:
             hexaddr, hexport = cols[1].split(":")
             raw = bytes.fromhex(hexaddr)
             # /proc prints the address as native-endian 32-bit words
-            raw = b"".join(struct.pack("=I", int.from_bytes(raw[i:i + 4], "big"))
-                           for i in range(0, len(raw), 4))
+            raw = b"".join(
+                struct.pack("=I", int.from_bytes(raw[i : i + 4], "big"))
+                for i in range(0, len(raw), 4)
+            )
             found.append(f"{socket.inet_ntop(family, raw)}:{int(hexport, 16)}")
     return found
 
@@ -51,10 +55,30 @@ def _listening(pids: list[int]) -> list[str]:
 def test_a_local_run_listens_on_loopback_only(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dualtrain", "run", "--backend", "torch", "--config",
-         str(ROOT / "configs/mnist_mlp.yaml"), "--world-size", "2", "--set", "train.epochs=3",
-         "--set", "data.test_limit=500", "--out", str(out)],
-        env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "dualtrain",
+            "run",
+            "--backend",
+            "torch",
+            "--config",
+            str(ROOT / "configs/mnist_mlp.yaml"),
+            "--world-size",
+            "2",
+            "--set",
+            "train.epochs=3",
+            "--set",
+            "data.test_limit=500",
+            "--out",
+            str(out),
+        ],
+        env=cli_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         listening: list[str] = []

@@ -35,8 +35,13 @@ def test_forward_logits_equals_numpy_mlp():
 
 
 def test_same_padding_conv_keeps_shape():
-    spec = load_spec(None, ['model.layers=[{type: conv2d, filters: 4, kernel_size: 3, padding: same},'
-                            ' {type: relu}, {type: flatten}, {type: dense, units: 10}]',
-                            "model.preset=null"])
+    spec = load_spec(
+        None,
+        [
+            "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, padding: same},"
+            " {type: relu}, {type: flatten}, {type: dense, units: 10}]",
+            "model.preset=null",
+        ],
+    )
     model = build_model(spec.model)
     assert tuple(model.state_dict()["3.weight"].shape) == (10, 4 * 28 * 28)

@@ -9,8 +9,14 @@ from tests.torch.helpers import npz, record, torch_run
 
 def test_fp16_huge_scale_skips_and_backs_off(tmp_path):
     out = tmp_path / "run"
-    torch_run(out, "precision.dtype=fp16", "precision.loss_scale.init=1099511627776",  # 2**40
-              "precision.loss_scale.backoff_factor=0.25", "data.train_limit=256", "train.max_steps=2")
+    torch_run(
+        out,
+        "precision.dtype=fp16",
+        "precision.loss_scale.init=1099511627776",  # 2**40
+        "precision.loss_scale.backoff_factor=0.25",
+        "data.train_limit=256",
+        "train.max_steps=2",
+    )
     rows = record(out).train
     assert [r["loss_scale"] for r in rows] == [2.0**40, 2.0**38]  # backoff applied after step 1
     assert [r["skipped"] for r in rows] == [True, True]  # 2**38 still overflows fp16
@@ -22,9 +28,18 @@ def test_fp16_huge_scale_skips_and_backs_off(tmp_path):
 def test_fp16_poisoned_replica_skips_on_all_ranks(tmp_path):
     # Replica 1's local gradient is inf at step 2; only the all-reduce shows it to rank 0.
     poisoned = tmp_path / "poisoned"
-    torch_run(poisoned, "precision.dtype=fp16", "data.train_limit=512", "train.max_steps=3",
-              "debug.nonfinite_grad=[[2,1]]", "debug.dump_grads=[2]", "optimizer.name=adamw",
-              "optimizer.lr=0.001", "optimizer.weight_decay=0.01", world=2)
+    torch_run(
+        poisoned,
+        "precision.dtype=fp16",
+        "data.train_limit=512",
+        "train.max_steps=3",
+        "debug.nonfinite_grad=[[2,1]]",
+        "debug.dump_grads=[2]",
+        "optimizer.name=adamw",
+        "optimizer.lr=0.001",
+        "optimizer.weight_decay=0.01",
+        world=2,
+    )
     rows = record(poisoned).train
     assert [r["skipped"] for r in rows] == [False, True, False]
     s = rows[0]["loss_scale"]
@@ -46,8 +61,14 @@ def test_fp16_skip_leaves_weights_unchanged_world2(tmp_path):
 
 def test_bf16_runs_without_scaling(tmp_path):
     out = tmp_path / "run"
-    torch_run(out, "precision.dtype=bf16", "data.train_limit=512", "train.max_steps=4",
-              "optimizer.clip_grad_norm=0.01", world=2)
+    torch_run(
+        out,
+        "precision.dtype=bf16",
+        "data.train_limit=512",
+        "train.max_steps=4",
+        "optimizer.clip_grad_norm=0.01",
+        world=2,
+    )
     rec = record(out)
     assert [r["loss_scale"] for r in rec.train] == [1.0] * 4
     assert not any(r["skipped"] for r in rec.train)

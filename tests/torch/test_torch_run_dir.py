@@ -15,8 +15,17 @@ from tests.torch.helpers import npz, record, torch_run
 N_TRAIN = 300  # 128 + 128 + 44: a partial last batch
 EPOCHS = 2
 
-TRAIN_KEYS = {"step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples",
-              "samples_per_s"}
+TRAIN_KEYS = {
+    "step",
+    "epoch",
+    "loss",
+    "lr",
+    "grad_norm",
+    "loss_scale",
+    "skipped",
+    "samples",
+    "samples_per_s",
+}
 EVAL_KEYS = {"step", "epoch", "loss", "accuracy", "count"}
 
 
@@ -32,8 +41,14 @@ def exact_runs(tmp_path_factory):
 
 def test_run_directory_contract(exact_runs):
     out = exact_runs[2]
-    for name in ("spec.yaml", "metrics.jsonl", "shards.jsonl", "summary.json", "weights_init.npz",
-                 "weights_final.npz"):
+    for name in (
+        "spec.yaml",
+        "metrics.jsonl",
+        "shards.jsonl",
+        "summary.json",
+        "weights_init.npz",
+        "weights_final.npz",
+    ):
         assert (out / name).is_file(), name
     rec = record(out)
     assert len(rec.train) == 3 * EPOCHS
@@ -48,8 +63,16 @@ def test_run_directory_contract(exact_runs):
         assert EVAL_KEYS <= set(row)
         assert row["count"] == 200 and 0 <= row["accuracy"] <= 1
     s = json.loads((out / "summary.json").read_text())
-    for key in ("backend", "world_size", "precision", "steps", "wall_s", "train_samples_per_s",
-                "test_loss", "test_accuracy"):
+    for key in (
+        "backend",
+        "world_size",
+        "precision",
+        "steps",
+        "wall_s",
+        "train_samples_per_s",
+        "test_loss",
+        "test_accuracy",
+    ):
         assert key in s, key
     assert (s["backend"], s["world_size"], s["precision"], s["steps"]) == ("torch", 2, "fp32", 6)
     assert s["train_samples_per_s"] > 0 and s["test_loss"] == rec.eval[-1]["loss"]
@@ -87,8 +110,21 @@ def test_exact_shards_match_plan_and_cover_each_id_once(exact_runs, world):
 def test_torch_sampler_run_matches_plan(tmp_path, world, last):
     out = tmp_path / "run"
     n = 301
-    torch_run(out, f"data.train_limit={n}", "train.epochs=2", "data.sharding=torch_sampler",
-              "data.batch_size=48", f"data.last_batch={last}", world=world)
-    plan = ShardPlan(num_samples=n, global_batch=48, world_size=world, seed=0,
-                     last_batch=LastBatch(last), mode=Sharding.TORCH_SAMPLER)
+    torch_run(
+        out,
+        f"data.train_limit={n}",
+        "train.epochs=2",
+        "data.sharding=torch_sampler",
+        "data.batch_size=48",
+        f"data.last_batch={last}",
+        world=world,
+    )
+    plan = ShardPlan(
+        num_samples=n,
+        global_batch=48,
+        world_size=world,
+        seed=0,
+        last_batch=LastBatch(last),
+        mode=Sharding.TORCH_SAMPLER,
+    )
     _check_against_plan(out, plan, 2)

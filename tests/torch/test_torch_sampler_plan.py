@@ -16,16 +16,23 @@ from dualtrain.spec import LastBatch, Sharding
 @pytest.mark.parametrize("n,per_rank", [(103, 4), (60, 5), (7, 3)])
 def test_plan_equals_distributed_sampler(world, drop, n, per_rank):
     seed = 11
-    plan = ShardPlan(num_samples=n, global_batch=per_rank * world, world_size=world, seed=seed,
-                     shuffle=True, last_batch=LastBatch.DROP if drop else LastBatch.KEEP,
-                     mode=Sharding.TORCH_SAMPLER)
+    plan = ShardPlan(
+        num_samples=n,
+        global_batch=per_rank * world,
+        world_size=world,
+        seed=seed,
+        shuffle=True,
+        last_batch=LastBatch.DROP if drop else LastBatch.KEEP,
+        mode=Sharding.TORCH_SAMPLER,
+    )
     dataset = list(range(n))
     firsts = []
     for epoch in range(3):
         per_rank_batches = []
         for rank in range(world):
-            sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
-                                         seed=seed, drop_last=drop)
+            sampler = DistributedSampler(
+                dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=drop
+            )
             sampler.set_epoch(epoch)
             loader = DataLoader(dataset, batch_size=per_rank, sampler=sampler, drop_last=drop)
             per_rank_batches.append([b.tolist() for b in loader])

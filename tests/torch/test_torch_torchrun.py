@@ -15,12 +15,35 @@ from tests.conftest import ROOT
 
 def test_torchrun_two_ranks(tmp_path):
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               GLOO_SOCKET_IFNAME="lo")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "dualtrain", "run", "--backend", "torch", "--set", "data.train_limit=300",
-           "--set", "data.test_limit=100", "--set", "train.log_every=1", "--out", str(out)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        GLOO_SOCKET_IFNAME="lo",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "dualtrain",
+        "run",
+        "--backend",
+        "torch",
+        "--set",
+        "data.train_limit=300",
+        "--set",
+        "data.test_limit=100",
+        "--set",
+        "train.log_every=1",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = read_run(out)
@@ -42,19 +65,50 @@ def test_torchrun_max_restarts_resumes_from_the_latest_checkpoint(tmp_path):
     from dualtrain.core.weights import load_weights
     from tests.conftest import run_cli
 
-    sets = ["--set", "data.train_limit=600", "--set", "data.test_limit=100", "--set",
-            "train.checkpoint_every=4", "--set", "train.log_every=1000"]
+    sets = [
+        "--set",
+        "data.train_limit=600",
+        "--set",
+        "data.test_limit=100",
+        "--set",
+        "train.checkpoint_every=4",
+        "--set",
+        "train.log_every=1000",
+    ]
     ref = tmp_path / "ref"
-    proc = run_cli("run", "--backend", "torch", "--world-size", "2", *sets, "--out", str(ref),
-                   timeout=300)
+    proc = run_cli(
+        "run", "--backend", "torch", "--world-size", "2", *sets, "--out", str(ref), timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               GLOO_SOCKET_IFNAME="lo")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts",
-           "1", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "dualtrain", "run", "--backend", "torch", *sets, "--set", "debug.exit_rank=[5, 1]",
-           "--out", str(out)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        GLOO_SOCKET_IFNAME="lo",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "dualtrain",
+        "run",
+        "--backend",
+        "torch",
+        *sets,
+        "--set",
+        "debug.exit_rank=[5, 1]",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "continuing" in proc.stdout and "step-00000004" in proc.stdout

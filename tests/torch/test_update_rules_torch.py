@@ -90,8 +90,9 @@ def test_rules_follow_torch_optim(case, dtype):
     ours = {k: rng.normal(size=s).astype(dtype) for k, s in shapes.items()}
     params = {k: torch.tensor(v, requires_grad=True) for k, v in ours.items()}
     opt = _torch_opt(spec, list(params.values()))
-    slots = {k: {s: np.zeros_like(v) for s in update_rules.slot_names(spec)}
-             for k, v in ours.items()}
+    slots = {
+        k: {s: np.zeros_like(v) for s in update_rules.slot_names(spec)} for k, v in ours.items()
+    }
     exact = dtype == np.float32 and spec.name is N.SGD
     errors: dict[str, float] = {}
     for applied in range(STEPS):
@@ -103,8 +104,9 @@ def test_rules_follow_torch_optim(case, dtype):
             p.grad = torch.tensor(grads[k])
         opt.step()
         for k, p in params.items():
-            ours[k], new = update_rules.update(NUMPY, spec, ours[k], grads[k], slots[k], lr=lr,
-                                               applied=applied)
+            ours[k], new = update_rules.update(
+                NUMPY, spec, ours[k], grads[k], slots[k], lr=lr, applied=applied
+            )
             assert set(new) == set(slots[k])
             slots[k] = new
             pairs = {k: (ours[k], p.detach().numpy())}
@@ -157,9 +159,13 @@ def _gradscaler_sequence(ls: LossScaleSpec, finite: list[bool]) -> list[tuple[fl
     (which finds the non-finite gradient), step (skipped then), update."""
     p = torch.nn.Parameter(torch.zeros(3))
     opt = torch.optim.SGD([p], lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=ls.init, growth_factor=ls.growth_factor,
-                                  backoff_factor=ls.backoff_factor,
-                                  growth_interval=ls.growth_interval)
+    scaler = torch.amp.GradScaler(
+        "cpu",
+        init_scale=ls.init,
+        growth_factor=ls.growth_factor,
+        backoff_factor=ls.backoff_factor,
+        growth_interval=ls.growth_interval,
+    )
     out = []
     for ok in finite:
         scaler.scale((p * 0.0).sum()).backward()
@@ -173,12 +179,16 @@ def _gradscaler_sequence(ls: LossScaleSpec, finite: list[bool]) -> list[tuple[fl
     return out
 
 
-@pytest.mark.parametrize("ls", [
-    LossScaleSpec(),
-    LossScaleSpec(init=8.0, growth_interval=1),
-    LossScaleSpec(init=2.0**20, growth_factor=4.0, backoff_factor=0.25, growth_interval=3),
-    LossScaleSpec(init=1024.0, growth_factor=1.5, backoff_factor=0.75, growth_interval=2),
-], ids=["default", "interval1", "factor4", "factor1.5"])
+@pytest.mark.parametrize(
+    "ls",
+    [
+        LossScaleSpec(),
+        LossScaleSpec(init=8.0, growth_interval=1),
+        LossScaleSpec(init=2.0**20, growth_factor=4.0, backoff_factor=0.25, growth_interval=3),
+        LossScaleSpec(init=1024.0, growth_factor=1.5, backoff_factor=0.75, growth_interval=2),
+    ],
+    ids=["default", "interval1", "factor4", "factor1.5"],
+)
 def test_loss_scale_follows_gradscaler(ls):
     rng = np.random.default_rng(2)
     finite = [bool(x) for x in rng.random(40) > 0.2]
@@ -211,8 +221,10 @@ def test_the_torch_engines_norm_is_clip_grad_norm_s_formula():
     from dualtrain.backends.torch.ops import NORM_OPS
 
     gen = torch.Generator().manual_seed(3)
-    grads = [torch.randn(shape, generator=gen) * scale
-             for shape, scale in (((256, 784), 1e-3), ((256,), 1e-2), ((10, 256), 3e-2), ((10,), 0.5))]
+    grads = [
+        torch.randn(shape, generator=gen) * scale
+        for shape, scale in (((256, 784), 1e-3), ((256,), 1e-2), ((10, 256), 3e-2), ((10,), 0.5))
+    ]
     ours = update_rules.global_norm(NORM_OPS, grads)
     ref = torch.nn.utils.get_total_norm(grads)
     exact = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads))

@@ -26,8 +26,10 @@ import pytest
 
 FRAMEWORKS = ("torch", "tensorflow", "keras")
 NO_PROCESS = "unit tests start no process: put this test under tests/integration"
-NO_FRAMEWORK = "unit tests import no framework (torch, tensorflow, keras): put this test under " \
-               "tests/integration"
+NO_FRAMEWORK = (
+    "unit tests import no framework (torch, tensorflow, keras): put this test under "
+    "tests/integration"
+)
 HERE = Path(__file__).resolve().parent
 
 
@@ -47,6 +49,7 @@ def _refusal(what: str):
     def refuse(*args, **kwargs):
         _attempts.append(what)
         raise ProcessStarted(f"{NO_PROCESS} ({what} was called)")
+
     return refuse
 
 
@@ -54,10 +57,15 @@ def _process_starters() -> list[tuple[object, str]]:
     """(owner, attribute) of each way to start a process: subprocess.* and os.popen go through
     Popen; pty.fork and os.spawn* through os.fork/os.forkpty; multiprocessing through Process.start
     (every start method); _posixsubprocess.fork_exec is what spawn and the resource tracker use."""
-    starters: list[tuple[object, str]] = [(subprocess.Popen, "__init__"),
-                                          (multiprocessing.process.BaseProcess, "start")]
-    starters += [(os, name) for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")
-                 if hasattr(os, name)]
+    starters: list[tuple[object, str]] = [
+        (subprocess.Popen, "__init__"),
+        (multiprocessing.process.BaseProcess, "start"),
+    ]
+    starters += [
+        (os, name)
+        for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system")
+        if hasattr(os, name)
+    ]
     try:
         import _posixsubprocess
     except ImportError:  # not POSIX
@@ -74,8 +82,11 @@ def _no_process_and_no_framework() -> Iterator[None]:
     before = loaded_frameworks()
     with pytest.MonkeyPatch.context() as mp:
         for owner, name in _process_starters():
-            where = owner.__name__ if isinstance(owner, type(os)) else \
-                f"{owner.__module__}.{owner.__qualname__}"
+            where = (
+                owner.__name__
+                if isinstance(owner, type(os))
+                else f"{owner.__module__}.{owner.__qualname__}"
+            )
             qualified = f"{where}.{name}"
             mp.setattr(owner, name, _refusal(qualified))
         yield

@@ -13,14 +13,20 @@ from dualtrain.driver.validate import check_batchnorm_batches
 from dualtrain.errors import UserError
 from dualtrain.spec import LastBatch, Sharding, from_dict, load_spec
 
-BN_CNN = ("model.preset=null", "model.layers=[{type: conv2d, filters: 4, kernel_size: 3}, {type: batchnorm}, "
-          "{type: relu}, {type: flatten}, {type: dense, units: 8}, {type: batchnorm, momentum: 0.2}, "
-          "{type: dense, units: 10}]")
-RESNET = ("model.preset=null", "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, padding: 1}, "
-          "{type: batchnorm}, {type: relu}, {type: residual, body: [{type: conv2d, filters: 8, "
-          "kernel_size: 3, stride: 2, padding: 1}, {type: batchnorm}, {type: relu}, {type: dropout, "
-          "rate: 0.1}], shortcut: [{type: conv2d, filters: 8, kernel_size: 1, stride: 2}]}, "
-          "{type: global_avgpool}, {type: dense, units: 10}]")
+BN_CNN = (
+    "model.preset=null",
+    "model.layers=[{type: conv2d, filters: 4, kernel_size: 3}, {type: batchnorm}, "
+    "{type: relu}, {type: flatten}, {type: dense, units: 8}, {type: batchnorm, momentum: 0.2}, "
+    "{type: dense, units: 10}]",
+)
+RESNET = (
+    "model.preset=null",
+    "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, padding: 1}, "
+    "{type: batchnorm}, {type: relu}, {type: residual, body: [{type: conv2d, filters: 8, "
+    "kernel_size: 3, stride: 2, padding: 1}, {type: batchnorm}, {type: relu}, {type: dropout, "
+    "rate: 0.1}], shortcut: [{type: conv2d, filters: 8, kernel_size: 1, stride: 2}]}, "
+    "{type: global_avgpool}, {type: dense, units: 10}]",
+)
 
 
 def test_batchnorm_layout_and_defaults():
@@ -30,16 +36,26 @@ def test_batchnorm_layout_and_defaults():
     assert dense_bn.momentum == 0.2
     shapes = param_shapes(spec.model)
     assert {k: v for k, v in shapes.items() if k.startswith("1.")} == {
-        "1.weight": (4,), "1.bias": (4,), "1.running_mean": (4,), "1.running_var": (4,)}
+        "1.weight": (4,),
+        "1.bias": (4,),
+        "1.running_mean": (4,),
+        "1.running_var": (4,),
+    }
     assert shapes["5.running_var"] == (8,)
     w = init_weights(spec.model, 0)
     assert set(w) == set(shapes)
     # torch's reset, no random draw: the conv/dense weights are those of the model without batchnorm
     assert (w["1.weight"] == 1).all() and (w["1.bias"] == 0).all()
     assert (w["1.running_mean"] == 0).all() and (w["1.running_var"] == 1).all()
-    plain = load_spec(None, ["model.preset=null", "model.layers=[{type: conv2d, filters: 4, "
-                             "kernel_size: 3}, {type: relu}, {type: flatten}, {type: dense, units: 8}, "
-                             "{type: dense, units: 10}]"]).model
+    plain = load_spec(
+        None,
+        [
+            "model.preset=null",
+            "model.layers=[{type: conv2d, filters: 4, "
+            "kernel_size: 3}, {type: relu}, {type: flatten}, {type: dense, units: 8}, "
+            "{type: dense, units: 10}]",
+        ],
+    ).model
     w0 = init_weights(plain, 0)
     np.testing.assert_array_equal(w["0.weight"], w0["0.weight"])
     np.testing.assert_array_equal(w["4.weight"], w0["3.weight"])
@@ -49,7 +65,12 @@ def test_residual_names_follow_torch_module_paths():
     model = load_spec(None, list(RESNET)).model
     names = list(param_shapes(model))
     assert names[6:10] == ["3.body.0.weight", "3.body.0.bias", "3.body.1.weight", "3.body.1.bias"]
-    assert "3.shortcut.0.weight" in names and param_shapes(model)["3.shortcut.0.weight"] == (8, 4, 1, 1)
+    assert "3.shortcut.0.weight" in names and param_shapes(model)["3.shortcut.0.weight"] == (
+        8,
+        4,
+        1,
+        1,
+    )
     block = resolve(model)[3]
     assert block.out_shape == (8, 14, 14)
     # unique layer ids for the dropout hash: top-level index, (block + 1) * 1000 + j inside a block
@@ -64,21 +85,41 @@ def test_spec_round_trips_compactly():
     assert from_dict(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize("layers,needle", [
-    ("[{type: batchnorm}, {type: flatten}, {type: dense, units: 10}]",
-     "model.layers[0] (batchnorm) normalises the output of the layer before it"),
-    ("[{type: flatten}, {type: dense, units: 10}, {type: batchnorm, momentum: 1.5}]",
-     "batchnorm.momentum must be in [0, 1]"),
-    ("[{type: flatten}, {type: dense, units: 10}, {type: batchnorm, eps: 0}]", "batchnorm.eps must be > 0"),
-    ("[{type: flatten}, {type: dense, units: 10, sync: true}]", "layer type 'dense' takes no 'sync'"),
-    ("[{type: conv2d, filters: 4, kernel_size: 3}, {type: residual, body: [{type: conv2d, filters: 8, "
-     "kernel_size: 3, padding: 1}]}, {type: flatten}, {type: dense, units: 10}]",
-     "model.layers[1] (residual): the body outputs (8, 26, 26) but the block input (identity shortcut)"),
-    ("[{type: residual, body: [{type: residual, body: [{type: relu}]}]}]", "blocks do not nest"),
-    ("[{type: residual, body: []}]", "residual.body must list at least one layer"),
-    ("[{type: flatten}, {type: residual, body: [{type: dense, units: 5}]}, {type: dense, units: 10}]",
-     "model.layers[1] (residual): the body outputs (5,)"),
-])
+@pytest.mark.parametrize(
+    "layers,needle",
+    [
+        (
+            "[{type: batchnorm}, {type: flatten}, {type: dense, units: 10}]",
+            "model.layers[0] (batchnorm) normalises the output of the layer before it",
+        ),
+        (
+            "[{type: flatten}, {type: dense, units: 10}, {type: batchnorm, momentum: 1.5}]",
+            "batchnorm.momentum must be in [0, 1]",
+        ),
+        (
+            "[{type: flatten}, {type: dense, units: 10}, {type: batchnorm, eps: 0}]",
+            "batchnorm.eps must be > 0",
+        ),
+        (
+            "[{type: flatten}, {type: dense, units: 10, sync: true}]",
+            "layer type 'dense' takes no 'sync'",
+        ),
+        (
+            "[{type: conv2d, filters: 4, kernel_size: 3}, {type: residual, body: [{type: conv2d, filters: 8, "
+            "kernel_size: 3, padding: 1}]}, {type: flatten}, {type: dense, units: 10}]",
+            "model.layers[1] (residual): the body outputs (8, 26, 26) but the block input (identity shortcut)",
+        ),
+        (
+            "[{type: residual, body: [{type: residual, body: [{type: relu}]}]}]",
+            "blocks do not nest",
+        ),
+        ("[{type: residual, body: []}]", "residual.body must list at least one layer"),
+        (
+            "[{type: flatten}, {type: residual, body: [{type: dense, units: 5}]}, {type: dense, units: 10}]",
+            "model.layers[1] (residual): the body outputs (5,)",
+        ),
+    ],
+)
 def test_bad_layers_are_one_line_errors(layers, needle):
     with pytest.raises(UserError) as exc:
         spec = load_spec(None, ["model.preset=null", f"model.layers={layers}"])
@@ -87,14 +128,26 @@ def test_bad_layers_are_one_line_errors(layers, needle):
     assert "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize("n,b,w,mode,drop", [
-    (1001, 128, 3, Sharding.EXACT, False), (1025, 128, 3, Sharding.EXACT, False),
-    (1025, 128, 3, Sharding.EXACT, True), (1001, 120, 4, Sharding.TORCH_SAMPLER, False),
-    (1001, 120, 4, Sharding.TORCH_SAMPLER, True), (7, 8, 3, Sharding.EXACT, False),
-])
+@pytest.mark.parametrize(
+    "n,b,w,mode,drop",
+    [
+        (1001, 128, 3, Sharding.EXACT, False),
+        (1025, 128, 3, Sharding.EXACT, False),
+        (1025, 128, 3, Sharding.EXACT, True),
+        (1001, 120, 4, Sharding.TORCH_SAMPLER, False),
+        (1001, 120, 4, Sharding.TORCH_SAMPLER, True),
+        (7, 8, 3, Sharding.EXACT, False),
+    ],
+)
 def test_step_sizes_are_the_plans(n, b, w, mode, drop):
-    plan = ShardPlan(num_samples=n, global_batch=b, world_size=w, seed=3, mode=mode,
-                     last_batch=LastBatch.DROP if drop else LastBatch.KEEP)
+    plan = ShardPlan(
+        num_samples=n,
+        global_batch=b,
+        world_size=w,
+        seed=3,
+        mode=mode,
+        last_batch=LastBatch.DROP if drop else LastBatch.KEEP,
+    )
     for epoch in (0, 1):
         for k in range(plan.steps_per_epoch):
             assert plan.step_sizes(k) == [len(ids) for ids in plan.step_ids(epoch, k)]
@@ -102,10 +155,17 @@ def test_step_sizes_are_the_plans(n, b, w, mode, drop):
 
 def _spec(*extra: str, sync: str = "false", dense: bool = True):
     dense_bn = f", {{type: batchnorm, sync: {sync}}}" if dense else ""
-    return load_spec(None, ["model.preset=null", "model.layers=[{type: conv2d, filters: 4, kernel_size: "
-                            f"3}}, {{type: batchnorm, sync: {sync}}}, {{type: flatten}}, {{type: dense, "
-                            f"units: 8}}{dense_bn}, {{type: dense, units: 10}}]", "data.batch_size=64",
-                            *extra])
+    return load_spec(
+        None,
+        [
+            "model.preset=null",
+            "model.layers=[{type: conv2d, filters: 4, kernel_size: "
+            f"3}}, {{type: batchnorm, sync: {sync}}}, {{type: flatten}}, {{type: dense, "
+            f"units: 8}}{dense_bn}, {{type: dense, units: 10}}]",
+            "data.batch_size=64",
+            *extra,
+        ],
+    )
 
 
 def test_too_few_values_unsync_names_layer_step_and_replica():
@@ -114,15 +174,20 @@ def test_too_few_values_unsync_names_layer_step_and_replica():
     with pytest.raises(UserError) as exc:
         check_batchnorm_batches(_spec("distribution.world_size=2"), 2561)
     msg = str(exc.value)
-    assert msg.startswith("model.layers[1] (batchnorm, sync: false): at step 41 (the last of every "
-                          "epoch) replica 1 holds 0 sample(s), 0 value(s) per channel")
+    assert msg.startswith(
+        "model.layers[1] (batchnorm, sync: false): at step 41 (the last of every "
+        "epoch) replica 1 holds 0 sample(s), 0 value(s) per channel"
+    )
     assert "sync: true" in msg and "last_batch: drop" in msg
 
 
 def test_too_few_values_after_dense_at_world_1():
     # One sample gives a conv batchnorm 26*26 values, a dense batchnorm one.
-    with pytest.raises(UserError, match=r"model.layers\[4\] \(batchnorm, sync: false\): at step 41 "
-                                        r"\(the last of every epoch\) replica 0 holds 1 sample"):
+    with pytest.raises(
+        UserError,
+        match=r"model.layers\[4\] \(batchnorm, sync: false\): at step 41 "
+        r"\(the last of every epoch\) replica 0 holds 1 sample",
+    ):
         check_batchnorm_batches(_spec(), 2561)
 
 
@@ -135,6 +200,9 @@ def test_enough_values_pass():
 
 
 def test_sync_global_batch_of_one_value():
-    with pytest.raises(UserError, match=r"model.layers\[4\] \(batchnorm, sync: true\): at step 41 .*"
-                                        r"the global batch holds 1 sample"):
+    with pytest.raises(
+        UserError,
+        match=r"model.layers\[4\] \(batchnorm, sync: true\): at step 41 .*"
+        r"the global batch holds 1 sample",
+    ):
         check_batchnorm_batches(_spec("distribution.world_size=3", sync="true"), 2561)

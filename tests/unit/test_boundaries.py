@@ -8,8 +8,11 @@ from pathlib import Path
 from tests.conftest import ROOT
 
 PKG = ROOT / "dualtrain"
-FRAMEWORKS = {"torch": PKG / "backends" / "torch", "tensorflow": PKG / "backends" / "tf",
-              "keras": PKG / "backends" / "tf"}
+FRAMEWORKS = {
+    "torch": PKG / "backends" / "torch",
+    "tensorflow": PKG / "backends" / "tf",
+    "keras": PKG / "backends" / "tf",
+}
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -20,8 +23,13 @@ def imported_roots(path: Path) -> set[str]:
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             roots.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
-                "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", ""))
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             roots.add(str(node.args[0].value).split(".")[0])
     return roots
 
@@ -107,8 +115,11 @@ def is_module(name: str) -> bool:
 
 
 def upward_imports(module: str, imports: set[str]) -> list[str]:
-    return [f"{module} imports {other}" for other in sorted(imports)
-            if layer_of(other) > layer_of(module)]
+    return [
+        f"{module} imports {other}"
+        for other in sorted(imports)
+        if layer_of(other) > layer_of(module)
+    ]
 
 
 def package_imports() -> dict[str, set[str]]:
@@ -116,8 +127,9 @@ def package_imports() -> dict[str, set[str]]:
 
 
 def test_no_layer_imports_a_higher_one():
-    upward = [line for me, imports in package_imports().items()
-              for line in upward_imports(me, imports)]
+    upward = [
+        line for me, imports in package_imports().items() for line in upward_imports(me, imports)
+    ]
     assert not upward, "\n".join(upward)
 
 
@@ -127,7 +139,8 @@ def test_the_layer_check_sees_an_upward_import():
     imports = dualtrain_imports(PKG / "core" / "planted.py", source, "dualtrain.core.planted")
     assert upward_imports("dualtrain.core.planted", imports) == [
         "dualtrain.core.planted imports dualtrain.driver",
-        "dualtrain.core.planted imports dualtrain.driver.runs"]
+        "dualtrain.core.planted imports dualtrain.driver.runs",
+    ]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -167,8 +180,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle():
     """A package's __init__ importing its own modules is not a cycle (edges into a package's
     __init__ from inside it are left out); any other circle of imports is."""
-    graph = {me: {o for o in imports if not me.startswith(o + ".")}
-             for me, imports in package_imports().items()}
+    graph = {
+        me: {o for o in imports if not me.startswith(o + ".")}
+        for me, imports in package_imports().items()
+    }
     assert not cycles(graph)
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
 
@@ -176,7 +191,9 @@ def test_no_import_cycle():
 def test_the_two_backends_do_not_import_each_other():
     for mine, theirs in (("torch", "tf"), ("tf", "torch")):
         for path in (PKG / "backends" / mine).rglob("*.py"):
-            bad = [m for m in dualtrain_imports(path) if m.startswith(f"dualtrain.backends.{theirs}")]
+            bad = [
+                m for m in dualtrain_imports(path) if m.startswith(f"dualtrain.backends.{theirs}")
+            ]
             assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
@@ -188,6 +205,8 @@ ONE_SIDED = {"torch": {"condition.py"}, "tf": set()}
 def test_both_backends_have_the_same_files():
     """Each backend package has the same modules, each with the same job (the docstrings say
     which): launch, worker, engine, model, ops, optimizer, precision, export, tools, envinfo."""
-    files = {b: {p.name for p in (PKG / "backends" / b).glob("*.py")} - ONE_SIDED[b]
-             for b in ("torch", "tf")}
+    files = {
+        b: {p.name for p in (PKG / "backends" / b).glob("*.py")} - ONE_SIDED[b]
+        for b in ("torch", "tf")
+    }
     assert files["torch"] == files["tf"], files["torch"] ^ files["tf"]

@@ -19,7 +19,7 @@ def mnist():
 def write_idx(path, array, gz=False):
     header = struct.pack(">HBB", 0, 8, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
     raw = header + array.astype(np.uint8).tobytes()
-    with (gzip.open(path, "wb", compresslevel=1) if gz else open(path, "wb")) as f:
+    with gzip.open(path, "wb", compresslevel=1) if gz else open(path, "wb") as f:
         f.write(raw)
 
 
@@ -40,7 +40,9 @@ def test_offline_copy_is_decoded_once_into_the_cache(tmp_path, monkeypatch, mnis
     assert decoded.is_file()
     again = data.load_mnist(spec.data)  # from the decoded copy
     assert again.source == first.source == mnist.source  # the source is still the offline copy
-    assert np.array_equal(again.train_x, mnist.train_x) and np.array_equal(again.test_y, mnist.test_y)
+    assert np.array_equal(again.train_x, mnist.train_x) and np.array_equal(
+        again.test_y, mnist.test_y
+    )
     # a damaged decoded copy is no error: it fails the sha256 check and is rebuilt from the zip
     with np.load(decoded) as z:
         arrays = {k: z[k] for k in z.files}
@@ -67,13 +69,23 @@ def test_idx_data_dir(tmp_path, mnist, gz):
 
 def test_npz_data_dir_and_corruption(tmp_path, mnist):
     x = mnist.train_x.copy()
-    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=mnist.train_y.astype(np.uint8),
-             x_test=mnist.test_x, y_test=mnist.test_y.astype(np.uint8))
+    np.savez(
+        tmp_path / "mnist.npz",
+        x_train=x,
+        y_train=mnist.train_y.astype(np.uint8),
+        x_test=mnist.test_x,
+        y_test=mnist.test_y.astype(np.uint8),
+    )
     spec = load_spec(None, [f"data.data_dir={tmp_path}"])
     assert data.load_mnist(spec.data).source.startswith("npz:")
     x[0, 0, 0] ^= 1  # one flipped bit
-    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=mnist.train_y.astype(np.uint8),
-             x_test=mnist.test_x, y_test=mnist.test_y.astype(np.uint8))
+    np.savez(
+        tmp_path / "mnist.npz",
+        x_train=x,
+        y_train=mnist.train_y.astype(np.uint8),
+        x_test=mnist.test_x,
+        y_test=mnist.test_y.astype(np.uint8),
+    )
     with pytest.raises(UserError, match="does not match canonical MNIST"):
         data.load_mnist(spec.data)
 
@@ -83,8 +95,12 @@ def test_missing_and_truncated(tmp_path, mnist):
         data.locate(load_spec(None, [f"data.data_dir={tmp_path / 'nope'}"]).data)
     with pytest.raises(UserError, match="missing train-images"):
         data.locate(load_spec(None, [f"data.data_dir={tmp_path}"]).data)
-    for stem, arr in (("train-images-idx3-ubyte", mnist.train_x), ("train-labels-idx1-ubyte", mnist.train_y),
-                      ("t10k-images-idx3-ubyte", mnist.test_x), ("t10k-labels-idx1-ubyte", mnist.test_y)):
+    for stem, arr in (
+        ("train-images-idx3-ubyte", mnist.train_x),
+        ("train-labels-idx1-ubyte", mnist.train_y),
+        ("t10k-images-idx3-ubyte", mnist.test_x),
+        ("t10k-labels-idx1-ubyte", mnist.test_y),
+    ):
         write_idx(tmp_path / stem, arr)
     raw = (tmp_path / "t10k-images-idx3-ubyte").read_bytes()
     (tmp_path / "t10k-images-idx3-ubyte").write_bytes(raw[:-10])

@@ -6,8 +6,8 @@ import pytest
 
 from dualtrain.core.dropout import NUMPY, keep, threshold
 
-IDS = np.arange(0, 60000, 7, dtype=np.int64)   # 8,572 samples
-ELEMENTS = np.arange(784, dtype=np.int64)       # 6.7 M mask elements per call
+IDS = np.arange(0, 60000, 7, dtype=np.int64)  # 8,572 samples
+ELEMENTS = np.arange(784, dtype=np.int64)  # 6.7 M mask elements per call
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.25, 0.5, 0.75])
@@ -20,10 +20,12 @@ def test_measured_drop_fraction(rate):
 
 def test_every_input_of_the_hash_changes_the_mask():
     base = keep(NUMPY, 0, np.int64(5), IDS, 3, ELEMENTS, 0.5)
-    for other in (keep(NUMPY, 1, np.int64(5), IDS, 3, ELEMENTS, 0.5),        # seed
-                  keep(NUMPY, 0, np.int64(6), IDS, 3, ELEMENTS, 0.5),        # step
-                  keep(NUMPY, 0, np.int64(5), IDS + 1, 3, ELEMENTS, 0.5),    # sample
-                  keep(NUMPY, 0, np.int64(5), IDS, 4, ELEMENTS, 0.5)):       # layer
+    for other in (
+        keep(NUMPY, 1, np.int64(5), IDS, 3, ELEMENTS, 0.5),  # seed
+        keep(NUMPY, 0, np.int64(6), IDS, 3, ELEMENTS, 0.5),  # step
+        keep(NUMPY, 0, np.int64(5), IDS + 1, 3, ELEMENTS, 0.5),  # sample
+        keep(NUMPY, 0, np.int64(5), IDS, 4, ELEMENTS, 0.5),
+    ):  # layer
         assert 0.45 < (base != other).mean() < 0.55  # independent-looking, not shifted copies
 
 
@@ -33,7 +35,9 @@ def test_a_samples_mask_does_not_depend_on_its_batch():
     parts = [keep(NUMPY, 0, np.int64(9), part, 2, ELEMENTS, 0.3) for part in np.array_split(IDS, 3)]
     assert np.array_equal(np.concatenate(parts), whole)
     shuffled = np.random.default_rng(0).permutation(len(IDS))
-    assert np.array_equal(keep(NUMPY, 0, np.int64(9), IDS[shuffled], 2, ELEMENTS, 0.3), whole[shuffled])
+    assert np.array_equal(
+        keep(NUMPY, 0, np.int64(9), IDS[shuffled], 2, ELEMENTS, 0.3), whole[shuffled]
+    )
 
 
 def test_no_int64_overflow():

@@ -25,28 +25,44 @@ def set_env(run: Path, env: dict) -> Path:
 
 
 def torch_facts(threads: int = 2) -> dict:
-    return {"versions": {"torch": "2.13.0+cpu"}, "devices": {"gpu_count": 0, "gpus": []},
-            "settings": {"cpu_capability": "AVX512", "num_threads": threads, "mkldnn_enabled": True}}
+    return {
+        "versions": {"torch": "2.13.0+cpu"},
+        "devices": {"gpu_count": 0, "gpus": []},
+        "settings": {"cpu_capability": "AVX512", "num_threads": threads, "mkldnn_enabled": True},
+    }
 
 
 def tf_facts(onednn: bool = False) -> dict:
-    return {"versions": {"tensorflow": "2.21.0", "keras": "3.15.1"}, "devices": {"gpus": []},
-            "settings": {"onednn_enabled": onednn, "intra_op_threads": 2}}
+    return {
+        "versions": {"tensorflow": "2.21.0", "keras": "3.15.1"},
+        "devices": {"gpus": []},
+        "settings": {"onednn_enabled": onednn, "intra_op_threads": 2},
+    }
 
 
 def test_env_differences_compare_like_with_like():
     core = core_facts({})
     capped = copy.deepcopy(core)
     capped["settings"]["ONEDNN_MAX_CPU_ISA"] = "AVX2"
-    envs = {"a": {"core": core, "torch": torch_facts()}, "b": {"core": capped, "tf": tf_facts()},
-            "reference_a": {"core": core, "torch": torch_facts(1)}, "reference_b": None}
+    envs = {
+        "a": {"core": core, "torch": torch_facts()},
+        "b": {"core": capped, "tf": tf_facts()},
+        "reference_a": {"core": core, "torch": torch_facts(1)},
+        "reference_b": None,
+    }
     d = env_differences(envs)
     assert d["compared"] == ["a", "b", "reference_a"] and d["missing"] == ["reference_b"]
     assert d["differences"] == [
-        {"fact": "core.settings.ONEDNN_MAX_CPU_ISA", "scope": "core",
-         "values": {"a": "(unset)", "b": "AVX2", "reference_a": "(unset)"}},
-        {"fact": "torch.settings.num_threads", "scope": "torch",
-         "values": {"a": 2, "reference_a": 1}},
+        {
+            "fact": "core.settings.ONEDNN_MAX_CPU_ISA",
+            "scope": "core",
+            "values": {"a": "(unset)", "b": "AVX2", "reference_a": "(unset)"},
+        },
+        {
+            "fact": "torch.settings.num_threads",
+            "scope": "torch",
+            "values": {"a": 2, "reference_a": 1},
+        },
     ]  # torch facts of a torch run against a tf run are not differences
     same = {"a": {"core": core, "torch": torch_facts()}, "b": {"core": core, "tf": tf_facts(True)}}
     assert env_differences(same)["differences"] == []
@@ -57,24 +73,34 @@ def test_report_shows_differing_fact_side_by_side(tmp_path):
     capped = copy.deepcopy(core)
     capped["settings"]["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     a = set_env(make_run(tmp_path / "a"), {"core": core, "torch": torch_facts()})
-    b = set_env(make_run(tmp_path / "b", backend="tf", loss=lambda s: base_loss(s) + 1e-7),
-                {"core": capped, "tf": tf_facts()})
+    b = set_env(
+        make_run(tmp_path / "b", backend="tf", loss=lambda s: base_loss(s) + 1e-7),
+        {"core": capped, "tf": tf_facts()},
+    )
     cmp = compare_dirs(a, b)
     paths = write_report(cmp, tmp_path / "rep")
 
     v = json.loads(paths["verdict"].read_text())
     assert v["environment"]["differences"] == [
-        {"fact": "core.settings.ONEDNN_MAX_CPU_ISA", "scope": "core",
-         "values": {"a": "(unset)", "b": "AVX2"}}]
+        {
+            "fact": "core.settings.ONEDNN_MAX_CPU_ISA",
+            "scope": "core",
+            "values": {"a": "(unset)", "b": "AVX2"},
+        }
+    ]
     md = paths["markdown"].read_text()
     assert "## Environment" in md
     assert "| fact | a: torch | b: tf |" in md
     assert "| `core.settings.ONEDNN_MAX_CPU_ISA` | (unset) | AVX2 |" in md
     html = paths["html"].read_text()
-    assert ("<tr><td><code>core.settings.ONEDNN_MAX_CPU_ISA</code></td><td>(unset)</td>"
-            "<td>AVX2</td></tr>") in html
+    assert (
+        "<tr><td><code>core.settings.ONEDNN_MAX_CPU_ISA</code></td><td>(unset)</td>"
+        "<td>AVX2</td></tr>"
+    ) in html
     assert "<th>a: torch</th><th>b: tf</th>" in html
-    assert "environment differs in 1 fact: core.settings.ONEDNN_MAX_CPU_ISA" in terminal_summary(cmp)
+    assert "environment differs in 1 fact: core.settings.ONEDNN_MAX_CPU_ISA" in terminal_summary(
+        cmp
+    )
 
 
 def test_report_identical_envs_show_no_table(tmp_path):
@@ -102,8 +128,10 @@ def test_report_reference_runs_compare_backend_facts(tmp_path):
     paths = write_report(compare_dirs(a, b, (ra, rb)), tmp_path / "rep")
     v = json.loads(paths["verdict"].read_text())
     facts = {d["fact"]: d["values"] for d in v["environment"]["differences"]}
-    assert facts == {"torch.settings.num_threads": {"a": 2, "reference_a": 1},
-                     "tf.settings.onednn_enabled": {"b": True, "reference_b": False}}
+    assert facts == {
+        "torch.settings.num_threads": {"a": 2, "reference_a": 1},
+        "tf.settings.onednn_enabled": {"b": True, "reference_b": False},
+    }
     md = paths["markdown"].read_text()
     assert ("| fact | a: torch | b: tf | reference_a: torch fp64 | reference_b: tf fp64 |") in md
     assert "| `torch.settings.num_threads` | 2 |  | 1 |  |" in md
@@ -116,4 +144,3 @@ def test_report_runs_without_env_say_so(tmp_path):
     paths = write_report(compare_dirs(a, b), tmp_path / "rep")
     md = paths["markdown"].read_text()
     assert "Not recorded in a" in md and "| fact |" not in md
-

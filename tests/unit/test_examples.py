@@ -13,10 +13,17 @@ def test_python_example_uses_names_the_package_exports():
     import dualtrain
 
     tree = ast.parse((EXAMPLES / "python_api.py").read_text())
-    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name) and n.value.id == "dualtrain"}
+    used = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "dualtrain"
+    }
     assert {"run", "compare"} <= used
-    missing = [name for name in used if name not in dualtrain.__all__ or
-               getattr(dualtrain, name, None) is None]
+    missing = [
+        name
+        for name in used
+        if name not in dualtrain.__all__ or getattr(dualtrain, name, None) is None
+    ]
     assert not missing, missing
-

@@ -17,4 +17,3 @@ def test_the_python_api_raises_the_cause(tmp_path):
 
     with pytest.raises(UserError, match="cannot be written"):
         dualtrain.run(CONFIG, "torch", out="/proc/dualtrain-x")
-

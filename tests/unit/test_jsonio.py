@@ -12,19 +12,36 @@ from dualtrain.jsonio import flatten, json_safe, new_folder, write_atomic
 
 
 def test_json_safe_makes_every_record_valid_json():
-    obj = {"loss": math.nan, "amax": [math.inf, -math.inf, 1.5], 3: (np.float32(0.25), np.int64(7)),
-           "nested": {"x": np.float64("nan")}}
+    obj = {
+        "loss": math.nan,
+        "amax": [math.inf, -math.inf, 1.5],
+        3: (np.float32(0.25), np.int64(7)),
+        "nested": {"x": np.float64("nan")},
+    }
     out = json_safe(obj)
-    assert out == {"loss": "nan", "amax": ["inf", "-inf", 1.5], "3": [0.25, 7],
-                   "nested": {"x": "nan"}}
+    assert out == {
+        "loss": "nan",
+        "amax": ["inf", "-inf", 1.5],
+        "3": [0.25, 7],
+        "nested": {"x": "nan"},
+    }
     json.loads(json.dumps(out, allow_nan=False))  # strict JSON: no NaN/Infinity tokens
 
 
 def test_flatten_gives_dotted_paths_and_keeps_lists_as_leaves():
-    assert flatten({"optimizer": {"lr": 0.1, "schedule": {"name": "cosine"}}, "seed": 0,
-                    "model": {"layers": [{"type": "relu"}]}, "empty": {}}) == {
-        "optimizer.lr": 0.1, "optimizer.schedule.name": "cosine", "seed": 0,
-        "model.layers": [{"type": "relu"}]}
+    assert flatten(
+        {
+            "optimizer": {"lr": 0.1, "schedule": {"name": "cosine"}},
+            "seed": 0,
+            "model": {"layers": [{"type": "relu"}]},
+            "empty": {},
+        }
+    ) == {
+        "optimizer.lr": 0.1,
+        "optimizer.schedule.name": "cosine",
+        "seed": 0,
+        "model.layers": [{"type": "relu"}],
+    }
     assert flatten({"a": 1}, "env") == {"env.a": 1}
 
 
@@ -43,4 +60,6 @@ def test_write_atomic_replaces_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "summary.json"
     write_atomic(path, "old")
     write_atomic(path, "new")
-    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "summary.json"
+    ]

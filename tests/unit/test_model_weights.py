@@ -16,8 +16,14 @@ from dualtrain.spec import load_spec
 
 def test_mlp_layout_is_torch_sequential():
     shapes = param_shapes(load_spec(None).model)
-    assert shapes == {"1.weight": (256, 784), "1.bias": (256,), "3.weight": (128, 256), "3.bias": (128,),
-                      "5.weight": (10, 128), "5.bias": (10,)}
+    assert shapes == {
+        "1.weight": (256, 784),
+        "1.bias": (256,),
+        "3.weight": (128, 256),
+        "3.bias": (128,),
+        "5.weight": (10, 128),
+        "5.bias": (10,),
+    }
 
 
 def test_cnn_shapes_and_flatten():
@@ -31,17 +37,29 @@ def test_cnn_shapes_and_flatten():
 
 
 def test_same_padding_keeps_size():
-    model = load_spec(None, ["model.preset=null", "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, "
-                             "padding: same}, {type: flatten}, {type: dense, units: 10}]"]).model
+    model = load_spec(
+        None,
+        [
+            "model.preset=null",
+            "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, "
+            "padding: same}, {type: flatten}, {type: dense, units: 10}]",
+        ],
+    ).model
     assert resolve(model)[0].out_shape == (4, 28, 28)
 
 
-@pytest.mark.parametrize("layers, words", [
-    ("[{type: dense, units: 10}]", "flatten"),
-    ("[{type: flatten}, {type: conv2d, filters: 2, kernel_size: 3}]", "C,H,W"),
-    ("[{type: flatten}, {type: dense, units: 7}]", "10 logits"),
-    ("[{type: conv2d, filters: 2, kernel_size: 40}, {type: flatten}, {type: dense, units: 10}]", "fit"),
-])
+@pytest.mark.parametrize(
+    "layers, words",
+    [
+        ("[{type: dense, units: 10}]", "flatten"),
+        ("[{type: flatten}, {type: conv2d, filters: 2, kernel_size: 3}]", "C,H,W"),
+        ("[{type: flatten}, {type: dense, units: 7}]", "10 logits"),
+        (
+            "[{type: conv2d, filters: 2, kernel_size: 40}, {type: flatten}, {type: dense, units: 10}]",
+            "fit",
+        ),
+    ],
+)
 def test_bad_stacks(layers, words):
     model = load_spec(None, ["model.preset=null", f"model.layers={layers}"]).model
     with pytest.raises(UserError, match=words):

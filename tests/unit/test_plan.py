@@ -14,11 +14,23 @@ worlds = st.integers(min_value=1, max_value=5)
 
 
 @settings(max_examples=150, deadline=None)
-@given(n=sizes, b=batches, w=worlds, seed=st.integers(0, 2**32 - 1), shuffle=st.booleans(),
-       epoch=st.integers(0, 3))
+@given(
+    n=sizes,
+    b=batches,
+    w=worlds,
+    seed=st.integers(0, 2**32 - 1),
+    shuffle=st.booleans(),
+    epoch=st.integers(0, 3),
+)
 def test_exact_mode_each_sample_once(n, b, w, seed, shuffle, epoch):
-    plan = ShardPlan(num_samples=n, global_batch=b, world_size=w, seed=seed, shuffle=shuffle,
-                     last_batch=LastBatch.KEEP)
+    plan = ShardPlan(
+        num_samples=n,
+        global_batch=b,
+        world_size=w,
+        seed=seed,
+        shuffle=shuffle,
+        last_batch=LastBatch.KEEP,
+    )
     seen = []
     for step in plan.epoch(epoch):
         assert len(step) == w
@@ -34,7 +46,9 @@ def test_exact_mode_each_sample_once(n, b, w, seed, shuffle, epoch):
 @settings(max_examples=100, deadline=None)
 @given(n=sizes, b=batches, w=worlds, seed=st.integers(0, 1000))
 def test_exact_mode_drop_last(n, b, w, seed):
-    plan = ShardPlan(num_samples=n, global_batch=b, world_size=w, seed=seed, last_batch=LastBatch.DROP)
+    plan = ShardPlan(
+        num_samples=n, global_batch=b, world_size=w, seed=seed, last_batch=LastBatch.DROP
+    )
     steps = list(plan.epoch(0))
     assert len(steps) == n // b
     assert all(sum(len(i) for i in s) == b for s in steps)
@@ -55,8 +69,14 @@ def test_deterministic_and_epoch_dependent(n, b, w, seed, epoch):
 @settings(max_examples=100, deadline=None)
 @given(n=sizes, w=worlds, per=st.integers(1, 16), seed=st.integers(0, 1000), drop=st.booleans())
 def test_torch_sampler_mode_structure(n, w, per, seed, drop):
-    plan = ShardPlan(num_samples=n, global_batch=per * w, world_size=w, seed=seed,
-                     last_batch=LastBatch.DROP if drop else LastBatch.KEEP, mode=Sharding.TORCH_SAMPLER)
+    plan = ShardPlan(
+        num_samples=n,
+        global_batch=per * w,
+        world_size=w,
+        seed=seed,
+        last_batch=LastBatch.DROP if drop else LastBatch.KEEP,
+        mode=Sharding.TORCH_SAMPLER,
+    )
     steps = list(plan.epoch(0))
     for step in steps:
         sizes_ = {len(ids) for ids in step}
@@ -99,8 +119,9 @@ def test_from_spec():
 @pytest.mark.parametrize("n,w,per", [(10, 4, 2), (7, 3, 1), (100, 3, 5)])
 def test_torch_sampler_known_example(n, w, per):
     # DistributedSampler semantics written out by hand from parity-semantics.md §1.
-    plan = ShardPlan(num_samples=n, global_batch=w * per, world_size=w, seed=0,
-                     mode=Sharding.TORCH_SAMPLER)
+    plan = ShardPlan(
+        num_samples=n, global_batch=w * per, world_size=w, seed=0, mode=Sharding.TORCH_SAMPLER
+    )
     order = torch_randperm(n, 0).tolist()
     total = -(-n // w) * w
     padded = (order * (total // n + 1))[:total]

@@ -53,4 +53,3 @@ def test_bar_mode_keeps_lines_above_the_bar():
 
 def test_clock():
     assert clock(0) == "0:00" and clock(61.4) == "1:01" and clock(3725) == "1:02:05"
-

@@ -20,13 +20,16 @@ from tests.conftest import ROOT
 CONFIG = ROOT / "configs" / "mnist_mlp.yaml"
 
 
-@pytest.mark.parametrize("kwargs, loader_set", [
-    ({"train": {"epochz": 1}}, ["train.epochz=1"]),
-    ({"set": ["optimizer.schedule.nam=step"]}, ["optimizer.schedule.nam=step"]),
-    ({"epochs": 1}, ["epochs=1"]),
-    ({"optimizer": {"lr": -1}}, ["optimizer.lr=-1"]),
-    ({"precision": "fp8"}, ["precision.dtype=fp8"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, loader_set",
+    [
+        ({"train": {"epochz": 1}}, ["train.epochz=1"]),
+        ({"set": ["optimizer.schedule.nam=step"]}, ["optimizer.schedule.nam=step"]),
+        ({"epochs": 1}, ["epochs=1"]),
+        ({"optimizer": {"lr": -1}}, ["optimizer.lr=-1"]),
+        ({"precision": "fp8"}, ["precision.dtype=fp8"]),
+    ],
+)
 def test_a_bad_override_is_the_loaders_user_error_and_writes_nothing(tmp_path, kwargs, loader_set):
     with pytest.raises(dualtrain.UserError) as loader:
         load_spec(CONFIG, loader_set)
@@ -41,16 +44,21 @@ def test_a_bad_override_is_the_loaders_user_error_and_writes_nothing(tmp_path, k
 
 
 def test_unknown_key_names_its_path(tmp_path):
-    with pytest.raises(dualtrain.UserError,
-                       match=r"unknown key 'data\.train_limt' \(valid keys in data"):
+    with pytest.raises(
+        dualtrain.UserError, match=r"unknown key 'data\.train_limt' \(valid keys in data"
+    ):
         dualtrain.run(CONFIG, "torch", data={"train_limt": 5}, out=tmp_path / "r")
 
 
 def test_experiment_applies_overrides_like_the_cli():
     # the CLI's order: --set, then --world-size, then --precision (later wins)
-    got = dualtrain.experiment(CONFIG, train={"epochs": 1}, set=["optimizer.lr=0.05",
-                                                                 "distribution.world_size=4"],
-                               world_size=2, precision="fp16")
+    got = dualtrain.experiment(
+        CONFIG,
+        train={"epochs": 1},
+        set=["optimizer.lr=0.05", "distribution.world_size=4"],
+        world_size=2,
+        precision="fp16",
+    )
     assert got == build_spec(str(CONFIG), 2, "fp16", ("train.epochs=1", "optimizer.lr=0.05"))
     raw = yaml.safe_load(CONFIG.read_text())
     assert dualtrain.experiment(raw) == load_spec(CONFIG)  # a dict with the YAML schema
@@ -62,8 +70,9 @@ def test_experiment_applies_overrides_like_the_cli():
     assert ls.precision.loss_scale.init == 1024.0 and ls.precision.dtype.value == "fp16"
     assert ls.optimizer.schedule.name.value == "constant" and ls.optimizer.momentum == 0.9
     # a model given by layers replaces the preset (they are mutually exclusive)
-    m = dualtrain.experiment(CONFIG, model={"layers": [{"type": "flatten"},
-                                                       {"type": "dense", "units": 10}]})
+    m = dualtrain.experiment(
+        CONFIG, model={"layers": [{"type": "flatten"}, {"type": "dense", "units": 10}]}
+    )
     assert m.model.preset is None and len(m.model.layers) == 2
     with pytest.raises(dualtrain.UserError, match="spec must be a path to a YAML file"):
         dualtrain.experiment(42)
@@ -78,13 +87,19 @@ def test_compare_finished_runs_matches_verdict_json(tmp_path, capsys):
     assert isinstance(res, dualtrain.CompareResult)
     assert res.passed is v["passed"] is True and res.verdict == v["verdict"]
     assert res.category is v["category"] is None and res.semantics_checked is v["semantics_checked"]
-    assert [(c.name, c.passed, c.group) for c in res.checks] == \
-        [(c["name"], c["passed"], c["group"]) for c in v["checks"]]
-    assert res.check("trajectory").value == v["checks"][[c["name"] for c in v["checks"]]
-                                                        .index("trajectory")]["value"]
+    assert [(c.name, c.passed, c.group) for c in res.checks] == [
+        (c["name"], c["passed"], c["group"]) for c in v["checks"]
+    ]
+    assert (
+        res.check("trajectory").value
+        == v["checks"][[c["name"] for c in v["checks"]].index("trajectory")]["value"]
+    )
     assert res.run_a == a and res.run_b == b and res.reference_runs is None
-    assert res.reports == {"json": tmp_path / "r/verdict.json", "md": tmp_path / "r/report.md",
-                           "html": tmp_path / "r/report.html"}
+    assert res.reports == {
+        "json": tmp_path / "r/verdict.json",
+        "md": tmp_path / "r/report.md",
+        "html": tmp_path / "r/report.html",
+    }
     assert all(p.is_file() for p in res.reports.values())
     assert printed[-2] == res.verdict  # the CLI's table and verdict, then where the report is
     assert printed[-1].startswith(f"dualtrain compare: report: {tmp_path / 'r/report.html'}")
@@ -130,8 +145,10 @@ def test_dualtrain_compare_is_the_api_compare_whatever_was_imported(tmp_path):
 
     assert dualtrain.compare is compare  # no subpackage of that name shadows the function
     a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
-    assert dualtrain.parity.compare_dirs(a, b).passed == compare(a, b, out=tmp_path / "r",
-                                                                quiet=True).passed
+    assert (
+        dualtrain.parity.compare_dirs(a, b).passed
+        == compare(a, b, out=tmp_path / "r", quiet=True).passed
+    )
 
 
 def test_the_example_uses_only_the_public_api():
@@ -139,10 +156,16 @@ def test_the_example_uses_only_the_public_api():
     tree = ast.parse(path.read_text(), str(path))
     compile(tree, str(path), "exec")
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert imports and all(isinstance(n, ast.Import) and [a.name for a in n.names] == ["dualtrain"]
-                           for n in imports), "the example imports only `dualtrain`"
-    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name) and n.value.id == "dualtrain"}
+    assert imports and all(
+        isinstance(n, ast.Import) and [a.name for a in n.names] == ["dualtrain"] for n in imports
+    ), "the example imports only `dualtrain`"
+    used = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "dualtrain"
+    }
     assert used and used <= set(dualtrain.__all__), used - set(dualtrain.__all__)
     assert {"run", "compare"} <= used
 
@@ -151,4 +174,3 @@ def test_errors_are_exported():
     from dualtrain import errors
 
     assert dualtrain.UserError is errors.UserError and dualtrain.RunFailed is errors.RunFailed
-

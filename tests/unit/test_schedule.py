@@ -14,8 +14,13 @@ def opt(*overrides):
 
 def test_step_schedule_per_epoch_is_torch_steplr_stepped_after_each_epoch():
     # pytorch/examples mnist: StepLR(step_size=1, gamma=0.7), scheduler.step() after every epoch
-    o = opt("optimizer.lr=1.0", "optimizer.schedule.name=step", "optimizer.schedule.step_size=1",
-            "optimizer.schedule.gamma=0.7", "optimizer.schedule.interval=epoch")
+    o = opt(
+        "optimizer.lr=1.0",
+        "optimizer.schedule.name=step",
+        "optimizer.schedule.step_size=1",
+        "optimizer.schedule.gamma=0.7",
+        "optimizer.schedule.interval=epoch",
+    )
     spe, total = 10, 30
     lrs = [lr_at(o, k, total, spe) for k in range(total)]
     assert lrs[:10] == [1.0] * 10 and lrs[10:20] == [0.7] * 10
@@ -23,12 +28,15 @@ def test_step_schedule_per_epoch_is_torch_steplr_stepped_after_each_epoch():
 
 
 def test_cosine_per_epoch_is_constant_within_an_epoch():
-    o = opt("optimizer.lr=0.1", "optimizer.schedule.name=cosine", "optimizer.schedule.interval=epoch")
+    o = opt(
+        "optimizer.lr=0.1", "optimizer.schedule.name=cosine", "optimizer.schedule.interval=epoch"
+    )
     lrs = [lr_at(o, k, 40, 10) for k in range(40)]
-    per_epoch = [lrs[e * 10:(e + 1) * 10] for e in range(4)]
+    per_epoch = [lrs[e * 10 : (e + 1) * 10] for e in range(4)]
     assert all(len(set(e)) == 1 for e in per_epoch)
     assert [e[0] for e in per_epoch] == pytest.approx(
-        [0.1 * 0.5 * (1 + math.cos(math.pi * e / 4)) for e in range(4)])
+        [0.1 * 0.5 * (1 + math.cos(math.pi * e / 4)) for e in range(4)]
+    )
 
 
 def test_per_step_is_unchanged_by_steps_per_epoch():

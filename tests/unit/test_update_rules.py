@@ -22,8 +22,9 @@ def _arrays(seed: int, dtype=F64, n: int = 3, shape=(7, 5)):
 
 def test_sgd_plain_is_p_minus_lr_g():
     p, g = _arrays(0, n=2)
-    new, buf = update_rules.sgd(NUMPY, p, g, None, lr=0.1, momentum=0.0, nesterov=False,
-                                weight_decay=0.0, applied=5)
+    new, buf = update_rules.sgd(
+        NUMPY, p, g, None, lr=0.1, momentum=0.0, nesterov=False, weight_decay=0.0, applied=5
+    )
     assert buf is None
     np.testing.assert_array_equal(new, p - 0.1 * g)
 
@@ -41,8 +42,9 @@ def test_sgd_momentum_buffer_is_the_gradient_at_the_first_update_then_accumulate
 
 def test_sgd_nesterov_and_coupled_weight_decay():
     p, g, old = _arrays(2)
-    new, buf = update_rules.sgd(NUMPY, p, g, old, lr=0.05, momentum=0.9, nesterov=True,
-                                weight_decay=0.01, applied=2)
+    new, buf = update_rules.sgd(
+        NUMPY, p, g, old, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01, applied=2
+    )
     d = g + 0.01 * p
     np.testing.assert_array_equal(buf, old * 0.9 + d)
     np.testing.assert_array_equal(new, p - 0.05 * (d + 0.9 * (old * 0.9 + d)))
@@ -54,8 +56,19 @@ def test_adam_first_step_moves_each_weight_by_about_lr(decoupled):
     p, g = _arrays(3, n=2)
     zeros = np.zeros_like(p)
     lr, wd, eps = 1e-3, 0.1, 1e-8
-    new, m, v = update_rules.adam(NUMPY, p, g, zeros, zeros, lr=lr, betas=(0.9, 0.999), eps=eps,
-                                  weight_decay=wd, decoupled=decoupled, applied=0)
+    new, m, v = update_rules.adam(
+        NUMPY,
+        p,
+        g,
+        zeros,
+        zeros,
+        lr=lr,
+        betas=(0.9, 0.999),
+        eps=eps,
+        weight_decay=wd,
+        decoupled=decoupled,
+        applied=0,
+    )
     d = g if decoupled else g + wd * p
     np.testing.assert_allclose(m, (1 - 0.9) * d, rtol=1e-15)
     np.testing.assert_allclose(v, (1 - 0.999) * d * d, rtol=1e-15)
@@ -67,8 +80,19 @@ def test_adam_bias_correction_uses_the_applied_count():
     p, g, m0 = _arrays(4)
     v0 = np.abs(m0)
     lr, (b1, b2), eps, t = 0.01, (0.8, 0.99), 1e-6, 4
-    new, m, v = update_rules.adam(NUMPY, p, g, m0, v0, lr=lr, betas=(b1, b2), eps=eps,
-                                  weight_decay=0.0, decoupled=False, applied=t - 1)
+    new, m, v = update_rules.adam(
+        NUMPY,
+        p,
+        g,
+        m0,
+        v0,
+        lr=lr,
+        betas=(b1, b2),
+        eps=eps,
+        weight_decay=0.0,
+        decoupled=False,
+        applied=t - 1,
+    )
     np.testing.assert_allclose(m, b1 * m0 + (1 - b1) * g, rtol=1e-14)
     np.testing.assert_allclose(v, b2 * v0 + (1 - b2) * g * g, rtol=1e-14)
     m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
@@ -79,8 +103,9 @@ def test_adadelta_first_step():
     p, g = _arrays(5, n=2)
     zeros = np.zeros_like(p)
     rho, eps, lr = 0.9, 1e-6, 1.0
-    new, sq, acc = update_rules.adadelta(NUMPY, p, g, zeros, zeros, lr=lr, rho=rho, eps=eps,
-                                         weight_decay=0.0)
+    new, sq, acc = update_rules.adadelta(
+        NUMPY, p, g, zeros, zeros, lr=lr, rho=rho, eps=eps, weight_decay=0.0
+    )
     np.testing.assert_allclose(sq, (1 - rho) * g * g, rtol=1e-15)
     delta = np.sqrt(eps) / np.sqrt((1 - rho) * g * g + eps) * g
     np.testing.assert_allclose(acc, (1 - rho) * delta * delta, rtol=1e-14)
@@ -94,9 +119,20 @@ def test_rmsprop_against_its_definition(alpha, momentum, centered):
     p, g, sq0, ga0, buf0 = _arrays(6, n=5)
     sq0, ga0 = np.abs(sq0) + 1.0, ga0 * 0.1  # keeps the centered second moment positive
     lr, eps = 0.01, 1e-8
-    new, sq, ga, buf = update_rules.rmsprop(NUMPY, p, g, sq0, ga0, buf0, lr=lr, alpha=alpha,
-                                            eps=eps, weight_decay=0.0, momentum=momentum,
-                                            centered=centered)
+    new, sq, ga, buf = update_rules.rmsprop(
+        NUMPY,
+        p,
+        g,
+        sq0,
+        ga0,
+        buf0,
+        lr=lr,
+        alpha=alpha,
+        eps=eps,
+        weight_decay=0.0,
+        momentum=momentum,
+        centered=centered,
+    )
     np.testing.assert_allclose(sq, alpha * sq0 + (1 - alpha) * g * g, rtol=1e-15)
     avg = np.sqrt(sq)
     if centered:
@@ -117,9 +153,20 @@ def test_rmsprop_lerp_forms_are_torchs():
     """torch's lerp: ``a + w (b - a)`` for w < 0.5, ``b - (b - a)(1 - w)`` otherwise, exactly."""
     p, g, sq0, ga0 = _arrays(7, n=4)
     for alpha in (0.9, 0.3):
-        _, _, ga, _ = update_rules.rmsprop(NUMPY, p, g, np.abs(sq0) + 10, ga0, None, lr=0.1,
-                                           alpha=alpha, eps=1e-8, weight_decay=0.0, momentum=0.0,
-                                           centered=True)
+        _, _, ga, _ = update_rules.rmsprop(
+            NUMPY,
+            p,
+            g,
+            np.abs(sq0) + 10,
+            ga0,
+            None,
+            lr=0.1,
+            alpha=alpha,
+            eps=1e-8,
+            weight_decay=0.0,
+            momentum=0.0,
+            centered=True,
+        )
         w = 1.0 - alpha
         want = ga0 + w * (g - ga0) if w < 0.5 else g - (g - ga0) * (1.0 - w)
         np.testing.assert_array_equal(ga, want)
@@ -160,8 +207,10 @@ def test_update_returns_every_slot_it_keeps_in_the_parameter_dtype(opt, dtype):
 def _round_to_f32(x: Fraction) -> np.float32:
     """x rounded once to the nearest float32 (ties to even), from its exact value."""
     f = np.float32(float(x))  # within one float32 ulp of the answer
-    best = min((np.nextafter(f, F32(-np.inf)), f, np.nextafter(f, F32(np.inf))),
-               key=lambda c: (abs(Fraction(float(c)) - x), int(c.view(np.int32)) & 1))
+    best = min(
+        (np.nextafter(f, F32(-np.inf)), f, np.nextafter(f, F32(np.inf))),
+        key=lambda c: (abs(Fraction(float(c)) - x), int(c.view(np.int32)) & 1),
+    )
     return F32(best)
 
 
@@ -174,8 +223,9 @@ def test_float32_fma_rounds_once_like_torchs_fused_add():
     got = NUMPY.fma(a, alpha, b)
     assert got.dtype == F32
     al = Fraction(float(F32(alpha)))
-    want = np.array([_round_to_f32(Fraction(float(x)) + al * Fraction(float(y)))
-                     for x, y in zip(a, b)], F32)
+    want = np.array(
+        [_round_to_f32(Fraction(float(x)) + al * Fraction(float(y))) for x, y in zip(a, b)], F32
+    )
     np.testing.assert_array_equal(got, want)
     twice = a + F32(alpha) * b  # two float32 roundings differ from one on some elements
     assert np.count_nonzero(twice != want) > 0
@@ -198,9 +248,14 @@ def _scaler_reference(scale: float, finite: list[bool], ls: LossScaleSpec):
     return out
 
 
-@pytest.mark.parametrize("ls", [LossScaleSpec(), LossScaleSpec(init=8.0, growth_interval=1),
-                                LossScaleSpec(init=2.0**20, growth_factor=4.0, backoff_factor=0.25,
-                                              growth_interval=3)])
+@pytest.mark.parametrize(
+    "ls",
+    [
+        LossScaleSpec(),
+        LossScaleSpec(init=8.0, growth_interval=1),
+        LossScaleSpec(init=2.0**20, growth_factor=4.0, backoff_factor=0.25, growth_interval=3),
+    ],
+)
 def test_loss_scale_follows_gradscalers_rule(ls):
     rng = np.random.default_rng(10)
     finite = [bool(x) for x in rng.random(60) > 0.15] + [True] * (2 * ls.growth_interval)
@@ -236,8 +291,9 @@ def test_clip_coefficient_and_clip():
     norm = update_rules.global_norm(NUMPY, grads)
     assert update_rules.clip_coefficient(NUMPY, norm, 1.0) == 1.0 / (5.0 + 1e-6)
     assert update_rules.clip_coefficient(NUMPY, norm, 100.0) == 1.0  # never scales up
-    np.testing.assert_array_equal(update_rules.clip(NUMPY, grads, norm, 1.0)[0],
-                                  grads[0] * (1.0 / (5.0 + 1e-6)))
+    np.testing.assert_array_equal(
+        update_rules.clip(NUMPY, grads, norm, 1.0)[0], grads[0] * (1.0 / (5.0 + 1e-6))
+    )
     assert update_rules.clip(NUMPY, grads, norm, None)[0] is grads[0]
     assert optim_ref.clip_coefficient({"w": grads[0]}, 1.0) == (5.0, 1.0 / (5.0 + 1e-6))
     assert optim_ref.clip_coefficient({"w": grads[0]}, None) == (5.0, 1.0)
@@ -248,8 +304,9 @@ def test_optim_ref_step_is_the_core_rule_with_clipping():
     p, g, buf = _arrays(12)
     ref = optim_ref.step(opt, 0.1, {"w": p}, {"momentum_buffer/w": buf}, 3, {"w": g})
     coef = min(1.0, 0.5 / (np.sqrt(np.sum(g * g)) + 1e-6))
-    want, _ = update_rules.sgd(NUMPY, p, g * coef, buf, lr=0.1, momentum=0.9, nesterov=False,
-                               weight_decay=0.0, applied=3)
+    want, _ = update_rules.sgd(
+        NUMPY, p, g * coef, buf, lr=0.1, momentum=0.9, nesterov=False, weight_decay=0.0, applied=3
+    )
     np.testing.assert_allclose(ref["w"], want, rtol=1e-15)
     # no state yet: the buffer starts as the gradient
     first = optim_ref.step(opt, 0.1, {"w": p}, {}, 0, {"w": g})

@@ -62,19 +62,31 @@ class TFEngine(Engine):
     #: instance before __init__ traces the step: parity_tests/mutants.py)
     ops: update_rules.Ops = OPS
 
-    def __init__(self, spec: Experiment, strategy: tf.distribute.Strategy, data: Mnist,
-                 init_weights: Weights, *, rank: int, num_processes: int, host_device: str):
+    def __init__(
+        self,
+        spec: Experiment,
+        strategy: tf.distribute.Strategy,
+        data: Mnist,
+        init_weights: Weights,
+        *,
+        rank: int,
+        num_processes: int,
+        host_device: str,
+    ):
         self.spec = spec
         self.strategy = strategy
         self.rank = rank
         self.num_processes = num_processes
         self.n_local = strategy.num_replicas_in_sync // num_processes
         if self.n_local * num_processes != strategy.num_replicas_in_sync:
-            raise RuntimeError(f"{strategy.num_replicas_in_sync} replicas do not split evenly over "
-                               f"{num_processes} processes")
+            raise RuntimeError(
+                f"{strategy.num_replicas_in_sync} replicas do not split evenly over "
+                f"{num_processes} processes"
+            )
         self.first_replica = rank * self.n_local
-        self.local_replicas: Sequence[int] = list(range(self.first_replica,
-                                                        self.first_replica + self.n_local))
+        self.local_replicas: Sequence[int] = list(
+            range(self.first_replica, self.first_replica + self.n_local)
+        )
         self.host = host_device
         self.multi_worker = num_processes > 1
         self.fp16 = spec.precision.dtype is Precision.FP16
@@ -87,8 +99,9 @@ class TFEngine(Engine):
         self._norms = [(n.momentum, n.sync) for n in norms]
         # An empty replica must still run a forward with sync batchnorm (its all-reduces), so the
         # empty-batch guard below is left out then (the convolutions see 0 rows; measured fine).
-        self._guard_empty = (any(r.spec.type is LayerType.CONV2D for r in layers)
-                             and not any(sync for _, sync in self._norms))
+        self._guard_empty = any(r.spec.type is LayerType.CONV2D for r in layers) and not any(
+            sync for _, sync in self._norms
+        )
         self.opt = spec.optimizer
         ls = spec.precision.loss_scale
 
@@ -99,8 +112,9 @@ class TFEngine(Engine):
             self.test_y = tf.constant(data.test_y.astype(np.int32))
 
         with strategy.scope():
-            self.model, self.named = build_model(spec.model, policy_name(spec.precision.dtype),
-                                                 seed=spec.seed)
+            self.model, self.named = build_model(
+                spec.model, policy_name(spec.precision.dtype), seed=spec.seed
+            )
             self._dropout = has_dropout(spec.model)
             load_canonical(self.named, init_weights)
             # The underlying tf.Variables (MirroredVariables under the strategy): trainable
@@ -110,8 +124,9 @@ class TFEngine(Engine):
             self.running = [v.value for _, v in self.named if not v.trainable]
             # torch.optim's state and GradScaler's, as variables (optimizer.py); the engine's
             # names for them (self.buf, self.m, ...) are the mutants' too (parity_tests/mutants.py).
-            self.optimizer = OptimizerVariables(self.opt, self.params, fp16=self.fp16,
-                                                loss_scale=ls)
+            self.optimizer = OptimizerVariables(
+                self.opt, self.params, fp16=self.fp16, loss_scale=ls
+            )
             for key, attr in SLOTS.items():
                 setattr(self, attr, self.optimizer.slots[key])
             self.applied = self.optimizer.applied
@@ -120,16 +135,26 @@ class TFEngine(Engine):
 
         eval_chunk = max(1, spec.data.eval_batch_size // strategy.num_replicas_in_sync)
         self._eval_chunk = eval_chunk
-        step_sig = [tf.TensorSpec([None], tf.int64, name="ids_flat"),
-                    tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
-                    tf.TensorSpec([self.n_local], tf.bool, name="poison"),
-                    tf.TensorSpec([], tf.float32, name="global_count"),
-                    tf.TensorSpec([], tf.float64, name="lr"),
-                    tf.TensorSpec([], tf.int64, name="step")]
-        self._step_fn = tf.function(lambda *a: self._step(*a, capture=False), input_signature=step_sig,
-                                    jit_compile=False, autograph=False)
-        self._step_capture_fn = tf.function(lambda *a: self._step(*a, capture=True),
-                                            input_signature=step_sig, jit_compile=False, autograph=False)
+        step_sig = [
+            tf.TensorSpec([None], tf.int64, name="ids_flat"),
+            tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
+            tf.TensorSpec([self.n_local], tf.bool, name="poison"),
+            tf.TensorSpec([], tf.float32, name="global_count"),
+            tf.TensorSpec([], tf.float64, name="lr"),
+            tf.TensorSpec([], tf.int64, name="step"),
+        ]
+        self._step_fn = tf.function(
+            lambda *a: self._step(*a, capture=False),
+            input_signature=step_sig,
+            jit_compile=False,
+            autograph=False,
+        )
+        self._step_capture_fn = tf.function(
+            lambda *a: self._step(*a, capture=True),
+            input_signature=step_sig,
+            jit_compile=False,
+            autograph=False,
+        )
         # autograph=False: every tensor-dependent branch here is an explicit tf.cond / tf.where /
         # tf.while_loop, so there is nothing to convert, and skipping autograph's source transform
         # saves ~3 s of start-up per worker (measured with cProfile on the MLP).
@@ -138,10 +163,17 @@ class TFEngine(Engine):
         self._step_cf = self._step_fn.get_concrete_function()
         # The gradient-capturing variant too, when debug.dump_grads will use it: its tracing must
         # not count as training time either.
-        self._step_capture_cf = (self._step_capture_fn.get_concrete_function()
-                                 if spec.debug.dump_grads else self._step_capture_fn)
-        self._eval_fn = tf.function(self._evaluate, input_signature=[
-            tf.TensorSpec([self.n_local, 2], tf.int32)], jit_compile=False, autograph=False)
+        self._step_capture_cf = (
+            self._step_capture_fn.get_concrete_function()
+            if spec.debug.dump_grads
+            else self._step_capture_fn
+        )
+        self._eval_fn = tf.function(
+            self._evaluate,
+            input_signature=[tf.TensorSpec([self.n_local, 2], tf.int32)],
+            jit_compile=False,
+            autograph=False,
+        )
         self._gather: dict[tf.DType, object] = {}
 
     # ---- training --------------------------------------------------------------------------------
@@ -151,29 +183,36 @@ class TFEngine(Engine):
 
     def _forward(self, x, ids=None, step=None, training: bool = False):
         """(logits, batchnorm statistics); see model.call_model."""
-        return call_model(self.model, x, dropout=self._dropout, ids=ids, step=step, training=training)
+        return call_model(
+            self.model, x, dropout=self._dropout, ids=ids, step=step, training=training
+        )
 
     def _running_updates(self, ctx, stats):
         """New running statistics (identical on every replica) from each batchnorm layer's batch
         statistics: sync layers' are already global; unsync layers take replica 0's (DDP's buffer
         broadcast), sent to every replica by an all-reduce of replica 0's values and zeros elsewhere
         (adding zeros is exact). dualtrain.core.batchnorm.update_running does the arithmetic."""
-        unsync = [i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)]
+        unsync = [
+            i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)
+        ]
         if unsync and ctx.num_replicas_in_sync > 1:
             first = tf.equal(ctx.replica_id_in_sync_group, 0)
-            sent = ctx.all_reduce(SUM, [tf.where(first, stats[k], tf.zeros_like(stats[k]))
-                                        for k in unsync])
+            sent = ctx.all_reduce(
+                SUM, [tf.where(first, stats[k], tf.zeros_like(stats[k])) for k in unsync]
+            )
             stats = list(stats)
             for k, v in zip(unsync, sent):
                 stats[k] = v
-        return [batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
-                for k, (r, stat) in enumerate(zip(self.running, stats))]
+        return [
+            batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
+            for k, (r, stat) in enumerate(zip(self.running, stats))
+        ]
 
     def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
         ctx = tf.distribute.get_replica_context()
         i = self._local_index()
         with tf.device(self.host):
-            ids = ids_flat[offsets[i]:offsets[i + 1]]
+            ids = ids_flat[offsets[i] : offsets[i + 1]]
             x = tf.gather(self.train_x, ids)
             y = tf.gather(self.train_y, ids)
         scale = self.scale.read_value()
@@ -183,7 +222,10 @@ class TFEngine(Engine):
             return [self._loss_sum(logits, y), *(tf.stop_gradient(t) for t in stats)]
 
         def skipped():  # an empty replica (models without sync batchnorm): no forward at all
-            return [tf.constant(0.0, self.dtype), *(tf.zeros(r.shape, r.dtype) for r in self.running)]
+            return [
+                tf.constant(0.0, self.dtype),
+                *(tf.zeros(r.shape, r.dtype) for r in self.running),
+            ]
 
         with tf.GradientTape() as tape:
             # An empty replica contributes zero loss and zero gradient. Dense layers get there by
@@ -199,8 +241,10 @@ class TFEngine(Engine):
                 loss = loss * scale
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         if self._poisonable:  # fault injection (debug.nonfinite_grad); not in the graph otherwise
-            grads = [tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
-                     for g in grads]
+            grads = [
+                tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
+                for g in grads
+            ]
         grads = ctx.all_reduce(SUM, grads)
         if self.fp16:
             grads = self._unscale(grads, scale)
@@ -222,7 +266,8 @@ class TFEngine(Engine):
         """Sum of per-sample cross-entropy in the parameter dtype (float32; float64 for fp64),
         whatever precision the logits came out in (docs/parity.md §3)."""
         per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=tf.cast(logits, self.dtype))
+            labels=y, logits=tf.cast(logits, self.dtype)
+        )
         return tf.reduce_sum(per_sample)
 
     def _unscale(self, grads, scale):
@@ -234,7 +279,8 @@ class TFEngine(Engine):
     def _step(self, ids_flat, offsets, poison, global_count, lr, step, *, capture: bool):
         s = self.strategy
         grads, loss_sum, ids, norm, finite, amax, captured, running = s.run(
-            self._replica_step, args=(ids_flat, offsets, poison, global_count, step, capture))
+            self._replica_step, args=(ids_flat, offsets, poison, global_count, step, capture)
+        )
         apply = finite  # always True outside fp16 (_replica_step)
         for k, p in enumerate(self.params):
             s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
@@ -245,19 +291,29 @@ class TFEngine(Engine):
         # Stateful ops in a tf.function run in program order (automatic control dependencies), so
         # the counters below advance after every parameter update has read them.
         s.extended.update(self.applied, self._bookkeeping, args=(apply,), group=False)
-        return {"loss_sum": loss_sum, "ids": ids, "norm": norm, "finite": finite, "amax": amax,
-                "captured": captured}
+        return {
+            "loss_sum": loss_sum,
+            "ids": ids,
+            "norm": norm,
+            "finite": finite,
+            "amax": amax,
+            "captured": captured,
+        }
 
     def _apply_one(self, p, g, apply, lr, k: int):
         """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
 
         def update():
-            slots = {key: getattr(self, attr)[k] for key, attr in SLOTS.items()
-                     if getattr(self, attr)}
-            new_p, new_slots = update_rules.update(self.ops, self.opt, p, g, slots, lr=lr,
-                                                   applied=self.applied)
-            return [*(slots[key].assign(value) for key, value in new_slots.items()),
-                    p.assign(new_p)]
+            slots = {
+                key: getattr(self, attr)[k] for key, attr in SLOTS.items() if getattr(self, attr)
+            }
+            new_p, new_slots = update_rules.update(
+                self.ops, self.opt, p, g, slots, lr=lr, applied=self.applied
+            )
+            return [
+                *(slots[key].assign(value) for key, value in new_slots.items()),
+                p.assign(new_p),
+            ]
 
         if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
             return tf.group(update())
@@ -267,14 +323,23 @@ class TFEngine(Engine):
         """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""
         ops = [applied.assign_add(tf.cast(ok, tf.int64))]
         if self.fp16:
-            scale, good = update_rules.loss_scale_update(self.ops, self.scale, self.good_steps, ok,
-                                                         self.spec.precision.loss_scale)
+            scale, good = update_rules.loss_scale_update(
+                self.ops, self.scale, self.good_steps, ok, self.spec.precision.loss_scale
+            )
             ops += [self.scale.assign(scale), self.good_steps.assign(good)]
         return tf.group(ops)
 
-    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False, step: int = 0,
-                   measure_scale: bool = False) -> StepOut:
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
         if len(ids) != self.n_local or len(poison) != self.n_local:
             raise ValueError(f"expected ids and poison for {self.n_local} local replicas")
         sizes = [len(a) for a in ids]
@@ -283,9 +348,14 @@ class TFEngine(Engine):
         flat = np.concatenate(ids).astype(np.int64, copy=False) if sizes else np.zeros(0, np.int64)
         scale = float(self.scale.numpy()) if self.fp16 else 1.0
         fn = self._step_capture_cf if capture_grads else self._step_cf
-        out = fn(tf.constant(flat), tf.constant(offsets), tf.constant(np.asarray(poison, bool)),
-                 tf.constant(global_count, tf.float32), tf.constant(lr, tf.float64),
-                 tf.constant(step, tf.int64))
+        out = fn(
+            tf.constant(flat),
+            tf.constant(offsets),
+            tf.constant(np.asarray(poison, bool)),
+            tf.constant(global_count, tf.float32),
+            tf.constant(lr, tf.float64),
+            tf.constant(step, tf.int64),
+        )
         local = self.strategy.experimental_local_results
         loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))
         fed = [t.numpy() for t in local(out["ids"])]
@@ -293,11 +363,20 @@ class TFEngine(Engine):
         finite = bool(local(out["finite"])[0])
         grads = None
         if capture_grads:
-            grads = {name: to_canonical(name, local(g)[0].numpy())
-                     for name, g in zip(self.param_names, out["captured"])}
+            grads = {
+                name: to_canonical(name, local(g)[0].numpy())
+                for name, g in zip(self.param_names, out["captured"])
+            }
         amax = float(local(out["amax"])[0]) if self.fp16 else None
-        return StepOut(loss_sum=loss_sum, grad_norm=norm, loss_scale=scale,
-                       skipped=self.fp16 and not finite, fed_ids=fed, grads=grads, grad_amax=amax)
+        return StepOut(
+            loss_sum=loss_sum,
+            grad_norm=norm,
+            loss_scale=scale,
+            skipped=self.fp16 and not finite,
+            fed_ids=fed,
+            grads=grads,
+            grad_amax=amax,
+        )
 
     # ---- evaluation ------------------------------------------------------------------------------
     def _evaluate(self, ranges):
@@ -317,12 +396,16 @@ class TFEngine(Engine):
                 logits = tf.cast(self._forward(x)[0], self.dtype)
                 per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
                 hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
-                return (j + 1, loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),
-                        correct_acc + tf.reduce_sum(tf.cast(hit, tf.float64)))
+                return (
+                    j + 1,
+                    loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),
+                    correct_acc + tf.reduce_sum(tf.cast(hit, tf.float64)),
+                )
 
             zero = tf.constant(0.0, tf.float64)
-            _, loss_sum, correct = tf.while_loop(lambda j, *_: j < n_chunks, body,
-                                                 [tf.constant(0, tf.int32), zero, zero])
+            _, loss_sum, correct = tf.while_loop(
+                lambda j, *_: j < n_chunks, body, [tf.constant(0, tf.int32), zero, zero]
+            )
             local = tf.stack([loss_sum, correct, tf.cast(stop - start, tf.float64)])
             return ctx.all_reduce(SUM, local)
 
@@ -340,13 +423,20 @@ class TFEngine(Engine):
         # An all-gather as a SUM all-reduce of a (processes, n) matrix in which each process fills
         # only its own row: adding zeros is exact (int64 and float64 alike).
         if dtype not in self._gather:
+
             def gather(rows):
                 def replica(v):  # identity: place the value on the replica's device
                     return tf.distribute.get_replica_context().all_reduce(SUM, tf.identity(v))
+
                 out = self.strategy.run(replica, args=(rows,))
                 return self.strategy.experimental_local_results(out)[0]
-            self._gather[dtype] = tf.function(gather, input_signature=[
-                tf.TensorSpec([self.num_processes, None], dtype)], jit_compile=False, autograph=False)
+
+            self._gather[dtype] = tf.function(
+                gather,
+                input_signature=[tf.TensorSpec([self.num_processes, None], dtype)],
+                jit_compile=False,
+                autograph=False,
+            )
         return self._gather[dtype]
 
     def gather(self, rows: np.ndarray) -> np.ndarray:

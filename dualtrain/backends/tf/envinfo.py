@@ -39,8 +39,12 @@ def _gpus(tf: Any) -> list[dict[str, Any]]:
         except Exception:
             d = {}
         cc = d.get("compute_capability")
-        out.append({"name": d.get("device_name", gpu.name),
-                    "compute_capability": ".".join(str(x) for x in cc) if cc else None})
+        out.append(
+            {
+                "name": d.get("device_name", gpu.name),
+                "compute_capability": ".".join(str(x) for x in cc) if cc else None,
+            }
+        )
     return out
 
 

@@ -37,7 +37,8 @@ STDERR_NOISE = re.compile(
     rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     rb"|I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\] "  # absl INFO lines (TF's C++ start-up)
     rb"|E\d{4} [^\]]* cuda_platform\.cc:\d+\] failed call to cuInit"  # a CUDA build, no GPU
-    rb"|To enable the following instructions: ")  # cpu_feature_guard's second line
+    rb"|To enable the following instructions: "
+)  # cpu_feature_guard's second line
 """TensorFlow's start-up chatter: ``TF_CPP_MIN_LOG_LEVEL`` does not reach absl's pre-initialisation
 log lines in TF 2.16+. The launcher leaves these lines out of the workers' stderr (see
 dualtrain.launch.local.run_workers); warnings and errors other than the cuInit probe still show."""
@@ -51,34 +52,46 @@ def parse_tf_config(text: str) -> dict[str, int]:
         task = cfg["task"]
         ttype, index = str(task["type"]), int(task["index"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"TF_CONFIG is not a valid cluster spec ({exc}). Received: {text!r}") from None
+        raise UserError(
+            f"TF_CONFIG is not a valid cluster spec ({exc}). Received: {text!r}"
+        ) from None
     chiefs = list(cluster.get("chief", []))
     workers = list(cluster.get("worker", []))
     if ttype not in ("chief", "worker"):
-        raise UserError(f"TF_CONFIG task type must be 'chief' or 'worker' for dualtrain (no parameter "
-                        f"servers or evaluators). Received: {ttype!r}")
+        raise UserError(
+            f"TF_CONFIG task type must be 'chief' or 'worker' for dualtrain (no parameter "
+            f"servers or evaluators). Received: {ttype!r}"
+        )
     if len(chiefs) > 1:
         raise UserError(f"TF_CONFIG may name at most one chief. Received: {len(chiefs)}")
     size = len(chiefs) + len(workers)
     rank = 0 if ttype == "chief" else index + len(chiefs)
     if size < 1 or not 0 <= rank < size:
-        raise UserError(f"TF_CONFIG task {ttype}:{index} is not in its cluster ({size} tasks). "
-                        f"Received: {text!r}")
-    return {"rank": rank, "world_size": size, "task_index": index,
-            "chief": int(bool(chiefs))}
+        raise UserError(
+            f"TF_CONFIG task {ttype}:{index} is not in its cluster ({size} tasks). "
+            f"Received: {text!r}"
+        )
+    return {"rank": rank, "world_size": size, "task_index": index, "chief": int(bool(chiefs))}
 
 
 def cluster_peers(text: str) -> list[Peer]:
     """The cluster's tasks as dualtrain.launch.peers.Peer, by rank (chief first), each also known by its
     TF task name, which TF's collective errors quote ("/job:worker/replica:0/task:1")."""
     spec = json.loads(text)["cluster"]
-    tasks = [("chief", i, a) for i, a in enumerate(spec.get("chief", []))] + \
-        [("worker", i, a) for i, a in enumerate(spec.get("worker", []))]
+    tasks = [("chief", i, a) for i, a in enumerate(spec.get("chief", []))] + [
+        ("worker", i, a) for i, a in enumerate(spec.get("worker", []))
+    ]
     peers = []
     for rank, (kind, index, address) in enumerate(tasks):
         host = str(address).rsplit(":", 1)[0]
-        peers.append(Peer(rank=rank, host=host, address=host,
-                          markers=(f"/job:{kind}/replica:0/task:{index}", str(address))))
+        peers.append(
+            Peer(
+                rank=rank,
+                host=host,
+                address=host,
+                markers=(f"/job:{kind}/replica:0/task:{index}", str(address)),
+            )
+        )
     return peers
 
 
@@ -96,8 +109,12 @@ def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
 
 
 def tf_config(ports: list[int], rank: int, addr: str = "127.0.0.1") -> str:
-    return json.dumps({"cluster": {"worker": [f"{addr}:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": rank}})
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"{addr}:{p}" for p in ports]},
+            "task": {"type": "worker", "index": rank},
+        }
+    )
 
 
 def workers(spec: Experiment) -> list[Worker]:
@@ -107,15 +124,24 @@ def workers(spec: Experiment) -> list[Worker]:
         return [Worker(rank=0, env={TF_CONFIG: "", LOCAL_ONLY: "1"})]
     addr = spec.distribution.master_addr
     ports = free_ports(n, addr)
-    return [Worker(rank=r, env={TF_CONFIG: tf_config(ports, r, addr), LOCAL_ONLY: "1",
-                                "DUALTRAIN_TF_LOCAL_RANK": str(r)})
-            for r in range(n)]
-
+    return [
+        Worker(
+            rank=r,
+            env={
+                TF_CONFIG: tf_config(ports, r, addr),
+                LOCAL_ONLY: "1",
+                "DUALTRAIN_TF_LOCAL_RANK": str(r),
+            },
+        )
+        for r in range(n)
+    ]
 
 
 def check_devices(spec: Experiment) -> None:
     """A gpu run needs a GPU TensorFlow sees (dualtrain.launch.local.require_gpu)."""
-    require_gpu(spec.distribution.device,
-                "import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); "
-                "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",
-                "TensorFlow sees no GPU")
+    require_gpu(
+        spec.distribution.device,
+        "import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); "
+        "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",
+        "TensorFlow sees no GPU",
+    )

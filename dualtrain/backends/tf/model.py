@@ -25,8 +25,9 @@ def has_dropout(spec: ModelSpec) -> bool:
     return has_layer(spec, LayerType.DROPOUT)
 
 
-def build_model(spec: ModelSpec, policy: str = "float32",
-                seed: int = 0) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
+def build_model(
+    spec: ModelSpec, policy: str = "float32", seed: int = 0
+) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
     """The Keras model and [(canonical name, Keras variable)] in canonical order: trainable
     parameters and batchnorm running statistics (``variable.trainable`` tells them apart).
 
@@ -37,20 +38,26 @@ def build_model(spec: ModelSpec, policy: str = "float32",
     them, docs/parity.md §9), its running ones in evaluation."""
     reorder = conv_flatten_shape(spec)
     compute = keras.DTypePolicy(policy).compute_dtype
-    inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc",
-                         dtype="float64" if compute == "float64" else "float32")
+    inputs = keras.Input(
+        shape=INPUT_NHWC, name="images_nhwc", dtype="float64" if compute == "float64" else "float32"
+    )
     ids = steps = None
     if has_dropout(spec):
         ids = keras.Input(shape=(), name="sample_ids", dtype="int64")
         steps = keras.Input(shape=(), name="steps", dtype="int64")
     b = _Builder(policy, seed, reorder, ids, steps)
     x = b.apply(resolve(spec), inputs)
-    model = keras.Model([inputs, ids, steps] if ids is not None else inputs,
-                        [x, *b.stats] if b.stats else x, name="dualtrain")
+    model = keras.Model(
+        [inputs, ids, steps] if ids is not None else inputs,
+        [x, *b.stats] if b.stats else x,
+        name="dualtrain",
+    )
     return model, b.named
 
 
-def call_model(model: keras.Model, x, *, dropout: bool, ids=None, step=None, training: bool = False):
+def call_model(
+    model: keras.Model, x, *, dropout: bool, ids=None, step=None, training: bool = False
+):
     """(logits, batchnorm statistics) of ``model`` on the NHWC batch ``x``. A model with dropout also
     gets each sample's id and the step (zeros outside training, where dropout is off)."""
     if dropout:
@@ -63,8 +70,9 @@ def call_model(model: keras.Model, x, *, dropout: bool, ids=None, step=None, tra
     return (out[0], list(out[1:])) if isinstance(out, (list, tuple)) else (out, [])
 
 
-def build_inference_model(spec: ModelSpec,
-                          dtype: str = "float32") -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
+def build_inference_model(
+    spec: ModelSpec, dtype: str = "float32"
+) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
     """The model from Keras's own layers only, for export (dualtrain.driver.export): keras.saving.load_model
     opens it without dualtrain. Dropout is keras's Dropout (identity in inference), batchnorm is
     BatchNormalization with torch's eps and the running statistics as its moving ones, gelu is Keras's
@@ -80,14 +88,22 @@ class _Builder:
     ``inference``: Keras's own layers where dualtrain has its own (build_inference_model)."""
 
     def __init__(self, policy: str, seed: int, reorder, ids, steps, inference: bool = False):
-        self.policy, self.seed, self.reorder, self.ids, self.steps = policy, seed, reorder, ids, steps
+        self.policy, self.seed, self.reorder, self.ids, self.steps = (
+            policy,
+            seed,
+            reorder,
+            ids,
+            steps,
+        )
         self.inference = inference
         self.named: list[tuple[str, keras.Variable]] = []
         self.stats: list = []
 
     def apply(self, layers, x):
         for r in layers:
-            x = LAYERS[r.spec.type](self, r, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}", x)
+            x = LAYERS[r.spec.type](
+                self, r, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}", x
+            )
         return x
 
     def weighted(self, r, layer, x):
@@ -101,6 +117,7 @@ class _Builder:
 # ---- the layer registry: one function per layer type, training and inference (export) alike ------
 # Each takes (builder, resolved layer, Keras name, input) and returns the output. A new layer type
 # adds one entry here (and one in backends/torch/model.py's LAYERS).
+
 
 def _residual(b: _Builder, r, name: str, x):
     body = b.apply(r.body, x)
@@ -122,32 +139,43 @@ def _flatten(b: _Builder, r, name: str, x):
 def _dropout(b: _Builder, r, name: str, x):
     if b.inference:  # Keras's Dropout: the identity in inference
         return keras.layers.Dropout(r.spec.rate, name=name, dtype=b.policy)(x)
-    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name,
-                       dtype=b.policy)([x, b.ids, b.steps])
+    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.policy)(
+        [x, b.ids, b.steps]
+    )
 
 
 def _batchnorm(b: _Builder, r, name: str, x):
     s = r.spec
     if b.inference:  # Keras's BatchNormalization with torch's eps and momentum convention
-        layer = keras.layers.BatchNormalization(epsilon=s.eps, momentum=1.0 - s.momentum,
-                                                name=name, dtype=b.policy)
+        layer = keras.layers.BatchNormalization(
+            epsilon=s.eps, momentum=1.0 - s.momentum, name=name, dtype=b.policy
+        )
         x = layer(x)
-        b.named += [(n, v) for (n, _), v in zip(r.arrays, (
-            layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance))]
+        b.named += [
+            (n, v)
+            for (n, _), v in zip(
+                r.arrays, (layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance)
+            )
+        ]
         return x
     layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=b.policy)
     x, mean, var = layer(x)
     b.stats += [mean, var]
-    b.named += [(n, v) for (n, _), v in zip(
-        r.arrays, (layer.weight, layer.bias, layer.running_mean, layer.running_var))]
+    b.named += [
+        (n, v)
+        for (n, _), v in zip(
+            r.arrays, (layer.weight, layer.bias, layer.running_mean, layer.running_var)
+        )
+    ]
     return x
 
 
 def _pool(kind):
     def apply(b: _Builder, r, name: str, x):
         s = r.spec
-        return kind(s.pool_size, strides=s.stride or s.pool_size, padding="valid", name=name,
-                    dtype=b.policy)(x)
+        return kind(
+            s.pool_size, strides=s.stride or s.pool_size, padding="valid", name=name, dtype=b.policy
+        )(x)
 
     return apply
 
@@ -167,13 +195,15 @@ def _gelu_layer(b: _Builder, r, name: str, x):
 LAYERS = {
     LayerType.RESIDUAL: _residual,
     LayerType.DENSE: lambda b, r, name, x: b.weighted(
-        r, keras.layers.Dense(r.spec.units, use_bias=r.spec.bias, name=name, dtype=b.policy), x),
+        r, keras.layers.Dense(r.spec.units, use_bias=r.spec.bias, name=name, dtype=b.policy), x
+    ),
     LayerType.CONV2D: _conv,
     LayerType.MAXPOOL2D: _pool(keras.layers.MaxPooling2D),
     LayerType.AVGPOOL2D: _pool(keras.layers.AveragePooling2D),
     # NHWC -> (N, C): torch's channel order
     LayerType.GLOBAL_AVGPOOL: lambda b, r, name, x: keras.layers.GlobalAveragePooling2D(
-        name=name, dtype=b.policy)(x),
+        name=name, dtype=b.policy
+    )(x),
     LayerType.FLATTEN: _flatten,
     LayerType.RELU: lambda b, r, name, x: keras.layers.ReLU(name=name, dtype=b.policy)(x),
     LayerType.TANH: _activation("tanh"),
@@ -206,8 +236,9 @@ def _bn_ops(x) -> batchnorm.Ops:
     def all_reduce(ts):  # differentiable: ReplicaContext.all_reduce's gradient is an all-reduce
         return list(tf.distribute.get_replica_context().all_reduce(SUM, list(ts)))
 
-    return batchnorm.Ops(channel_sum=channel_sum, count=count, expand=expand,
-                         all_reduce=all_reduce, sqrt=tf.sqrt)
+    return batchnorm.Ops(
+        channel_sum=channel_sum, count=count, expand=expand, all_reduce=all_reduce, sqrt=tf.sqrt
+    )
 
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -226,7 +257,8 @@ class BatchNorm(keras.layers.Layer):
     def build(self, input_shape):
         c = (int(input_shape[-1]),)
         add = lambda name, init, trainable: self.add_weight(  # noqa: E731
-            shape=c, name=name, initializer=init, trainable=trainable, autocast=False)
+            shape=c, name=name, initializer=init, trainable=trainable, autocast=False
+        )
         self.weight, self.bias = add("weight", "ones", True), add("bias", "zeros", True)
         self.running_mean = add("running_mean", "zeros", False)
         self.running_var = add("running_var", "ones", False)
@@ -234,8 +266,11 @@ class BatchNorm(keras.layers.Layer):
     def compute_output_spec(self, x):
         c = (x.shape[-1],)
         stats = keras.KerasTensor(c, dtype=self.variable_dtype)
-        return (keras.KerasTensor(x.shape, dtype=self.compute_dtype), stats,
-                keras.KerasTensor(c, dtype=self.variable_dtype))
+        return (
+            keras.KerasTensor(x.shape, dtype=self.compute_dtype),
+            stats,
+            keras.KerasTensor(c, dtype=self.variable_dtype),
+        )
 
     def call(self, x, training=None):
         dtype = self.weight.value.dtype
@@ -257,9 +292,11 @@ def _i64(v):
     return v if tf.is_tensor(v) else tf.constant(v, tf.int64)
 
 
-_OPS = IntOps(xor=lambda a, b: tf.bitwise.bitwise_xor(_i64(a), _i64(b)),
-              shr=lambda a, n: tf.bitwise.right_shift(a, _i64(n)),
-              and_=lambda a, b: tf.bitwise.bitwise_and(_i64(a), _i64(b)))
+_OPS = IntOps(
+    xor=lambda a, b: tf.bitwise.bitwise_xor(_i64(a), _i64(b)),
+    shr=lambda a, n: tf.bitwise.right_shift(a, _i64(n)),
+    and_=lambda a, b: tf.bitwise.bitwise_and(_i64(a), _i64(b)),
+)
 
 
 class HashDropout(keras.layers.Layer):
@@ -276,8 +313,9 @@ class HashDropout(keras.layers.Layer):
         x, ids, steps = inputs
         if not training or self.rate == 0.0:
             return x
-        keep = dropout.keep(_OPS, self.seed, steps, ids, self.layer, tf.constant(self.elements),
-                            self.rate)
+        keep = dropout.keep(
+            _OPS, self.seed, steps, ids, self.layer, tf.constant(self.elements), self.rate
+        )
         if len(self.in_shape) == 3:  # (N, C*H*W) canonical -> (N, H, W, C)
             keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
         # tf.constant, not tf.cast: a Python float cast to float64 goes through float32 first
@@ -305,8 +343,15 @@ def conv2d(x, s, name: str, policy: str):
         padding = "valid"
     else:
         padding = padding.value
-    return x, keras.layers.Conv2D(s.filters, s.kernel_size, strides=s.stride or 1, padding=padding,
-                                  use_bias=s.bias, name=name, dtype=policy)
+    return x, keras.layers.Conv2D(
+        s.filters,
+        s.kernel_size,
+        strides=s.stride or 1,
+        padding=padding,
+        use_bias=s.bias,
+        name=name,
+        dtype=policy,
+    )
 
 
 def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
@@ -329,8 +374,9 @@ def to_canonical(name: str, array: np.ndarray) -> np.ndarray:
 def load_canonical(named: list[tuple[str, keras.Variable]], weights: Weights) -> None:
     missing = [n for n, _ in named if n not in weights]
     if missing or len(weights) != len(named):
-        raise ValueError(f"weights do not match the model: need {[n for n, _ in named]}, "
-                         f"got {sorted(weights)}")
+        raise ValueError(
+            f"weights do not match the model: need {[n for n, _ in named]}, got {sorted(weights)}"
+        )
     for name, var in named:
         value = to_keras(name, weights[name], var.dtype)
         if tuple(var.shape) != value.shape:

@@ -18,8 +18,14 @@ from .model import to_canonical, to_keras
 #: canonical slot name (torch.optim's) -> the engine's attribute for its per-parameter variables:
 #: momentum buffer (sgd, rmsprop), Adam's m and v, the squared-gradient average (adadelta,
 #: rmsprop), adadelta's squared-update average, rmsprop's gradient average (centered).
-SLOTS = {"momentum_buffer": "buf", "exp_avg": "m", "exp_avg_sq": "v", "square_avg": "square_avg",
-         "acc_delta": "acc_delta", "grad_avg": "grad_avg"}
+SLOTS = {
+    "momentum_buffer": "buf",
+    "exp_avg": "m",
+    "exp_avg_sq": "v",
+    "square_avg": "square_avg",
+    "acc_delta": "acc_delta",
+    "grad_avg": "grad_avg",
+}
 
 
 class OptimizerVariables:
@@ -27,16 +33,26 @@ class OptimizerVariables:
     (momentum-buffer creation, Adam's bias correction) and fp16's loss scale and good-step count.
     Create it inside the strategy's scope."""
 
-    def __init__(self, opt: OptimizerSpec, params: Sequence[tf.Variable], *, fp16: bool,
-                 loss_scale: LossScaleSpec):
+    def __init__(
+        self,
+        opt: OptimizerSpec,
+        params: Sequence[tf.Variable],
+        *,
+        fp16: bool,
+        loss_scale: LossScaleSpec,
+    ):
         self.fp16 = fp16
         need = update_rules.slot_names(opt)
         self.slots: dict[str, list[tf.Variable]] = {
             key: [tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False) for p in params]
-            if key in need else [] for key in SLOTS}
+            if key in need
+            else []
+            for key in SLOTS
+        }
         self.applied = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.scale = tf.Variable(loss_scale.init if fp16 else 1.0, dtype=tf.float32,
-                                 trainable=False)
+        self.scale = tf.Variable(
+            loss_scale.init if fp16 else 1.0, dtype=tf.float32, trainable=False
+        )
         self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
 
     def state(self, param_names: Sequence[str]) -> OptimizerState:
@@ -48,9 +64,12 @@ class OptimizerVariables:
             for slot, variables in self.slots.items():
                 for name, var in zip(param_names, variables):
                     slots[f"{slot}/{name}"] = to_canonical(name, var.numpy())
-        return OptimizerState(slots=slots, applied=applied,
-                              loss_scale=float(self.scale.numpy()) if self.fp16 else 1.0,
-                              good_steps=int(self.good_steps.numpy()) if self.fp16 else 0)
+        return OptimizerState(
+            slots=slots,
+            applied=applied,
+            loss_scale=float(self.scale.numpy()) if self.fp16 else 1.0,
+            good_steps=int(self.good_steps.numpy()) if self.fp16 else 0,
+        )
 
     def load(self, state: OptimizerState, param_names: Sequence[str]) -> None:
         for variables in self.slots.values():  # slots the state does not name start from zero
@@ -61,8 +80,10 @@ class OptimizerVariables:
             slot, _, name = key.partition("/")
             held = self.slots.get(slot)
             if not held or name not in names:
-                raise UserError(f"the checkpoint's optimizer state does not fit this optimizer and "
-                                f"model. Received: {key}")
+                raise UserError(
+                    f"the checkpoint's optimizer state does not fit this optimizer and "
+                    f"model. Received: {key}"
+                )
             var = held[names.index(name)]
             var.assign(to_keras(name, value, var.dtype.name))
         self.applied.assign(state.applied)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dualtrain.spec import Precision
 
-_POLICIES = {Precision.FP32: "float32", Precision.FP16: "mixed_float16",
-             Precision.BF16: "mixed_bfloat16", Precision.FP64: "float64"}
+_POLICIES = {
+    Precision.FP32: "float32",
+    Precision.FP16: "mixed_float16",
+    Precision.BF16: "mixed_bfloat16",
+    Precision.FP64: "float64",
+}
 
 
 def policy_name(dtype: Precision) -> str:

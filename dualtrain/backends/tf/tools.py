@@ -22,8 +22,9 @@ from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
 
 
-def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
-                   batch_size: int = 1000) -> np.ndarray:
+def forward_logits(
+    spec: Experiment, weights: Weights, images_uint8: np.ndarray, batch_size: int = 1000
+) -> np.ndarray:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see worker.configure_tf)
     import tensorflow as tf
@@ -42,7 +43,10 @@ def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray,
     def call(chunk):
         return call_model(model, tf.constant(chunk), dropout=dropout)[0]
 
-    out = [np.asarray(call(x[i:i + batch_size]), dtype=np.float32) for i in range(0, len(x), batch_size)]
+    out = [
+        np.asarray(call(x[i : i + batch_size]), dtype=np.float32)
+        for i in range(0, len(x), batch_size)
+    ]
     return np.concatenate(out) if out else np.zeros((0, 10), np.float32)
 
 

@@ -62,22 +62,35 @@ def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
     ours = os.environ.get(LOCAL_ONLY) == "1"
     if spec.tf.strategy is TFStrategy.MIRRORED and (not text or ours):
         os.environ.pop(TF_CONFIG, None)
-        return spec, Role(multi_worker=False, rank=0, num_processes=1, local_workers=1,
-                          external=False)
+        return spec, Role(
+            multi_worker=False, rank=0, num_processes=1, local_workers=1, external=False
+        )
     if not text:
-        raise UserError("tf.strategy=multi_worker needs TF_CONFIG: run it through `dualtrain run` (which "
-                        "launches the workers) or inside a TF_CONFIG cluster. Received: no TF_CONFIG")
+        raise UserError(
+            "tf.strategy=multi_worker needs TF_CONFIG: run it through `dualtrain run` (which "
+            "launches the workers) or inside a TF_CONFIG cluster. Received: no TF_CONFIG"
+        )
     info = parse_tf_config(text)
     if spec.tf.strategy is TFStrategy.MIRRORED:
-        _say(f"TF_CONFIG is set ({info['world_size']} tasks): running tf.strategy=multi_worker, one "
-             f"replica per task (mirrored is one process over its local devices)", info["rank"])
+        _say(
+            f"TF_CONFIG is set ({info['world_size']} tasks): running tf.strategy=multi_worker, one "
+            f"replica per task (mirrored is one process over its local devices)",
+            info["rank"],
+        )
         spec = spec.replace(tf=dataclasses.replace(spec.tf, strategy=TFStrategy.MULTI_WORKER))
     if info["world_size"] != spec.distribution.world_size:
-        raise UserError(f"distribution.world_size must equal the TF_CONFIG cluster size "
-                        f"{info['world_size']}. Received: {spec.distribution.world_size}")
+        raise UserError(
+            f"distribution.world_size must equal the TF_CONFIG cluster size "
+            f"{info['world_size']}. Received: {spec.distribution.world_size}"
+        )
     local = spec.distribution.world_size if ours else 1
-    return spec, Role(multi_worker=True, rank=info["rank"], num_processes=info["world_size"],
-                      local_workers=local, external=not ours)
+    return spec, Role(
+        multi_worker=True,
+        rank=info["rank"],
+        num_processes=info["world_size"],
+        local_workers=local,
+        external=not ours,
+    )
 
 
 def configure_tf(spec: Experiment, role: Role) -> Configured:
@@ -92,8 +105,9 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
         # oneDNN's, and oneDNN's is the one torch uses (bitwise-equal outputs on a 64x784x256 probe,
         # max rel err 2.7e-3 vs Eigen's 5.7e-3), so bf16 keeps oneDNN to stay close to torch.
         # An explicit TF_ENABLE_ONEDNN_OPTS in the environment wins.
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS",
-                              "1" if spec.precision.dtype is Precision.BF16 else "0")
+        os.environ.setdefault(
+            "TF_ENABLE_ONEDNN_OPTS", "1" if spec.precision.dtype is Precision.BF16 else "0"
+        )
     import tensorflow as tf
 
     threads = spec.distribution.threads_per_worker or default_threads(role.local_workers)
@@ -113,8 +127,10 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
     if not role.multi_worker:
         if spec.distribution.device is Device.GPU:
             if len(gpus) < world:
-                raise UserError(f"tf.strategy=mirrored with device=gpu needs world_size GPUs; "
-                                f"TensorFlow sees {len(gpus)}. Received: world_size={world}")
+                raise UserError(
+                    f"tf.strategy=mirrored with device=gpu needs world_size GPUs; "
+                    f"TensorFlow sees {len(gpus)}. Received: world_size={world}"
+                )
             tf.config.set_visible_devices(gpus[:world], "GPU")
             devices = [f"/gpu:{i}" for i in range(world)]
         else:
@@ -122,24 +138,33 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
                 tf.config.set_visible_devices([], "GPU")
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(world)])
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(world)]
+            )
             devices = [f"/cpu:{i}" for i in range(world)]
-        cross = (tf.distribute.NcclAllReduce() if spec.distribution.device is Device.GPU and world > 1
-                 else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0"))
+        cross = (
+            tf.distribute.NcclAllReduce()
+            if spec.distribution.device is Device.GPU and world > 1
+            else tf.distribute.ReductionToOneDevice(reduce_to_device="/cpu:0")
+        )
         strategy = tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=cross)
         host = tf.config.list_logical_devices("CPU")[0].name
         return Configured(strategy, host, devices, threads)
     # multi_worker: one replica per process.
     if spec.distribution.device is Device.GPU:
-        local_rank = int(os.environ.get("DUALTRAIN_TF_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+        local_rank = int(
+            os.environ.get("DUALTRAIN_TF_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0"))
+        )
         tf.config.set_visible_devices([gpus[local_rank % len(gpus)]], "GPU")
     elif gpus:
         tf.config.set_visible_devices([], "GPU")
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=(tf.distribute.experimental.CommunicationImplementation.NCCL
-                        if spec.distribution.device is Device.GPU
-                        else tf.distribute.experimental.CommunicationImplementation.RING),
-        timeout_seconds=timeout)
+        implementation=(
+            tf.distribute.experimental.CommunicationImplementation.NCCL
+            if spec.distribution.device is Device.GPU
+            else tf.distribute.experimental.CommunicationImplementation.RING
+        ),
+        timeout_seconds=timeout,
+    )
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     # TF's multi-worker runtime installs a SIGTERM handler (its preemption notifier, for
     # PreemptionCheckpointHandler) that notes the signal and lets training go on: a worker then
@@ -152,8 +177,9 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
     return Configured(strategy, host, list(strategy.extended.worker_devices), threads)
 
 
-def run_worker(spec: Experiment, run_dir: str | Path | None,
-               start: Start = Start()) -> dict[str, Any]:
+def run_worker(
+    spec: Experiment, run_dir: str | Path | None, start: Start = Start()
+) -> dict[str, Any]:
     begun = Begun()  # the environment as given, before configure_tf sets anything (docs/env.md)
     spec, role = plan_process(spec)
     tf_ = configure_tf(spec, role)
@@ -166,25 +192,60 @@ def run_worker(spec: Experiment, run_dir: str | Path | None,
     keras.utils.set_random_seed(spec.seed)
     tf.random.set_seed(spec.seed)
     run_dir = Path(run_dir) if run_dir is not None else None
-    if (run_dir is not None and role.rank == 0 and role.external
-            and spec.tf.strategy is TFStrategy.MULTI_WORKER):
+    if (
+        run_dir is not None
+        and role.rank == 0
+        and role.external
+        and spec.tf.strategy is TFStrategy.MULTI_WORKER
+    ):
         (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
     inputs = worker_inputs(spec, run_dir, start, "tf")
-    engine = TFEngine(spec, tf_.strategy, inputs.data, inputs.weights, rank=role.rank,
-                      num_processes=role.num_processes, host_device=tf_.host)
-    facts = {"tf_strategy": spec.tf.strategy.value, "tf_devices": list(tf_.devices),
-             "tf_processes": role.num_processes, "threads_per_worker": tf_.threads,
-             "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default")}
-    loop = train_loop(spec, engine, inputs, run_dir, start, begun, chief=role.rank == 0,
-                      facts=facts, env={"tf": backend_facts()})
+    engine = TFEngine(
+        spec,
+        tf_.strategy,
+        inputs.data,
+        inputs.weights,
+        rank=role.rank,
+        num_processes=role.num_processes,
+        host_device=tf_.host,
+    )
+    facts = {
+        "tf_strategy": spec.tf.strategy.value,
+        "tf_devices": list(tf_.devices),
+        "tf_processes": role.num_processes,
+        "threads_per_worker": tf_.threads,
+        "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+    }
+    loop = train_loop(
+        spec,
+        engine,
+        inputs,
+        run_dir,
+        start,
+        begun,
+        chief=role.rank == 0,
+        facts=facts,
+        env={"tf": backend_facts()},
+    )
     try:
         return loop.run()
-    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.DeadlineExceededError,
-            tf.errors.CancelledError, tf.errors.InternalError) as exc:
+    except (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+        tf.errors.InternalError,
+    ) as exc:
         if not role.multi_worker or not is_comm_error(exc.message):
             raise
-        raise lost_peer("tf", role.rank, exc.message, cluster_peers(os.environ[TF_CONFIG]),
-                        timeout_s=spec.distribution.timeout_s, step=loop.step) from None
+        raise lost_peer(
+            "tf",
+            role.rank,
+            exc.message,
+            cluster_peers(os.environ[TF_CONFIG]),
+            timeout_s=spec.distribution.timeout_s,
+            step=loop.step,
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,8 +15,9 @@ def main(argv: list[str]) -> int:
     from dualtrain.runtime.entry import worker_main
 
     # The process ends right after the run (below), so the process group is not torn down.
-    return worker_main("torch", argv,
-                       lambda spec, run_dir, start: run_worker(spec, run_dir, start, destroy=False))
+    return worker_main(
+        "torch", argv, lambda spec, run_dir, start: run_worker(spec, run_dir, start, destroy=False)
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ class AbsoluteGradient:
     """Context manager around one forward and backward of ``module``; then :meth:`result`."""
 
     def __init__(self, module: nn.Module):
-        self.layers = [(name, m) for name, m in module.named_modules()
-                       if isinstance(m, (nn.Linear, nn.Conv2d, BatchNorm))]
+        self.layers = [
+            (name, m)
+            for name, m in module.named_modules()
+            if isinstance(m, (nn.Linear, nn.Conv2d, BatchNorm))
+        ]
         self._handles: list[Any] = []
         self._seen: dict[str, tuple[nn.Module, torch.Tensor, torch.Tensor]] = {}
         self._grad: dict[str, torch.Tensor] = {}
@@ -96,4 +99,4 @@ class AbsoluteGradient:
             dist.all_reduce(flat)
             parts = [p.view_as(t) for p, t in zip(flat.split([t.numel() for t in parts]), parts)]
         arrays = [t.to("cpu", torch.float64).numpy() for t in parts]
-        return dict(zip(names, arrays[: len(names)])), dict(zip(names, arrays[len(names):]))
+        return dict(zip(names, arrays[: len(names)])), dict(zip(names, arrays[len(names) :]))

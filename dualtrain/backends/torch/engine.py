@@ -82,15 +82,18 @@ def configure_determinism(on: bool) -> None:
         torch.backends.mkldnn.enabled = False  # type: ignore[assignment]
 
 
-
 def select_device(spec: Experiment, local_rank: int) -> torch.device:
     if spec.distribution.device is Device.GPU:
         if not torch.cuda.is_available():
-            raise DeviceUnavailable("distribution.device is 'gpu' but torch sees no CUDA device "
-                                    f"(torch {torch.__version__}). Received: 'gpu'")
+            raise DeviceUnavailable(
+                "distribution.device is 'gpu' but torch sees no CUDA device "
+                f"(torch {torch.__version__}). Received: 'gpu'"
+            )
         if local_rank >= torch.cuda.device_count():
-            raise DeviceUnavailable(f"local rank {local_rank} needs GPU {local_rank} but only "
-                                    f"{torch.cuda.device_count()} are visible. Received: 'gpu'")
+            raise DeviceUnavailable(
+                f"local rank {local_rank} needs GPU {local_rank} but only "
+                f"{torch.cuda.device_count()} are visible. Received: 'gpu'"
+            )
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
@@ -109,14 +112,31 @@ def init_distributed(spec: Experiment, device: torch.device, rank: int, world: i
         # torchrun restarted would find the previous attempt's keys there (gloo's peer addresses
         # among them) and connect to dead processes (pytorch/pytorch#135712): a prefix per attempt
         # keeps them apart.
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                              is_master=False, timeout=timeout)
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world,
+            is_master=False,
+            timeout=timeout,
+        )
         prefix = "default_pg" if attempt == "0" else f"dualtrain/attempt_{attempt}"
-        dist.init_process_group(backend=backend, store=dist.PrefixStore(prefix, store), rank=rank,
-                                world_size=world, timeout=timeout, **kwargs)
+        dist.init_process_group(
+            backend=backend,
+            store=dist.PrefixStore(prefix, store),
+            rank=rank,
+            world_size=world,
+            timeout=timeout,
+            **kwargs,
+        )
         return
-    dist.init_process_group(backend=backend, store=rendezvous_store(rank, world, timeout),
-                            rank=rank, world_size=world, timeout=timeout, **kwargs)
+    dist.init_process_group(
+        backend=backend,
+        store=rendezvous_store(rank, world, timeout),
+        rank=rank,
+        world_size=world,
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 _LISTENER: list[socket.socket] = []
@@ -137,15 +157,25 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
                 sock.bind((bind, port))
             except OSError as exc:
                 sock.close()
-                raise UserError(f"the rendezvous cannot listen on {bind}:{port} ({exc.strerror}); "
-                                f"choose another distribution.master_port / MASTER_PORT. Received: "
-                                f"MASTER_ADDR={addr} MASTER_PORT={port}") from None
+                raise UserError(
+                    f"the rendezvous cannot listen on {bind}:{port} ({exc.strerror}); "
+                    f"choose another distribution.master_port / MASTER_PORT. Received: "
+                    f"MASTER_ADDR={addr} MASTER_PORT={port}"
+                ) from None
             sock.listen(max(world, 16))
             _LISTENER.append(sock)
-            return dist.TCPStore(addr, port, world, is_master=True, timeout=timeout,
-                                 wait_for_workers=False, master_listen_fd=sock.fileno())
-    return dist.TCPStore(addr, port, world, is_master=rank == 0, timeout=timeout,
-                         wait_for_workers=False)
+            return dist.TCPStore(
+                addr,
+                port,
+                world,
+                is_master=True,
+                timeout=timeout,
+                wait_for_workers=False,
+                master_listen_fd=sock.fileno(),
+            )
+    return dist.TCPStore(
+        addr, port, world, is_master=rank == 0, timeout=timeout, wait_for_workers=False
+    )
 
 
 class _HookState:
@@ -167,8 +197,16 @@ def _sum_hook(state, bucket):  # no annotations: DDP checks them as real types
 class TorchEngine(Engine):
     backend = "torch"
 
-    def __init__(self, spec: Experiment, data: Mnist, weights: Weights, *, rank: int, world: int,
-                 device: torch.device):
+    def __init__(
+        self,
+        spec: Experiment,
+        data: Mnist,
+        weights: Weights,
+        *,
+        rank: int,
+        world: int,
+        device: torch.device,
+    ):
         self.spec = spec
         self.rank = rank
         self.world = world
@@ -181,15 +219,21 @@ class TorchEngine(Engine):
         self.dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
         # The dataset lives on the device once; a step is two index_selects.
         self.train_x = torch.from_numpy(normalize(data.train_x)).to(device, self.dtype)
-        self.train_y = torch.from_numpy(np.ascontiguousarray(data.train_y, dtype=np.int64)).to(device)
+        self.train_y = torch.from_numpy(np.ascontiguousarray(data.train_y, dtype=np.int64)).to(
+            device
+        )
         self.test_x = torch.from_numpy(normalize(data.test_x)).to(device, self.dtype)
         self.test_y = torch.from_numpy(np.ascontiguousarray(data.test_y, dtype=np.int64)).to(device)
 
         module = build_model(spec.model, spec.seed).to(self.dtype)
         load_canonical(module, weights)
         self.module = module.to(device)
-        self.ddp = DDP(self.module, device_ids=[device.index] if device.type == "cuda" else None,
-                       forward_sync_buffers=False, gradient_as_bucket_view=True)
+        self.ddp = DDP(
+            self.module,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            forward_sync_buffers=False,
+            gradient_as_bucket_view=True,
+        )
         # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient still
         # comes out divided by the world size (measured on torch 2.13), with a Python hook it does not.
         self._hook = _HookState()
@@ -203,8 +247,9 @@ class TorchEngine(Engine):
             group = dist.new_group(backend=dist.get_backend())
             for m in norms:
                 m.group = group if m.sync else None
-        self._broadcast = [b for m in norms if not m.sync and world > 1
-                           for b in (m.running_mean, m.running_var)]
+        self._broadcast = [
+            b for m in norms if not m.sync and world > 1 for b in (m.running_mean, m.running_var)
+        ]
         self.params = [p for _, p in self.module.named_parameters()]
         self.names = [n for n, _ in self.module.named_parameters()]
         self.opt = make_optimizer(spec, self.params)
@@ -237,9 +282,17 @@ class TorchEngine(Engine):
                 v.copy_(buffers[k])
 
     # ---- training --------------------------------------------------------------------------------
-    def train_step(self, ids: list[np.ndarray], *, lr: float, global_count: int,
-                   poison: list[bool], capture_grads: bool = False, step: int = 0,
-                   measure_scale: bool = False) -> StepOut:
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
         idx = torch.tensor(ids[0], dtype=torch.int64)
         dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
         if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
@@ -266,12 +319,14 @@ class TorchEngine(Engine):
         # backward() gave every parameter a gradient (DDP: every parameter takes part)
         grads = cast(list[torch.Tensor], [p.grad for p in self.params])
         norm = update_rules.global_norm(NORM_OPS, grads)
-        amax = torch.stack(torch._foreach_norm(grads, float("inf"))).max().item() \
-            if scaler is not None else None
+        amax = (
+            torch.stack(torch._foreach_norm(grads, float("inf"))).max().item()
+            if scaler is not None
+            else None
+        )
         captured = None
         if capture_grads:
-            captured = {n: g.detach().to("cpu").numpy().copy()
-                        for n, g in zip(self.names, grads)}
+            captured = {n: g.detach().to("cpu").numpy().copy() for n, g in zip(self.names, grads)}
         abs_grads, abs_terms = absolute.result(self.world) if absolute is not None else (None, None)
         if self.clip is not None:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
@@ -291,9 +346,17 @@ class TorchEngine(Engine):
             dist.broadcast(flat, src=0)
             for b, new in zip(self._broadcast, flat.split([b.numel() for b in self._broadcast])):
                 b.copy_(new.view_as(b))
-        return StepOut(loss_sum=loss_sum.item(), grad_norm=norm.item(), loss_scale=scale,
-                       skipped=skipped, fed_ids=[idx.numpy()], grads=captured, grad_amax=amax,
-                       abs_grads=abs_grads, abs_terms=abs_terms)
+        return StepOut(
+            loss_sum=loss_sum.item(),
+            grad_norm=norm.item(),
+            loss_scale=scale,
+            skipped=skipped,
+            fed_ids=[idx.numpy()],
+            grads=captured,
+            grad_amax=amax,
+            abs_grads=abs_grads,
+            abs_terms=abs_terms,
+        )
 
     def _unscale(self) -> None:
         """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which also
@@ -346,7 +409,14 @@ class TorchEngine(Engine):
         load_canonical(self.module, weights)
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
-        load_optimizer_state(self.opt, self.names, self.params, self.scaler, state,
-                             counted=self.spec.optimizer.name is not OptimizerName.SGD,
-                             device=self.device, dtype=self.dtype)
+        load_optimizer_state(
+            self.opt,
+            self.names,
+            self.params,
+            self.scaler,
+            state,
+            counted=self.spec.optimizer.name is not OptimizerName.SGD,
+            device=self.device,
+            dtype=self.dtype,
+        )
         self.applied = state.applied

@@ -38,8 +38,13 @@ def _gpus(details: bool) -> tuple[int, list[dict[str, Any]] | None]:
         out = []
         for i in range(n):
             p = torch.cuda.get_device_properties(i)
-            out.append({"name": p.name, "compute_capability": f"{p.major}.{p.minor}",
-                        "memory_gib": round(p.total_memory / 2**30, 1)})
+            out.append(
+                {
+                    "name": p.name,
+                    "compute_capability": f"{p.major}.{p.minor}",
+                    "memory_gib": round(p.total_memory / 2**30, 1),
+                }
+            )
         return n, out
     except Exception as exc:  # a broken driver: say so, do not fail the run
         return 0, [{"name": f"error: {type(exc).__name__}: {exc}"[:200]}]

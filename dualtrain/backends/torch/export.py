@@ -66,6 +66,7 @@ def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Sequential:
     return model.eval()
 '''
 
+
 def torch_source(spec: Experiment, dtype: str, run: str) -> str:
     layers = "\n".join(f"        {layer_source(r, '        ')}," for r in resolve(spec.model))
     return _HEADER.format(model=spec.name, run=run, mean=MEAN, std=STD, dtype=dtype, layers=layers)

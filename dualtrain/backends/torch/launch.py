@@ -28,15 +28,21 @@ def workers(spec: Experiment) -> list[Worker]:
     d = spec.distribution
     port = d.master_port or free_port(d.master_addr)
     n = d.world_size
-    base = {"WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "MASTER_ADDR": d.master_addr,
-            "MASTER_PORT": str(port)}
+    base = {
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "MASTER_ADDR": d.master_addr,
+        "MASTER_PORT": str(port),
+    }
     if d.master_addr.startswith("127.") and os.path.exists("/sys/class/net/lo"):
         base["GLOO_SOCKET_IFNAME"] = "lo"  # loopback run: never let gloo pick an external interface
     return [Worker(rank=r, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
 
 
-
 def check_devices(spec: Experiment) -> None:
     """A gpu run needs a GPU torch sees (dualtrain.launch.local.require_gpu)."""
-    require_gpu(spec.distribution.device, 'import torch; print(torch.cuda.device_count())',
-                "torch sees no CUDA device")
+    require_gpu(
+        spec.distribution.device,
+        "import torch; print(torch.cuda.device_count())",
+        "torch sees no CUDA device",
+    )

@@ -40,7 +40,9 @@ class HashDropout(nn.Module):
     def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int):
         super().__init__()
         self.rate, self.layer, self.in_shape, self.seed = rate, layer, tuple(in_shape), seed
-        self.register_buffer("elements", torch.from_numpy(canonical_elements(in_shape)), persistent=False)
+        self.register_buffer(
+            "elements", torch.from_numpy(canonical_elements(in_shape)), persistent=False
+        )
         self.step: torch.Tensor | None = None
         self.ids: torch.Tensor | None = None
 
@@ -49,10 +51,13 @@ class HashDropout(nn.Module):
             return x
         if self.step is None or self.ids is None:
             raise RuntimeError("HashDropout needs step and ids before a training forward")
-        keep = dropout.keep(_OPS, self.seed, self.step, self.ids, self.layer, self.elements, self.rate)
+        keep = dropout.keep(
+            _OPS, self.seed, self.step, self.ids, self.layer, self.elements, self.rate
+        )
         keep = keep.reshape(x.shape)  # canonical (C, H, W) order is torch's own layout
-        return torch.where(keep, x * (1.0 / (1.0 - self.rate)), torch.zeros((), dtype=x.dtype,
-                                                                          device=x.device))
+        return torch.where(
+            keep, x * (1.0 / (1.0 - self.rate)), torch.zeros((), dtype=x.dtype, device=x.device)
+        )
 
 
 class _AllReduceSum(torch.autograd.Function):
@@ -99,19 +104,29 @@ class BatchNorm(nn.Module):
 
         return batchnorm.Ops(
             channel_sum=lambda t: t.sum(dim=dims),
-            count=lambda t: t.new_full((), float(t.numel() // t.shape[1])),  # no host-to-device copy
-            expand=lambda v: v.view(view), all_reduce=all_reduce, sqrt=torch.sqrt)
+            count=lambda t: t.new_full(
+                (), float(t.numel() // t.shape[1])
+            ),  # no host-to-device copy
+            expand=lambda v: v.view(view),
+            all_reduce=all_reduce,
+            sqrt=torch.sqrt,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         in_dtype = x.dtype
         x = x.to(self.weight.dtype)  # the stats dtype, also under fp16/bf16 autocast
         ops = self._ops(x)
         if self.training:
-            mean, var, unbiased = batchnorm.batch_stats(ops, x, self.sync and self.group is not None)
+            mean, var, unbiased = batchnorm.batch_stats(
+                ops, x, self.sync and self.group is not None
+            )
             with torch.no_grad():
-                self.running_mean.copy_(batchnorm.update_running(self.running_mean, mean, self.momentum))
-                self.running_var.copy_(batchnorm.update_running(self.running_var, unbiased,
-                                                                self.momentum))
+                self.running_mean.copy_(
+                    batchnorm.update_running(self.running_mean, mean, self.momentum)
+                )
+                self.running_var.copy_(
+                    batchnorm.update_running(self.running_var, unbiased, self.momentum)
+                )
         else:
             mean, var = self.running_mean, self.running_var
         return batchnorm.normalize(ops, x, mean, var, self.weight, self.bias, self.eps).to(in_dtype)
@@ -146,14 +161,22 @@ def _padding(s: Any) -> int | str:
 
 def _conv(r: Any, seed: int) -> nn.Module:
     s = r.spec
-    return nn.Conv2d(r.in_shape[0], s.filters, s.kernel_size, stride=s.stride or 1,
-                     padding=_padding(s), bias=s.bias)
+    return nn.Conv2d(
+        r.in_shape[0],
+        s.filters,
+        s.kernel_size,
+        stride=s.stride or 1,
+        padding=_padding(s),
+        bias=s.bias,
+    )
 
 
 def _conv_source(r: Any, indent: str) -> str:
     s = r.spec
-    return (f"nn.Conv2d({r.in_shape[0]}, {s.filters}, {s.kernel_size}, stride={s.stride or 1}, "
-            f"padding={_padding(s)!r}, bias={s.bias})").replace("'", '"')
+    return (
+        f"nn.Conv2d({r.in_shape[0]}, {s.filters}, {s.kernel_size}, stride={s.stride or 1}, "
+        f"padding={_padding(s)!r}, bias={s.bias})"
+    ).replace("'", '"')
 
 
 def _batchnorm_source(r: ResolvedLayer, indent: str) -> str:
@@ -167,8 +190,10 @@ def _residual_source(r: ResolvedLayer, indent: str) -> str:
     def block(layers: tuple[ResolvedLayer, ...]) -> str:
         return "".join(f"\n{inner}    {layer_source(x, inner + '    ')}," for x in layers)
 
-    return (f"Residual(\n{inner}[{block(r.body)}\n{inner}],\n{inner}[{block(r.shortcut)}\n{inner}],"
-            f"\n{indent})")
+    return (
+        f"Residual(\n{inner}[{block(r.body)}\n{inner}],\n{inner}[{block(r.shortcut)}\n{inner}],"
+        f"\n{indent})"
+    )
 
 
 def _activation(module: type[nn.Module]) -> TorchLayer:
@@ -180,27 +205,39 @@ LAYERS: dict[LayerType, TorchLayer] = {
     LayerType.FLATTEN: TorchLayer(lambda r, seed: nn.Flatten(), lambda r, indent: "nn.Flatten()"),
     LayerType.DENSE: TorchLayer(
         lambda r, seed: nn.Linear(r.in_shape[0], r.spec.units, bias=r.spec.bias),
-        lambda r, indent: f"nn.Linear({r.in_shape[0]}, {r.spec.units}, bias={r.spec.bias})"),
+        lambda r, indent: f"nn.Linear({r.in_shape[0]}, {r.spec.units}, bias={r.spec.bias})",
+    ),
     LayerType.CONV2D: TorchLayer(_conv, _conv_source),
     LayerType.MAXPOOL2D: TorchLayer(
         lambda r, seed: nn.MaxPool2d(r.spec.pool_size, stride=r.spec.stride or r.spec.pool_size),
-        lambda r, indent: f"nn.MaxPool2d({r.spec.pool_size}, stride={r.spec.stride or r.spec.pool_size})"),
+        lambda r, indent: (
+            f"nn.MaxPool2d({r.spec.pool_size}, stride={r.spec.stride or r.spec.pool_size})"
+        ),
+    ),
     LayerType.AVGPOOL2D: TorchLayer(
         lambda r, seed: nn.AvgPool2d(r.spec.pool_size, stride=r.spec.stride or r.spec.pool_size),
-        lambda r, indent: f"nn.AvgPool2d({r.spec.pool_size}, stride={r.spec.stride or r.spec.pool_size})"),
-    LayerType.GLOBAL_AVGPOOL: TorchLayer(lambda r, seed: GlobalAvgPool(),
-                                         lambda r, indent: "GlobalAvgPool()"),
+        lambda r, indent: (
+            f"nn.AvgPool2d({r.spec.pool_size}, stride={r.spec.stride or r.spec.pool_size})"
+        ),
+    ),
+    LayerType.GLOBAL_AVGPOOL: TorchLayer(
+        lambda r, seed: GlobalAvgPool(), lambda r, indent: "GlobalAvgPool()"
+    ),
     LayerType.RELU: _activation(nn.ReLU),
     LayerType.TANH: _activation(nn.Tanh),
     LayerType.SIGMOID: _activation(nn.Sigmoid),
     LayerType.GELU: _activation(nn.GELU),
-    LayerType.DROPOUT: TorchLayer(lambda r, seed: HashDropout(r.spec.rate, r.uid, r.in_shape, seed),
-                                  lambda r, indent: f"nn.Dropout({r.spec.rate})"),
+    LayerType.DROPOUT: TorchLayer(
+        lambda r, seed: HashDropout(r.spec.rate, r.uid, r.in_shape, seed),
+        lambda r, indent: f"nn.Dropout({r.spec.rate})",
+    ),
     LayerType.BATCHNORM: TorchLayer(
         lambda r, seed: BatchNorm(r.in_shape[0], r.spec.momentum, r.spec.eps, r.spec.sync),
-        _batchnorm_source),
+        _batchnorm_source,
+    ),
     LayerType.RESIDUAL: TorchLayer(
-        lambda r, seed: Residual(_build(r.body, seed), _build(r.shortcut, seed)), _residual_source),
+        lambda r, seed: Residual(_build(r.body, seed), _build(r.shortcut, seed)), _residual_source
+    ),
 }
 
 

@@ -19,28 +19,43 @@ def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.
     o = spec.optimizer
     assert o.eps is not None  # OptimizerSpec fills in torch's default for a null eps
     if o.name is OptimizerName.SGD:
-        return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
-                               weight_decay=o.weight_decay)
+        return torch.optim.SGD(
+            params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=o.weight_decay
+        )
     if o.name is OptimizerName.ADADELTA:
-        return torch.optim.Adadelta(params, lr=o.lr, rho=o.rho, eps=o.eps, weight_decay=o.weight_decay)
+        return torch.optim.Adadelta(
+            params, lr=o.lr, rho=o.rho, eps=o.eps, weight_decay=o.weight_decay
+        )
     if o.name is OptimizerName.RMSPROP:
-        return torch.optim.RMSprop(params, lr=o.lr, alpha=o.alpha, eps=o.eps,
-                                   weight_decay=o.weight_decay, momentum=o.momentum,
-                                   centered=o.centered)
+        return torch.optim.RMSprop(
+            params,
+            lr=o.lr,
+            alpha=o.alpha,
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+            momentum=o.momentum,
+            centered=o.centered,
+        )
     cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
     beta1, beta2 = o.betas  # two numbers (OptimizerSpec checks)
     return cls(params, lr=o.lr, betas=(beta1, beta2), eps=o.eps, weight_decay=o.weight_decay)
 
 
-def optimizer_state(opt: torch.optim.Optimizer, names: Sequence[str],
-                    params: Sequence[torch.nn.Parameter], applied: int,
-                    scaler: torch.amp.GradScaler | None) -> OptimizerState:
+def optimizer_state(
+    opt: torch.optim.Optimizer,
+    names: Sequence[str],
+    params: Sequence[torch.nn.Parameter],
+    applied: int,
+    scaler: torch.amp.GradScaler | None,
+) -> OptimizerState:
     """torch.optim's per-parameter state under canonical names ("exp_avg/0.weight"); its ``step``
     is the applied count; GradScaler's scale and growth tracker."""
-    slots = {f"{key}/{name}": value.detach().to("cpu").numpy().copy()
-             for name, p in zip(names, params)
-             for key, value in opt.state.get(p, {}).items()
-             if key != "step" and torch.is_tensor(value)}
+    slots = {
+        f"{key}/{name}": value.detach().to("cpu").numpy().copy()
+        for name, p in zip(names, params)
+        for key, value in opt.state.get(p, {}).items()
+        if key != "step" and torch.is_tensor(value)
+    }
     scale, good = 1.0, 0
     if scaler is not None:
         sd = scaler.state_dict()
@@ -48,10 +63,17 @@ def optimizer_state(opt: torch.optim.Optimizer, names: Sequence[str],
     return OptimizerState(slots=slots, applied=applied, loss_scale=scale, good_steps=good)
 
 
-def load_optimizer_state(opt: torch.optim.Optimizer, names: Sequence[str],
-                         params: Sequence[torch.nn.Parameter], scaler: torch.amp.GradScaler | None,
-                         state: OptimizerState, *, counted: bool, device: torch.device,
-                         dtype: torch.dtype) -> None:
+def load_optimizer_state(
+    opt: torch.optim.Optimizer,
+    names: Sequence[str],
+    params: Sequence[torch.nn.Parameter],
+    scaler: torch.amp.GradScaler | None,
+    state: OptimizerState,
+    *,
+    counted: bool,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> None:
     """Put ``state`` into ``opt`` and ``scaler``. ``counted``: the optimizer keeps a ``step``
     (every torch.optim rule but SGD's)."""
     opt.state.clear()  # slots the state does not name start from nothing
@@ -59,11 +81,14 @@ def load_optimizer_state(opt: torch.optim.Optimizer, names: Sequence[str],
     for key, value in state.slots.items():
         slot, _, name = key.partition("/")
         by_param.setdefault(name, {})[slot] = torch.from_numpy(np.ascontiguousarray(value)).to(
-            device, dtype)
+            device, dtype
+        )
     unknown = sorted(set(by_param) - set(names))
     if unknown:
-        raise UserError(f"the checkpoint's optimizer state names parameters this model does not "
-                        f"have. Received: {', '.join(unknown)}")
+        raise UserError(
+            f"the checkpoint's optimizer state names parameters this model does not "
+            f"have. Received: {', '.join(unknown)}"
+        )
     for name, p in zip(names, params):
         slots = by_param.get(name, {})
         if counted and state.applied:
@@ -72,5 +97,6 @@ def load_optimizer_state(opt: torch.optim.Optimizer, names: Sequence[str],
             opt.state[p] = slots
     if scaler is not None:
         sd = scaler.state_dict()
-        scaler.load_state_dict({**sd, "scale": state.loss_scale,
-                                "_growth_tracker": state.good_steps})
+        scaler.load_state_dict(
+            {**sd, "scale": state.loss_scale, "_growth_tracker": state.good_steps}
+        )

@@ -12,7 +12,9 @@ from dualtrain.spec import Precision, PrecisionSpec
 _AUTOCAST = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}
 
 
-def precision_setup(precision: PrecisionSpec, device_type: str) -> tuple[Any, torch.amp.GradScaler | None]:
+def precision_setup(
+    precision: PrecisionSpec, device_type: str
+) -> tuple[Any, torch.amp.GradScaler | None]:
     """Return ``(autocast, scaler)``.
 
     ``autocast`` is a reusable context manager: ``torch.autocast(device_type, dtype)`` for fp16/bf16,
@@ -26,7 +28,11 @@ def precision_setup(precision: PrecisionSpec, device_type: str) -> tuple[Any, to
     if precision.dtype is not Precision.FP16:
         return autocast, None
     ls = precision.loss_scale
-    scaler = torch.amp.GradScaler(device_type, init_scale=ls.init, growth_factor=ls.growth_factor,
-                                  backoff_factor=ls.backoff_factor,
-                                  growth_interval=ls.growth_interval)
+    scaler = torch.amp.GradScaler(
+        device_type,
+        init_scale=ls.init,
+        growth_factor=ls.growth_factor,
+        backoff_factor=ls.backoff_factor,
+        growth_interval=ls.growth_interval,
+    )
     return autocast, scaler

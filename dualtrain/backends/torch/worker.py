@@ -40,17 +40,26 @@ class DistEnv:
 
 
 def dist_env() -> DistEnv:
-    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    missing = [
+        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
     if missing:
-        raise UserError("a torch worker needs torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, "
-                        f"MASTER_PORT). Received: {', '.join(missing)} unset")
+        raise UserError(
+            "a torch worker needs torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, "
+            f"MASTER_PORT). Received: {', '.join(missing)} unset"
+        )
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return DistEnv(rank=rank, world=world, local_rank=int(os.environ.get("LOCAL_RANK", rank)),
-                   local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    return DistEnv(
+        rank=rank,
+        world=world,
+        local_rank=int(os.environ.get("LOCAL_RANK", rank)),
+        local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+    )
 
 
-def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Start(), *,
-               destroy: bool = True) -> dict[str, Any]:
+def run_worker(
+    spec: Experiment, run_dir: str | Path | None, start: Start = Start(), *, destroy: bool = True
+) -> dict[str, Any]:
     """Train this rank from ``start``; return the summary (rank 0) or the same dict computed locally
     (others).
 
@@ -58,8 +67,10 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Star
     begun = Begun()  # the environment as given, before this worker sets anything (docs/env.md)
     env = dist_env()
     if env.world != spec.distribution.world_size:
-        raise UserError(f"distribution.world_size must match WORLD_SIZE={env.world} from the "
-                        f"launcher. Received: {spec.distribution.world_size}")
+        raise UserError(
+            f"distribution.world_size must match WORLD_SIZE={env.world} from the "
+            f"launcher. Received: {spec.distribution.world_size}"
+        )
     run_dir = Path(run_dir) if run_dir is not None else None
     threads = spec.distribution.threads_per_worker or default_threads(env.local_world)
     torch.set_num_threads(threads)
@@ -76,29 +87,49 @@ def run_worker(spec: Experiment, run_dir: str | Path | None, start: Start = Star
     try:
         init_distributed(spec, device, env.rank, env.world)
         peers = exchange_peers(env.rank, env.world, route[1] if route else None)
-        engine = TorchEngine(spec, inputs.data, inputs.weights, rank=env.rank, world=env.world,
-                             device=device)
-        facts = {"threads_per_worker": threads, "process_group": dist.get_backend(),
-                 "torch_device": str(device), "torch_mkldnn": torch.backends.mkldnn.enabled,
-                 "gloo_interface": ifname}
-        loop = train_loop(spec, engine, inputs, run_dir, start, begun, chief=env.rank == 0,
-                          facts=facts,
-                          env={"torch": backend_facts(gpu_details=device.type == "cuda")})
+        engine = TorchEngine(
+            spec, inputs.data, inputs.weights, rank=env.rank, world=env.world, device=device
+        )
+        facts = {
+            "threads_per_worker": threads,
+            "process_group": dist.get_backend(),
+            "torch_device": str(device),
+            "torch_mkldnn": torch.backends.mkldnn.enabled,
+            "gloo_interface": ifname,
+        }
+        loop = train_loop(
+            spec,
+            engine,
+            inputs,
+            run_dir,
+            start,
+            begun,
+            chief=env.rank == 0,
+            facts=facts,
+            env={"torch": backend_facts(gpu_details=device.type == "cuda")},
+        )
         summary = loop.run()
         # (On an exception there is no teardown: the process exits; a launcher stops the others.)
         leave_together(env.rank, env.world, spec.distribution.timeout_s)
     except RuntimeError as exc:  # torch.distributed's DistError is one
         if env.world == 1 or not (isinstance(exc, dist.DistError) or is_comm_error(str(exc))):
             raise
-        raise lost_peer("torch", env.rank, str(exc), peers, timeout_s=spec.distribution.timeout_s,
-                        step=loop.step if loop is not None else None) from None
+        raise lost_peer(
+            "torch",
+            env.rank,
+            str(exc),
+            peers,
+            timeout_s=spec.distribution.timeout_s,
+            step=loop.step if loop is not None else None,
+        ) from None
     if destroy:
         dist.destroy_process_group()
     return summary
 
 
-def choose_gloo_interface(device: torch.device, rank: int,
-                          route: tuple[str, str] | None) -> str | None:
+def choose_gloo_interface(
+    device: torch.device, rank: int, route: tuple[str, str] | None
+) -> str | None:
     """gloo listens on the interface GLOO_SOCKET_IFNAME names; unset, on the address the host name
     resolves to, which is 127.0.0.1 on many machines (multi-host runs then time out connecting to
     their own loopback). Pick the interface that routes to MASTER_ADDR instead (dualtrain.launch.netif)."""
@@ -111,8 +142,11 @@ def choose_gloo_interface(device: torch.device, rank: int,
     name, address = route
     os.environ["GLOO_SOCKET_IFNAME"] = name
     if not address.startswith("127."):
-        print(f"[torch] rank {rank}: gloo on interface {name} ({address}), the route to MASTER_ADDR "
-              f"{os.environ['MASTER_ADDR']} (set GLOO_SOCKET_IFNAME to choose another)", flush=True)
+        print(
+            f"[torch] rank {rank}: gloo on interface {name} ({address}), the route to MASTER_ADDR "
+            f"{os.environ['MASTER_ADDR']} (set GLOO_SOCKET_IFNAME to choose another)",
+            flush=True,
+        )
     return name
 
 

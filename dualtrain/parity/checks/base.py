@@ -90,4 +90,6 @@ def path_name(rec: RunRecord) -> str:
 
 
 def not_run(name: str, group: str, why: str) -> Check:
-    return Check(name, None, None, True, f"not run: {why}", informational=True, group=group, ran=False)
+    return Check(
+        name, None, None, True, f"not run: {why}", informational=True, group=group, ran=False
+    )

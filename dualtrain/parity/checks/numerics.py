@@ -26,6 +26,7 @@ from dualtrain.records.record import RunRecord
 
 # ---- numerics: the requested precision against its rounding distance from fp64 --------------------
 
+
 @dataclass
 class Trajectory:
     """Per-step numbers behind the trajectory check (also what the report plots)."""
@@ -65,15 +66,15 @@ def trajectory(a: RunRecord, b: RunRecord, ref: Reference | None, tol: Tolerance
         # SGD steps while TF's fp32 run drifted 5e-4 from its own), so only the farther one bounds
         # what two same-meaning runs may differ by. Running max: one lucky step where a run sits on
         # its fp64 run must not tighten the bound. docs/parity.md §7.
-        noise[covered] = np.maximum(R.running_max(da[covered]),
-                                    R.running_max(db[covered]))
+        noise[covered] = np.maximum(R.running_max(da[covered]), R.running_max(db[covered]))
     base = np.maximum(np.nan_to_num(noise, nan=0.0), tol.traj_abs_floor)
     allowed = np.where(covered, tol.factor * base, tol.traj_fixed)
     return Trajectory(steps, cross, da, db, noise, allowed, covered)
 
 
-def check_trajectory(a: RunRecord, b: RunRecord, ref: Reference | None = None,
-                     tol: Tolerance | None = None) -> Check:
+def check_trajectory(
+    a: RunRecord, b: RunRecord, ref: Reference | None = None, tol: Tolerance | None = None
+) -> Check:
     tol = tol or tolerance_of(a, b)
     t = trajectory(a, b, ref, tol)
     if t.steps.size == 0:
@@ -86,15 +87,31 @@ def check_trajectory(a: RunRecord, b: RunRecord, ref: Reference | None = None,
     first_note = ""
     if first is not None:
         i = int(np.argmax(over))
-        first_note = (f"; first over at step {first}: |diff| {_fmt(float(cross[i]))} > "
-                      f"{_fmt(float(t.allowed[i]))}")
+        first_note = (
+            f"; first over at step {first}: |diff| {_fmt(float(cross[i]))} > "
+            f"{_fmt(float(t.allowed[i]))}"
+        )
     if not t.covered.any():
         value = float(cross.max())
-        why = "no fp64 reference" if ref is None else "the fp64 reference shares no step with the runs"
-        detail = (f"{why}: fixed tolerance {_fmt(tol.traj_fixed)} ({tol.precision}) over {n} steps "
-                  f"({span}); max |loss diff| {_fmt(value)}{first_note}")
-        return Check("trajectory", value, tol.traj_fixed, first is None, detail, unit="abs",
-                     first_step=first, group=NUMERICS)
+        why = (
+            "no fp64 reference"
+            if ref is None
+            else "the fp64 reference shares no step with the runs"
+        )
+        detail = (
+            f"{why}: fixed tolerance {_fmt(tol.traj_fixed)} ({tol.precision}) over {n} steps "
+            f"({span}); max |loss diff| {_fmt(value)}{first_note}"
+        )
+        return Check(
+            "trajectory",
+            value,
+            tol.traj_fixed,
+            first is None,
+            detail,
+            unit="abs",
+            first_step=first,
+            group=NUMERICS,
+        )
     ratio = cross / t.allowed * tol.factor  # <= factor exactly where the step passes
     worst = int(np.argmax(ratio))
     n_cov = int(t.covered.sum())
@@ -103,28 +120,47 @@ def check_trajectory(a: RunRecord, b: RunRecord, ref: Reference | None = None,
     assert t.rounding_a is not None and t.rounding_b is not None and t.noise is not None
     end_a = float(np.nanmax(t.rounding_a[t.covered]))
     end_b = float(np.nanmax(t.rounding_b[t.covered]))
-    detail = (f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(distance to fp64 (running max, "
-              f"farther backend), {_fmt(tol.traj_abs_floor)}); worst step {int(t.steps[worst])}: "
-              f"|diff| {_fmt(float(cross[worst]))}, distance to fp64 "
-              f"{_fmt(float(np.nan_to_num(t.noise[worst])))}; largest distance to fp64: {la} "
-              f"{_fmt(end_a)}, {lb} {_fmt(end_b)}")
+    detail = (
+        f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(distance to fp64 (running max, "
+        f"farther backend), {_fmt(tol.traj_abs_floor)}); worst step {int(t.steps[worst])}: "
+        f"|diff| {_fmt(float(cross[worst]))}, distance to fp64 "
+        f"{_fmt(float(np.nan_to_num(t.noise[worst])))}; largest distance to fp64: {la} "
+        f"{_fmt(end_a)}, {lb} {_fmt(end_b)}"
+    )
     if n_cov < n:
         uncovered = t.steps[~t.covered]
-        detail += (f"; steps {int(uncovered[0])}-{int(uncovered[-1])} (no fp64 data) against the fixed "
-                   f"tolerance {_fmt(tol.traj_fixed)}")
+        detail += (
+            f"; steps {int(uncovered[0])}-{int(uncovered[-1])} (no fp64 data) against the fixed "
+            f"tolerance {_fmt(tol.traj_fixed)}"
+        )
     detail += first_note
-    return Check("trajectory", float(ratio[worst]), tol.factor, first is None, detail,
-                 unit="x rounding", first_step=first, group=NUMERICS)
+    return Check(
+        "trajectory",
+        float(ratio[worst]),
+        tol.factor,
+        first is None,
+        detail,
+        unit="x rounding",
+        first_step=first,
+        group=NUMERICS,
+    )
 
 
-def check_final_weights(a: RunRecord, b: RunRecord, ref: Reference | None = None,
-                        tol: Tolerance | None = None) -> Check:
+def check_final_weights(
+    a: RunRecord, b: RunRecord, ref: Reference | None = None, tol: Tolerance | None = None
+) -> Check:
     """Per-tensor relative difference of weights_final against each backend's distance to fp64."""
     tol = tol or tolerance_of(a, b)
     wa, wb = R.load_final(a), R.load_final(b)
     if wa is None or wb is None:
-        return Check("final_weights", None, None, False, "weights_final.npz missing in "
-                     + ("A" if wa is None else "B"), group=NUMERICS)
+        return Check(
+            "final_weights",
+            None,
+            None,
+            False,
+            "weights_final.npz missing in " + ("A" if wa is None else "B"),
+            group=NUMERICS,
+        )
     problem = R.layout_problem(wa, wb)
     if problem:
         return Check("final_weights", math.inf, None, False, problem, group=NUMERICS)
@@ -132,30 +168,52 @@ def check_final_weights(a: RunRecord, b: RunRecord, ref: Reference | None = None
     noise = None
     if ref is not None:
         ra, rb = R.load_final(ref.a), R.load_final(ref.b)
-        if ra is not None and rb is not None and R.layout_problem(wa, ra) is None \
-                and R.layout_problem(wb, rb) is None:
+        if (
+            ra is not None
+            and rb is not None
+            and R.layout_problem(wa, ra) is None
+            and R.layout_problem(wb, rb) is None
+        ):
             da, db = R.rel_diff(wa, ra), R.rel_diff(wb, rb)
             noise = {k: max(da[k], db[k]) for k in cross}
     if noise is None:
         worst = max(cross, key=cross.__getitem__)
         bad = [k for k, v in cross.items() if not v <= tol.weights_fixed]
         why = "no fp64 reference" if ref is None else "fp64 reference weights unusable"
-        detail = (f"{why}: fixed relative tolerance {_fmt(tol.weights_fixed)}; worst {worst} "
-                  f"{_fmt(cross[worst])}")
+        detail = (
+            f"{why}: fixed relative tolerance {_fmt(tol.weights_fixed)}; worst {worst} "
+            f"{_fmt(cross[worst])}"
+        )
         if bad:
             detail += f"; over: {', '.join(bad)}"
-        return Check("final_weights", cross[worst], tol.weights_fixed, not bad, detail, unit="rel",
-                     group=NUMERICS)
+        return Check(
+            "final_weights",
+            cross[worst],
+            tol.weights_fixed,
+            not bad,
+            detail,
+            unit="rel",
+            group=NUMERICS,
+        )
     ratio = {k: cross[k] / max(noise[k], tol.weights_floor) for k in cross}
     ratio = {k: (math.inf if math.isnan(v) else v) for k, v in ratio.items()}
     worst = max(ratio, key=ratio.__getitem__)
     bad = [k for k, v in ratio.items() if v > tol.factor]
-    detail = (f"per tensor rel diff vs {tol.factor:g} x max(distance to fp64 (farther backend), "
-              f"{_fmt(tol.weights_floor)}); worst {worst}: {_fmt(cross[worst])} vs {_fmt(noise[worst])}")
+    detail = (
+        f"per tensor rel diff vs {tol.factor:g} x max(distance to fp64 (farther backend), "
+        f"{_fmt(tol.weights_floor)}); worst {worst}: {_fmt(cross[worst])} vs {_fmt(noise[worst])}"
+    )
     if bad:
         detail += f"; over: {', '.join(bad)}"
-    return Check("final_weights", ratio[worst], tol.factor, not bad, detail, unit="x rounding",
-                 group=NUMERICS)
+    return Check(
+        "final_weights",
+        ratio[worst],
+        tol.factor,
+        not bad,
+        detail,
+        unit="x rounding",
+        group=NUMERICS,
+    )
 
 
 def _accuracies(rec: RunRecord) -> dict[int | str, float]:
@@ -167,17 +225,24 @@ def _accuracies(rec: RunRecord) -> dict[int | str, float]:
     return acc
 
 
-def check_eval(a: RunRecord, b: RunRecord, ref: Reference | None = None,
-               tol: Tolerance | None = None) -> Check:
+def check_eval(
+    a: RunRecord, b: RunRecord, ref: Reference | None = None, tol: Tolerance | None = None
+) -> Check:
     """Test accuracy, finally and at every eval step: |acc_A - acc_B| <= max(eval_pp, factor x the
     larger backend's accuracy distance to its fp64 run) (without a reference: eval_pp)."""
     tol = tol or tolerance_of(a, b)
     la, lb = R.labels(a, b)
     ea, eb = _accuracies(a), _accuracies(b)
     if "final" not in ea or "final" not in eb:
-        return Check("eval", None, tol.eval_pp, False,
-                     f"no final test accuracy in {la if 'final' not in ea else lb}", unit="pp",
-                     group=NUMERICS)
+        return Check(
+            "eval",
+            None,
+            tol.eval_pp,
+            False,
+            f"no final test accuracy in {la if 'final' not in ea else lb}",
+            unit="pp",
+            group=NUMERICS,
+        )
     points = [s for s in sorted(k for k in ea if k != "final") if s in eb] + ["final"]
     ra, rb = (_accuracies(ref.a), _accuracies(ref.b)) if ref is not None else ({}, {})
     diff, allowed = {}, {}
@@ -187,27 +252,44 @@ def check_eval(a: RunRecord, b: RunRecord, ref: Reference | None = None,
         allowed[s] = tol.eval_pp
         if s in ra and s in rb:
             dist = 100.0 * max(abs(ea[s] - ra[s]), abs(eb[s] - rb[s]))
-            allowed[s] = max(tol.eval_pp, tol.factor * dist) if not math.isnan(dist) else tol.eval_pp
+            allowed[s] = (
+                max(tol.eval_pp, tol.factor * dist) if not math.isnan(dist) else tol.eval_pp
+            )
     over = [s for s in points if diff[s] > allowed[s]]
     worst = max(points, key=lambda s: diff[s] / allowed[s])
     # the keys besides "final" are the int eval steps
-    note = _steps_note({k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)},
-                       la, lb)
+    note = _steps_note(
+        {k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)}, la, lb
+    )
     detail = f"final {la} {100 * ea['final']:.2f}% vs {lb} {100 * eb['final']:.2f}% ({diff['final']:.3f} pp)"
     if len(points) > 1:
         detail += f"; {len(points) - 1} eval step(s)"
-    detail += (f"; worst {'final' if worst == 'final' else f'step {worst}'}: {diff[worst]:.3f} pp "
-               f"against {allowed[worst]:.3g} pp")
+    detail += (
+        f"; worst {'final' if worst == 'final' else f'step {worst}'}: {diff[worst]:.3f} pp "
+        f"against {allowed[worst]:.3g} pp"
+    )
     if ref is not None:
-        detail += (f" = max({tol.eval_pp:g}, {tol.factor:g} x the farther backend's accuracy distance "
-                   f"to fp64)")
+        detail += (
+            f" = max({tol.eval_pp:g}, {tol.factor:g} x the farther backend's accuracy distance "
+            f"to fp64)"
+        )
     if over:
         detail += f"; over at {', '.join(map(str, over[:5]))}"
     if note:
         detail += f"; {note}"
     steps_over = [s for s in over if isinstance(s, int)]  # all but "final"
-    return Check("eval", diff[worst], allowed[worst], not over and not note, detail, unit="pp",
-                 first_step=_min_step(steps_over[0] if steps_over else None,
-                                      _first_missing(set(R.step_map(a, "accuracy", "eval")),
-                                                     set(R.step_map(b, "accuracy", "eval")))),
-                 group=NUMERICS)
+    return Check(
+        "eval",
+        diff[worst],
+        allowed[worst],
+        not over and not note,
+        detail,
+        unit="pp",
+        first_step=_min_step(
+            steps_over[0] if steps_over else None,
+            _first_missing(
+                set(R.step_map(a, "accuracy", "eval")), set(R.step_map(b, "accuracy", "eval"))
+            ),
+        ),
+        group=NUMERICS,
+    )

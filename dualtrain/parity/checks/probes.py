@@ -18,9 +18,9 @@ from dualtrain.records.record import RunRecord
 # ---- numerics: the requested precision's path, judged by one-step probes ----------------------------
 
 
-
-def local_errors(a: RunRecord, b: RunRecord, ref: Reference,
-                 bound: LocalBound) -> tuple[list[L.Probe], list[L.Probe]] | None:
+def local_errors(
+    a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBound
+) -> tuple[list[L.Probe], list[L.Probe]] | None:
     """Both runs' probes against the fp64 run of the reference pair that recorded the states (the
     fp64 torch run, for ``compare --config``); None when the runs did not replay probes or neither
     reference run recorded them. The reference pair is the compared spec in fp64 (compare_dirs
@@ -29,8 +29,10 @@ def local_errors(a: RunRecord, b: RunRecord, ref: Reference,
 
     if not all((rec.summary.get("probes") or {}).get("mode") == "replay" for rec in (a, b)):
         return None
-    source = next((r.path for r in (ref.a, ref.b)
-                   if (r.summary.get("probes") or {}).get("mode") == "record"), None)
+    source = next(
+        (r.path for r in (ref.a, ref.b) if (r.summary.get("probes") or {}).get("mode") == "record"),
+        None,
+    )
     if source is None:
         return None
     opt = from_dict(a.spec).optimizer
@@ -40,8 +42,14 @@ def local_errors(a: RunRecord, b: RunRecord, ref: Reference,
     return pa, pb
 
 
-def _grad_cross(mine: dict[int, L.Probe], other: dict[int, L.Probe], steps: list[int],
-                floor: float, ratio: float, agg: float) -> float:
+def _grad_cross(
+    mine: dict[int, L.Probe],
+    other: dict[int, L.Probe],
+    steps: list[int],
+    floor: float,
+    ratio: float,
+    agg: float,
+) -> float:
     """The gradient's cross bound, as one number against ``agg`` (this backend's median of the
     per-probe max): every tensor's median error over the probes is compared with ``ratio`` x the
     same tensor's on the other backend, or its floor (the accumulation allowance where the tensor
@@ -57,8 +65,13 @@ def _grad_cross(mine: dict[int, L.Probe], other: dict[int, L.Probe], steps: list
     return agg / worst if worst > 0 else math.inf
 
 
-def check_local(quantity: str, a: RunRecord, b: RunRecord, errs: tuple[list[L.Probe], list[L.Probe]],
-                bound: LocalBound) -> Check:
+def check_local(
+    quantity: str,
+    a: RunRecord,
+    b: RunRecord,
+    errs: tuple[list[L.Probe], list[L.Probe]],
+    bound: LocalBound,
+) -> Check:
     """One quantity of the one-step probes: each backend's error at every probe step against the a
     priori bound, and its rms over the probes against the other backend's (dualtrain.parity.local)."""
     name = f"local_{quantity}"
@@ -78,8 +91,9 @@ def check_local(quantity: str, a: RunRecord, b: RunRecord, errs: tuple[list[L.Pr
     cross_floor = bound.cross_floor(quantity, L.rms(floors))
     cross = [bound.ratio * max(agg[1 - i], cross_floor) for i in range(2)]
     if quantity == "grad":  # tensor by tensor, each against the same tensor of the other backend
-        cross = [_grad_cross(by[i], by[1 - i], steps, cross_floor, bound.ratio, agg[i])
-                 for i in range(2)]
+        cross = [
+            _grad_cross(by[i], by[1 - i], steps, cross_floor, bound.ratio, agg[i]) for i in range(2)
+        ]
     ratio, culprits, first = 0.0, [], None
     per_backend = []
     for i, rec in enumerate(runs):
@@ -101,31 +115,66 @@ def check_local(quantity: str, a: RunRecord, b: RunRecord, errs: tuple[list[L.Pr
         judged = f"; {what} {max(r_judged):.2g} x a priori" if what == "median" else ""
         tensor = by[i][steps[worst]].worst_tensor.get(quantity)
         tensor = f", most in {tensor}" if tensor else ""
-        per_backend.append(f"{R.labels(a, b)[i]} {what} {_fmt(agg[i])} (max {_fmt(vals[i][worst])} at "
-                           f"step {steps[worst]}{tensor}, {r_prior[worst]:.2g} x a priori{judged}; "
-                           f"{what} {r_cross:.2g} x cross)")
-    how = {"update": f"rounding floor + {bound.update_c:g} u_param",
-           "loss": f"{bound.loss_c:g} u", "grad": f"{bound.grad_c:g} u"}[quantity]
-    detail = (f"{L.WHAT[quantity]}, one step from the fp64 state at {len(steps)} probe steps "
-              f"({', '.join(map(str, steps))}): " + "; ".join(per_backend) +
-              f"; bounds: a priori {how} ({bound.precision} u = {bound.u:.3g})"
-              f"{' on the median over the probes' if what == 'median' else ' at every probe'}, "
-              + (f"cross {bound.ratio:g} x max(other backend's {what}, {_fmt(cross_floor)})"
-                 if quantity != "grad" else
-                 f"cross {bound.ratio:g} x max(the same tensor's median on the other backend, "
-                 f"{bound.grad_floor:g} u + its accumulation allowance {bound.grad_lambda:g} "
-                 f"sqrt(n) u_param); each tensor against its absolute scale x (1 + the allowance "
-                 f"/ {bound.grad_c:g} u)"))
+        per_backend.append(
+            f"{R.labels(a, b)[i]} {what} {_fmt(agg[i])} (max {_fmt(vals[i][worst])} at "
+            f"step {steps[worst]}{tensor}, {r_prior[worst]:.2g} x a priori{judged}; "
+            f"{what} {r_cross:.2g} x cross)"
+        )
+    how = {
+        "update": f"rounding floor + {bound.update_c:g} u_param",
+        "loss": f"{bound.loss_c:g} u",
+        "grad": f"{bound.grad_c:g} u",
+    }[quantity]
+    detail = (
+        f"{L.WHAT[quantity]}, one step from the fp64 state at {len(steps)} probe steps "
+        f"({', '.join(map(str, steps))}): "
+        + "; ".join(per_backend)
+        + f"; bounds: a priori {how} ({bound.precision} u = {bound.u:.3g})"
+        f"{' on the median over the probes' if what == 'median' else ' at every probe'}, "
+        + (
+            f"cross {bound.ratio:g} x max(other backend's {what}, {_fmt(cross_floor)})"
+            if quantity != "grad"
+            else f"cross {bound.ratio:g} x max(the same tensor's median on the other backend, "
+            f"{bound.grad_floor:g} u + its accumulation allowance {bound.grad_lambda:g} "
+            f"sqrt(n) u_param); each tensor against its absolute scale x (1 + the allowance "
+            f"/ {bound.grad_c:g} u)"
+        )
+    )
     if culprits:
         detail += f"; off: {', '.join(culprits)}"
-    per_tensor = (" (tensor by tensor; each tensor's error against its absolute scale x its "
-                  "accumulation allowance)") if quantity == "grad" else ""
-    data = {"quantity": quantity, "steps": steps, "a": vals[0], "b": vals[1], "a_priori": prior,
-            "summary": what, "aggregate": agg, "cross": cross, "rounding_floor": floors,
-            "bound_source": f"a priori {how} ({'median over the probes' if what == 'median' else 'every probe'}); "
-                            f"cross {bound.ratio:g} x the other backend's {what}{per_tensor}"}
-    return Check(name, ratio, 1.0, not culprits, detail, unit="x bound", first_step=first,
-                 group=NUMERICS, culprits=culprits, data=data)
+    per_tensor = (
+        (
+            " (tensor by tensor; each tensor's error against its absolute scale x its "
+            "accumulation allowance)"
+        )
+        if quantity == "grad"
+        else ""
+    )
+    data = {
+        "quantity": quantity,
+        "steps": steps,
+        "a": vals[0],
+        "b": vals[1],
+        "a_priori": prior,
+        "summary": what,
+        "aggregate": agg,
+        "cross": cross,
+        "rounding_floor": floors,
+        "bound_source": f"a priori {how} ({'median over the probes' if what == 'median' else 'every probe'}); "
+        f"cross {bound.ratio:g} x the other backend's {what}{per_tensor}",
+    }
+    return Check(
+        name,
+        ratio,
+        1.0,
+        not culprits,
+        detail,
+        unit="x bound",
+        first_step=first,
+        group=NUMERICS,
+        culprits=culprits,
+        data=data,
+    )
 
 
 #: convergence: when both fp16 runs skipped at least this share of their steps by the loss-scale
@@ -150,9 +199,15 @@ def check_convergence(a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBo
         acc, acc64 = rec.summary.get("test_accuracy"), r64.summary.get("test_accuracy")
         label = R.label(rec, "A")
         if acc is None or acc64 is None:
-            return Check("convergence", None, bound.accuracy_pp, False,
-                         f"no final test accuracy in {label}'s run or its fp64 run", unit="pp",
-                         group=NUMERICS)
+            return Check(
+                "convergence",
+                None,
+                bound.accuracy_pp,
+                False,
+                f"no final test accuracy in {label}'s run or its fp64 run",
+                unit="pp",
+                group=NUMERICS,
+            )
         drop = 100.0 * (float(acc64) - float(acc))
         drop = math.inf if math.isnan(drop) else drop
         drops.append(drop)
@@ -160,16 +215,28 @@ def check_convergence(a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBo
             culprits.append(path_name(rec))
         against = f"{R.label(r64, 'B')}'s run" if cross else "its fp64 run"
         parts.append(f"{label} {100 * float(acc):.2f}% vs {against} {100 * float(acc64):.2f}%")
-    detail = "; ".join(parts) + (f"; a run may end at most {bound.accuracy_pp:g} pp below its own fp64 "
-                                 f"run ({bound.precision})")
+    detail = "; ".join(parts) + (
+        f"; a run may end at most {bound.accuracy_pp:g} pp below its own fp64 "
+        f"run ({bound.precision})"
+    )
     if cross:
-        detail += (f"; both runs skipped {100 * shares[0]:.0f}% / {100 * shares[1]:.0f}% of their "
-                   f"steps by the loss-scale rule (the fp64 runs applied every update), so each is "
-                   f"judged against the other backend's run")
+        detail += (
+            f"; both runs skipped {100 * shares[0]:.0f}% / {100 * shares[1]:.0f}% of their "
+            f"steps by the loss-scale rule (the fp64 runs applied every update), so each is "
+            f"judged against the other backend's run"
+        )
     if culprits:
         detail += f"; off: {', '.join(culprits)}"
-    return Check("convergence", max(drops), bound.accuracy_pp, not culprits, detail, unit="pp below fp64",
-                 group=NUMERICS, culprits=culprits)
+    return Check(
+        "convergence",
+        max(drops),
+        bound.accuracy_pp,
+        not culprits,
+        detail,
+        unit="pp below fp64",
+        group=NUMERICS,
+        culprits=culprits,
+    )
 
 
 LOCAL_CHECKS = ("local_loss", "local_grad", "local_update", "convergence")
@@ -186,8 +253,9 @@ def local_checks(a: RunRecord, b: RunRecord, ref: Reference | None) -> list[Chec
         return [not_run(n, NUMERICS, why) for n in LOCAL_CHECKS]
     errs = local_errors(a, b, ref, bound)
     if errs is None:
-        why = ("no one-step probes in these runs (dualtrain compare --config records and replays "
-               "them)")
+        why = (
+            "no one-step probes in these runs (dualtrain compare --config records and replays them)"
+        )
         checks = [not_run(n, NUMERICS, why) for n in LOCAL_CHECKS[:3]]
     else:
         checks = [check_local(q, a, b, errs, bound) for q in L.QUANTITIES]

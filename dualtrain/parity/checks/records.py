@@ -25,6 +25,7 @@ from dualtrain.records.record import RunRecord
 
 # ---- checks --------------------------------------------------------------------------------------
 
+
 def check_spec(a: RunRecord, b: RunRecord) -> Check:
     """Both runs were compiled from the same experiment (cosmetic fields aside)."""
     diffs = R.spec_differences(a.spec, b.spec)
@@ -38,8 +39,15 @@ def check_spec(a: RunRecord, b: RunRecord) -> Check:
         detail = "same experiment"
     if cosmetic:
         detail += f"; ignored: {', '.join(k for k, _, _ in cosmetic)}"
-    return Check("spec", float(len(relevant)), 0.0, not relevant, detail, unit="fields",
-                 first_step=0 if relevant else None)
+    return Check(
+        "spec",
+        float(len(relevant)),
+        0.0,
+        not relevant,
+        detail,
+        unit="fields",
+        first_step=0 if relevant else None,
+    )
 
 
 def check_sharding(a: RunRecord, b: RunRecord) -> Check:
@@ -57,25 +65,44 @@ def check_sharding(a: RunRecord, b: RunRecord) -> Check:
         va, vb = ma.get((step, rep)), mb.get((step, rep))
         fa = f"digest {va[0]} count {va[1]}" if va else "missing"
         fb = f"digest {vb[0]} count {vb[1]}" if vb else "missing"
-        notes.append(f"{len(bad)} (step, replica) mismatch(es); first: step {step} replica {rep}: "
-                     f"{la} {fa}, {lb} {fb}")
+        notes.append(
+            f"{len(bad)} (step, replica) mismatch(es); first: step {step} replica {rep}: "
+            f"{la} {fa}, {lb} {fb}"
+        )
     if not ma or not mb:
         notes.append(f"no shard records in {la if not ma else lb}")
     steps_note = _steps_note(steps_a, steps_b, la, lb)
     if steps_note:
         notes.append(steps_note)
     passed = not bad and bool(ma) and bool(mb)
-    detail = "; ".join(notes) if notes else (
-        f"{len(steps_a)} steps x {len({r for _, r in ma})} replicas identical")
-    return Check("sharding", float(len(bad)), 0.0, passed, detail, unit="mismatches",
-                 first_step=bad[0][0] if bad else None)
+    detail = (
+        "; ".join(notes)
+        if notes
+        else (f"{len(steps_a)} steps x {len({r for _, r in ma})} replicas identical")
+    )
+    return Check(
+        "sharding",
+        float(len(bad)),
+        0.0,
+        passed,
+        detail,
+        unit="mismatches",
+        first_step=bad[0][0] if bad else None,
+    )
 
 
 def check_init_weights(a: RunRecord, b: RunRecord) -> Check:
     wa, wb = R.load_init(a), R.load_init(b)
     if wa is None or wb is None:
-        return Check("init_weights", None, 0.0, False, "weights_init.npz missing in "
-                     + ("A" if wa is None else "B"), unit="max abs", first_step=0)
+        return Check(
+            "init_weights",
+            None,
+            0.0,
+            False,
+            "weights_init.npz missing in " + ("A" if wa is None else "B"),
+            unit="max abs",
+            first_step=0,
+        )
     problem = R.layout_problem(wa, wb)
     if problem:
         return Check("init_weights", math.inf, 0.0, False, problem, unit="max abs", first_step=0)
@@ -88,8 +115,15 @@ def check_init_weights(a: RunRecord, b: RunRecord) -> Check:
         detail = f"{n} element(s) differ in {', '.join(differing)}; largest in {worst}"
     else:
         detail = f"{len(diffs)} tensors bit-identical"
-    return Check("init_weights", value, 0.0, not differing, detail, unit="max abs",
-                 first_step=0 if differing else None)
+    return Check(
+        "init_weights",
+        value,
+        0.0,
+        not differing,
+        detail,
+        unit="max abs",
+        first_step=0 if differing else None,
+    )
 
 
 def check_lr(a: RunRecord, b: RunRecord, tol: Tolerance | None = None) -> Check:
@@ -115,8 +149,9 @@ def check_lr(a: RunRecord, b: RunRecord, tol: Tolerance | None = None) -> Check:
         detail = f"{len(steps)} steps equal"
     if note:
         detail += f"; {note}"
-    return Check("lr", worst, tol.lr_rel, passed, detail, unit="rel",
-                 first_step=_min_step(first, missing))
+    return Check(
+        "lr", worst, tol.lr_rel, passed, detail, unit="rel", first_step=_min_step(first, missing)
+    )
 
 
 def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
@@ -136,9 +171,15 @@ def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
             detail += f" (final {ma[steps[-1]]:g})"
     if note:
         detail += f"; {note}"
-    return Check(name, float(len(bad)), 0.0, not bad and not note and bool(steps), detail,
-                 unit="steps", first_step=_min_step(bad[0] if bad else None,
-                                                    _first_missing(set(ma), set(mb))))
+    return Check(
+        name,
+        float(len(bad)),
+        0.0,
+        not bad and not note and bool(steps),
+        detail,
+        unit="steps",
+        first_step=_min_step(bad[0] if bad else None, _first_missing(set(ma), set(mb))),
+    )
 
 
 def scale_rule_violation(rec: RunRecord) -> str | None:
@@ -235,8 +276,10 @@ def skip_differences(a: RunRecord, b: RunRecord) -> list[SkipDifference] | None:
 def _skip_note(diffs: list[SkipDifference]) -> str:
     parts = []
     for d in diffs:
-        text = (f"step {d.step}: {d.skipper} skipped, {d.other}'s gradient at {d.headroom:.2f} of "
-                f"the fp16 maximum under {d.skipper}'s scale")
+        text = (
+            f"step {d.step}: {d.skipper} skipped, {d.other}'s gradient at {d.headroom:.2f} of "
+            f"the fp16 maximum under {d.skipper}'s scale"
+        )
         if math.isfinite(d.skipper_amax):
             text += f", but {d.skipper}'s own gradient was finite ({d.skipper_amax:.3g})"
         parts.append(text + ("" if d.at_threshold else " (not at the overflow threshold)"))
@@ -258,9 +301,11 @@ def check_loss_scale(a: RunRecord, b: RunRecord) -> Check:
         if not early and not note:
             later = sum(1 for s in R.common_steps(ma, mb) if ma[s] != mb[s])
             c.passed, c.value, c.first_step = True, 0.0, None
-            c.detail = (f"identical up to step {parted}, where the skip decisions part at the fp16 "
-                        f"overflow threshold; after it each run's own decisions set its scale "
-                        f"({later} steps differ), by the rule")
+            c.detail = (
+                f"identical up to step {parted}, where the skip decisions part at the fp16 "
+                f"overflow threshold; after it each run's own decisions set its scale "
+                f"({later} steps differ), by the rule"
+            )
     for rec in (a, b):
         off = scale_rule_violation(rec)
         if off is not None:
@@ -278,8 +323,9 @@ def check_skipped(a: RunRecord, b: RunRecord) -> Check:
     if c.passed or not diffs:
         return c
     off = [d for d in diffs if not d.at_threshold]
-    note = _steps_note(set(R.step_map(a, "skipped")), set(R.step_map(b, "skipped")),
-                       *R.labels(a, b))
+    note = _steps_note(
+        set(R.step_map(a, "skipped")), set(R.step_map(b, "skipped")), *R.labels(a, b)
+    )
     c.value = float(len(off))
     c.passed = not off and not note
     c.first_step = off[0].step if off else None
@@ -287,12 +333,17 @@ def check_skipped(a: RunRecord, b: RunRecord) -> Check:
     # is not finite" on that run's path; a non-finite one away from the threshold is judged by the
     # one-step probes (either path may be the one that is off).
     by_label = dict(zip(R.labels(a, b), (a, b)))
-    c.culprits = sorted({path_name(by_label[d.skipper]) for d in off
-                         if math.isfinite(d.skipper_amax)})
-    c.detail = (f"{len(diffs)} step(s) differ, " + ("each at the fp16 overflow threshold"
-                                                     if not off else f"{len(off)} not at the overflow "
-                                                     "threshold") + f": {_skip_note(diffs)}"
-                + (f"; {note}" if note else ""))
+    c.culprits = sorted(
+        {path_name(by_label[d.skipper]) for d in off if math.isfinite(d.skipper_amax)}
+    )
+    c.detail = (
+        f"{len(diffs)} step(s) differ, "
+        + (
+            "each at the fp16 overflow threshold"
+            if not off
+            else f"{len(off)} not at the overflow threshold"
+        )
+        + f": {_skip_note(diffs)}"
+        + (f"; {note}" if note else "")
+    )
     return c
-
-

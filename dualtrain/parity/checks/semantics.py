@@ -22,41 +22,73 @@ from dualtrain.parity.tolerances import (
 
 # ---- semantics: the fp64 reference pair ------------------------------------------------------------
 
+
 def check_reference_loss(ref: Reference) -> Check:
     """Per-step |loss| difference of the fp64 pair over the whole run, against REFERENCE.loss_abs."""
     la, lb = R.labels(ref.a, ref.b)
     steps, diff = R.loss_diff(ref.a, ref.b)
     note = _steps_note(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")), la, lb)
     if steps.size == 0:
-        return Check("reference_loss", None, REFERENCE.loss_abs, False, "no common steps",
-                     unit="abs", group=SEMANTICS)
+        return Check(
+            "reference_loss",
+            None,
+            REFERENCE.loss_abs,
+            False,
+            "no common steps",
+            unit="abs",
+            group=SEMANTICS,
+        )
     diff = np.where(np.isnan(diff), np.inf, diff)
     over = diff > REFERENCE.loss_abs
     worst = int(np.argmax(diff))
     first = int(steps[np.argmax(over)]) if over.any() else None
-    detail = (f"fp64 pair, {steps.size} steps: max |loss diff| {_fmt(float(diff[worst]))} at step "
-              f"{int(steps[worst])}")
+    detail = (
+        f"fp64 pair, {steps.size} steps: max |loss diff| {_fmt(float(diff[worst]))} at step "
+        f"{int(steps[worst])}"
+    )
     if first is not None:
         at = float(diff[np.argmax(over)])
         detail += f"; first over {_fmt(REFERENCE.loss_abs)} at step {first} ({_fmt(at)})"
     if note:
         detail += f"; {note}"
-    return Check("reference_loss", float(diff[worst]), REFERENCE.loss_abs, first is None and not note,
-                 detail, unit="abs", first_step=_min_step(first, _first_missing(
-                     set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")))), group=SEMANTICS)
+    return Check(
+        "reference_loss",
+        float(diff[worst]),
+        REFERENCE.loss_abs,
+        first is None and not note,
+        detail,
+        unit="abs",
+        first_step=_min_step(
+            first, _first_missing(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")))
+        ),
+        group=SEMANTICS,
+    )
 
 
 def check_reference_weights(ref: Reference) -> Check:
     """Per-tensor relative difference of the fp64 pair's final weights, against REFERENCE.weights_rel."""
     wa, wb = R.load_final(ref.a), R.load_final(ref.b)
     if wa is None or wb is None:
-        return Check("reference_weights", None, REFERENCE.weights_rel, False,
-                     "weights_final.npz missing in the fp64 " + ("A" if wa is None else "B") + " run",
-                     unit="rel", group=SEMANTICS)
+        return Check(
+            "reference_weights",
+            None,
+            REFERENCE.weights_rel,
+            False,
+            "weights_final.npz missing in the fp64 " + ("A" if wa is None else "B") + " run",
+            unit="rel",
+            group=SEMANTICS,
+        )
     problem = R.layout_problem(wa, wb)
     if problem:
-        return Check("reference_weights", math.inf, REFERENCE.weights_rel, False, problem, unit="rel",
-                     group=SEMANTICS)
+        return Check(
+            "reference_weights",
+            math.inf,
+            REFERENCE.weights_rel,
+            False,
+            problem,
+            unit="rel",
+            group=SEMANTICS,
+        )
     rel = {k: (math.inf if math.isnan(v) else v) for k, v in R.rel_diff(wa, wb).items()}
     worst = max(rel, key=rel.__getitem__)
     bad = [k for k, v in rel.items() if v > REFERENCE.weights_rel]
@@ -66,8 +98,15 @@ def check_reference_weights(ref: Reference) -> Check:
         detail += "; the reference runs' final weights are not float64"
     if bad:
         detail += f"; over: {', '.join(bad)}"
-    return Check("reference_weights", rel[worst], REFERENCE.weights_rel,
-                 not bad and dtypes == ["float64"], detail, unit="rel", group=SEMANTICS)
+    return Check(
+        "reference_weights",
+        rel[worst],
+        REFERENCE.weights_rel,
+        not bad and dtypes == ["float64"],
+        detail,
+        unit="rel",
+        group=SEMANTICS,
+    )
 
 
 def check_reference_eval(ref: Reference) -> Check:
@@ -78,23 +117,40 @@ def check_reference_eval(ref: Reference) -> Check:
     steps = R.common_steps(loss_a, loss_b)
     note = _steps_note(set(loss_a), set(loss_b), la, lb)
     if not steps:
-        return Check("reference_eval", None, REFERENCE.eval_loss_abs, False, "no common eval steps",
-                     unit="abs", group=SEMANTICS)
+        return Check(
+            "reference_eval",
+            None,
+            REFERENCE.eval_loss_abs,
+            False,
+            "no common eval steps",
+            unit="abs",
+            group=SEMANTICS,
+        )
     diff = {s: abs(loss_a[s] - loss_b[s]) for s in steps}
     diff = {s: (math.inf if math.isnan(v) else v) for s, v in diff.items()}
     bad = [s for s in steps if diff[s] > REFERENCE.eval_loss_abs or acc_a.get(s) != acc_b.get(s)]
     worst = max(steps, key=diff.__getitem__)
     same_acc = all(acc_a.get(s) == acc_b.get(s) for s in steps)
-    detail = (f"fp64 pair, {len(steps)} evaluation(s): max |eval loss diff| {_fmt(diff[worst])} at step "
-              f"{worst}; accuracy {'identical' if same_acc else 'differs'} "
-              f"(final {100 * acc_a[steps[-1]]:.2f}%)")
+    detail = (
+        f"fp64 pair, {len(steps)} evaluation(s): max |eval loss diff| {_fmt(diff[worst])} at step "
+        f"{worst}; accuracy {'identical' if same_acc else 'differs'} "
+        f"(final {100 * acc_a[steps[-1]]:.2f}%)"
+    )
     if bad:
         s = bad[0]
-        detail += (f"; first over at step {s}: loss {loss_a[s]:.17g} vs {loss_b[s]:.17g}, accuracy "
-                   f"{100 * acc_a.get(s, math.nan):.2f}% vs {100 * acc_b.get(s, math.nan):.2f}%")
+        detail += (
+            f"; first over at step {s}: loss {loss_a[s]:.17g} vs {loss_b[s]:.17g}, accuracy "
+            f"{100 * acc_a.get(s, math.nan):.2f}% vs {100 * acc_b.get(s, math.nan):.2f}%"
+        )
     if note:
         detail += f"; {note}"
-    return Check("reference_eval", diff[worst], REFERENCE.eval_loss_abs, not bad and not note, detail,
-                 unit="abs", first_step=_min_step(bad[0] if bad else None,
-                                                  _first_missing(set(loss_a), set(loss_b))),
-                 group=SEMANTICS)
+    return Check(
+        "reference_eval",
+        diff[worst],
+        REFERENCE.eval_loss_abs,
+        not bad and not note,
+        detail,
+        unit="abs",
+        first_step=_min_step(bad[0] if bad else None, _first_missing(set(loss_a), set(loss_b))),
+        group=SEMANTICS,
+    )

@@ -41,8 +41,9 @@ def check_throughput(a: RunRecord, b: RunRecord) -> Check:
     tb = float(b.summary.get("train_samples_per_s") or 0.0)
     ratio = tb / ta if ta > 0 else math.nan
     detail = f"{la} {ta:,.0f} samples/s, {lb} {tb:,.0f} samples/s (informational)"
-    return Check("throughput", ratio, None, True, detail, unit=f"{lb}/{la}", informational=True,
-                 group=INFO)
+    return Check(
+        "throughput", ratio, None, True, detail, unit=f"{lb}/{la}", informational=True, group=INFO
+    )
 
 
 def is_fp64_pair(a: RunRecord, b: RunRecord) -> bool:
@@ -52,18 +53,32 @@ def is_fp64_pair(a: RunRecord, b: RunRecord) -> bool:
 def run_checks(a: RunRecord, b: RunRecord, ref: Reference | None = None) -> list[Check]:
     """Every check, in report order. Two fp64 runs are their own reference pair."""
     tol = tolerance_of(a, b)
-    checks = [check_spec(a, b), check_sharding(a, b), check_init_weights(a, b), check_lr(a, b, tol),
-              check_loss_scale(a, b), check_skipped(a, b)]
+    checks = [
+        check_spec(a, b),
+        check_sharding(a, b),
+        check_init_weights(a, b),
+        check_lr(a, b, tol),
+        check_loss_scale(a, b),
+        check_skipped(a, b),
+    ]
     fp64 = is_fp64_pair(a, b)
     if fp64:
         ref = Reference(a, b)
     if ref is not None:
-        checks += [check_reference_loss(ref), check_reference_weights(ref), check_reference_eval(ref)]
+        checks += [
+            check_reference_loss(ref),
+            check_reference_weights(ref),
+            check_reference_eval(ref),
+        ]
     else:
-        why = ("no fp64 reference pair (compare --config --reference none, or two run folders "
-               "without --reference-runs): semantics were not checked")
-        checks += [not_run(n, SEMANTICS, why)
-                   for n in ("reference_loss", "reference_weights", "reference_eval")]
+        why = (
+            "no fp64 reference pair (compare --config --reference none, or two run folders "
+            "without --reference-runs): semantics were not checked"
+        )
+        checks += [
+            not_run(n, SEMANTICS, why)
+            for n in ("reference_loss", "reference_weights", "reference_eval")
+        ]
     if fp64:
         why = "the runs are fp64: the reference checks are their result checks"
         checks += [not_run("trajectory", NUMERICS, why), not_run("final_weights", NUMERICS, why)]

@@ -42,13 +42,15 @@ class Comparison:
         return next(c for c in self.checks if c.name == name)
 
 
-def compare_records(a: RunRecord, b: RunRecord, reference: Reference | None = None,
-                    notes: list[str] | None = None) -> Comparison:
+def compare_records(
+    a: RunRecord, b: RunRecord, reference: Reference | None = None, notes: list[str] | None = None
+) -> Comparison:
     checks = run_checks(a, b, reference)
     if reference is None and is_fp64_pair(a, b):
         reference = Reference(a, b)
-    return Comparison(a, b, reference, tolerance_of(a, b), checks, diagnose(a, b, checks),
-                      list(notes or []))
+    return Comparison(
+        a, b, reference, tolerance_of(a, b), checks, diagnose(a, b, checks), list(notes or [])
+    )
 
 
 def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:
@@ -57,18 +59,28 @@ def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:
     from dualtrain.parity.tolerances import precision_of
 
     if precision_of(rec.spec) != "fp64":
-        raise UserError(f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "
-                        f"with {precision_of(rec.spec)}")
-    other = [k for k, _, _ in R.spec_differences(of.spec, rec.spec)
-             if not R.is_cosmetic(k) and not k.startswith("precision.")]
+        raise UserError(
+            f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "
+            f"with {precision_of(rec.spec)}"
+        )
+    other = [
+        k
+        for k, _, _ in R.spec_differences(of.spec, rec.spec)
+        if not R.is_cosmetic(k) and not k.startswith("precision.")
+    ]
     if other:
-        raise UserError(f"a reference run must be the compared run's spec in fp64; {ref_dir} differs in "
-                        f"{', '.join(other[:5])}. Received: {str(ref_dir)!r}")
+        raise UserError(
+            f"a reference run must be the compared run's spec in fp64; {ref_dir} differs in "
+            f"{', '.join(other[:5])}. Received: {str(ref_dir)!r}"
+        )
 
 
-def compare_dirs(run_a: str | Path, run_b: str | Path,
-                 reference: tuple[str | Path, str | Path] | None = None,
-                 notes: list[str] | None = None) -> Comparison:
+def compare_dirs(
+    run_a: str | Path,
+    run_b: str | Path,
+    reference: tuple[str | Path, str | Path] | None = None,
+    notes: list[str] | None = None,
+) -> Comparison:
     """Load finished run directories (UserError if one is not) and run every check. ``reference``:
     the fp64 runs of A's spec on A's backend and on B's backend."""
     a, b = read_run(run_a), read_run(run_b)

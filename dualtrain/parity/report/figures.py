@@ -20,6 +20,7 @@ from dualtrain.records.record import RunRecord
 
 # ---- figures -------------------------------------------------------------------------------------
 
+
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
@@ -68,8 +69,11 @@ def figures(cmp: Comparison) -> dict[str, str]:
         ax.plot(steps, pos(diff), ".", ms=2.5, label=f"|{la} fp64 - {lb} fp64|")
         ax.axhline(REFERENCE.loss_abs, color="k", ls="--", lw=0.9, label="bound (semantics)")
         ax.set_yscale("log")
-        ax.set(xlabel="step", ylabel="|loss difference|",
-               title="Reference pair (fp64): per-step |loss difference| (exact zeros not drawn)")
+        ax.set(
+            xlabel="step",
+            ylabel="|loss difference|",
+            title="Reference pair (fp64): per-step |loss difference| (exact zeros not drawn)",
+        )
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3, which="both")
         out["Reference pair (fp64): per-step |loss difference| (log scale)"] = _png(fig)
@@ -85,8 +89,11 @@ def figures(cmp: Comparison) -> dict[str, str]:
             ax.plot(t.steps, pos(t.rounding_b), lw=0.8, alpha=0.7, label=f"|{lb} - {lb} fp64|")
         ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance (numerics)")
         ax.set_yscale("log")
-        ax.set(xlabel="step", ylabel="|loss difference|",
-               title=f"{cmp.tolerance.precision}: per-step loss difference vs distance to fp64")
+        ax.set(
+            xlabel="step",
+            ylabel="|loss difference|",
+            title=f"{cmp.tolerance.precision}: per-step loss difference vs distance to fp64",
+        )
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3, which="both")
         out["Per-step |loss difference| (log scale)"] = _png(fig)
@@ -99,17 +106,28 @@ def figures(cmp: Comparison) -> dict[str, str]:
             ax.plot(steps, pos(np.array(dd["a"], float)), "o", ms=5, label=la)
             ax.plot(steps, pos(np.array(dd["b"], float)), "x", ms=6, label=lb)
             ax.plot(steps, dd["a_priori"], "k--", lw=0.9, label="a priori bound")
-            ax.axhline(dd["cross"][0], color="C0", ls=":", lw=0.9,
-                       label=f"cross bound ({la} {dd['summary']})")
-            ax.axhline(dd["cross"][1], color="C1", ls=":", lw=0.9,
-                       label=f"cross bound ({lb} {dd['summary']})")
+            ax.axhline(
+                dd["cross"][0],
+                color="C0",
+                ls=":",
+                lw=0.9,
+                label=f"cross bound ({la} {dd['summary']})",
+            )
+            ax.axhline(
+                dd["cross"][1],
+                color="C1",
+                ls=":",
+                lw=0.9,
+                label=f"cross bound ({lb} {dd['summary']})",
+            )
             ax.set_yscale("log")
             ax.set(xlabel="probe step", title=f"{c.name} ({'PASS' if c.passed else 'FAIL'})")
             ax.grid(alpha=0.3, which="both")
         axes[0][0].set_ylabel("relative error vs the fp64 step")
         axes[0][-1].legend(fontsize=7, loc="best")
-        fig.suptitle(f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)",
-                     y=1.03)
+        fig.suptitle(
+            f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)", y=1.03
+        )
         out["One-step errors against the fp64 step (log scale)"] = _png(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -129,8 +147,9 @@ def figures(cmp: Comparison) -> dict[str, str]:
         hit = sk > 0
         if hit.any():
             ys = dict(zip(x.tolist(), y.tolist(), strict=True))
-            ax.plot(xs[hit], [ys.get(s, np.nan) for s in xs[hit].tolist()], "x",
-                    label=f"{name} skipped")
+            ax.plot(
+                xs[hit], [ys.get(s, np.nan) for s in xs[hit].tolist()], "x", label=f"{name} skipped"
+            )
     ax.set_yscale("log", base=2)
     ax.set(xlabel="step", ylabel="loss scale", title="Loss scale (1 = no loss scaling)")
     ax.legend()

@@ -31,47 +31,66 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 """
 
 
-def html_report(cmp: Comparison, figs: dict[str, str] | None = None,
-                v: dict[str, Any] | None = None) -> str:
+def html_report(
+    cmp: Comparison, figs: dict[str, str] | None = None, v: dict[str, Any] | None = None
+) -> str:
     e = html.escape
     v = verdict(cmp) if v is None else v  # the report model (verdict.json's data)
     d = cmp.diagnosis
     figs = figures(cmp) if figs is None else figs
-    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
-             f"<title>dualtrain compare: {e(str(v['experiment']['name']))}: "
-             f"{'PASS' if cmp.passed else 'FAIL'}</title>",
-             f"<style>{_CSS}</style></head><body>",
-             f"<h1>dualtrain compare: {e(str(v['experiment']['name']))}</h1>",
-             f"<p class='verdict {'v-pass' if cmp.passed else 'v-fail'}'>{e(v['verdict'])}</p>",
-             "<table>" + "".join(f"<tr><th>{e(label)}</th><td>{e(str(v['experiment'][key]))}</td></tr>"
-                                 for label, key in _EXPERIMENT_ROWS) + "</table>",
-             "<details><summary>the spec (A's; spec.yaml of its run)</summary><pre>"
-             f"{e(_spec_yaml(v['experiment']['spec']))}</pre></details>",
-             "<table><tr><th>run</th><th>path</th><th>versions</th></tr>"]
+    parts = [
+        "<!DOCTYPE html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>dualtrain compare: {e(str(v['experiment']['name']))}: "
+        f"{'PASS' if cmp.passed else 'FAIL'}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>dualtrain compare: {e(str(v['experiment']['name']))}</h1>",
+        f"<p class='verdict {'v-pass' if cmp.passed else 'v-fail'}'>{e(v['verdict'])}</p>",
+        "<table>"
+        + "".join(
+            f"<tr><th>{e(label)}</th><td>{e(str(v['experiment'][key]))}</td></tr>"
+            for label, key in _EXPERIMENT_ROWS
+        )
+        + "</table>",
+        "<details><summary>the spec (A's; spec.yaml of its run)</summary><pre>"
+        f"{e(_spec_yaml(v['experiment']['spec']))}</pre></details>",
+        "<table><tr><th>run</th><th>path</th><th>versions</th></tr>",
+    ]
     for key, run in v["runs"].items():
         vers = ", ".join(f"{k} {val}" for k, val in v["versions"].get(key, {}).items())
-        parts.append(f"<tr><td>{e(key)}: {e(run['label'])}</td><td><code>{e(run['path'])}</code></td>"
-                     f"<td>{e(vers)}</td></tr>")
+        parts.append(
+            f"<tr><td>{e(key)}: {e(run['label'])}</td><td><code>{e(run['path'])}</code></td>"
+            f"<td>{e(vers)}</td></tr>"
+        )
     parts.append("</table>")
     parts.append(f"<h2>Checks</h2><p>Tolerance row: <b>{e(cmp.tolerance.precision)}</b>.</p>")
-    parts.append("<p>Groups: <b>records</b> (the inputs of the arithmetic, exact), <b>semantics</b> "
-                 "(the fp64 reference pair agrees to rounding), <b>numerics</b> (the requested precision: "
-                 "its drift against each backend's distance to its fp64 run, which describes; the "
-                 "one-step probes and the convergence check, which judge each backend's precision "
-                 "path).</p>")
-    parts.append("<table><tr><th>group</th><th>check</th><th>value</th><th>tolerance</th>"
-                 "<th>result</th><th>detail</th></tr>")
+    parts.append(
+        "<p>Groups: <b>records</b> (the inputs of the arithmetic, exact), <b>semantics</b> "
+        "(the fp64 reference pair agrees to rounding), <b>numerics</b> (the requested precision: "
+        "its drift against each backend's distance to its fp64 run, which describes; the "
+        "one-step probes and the convergence check, which judge each backend's precision "
+        "path).</p>"
+    )
+    parts.append(
+        "<table><tr><th>group</th><th>check</th><th>value</th><th>tolerance</th>"
+        "<th>result</th><th>detail</th></tr>"
+    )
     for c in cmp.checks:
         unit = f" {c.unit}" if c.unit and c.ran else ""
         tol = "-" if c.tolerance is None else f"&le; {e(fmt_value(c.tolerance))}"
         st = status(c)
-        parts.append(f"<tr><td>{e(c.group)}</td><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}"
-                     f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>")
+        parts.append(
+            f"<tr><td>{e(c.group)}</td><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}"
+            f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>"
+        )
     parts.append("</table>")
     local_rows = _local_rows(cmp)
     if local_rows:
-        parts.append(f"<h2>Precision path: one-step probes</h2><p>{e(_LOCAL_INTRO)}</p><table><tr>"
-                     + "".join(f"<th>{e(h)}</th>" for h in _local_head(cmp)) + "</tr>")
+        parts.append(
+            f"<h2>Precision path: one-step probes</h2><p>{e(_LOCAL_INTRO)}</p><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in _local_head(cmp))
+            + "</tr>"
+        )
         parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
         parts.append("</table>")
     parts.append("<h2>Diagnosis</h2>")
@@ -79,32 +98,50 @@ def html_report(cmp: Comparison, figs: dict[str, str] | None = None,
         parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")
     else:
         step = d.first_divergent_step if d.first_divergent_step is not None else "none"
-        parts.append(f"<p>Category: <b>{e(str(d.category))}</b>. First divergent step: "
-                     f"<b>{e(str(step))}</b>. Likely cause: <b>{e(str(d.cause))}</b>.</p><ul>")
-        parts += [f"<li>{e(c.kind)} ({'before training' if c.step == 0 else f'step {c.step}'}): "
-                  f"{e(c.evidence)}</li>" for c in d.causes]
+        parts.append(
+            f"<p>Category: <b>{e(str(d.category))}</b>. First divergent step: "
+            f"<b>{e(str(step))}</b>. Likely cause: <b>{e(str(d.cause))}</b>.</p><ul>"
+        )
+        parts += [
+            f"<li>{e(c.kind)} ({'before training' if c.step == 0 else f'step {c.step}'}): "
+            f"{e(c.evidence)}</li>"
+            for c in d.causes
+        ]
         parts.append("</ul>")
     if d.spec_differences:
         parts.append("<table><tr><th>spec field</th><th>A</th><th>B</th><th></th></tr>")
         for s in d.spec_differences:
             kind = "ignored (cosmetic)" if s["cosmetic"] else "changes the run"
-            parts.append(f"<tr><td>{e(s['field'])}</td><td>{e(repr(s['a']))}</td>"
-                         f"<td>{e(repr(s['b']))}</td><td>{kind}</td></tr>")
+            parts.append(
+                f"<tr><td>{e(s['field'])}</td><td>{e(repr(s['a']))}</td>"
+                f"<td>{e(repr(s['b']))}</td><td>{kind}</td></tr>"
+            )
         parts.append("</table>")
     if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
-        parts.append("<p>Final weights, most divergent tensors: " + ", ".join(
-            f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_parameters) + "</p>")
+        parts.append(
+            "<p>Final weights, most divergent tensors: "
+            + ", ".join(
+                f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_parameters
+            )
+            + "</p>"
+        )
     if d.top_gradients:
-        parts.append(f"<p>Gradients at step {d.gradient_step}, most divergent tensors: " + ", ".join(
-            f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_gradients) + "</p>")
+        parts.append(
+            f"<p>Gradients at step {d.gradient_step}, most divergent tensors: "
+            + ", ".join(f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_gradients)
+            + "</p>"
+        )
     if cmp.notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
     parts += _env_html(v)
     parts.append("<h2>Figures</h2>")
     for title, b64 in figs.items():
         parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
-    parts.append("<h2>Tolerance table</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in _TOL_HEAD)
-                 + "</tr>")
+    parts.append(
+        "<h2>Tolerance table</h2><table><tr>"
+        + "".join(f"<th>{e(h)}</th>" for h in _TOL_HEAD)
+        + "</tr>"
+    )
     for row in _tolerance_rows():
         parts.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in row) + "</tr>")
     parts.append("</table></body></html>")

@@ -14,37 +14,69 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
     v = verdict(cmp) if v is None else v  # the report model (verdict.json's data)
     d = cmp.diagnosis
     x = v["experiment"]
-    lines = [f"# dualtrain compare: {x['name']}: {'PASS' if cmp.passed else 'FAIL'}", "",
-             f"`{v['verdict']}`", "", "| experiment | |", "|---|---|"]
+    lines = [
+        f"# dualtrain compare: {x['name']}: {'PASS' if cmp.passed else 'FAIL'}",
+        "",
+        f"`{v['verdict']}`",
+        "",
+        "| experiment | |",
+        "|---|---|",
+    ]
     lines += [f"| {label} | {x[key]} |" for label, key in _EXPERIMENT_ROWS]
-    lines += ["", "<details><summary>the spec (A's; spec.yaml of its run)</summary>", "",
-              "```yaml", _spec_yaml(x["spec"]).rstrip(), "```", "", "</details>", "",
-              "| run | path |", "|---|---|"]
+    lines += [
+        "",
+        "<details><summary>the spec (A's; spec.yaml of its run)</summary>",
+        "",
+        "```yaml",
+        _spec_yaml(x["spec"]).rstrip(),
+        "```",
+        "",
+        "</details>",
+        "",
+        "| run | path |",
+        "|---|---|",
+    ]
     for key, run in v["runs"].items():
         lines.append(f"| {key}: {run['label']} | `{run['path']}` |")
-    lines += ["", f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md). Groups: "
-              "records (inputs, exact), semantics (the fp64 reference pair), numerics (the requested "
-              "precision: its drift against its distance to fp64, which describes; and the one-step probes and "
-              "the convergence check, which judge each backend's precision path).", "",
-              "| group | check | value | tolerance | result | detail |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md). Groups: "
+        "records (inputs, exact), semantics (the fp64 reference pair), numerics (the requested "
+        "precision: its drift against its distance to fp64, which describes; and the one-step probes and "
+        "the convergence check, which judge each backend's precision path).",
+        "",
+        "| group | check | value | tolerance | result | detail |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in cmp.checks:
         unit = f" {c.unit}" if c.unit and c.ran else ""
         tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
-        lines.append(f"| {c.group} | {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
-                     f"{c.detail.replace('|', chr(92) + '|')} |")
+        lines.append(
+            f"| {c.group} | {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
+            f"{c.detail.replace('|', chr(92) + '|')} |"
+        )
     local_rows = _local_rows(cmp)
     if local_rows:
         head = _local_head(cmp)
-        lines += ["", "## Precision path: one-step probes", "", _LOCAL_INTRO, "",
-                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += [
+            "",
+            "## Precision path: one-step probes",
+            "",
+            _LOCAL_INTRO,
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
         lines += ["| " + " | ".join(r) + " |" for r in local_rows]
     lines += ["", "## Diagnosis", ""]
     if d.passed:
         lines.append("All checks pass: the two runs agree within the tolerances.")
     else:
         step = d.first_divergent_step
-        lines.append(f"- first divergent step: "
-                     f"{step if step is not None else 'none (no per-step check failed)'}")
+        lines.append(
+            f"- first divergent step: "
+            f"{step if step is not None else 'none (no per-step check failed)'}"
+        )
         lines.append(f"- category: **{d.category}**")
         lines.append(f"- likely cause: **{d.cause}**")
         for cause in d.causes:
@@ -53,8 +85,10 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
     if d.spec_differences:
         lines += ["", "Spec differences:", "", "| field | A | B | |", "|---|---|---|---|"]
         for s in d.spec_differences:
-            lines.append(f"| {s['field']} | `{s['a']!r}` | `{s['b']!r}` | "
-                         f"{'ignored (cosmetic)' if s['cosmetic'] else 'changes the run'} |")
+            lines.append(
+                f"| {s['field']} | `{s['a']!r}` | `{s['b']!r}` | "
+                f"{'ignored (cosmetic)' if s['cosmetic'] else 'changes the run'} |"
+            )
     if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
         lines += ["", "Final weights, most divergent tensors (relative difference):", ""]
         lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_parameters]
@@ -64,6 +98,9 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
     lines += _env_markdown(v)
     if cmp.notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
-    lines += ["", ("Figures: see report.html (self-contained). How to read this report: "
-                   "docs/report.md."), ""]
+    lines += [
+        "",
+        ("Figures: see report.html (self-contained). How to read this report: docs/report.md."),
+        "",
+    ]
     return "\n".join(lines)

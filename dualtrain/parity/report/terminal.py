@@ -25,20 +25,29 @@ def terminal_summary(cmp: Comparison) -> str:
     if not d.passed:
         for c in d.causes:
             at = "before training" if c.step == 0 else (f"step {c.step}" if c.step else "")
-            out.append(f"  cause: {c.kind} ({at}): {c.evidence}" if at else f"  cause: {c.kind}: "
-                       f"{c.evidence}")
+            out.append(
+                f"  cause: {c.kind} ({at}): {c.evidence}"
+                if at
+                else f"  cause: {c.kind}: {c.evidence}"
+            )
         rel = [s for s in d.spec_differences if not s["cosmetic"]]
         if rel:
-            out.append("  spec differences: " + ", ".join(
-                f"{s['field']}: {s['a']!r} vs {s['b']!r}" for s in rel))
+            out.append(
+                "  spec differences: "
+                + ", ".join(f"{s['field']}: {s['a']!r} vs {s['b']!r}" for s in rel)
+            )
         if d.top_parameters and d.top_parameters[0]["rel_diff"] > 0:
-            out.append("  most divergent parameters: " + ", ".join(
-                f"{p['name']} ({p['rel_diff']:.3g})" for p in d.top_parameters[:3]))
+            out.append(
+                "  most divergent parameters: "
+                + ", ".join(f"{p['name']} ({p['rel_diff']:.3g})" for p in d.top_parameters[:3])
+            )
     env = environment(cmp)
     if env["differences"]:
         names = [d["fact"] for d in env["differences"]]
-        out.append(f"  environment differs in {len(names)} fact{'s' if len(names) > 1 else ''}: "
-                   f"{', '.join(names[:4])}{', ...' if len(names) > 4 else ''} (see the report)")
+        out.append(
+            f"  environment differs in {len(names)} fact{'s' if len(names) > 1 else ''}: "
+            f"{', '.join(names[:4])}{', ...' if len(names) > 4 else ''} (see the report)"
+        )
     for n in cmp.notes:
         out.append(f"  note: {n}")
     out.append(verdict_line(cmp))

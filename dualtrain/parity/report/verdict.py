@@ -19,6 +19,7 @@ from dualtrain.version import __version__
 
 # ---- formatting ----------------------------------------------------------------------------------
 
+
 def fmt_value(v: float | None) -> str:
     if v is None:
         return "-"
@@ -42,20 +43,25 @@ def status(c: Check) -> str:
 def verdict_line(cmp: Comparison) -> str:
     scored = [c for c in cmp.checks if not c.informational]
     n_pass = sum(c.passed for c in scored)
-    semantics = ("semantics checked against the fp64 reference pair" if cmp.reference is not None
-                 else "semantics NOT checked: no fp64 reference")
+    semantics = (
+        "semantics checked against the fp64 reference pair"
+        if cmp.reference is not None
+        else "semantics NOT checked: no fp64 reference"
+    )
     if cmp.passed:
         return f"verdict: PASS ({n_pass}/{len(scored)} checks; {semantics})"
     failed = ", ".join(cmp.diagnosis.failed_checks)
     category = cmp.diagnosis.category
     if cmp.diagnosis.culprits:
         category = f"{category}: {', '.join(cmp.diagnosis.culprits)}"
-    return (f"verdict: FAIL, {category} ({n_pass}/{len(scored)} checks; failed: {failed}); "
-            f"{cmp.diagnosis.summary()}")
-
+    return (
+        f"verdict: FAIL, {category} ({n_pass}/{len(scored)} checks; failed: {failed}); "
+        f"{cmp.diagnosis.summary()}"
+    )
 
 
 # ---- verdict.json --------------------------------------------------------------------------------
+
 
 def _versions(rec: RunRecord | None) -> dict[str, Any]:
     return dict(rec.summary.get("versions", {})) if rec is not None else {}
@@ -96,8 +102,11 @@ def experiment(cmp: Comparison) -> dict[str, Any]:
     data, opt = spec.get("data") or {}, spec.get("optimizer") or {}
     dist, train = spec.get("distribution") or {}, spec.get("train") or {}
     schedule = (opt.get("schedule") or {}).get("name", "constant")
-    extras = [f"{k} {opt[k]}" for k in ("momentum", "weight_decay", "clip_grad_norm")
-              if opt.get(k) not in (None, 0, 0.0, False)]
+    extras = [
+        f"{k} {opt[k]}"
+        for k in ("momentum", "weight_decay", "clip_grad_norm")
+        if opt.get(k) not in (None, 0, 0.0, False)
+    ]
     out = {
         "name": spec.get("name"),
         "model": _model_line(spec.get("model") or {}),
@@ -108,8 +117,9 @@ def experiment(cmp: Comparison) -> dict[str, Any]:
         "epochs": train.get("epochs"),
         "batch_size": data.get("batch_size"),
         "train_samples": data.get("train_limit") or "all (60,000)",
-        "optimizer": " ".join([str(opt.get("name")), f"lr {opt.get('lr')}", *extras,
-                               f"schedule {schedule}"]),
+        "optimizer": " ".join(
+            [str(opt.get("name")), f"lr {opt.get('lr')}", *extras, f"schedule {schedule}"]
+        ),
         "seed": spec.get("seed"),
         "spec": spec,
     }
@@ -118,11 +128,19 @@ def experiment(cmp: Comparison) -> dict[str, Any]:
     return out
 
 
-_EXPERIMENT_ROWS = (("spec", "name"), ("model", "model"), ("world size", "world_size"),
-                    ("tf strategy", "tf_strategy"), ("precision", "precision"), ("steps", "steps"),
-                    ("epochs", "epochs"), ("global batch", "batch_size"),
-                    ("training samples", "train_samples"), ("optimizer", "optimizer"),
-                    ("seed", "seed"))
+_EXPERIMENT_ROWS = (
+    ("spec", "name"),
+    ("model", "model"),
+    ("world size", "world_size"),
+    ("tf strategy", "tf_strategy"),
+    ("precision", "precision"),
+    ("steps", "steps"),
+    ("epochs", "epochs"),
+    ("global batch", "batch_size"),
+    ("training samples", "train_samples"),
+    ("optimizer", "optimizer"),
+    ("seed", "seed"),
+)
 
 
 def _spec_yaml(spec: dict[str, Any]) -> str:
@@ -133,7 +151,10 @@ def _spec_yaml(spec: dict[str, Any]) -> str:
 
 def verdict(cmp: Comparison) -> dict[str, Any]:
     la, lb = R.labels(cmp.a, cmp.b)
-    runs = {"a": {"label": la, "path": str(cmp.a.path)}, "b": {"label": lb, "path": str(cmp.b.path)}}
+    runs = {
+        "a": {"label": la, "path": str(cmp.a.path)},
+        "b": {"label": lb, "path": str(cmp.b.path)},
+    }
     ref = cmp.reference
     if ref is not None and ref.a is not cmp.a:
         runs["reference_a"] = {"label": f"{la} fp64", "path": str(ref.a.path)}
@@ -147,16 +168,25 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
         "precision": cmp.tolerance.precision,
         "tolerances": cmp.tolerance.as_dict(),
         "reference_bounds": REFERENCE.as_dict(),
-        "local_bounds": (LOCAL[cmp.tolerance.precision].as_dict()
-                         if cmp.tolerance.precision in LOCAL else None),
+        "local_bounds": (
+            LOCAL[cmp.tolerance.precision].as_dict() if cmp.tolerance.precision in LOCAL else None
+        ),
         "culprits": cmp.diagnosis.culprits,
         "checks": [c.as_dict() for c in cmp.checks],
         "diagnosis": cmp.diagnosis.as_dict(),
         "runs": runs,
-        "versions": {"dualtrain": __version__, "python": platform.python_version(),
-                     "numpy": np.__version__, "a": _versions(cmp.a), "b": _versions(cmp.b),
-                     **({"reference_a": _versions(ref.a), "reference_b": _versions(ref.b)}
-                        if ref is not None and "reference_a" in runs else {})},
+        "versions": {
+            "dualtrain": __version__,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "a": _versions(cmp.a),
+            "b": _versions(cmp.b),
+            **(
+                {"reference_a": _versions(ref.a), "reference_b": _versions(ref.b)}
+                if ref is not None and "reference_a" in runs
+                else {}
+            ),
+        },
         "environment": environment(cmp),
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
