@@ -1,11 +1,11 @@
 """Wall time of ``dualtrain compare`` with the one-step probes against the same compare before them.
 
-The probes (dualtrain.runtime.probes) add work to a compare: the fp64 torch run saves its state at a few
-steps, and both requested-precision runs replay one step from each after their training. This runs
-``dualtrain compare --config configs/mnist_mlp.yaml --world-size 2`` (2 epochs, the shipped config) from
-this checkout and from the commit before the probes (a temporary git worktree), alternately, and
-reports the median wall times and their ratio, measured side by side in one run (the machine is shared
-and noisy: never compare timings from different runs).
+The probes (dualtrain.runtime.probes) add work to a compare: the fp64 torch run saves its state at a
+few steps, and both requested-precision runs replay one step from each after their training. This
+runs ``dualtrain compare --config configs/mnist_mlp.yaml --world-size 2`` (2 epochs, the shipped
+config) from this checkout and from the commit before the probes (a temporary git worktree),
+alternately, and reports the median wall times and their ratio, measured side by side in one run
+(the machine is shared and noisy: never compare timings from different runs).
 
     python bench/bench_compare.py [--repeats 3] [--base REV] [--set KEY=VALUE ...]
 

@@ -2,20 +2,20 @@
 
     python bench/bench_tf.py [--repeat N] [--epochs E]
 
-Both sides train the MNIST MLP (784-256-128-10), global batch 128, world 2 (MirroredStrategy over two
-logical CPU devices), fp32, full MNIST in memory, each in its own subprocess:
+Both sides train the MNIST MLP (784-256-128-10), global batch 128, world 2 (MirroredStrategy over
+two logical CPU devices), fp32, full MNIST in memory, each in its own subprocess:
 
 * dualtrain: ``dualtrain run --backend tf --config configs/mnist_mlp.yaml --world-size 2`` with
-  ``tf.strategy=mirrored``; the figure is summary.json's ``train_samples_per_s`` (all training steps,
-  evaluation excluded; the step function is traced while the engine starts, so the trace is not in
-  it, but the first execution, with TF's graph optimisation, is).
+  ``tf.strategy=mirrored``; the figure is summary.json's ``train_samples_per_s`` (all training
+  steps, evaluation excluded; the step function is traced while the engine starts, so the trace is
+  not in it, but the first execution, with TF's graph optimisation, is).
 * Keras: ``model.fit(x, y, batch_size=128)`` on the same model and optimizer settings; the figure is
   (samples - 128) / (time from the end of the first batch to the end of the epoch), measured by a
   callback: Keras's first step (trace, graph optimisation, first execution) is excluded, as are
   evaluation and data-adapter setup.
 
-Prints both throughputs and their ratio (dualtrain / Keras; target >= 1.0). With --repeat N each side
-runs N times (alternating) and the median is reported.
+Prints both throughputs and their ratio (dualtrain / Keras; target >= 1.0). With --repeat N each
+side runs N times (alternating) and the median is reported.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ the result types load on first use (from :mod:`dualtrain.api`). Backends live in
 
 The package is laid out as the pipeline a run goes through, each folder importing only from the
 ones before it (tests/unit/test_boundaries.py): ``spec`` -> ``records`` -> ``core`` -> ``runtime``
--> ``launch`` -> ``backends`` -> ``parity`` -> ``driver`` -> ``api`` -> ``cli`` (docs/architecture.md).
+-> ``launch`` -> ``backends`` -> ``parity`` -> ``driver`` -> ``api`` -> ``cli``
+(docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from dualtrain.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("fp32", "fp16", "bf16")
-# world size -> strategies (both at world 2; otherwise alternate, so each appears at odd and even sizes)
+# world size -> strategies (both at world 2; otherwise alternate, so each appears at odd and even
+# sizes)
 WORLDS = {1: ("mirrored",), 2: ("mirrored", "multi_worker"), 3: ("multi_worker",), 4: ("mirrored",)}
 
 

@@ -38,7 +38,8 @@ class Runs:
         probe: probes.Role | None = None,
     ) -> Path:
         """The run's directory; ``env``: extra environment for its workers (the mutants' test hook);
-        ``probe``: its part in the one-step probes (dualtrain.runtime.probes), as compare sets it."""
+        ``probe``: its part in the one-step probes (dualtrain.runtime.probes), as compare sets
+        it."""
         spec = load_spec(config, ["train.log_every=1000000", *overrides])
         # keyed by the resolved spec, so tests that reach the same run by other overrides (another
         # order, a default spelled out) share it

@@ -4,14 +4,15 @@ reference pair still fails.
 
     python -m parity_tests.detection_power [--out DIR] [--only NAME ...] [--precision]
 
-Prints the Markdown table of docs/parity.md §7 (and writes it to DIR/detection_power.md). Each trial is
-one mutated fp64 tf run compared with the unmutated fp64 torch run of the same spec (the reference pair
-``dualtrain compare`` runs), through dualtrain.parity.compare_records. About 4 minutes on 2 cores.
+Prints the Markdown table of docs/parity.md §7 (and writes it to DIR/detection_power.md). Each trial
+is one mutated fp64 tf run compared with the unmutated fp64 torch run of the same spec (the
+reference pair ``dualtrain compare`` runs), through dualtrain.parity.compare_records. About 4
+minutes on 2 cores.
 
-``--precision``: the precision-path mutants (PRECISION_MUTANTS) instead, on both backends: each trial
-is the mutated backend's run at the mutant's precision against the other backend's unmutated run, both
-replaying the probes of one fp64 pair (as ``dualtrain compare --config`` makes them); detected means
-FAIL naming that backend's path. About 6 minutes.
+``--precision``: the precision-path mutants (PRECISION_MUTANTS) instead, on both backends: each
+trial is the mutated backend's run at the mutant's precision against the other backend's unmutated
+run, both replaying the probes of one fp64 pair (as ``dualtrain compare --config`` makes them);
+detected means FAIL naming that backend's path. About 6 minutes.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def trial(base: Path, name: str, size: float | None, reference: Path) -> dict:
 def smallest_detected(
     base: Path, name: str, reference: Path, start: float
 ) -> tuple[float | None, float]:
-    """Walk down by powers of ten from ``start``: (smallest detected size, first size not detected)."""
+    """Walk down by powers of ten from ``start``: (smallest detected size, first size not
+    detected)."""
     found, size = None, start
     while size >= 1e-17:
         if not trial(base, name, size, reference)["right_cause"]:
@@ -194,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         for spec, r in refs.items()
     }
     rows = [
-        "| mutant | at the issue's size: verdict, cause, first divergent step, fp64 max \\|Δloss\\| "
-        "| smallest size detected (next size down: not detected) |",
+        "| mutant | at the issue's size: verdict, cause, first divergent step, "
+        "fp64 max \\|Δloss\\| | smallest size detected (next size down: not detected) |",
         "|---|---|---|",
     ]
     for name in names:

@@ -3,16 +3,16 @@
 A mutant is applied through dualtrain's test hook: ``DUALTRAIN_TEST_HOOK=parity_tests.mutants:apply=
 [BACKEND/]NAME[:SIZE]`` makes every worker call :func:`apply` right before it builds its engine. A
 mutant changes one backend (tf unless BACKEND says torch; a worker of the other backend ignores it),
-by patching its engine or model builder inside that worker process; the run's records (spec, lr, ids)
-stay what the spec says, unless the mutant is about the records themselves (``swap_id``).
+by patching its engine or model builder inside that worker process; the run's records (spec, lr,
+ids) stay what the spec says, unless the mutant is about the records themselves (``swap_id``).
 
 Two kinds:
 
 * :data:`MUTANTS`, **semantic** mutants (tf only): they change what the backend computes in every
   precision, so the fp64 reference pair must fail, with the cause named here;
-* :data:`PRECISION_MUTANTS`, **precision-path** mutants (either backend): active only in runs of their
-  precision path (``path``), so the fp64 pair cannot see them; ``dualtrain compare`` must fail with
-  "numerics: <backend> <path> path", found by the one-step probes (dualtrain.parity.local).
+* :data:`PRECISION_MUTANTS`, **precision-path** mutants (either backend): active only in runs of
+  their precision path (``path``), so the fp64 pair cannot see them; ``dualtrain compare`` must fail
+  with "numerics: <backend> <path> path", found by the one-step probes (dualtrain.parity.local).
 
 parity_tests/test_mutants.py and test_precision_mutants.py apply each one;
 parity_tests/detection_power.py measures the smallest detected sizes (docs/parity.md §7).
@@ -39,7 +39,8 @@ class Mutant:
     spec: str
     """Which parity_tests.test_mutants spec exercises it."""
     seen_by: str = "reference_loss"
-    """The reference check that must fail (a mutant that changes only evaluation leaves the loss)."""
+    """The reference check that must fail (a mutant that changes only evaluation leaves the
+    loss)."""
 
 
 MUTANTS = {
@@ -211,8 +212,9 @@ PRECISION_SPEC = (
 
 SWAP_STEP = 3
 
-# 1,001 samples in global batches of 128 over 2 replicas: 7 full steps (64/64), then 105 samples split
-# 53/52 (a partial, uneven batch), 2 epochs; lr follows a cosine schedule; clipping at 0.5 is active.
+# 1,001 samples in global batches of 128 over 2 replicas: 7 full steps (64/64), then 105 samples
+# split 53/52 (a partial, uneven batch), 2 epochs; lr follows a cosine schedule; clipping at 0.5 is
+# active.
 DATA = (
     "data.train_limit=1001",
     "data.batch_size=128",
@@ -243,15 +245,16 @@ SPECS = {
         "optimizer.lr=0.05",
         "optimizer.momentum=0.9",
         "model.preset=null",
-        "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: batchnorm}, {type: relu}, "
-        "{type: maxpool2d, pool_size: 2}, {type: flatten}, {type: dense, units: 32}, "
+        "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, {type: batchnorm}, "
+        "{type: relu}, {type: maxpool2d, pool_size: 2}, {type: flatten}, {type: dense, units: 32}, "
         "{type: batchnorm}, {type: relu}, {type: dense, units: 10}]",
     ),
 }
 
 
 def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
-    """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at ``size``)."""
+    """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at
+    ``size``)."""
     from dualtrain.runtime.entry import TEST_HOOK
 
     root = str(Path(__file__).resolve().parent.parent)
@@ -265,7 +268,8 @@ def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str,
 
 
 def apply(backend: str, argument: str) -> None:
-    """The DUALTRAIN_TEST_HOOK entry: ``argument`` is [BACKEND/]NAME[:SIZE] (BACKEND: tf if absent)."""
+    """The DUALTRAIN_TEST_HOOK entry: ``argument`` is [BACKEND/]NAME[:SIZE] (BACKEND: tf if
+    absent)."""
     target, _, argument = argument.rpartition("/")
     if backend != (target or "tf"):
         return
@@ -284,7 +288,7 @@ def apply(backend: str, argument: str) -> None:
     globals()[f"_{name}"](size)
 
 
-# ---- the mutants (each patches the tf backend in this worker process) -------------------------------
+# ---- the mutants (each patches the tf backend in this worker process) ----------------------------
 
 
 def _engine():
@@ -294,8 +298,8 @@ def _engine():
 
 
 def _change_optimizer(**change) -> None:
-    """Build the engine from a spec whose optimizer differs; the TrainLoop keeps the real spec, so the
-    records (and the lr it hands in) are unchanged."""
+    """Build the engine from a spec whose optimizer differs; the TrainLoop keeps the real spec, so
+    the records (and the lr it hands in) are unchanged."""
     cls = _engine()
     init = cls.__init__
 
@@ -454,13 +458,13 @@ def _keras_bn_replica_stats(size: float) -> None:
         # weights (the first device's copy) stay replica 0's, only evaluation on replica 1 differs
         return [
             batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
-            for k, (r, stat) in enumerate(zip(self.running, stats))
+            for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
         ]
 
     cls._running_updates = mutated
 
 
-# ---- the precision-path mutants (each patches one backend, active only in its precision path) --------
+# ---- the precision-path mutants (each patches one backend, active only in its precision path) ----
 
 
 def _active(spec, path: str) -> bool:
@@ -578,7 +582,7 @@ def _tf_allreduce_low(path: str, size: float) -> None:
             def low(ctx, op, value, options=None):
                 if isinstance(value, list) and len(value) == n_params:  # the gradient all-reduce
                     out = all_reduce(ctx, op, [tf.cast(g, tf.float16) for g in value], options)
-                    return [tf.cast(g, v.dtype) for g, v in zip(out, value)]
+                    return [tf.cast(g, v.dtype) for g, v in zip(out, value, strict=True)]
                 return all_reduce(ctx, op, value, options)
 
             ctx_cls.all_reduce = low

@@ -1,13 +1,13 @@
 """BatchNorm means the same thing on both backends (docs/parity.md §9).
 
 * The fp64 reference pair of a CNN with batchnorm after a convolution (2d) and after a dense layer
-  (1d) agrees to the REFERENCE bounds, sync and unsync, world 1-3, mirrored and multi_worker, with an
-  uneven last batch (1,001 samples, batch 128: the last step holds 105) and, for sync, a last step
-  that leaves two of three replicas empty. The running statistics are in the compared weights, so
-  the pair agreeing also says the TF backend keeps replica 0's running statistics as DDP does.
+  (1d) agrees to the REFERENCE bounds, sync and unsync, world 1-3, mirrored and multi_worker, with
+  an uneven last batch (1,001 samples, batch 128: the last step holds 105) and, for sync, a last
+  step that leaves two of three replicas empty. The running statistics are in the compared weights,
+  so the pair agreeing also says the TF backend keeps replica 0's running statistics as DDP does.
 * ``sync: true`` is the statistics of the global batch: the same spec on 3 ranks and on 1 gives the
-  same fp64 trajectory, on each backend. ``sync: false`` at 3 ranks is a different model (each replica
-  normalises its own third), and the same comparison tells them apart.
+  same fp64 trajectory, on each backend. ``sync: false`` at 3 ranks is a different model (each
+  replica normalises its own third), and the same comparison tells them apart.
 * fp32 ``dualtrain compare`` PASSes for a CNN with dropout + batchnorm.
 """
 

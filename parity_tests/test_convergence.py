@@ -8,7 +8,8 @@ from parity_tests.conftest import ROOT
 
 
 def test_mlp_two_epochs_world_two(runs):
-    # configs/mnist_mlp.yaml as written: MLP, 2 epochs, world 2 (torch DDP gloo / TF MirroredStrategy)
+    # configs/mnist_mlp.yaml as written: MLP, 2 epochs, world 2 (torch DDP gloo / TF
+    # MirroredStrategy)
     a, b = read_run(runs("torch")), read_run(runs("tf"))
     acc_a, acc_b = a.summary["test_accuracy"], b.summary["test_accuracy"]
     print(f"MLP 2 epochs: torch {100 * acc_a:.2f}%, tf {100 * acc_b:.2f}%")
@@ -20,7 +21,8 @@ def test_mlp_two_epochs_world_two(runs):
 
 @pytest.mark.slow
 def test_mlp_fp64_converges_like_fp32(runs):
-    # The same 2-epoch spec in float64 (the reference pair dualtrain compare runs): same accuracy target.
+    # The same 2-epoch spec in float64 (the reference pair dualtrain compare runs): same accuracy
+    # target.
     ref = runs.reference()
     acc = {r.summary["backend"]: r.summary["test_accuracy"] for r in (ref.a, ref.b)}
     print(f"MLP 2 epochs fp64: torch {100 * acc['torch']:.2f}%, tf {100 * acc['tf']:.2f}%")

@@ -27,9 +27,9 @@ FP16_STEPS = 130
 
 
 def test_fp16_same_loss_scale_sequence(runs):
-    # A huge initial scale overflows the fp16 backward for the first steps (skipped, scale halved each
-    # time); a short growth interval then doubles the scale every 25 good steps until it overflows
-    # again, so the sequence has both kinds of events.
+    # A huge initial scale overflows the fp16 backward for the first steps (skipped, scale halved
+    # each time); a short growth interval then doubles the scale every 25 good steps until it
+    # overflows again, so the sequence has both kinds of events.
     overrides = (
         *SHORT,
         f"train.max_steps={FP16_STEPS}",

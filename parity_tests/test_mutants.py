@@ -1,6 +1,6 @@
 """Detection power: every semantic mutant of parity_tests/mutants.py makes the fp64 reference pair
-fail with the right cause, while the unmutated pair passes. The smallest detected sizes are measured by
-``python -m parity_tests.detection_power`` (the table in docs/parity.md §7)."""
+fail with the right cause, while the unmutated pair passes. The smallest detected sizes are measured
+by ``python -m parity_tests.detection_power`` (the table in docs/parity.md §7)."""
 
 import json
 
@@ -24,8 +24,8 @@ def test_unmutated_pair_passes(runs, spec):
 
 
 # momentum, weight_decay and adam_eps are the same kind of mutant as lr_scale (an optimizer constant
-# off by a little), keras_bn_replica_stats the same kind as keras_bn_variance: the slow set (CI) runs
-# them.
+# off by a little), keras_bn_replica_stats the same kind as keras_bn_variance: the slow set (CI)
+# runs them.
 SLOW_MUTANTS = ("momentum", "weight_decay", "adam_eps", "keras_bn_replica_stats")
 
 
@@ -51,9 +51,9 @@ def test_mutant_fails_with_its_cause(runs, name):
 
 @pytest.mark.slow
 def test_compare_cli_names_the_semantic_cause(tmp_path):
-    # lr x (1 + 1e-6) in the tf backend only, through the whole `dualtrain compare`: every check that
-    # fails is explained by the fp64 pair disagreeing, so the verdict is "semantics differ" (not
-    # "numerics") and the cause the reference pair.
+    # lr x (1 + 1e-6) in the tf backend only, through the whole `dualtrain compare`: every check
+    # that fails is explained by the fp64 pair disagreeing, so the verdict is "semantics differ"
+    # (not "numerics") and the cause the reference pair.
     out = tmp_path / "cmp"
     res = run_cli(
         "compare",

@@ -1,7 +1,7 @@
-"""New layers and optimizers mean the same thing on both backends: the fp64 reference pair of a model
-with every new layer (avgpool2d, global_avgpool, tanh, sigmoid, gelu in the exact erf form, dropout
-with hashed masks) and of adadelta / rmsprop (torch.optim in the torch backend, the same formulas
-written out in the TF one) agrees to the REFERENCE bounds, with uneven shards, mirrored and
+"""New layers and optimizers mean the same thing on both backends: the fp64 reference pair of a
+model with every new layer (avgpool2d, global_avgpool, tanh, sigmoid, gelu in the exact erf form,
+dropout with hashed masks) and of adadelta / rmsprop (torch.optim in the torch backend, the same
+formulas written out in the TF one) agrees to the REFERENCE bounds, with uneven shards, mirrored and
 multi_worker. Dropout masks that differed anywhere would put the pair O(1e-2) apart."""
 
 import pytest
@@ -70,7 +70,8 @@ CASES = {
 
 
 # In the slow set: rmsprop-plain-w1 (rmsprop-centered-momentum-w3 covers the rule) and
-# dropout-mlp-w3-multi_worker (dropout-cnn-w2 covers the masks, layers-w3-multi_worker the strategy).
+# dropout-mlp-w3-multi_worker (dropout-cnn-w2 covers the masks, layers-w3-multi_worker the
+# strategy).
 SLOW_CASES = ("rmsprop-plain-w1", "dropout-mlp-w3-multi_worker")
 
 

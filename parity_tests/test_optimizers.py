@@ -1,5 +1,5 @@
-"""Optimizer parity: the torch.optim update rules, reimplemented in the TF backend, agree step by step
-(with an lr schedule, nesterov, adam, adamw and global-norm clipping active)."""
+"""Optimizer parity: the torch.optim update rules, reimplemented in the TF backend, agree step by
+step (with an lr schedule, nesterov, adam, adamw and global-norm clipping active)."""
 
 import numpy as np
 import pytest
@@ -38,9 +38,10 @@ CASES = {
 }
 
 
-# All in the slow set (CI runs it): these whole-run fp32 drift bounds describe, they cannot fail with
-# a reference pair; the default suite judges the precision path with the one-step probes
-# (test_precision_mutants, tests/compare/test_compare_config.py) and the semantics with the fp64 pairs.
+# All in the slow set (CI runs it): these whole-run fp32 drift bounds describe, they cannot fail
+# with a reference pair; the default suite judges the precision path with the one-step probes
+# (test_precision_mutants, tests/compare/test_compare_config.py) and the semantics with the fp64
+# pairs.
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_optimizer_trajectories_agree(runs, case):

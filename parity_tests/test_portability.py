@@ -78,7 +78,8 @@ def test_verdict_holds_under_kernel_setting(tmp_path, setting, case):
     checks = {c["name"]: c for c in v["checks"]}
     print(
         f"{setting} {case}: {v['verdict']}; fp64 pair {checks['reference_loss']['value']:.2e} / "
-        f"{checks['reference_weights']['value']:.2e}; trajectory {checks['trajectory']['value']:.3g}"
+        f"{checks['reference_weights']['value']:.2e}; "
+        f"trajectory {checks['trajectory']['value']:.3g}"
         f" x rounding; final weights {checks['final_weights']['value']:.3g} x; local loss/grad/"
         f"update {checks['local_loss']['value']:.2f}/{checks['local_grad']['value']:.2f}/"
         f"{checks['local_update']['value']:.2f} x bound; convergence "

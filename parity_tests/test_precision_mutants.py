@@ -5,9 +5,9 @@ probes (dualtrain.parity.local) and, where training suffers, by the convergence 
 
 The runs are made as ``dualtrain compare --config`` makes them (the fp64 torch run records the probe
 states, the requested-precision runs replay them), shared between tests; the verdict comes from the
-real CLI, ``dualtrain compare A B --reference-runs REF_A REF_B``. The default suite plants one defect
-per precision path (fp32 on torch, fp16 on tf, bf16 on torch); the slow set runs every mutant on both
-backends and the unmutated pairs."""
+real CLI, ``dualtrain compare A B --reference-runs REF_A REF_B``. The default suite plants one
+defect per precision path (fp32 on torch, fp16 on tf, bf16 on torch); the slow set runs every mutant
+on both backends and the unmutated pairs."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ SPEC = (
 
 
 def _pair(runs, precision: str, mutant: str | None = None, backend: str | None = None):
-    """(torch run, tf run, fp64 torch, fp64 tf) of SPEC at ``precision``; ``mutant`` on ``backend``."""
+    """(torch run, tf run, fp64 torch, fp64 tf) of SPEC at ``precision``; ``mutant`` on
+    ``backend``."""
     ref_torch = runs("torch", *SPEC, "precision.dtype=fp64", probe=probes.RECORD)
     ref_tf = runs("tf", *SPEC, "precision.dtype=fp64")
     replay = probes.replay(ref_torch)

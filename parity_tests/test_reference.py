@@ -1,6 +1,6 @@
-"""The fp64 reference pair: the same spec in float64 on torch and on tf agrees to rounding (the bounds
-of dualtrain.parity.tolerances.REFERENCE, 1e-10) over every world size and strategy, with uneven and
-empty replicas on the last step, for the MLP and the CNN, SGD with momentum and AdamW.
+"""The fp64 reference pair: the same spec in float64 on torch and on tf agrees to rounding (the
+bounds of dualtrain.parity.tolerances.REFERENCE, 1e-10) over every world size and strategy, with
+uneven and empty replicas on the last step, for the MLP and the CNN, SGD with momentum and AdamW.
 
 This is the semantic check ``dualtrain compare`` runs; what it must catch is measured in
 parity_tests/test_mutants.py.
@@ -50,7 +50,8 @@ def assert_reference(ref):
         assert {a.dtype for a in w.values()} == {np.dtype(np.float64)}, run.path
         assert run.summary["precision"] == "fp64"
     print(
-        f"{ref.a.path.name}: {diff.size} steps, max |loss diff| {diff.max():.2e}; {checks[2].detail}"
+        f"{ref.a.path.name}: {diff.size} steps, max |loss diff| {diff.max():.2e}; "
+        f"{checks[2].detail}"
     )
     for c in checks:
         assert c.passed, c.detail

@@ -40,7 +40,8 @@ CASES = [  # (backend, tf strategy or None, signal, in the default suite)
 
 def default_sigint() -> None:
     """As a terminal starts a job: SIGINT at its default (a background job of a non-interactive
-    shell, e.g. a suite run with `&`, inherits it ignored, and a Ctrl-C test would then test nothing)."""
+    shell, e.g. a suite run with `&`, inherits it ignored, and a Ctrl-C test would then test
+    nothing)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

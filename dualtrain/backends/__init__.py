@@ -1,6 +1,7 @@
-"""Backend registry. Only ``dualtrain.backends.torch`` imports torch and only ``dualtrain.backends.tf``
-imports tensorflow/keras; each package's ``launch`` module is framework-free (the CLI process uses it
-to plan the worker processes without importing the framework).
+"""Backend registry. Only ``dualtrain.backends.torch`` imports torch and only
+``dualtrain.backends.tf`` imports tensorflow/keras; each package's ``launch`` module is
+framework-free (the CLI process uses it to plan the worker processes without importing the
+framework).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class LaunchModule(Protocol):
 
     @property
     def STDERR_NOISE(self) -> re.Pattern[bytes] | None:
-        """The workers' stderr lines the launcher leaves out (dualtrain.launch.local.run_workers)."""
+        """The workers' stderr lines the launcher leaves out
+        (dualtrain.launch.local.run_workers)."""
 
     def detect(self, env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
         """The external launcher that started this process as one rank, if any (reads only)."""

@@ -1,4 +1,5 @@
-"""Spec-related options shared by ``run`` and ``compare``: --config, --world-size, --precision, --set."""
+"""Spec-related options shared by ``run`` and ``compare``: --config, --world-size, --precision,
+--set."""
 
 from __future__ import annotations
 

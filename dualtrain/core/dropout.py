@@ -1,15 +1,17 @@
-"""Dropout masks defined once: a counter-based hash of (seed, global step, sample id, layer, element).
+"""Dropout masks defined once: a counter-based hash of (seed, global step, sample id, layer,
+element).
 
 Neither framework's RNG is involved. Each backend computes the mask in its own graph, with integer
 arithmetic only, by calling :func:`keep` with a tiny array namespace (:class:`IntOps`: three
-bitwise functions; ``*`` on int64 tensors does the rest), so the masks are bit-identical on torch and
-TF. Because the mask of an element depends on its sample's id, not on the replica that holds the sample
-or on the world size, a sample gets the same mask whatever the strategy, the world size or a resume
-(unlike Keras under tf.distribute, where the mirrored seed generator gives every replica the same mask).
+bitwise functions; ``*`` on int64 tensors does the rest), so the masks are bit-identical on torch
+and TF. Because the mask of an element depends on its sample's id, not on the replica that holds the
+sample or on the world size, a sample gets the same mask whatever the strategy, the world size or a
+resume (unlike Keras under tf.distribute, where the mirrored seed generator gives every replica the
+same mask).
 
-The hash: every value is kept in [0, 2**32) in int64. ``mix`` is a 32-bit integer finalizer (xorshift,
-multiply, xorshift, multiply, xorshift) whose multipliers are odd and below 2**31, so no product
-reaches 2**63 (no signed overflow in either framework). Inputs are chained:
+The hash: every value is kept in [0, 2**32) in int64. ``mix`` is a 32-bit integer finalizer
+(xorshift, multiply, xorshift, multiply, xorshift) whose multipliers are odd and below 2**31, so no
+product reaches 2**63 (no signed overflow in either framework). Inputs are chained:
 ``h = mix(mix(mix(mix(SALT ^ seed) ^ step) ^ sample_id) ^ layer)``, then per element
 ``mix(h ^ element)``. An element is kept when the top 24 bits of that are >= round(rate * 2**24);
 kept values are scaled by 1 / (1 - rate) (inverted dropout). ``element`` counts the layer input's
@@ -66,7 +68,8 @@ def keep(
     """Boolean mask (len(ids), len(elements)): True where the element is kept at dropout ``rate``.
 
     ``step``: int64 scalar tensor (the 1-based global step); ``ids``: int64 vector of sample ids;
-    ``elements``: int64 vector of canonical element indices. ``seed`` and ``layer`` are Python ints."""
+    ``elements``: int64 vector of canonical element indices. ``seed`` and ``layer`` are Python
+    ints."""
     h = mix(ops, ops.xor(ops.and_(step, MASK32), _seed_hash(seed)))
     h = mix(ops, ops.xor(ops.and_(ids, MASK32), h))
     h = mix(ops, ops.xor(h, layer & MASK32))

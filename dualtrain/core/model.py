@@ -3,7 +3,8 @@
 The canonical layout is PyTorch's ``nn.Sequential`` state dict over the resolved layer list:
 parameter ``"{i}.weight"`` / ``"{i}.bias"`` for layer ``i``; dense weights are (out, in), conv2d
 weights are OIHW, and ``flatten`` after a convolution uses C,H,W order. The TF backend converts to
-Keras layouts (kernel transposed, HWIO, H,W,C flatten) when it loads the arrays; see docs/weights.md.
+Keras layouts (kernel transposed, HWIO, H,W,C flatten) when it loads the arrays; see
+docs/weights.md.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ class ResolvedLayer:
     inside residual block 3 (torch's module path)."""
     uid: int = 0
     """A number unique to this layer in the model (dropout masks hash it): the index for a top-level
-    layer; ``(block + 1) * 1000 + j`` for body layer j of residual block ``block``, ``+ 500 + j`` for
-    shortcut layer j."""
+    layer; ``(block + 1) * 1000 + j`` for body layer j of residual block ``block``, ``+ 500 + j``
+    for shortcut layer j."""
     buffers: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    """(canonical name, shape) of state that is not trained (batchnorm: running_mean, running_var)."""
+    """(canonical name, shape) of state that is not trained (batchnorm: running_mean,
+    running_var)."""
     body: tuple[ResolvedLayer, ...] = ()
     shortcut: tuple[ResolvedLayer, ...] = ()
 
@@ -60,7 +62,8 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
 
 
 def walk(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...]):
-    """Every resolved layer in canonical order: a residual block, then its body, then its shortcut."""
+    """Every resolved layer in canonical order: a residual block, then its body, then its
+    shortcut."""
     for r in layers:
         yield r
         yield from walk(r.body)
@@ -189,7 +192,8 @@ def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
 
 
 def where(prefix: str) -> str:
-    """The spec path of a layer from its canonical prefix: "3.body.1" -> "model.layers[3].body[1]"."""
+    """The spec path of a layer from its canonical prefix: "3.body.1" ->
+    "model.layers[3].body[1]"."""
     parts = prefix.split(".")
     return "model.layers" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
 
@@ -213,7 +217,7 @@ def cancelled_biases(model: ModelSpec) -> list[tuple[ResolvedLayer, ResolvedLaye
     out = []
 
     def scan(layers):
-        for prev, nxt in zip(layers, layers[1:]):
+        for prev, nxt in zip(layers, layers[1:], strict=False):  # consecutive pairs
             if (
                 prev.spec.type in (LayerType.DENSE, LayerType.CONV2D)
                 and prev.spec.bias

@@ -1,22 +1,24 @@
 """The sharding plan: which sample ids every replica trains on at every step (framework-free).
 
-Both backends feed exactly these ids; neither a DataLoader sampler nor tf.data auto-sharding decides.
+Both backends feed exactly these ids; neither a DataLoader sampler nor tf.data auto-sharding
+decides.
 
 Epoch order
-    ``shuffle``: the permutation ``torch.randperm(N, generator=Generator().manual_seed(seed + epoch))``,
-    reproduced bit for bit in NumPy (MT19937 + the same Fisher-Yates loop), so the order equals
-    DistributedSampler's. No shuffle: ``0..N-1``.
+    ``shuffle``: the permutation
+    ``torch.randperm(N, generator=Generator().manual_seed(seed + epoch))``, reproduced bit for bit
+    in NumPy (MT19937 + the same Fisher-Yates loop), so the order equals DistributedSampler's. No
+    shuffle: ``0..N-1``.
 
 Mode ``exact`` (default)
-    Global step k takes ``order[k*B:(k+1)*B]``. Every sample appears exactly once per epoch; a partial
-    last batch is kept (``last_batch: keep``) or dropped. A global batch of n ids is split into
-    contiguous, balanced pieces: replica r gets ``n // W`` ids, plus one if ``r < n % W``. When
+    Global step k takes ``order[k*B:(k+1)*B]``. Every sample appears exactly once per epoch; a
+    partial last batch is kept (``last_batch: keep``) or dropped. A global batch of n ids is split
+    into contiguous, balanced pieces: replica r gets ``n // W`` ids, plus one if ``r < n % W``. When
     ``n < W`` the trailing replicas get none.
 
 Mode ``torch_sampler``
     ``DistributedSampler(num_replicas=W, rank=r, shuffle, seed, drop_last)`` feeding a
-    ``DataLoader(batch_size=B // W, drop_last)``, with ``drop_last = (last_batch == "drop")`` for both:
-    the order is padded by repeating its head (or truncated) to a multiple of W, rank r takes
+    ``DataLoader(batch_size=B // W, drop_last)``, with ``drop_last = (last_batch == "drop")`` for
+    both: the order is padded by repeating its head (or truncated) to a multiple of W, rank r takes
     ``order[r::W]`` and cuts it into batches of ``B // W``. Padded samples are seen twice per epoch.
 """
 
@@ -36,9 +38,9 @@ from dualtrain.spec import Experiment, LastBatch, Sharding
 def torch_randperm(n: int, seed: int) -> np.ndarray:
     """``torch.randperm(n, generator=torch.Generator().manual_seed(seed))`` on CPU, in NumPy.
 
-    torch's CPU randperm runs Fisher-Yates with ``mt19937() % (n - i)``; torch seeds mt19937 with the
-    low 32 bits of the seed, like NumPy's legacy MT19937 seeding. Checked against torch in the tests
-    for n < 2**24 (larger n may take another path in torch).
+    torch's CPU randperm runs Fisher-Yates with ``mt19937() % (n - i)``; torch seeds mt19937 with
+    the low 32 bits of the seed, like NumPy's legacy MT19937 seeding. Checked against torch in the
+    tests for n < 2**24 (larger n may take another path in torch).
     """
     bits = np.random.MT19937()
     bits._legacy_seeding(seed & 0xFFFFFFFF)
@@ -152,7 +154,8 @@ class ShardPlan:
         return [order[r : total : self.world_size] for r in range(self.world_size)]
 
     def digests(self, epoch: int) -> list[list[tuple[str, int]]]:
-        """[(digest, count) per replica] for every step of ``epoch``: what shards.jsonl must record."""
+        """[(digest, count) per replica] for every step of ``epoch``: what shards.jsonl must
+        record."""
         return [[(shard_digest(ids), len(ids)) for ids in step] for step in self.epoch(epoch)]
 
 
@@ -176,7 +179,8 @@ def split_balanced(batch: np.ndarray, world_size: int) -> list[np.ndarray]:
 
 
 def eval_shards(num_samples: int, world_size: int) -> list[tuple[int, int]]:
-    """Evaluation split: replica r scores the contiguous range [start, stop) (balanced, disjoint)."""
+    """Evaluation split: replica r scores the contiguous range [start, stop) (balanced,
+    disjoint)."""
     base, rem = divmod(num_samples, world_size)
     out, start = [], 0
     for r in range(world_size):

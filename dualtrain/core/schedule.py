@@ -2,9 +2,9 @@
 
 ``step`` is the 0-based index of the training step (iteration), counted whether or not loss scaling
 skipped the update, so the lr sequence depends only on the spec and never on a framework's optimizer
-counter (Keras counts only applied updates; see docs/parity.md). With ``schedule.interval: epoch`` the
-same formulas run on the epoch index (``step // steps_per_epoch``) and the number of epochs: the lr is
-constant within an epoch, as with a torch scheduler stepped after each epoch
+counter (Keras counts only applied updates; see docs/parity.md). With ``schedule.interval: epoch``
+the same formulas run on the epoch index (``step // steps_per_epoch``) and the number of epochs: the
+lr is constant within an epoch, as with a torch scheduler stepped after each epoch
 (pytorch/examples mnist: ``StepLR(step_size=1, gamma=0.7)``).
 """
 

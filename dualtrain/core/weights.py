@@ -1,13 +1,13 @@
 """Initial weights, generated once in NumPy and loaded into both backends.
 
-Layout: the canonical layout of :mod:`dualtrain.core.model` (PyTorch ``nn.Sequential`` state dict). Initial
-weights are float32 (an fp64 run starts from the same float32 values, exactly widened); a weights file
-holds float32 or float64 arrays (an fp64 run's final weights and gradients stay float64).
-Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights
-and biases, drawn from ``numpy.random.Generator(PCG64(SeedSequence([seed, 0x57])))`` in layer order,
-weight before bias, in float64 then rounded to float32 (a residual block's layers in canonical order:
-body, then shortcut). BatchNorm starts as torch's does and draws nothing: weight 1, bias 0,
-running_mean 0, running_var 1. Neither framework's RNG is involved, so the
+Layout: the canonical layout of :mod:`dualtrain.core.model` (PyTorch ``nn.Sequential`` state dict).
+Initial weights are float32 (an fp64 run starts from the same float32 values, exactly widened); a
+weights file holds float32 or float64 arrays (an fp64 run's final weights and gradients stay
+float64). Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+for weights and biases, drawn from ``numpy.random.Generator(PCG64(SeedSequence([seed, 0x57])))`` in
+layer order, weight before bias, in float64 then rounded to float32 (a residual block's layers in
+canonical order: body, then shortcut). BatchNorm starts as torch's does and draws nothing: weight 1,
+bias 0, running_mean 0, running_var 1. Neither framework's RNG is involved, so the
 same seed gives bit-identical starting points in PyTorch and TensorFlow.
 """
 
@@ -55,7 +55,8 @@ def initial_weights(model: ModelSpec, seed: int) -> Weights:
 
 def worker_initial_weights(model: ModelSpec, seed: int, run_dir: str | Path | None) -> Weights:
     """What a worker starts from: the run directory's weights_init.npz (written before launch), or,
-    for a rank with no run directory (external launcher, not the chief), the same arrays regenerated."""
+    for a rank with no run directory (external launcher, not the chief), the same arrays
+    regenerated."""
     path = Path(run_dir) / WEIGHTS_INIT if run_dir is not None else None
     if path is not None and path.is_file():
         return load_weights(path)

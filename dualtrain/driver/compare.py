@@ -4,15 +4,16 @@ Layout of OUT::
 
     OUT/fp64-torch/      the reference pair: the same spec in float64 on torch (it also records
                          the states the one-step probes start from: fp64-torch/probes/) ...
-    OUT/fp64-tf/         ... and on tf (absent with --reference none, or when the spec is fp64 itself)
+    OUT/fp64-tf/         ... and on tf (absent with --reference none, or when the spec is fp64
+                         itself)
     OUT/torch/           the torch run (the requested precision; torch/probes/: its one-step probes)
     OUT/tf/              the tf run
     OUT/verdict.json, report.md, report.html
 
-Each backend runs in its own worker processes (``dualtrain.driver.runs.start_run``); this process never
-imports a framework. The reference pair answers "do the two backends compute the same training run?"
-to rounding (the semantic check), and each run's distance to its own fp64 run is the noise model of
-the numerics checks (dualtrain.parity.checks).
+Each backend runs in its own worker processes (``dualtrain.driver.runs.start_run``); this process
+never imports a framework. The reference pair answers "do the two backends compute the same training
+run?" to rounding (the semantic check), and each run's distance to its own fp64 run is the noise
+model of the numerics checks (dualtrain.parity.checks).
 """
 
 from __future__ import annotations
@@ -367,7 +368,7 @@ def compare_backends(
         for i, run in enumerate(runs)
     )
     notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({timings})")
-    by = {run.label: d for run, d in zip(runs, dirs)}
+    by = {run.label: d for run, d in zip(runs, dirs, strict=True)}
     cmp = compare_dirs(
         by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None, notes
     )

@@ -1,11 +1,12 @@
 """``dualtrain run --dry-run``: every check the run would make, and the plan it would follow, with
 nothing written and nothing started (framework-free).
 
-The plan is :func:`dualtrain.driver.runs.resolve_run`'s, the very object :func:`dualtrain.driver.runs.start_run`
-carries out: the launcher (local, torchrun, Kubeflow, TF_CONFIG, Slurm), the world size the launcher
-imposes, the restart point of an external worker, the spec checks (:func:`dualtrain.driver.validate.validate`:
-model shapes, the data and its content, initial weights, batch sizes, the device), the checkpoint
-of ``--resume-from`` and the run directory. This module only turns it into JSON and text.
+The plan is :func:`dualtrain.driver.runs.resolve_run`'s, the very object
+:func:`dualtrain.driver.runs.start_run` carries out: the launcher (local, torchrun, Kubeflow,
+TF_CONFIG, Slurm), the world size the launcher imposes, the restart point of an external worker, the
+spec checks (:func:`dualtrain.driver.validate.validate`: model shapes, the data and its content,
+initial weights, batch sizes, the device), the checkpoint of ``--resume-from`` and the run
+directory. This module only turns it into JSON and text.
 """
 
 from __future__ import annotations

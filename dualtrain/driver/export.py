@@ -1,4 +1,5 @@
-"""``dualtrain export``: a finished run's model in each framework's own form, usable without dualtrain.
+"""``dualtrain export``: a finished run's model in each framework's own form, usable without
+dualtrain.
 
 Each backend writes its own form in its own process (``python -m dualtrain.backends.<b>.tools
 export``): ``--format torch`` (backends/torch/export.py): ``model.safetensors``, the state dict in

@@ -1,7 +1,8 @@
 """Start a run: validate, create the run directory, launch the backend's workers (framework-free).
 
-``start_run`` is what ``dualtrain run`` and ``dualtrain compare`` call. Everything that can be a user
-mistake is checked before the run directory is created, so a rejected run leaves nothing behind.
+``start_run`` is what ``dualtrain run`` and ``dualtrain compare`` call. Everything that can be a
+user mistake is checked before the run directory is created, so a rejected run leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -93,8 +94,9 @@ def resolve_run(
             if out is not None
             else (
                 (
-                    "no --out: rank 0 writes a new timestamped folder, so a restarted worker cannot find "
-                    "the run's checkpoints; give every replica the same --out on shared storage"
+                    "no --out: rank 0 writes a new timestamped folder, so a restarted worker "
+                    "cannot find the run's checkpoints; give every replica the same --out on "
+                    "shared storage"
                 ),
             )
         )
@@ -151,16 +153,17 @@ def start_run(
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run ``spec`` on ``backend``; return (run_dir, summary).
 
-    Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), inside a TF_CONFIG cluster or
-    as one task of a multi-task srun step, this process is one worker: rank 0 writes the run
+    Launched by torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set), inside a TF_CONFIG cluster
+    or as one task of a multi-task srun step, this process is one worker: rank 0 writes the run
     directory, the others return (None, {}). Under Slurm the torchrun variables / TF_CONFIG derived
-    from Slurm's (dualtrain/launch/cluster.py) are exported into os.environ before this process becomes
-    the rank. Otherwise dualtrain launches ``world_size`` local workers itself.
+    from Slurm's (dualtrain/launch/cluster.py) are exported into os.environ before this process
+    becomes the rank. Otherwise dualtrain launches ``world_size`` local workers itself.
 
     ``resume_from``: a checkpoint folder (of either backend) this new run continues from; its
     records up to the checkpoint are copied in, so the run reads as one run of ``spec``.
 
-    ``probe``: the run's part in compare's one-step probes (dualtrain.runtime.probes), passed to the workers.
+    ``probe``: the run's part in compare's one-step probes (dualtrain.runtime.probes), passed to the
+    workers.
     """
     plan = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
     launch = launch_module(backend)

@@ -4,21 +4,22 @@
 something else launched. This module reads that something from the environment:
 
 * **torchrun** (and anything that sets torchrun's variables: the Kubeflow PyTorchJob operator, a
-  hand-written script): ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` [, ``LOCAL_RANK``].
+  hand-written script): ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``
+  [, ``LOCAL_RANK``].
 * **TF_CONFIG** (Kubeflow TFJob, a hand-written cluster spec): parsed by the tf backend's launch
   module; :func:`tf_config_launcher` describes it.
 * **Slurm**: a task started by ``srun`` (one task per replica) *without* torchrun. Slurm's variables
   are turned into torchrun's (torch) or into a ``TF_CONFIG`` (tf), which :func:`apply` exports into
   ``os.environ`` before the worker starts, so the workers see one interface whoever launched them.
 
-Slurm detection follows PyTorch Lightning's ``SLURMEnvironment`` (``SLURM_NTASKS`` present and the job
-not named ``bash``/``interactive``; ``MASTER_ADDR`` = the first node, ``MASTER_PORT`` =
+Slurm detection follows PyTorch Lightning's ``SLURMEnvironment`` (``SLURM_NTASKS`` present and the
+job not named ``bash``/``interactive``; ``MASTER_ADDR`` = the first node, ``MASTER_PORT`` =
 ``MASTER_PORT`` or 15000 + the last four digits of ``SLURM_JOB_ID``) and TensorFlow's
 ``SlurmClusterResolver`` (the step's node list and tasks per node, one port per task on a node:
 base + ``SLURM_LOCALID``), with three guards Lightning leaves out:
 
-* only a job **step** counts: ``SLURM_STEP_ID`` (or the older ``SLURM_STEPID``) must be a step number.
-  Slurm sets it for every ``srun`` task and not for the batch script itself (which also has
+* only a job **step** counts: ``SLURM_STEP_ID`` (or the older ``SLURM_STEPID``) must be a step
+  number. Slurm sets it for every ``srun`` task and not for the batch script itself (which also has
   ``SLURM_PROCID=0`` and ``SLURM_NTASKS=N`` but runs once: ``env_array_for_batch_job`` in Slurm's
   ``src/common/env.c`` sets no step variables), nor for the ``extern``/``batch``/``interactive``
   pseudo-steps (their ids are the reserved values 0xfffffff0 and up);
@@ -44,12 +45,14 @@ from dualtrain.errors import UserError
 
 TORCH_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SLURM_SWITCH = "DUALTRAIN_SLURM"
-"""``0``/``off``/``false``/``no``: never treat an srun task as a replica (launch locally instead)."""
+"""``0``/``off``/``false``/``no``: never treat an srun task as a replica (launch locally
+instead)."""
 TF_PORT_BASE = "DUALTRAIN_TF_PORT_BASE"
 """Under Slurm, the first TF worker port on every node (default: the torch ``MASTER_PORT`` rule)."""
 #: Lightning's MASTER_PORT rule: 15000 + the last four digits of SLURM_JOB_ID (12910 without one).
 PORT_OFFSET, PORT_NO_JOB = 15000, 12910
-#: Slurm's reserved step ids (batch script, extern, interactive, pending, ...) are 0xfffffff0 and up.
+#: Slurm's reserved step ids (batch script, extern, interactive, pending, ...) are 0xfffffff0 and
+#: up.
 _RESERVED_STEP = 0xFFFFFFF0
 #: Lightning's interactive-job rule: a job named like this is someone's shell, not a training step.
 INTERACTIVE_JOB_NAMES = ("bash", "interactive")
@@ -110,8 +113,8 @@ def expand_hostlist(text: str) -> list[str]:
     """Expand a Slurm hostlist: ``node[01-03,07],gpu5`` -> node01 node02 node03 node07 gpu5.
 
     Order is kept and nothing is deduplicated (the order is the order of the step's nodes). A range
-    keeps the zero padding of its lower bound (``n[08-10]`` -> n08 n09 n10); several bracket groups in
-    one name expand as a product, the first outermost (``r[1-2]n[1-2]`` -> r1n1 r1n2 r2n1 r2n2);
+    keeps the zero padding of its lower bound (``n[08-10]`` -> n08 n09 n10); several bracket groups
+    in one name expand as a product, the first outermost (``r[1-2]n[1-2]`` -> r1n1 r1n2 r2n1 r2n2);
     whitespace separates names too. Raises ValueError on anything else."""
     hosts: list[str] = []
     for name in _split_top(text):
@@ -209,7 +212,9 @@ class SlurmTask:
 
     def task_hosts(self) -> list[tuple[str, int]]:
         """(node, local id) of every task, in rank order."""
-        return [(h, i) for h, n in zip(self.hosts, self.tasks_per_node) for i in range(n)]
+        return [
+            (h, i) for h, n in zip(self.hosts, self.tasks_per_node, strict=True) for i in range(n)
+        ]
 
 
 def _first(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
@@ -288,7 +293,7 @@ def slurm_task(env: Mapping[str, str] | None = None) -> SlurmTask | None:
             f"{len(hosts)} node(s) of {hosts_var}={hosts_text}. Received: "
             f"{tpn_var}={tpn_text!r}"
         )
-    layout = [(h, i) for h, n in zip(hosts, tasks) for i in range(n)]
+    layout = [(h, i) for h, n in zip(hosts, tasks, strict=True) for i in range(n)]
     host, expected_local = layout[procid]
     nodename = env.get("SLURMD_NODENAME", "").strip()
     if local != expected_local or (nodename and nodename != host):

@@ -95,7 +95,8 @@ def count_in_child(code: str, timeout_s: float = 120.0) -> int | None:
 def require_gpu(device: Device, count_code: str, nothing_seen: str) -> None:
     """``distribution.device: gpu`` needs a GPU the framework can see. Asked in a child process
     (``count_code`` prints how many; the launcher never imports the framework) before any worker
-    starts, so ``--dry-run`` says it too; only for gpu runs (the question costs a framework import)."""
+    starts, so ``--dry-run`` says it too; only for gpu runs (the question costs a framework
+    import)."""
     if device is not Device.GPU:
         return
     if not count_in_child(count_code):
@@ -173,8 +174,8 @@ def run_workers(
     """Start ``python -m module *args`` once per worker and wait for all of them.
 
     ``stderr_noise``: the workers' stderr passes through this process, without the lines it matches
-    (a framework's start-up chatter; DUALTRAIN_WORKER_LOGS=all shows them). Everything else, warnings,
-    errors and tracebacks included, is forwarded unchanged.
+    (a framework's start-up chatter; DUALTRAIN_WORKER_LOGS=all shows them). Everything else,
+    warnings, errors and tracebacks included, is forwarded unchanged.
 
     In the main thread, SIGTERM to this process stops the workers too (raises :class:`Terminated`),
     and on Linux each worker is tied to this thread's life (``PR_SET_PDEATHSIG``); workers ignore
@@ -273,9 +274,9 @@ def _root_cause(
     workers: list[Worker], failed: Worker, code: int, wait_s: float = 1.0
 ) -> tuple[Worker, int]:
     """The worker whose failure to report. A worker that exits with an error may only be reacting
-    to another one's death (its collective lost that peer: dualtrain.launch.peers); a worker killed by a
-    signal is the cause. So after an error exit, wait up to ``wait_s`` for another worker to turn
-    out killed, and name that one instead."""
+    to another one's death (its collective lost that peer: dualtrain.launch.peers); a worker killed
+    by a signal is the cause. So after an error exit, wait up to ``wait_s`` for another worker to
+    turn out killed, and name that one instead."""
     if code < 0:
         return failed, code
     deadline = time.monotonic() + wait_s
@@ -291,7 +292,8 @@ def _root_cause(
 
 def _dump_stacks(workers: list[Worker], wait_s: float = 2.0) -> None:
     """Ask stuck workers where they are: each worker registers faulthandler on SIGUSR1
-    (dualtrain.runtime.entry.worker_main), which prints every thread's Python stack to its stderr."""
+    (dualtrain.runtime.entry.worker_main), which prints every thread's Python stack to its
+    stderr."""
     sig = getattr(signal, "SIGUSR1", None)
     if sig is None:
         return

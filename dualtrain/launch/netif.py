@@ -18,7 +18,8 @@ _SIOCGIFADDR = 0x8915
 
 def route_source(addr: str, port: int = 9) -> str | None:
     """The local IPv4 address the kernel would send from to reach ``addr`` (no packet is sent:
-    connecting a UDP socket only chooses a route). None if ``addr`` does not resolve or has no route."""
+    connecting a UDP socket only chooses a route). None if ``addr`` does not resolve or has no
+    route."""
     try:
         infos = socket.getaddrinfo(addr, port, socket.AF_INET, socket.SOCK_DGRAM)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

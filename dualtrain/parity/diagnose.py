@@ -90,7 +90,8 @@ class Diagnosis:
     top_gradients: list[dict[str, Any]] = field(default_factory=list)
     gradient_step: int | None = None
     culprits: list[str] = field(default_factory=list)
-    """The precision paths the numerics checks found off ("tf fp16 path"), when that is the cause."""
+    """The precision paths the numerics checks found off ("tf fp16 path"), when that is the
+    cause."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,8 +180,8 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
             {"field": k, "a": va, "b": vb, "cosmetic": R.is_cosmetic(k)} for k, va, vb in diffs
         ],
     )
-    # Step 0 marks a difference that exists before training (spec, initial weights): a cause, not the
-    # step where the runs part.
+    # Step 0 marks a difference that exists before training (spec, initial weights): a cause, not
+    # the step where the runs part.
     # The probes' steps are where a one-step error was measured, not where the runs part: they set
     # the first divergent step only when nothing else failed.
     per_step = [c for c in failed if c.name not in LOCAL_CHECKS] or failed
@@ -273,13 +274,14 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     if not causes:
         if ref_ran:
             why = (
-                "same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 reference "
-                "pair agrees: the runs differ only in arithmetic (op order, kernels, reductions)"
+                "same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 "
+                "reference pair agrees: the runs differ only in arithmetic (op order, kernels, "
+                "reductions)"
             )
         else:
             why = (
-                "same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference ran, "
-                "so a semantic difference is not ruled out (compare --config runs one unless "
+                "same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference "
+                "ran, so a semantic difference is not ruled out (compare --config runs one unless "
                 "--reference none; two run folders take theirs with --reference-runs)"
             )
         causes.append(Cause(NUMERICS, d.first_divergent_step, why))

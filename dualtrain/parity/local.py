@@ -1,4 +1,5 @@
-"""Local (one-step) errors of the requested precision, from the teacher-forced probes (dualtrain.runtime.probes).
+"""Local (one-step) errors of the requested precision, from the teacher-forced probes
+(dualtrain.runtime.probes).
 
 For every probe step k the fp64 reference run recorded its state before step k (weights, batchnorm
 statistics, optimizer slots, applied-update count) and the exact (float64) step k from that state
@@ -13,13 +14,13 @@ rounded state and ran step k itself. Per backend X and probe step, three relativ
   implementation's rounding of a sum whose terms cancel, times the accumulation allowance for the
   n_t terms each element sums (LocalBound.grad_scale); ||g64,t|| for a tensor without a recorded
   scale (A_t >= |g64,t| componentwise);
-* ``update``: ||W_X - U(fl(state), g_X)|| / ||U(fl(state), g_X) - fl(W_pre)||: what X's optimizer did
-  with X's own gradient against the exact (float64) update rule applied to that same gradient from
-  the state X loaded (dualtrain.core.optim_ref; clipping included). The gradient's rounding is the grad
-  error's business, so this one sees only the update's arithmetic.
+* ``update``: ||W_X - U(fl(state), g_X)|| / ||U(fl(state), g_X) - fl(W_pre)||: what X's optimizer
+  did with X's own gradient against the exact (float64) update rule applied to that same gradient
+  from the state X loaded (dualtrain.core.optim_ref; clipping included). The gradient's rounding is
+  the grad error's business, so this one sees only the update's arithmetic.
 
-Nothing here is measured against the run being judged: every error is the distance of one step of the
-requested precision from an exact step from the same state.
+Nothing here is measured against the run being judged: every error is the distance of one step of
+the requested precision from an exact step from the same state.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def measure(
 ) -> list[Probe] | None:
     """The probes of ``run_dir`` against the fp64 run that recorded them; None where either has no
     probes (runs not made by ``dualtrain compare --config``). ``bound``: the precision's bounds,
-    whose accumulation allowance scales each tensor's gradient error (none: plain relative errors)."""
+    whose accumulation allowance scales each tensor's gradient error (none: plain relative
+    errors)."""
     ref_rows = probes.read_index(reference_dir)
     rows = probes.read_index(run_dir)
     if not ref_rows or not rows:
@@ -172,10 +174,10 @@ def median(values: list[float]) -> float:
 
 #: How a quantity's per-probe errors are summarised (the a priori bound for ``grad`` and every cross
 #: bound judge the summary). The gradient is a discontinuous function of the rounding: a ReLU whose
-#: input lies within rounding of zero, or a near-tie in a max-pool, can switch (on one backend, or on
-#: both) and move one sample's contribution, so a single probe can show a large, legitimate error
+#: input lies within rounding of zero, or a near-tie in a max-pool, can switch (on one backend, or
+#: on both) and move one sample's contribution, so a single probe can show a large, legitimate error
 #: (measured: 1.0e-4 = 1,700 u on both backends at one of six probes of
-#: configs/pytorch_examples_mnist.yaml in fp32). Its summary is the median over the probes, which two
-#: such probes cannot move; the loss and the update are continuous, their summary is the rms and their
-#: a priori bound holds at every probe.
+#: configs/pytorch_examples_mnist.yaml in fp32). Its summary is the median over the probes, which
+#: two such probes cannot move; the loss and the update are continuous, their summary is the rms and
+#: their a priori bound holds at every probe.
 SUMMARY = {"loss": rms, "grad": median, "update": rms}

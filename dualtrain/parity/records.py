@@ -1,6 +1,7 @@
 """Reading what the checks need from run directories: per-step series, weights, spec differences.
 
-Everything here is plain NumPy over :class:`dualtrain.records.record.RunRecord`; no framework is imported.
+Everything here is plain NumPy over :class:`dualtrain.records.record.RunRecord`; no framework is
+imported.
 """
 
 from __future__ import annotations

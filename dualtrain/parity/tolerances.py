@@ -2,23 +2,24 @@
 
 Two kinds of bound (docs/parity.md §7 documents every number and the measurements behind it):
 
-* :data:`REFERENCE`: the **semantic** check. Both backends run the spec in float64 (the reference pair);
-  they must agree to rounding over the whole run. A disagreement beyond these bounds means the two
-  backends compute a different training run (another update rule, loss, data order...).
-* :data:`TOLERANCES`, one row per requested precision: the **numerics** check. The noise model is each
-  backend's own distance to its float64 run: how far the requested precision's rounding alone moves a
-  run away from the exact one. The cross-backend difference may be at most ``factor`` times the larger
-  of the two (with an absolute floor), so it holds on any CPU: a machine whose kernels round
-  differently moves both distances, and the bound with them. With a reference pair these whole-run
-  checks cannot fail (docs/parity.md §7): they describe the drift, they do not judge the precision.
-* :data:`LOCAL`, one row per precision: the checks that judge the requested precision. Teacher-forced
-  one-step probes (dualtrain.runtime.probes) give each backend's local error against the fp64 step from the
-  same state; each is bounded a priori from the precision's unit roundoff, and against the other
-  backend's. Neither bound is computed from the run being judged. With them, ``convergence``: each
-  run's test accuracy against its own fp64 run's.
+* :data:`REFERENCE`: the **semantic** check. Both backends run the spec in float64 (the reference
+  pair); they must agree to rounding over the whole run. A disagreement beyond these bounds means
+  the two backends compute a different training run (another update rule, loss, data order...).
+* :data:`TOLERANCES`, one row per requested precision: the **numerics** check. The noise model is
+  each backend's own distance to its float64 run: how far the requested precision's rounding alone
+  moves a run away from the exact one. The cross-backend difference may be at most ``factor`` times
+  the larger of the two (with an absolute floor), so it holds on any CPU: a machine whose kernels
+  round differently moves both distances, and the bound with them. With a reference pair these
+  whole-run checks cannot fail (docs/parity.md §7): they describe the drift, they do not judge the
+  precision.
+* :data:`LOCAL`, one row per precision: the checks that judge the requested precision.
+  Teacher-forced one-step probes (dualtrain.runtime.probes) give each backend's local error against
+  the fp64 step from the same state; each is bounded a priori from the precision's unit roundoff,
+  and against the other backend's. Neither bound is computed from the run being judged. With them,
+  ``convergence``: each run's test accuracy against its own fp64 run's.
 
-A comparison of two runs with different precisions uses the strictest row of the two (and the ``spec``
-check fails anyway).
+A comparison of two runs with different precisions uses the strictest row of the two (and the
+``spec`` check fails anyway).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class Tolerance:
     """Absolute floor under the noise model (the first steps, where both runs are still within a few
     ulps of their fp64 runs)."""
     traj_fixed: float
-    """Absolute per-step |loss diff| bound used when no fp64 reference ran (``--reference none``)."""
+    """Absolute per-step |loss diff| bound used when no fp64 reference ran
+    (``--reference none``)."""
     weights_floor: float
     """Relative floor under the noise model's final-weights difference."""
     weights_fixed: float
@@ -64,7 +66,8 @@ class Tolerance:
     ``factor`` x the larger backend's accuracy distance to its fp64 run, or the bound itself without
     a reference."""
     lr_rel: float = 1e-12
-    """Relative per-step learning-rate difference (both sides compute it with the same Python code)."""
+    """Relative per-step learning-rate difference (both sides compute it with the same Python
+    code)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,12 +130,12 @@ UNIT_ROUNDOFF = {"fp64": 2.0**-53, "fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2
 @dataclass(frozen=True)
 class LocalBound:
     """Bounds on the one-step (local) errors of one precision path (dualtrain.parity.local), all
-    relative, ``u`` the compute precision's unit roundoff, ``u_param`` the parameter dtype's (float32
-    for fp32, fp16 and bf16: the update rule always runs in float32).
+    relative, ``u`` the compute precision's unit roundoff, ``u_param`` the parameter dtype's
+    (float32 for fp32, fp16 and bf16: the update rule always runs in float32).
 
-    A priori, at every probe step and for each backend: loss <= ``loss_c`` u; gradient <= ``grad_c`` u;
-    update <= its rounding floor (u_param ||W_new|| / ||W_new - W_pre||: what rounding the new weights
-    to float32 alone can do, a hard bound) + ``update_c`` u_param.
+    A priori, at every probe step and for each backend: loss <= ``loss_c`` u;
+    gradient <= ``grad_c`` u; update <= its rounding floor (u_param ||W_new|| / ||W_new - W_pre||:
+    what rounding the new weights to float32 alone can do, a hard bound) + ``update_c`` u_param.
     Cross-backend, over all probe steps: the root mean square of one backend's errors <= ``ratio`` x
     max(the other backend's, a floor: ``loss_floor`` u, ``grad_floor`` u, the rms rounding floor
     for the update). docs/parity.md §7 has the measurements behind every number."""
@@ -158,7 +161,8 @@ class LocalBound:
     SIAM J. Sci. Comput. 41(5), 2019); the sums accumulate in float32 under every precision."""
 
     def grad_scale(self, terms: float) -> float:
-        """The factor on a tensor's absolute gradient scale for its accumulation length ``terms``."""
+        """The factor on a tensor's absolute gradient scale for its accumulation length
+        ``terms``."""
         return 1.0 + self._accumulation(terms) / (self.grad_c * self.u)
 
     def grad_cross_floor(self, terms: float) -> float:
@@ -186,9 +190,9 @@ class LocalBound:
 
 
 LOCAL: dict[str, LocalBound] = {
-    # fp32 floors: the loss and gradient errors of a correct fp32 step are a few u, and which backend
-    # happens to be the more accurate one varies from probe to probe (measured rms ratios up to 1.7):
-    # a backend is compared with the other only beyond 4 u.
+    # fp32 floors: the loss and gradient errors of a correct fp32 step are a few u, and which
+    # backend happens to be the more accurate one varies from probe to probe (measured rms ratios up
+    # to 1.7): a backend is compared with the other only beyond 4 u.
     "fp32": LocalBound(
         "fp32",
         UNIT_ROUNDOFF["fp32"],
@@ -198,9 +202,10 @@ LOCAL: dict[str, LocalBound] = {
         grad_floor=4,
         accuracy_pp=1.0,
     ),
-    # fp16 loss floor: Keras's mixed_float16 runs every op of a layer in float16, torch's CPU autocast
-    # only the matmuls and convolutions (docs/parity.md §3), so tf's fp16 forward rounds more by
-    # design: measured up to 3.2x torch's loss rms (8.5e-5 = 0.17 u, configs/pytorch_examples_mnist).
+    # fp16 loss floor: Keras's mixed_float16 runs every op of a layer in float16, torch's CPU
+    # autocast only the matmuls and convolutions (docs/parity.md §3), so tf's fp16 forward rounds
+    # more by design: measured up to 3.2x torch's loss rms (8.5e-5 = 0.17 u,
+    # configs/pytorch_examples_mnist).
     "fp16": LocalBound(
         "fp16",
         UNIT_ROUNDOFF["fp16"],

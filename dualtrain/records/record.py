@@ -3,10 +3,11 @@
 Files (see docs/run-directory.md):
 
 - ``spec.yaml``: the resolved spec.
-- ``metrics.jsonl``: one JSON object per line. ``kind: train`` lines (step, epoch, loss, lr, grad_norm,
-  loss_scale, skipped, samples, samples_per_s) and ``kind: eval`` lines (step, epoch, loss, accuracy,
-  count). ``step`` is the 1-based global step, ``epoch`` 1-based.
-- ``shards.jsonl``: per step and replica: step, epoch, replica, digest (of the ids actually fed), count.
+- ``metrics.jsonl``: one JSON object per line. ``kind: train`` lines (step, epoch, loss, lr,
+  grad_norm, loss_scale, skipped, samples, samples_per_s) and ``kind: eval`` lines (step, epoch,
+  loss, accuracy, count). ``step`` is the 1-based global step, ``epoch`` 1-based.
+- ``shards.jsonl``: per step and replica: step, epoch, replica, digest (of the ids actually fed),
+  count.
 - ``summary.json``: backend, world_size, precision, steps, wall_s, train_samples_per_s, test_loss,
   test_accuracy, versions and more.
 - ``weights_init.npz`` / ``weights_final.npz``: canonical layout (dualtrain.core.model).

@@ -36,8 +36,8 @@ def available() -> bool:
 
 
 class EventLog:
-    """Scalars -> one event file in ``run_dir/tensorboard`` (a new file per process and attempt, named
-    as TF's and torch's SummaryWriter name theirs). Written synchronously: a few records per
+    """Scalars -> one event file in ``run_dir/tensorboard`` (a new file per process and attempt,
+    named as TF's and torch's SummaryWriter name theirs). Written synchronously: a few records per
     ``train.log_every`` steps, flushed with metrics.jsonl."""
 
     def __init__(self, run_dir: str | Path):
@@ -136,7 +136,8 @@ def read_logdir(logdir: str | Path) -> dict[str, dict[str, list[tuple[int, float
 
 
 def read_scalars(path: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """{tag: [(step, value), ...]} from the event files in one folder (a run's tensorboard folder)."""
+    """{tag: [(step, value), ...]} from the event files in one folder (a run's tensorboard
+    folder)."""
     _no_tensorflow()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -4,9 +4,9 @@ A checkpoint is a folder ``RUN_DIR/checkpoints/step-00000123/`` holding
 
 - ``weights.npz``: the canonical weights (parameters and batchnorm running statistics), in the run's
   parameter dtype; usable as ``model.init_from``;
-- ``optimizer.npz``: optimizer state per parameter, named ``"{slot}/{parameter}"`` with torch.optim's
-  slot names (``momentum_buffer``, ``exp_avg``, ``exp_avg_sq``, ``square_avg``, ``acc_delta``,
-  ``grad_avg``), each in the canonical layout of its parameter;
+- ``optimizer.npz``: optimizer state per parameter, named ``"{slot}/{parameter}"`` with
+  torch.optim's slot names (``momentum_buffer``, ``exp_avg``, ``exp_avg_sq``, ``square_avg``,
+  ``acc_delta``, ``grad_avg``), each in the canonical layout of its parameter;
 - ``state.json``: the global step, the epoch, the applied-update count (torch.optim's ``step``), the
   loss-scale state (scale, good-step counter), the loop's counters, where metrics.jsonl and
   shards.jsonl stood, the spec, the backend, versions, and the resume history;
@@ -214,7 +214,8 @@ def latest(run_dir: str | Path) -> Path | None:
 
 
 def verify(path: str | Path) -> dict[str, Any]:
-    """The manifest of a complete, untampered checkpoint; UserError naming what is wrong otherwise."""
+    """The manifest of a complete, untampered checkpoint; UserError naming what is wrong
+    otherwise."""
     path = Path(path)
     if not path.is_dir():
         raise UserError(f"checkpoint not found. Received: {str(path)!r}")

@@ -27,19 +27,22 @@ class StepOut:
     skipped: bool
     """True when the all-reduced gradient was not finite and the update was skipped."""
     fed_ids: list[np.ndarray] = field(default_factory=list)
-    """The ids each local replica actually consumed, read back from the replica (for shards.jsonl)."""
+    """The ids each local replica actually consumed, read back from the replica (for
+    shards.jsonl)."""
     grad_amax: float | None = None
     """fp16 only: the largest |element| of the all-reduced, unscaled gradient before clipping (inf
     or nan where it is not finite). Times the loss scale, how close the step came to fp16 overflow:
     compare tells a skip decision taken at the threshold from one that is not."""
     grads: Weights | None = None
-    """Only when asked (capture_grads): the all-reduced, unscaled, unclipped gradient, canonical layout."""
+    """Only when asked (capture_grads): the all-reduced, unscaled, unclipped gradient, canonical
+    layout."""
     abs_grads: Weights | None = None
     """With grads, from an engine that can (torch, float64): the gradient's absolute scale per
     parameter (sum of |input| x |output gradient|, all-reduced; dualtrain.backends.torch.condition),
     which the local checks judge gradient errors against."""
     abs_terms: Weights | None = None
-    """With abs_grads: per parameter, the number of terms each gradient element sums (a 1-vector)."""
+    """With abs_grads: per parameter, the number of terms each gradient element sums (a
+    1-vector)."""
 
 
 class Engine(Protocol):
@@ -60,20 +63,21 @@ class Engine(Protocol):
         step: int = 0,
         measure_scale: bool = False,
     ) -> StepOut:
-        """One step (``step``: the 1-based global step, which dropout masks hash). ``ids``: sample ids
-        per local replica. The loss each replica differentiates is
-        ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set local
-        replica i's gradient to inf before the all-reduce (fault injection). ``capture_grads``: return
-        the all-reduced gradient in StepOut.grads (the chief's copy is saved). ``measure_scale``:
-        also the gradient's absolute scale in StepOut.abs_grads (the fp64 reference's probe steps;
-        an engine that cannot measure it leaves it None)."""
+        """One step (``step``: the 1-based global step, which dropout masks hash). ``ids``: sample
+        ids per local replica. The loss each replica differentiates is
+        ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set
+        local replica i's gradient to inf before the all-reduce (fault injection).
+        ``capture_grads``: return the all-reduced gradient in StepOut.grads (the chief's copy is
+        saved). ``measure_scale``: also the gradient's absolute scale in StepOut.abs_grads (the fp64
+        reference's probe steps; an engine that cannot measure it leaves it None)."""
 
     def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
         """Test-set (loss_sum, correct, count), summed over ALL replicas. ``ranges``: [start, stop)
         per local replica."""
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
-        """All-gather a float64/int64 array from every process: result[process] = that process's rows."""
+        """All-gather a float64/int64 array from every process: result[process] = that process's
+        rows."""
 
     def weights(self) -> Weights:
         """Current weights in the canonical layout."""

@@ -1,10 +1,10 @@
 """The training loop policy shared by both backends (framework-free).
 
-A backend supplies an :class:`Engine` (the mechanics: a train step, distributed evaluation, a gather,
-the weights). :class:`TrainLoop` owns everything else, once for both: which ids each replica gets
-(the plan), the lr at every step (dualtrain.core.schedule), the loss normaliser (the global sample count
-of the step), eval cadence, fault injection, progress output, and the run-directory records. So the
-two backends cannot disagree on policy, only on numerics.
+A backend supplies an :class:`Engine` (the mechanics: a train step, distributed evaluation, a
+gather, the weights). :class:`TrainLoop` owns everything else, once for both: which ids each replica
+gets (the plan), the lr at every step (dualtrain.core.schedule), the loss normaliser (the global
+sample count of the step), eval cadence, fault injection, progress output, and the run-directory
+records. So the two backends cannot disagree on policy, only on numerics.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ class TrainLoop:
         self.out = Reporter(
             f"[{engine.backend}]", spec.logging.progress, self.total_steps, enabled=self.chief
         )
-        # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference run to
-        # record states, and the requested-precision runs to replay them after training.
+        # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference
+        # run to record states, and the requested-precision runs to replay them after training.
         self.probe_role = probes.role_from_env()
         self._probe_index: list[dict[str, Any]] = []
         self._record_at: set[int] = set()
@@ -206,8 +206,8 @@ class TrainLoop:
         return ids, int(sum(len(i) for i in ids)), lr
 
     def _checkpoint(self, step: int, epoch: int) -> None:
-        """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on (their
-        next collective waits for it)."""
+        """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on
+        (their next collective waits for it)."""
         if self.writer is None:
             return
         assert self.run_dir is not None  # a writer implies a run directory
@@ -304,7 +304,7 @@ class TrainLoop:
                     **({} if out.grad_amax is None else {"grad_amax": out.grad_amax}),
                 )
                 rows = all_shards[:, i].reshape(-1, 2)
-                for replica, (digest, n) in sorted(zip(replicas, rows.tolist())):
+                for replica, (digest, n) in sorted(zip(replicas, rows.tolist(), strict=True)):
                     self.writer.shard(
                         step=step,
                         epoch=epoch,
@@ -351,7 +351,7 @@ class TrainLoop:
             f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)"
         )
 
-    # ---- probes (dualtrain.runtime.probes) -----------------------------------------------------------------
+    # ---- probes (dualtrain.runtime.probes) -------------------------------------------------------
     def _record_probe(self, step: int, local: list[np.ndarray], count: int, lr: float) -> None:
         """The fp64 run's probe of ``step``, before the step itself: save the state, then take the
         step exactly (this engine is float64) from that state rounded to float32, the input every

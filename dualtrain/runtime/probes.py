@@ -1,15 +1,16 @@
 """Teacher-forced one-step probes: the local error of the requested precision (framework-free).
 
 The numerics question "does this backend's fp32/fp16/bf16 path compute the meaning the fp64 run
-computes?" cannot be answered from whole runs: a defect in one backend's reduced-precision path moves
-that run away from its own fp64 run as much as from the other backend, so any noise model measured on
-the run itself grows with the defect. A one-step probe cannot be widened that way:
+computes?" cannot be answered from whole runs: a defect in one backend's reduced-precision path
+moves that run away from its own fp64 run as much as from the other backend, so any noise model
+measured on the run itself grows with the defect. A one-step probe cannot be widened that way:
 
-1. The fp64 reference run (``record``) saves, at a few steps spread over the run (the first and a late
-   one included), its complete state *before* the step (weights, batchnorm statistics, optimizer
-   slots, applied-update count), and, as the reference, the exact (float64) step from that state
-   rounded to float32 (the input every requested-precision path gets): its all-reduced gradient and
-   loss. Then it restores its state and takes the step itself, bit for bit as without probes.
+1. The fp64 reference run (``record``) saves, at a few steps spread over the run (the first and a
+   late one included), its complete state *before* the step (weights, batchnorm statistics,
+   optimizer slots, applied-update count), and, as the reference, the exact (float64) step from that
+   state rounded to float32 (the input every requested-precision path gets): its all-reduced
+   gradient and loss. Then it restores its state and takes the step itself, bit for bit as without
+   probes.
 2. After its own training, each requested-precision run (``replay``) loads every such state (rounded
    to its own parameter dtype), runs that one step (the same ids, lr, dropout masks; the loss scale
    its own run used at that step) through its normal train step, and saves its gradient, its weights
@@ -20,7 +21,8 @@ the run itself grows with the defect. A one-step probe cannot be widened that wa
 
 Files: ``RUN_DIR/probes/step_<k>.npz`` (arrays) and ``RUN_DIR/probes/probes.json`` (per step: loss,
 gradient norm, loss scale, skipped). The launcher passes the role to the workers in
-:data:`PROBE_ENV` (``record`` or ``replay=<fp64 run dir>``); compare sets it, ``dualtrain run`` never.
+:data:`PROBE_ENV` (``record`` or ``replay=<fp64 run dir>``); compare sets it, ``dualtrain run``
+never.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ FRACTIONS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.95)
 def probe_steps(total_steps: int, fractions: tuple[float, ...] = FRACTIONS) -> list[int]:
     """1-based steps to probe: step 1 (from the initial weights, no optimizer state yet) and steps
     spread over the run up to a late one (95%: late, but not the cosine schedule's last steps, where
-    the lr and so the update are near zero and the step's weights rounding is all there is to see)."""
+    the lr and so the update are near zero and the step's weights rounding is all there is to
+    see)."""
     if total_steps < 1:
         return []
     return sorted({1 + int(round(f * (total_steps - 1))) for f in fractions})
@@ -83,7 +86,7 @@ def role_from_env() -> Role | None:
     raise ValueError(f"{PROBE_ENV} must be 'record' or 'replay=DIR'. Received: {text!r}")
 
 
-# ---- files ----------------------------------------------------------------------------------------
+# ---- files ---------------------------------------------------------------------------------------
 
 
 def _npz(run_dir: Path, step: int) -> Path:
@@ -129,7 +132,8 @@ def read_index(run_dir: str | Path) -> list[dict[str, Any]] | None:
 
 
 #: The parameter dtype of every requested-precision path (fp32; fp16/bf16 keep float32 parameters
-#: and optimizer state): the recorded state is rounded to it, for the reference step and the replays.
+#: and optimizer state): the recorded state is rounded to it, for the reference step and the
+#: replays.
 PARAM_DTYPE = np.float32
 
 

@@ -1,5 +1,5 @@
-"""Loading a spec: YAML (or a dict) -> :class:`Experiment`, ``--set`` overrides, the shipped configs,
-and the field-policy queries (``paths_with``, ``has_path``)."""
+"""Loading a spec: YAML (or a dict) -> :class:`Experiment`, ``--set`` overrides, the shipped
+configs, and the field-policy queries (``paths_with``, ``has_path``)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
             raise UserError(f"{path} must have {len(args)} items. Received: {list(value)!r}")
-        return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(
+            _convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -120,7 +122,8 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
         count += len(errors)
         if path or count == 1:
             err = UserError("; ".join(errors))
-            setattr(err, "count", count)  # read back with getattr(exc, "count", 1) above
+            # read back with getattr(exc, "count", 1) above
+            err.count = count  # type: ignore[attr-defined]
             raise err
         raise UserError(f"{count} mistakes in the spec: " + "; ".join(errors))
     if cls is LayerSpec and "type" not in kwargs:
@@ -246,7 +249,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
-    """Read a YAML spec, apply ``key.path=value`` overrides, validate, return the frozen Experiment."""
+    """Read a YAML spec, apply ``key.path=value`` overrides, validate, return the frozen
+    Experiment."""
     raw = read_yaml(path) if path is not None else {}
     return from_dict(apply_overrides(raw, list(overrides)))
 

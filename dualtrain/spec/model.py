@@ -13,8 +13,8 @@ from dualtrain.spec.vocab import LayerType, Padding
 @dataclass(**_SPEC)
 class LayerSpec:
     type: LayerType
-    """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid, gelu
-    (exact erf form), dropout, batchnorm, residual."""
+    """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid,
+    gelu (exact erf form), dropout, batchnorm, residual."""
     units: int | None = None
     """dense: output features."""
     filters: int | None = None
@@ -26,11 +26,11 @@ class LayerSpec:
     stride: int | None = None
     """conv2d (default 1), maxpool2d and avgpool2d (default pool_size)."""
     rate: float | None = None
-    """dropout: the drop probability p in [0, 1) (inverted scaling by 1/(1-p), off in evaluation; the
-    mask is a hash of seed, step, sample id, layer and element: dualtrain/core/dropout.py)."""
+    """dropout: the drop probability p in [0, 1) (inverted scaling by 1/(1-p), off in evaluation;
+    the mask is a hash of seed, step, sample id, layer and element: dualtrain/core/dropout.py)."""
     padding: Padding | int = Padding.VALID
-    """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer P:
-    P zeros on every side (torch's ``padding=P``), with any stride."""
+    """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer
+    P: P zeros on every side (torch's ``padding=P``), with any stride."""
     bias: bool = True
     """dense, conv2d: add a bias (torch's ``bias=False`` / Keras's ``use_bias=False`` when false, as
     before a batchnorm, whose mean subtraction cancels it)."""
@@ -41,8 +41,8 @@ class LayerSpec:
     """batchnorm: added to the biased batch variance before the square root (default 1e-5)."""
     sync: bool | None = None
     """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
-    count (torch SyncBatchNorm); false (default): each replica's own batch, and the running statistics
-    are replica 0's (DDP's buffer broadcast), on both backends. docs/parity.md §9."""
+    count (torch SyncBatchNorm); false (default): each replica's own batch, and the running
+    statistics are replica 0's (DDP's buffer broadcast), on both backends. docs/parity.md §9."""
     body: tuple[LayerSpec, ...] = ()
     """residual: the layers of the residual branch; the block outputs body(x) + shortcut(x)."""
     shortcut: tuple[LayerSpec, ...] = ()
@@ -128,8 +128,8 @@ class LayerSpec:
                 raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
         if t is LayerType.CONV2D and self.padding is Padding.SAME and (self.stride or 1) != 1:
             raise UserError(
-                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs differently; "
-                f"an integer padding such as 1 pads every side equally on both). "
+                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs "
+                f"differently; an integer padding such as 1 pads every side equally on both). "
                 f"Received: stride={self.stride}"
             )
 
@@ -137,8 +137,8 @@ class LayerSpec:
 @dataclass(**_SPEC)
 class ModelSpec:
     preset: str | None = None
-    """``mlp`` (784-256-128-10, the default) or ``cnn`` (two conv blocks + dense). Mutually exclusive
-    with layers; set ``preset: null`` to use layers."""
+    """``mlp`` (784-256-128-10, the default) or ``cnn`` (two conv blocks + dense). Mutually
+    exclusive with layers; set ``preset: null`` to use layers."""
     layers: tuple[LayerSpec, ...] = ()
     """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
     init_from: str | None = _tagged(COSMETIC, default=None)

@@ -30,7 +30,8 @@ class DataSpec:
     dataset: str = "mnist"
     """Dataset name. Only ``mnist`` for now."""
     data_dir: str | None = _tagged(COSMETIC, FREE, default=None)
-    """Folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None: offline copy or cache."""
+    """Folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None: offline copy
+    or cache."""
     download: bool = _tagged(COSMETIC, FREE, default=True)
     """Allow a checksum-verified download into the cache when no local copy is found."""
     batch_size: int = 128
@@ -42,7 +43,8 @@ class DataSpec:
     last_batch: LastBatch = LastBatch.KEEP
     """What to do with a partial last global batch: keep it (split across replicas) or drop it."""
     sharding: Sharding = Sharding.EXACT
-    """How a global batch is split: ``exact`` (no duplicates) or ``torch_sampler`` (DistributedSampler)."""
+    """How a global batch is split: ``exact`` (no duplicates) or ``torch_sampler``
+    (DistributedSampler)."""
     train_limit: int | None = None
     """Use only the first N training samples (quick runs and tests)."""
     test_limit: int | None = None
@@ -113,7 +115,8 @@ class OptimizerSpec:
     weight_decay: float = 0.0
     """sgd/adam/adadelta/rmsprop: L2 added to the gradient; adamw: decoupled (p *= 1 - lr*wd)."""
     clip_grad_norm: float | None = None
-    """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null: off."""
+    """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null:
+    off."""
     schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
 
     def __post_init__(self) -> None:
@@ -198,7 +201,8 @@ class DistributionSpec:
     master_port: int | None = _tagged(COSMETIC, default=None)
     """Rendezvous port; null picks a free one."""
     timeout_s: float = _tagged(COSMETIC, default=120.0)
-    """Bound on startup and on any single collective: a lost peer fails the run instead of hanging."""
+    """Bound on startup and on any single collective: a lost peer fails the run instead of
+    hanging."""
     threads_per_worker: int | None = _tagged(COSMETIC, default=None)
     """Intra-op threads per worker process; null: cores // local workers."""
     max_restarts: int = _tagged(COSMETIC, default=0)
@@ -246,9 +250,11 @@ class TrainSpec:
     """Progress line and metrics flush every N steps."""
     checkpoint_every: Every | int | None = _tagged(COSMETIC, FREE, default=None)
     """Write a checkpoint every N steps, or ``epoch``: at the end of every epoch; null: never. A run
-    that checkpoints also writes one after its last step (RUN_DIR/checkpoints, docs/checkpoints.md)."""
+    that checkpoints also writes one after its last step (RUN_DIR/checkpoints,
+    docs/checkpoints.md)."""
     keep_checkpoints: int = _tagged(COSMETIC, FREE, default=3)
-    """Keep the newest K complete checkpoints; older ones are deleted once a newer one is complete."""
+    """Keep the newest K complete checkpoints; older ones are deleted once a newer one is
+    complete."""
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_every, int):
@@ -276,8 +282,8 @@ class TrainSpec:
 
 @dataclass(**_SPEC)
 class LoggingSpec:
-    """Where a run reports besides metrics.jsonl (which is always written). Changing it never changes
-    the training: a run may resume or continue with other logging settings."""
+    """Where a run reports besides metrics.jsonl (which is always written). Changing it never
+    changes the training: a run may resume or continue with other logging settings."""
 
     tensorboard: bool = True
     """TensorBoard event files from the chief in RUN_DIR/tensorboard (tags train/loss, train/lr,

@@ -1,5 +1,6 @@
-"""The checkpoint folder itself (dualtrain/runtime/checkpoint.py): round trip, atomic visibility, keeping K,
-checksums, the spec comparison, and a full disk (a real tmpfs, where the machine allows mounting)."""
+"""The checkpoint folder itself (dualtrain/runtime/checkpoint.py): round trip, atomic visibility,
+keeping K, checksums, the spec comparison, and a full disk (a real tmpfs, where the machine allows
+mounting)."""
 
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ def test_spec_difference_names_the_field():
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 1.5 MB tmpfs (root and mount needed): room for a run's records and initial weights (the MLP's
-    are 0.94 MB), not for a checkpoint."""
+    """A 1.5 MB tmpfs (root and mount needed): room for a run's records and initial weights (the
+    MLP's are 0.94 MB), not for a checkpoint."""
     mnt = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
     mnt.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:

@@ -1,5 +1,6 @@
 """dualtrain export: the trained model in torch's and Keras's own form, loaded without dualtrain
-(the loader runs in a fresh interpreter where ``import dualtrain`` fails), gives the run's logits."""
+(the loader runs in a fresh interpreter where ``import dualtrain`` fails), gives the run's
+logits."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ LAYERS = (
     "{type: relu}, {type: residual, body: [{type: conv2d, filters: 12, kernel_size: 3, stride: 2, "
     "padding: 1}, {type: gelu}], shortcut: [{type: conv2d, filters: 12, kernel_size: 1, "
     "stride: 2}]}, {type: avgpool2d, pool_size: 2}, {type: dropout, rate: 0.3}, {type: flatten}, "
-    "{type: dense, units: 32}, {type: batchnorm, sync: true}, {type: tanh}, {type: dense, units: 10}]"
+    "{type: dense, units: 32}, {type: batchnorm, sync: true}, {type: tanh}, "
+    "{type: dense, units: 10}]"
 )
 
 # The loaders: no dualtrain anywhere (any import of it raises), only the framework and the files.

@@ -281,7 +281,7 @@ def test_a_restarted_tf_config_cluster_resumes_by_itself(tmp_path, reference):
         done = [p.communicate(timeout=300) for p in procs]
         return [
             subprocess.CompletedProcess(p.args, p.returncode, o, e)
-            for p, (o, e) in zip(procs, done)
+            for p, (o, e) in zip(procs, done, strict=True)
         ]
 
     first = cluster()  # task 1 SIGKILLs itself at step 25, after the step-20 checkpoint

@@ -1,5 +1,6 @@
-"""Synthetic run directories for the compare tests: real files in the run-directory contract, written
-with dualtrain.records.record.RunWriter and dualtrain.core.weights.save_weights (data fixtures, no framework)."""
+"""Synthetic run directories for the compare tests: real files in the run-directory contract,
+written with dualtrain.records.record.RunWriter and dualtrain.core.weights.save_weights (data
+fixtures, no framework)."""
 
 from __future__ import annotations
 
@@ -147,8 +148,8 @@ def quad(
     ref_b_loss: Callable[[int], float] | None = None,
     **b_kwargs: Any,
 ) -> tuple[Path, ...]:
-    """A (torch fp32), B (tf fp32) and their fp64 reference pair: the fp64 runs agree to ~1e-15, each
-    fp32 run drifts from its fp64 run by ~1e-4 (growing), like real runs do."""
+    """A (torch fp32), B (tf fp32) and their fp64 reference pair: the fp64 runs agree to ~1e-15,
+    each fp32 run drifts from its fp64 run by ~1e-4 (growing), like real runs do."""
     ra = make_run(
         root / "ref_a", spec=fp64_spec(), loss=noisy(1e-15, 11), final_noise=1e-15, noise_seed=11
     )
@@ -190,9 +191,10 @@ def add_probes(
     steps: tuple[int, ...] = (1, 40, 80),
     seed: int = 5,
 ) -> None:
-    """One-step probes (dualtrain.runtime.probes) for synthetic runs: ``ref`` (fp64) records states; each
-    run in ``runs`` replays them with relative errors ``{"loss": e, "grad": e, "update": e}`` (an
-    error of float32 rounding size where not given). The runs' summaries name ``ref`` as the source."""
+    """One-step probes (dualtrain.runtime.probes) for synthetic runs: ``ref`` (fp64) records states;
+    each run in ``runs`` replays them with relative errors ``{"loss": e, "grad": e, "update": e}``
+    (an error of float32 rounding size where not given). The runs' summaries name ``ref`` as the
+    source."""
     from dualtrain.core import optim_ref
     from dualtrain.runtime import probes
 

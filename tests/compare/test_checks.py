@@ -482,7 +482,7 @@ def test_tolerance_for_picks_the_strictest():
     assert order == sorted(order)
 
 
-# ---- the precision path: one-step probes and convergence -------------------------------------------
+# ---- the precision path: one-step probes and convergence -----------------------------------------
 
 
 def test_local_checks_pass_on_rounding_sized_errors(four):
@@ -578,7 +578,8 @@ def test_convergence_of_runs_that_skip_by_spec_is_judged_across_backends(
 
 def test_a_run_that_breaks_the_loss_scale_rule_is_named(tmp_path):
     # Both skip step 9 (the same decisions), but tf keeps its scale: GradScaler's rule, applied to
-    # tf's own skip decisions, backs off to 32768. The rule is defined once, so tf's fp16 path is off.
+    # tf's own skip decisions, backs off to 32768. The rule is defined once, so tf's fp16 path is
+    # off.
     spec = base_spec(precision={"dtype": "fp16"})
     a = make_run(
         tmp_path / "a",

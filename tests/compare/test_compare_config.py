@@ -1,4 +1,5 @@
-"""End to end: ``dualtrain compare --config`` runs torch, tf and the fp64 reference pair, then reports."""
+"""End to end: ``dualtrain compare --config`` runs torch, tf and the fp64 reference pair, then
+reports."""
 
 from __future__ import annotations
 
@@ -93,7 +94,8 @@ def test_compare_config_tiny(tmp_path):
     assert "## Precision path: one-step probes" in md
     assert "One-step errors against the fp64 step" in (out / "report.html").read_text()
     # `tensorboard --logdir OUT` overlays the four runs, with the same tags, and each run's curves
-    # are its metrics.jsonl (read with TensorBoard's own loader, as its scalars dashboard reads them)
+    # are its metrics.jsonl (read with TensorBoard's own loader, as its scalars dashboard reads
+    # them)
     runs = read_logdir(out)
     labels = ("torch", "tf", "fp64-torch", "fp64-tf")
     assert set(runs) == {f"{b}/tensorboard" for b in labels}

@@ -1,4 +1,5 @@
-"""A stand-in worker for tests/integration/test_launch.py: ``python -m tests.integration.launch_stub``.
+"""A stand-in worker for tests/integration/test_launch.py:
+``python -m tests.integration.launch_stub``.
 
 Its behaviour comes from the STUB_ROLE environment variable: ``ok`` exits 0 (once the file
 STUB_READY names exists, if set), ``fail`` exits 3, ``fail_first`` exits 1 at once while
@@ -18,11 +19,14 @@ from dualtrain.runtime.entry import enable_stack_dump
 # TF 2.21 start-up lines (captured on this machine) between lines a user must see.
 NOISY_STDERR = """\
 WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
-I0000 00:00:1795338929.142772   12724 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+I0000 00:00:1795338929.142772   12724 cudart_stub.cc:31] Could not find cuda drivers \
+on your machine, GPU will not be used.
 keep: a user-facing line
-E0000 00:00:1795338933.718769   12724 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
+E0000 00:00:1795338933.718769   12724 cuda_platform.cc:52] failed call to cuInit: \
+INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
 I1122 09:15:02.123456   12724 grpc_server_lib.cc:467] Started server with target: grpc://localhost:1234
-To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild TensorFlow with the appropriate compiler flags.
+To enable the following instructions: AVX2 AVX512F FMA, in other operations, \
+rebuild TensorFlow with the appropriate compiler flags.
 W1122 09:15:03.000001   12724 some_op.cc:12] keep: a TF warning
 Traceback (most recent call last):
 keep: the last line, without a newline"""

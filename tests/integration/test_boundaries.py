@@ -13,12 +13,15 @@ def test_cli_and_core_import_without_frameworks():
     code = (
         "import sys\n"
         "for m in ('torch', 'tensorflow', 'keras'): sys.modules[m] = None\n"
-        "import dualtrain.cli, dualtrain.spec, dualtrain.core.plan, dualtrain.core.data, dualtrain.core.weights\n"
-        "import dualtrain.driver.runs, dualtrain.runtime.loop, dualtrain.records.record, dualtrain.launch.local\n"
+        "import dualtrain.cli, dualtrain.spec, dualtrain.core.plan, dualtrain.core.data, "
+        "dualtrain.core.weights\n"
+        "import dualtrain.driver.runs, dualtrain.runtime.loop, dualtrain.records.record, "
+        "dualtrain.launch.local\n"
         "import dualtrain.backends.torch.launch\n"
         "import importlib.util\n"
         "import dualtrain.parity, dualtrain.driver.compare\n"
-        "if importlib.util.find_spec('dualtrain.backends.tf.launch'): import dualtrain.backends.tf.launch\n"
+        "if importlib.util.find_spec('dualtrain.backends.tf.launch'): "
+        "import dualtrain.backends.tf.launch\n"
         "from dualtrain.cli import cli\n"
         "print('ok')\n"
     )

@@ -4,7 +4,8 @@ environments give the right ranks, and every command line in examples/kubernetes
 examples/slurm/dualtrain.sbatch passes the CLI's own validation. (The same rules in this process,
 dualtrain/launch/cluster.py and the backends' launch.detect: tests/unit/test_cluster_env.py.)
 
-No training: the CLI runs with ``--dry-run --json`` (a subprocess, as a user or a pod would start it).
+No training: the CLI runs with ``--dry-run --json`` (a subprocess, as a user or a pod would start
+it).
 """
 
 from __future__ import annotations
@@ -427,7 +428,8 @@ for local in range(nproc):
 """
 )
 
-#: dualtrain: every `dualtrain run` becomes a dry run whose plan is logged; other commands are logged.
+#: dualtrain: every `dualtrain run` becomes a dry run whose plan is logged; other commands are
+#: logged.
 _DUALTRAIN = (
     _SHIM_HEAD
     + """

@@ -1,6 +1,6 @@
-"""A new user's mistakes (issue 16): one line, exit 2, nothing written, and the dry run says what the
-run would. Real CLI processes; the runs that start stop before any worker trains. (The Python API's
-own refusal, in process, is tests/unit/test_first_hour.py.)"""
+"""A new user's mistakes (issue 16): one line, exit 2, nothing written, and the dry run says what
+the run would. Real CLI processes; the runs that start stop before any worker trains. (The Python
+API's own refusal, in process, is tests/unit/test_first_hour.py.)"""
 
 from __future__ import annotations
 

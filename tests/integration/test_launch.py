@@ -1,4 +1,5 @@
-"""The local launcher (dualtrain.launch.local.run_workers) never waits forever and names the worker at fault.
+"""The local launcher (dualtrain.launch.local.run_workers) never waits forever and names the worker
+at fault.
 
 Real subprocesses (tests/integration/launch_stub.py), no framework."""
 
@@ -158,7 +159,8 @@ def test_workers_do_not_outlive_a_killed_launcher(tmp_path):
 
 def test_a_run_that_finishes_while_being_stopped_is_reported_finished(tmp_path):
     # The workers ignore SIGTERM (as TF's multi-worker runtime did) and finish cleanly within the
-    # launcher's stop timeout: the run is complete, so the launcher reports it finished, not stopped.
+    # launcher's stop timeout: the run is complete, so the launcher reports it finished, not
+    # stopped.
     proc, pids = _start_launcher(tmp_path, "finishing", stdout=subprocess.PIPE, text=True)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)

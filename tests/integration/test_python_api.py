@@ -80,7 +80,8 @@ def test_run_returns_the_run_it_wrote(torch_run):
 
 @needs_torch
 @pytest.mark.skipif(not TF, reason="needs the tf backend")
-@pytest.mark.slow  # the CLI's compare --config runs this code in the default suite (test_compare_config)
+# the CLI's compare --config runs this code in the default suite (test_compare_config)
+@pytest.mark.slow
 def test_compare_a_spec_says_which_run_is_running(tmp_path, capfd):
     out = tmp_path / "cmp"
     res = dualtrain.compare(CONFIG, **TINY, world_size=1, reference="none", out=out)

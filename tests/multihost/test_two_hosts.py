@@ -1,10 +1,10 @@
 """Two hosts on one machine: two Linux network namespaces joined by a veth pair.
 
 Each namespace has its own network stack and one address on the veth (neither is loopback, and the
-machine's host name resolves to neither), so the two ``dualtrain run`` processes find each other only
-the way two real hosts do: torch through MASTER_ADDR and the interface that routes to it, TF through
-a TF_CONFIG that names both hosts. The traffic stays inside the namespaces the fixture made; it
-removes them afterwards.
+machine's host name resolves to neither), so the two ``dualtrain run`` processes find each other
+only the way two real hosts do: torch through MASTER_ADDR and the interface that routes to it, TF
+through a TF_CONFIG that names both hosts. The traffic stays inside the namespaces the fixture made;
+it removes them afterwards.
 
 Checked: the two-host run feeds the same shards and ends with bit-identical weights as the same spec
 run on one host at the same world size (same threads per worker: thread counts change rounding);
@@ -29,7 +29,8 @@ from tests.conftest import ROOT, cli_env, require, run_cli
 
 require("torch", "tensorflow")
 
-# What the launcher variables of an outer torchrun or TF cluster would otherwise leak into the hosts.
+# What the launcher variables of an outer torchrun or TF cluster would otherwise leak into the
+# hosts.
 _LAUNCH_VARS = (
     "RANK",
     "WORLD_SIZE",
@@ -51,7 +52,8 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
 
 
 class Hosts:
-    """Two namespaces ``a`` and ``b`` with addresses ``addr[0]`` and ``addr[1]`` on one veth pair."""
+    """Two namespaces ``a`` and ``b`` with addresses ``addr[0]`` and ``addr[1]`` on one veth
+    pair."""
 
     def __init__(self) -> None:
         tag = f"{os.getpid() % 100000}"

@@ -1,4 +1,5 @@
-"""Acceptance: the reference MLP experiment reaches >= 97% test accuracy within 2 epochs (full MNIST)."""
+"""Acceptance: the reference MLP experiment reaches >= 97% test accuracy within 2 epochs (full
+MNIST)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The TF backend's dropout: masks bit-identical to dualtrain.core.dropout's (and so to torch's), computed
-in canonical C,H,W element order on NHWC activations, and different for different samples on the same
-replica or across replicas (Keras's own Dropout under tf.distribute gives every replica the same mask)."""
+"""The TF backend's dropout: masks bit-identical to dualtrain.core.dropout's (and so to torch's),
+computed in canonical C,H,W element order on NHWC activations, and different for different samples
+on the same replica or across replicas (Keras's own Dropout under tf.distribute gives every replica
+the same mask)."""
 
 from .conftest import run_python
 
@@ -16,8 +17,8 @@ ids = np.arange(3, 3000, 11, dtype=np.int64)
 el = np.arange(8 * 13 * 13, dtype=np.int64)
 for seed, step, layer, rate in [(0, 1, 2, 0.5), (7, 123456, 5, 0.25), (2**32 - 1, 2**31, 9, 0.1)]:
     ref = keep(NUMPY, seed, np.int64(step), ids, layer, el, rate)
-    got = keep(_OPS, seed, tf.fill([len(ids)], tf.constant(step, tf.int64)), tf.constant(ids), layer,
-               tf.constant(el), rate).numpy()
+    got = keep(_OPS, seed, tf.fill([len(ids)], tf.constant(step, tf.int64)), tf.constant(ids),
+               layer, tf.constant(el), rate).numpy()
     assert np.array_equal(got, ref), (seed, step)
 print("ok masks")
 
@@ -29,7 +30,8 @@ y = layer([x, sample_ids, tf.fill([3], tf.constant(7, tf.int64))], training=True
 mask = keep(NUMPY, 0, np.int64(7), np.array([5, 6, 5]), 2, el, 0.25).reshape(3, 8, 13, 13)
 assert np.array_equal(y != 0, mask.transpose(0, 2, 3, 1))
 assert np.array_equal(y[0], y[2]) and not np.array_equal(y[0], y[1])  # per sample, not per batch
-assert np.array_equal(layer([x, sample_ids, tf.zeros([3], tf.int64)], training=False).numpy(), x.numpy())
+assert np.array_equal(layer([x, sample_ids, tf.zeros([3], tf.int64)], training=False).numpy(),
+                      x.numpy())
 print("ok layer")
 
 # Two replicas of a MirroredStrategy feeding different samples get different masks; the same sample
@@ -44,7 +46,8 @@ def replica(per_replica_ids):
     return drop([tf.ones([1, 16], tf.float64), sid, tf.constant([3], tf.int64)], training=True)
 
 for pair, same in (([10, 11], False), ([10, 10], True)):
-    out = strategy.experimental_local_results(strategy.run(replica, args=(tf.constant(pair, tf.int64),)))
+    out = strategy.experimental_local_results(
+        strategy.run(replica, args=(tf.constant(pair, tf.int64),)))
     a, b = (o.numpy() for o in out)
     assert np.array_equal(a, b) == same, (pair, a, b)
 print("ok replicas")

@@ -17,7 +17,8 @@ from .conftest import ROOT, python_env, small_spec, write_spec
 
 
 def test_external_tf_config_cluster_runs_multi_worker(tmp_path):
-    # The spec says mirrored and world_size 3: the 2-task cluster decides (multi_worker, 2 replicas).
+    # The spec says mirrored and world_size 3: the 2-task cluster decides (multi_worker, 2
+    # replicas).
     cfg = write_spec(tmp_path / "spec.yaml", small_spec(distribution={"world_size": 3}))
     ports = free_ports(2)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}"]}
@@ -49,7 +50,7 @@ def test_external_tf_config_cluster_runs_multi_worker(tmp_path):
             )
         )
     results = [p.communicate(timeout=180) for p in procs]
-    for p, (out, err) in zip(procs, results):
+    for p, (out, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, f"{out}\n{err}"
     assert "running tf.strategy=multi_worker" in results[0][0]
     assert not (tmp_path / "other").exists()  # only the chief writes a run directory

@@ -110,9 +110,11 @@ from dualtrain.core.weights import init_weights
 from dualtrain.core.data import normalize
 from dualtrain.backends.tf.model import build_model, load_canonical, to_nhwc
 
-# conv (2 channels) -> flatten -> dense: compute torch's answer by hand in NumPy (NCHW, C,H,W flatten).
+# conv (2 channels) -> flatten -> dense: compute torch's answer by hand in NumPy (NCHW, C,H,W
+# flatten).
 ms = ModelSpec(layers=(LayerSpec(type=LayerType.CONV2D, filters=2, kernel_size=27),
-                       LayerSpec(type=LayerType.FLATTEN), LayerSpec(type=LayerType.DENSE, units=10)))
+                       LayerSpec(type=LayerType.FLATTEN),
+                       LayerSpec(type=LayerType.DENSE, units=10)))
 w = init_weights(ms, 3)
 rng = np.random.default_rng(0)
 imgs = rng.integers(0, 256, size=(5, 28, 28), dtype=np.uint8)

@@ -1,10 +1,10 @@
 """The TF engine's own optimizer: torch.optim formulas, replayed in NumPy from the dumped gradients.
 
 Each run dumps the all-reduced, unscaled, unclipped gradient of every step; starting from
-weights_init.npz, NumPy applies clipping (torch's clip_grad_norm_ formula) and the torch.optim update
-with the lr recorded for each step, and must land on weights_final.npz. The settings are chosen so a
-Keras-style formula would fail: a changing lr (warmup + cosine) for SGD momentum, a large Adam eps
-(placement matters), weight decay, and clipping that is active.
+weights_init.npz, NumPy applies clipping (torch's clip_grad_norm_ formula) and the torch.optim
+update with the lr recorded for each step, and must land on weights_final.npz. The settings are
+chosen so a Keras-style formula would fail: a changing lr (warmup + cosine) for SGD momentum, a
+large Adam eps (placement matters), weight decay, and clipping that is active.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def replay(init, grads, lrs, opt):
         {k: np.zeros_like(x) for k, x in p.items()},
     )
     wd, name = F(opt.get("weight_decay", 0.0)), opt["name"]
-    for t, (g, lr) in enumerate(zip(grads, lrs), 1):
+    for t, (g, lr) in enumerate(zip(grads, lrs, strict=True), 1):
         g = {k: x.astype(F) for k, x in g.items()}
         norm = np.sqrt(
             np.sum(

@@ -10,9 +10,10 @@ from .conftest import small_spec, tf_run
 
 
 def test_fp16_overflow_on_one_replica_skips_the_step_everywhere(tmp_path):
-    # One fixed batch (no shuffle, batch = train set) every step, so a skipped step leaves the weights
-    # exactly where they were: the evaluation after step 2 (every replica scores its slice with its own
-    # copy of the weights) must equal the one after step 1. Only replica 1 overflows at step 2.
+    # One fixed batch (no shuffle, batch = train set) every step, so a skipped step leaves the
+    # weights exactly where they were: the evaluation after step 2 (every replica scores its slice
+    # with its own copy of the weights) must equal the one after step 1. Only replica 1 overflows at
+    # step 2.
     spec = small_spec(
         data={"train_limit": 8, "batch_size": 8, "shuffle": False, "test_limit": 40},
         precision={"dtype": "fp16"},

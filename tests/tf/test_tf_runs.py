@@ -1,4 +1,5 @@
-"""End-to-end tf runs: run-directory contract, sharding plan, gradient averaging (real processes)."""
+"""End-to-end tf runs: run-directory contract, sharding plan, gradient averaging (real
+processes)."""
 
 from __future__ import annotations
 

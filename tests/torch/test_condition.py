@@ -1,4 +1,5 @@
-"""The absolute gradient the local gradient check is judged against (dualtrain.backends.torch.condition).
+"""The absolute gradient the local gradient check is judged against
+(dualtrain.backends.torch.condition).
 
 For every dense, conv and batchnorm parameter it must be the sum of |factor| x |factor| products
 that make up the gradient, computed independently here from each layer's input and output gradient
@@ -64,7 +65,7 @@ def test_absolute_gradient_is_the_sum_of_absolute_products():
         scale["1.weight"], (x_hat.abs() * g1).sum((0, 2, 3)).numpy(), rtol=1e-9
     )
     np.testing.assert_allclose(scale["1.bias"], g1.sum((0, 2, 3)).numpy(), rtol=1e-12)
-    for layer, i in ((dense1, 4), (dense2, 6)):
+    for _layer, i in ((dense1, 4), (dense2, 6)):
         g = g_out[i].abs()
         np.testing.assert_allclose(
             scale[f"{i}.weight"], (g.T @ acts[i].detach().abs()).numpy(), rtol=1e-12

@@ -1,7 +1,8 @@
-"""dualtrain.core.optim_ref (the exact update the one-step probes judge against) is torch.optim, in float64.
+"""dualtrain.core.optim_ref (the exact update the one-step probes judge against) is torch.optim, in
+float64.
 
-torch.optim stays the reference: every optimizer and option the spec offers, from no state (the first
-applied update) and from a state three updates in, with and without clipping."""
+torch.optim stays the reference: every optimizer and option the spec offers, from no state (the
+first applied update) and from a state three updates in, with and without clipping."""
 
 from __future__ import annotations
 

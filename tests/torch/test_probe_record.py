@@ -1,6 +1,6 @@
-"""The fp64 run that records compare's probe states (dualtrain.runtime.probes) trains bit for bit as without
-them: at each probe step it takes the reference step from the rounded state, then restores its own
-state exactly before taking the step itself."""
+"""The fp64 run that records compare's probe states (dualtrain.runtime.probes) trains bit for bit as
+without them: at each probe step it takes the reference step from the rounded state, then restores
+its own state exactly before taking the step itself."""
 
 from __future__ import annotations
 

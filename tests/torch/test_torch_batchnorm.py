@@ -46,7 +46,8 @@ def test_matches_torch_batchnorm(shape, dtype, tol):
 
 
 def test_autocast_keeps_statistics_in_float32():
-    # Under bf16 autocast the statistics are computed in float32 and the output has the input's dtype.
+    # Under bf16 autocast the statistics are computed in float32 and the output has the input's
+    # dtype.
     bn = BatchNorm(3, momentum=0.1, eps=1e-5, sync=False)
     x = torch.randn(8, 3, 5, 5).to(torch.bfloat16)
     with torch.autocast("cpu", dtype=torch.bfloat16):

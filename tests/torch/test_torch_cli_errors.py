@@ -1,4 +1,5 @@
-"""User mistakes: exit 2, one line on stderr naming the field and value, no traceback, no run dir."""
+"""User mistakes: exit 2, one line on stderr naming the field and value, no traceback, no run
+dir."""
 
 from __future__ import annotations
 

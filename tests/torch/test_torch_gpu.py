@@ -1,7 +1,7 @@
 """GPU path of the torch backend: nccl, CUDA autocast fp16 (GradScaler), bf16 and fp64.
 
-Skipped on machines without CUDA (CI has none); with DUALTRAIN_TEST_GPU=1 a missing GPU is a failure,
-so a GPU job cannot pass by skipping.
+Skipped on machines without CUDA (CI has none); with DUALTRAIN_TEST_GPU=1 a missing GPU is a
+failure, so a GPU job cannot pass by skipping.
 """
 
 from __future__ import annotations

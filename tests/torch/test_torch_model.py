@@ -1,4 +1,5 @@
-"""The torch model is the canonical layout: weights in and out unchanged, logits as NumPy computes."""
+"""The torch model is the canonical layout: weights in and out unchanged, logits as NumPy
+computes."""
 
 from __future__ import annotations
 

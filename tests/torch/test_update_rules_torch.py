@@ -1,5 +1,5 @@
-"""dualtrain.core.update_rules (on its NumPy namespace) against torch.optim, torch.amp.GradScaler and
-torch.nn.utils.clip_grad_norm_ themselves: torch stays the reference.
+"""dualtrain.core.update_rules (on its NumPy namespace) against torch.optim, torch.amp.GradScaler
+and torch.nn.utils.clip_grad_norm_ themselves: torch stays the reference.
 
 Every optimizer and option the spec offers runs several steps side by side from the same weights
 with the same gradients and a changing lr, in float64 and in float32; the parameters and every slot
@@ -137,7 +137,7 @@ def test_global_norm_and_clipping_follow_clip_grad_norm(dtype):
     assert abs(float(norm) - ref) <= 1 * eps * ref
     for max_norm in (0.3, 1.0, 1e3):
         params = [torch.nn.Parameter(torch.zeros_like(t)) for t in tensors]
-        for p, t in zip(params, tensors):
+        for p, t in zip(params, tensors, strict=True):
             p.grad = t.clone()
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
         # from torch's own norm: torch computes reciprocal(norm + 1e-6) * max_norm, the rule one
@@ -147,7 +147,7 @@ def test_global_norm_and_clipping_follow_clip_grad_norm(dtype):
         torch_coef = torch.clamp(max_norm * (total + 1e-6).reciprocal(), max=1.0).numpy()[()]
         assert abs(coef - torch_coef) <= np.spacing(torch_coef)
         clipped = update_rules.clip(NUMPY, grads, total.numpy()[()], max_norm)
-        for mine, p in zip(clipped, params):
+        for mine, p in zip(clipped, params, strict=True):
             ref_g = p.grad.numpy()
             if max_norm == 1e3:
                 np.testing.assert_array_equal(mine, ref_g)  # coefficient 1: untouched

@@ -105,9 +105,11 @@ def test_spec_round_trips_compactly():
             "layer type 'dense' takes no 'sync'",
         ),
         (
-            "[{type: conv2d, filters: 4, kernel_size: 3}, {type: residual, body: [{type: conv2d, filters: 8, "
-            "kernel_size: 3, padding: 1}]}, {type: flatten}, {type: dense, units: 10}]",
-            "model.layers[1] (residual): the body outputs (8, 26, 26) but the block input (identity shortcut)",
+            "[{type: conv2d, filters: 4, kernel_size: 3}, {type: residual, body: "
+            "[{type: conv2d, filters: 8, kernel_size: 3, padding: 1}]}, {type: flatten}, "
+            "{type: dense, units: 10}]",
+            "model.layers[1] (residual): the body outputs (8, 26, 26) but the block input "
+            "(identity shortcut)",
         ),
         (
             "[{type: residual, body: [{type: residual, body: [{type: relu}]}]}]",
@@ -115,7 +117,8 @@ def test_spec_round_trips_compactly():
         ),
         ("[{type: residual, body: []}]", "residual.body must list at least one layer"),
         (
-            "[{type: flatten}, {type: residual, body: [{type: dense, units: 5}]}, {type: dense, units: 10}]",
+            "[{type: flatten}, {type: residual, body: [{type: dense, units: 5}]}, "
+            "{type: dense, units: 10}]",
             "model.layers[1] (residual): the body outputs (5,)",
         ),
     ],
@@ -169,8 +172,8 @@ def _spec(*extra: str, sync: str = "false", dense: bool = True):
 
 
 def test_too_few_values_unsync_names_layer_step_and_replica():
-    # 2,561 samples at batch 64: step 41 (the last of every epoch) holds 1 sample; world 2: replica 1
-    # holds none.
+    # 2,561 samples at batch 64: step 41 (the last of every epoch) holds 1 sample; world 2:
+    # replica 1 holds none.
     with pytest.raises(UserError) as exc:
         check_batchnorm_batches(_spec("distribution.world_size=2"), 2561)
     msg = str(exc.value)

@@ -51,7 +51,7 @@ def test_backend_launch_modules_are_framework_free():
             assert not imported_roots(path) & set(FRAMEWORKS), path
 
 
-# ---- layers: the package is the pipeline, each folder imports only from the ones before it ----------
+# ---- layers: the package is the pipeline, each folder imports only from the ones before it -------
 
 LAYERS = [
     {"errors", "version", "jsonio"},  # plain helpers every layer may use

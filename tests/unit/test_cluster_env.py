@@ -1,6 +1,6 @@
-"""Cluster launchers in this process (dualtrain/launch/cluster.py, the backends' launch.detect): Slurm's
-compact lists, Slurm's variables map to ranks and addresses, the batch script is never a replica,
-torchrun and TF_CONFIG win, and a broken environment is one user error.
+"""Cluster launchers in this process (dualtrain/launch/cluster.py, the backends' launch.detect):
+Slurm's compact lists, Slurm's variables map to ranks and addresses, the batch script is never a
+replica, torchrun and TF_CONFIG win, and a broken environment is one user error.
 
 Through the real CLI (``run --dry-run --json`` in a subprocess, the Kubeflow operators'
 environments, the examples' command lines): tests/integration/test_cluster_env.py.

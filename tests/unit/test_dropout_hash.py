@@ -1,5 +1,5 @@
-"""The dropout hash (dualtrain.core.dropout) in NumPy: the drop fraction, what changes a mask, and what must
-not (which replica or batch holds the sample)."""
+"""The dropout hash (dualtrain.core.dropout) in NumPy: the drop fraction, what changes a mask, and
+what must not (which replica or batch holds the sample)."""
 
 import numpy as np
 import pytest
@@ -13,7 +13,8 @@ ELEMENTS = np.arange(784, dtype=np.int64)  # 6.7 M mask elements per call
 @pytest.mark.parametrize("rate", [0.1, 0.25, 0.5, 0.75])
 def test_measured_drop_fraction(rate):
     dropped = 1.0 - keep(NUMPY, 0, np.int64(5), IDS, 3, ELEMENTS, rate).mean()
-    # binomial standard deviation at 6.7 M elements is <= 2e-4; the threshold is rate * 2**24 rounded
+    # binomial standard deviation at 6.7 M elements is <= 2e-4; the threshold is
+    # rate * 2**24 rounded
     assert abs(dropped - rate) < 1e-3, dropped
     assert threshold(rate) == round(rate * 2**24)
 

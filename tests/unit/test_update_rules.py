@@ -224,7 +224,11 @@ def test_float32_fma_rounds_once_like_torchs_fused_add():
     assert got.dtype == F32
     al = Fraction(float(F32(alpha)))
     want = np.array(
-        [_round_to_f32(Fraction(float(x)) + al * Fraction(float(y))) for x, y in zip(a, b)], F32
+        [
+            _round_to_f32(Fraction(float(x)) + al * Fraction(float(y)))
+            for x, y in zip(a, b, strict=True)
+        ],
+        F32,
     )
     np.testing.assert_array_equal(got, want)
     twice = a + F32(alpha) * b  # two float32 roundings differ from one on some elements

@@ -3,24 +3,26 @@
 
 Per step, every replica:
 
-1. slices its own ids out of the flat id vector the loop hands in (``ids_flat[offsets[i]:offsets[i+1]]``,
-   ``i`` = this replica's local index) and gathers those rows from the in-memory dataset on the host;
-   no tf.data pipeline and no auto-sharding decide anything. The ids it used are returned from inside
-   the replica function (``StepOut.fed_ids``);
+1. slices its own ids out of the flat id vector the loop hands in
+   (``ids_flat[offsets[i]:offsets[i+1]]``, ``i`` = this replica's local index) and gathers those
+   rows from the in-memory dataset on the host; no tf.data pipeline and no auto-sharding decide
+   anything. The ids it used are returned from inside the replica function (``StepOut.fed_ids``);
 2. differentiates ``sum(per-sample CE) / N_global`` (CE in float32, float64 for fp64; times the loss
    scale under fp16);
 3. optionally poisons its local gradient with inf (fault injection), then all-reduces with SUM;
-4. on the all-reduced gradient (identical on every replica): unscale, finite check (fp16), global norm,
-   clipping with torch's ``min(1, max / (norm + 1e-6))``.
+4. on the all-reduced gradient (identical on every replica): unscale, finite check (fp16), global
+   norm, clipping with torch's ``min(1, max / (norm + 1e-6))``.
 
 Then, in cross-replica context, ``strategy.extended.update`` applies torch.optim's update formulas
-(dualtrain.core.update_rules on the TF namespace in .ops, not Keras's optimizers) on every device, or
-skips it on every device when the all-reduced fp16 gradient was not finite, and advances the dynamic
-loss scale with GradScaler's rule (dualtrain.core.update_rules too, as are the global norm and clipping).
+(dualtrain.core.update_rules on the TF namespace in .ops, not Keras's optimizers) on every device,
+or skips it on every device when the all-reduced fp16 gradient was not finite, and advances the
+dynamic loss scale with GradScaler's rule (dualtrain.core.update_rules too, as are the global norm
+and clipping).
 
-All step inputs have fixed signatures (ids are a flat ``[None]`` vector plus offsets, lr and N_global are
-scalar tensors), so the step is traced once (twice with gradient capture) whatever the per-replica
-batch sizes are. That also keeps multi-worker collective keys in lockstep across processes.
+All step inputs have fixed signatures (ids are a flat ``[None]`` vector plus offsets, lr and
+N_global are scalar tensors), so the step is traced once (twice with gradient capture) whatever the
+per-replica batch sizes are. That also keeps multi-worker collective keys in lockstep across
+processes.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ SUM = tf.distribute.ReduceOp.SUM
 
 class TFEngine(Engine):
     backend = "tf"
-    #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on an
-    #: instance before __init__ traces the step: parity_tests/mutants.py)
+    #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on
+    #: an instance before __init__ traces the step: parity_tests/mutants.py)
     ops: update_rules.Ops = OPS
 
     def __init__(
@@ -201,11 +203,11 @@ class TFEngine(Engine):
                 SUM, [tf.where(first, stats[k], tf.zeros_like(stats[k])) for k in unsync]
             )
             stats = list(stats)
-            for k, v in zip(unsync, sent):
+            for k, v in zip(unsync, sent, strict=True):
                 stats[k] = v
         return [
             batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
-            for k, (r, stat) in enumerate(zip(self.running, stats))
+            for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
         ]
 
     def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
@@ -229,9 +231,9 @@ class TFEngine(Engine):
 
         with tf.GradientTape() as tape:
             # An empty replica contributes zero loss and zero gradient. Dense layers get there by
-            # themselves (a 0-row matmul); convolutions are not run on an empty batch (oneDNN's fused
-            # conv kernels reject one). The guard is a tf.cond, which costs time in every step (and
-            # its gradient), so only models with convolutions have it.
+            # themselves (a 0-row matmul); convolutions are not run on an empty batch (oneDNN's
+            # fused conv kernels reject one). The guard is a tf.cond, which costs time in every step
+            # (and its gradient), so only models with convolutions have it.
             if self._guard_empty:
                 loss_sum, *stats = tf.cond(tf.size(ids) > 0, forward, skipped)
             else:
@@ -286,7 +288,7 @@ class TFEngine(Engine):
             s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
         # BatchNorm running statistics move in the forward, as torch's buffers do: also on a step
         # whose update fp16 skips.
-        for r, new in zip(self.running, running):
+        for r, new in zip(self.running, running, strict=True):
             s.extended.update(r, lambda var, value: var.assign(value), args=(new,), group=False)
         # Stateful ops in a tf.function run in program order (automatic control dependencies), so
         # the counters below advance after every parameter update has read them.
@@ -365,7 +367,7 @@ class TFEngine(Engine):
         if capture_grads:
             grads = {
                 name: to_canonical(name, local(g)[0].numpy())
-                for name, g in zip(self.param_names, out["captured"])
+                for name, g in zip(self.param_names, out["captured"], strict=True)
             }
         amax = float(local(out["amax"])[0]) if self.fp16 else None
         return StepOut(

@@ -1,16 +1,16 @@
 """Worker planning for the tf backend (framework-free: the CLI process imports it).
 
 * ``tf.strategy: mirrored``: one worker process that drives ``world_size`` local devices.
-* ``tf.strategy: multi_worker``: ``world_size`` worker processes, one replica each, wired together by
-  ``TF_CONFIG`` on loopback ports.
+* ``tf.strategy: multi_worker``: ``world_size`` worker processes, one replica each, wired together
+  by ``TF_CONFIG`` on loopback ports.
 
 Started inside a ``TF_CONFIG`` cluster (Kubeflow TFJob, Ray, a hand-written cluster spec) or as one
-task of a multi-task ``srun`` step (dualtrain.launch.cluster builds the TF_CONFIG from Slurm's variables), this
-process *is* one worker of that cluster: :func:`detect` reports its rank and the cluster size. The
-cluster then defines the replicas (one per task), so such a run always uses MultiWorkerMirrored: a
-spec that says ``mirrored`` is run as ``multi_worker`` (the worker says so and records the strategy
-it used in spec.yaml and summary.json). ``mirrored`` means "one process, its local devices"; a
-cluster of processes cannot be that.
+task of a multi-task ``srun`` step (dualtrain.launch.cluster builds the TF_CONFIG from Slurm's
+variables), this process *is* one worker of that cluster: :func:`detect` reports its rank and the
+cluster size. The cluster then defines the replicas (one per task), so such a run always uses
+MultiWorkerMirrored: a spec that says ``mirrored`` is run as ``multi_worker`` (the worker says so
+and records the strategy it used in spec.yaml and summary.json). ``mirrored`` means "one process,
+its local devices"; a cluster of processes cannot be that.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ UNIT = "worker"
 MODULE = "dualtrain.backends.tf"
 TF_CONFIG = "TF_CONFIG"
 LOCAL_ONLY = "DUALTRAIN_TF_LOCAL"
-"""Set (to "1") on workers dualtrain launched itself: their TF_CONFIG (if any) is ours, not a user's."""
+"""Set (to "1") on workers dualtrain launched itself: their TF_CONFIG (if any) is ours, not a
+user's."""
 
 
 STDERR_NOISE = re.compile(
@@ -75,8 +76,8 @@ def parse_tf_config(text: str) -> dict[str, int]:
 
 
 def cluster_peers(text: str) -> list[Peer]:
-    """The cluster's tasks as dualtrain.launch.peers.Peer, by rank (chief first), each also known by its
-    TF task name, which TF's collective errors quote ("/job:worker/replica:0/task:1")."""
+    """The cluster's tasks as dualtrain.launch.peers.Peer, by rank (chief first), each also known by
+    its TF task name, which TF's collective errors quote ("/job:worker/replica:0/task:1")."""
     spec = json.loads(text)["cluster"]
     tasks = [("chief", i, a) for i, a in enumerate(spec.get("chief", []))] + [
         ("worker", i, a) for i, a in enumerate(spec.get("worker", []))

@@ -1,9 +1,11 @@
-"""Keras 3 model built from the framework-free layer list, with canonical <-> Keras weight conversion.
+"""Keras 3 model built from the framework-free layer list, with canonical <-> Keras weight
+conversion.
 
-Layouts (dualtrain.core.model): canonical dense weight (out, in) -> Keras kernel (in, out); canonical conv
-weight OIHW -> Keras HWIO. Inputs are NHWC (the canonical NCHW batch transposed). A flatten that
-receives a C,H,W tensor with C > 1 gets a ``Permute((3, 1, 2))`` in front of it, so Keras flattens in
-torch's C,H,W order and the next dense kernel is just the transposed canonical weight.
+Layouts (dualtrain.core.model): canonical dense weight (out, in) -> Keras kernel (in, out);
+canonical conv weight OIHW -> Keras HWIO. Inputs are NHWC (the canonical NCHW batch transposed). A
+flatten that receives a C,H,W tensor with C > 1 gets a ``Permute((3, 1, 2))`` in front of it, so
+Keras flattens in torch's C,H,W order and the next dense kernel is just the transposed canonical
+weight.
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ def build_model(
     parameters and batchnorm running statistics (``variable.trainable`` tells them apart).
 
     A model with dropout takes three inputs, ``[images, sample_ids, steps]`` (both int64, one per
-    sample): its masks are a hash of them (dualtrain.core.dropout); without dropout it takes the images.
-    A model with batchnorm outputs ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm layer's
-    batch mean and unbiased variance in training (the engine updates the running statistics from
-    them, docs/parity.md §9), its running ones in evaluation."""
+    sample): its masks are a hash of them (dualtrain.core.dropout); without dropout it takes the
+    images. A model with batchnorm outputs ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm
+    layer's batch mean and unbiased variance in training (the engine updates the running statistics
+    from them, docs/parity.md §9), its running ones in evaluation."""
     reorder = conv_flatten_shape(spec)
     compute = keras.DTypePolicy(policy).compute_dtype
     inputs = keras.Input(
@@ -58,8 +60,8 @@ def build_model(
 def call_model(
     model: keras.Model, x, *, dropout: bool, ids=None, step=None, training: bool = False
 ):
-    """(logits, batchnorm statistics) of ``model`` on the NHWC batch ``x``. A model with dropout also
-    gets each sample's id and the step (zeros outside training, where dropout is off)."""
+    """(logits, batchnorm statistics) of ``model`` on the NHWC batch ``x``. A model with dropout
+    also gets each sample's id and the step (zeros outside training, where dropout is off)."""
     if dropout:
         n = tf.shape(x)[:1]
         ids = tf.zeros(n, tf.int64) if ids is None else tf.cast(ids, tf.int64)
@@ -73,10 +75,10 @@ def call_model(
 def build_inference_model(
     spec: ModelSpec, dtype: str = "float32"
 ) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
-    """The model from Keras's own layers only, for export (dualtrain.driver.export): keras.saving.load_model
-    opens it without dualtrain. Dropout is keras's Dropout (identity in inference), batchnorm is
-    BatchNormalization with torch's eps and the running statistics as its moving ones, gelu is Keras's
-    exact gelu. Input: NHWC images; output: logits."""
+    """The model from Keras's own layers only, for export (dualtrain.driver.export):
+    keras.saving.load_model opens it without dualtrain. Dropout is keras's Dropout (identity in
+    inference), batchnorm is BatchNormalization with torch's eps and the running statistics as its
+    moving ones, gelu is Keras's exact gelu. Input: NHWC images; output: logits."""
     inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc", dtype=dtype)
     b = _Builder(dtype, 0, conv_flatten_shape(spec), None, None, inference=True)
     x = b.apply(resolve(spec), inputs)
@@ -107,10 +109,14 @@ class _Builder:
         return x
 
     def weighted(self, r, layer, x):
-        """``layer(x)``; the layer's kernel (and bias, if it has one) named as the canonical ones."""
+        """``layer(x)``; the layer's kernel (and bias, if it has one) named as the canonical
+        ones."""
         x = layer(x)
         if r.params:
-            self.named += list(zip([n for n, _ in r.params], (layer.kernel, layer.bias)))
+            # without a bias, r.params names the kernel only (and layer.bias is None)
+            self.named += list(
+                zip([n for n, _ in r.params], (layer.kernel, layer.bias), strict=False)
+            )
         return x
 
 
@@ -154,7 +160,9 @@ def _batchnorm(b: _Builder, r, name: str, x):
         b.named += [
             (n, v)
             for (n, _), v in zip(
-                r.arrays, (layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance)
+                r.arrays,
+                (layer.gamma, layer.beta, layer.moving_mean, layer.moving_variance),
+                strict=True,
             )
         ]
         return x
@@ -164,7 +172,9 @@ def _batchnorm(b: _Builder, r, name: str, x):
     b.named += [
         (n, v)
         for (n, _), v in zip(
-            r.arrays, (layer.weight, layer.bias, layer.running_mean, layer.running_var)
+            r.arrays,
+            (layer.weight, layer.bias, layer.running_mean, layer.running_var),
+            strict=True,
         )
     ]
     return x
@@ -220,9 +230,9 @@ def _bn_ops(x) -> batchnorm.Ops:
 
     # The per-channel sums accumulate in float64 (the contract of batchnorm.Ops.channel_sum): TF's
     # CPU reduce_sum over the outer axes adds sequentially, measured 28 u off on the 50,176 values
-    # per channel of configs/mnist_resnet_bn.yaml's first batchnorm (torch's cascade sum: 0.7 u), which
-    # made every fp32 gradient of that model 5e-3 off the exact step. The broadcast back to x's
-    # shape happens in float64 too, so its gradient (a sum over the same axes) does as well.
+    # per channel of configs/mnist_resnet_bn.yaml's first batchnorm (torch's cascade sum: 0.7 u),
+    # which made every fp32 gradient of that model 5e-3 off the exact step. The broadcast back to
+    # x's shape happens in float64 too, so its gradient (a sum over the same axes) does as well.
     def channel_sum(t):
         return tf.cast(tf.reduce_sum(tf.cast(t, tf.float64), axis=axes), dtype)
 
@@ -245,10 +255,10 @@ SUM = tf.distribute.ReduceOp.SUM
 
 
 class BatchNorm(keras.layers.Layer):
-    """dualtrain.core.batchnorm on TF tensors (torch semantics; the channel is the last axis). Returns
-    ``(y, mean, var)``: the batch mean and unbiased variance in training (global with ``sync`` when
-    more than one replica is in sync), the running statistics in evaluation. It never assigns its
-    running statistics: the engine does, from these outputs, on every replica alike."""
+    """dualtrain.core.batchnorm on TF tensors (torch semantics; the channel is the last axis).
+    Returns ``(y, mean, var)``: the batch mean and unbiased variance in training (global with
+    ``sync`` when more than one replica is in sync), the running statistics in evaluation. It never
+    assigns its running statistics: the engine does, from these outputs, on every replica alike."""
 
     def __init__(self, momentum: float, eps: float, sync: bool, **kwargs):
         super().__init__(**kwargs)
@@ -300,9 +310,9 @@ _OPS = IntOps(
 
 
 class HashDropout(keras.layers.Layer):
-    """Inverted dropout whose mask is dualtrain.core.dropout.keep, bit-identical to the torch backend's:
-    element indices count the layer input in canonical (C, H, W) order, so an NHWC activation gets the
-    mask computed for NCHW and transposed. Identity outside training."""
+    """Inverted dropout whose mask is dualtrain.core.dropout.keep, bit-identical to the torch
+    backend's: element indices count the layer input in canonical (C, H, W) order, so an NHWC
+    activation gets the mask computed for NCHW and transposed. Identity outside training."""
 
     def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int, **kwargs):
         super().__init__(**kwargs)
@@ -323,17 +333,18 @@ class HashDropout(keras.layers.Layer):
 
 
 def _gelu(x):
-    """The exact erf form, written as torch's CPU kernel computes it: x * 0.5 * (1 + erf(x * sqrt(1/2))),
-    the constant in the compute dtype. Not keras/tf.nn.gelu(approximate=False): in float64 it is only
-    float32-accurate (5e-9 absolute error against erfc, torch's 9e-16), which the fp64 reference pair
-    reports as 6e-12 apart at step 1 (docs/parity.md §5)."""
+    """The exact erf form, written as torch's CPU kernel computes it:
+    x * 0.5 * (1 + erf(x * sqrt(1/2))), the constant in the compute dtype. Not
+    keras/tf.nn.gelu(approximate=False): in float64 it is only float32-accurate (5e-9 absolute error
+    against erfc, torch's 9e-16), which the fp64 reference pair reports as 6e-12 apart at step 1
+    (docs/parity.md §5)."""
     half_sqrt = keras.ops.convert_to_tensor(0.7071067811865476, dtype=x.dtype)
     return x * 0.5 * (1.0 + keras.ops.erf(x * half_sqrt))
 
 
 def conv2d(x, s, name: str, policy: str):
-    """(input, Conv2D layer) for a conv2d spec. An integer padding P is torch's: P zeros on every side
-    (a ZeroPadding2D, then a 'valid' convolution), whatever the stride; Keras's own 'same' pads
+    """(input, Conv2D layer) for a conv2d spec. An integer padding P is torch's: P zeros on every
+    side (a ZeroPadding2D, then a 'valid' convolution), whatever the stride; Keras's own 'same' pads
     strided convolutions asymmetrically (extra row and column at the bottom and right), so dualtrain
     uses it only with stride 1, where both frameworks agree."""
     padding = s.padding
@@ -355,7 +366,8 @@ def conv2d(x, s, name: str, policy: str):
 
 
 def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
-    """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO), as ``dtype``."""
+    """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO), as
+    ``dtype``."""
     a = np.asarray(array, dtype=dtype)
     if name.endswith(".weight") and a.ndim in (2, 4):  # not a batchnorm weight
         a = a.T if a.ndim == 2 else a.transpose(2, 3, 1, 0)

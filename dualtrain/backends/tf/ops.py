@@ -1,5 +1,5 @@
-"""The TF array namespace dualtrain.core.update_rules runs on (tensors and variables of the parameter
-dtype, inside the step's tf.function)."""
+"""The TF array namespace dualtrain.core.update_rules runs on (tensors and variables of the
+parameter dtype, inside the step's tf.function)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,8 @@ class OptimizerVariables:
         slots = {}
         if applied:
             for slot, variables in self.slots.items():
-                for name, var in zip(param_names, variables):
+                # a slot this optimizer does not use is an empty list
+                for name, var in zip(param_names, variables, strict=False):
                     slots[f"{slot}/{name}"] = to_canonical(name, var.numpy())
         return OptimizerState(
             slots=slots,

@@ -7,8 +7,8 @@ loaded with canonical weights. CLI:
 
 writes the logits of the first N MNIST test images under key "logits".
 ``python -m dualtrain.backends.tf.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the Keras
-export (export.py). ``python -m dualtrain.backends.tf.tools env`` prints TensorFlow's and Keras's facts
-(``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
+export (export.py). ``python -m dualtrain.backends.tf.tools env`` prints TensorFlow's and Keras's
+facts (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
 """
 
 from __future__ import annotations

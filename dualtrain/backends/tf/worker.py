@@ -1,8 +1,8 @@
 """The tf worker: configure TensorFlow before it initialises, build the strategy, train.
 
-``run_worker(spec, run_dir)`` is called by ``python -m dualtrain.backends.tf RUN_DIR`` (workers dualtrain
-launched) and by ``dualtrain run`` itself inside an external TF_CONFIG cluster (``run_dir`` is None on
-the non-chief workers there).
+``run_worker(spec, run_dir)`` is called by ``python -m dualtrain.backends.tf RUN_DIR`` (workers
+dualtrain launched) and by ``dualtrain run`` itself inside an external TF_CONFIG cluster
+(``run_dir`` is None on the non-chief workers there).
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if spec.determinism:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
-        # oneDNN picks kernels by batch size, so one sample's logits change in the last bits with the
-        # batch it shares (~1e-6 relative on the CNN): a world-size-1 run and a world-size-3 run
+        # oneDNN picks kernels by batch size, so one sample's logits change in the last bits with
+        # the batch it shares (~1e-6 relative on the CNN): a world-size-1 run and a world-size-3 run
         # would then not compute the same per-sample gradients. Eigen's kernels do (and are as fast
         # here). bf16 is the exception: Eigen's bf16 matmul rounds about twice as coarsely as
         # oneDNN's, and oneDNN's is the one torch uses (bitwise-equal outputs on a 64x784x256 probe,
@@ -178,7 +178,9 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
 
 
 def run_worker(
-    spec: Experiment, run_dir: str | Path | None, start: Start = Start()
+    spec: Experiment,
+    run_dir: str | Path | None,
+    start: Start = Start(),  # noqa: B008 (Start is a frozen dataclass)
 ) -> dict[str, Any]:
     begun = Begun()  # the environment as given, before configure_tf sets anything (docs/env.md)
     spec, role = plan_process(spec)

@@ -1,4 +1,5 @@
-"""Worker entry: ``python -m dualtrain.backends.torch RUN_DIR`` (one per rank, torchrun environment).
+"""Worker entry: ``python -m dualtrain.backends.torch RUN_DIR`` (one per rank, torchrun
+environment).
 
 A user-facing problem (no GPU, bad data) prints one line and exits 2; anything else is a bug and
 keeps its traceback (exit 1).

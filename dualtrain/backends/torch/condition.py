@@ -90,13 +90,19 @@ class AbsoluteGradient:
             with torch.enable_grad():
                 z = torch.func.functional_call(m, params, (x.abs(),))
                 grads = torch.autograd.grad(z, list(params.values()), grad_outputs=g)
-            out.update({f"{name}.{k}": a for k, a in zip(params, grads)})
+            out.update({f"{name}.{k}": a for k, a in zip(params, grads, strict=True)})
         self._seen, self._grad = {}, {}
         names = sorted(out)
         parts = [out[k] for k in names] + [terms[k] for k in names]
         if world > 1 and names:
             flat = torch.cat([t.reshape(-1) for t in parts])
             dist.all_reduce(flat)
-            parts = [p.view_as(t) for p, t in zip(flat.split([t.numel() for t in parts]), parts)]
+            parts = [
+                p.view_as(t)
+                for p, t in zip(flat.split([t.numel() for t in parts]), parts, strict=True)
+            ]
         arrays = [t.to("cpu", torch.float64).numpy() for t in parts]
-        return dict(zip(names, arrays[: len(names)])), dict(zip(names, arrays[len(names) :]))
+        return (
+            dict(zip(names, arrays[: len(names)], strict=True)),
+            dict(zip(names, arrays[len(names) :], strict=True)),
+        )

@@ -108,10 +108,10 @@ def init_distributed(spec: Experiment, device: torch.device, rank: int, world: i
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
         # torchrun's agent hosts the store on MASTER_PORT (it owns that listener); every rank is a
-        # client, as init_method="env://" would make it, under the same "default_pg" prefix. A worker
-        # torchrun restarted would find the previous attempt's keys there (gloo's peer addresses
-        # among them) and connect to dead processes (pytorch/pytorch#135712): a prefix per attempt
-        # keeps them apart.
+        # client, as init_method="env://" would make it, under the same "default_pg" prefix. A
+        # worker torchrun restarted would find the previous attempt's keys there (gloo's peer
+        # addresses among them) and connect to dead processes (pytorch/pytorch#135712): a prefix per
+        # attempt keeps them apart.
         store = dist.TCPStore(
             os.environ["MASTER_ADDR"],
             int(os.environ["MASTER_PORT"]),
@@ -144,9 +144,9 @@ _LISTENER: list[socket.socket] = []
 
 
 def rendezvous_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
-    """The rendezvous store at MASTER_ADDR:MASTER_PORT, as init_method="env://" makes it, except that
-    rank 0 listens only on the address the user named (loopback for runs dualtrain launches), not on
-    every interface as TCPStore does by itself (dualtrain.launch.netif.listen_address)."""
+    """The rendezvous store at MASTER_ADDR:MASTER_PORT, as init_method="env://" makes it, except
+    that rank 0 listens only on the address the user named (loopback for runs dualtrain launches),
+    not on every interface as TCPStore does by itself (dualtrain.launch.netif.listen_address)."""
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     if rank == 0:
         bind = listen_address(addr)
@@ -186,8 +186,8 @@ class _HookState:
 
 
 def _sum_hook(state, bucket):  # no annotations: DDP checks them as real types
-    """SUM all-reduce (no division); fault injection turns this replica's local gradient to inf first,
-    so the overflow reaches the other replicas only through the all-reduce."""
+    """SUM all-reduce (no division); fault injection turns this replica's local gradient to inf
+    first, so the overflow reaches the other replicas only through the all-reduce."""
     buf = bucket.buffer()
     if state.poison:
         buf.fill_(float("inf"))
@@ -215,7 +215,8 @@ class TorchEngine(Engine):
         self._pg_device = device  # gloo collectives on CPU tensors, nccl on CUDA tensors
 
         # fp64: float64 parameters, activations, loss and optimizer state (the inputs are the same
-        # float32-normalised images, widened exactly). Otherwise float32 (fp16/bf16 autocast on top).
+        # float32-normalised images, widened exactly). Otherwise float32 (fp16/bf16 autocast on
+        # top).
         self.dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
         # The dataset lives on the device once; a step is two index_selects.
         self.train_x = torch.from_numpy(normalize(data.train_x)).to(device, self.dtype)
@@ -234,14 +235,15 @@ class TorchEngine(Engine):
             forward_sync_buffers=False,
             gradient_as_bucket_view=True,
         )
-        # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient still
-        # comes out divided by the world size (measured on torch 2.13), with a Python hook it does not.
+        # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient
+        # still comes out divided by the world size (measured on torch 2.13), with a Python hook it
+        # does not.
         self._hook = _HookState()
         self.ddp.register_comm_hook(self._hook, _sum_hook)
         self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
-        # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of their own
-        # (never interleaved with DDP's gradient buckets); unsync layers' running statistics are
-        # rank 0's, broadcast after every step.
+        # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of
+        # their own (never interleaved with DDP's gradient buckets); unsync layers' running
+        # statistics are rank 0's, broadcast after every step.
         norms = [m for m in self.module.modules() if isinstance(m, BatchNorm)]
         if world > 1 and any(m.sync for m in norms):
             group = dist.new_group(backend=dist.get_backend())
@@ -326,7 +328,10 @@ class TorchEngine(Engine):
         )
         captured = None
         if capture_grads:
-            captured = {n: g.detach().to("cpu").numpy().copy() for n, g in zip(self.names, grads)}
+            captured = {
+                n: g.detach().to("cpu").numpy().copy()
+                for n, g in zip(self.names, grads, strict=True)
+            }
         abs_grads, abs_terms = absolute.result(self.world) if absolute is not None else (None, None)
         if self.clip is not None:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
@@ -344,7 +349,9 @@ class TorchEngine(Engine):
         if self._broadcast:  # unsync BatchNorm: every replica takes replica 0's running statistics
             flat = torch.cat([b.reshape(-1) for b in self._broadcast])
             dist.broadcast(flat, src=0)
-            for b, new in zip(self._broadcast, flat.split([b.numel() for b in self._broadcast])):
+            for b, new in zip(
+                self._broadcast, flat.split([b.numel() for b in self._broadcast]), strict=True
+            ):
                 b.copy_(new.view_as(b))
         return StepOut(
             loss_sum=loss_sum.item(),
@@ -359,8 +366,8 @@ class TorchEngine(Engine):
         )
 
     def _unscale(self) -> None:
-        """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which also
-        records whether any is not finite)."""
+        """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which
+        also records whether any is not finite)."""
         assert self.scaler is not None  # fp16 only, which has a scaler
         self.scaler.unscale_(self.opt)
 
@@ -369,7 +376,7 @@ class TorchEngine(Engine):
         fp64) whatever precision the logits came out in (docs/parity.md §3)."""
         return F.cross_entropy(logits.to(self.dtype), y, reduction="sum")
 
-    # ---- evaluation and collectives ----------------------------------------------------------------
+    # ---- evaluation and collectives --------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
         self.module.eval()

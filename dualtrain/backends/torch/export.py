@@ -73,8 +73,8 @@ def torch_source(spec: Experiment, dtype: str, run: str) -> str:
 
 
 def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:
-    """The canonical weights plus torch BatchNorm's ``num_batches_tracked`` (0: dualtrain's momentum is
-    always a number, for which torch never reads it)."""
+    """The canonical weights plus torch BatchNorm's ``num_batches_tracked`` (0: dualtrain's momentum
+    is always a number, for which torch never reads it)."""
     state = {k: np.ascontiguousarray(v) for k, v in weights.items()}
     for r in walk(resolve(spec.model)):
         if r.spec.type is LayerType.BATCHNORM:

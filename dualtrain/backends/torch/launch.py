@@ -19,7 +19,8 @@ STDERR_NOISE = None
 def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     """Which external launcher started this process as one rank, if any (reads, changes nothing):
     torchrun's variables (torchrun, the Kubeflow PyTorchJob operator, a script) win; else a
-    multi-task srun step (dualtrain.launch.cluster maps Slurm's variables to torchrun's); else None."""
+    multi-task srun step (dualtrain.launch.cluster maps Slurm's variables to torchrun's); else
+    None."""
     env = os.environ if env is None else env
     return cluster.torch_env_launcher(env) or cluster.slurm_launcher("torch", env)
 

@@ -33,9 +33,9 @@ _OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.b
 
 
 class HashDropout(nn.Module):
-    """Inverted dropout whose mask is dualtrain.core.dropout.keep (a hash of seed, step, sample id, layer
-    and element, bit-identical to the TF backend's). The engine sets ``step`` and ``ids`` (the ids this
-    replica feeds) before each training forward; in eval mode it is the identity."""
+    """Inverted dropout whose mask is dualtrain.core.dropout.keep (a hash of seed, step, sample id,
+    layer and element, bit-identical to the TF backend's). The engine sets ``step`` and ``ids`` (the
+    ids this replica feeds) before each training forward; in eval mode it is the identity."""
 
     def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int):
         super().__init__()
@@ -77,9 +77,9 @@ class _AllReduceSum(torch.autograd.Function):
 
 
 class BatchNorm(nn.Module):
-    """dualtrain.core.batchnorm on torch tensors: torch BatchNorm1d/2d semantics, optionally synchronised
-    over ``group`` (set by the engine for sync: true at world > 1; None: this replica's batch only).
-    State dict: weight, bias, running_mean, running_var (nn.BatchNorm's names, without
+    """dualtrain.core.batchnorm on torch tensors: torch BatchNorm1d/2d semantics, optionally
+    synchronised over ``group`` (set by the engine for sync: true at world > 1; None: this replica's
+    batch only). State dict: weight, bias, running_mean, running_var (nn.BatchNorm's names, without
     num_batches_tracked, which only momentum=None would use)."""
 
     running_mean: torch.Tensor  # buffers (register_buffer): declared for the type checker
@@ -100,7 +100,10 @@ class BatchNorm(nn.Module):
 
         def all_reduce(ts):  # one collective for the list
             flat = _AllReduceSum.apply(group, torch.cat([t.reshape(-1) for t in ts]))
-            return [f.reshape(t.shape) for f, t in zip(flat.split([t.numel() for t in ts]), ts)]
+            return [
+                f.reshape(t.shape)
+                for f, t in zip(flat.split([t.numel() for t in ts]), ts, strict=True)
+            ]
 
         return batchnorm.Ops(
             channel_sum=lambda t: t.sum(dim=dims),

@@ -1,5 +1,5 @@
-"""The torch array namespace for dualtrain.core.update_rules: only the global gradient norm (torch.optim
-and GradScaler stay the reference for the update rules and the loss scale)."""
+"""The torch array namespace for dualtrain.core.update_rules: only the global gradient norm
+(torch.optim and GradScaler stay the reference for the update rules and the loss scale)."""
 
 from __future__ import annotations
 

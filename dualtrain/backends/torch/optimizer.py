@@ -52,7 +52,7 @@ def optimizer_state(
     is the applied count; GradScaler's scale and growth tracker."""
     slots = {
         f"{key}/{name}": value.detach().to("cpu").numpy().copy()
-        for name, p in zip(names, params)
+        for name, p in zip(names, params, strict=True)
         for key, value in opt.state.get(p, {}).items()
         if key != "step" and torch.is_tensor(value)
     }
@@ -89,7 +89,7 @@ def load_optimizer_state(
             f"the checkpoint's optimizer state names parameters this model does not "
             f"have. Received: {', '.join(unknown)}"
         )
-    for name, p in zip(names, params):
+    for name, p in zip(names, params, strict=True):
         slots = by_param.get(name, {})
         if counted and state.applied:
             slots["step"] = torch.tensor(float(state.applied), dtype=_get_scalar_dtype())

@@ -17,8 +17,8 @@ def precision_setup(
 ) -> tuple[Any, torch.amp.GradScaler | None]:
     """Return ``(autocast, scaler)``.
 
-    ``autocast`` is a reusable context manager: ``torch.autocast(device_type, dtype)`` for fp16/bf16,
-    a null context for fp32. ``scaler`` is a ``torch.amp.GradScaler`` configured from
+    ``autocast`` is a reusable context manager: ``torch.autocast(device_type, dtype)`` for
+    fp16/bf16, a null context for fp32. ``scaler`` is a ``torch.amp.GradScaler`` configured from
     ``precision.loss_scale`` for fp16 (dynamic loss scaling), None otherwise (scale 1, never skips).
     """
     dtype = _AUTOCAST.get(precision.dtype)

@@ -5,8 +5,8 @@ CLI: ``python -m dualtrain.backends.torch.tools forward SPEC_YAML WEIGHTS_NPZ N 
 logits of the first N MNIST test images (key ``logits``); the TF backend has the same command, and a
 parity test compares the two. ``python -m dualtrain.backends.torch.tools env`` prints torch's facts
 (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
-``python -m dualtrain.backends.torch.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the torch
-export (export.py).
+``python -m dualtrain.backends.torch.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the
+torch export (export.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from dualtrain.spec import Experiment
 
 
 def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray) -> np.ndarray:
-    """float32 logits (N, 10): fp32, eval mode, inputs normalised with dualtrain.core.data.normalize."""
+    """float32 logits (N, 10): fp32, eval mode, inputs normalised with
+    dualtrain.core.data.normalize."""
     check_layout(weights, spec.model)
     model = build_model(spec.model, spec.seed)
     load_canonical(model, weights)

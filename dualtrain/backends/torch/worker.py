@@ -58,7 +58,11 @@ def dist_env() -> DistEnv:
 
 
 def run_worker(
-    spec: Experiment, run_dir: str | Path | None, start: Start = Start(), *, destroy: bool = True
+    spec: Experiment,
+    run_dir: str | Path | None,
+    start: Start = Start(),  # noqa: B008 (Start is a frozen dataclass)
+    *,
+    destroy: bool = True,
 ) -> dict[str, Any]:
     """Train this rank from ``start``; return the summary (rank 0) or the same dict computed locally
     (others).
@@ -132,7 +136,8 @@ def choose_gloo_interface(
 ) -> str | None:
     """gloo listens on the interface GLOO_SOCKET_IFNAME names; unset, on the address the host name
     resolves to, which is 127.0.0.1 on many machines (multi-host runs then time out connecting to
-    their own loopback). Pick the interface that routes to MASTER_ADDR instead (dualtrain.launch.netif)."""
+    their own loopback). Pick the interface that routes to MASTER_ADDR instead
+    (dualtrain.launch.netif)."""
     if device.type != "cpu":
         return None
     if os.environ.get("GLOO_SOCKET_IFNAME"):

@@ -6,12 +6,13 @@ Three groups, in report order (docs/report.md):
   loss-scale decisions);
 * ``semantics``: the fp64 reference pair (the same spec run in float64 on both backends) agrees to
   rounding over the whole run (:data:`dualtrain.parity.tolerances.REFERENCE`);
-* ``numerics``: the requested precision's runs differ by at most ``factor`` times what that precision's
-  rounding alone does to a run (each backend's distance to its own fp64 run), and agree on accuracy.
+* ``numerics``: the requested precision's runs differ by at most ``factor`` times what that
+  precision's rounding alone does to a run (each backend's distance to its own fp64 run), and agree
+  on accuracy.
 
 Each check returns a :class:`Check`. ``run_checks`` runs them all. The parity tests call these same
-functions, so the report and the tests cannot disagree about what "equal" means. Thresholds come from
-:mod:`dualtrain.parity.tolerances` only.
+functions, so the report and the tests cannot disagree about what "equal" means. Thresholds come
+from :mod:`dualtrain.parity.tolerances` only.
 
 The package, by group: ``base`` (Check, Reference, formatting), ``records``, ``semantics``,
 ``numerics`` (whole-run trajectory, final weights, accuracy), ``probes`` (one-step probes and

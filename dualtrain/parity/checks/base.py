@@ -20,7 +20,8 @@ RECORDS, SEMANTICS, NUMERICS, INFO = "records", "semantics", "numerics", "info"
 
 @dataclass
 class Reference:
-    """The fp64 reference pair: run A's spec in float64 on A's backend (``a``) and on B's (``b``)."""
+    """The fp64 reference pair: run A's spec in float64 on A's backend (``a``) and on B's
+    (``b``)."""
 
     a: RunRecord
     b: RunRecord
@@ -45,7 +46,8 @@ class Check:
     ran: bool = True
     """False: the check could not run (no fp64 reference); ``detail`` says why."""
     culprits: list[str] = field(default_factory=list)
-    """Numerics checks that judge one backend's precision path: the failing paths ("tf fp16 path")."""
+    """Numerics checks that judge one backend's precision path: the failing paths ("tf fp16
+    path")."""
     data: dict[str, Any] | None = None
     """Per-step numbers behind the check, for the report (the local checks: probes and bounds)."""
 

@@ -24,7 +24,7 @@ from dualtrain.parity.tolerances import (
 )
 from dualtrain.records.record import RunRecord
 
-# ---- numerics: the requested precision against its rounding distance from fp64 --------------------
+# ---- numerics: the requested precision against its rounding distance from fp64 -------------------
 
 
 @dataclass
@@ -35,10 +35,12 @@ class Trajectory:
     cross: np.ndarray
     """|loss_a - loss_b| at each step."""
     rounding_a: np.ndarray | None
-    """|loss_a - loss_ref_a| at each step: A's distance to its own fp64 run (NaN where it did not run)."""
+    """|loss_a - loss_ref_a| at each step: A's distance to its own fp64 run (NaN where it did not
+    run)."""
     rounding_b: np.ndarray | None
     noise: np.ndarray | None
-    """The noise model: the larger of the two backends' distances to their fp64 runs (running max)."""
+    """The noise model: the larger of the two backends' distances to their fp64 runs (running
+    max)."""
     allowed: np.ndarray
     """The per-step bound: factor * max(noise, abs_floor), or the fixed tolerance."""
     covered: np.ndarray
@@ -121,8 +123,9 @@ def check_trajectory(
     end_a = float(np.nanmax(t.rounding_a[t.covered]))
     end_b = float(np.nanmax(t.rounding_b[t.covered]))
     detail = (
-        f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(distance to fp64 (running max, "
-        f"farther backend), {_fmt(tol.traj_abs_floor)}); worst step {int(t.steps[worst])}: "
+        f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(distance to fp64 "
+        f"(running max, farther backend), {_fmt(tol.traj_abs_floor)}); "
+        f"worst step {int(t.steps[worst])}: "
         f"|diff| {_fmt(float(cross[worst]))}, distance to fp64 "
         f"{_fmt(float(np.nan_to_num(t.noise[worst])))}; largest distance to fp64: {la} "
         f"{_fmt(end_a)}, {lb} {_fmt(end_b)}"
@@ -261,7 +264,10 @@ def check_eval(
     note = _steps_note(
         {k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)}, la, lb
     )
-    detail = f"final {la} {100 * ea['final']:.2f}% vs {lb} {100 * eb['final']:.2f}% ({diff['final']:.3f} pp)"
+    detail = (
+        f"final {la} {100 * ea['final']:.2f}% vs {lb} {100 * eb['final']:.2f}% "
+        f"({diff['final']:.3f} pp)"
+    )
     if len(points) > 1:
         detail += f"; {len(points) - 1} eval step(s)"
     detail += (

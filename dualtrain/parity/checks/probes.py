@@ -15,7 +15,7 @@ from dualtrain.parity.tolerances import (
 )
 from dualtrain.records.record import RunRecord
 
-# ---- numerics: the requested precision's path, judged by one-step probes ----------------------------
+# ---- numerics: the requested precision's path, judged by one-step probes -------------------------
 
 
 def local_errors(
@@ -73,7 +73,8 @@ def check_local(
     bound: LocalBound,
 ) -> Check:
     """One quantity of the one-step probes: each backend's error at every probe step against the a
-    priori bound, and its rms over the probes against the other backend's (dualtrain.parity.local)."""
+    priori bound, and its rms over the probes against the other backend's
+    (dualtrain.parity.local)."""
     name = f"local_{quantity}"
     runs = (a, b)
     steps = [p.step for p in errs[0] if not p.skipped]
@@ -97,7 +98,7 @@ def check_local(
     ratio, culprits, first = 0.0, [], None
     per_backend = []
     for i, rec in enumerate(runs):
-        r_prior = [v / p for v, p in zip(vals[i], prior)]
+        r_prior = [v / p for v, p in zip(vals[i], prior, strict=True)]
         if summary is L.median:  # the a priori bound judges the median too (one value per probe)
             r_judged = [summary(r_prior)]
             over = [steps[k] for k, r in enumerate(r_prior) if r > 1.0] if r_judged[0] > 1 else []
@@ -160,7 +161,8 @@ def check_local(
         "aggregate": agg,
         "cross": cross,
         "rounding_floor": floors,
-        "bound_source": f"a priori {how} ({'median over the probes' if what == 'median' else 'every probe'}); "
+        "bound_source": f"a priori {how} "
+        f"({'median over the probes' if what == 'median' else 'every probe'}); "
         f"cross {bound.ratio:g} x the other backend's {what}{per_tensor}",
     }
     return Check(

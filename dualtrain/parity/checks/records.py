@@ -184,9 +184,9 @@ def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
 
 def scale_rule_violation(rec: RunRecord) -> str | None:
     """Where ``rec``'s recorded loss scales leave GradScaler's rule applied to its own recorded skip
-    decisions (fp16: x backoff after a skipped step, x growth after ``growth_interval`` applied ones;
-    otherwise 1.0 throughout), or None. The rule is defined once, so a run that breaks it is the one
-    whose loss scaling is off, whatever the other run did."""
+    decisions (fp16: x backoff after a skipped step, x growth after ``growth_interval`` applied
+    ones; otherwise 1.0 throughout), or None. The rule is defined once, so a run that breaks it is
+    the one whose loss scaling is off, whatever the other run did."""
     from dualtrain.spec import from_dict
 
     try:
@@ -329,10 +329,10 @@ def check_skipped(a: RunRecord, b: RunRecord) -> Check:
     c.value = float(len(off))
     c.passed = not off and not note
     c.first_step = off[0].step if off else None
-    # A skip whose own gradient was finite broke the rule "skip exactly when the all-reduced gradient
-    # is not finite" on that run's path; a non-finite one away from the threshold is judged by the
-    # one-step probes (either path may be the one that is off).
-    by_label = dict(zip(R.labels(a, b), (a, b)))
+    # A skip whose own gradient was finite broke the rule "skip exactly when the all-reduced
+    # gradient is not finite" on that run's path; a non-finite one away from the threshold is judged
+    # by the one-step probes (either path may be the one that is off).
+    by_label = dict(zip(R.labels(a, b), (a, b), strict=True))
     c.culprits = sorted(
         {path_name(by_label[d.skipper]) for d in off if math.isfinite(d.skipper_amax)}
     )

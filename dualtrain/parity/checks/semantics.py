@@ -20,11 +20,12 @@ from dualtrain.parity.tolerances import (
     REFERENCE,
 )
 
-# ---- semantics: the fp64 reference pair ------------------------------------------------------------
+# ---- semantics: the fp64 reference pair ----------------------------------------------------------
 
 
 def check_reference_loss(ref: Reference) -> Check:
-    """Per-step |loss| difference of the fp64 pair over the whole run, against REFERENCE.loss_abs."""
+    """Per-step |loss| difference of the fp64 pair over the whole run, against
+    REFERENCE.loss_abs."""
     la, lb = R.labels(ref.a, ref.b)
     steps, diff = R.loss_diff(ref.a, ref.b)
     note = _steps_note(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")), la, lb)
@@ -66,7 +67,8 @@ def check_reference_loss(ref: Reference) -> Check:
 
 
 def check_reference_weights(ref: Reference) -> Check:
-    """Per-tensor relative difference of the fp64 pair's final weights, against REFERENCE.weights_rel."""
+    """Per-tensor relative difference of the fp64 pair's final weights, against
+    REFERENCE.weights_rel."""
     wa, wb = R.load_final(ref.a), R.load_final(ref.b)
     if wa is None or wb is None:
         return Check(

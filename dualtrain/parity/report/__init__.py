@@ -1,4 +1,5 @@
-"""The compare report: verdict.json, report.md, a self-contained report.html, and the terminal table.
+"""The compare report: verdict.json, report.md, a self-contained report.html, and the terminal
+table.
 
 report.html has no external assets: styles are inline and every figure is a PNG embedded as a base64
 data URI (matplotlib, Agg backend), so the file can be mailed or attached to a CI run as it is.

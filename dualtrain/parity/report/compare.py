@@ -87,6 +87,7 @@ def compare_dirs(
     ref = None
     if reference is not None:
         ref = Reference(read_run(reference[0]), read_run(reference[1]))
-        for d, rec, of in zip(reference, (ref.a, ref.b), (a, b)):
+        # reference is the caller's pair: its first two items are the ones read above
+        for d, rec, of in zip(reference, (ref.a, ref.b), (a, b), strict=False):
             _check_reference(Path(d), rec, of)
     return compare_records(a, b, ref, notes)

@@ -101,7 +101,7 @@ def figures(cmp: Comparison) -> dict[str, str]:
     local = local_data(cmp)
     if local:
         fig, axes = plt.subplots(1, len(local), figsize=(3.2 * len(local) + 1, 3.4), squeeze=False)
-        for ax, (c, dd) in zip(axes[0], local):
+        for ax, (c, dd) in zip(axes[0], local, strict=True):
             steps = np.array(dd["steps"])
             ax.plot(steps, pos(np.array(dd["a"], float)), "o", ms=5, label=la)
             ax.plot(steps, pos(np.array(dd["b"], float)), "x", ms=6, label=lb)

@@ -18,7 +18,8 @@ from dualtrain.parity.report.tables import (
 from dualtrain.parity.report.verdict import _EXPERIMENT_ROWS, _spec_yaml, fmt_value, status, verdict
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1000px;
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;\
+max-width:1000px;
 color:#222;padding:0 1em}
 table{border-collapse:collapse;margin:1em 0;font-size:14px}
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}

@@ -42,8 +42,8 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
         "",
         f"Tolerances: **{cmp.tolerance.precision}** row (see docs/parity.md). Groups: "
         "records (inputs, exact), semantics (the fp64 reference pair), numerics (the requested "
-        "precision: its drift against its distance to fp64, which describes; and the one-step probes and "
-        "the convergence check, which judge each backend's precision path).",
+        "precision: its drift against its distance to fp64, which describes; and the one-step "
+        "probes and the convergence check, which judge each backend's precision path).",
         "",
         "| group | check | value | tolerance | result | detail |",
         "|---|---|---|---|---|---|",

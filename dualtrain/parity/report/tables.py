@@ -76,7 +76,7 @@ _LOCAL_INTRO = (
 def _local_rows(cmp: Comparison) -> list[list[str]]:
     la, lb = R.labels(cmp.a, cmp.b)
     rows = []
-    for c, d in local_data(cmp):
+    for _c, d in local_data(cmp):
         for k, step in enumerate(d["steps"]):
             rows.append(
                 [

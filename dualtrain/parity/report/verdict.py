@@ -1,4 +1,5 @@
-"""verdict.json: the comparison as data (the verdict, every check, the experiment, the environment)."""
+"""verdict.json: the comparison as data (the verdict, every check, the experiment, the
+environment)."""
 
 from __future__ import annotations
 
