@@ -23,8 +23,11 @@ compare: $(STAMP)
 	$(BIN)/dualtrain compare --config configs/mnist_mlp.yaml --world-size 2
 
 # The test suite CI runs (slow cases excluded: CNN convergence, the plain-SGD gap; see test-slow),
-# after the type check of the package (the backend contracts: Engine, LaunchModule).
+# after the linter, the formatter check and the type check of the package (the backend
+# contracts: Engine, LaunchModule).
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
