@@ -1,6 +1,6 @@
-"""Detection power: every semantic mutant of parity_tests/mutants.py makes the fp64 reference pair
+"""Detection power: every semantic mutant of tools/mutants.py makes the fp64 reference pair
 fail with the right cause, while the unmutated pair passes. The smallest detected sizes are measured
-by ``python -m parity_tests.detection_power`` (the table in docs/parity.md §7)."""
+by ``python -m tools.detection_power`` (the table in docs/parity.md §7)."""
 
 import json
 
@@ -10,9 +10,9 @@ from dualtrain.parity import compare_records
 from dualtrain.parity.diagnose import SEMANTICS
 from dualtrain.records.record import read_run
 from tests.conftest import run_cli
+from tools.mutants import MUTANTS, SPECS, hook
 
 from .conftest import MLP
-from .mutants import MUTANTS, SPECS, hook
 
 
 @pytest.mark.parametrize(

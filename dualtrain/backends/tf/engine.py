@@ -61,7 +61,7 @@ SUM = tf.distribute.ReduceOp.SUM
 class TFEngine(Engine):
     backend = "tf"
     #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on
-    #: an instance before __init__ traces the step: parity_tests/mutants.py)
+    #: an instance before __init__ traces the step: tools/mutants.py)
     ops: update_rules.Ops = OPS
 
     def __init__(
@@ -125,7 +125,7 @@ class TFEngine(Engine):
             self.params = [v.value for _, v in self.named if v.trainable]
             self.running = [v.value for _, v in self.named if not v.trainable]
             # torch.optim's state and GradScaler's, as variables (optimizer.py); the engine's
-            # names for them (self.buf, self.m, ...) are the mutants' too (parity_tests/mutants.py).
+            # names for them (self.buf, self.m, ...) are the mutants' too (tools/mutants.py).
             self.optimizer = OptimizerVariables(
                 self.opt, self.params, fp16=self.fp16, loss_scale=ls
             )

@@ -2,7 +2,7 @@
 multi_worker, fp32/fp16/bf16, each judged against its fp64 reference pair and by the one-step
 probes from its fp64 torch run's states (as ``dualtrain compare --config`` does).
 
-    python -m parity_tests.compare_matrix [--out DIR] [--train-limit N] [--configs mnist_mlp ...]
+    python -m tools.compare_matrix [--out DIR] [--train-limit N] [--configs mnist_mlp ...]
 
 Prints one row per (config, world size, strategy, precision) with the verdict and the numbers behind
 it, and exits 1 if any verdict is not PASS. The fp64 pair of a (config, world, strategy) is run once

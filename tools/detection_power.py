@@ -1,8 +1,8 @@
-"""Measure what the semantic check detects: every mutant of parity_tests/mutants.py at the size the
+"""Measure what the semantic check detects: every mutant of tools/mutants.py at the size the
 issue names, and, for mutants with a size, the smallest size (powers of ten) at which the fp64
 reference pair still fails.
 
-    python -m parity_tests.detection_power [--out DIR] [--only NAME ...] [--precision]
+    python -m tools.detection_power [--out DIR] [--only NAME ...] [--precision]
 
 Prints the Markdown table of docs/parity.md §7 (and writes it to DIR/detection_power.md). Each trial
 is one mutated fp64 tf run compared with the unmutated fp64 torch run of the same spec (the
@@ -32,8 +32,7 @@ from dualtrain.parity.records import loss_diff
 from dualtrain.records.record import read_run
 from dualtrain.runtime import probes
 from dualtrain.spec import load_spec
-
-from .mutants import MUTANTS, PRECISION_MUTANTS, PRECISION_SPEC, SPECS, hook
+from tools.mutants import MUTANTS, PRECISION_MUTANTS, PRECISION_SPEC, SPECS, hook
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "mnist_mlp.yaml"

@@ -1,6 +1,6 @@
 """Semantic mutants: one backend computes something slightly different on purpose (tests only).
 
-A mutant is applied through dualtrain's test hook: ``DUALTRAIN_TEST_HOOK=parity_tests.mutants:apply=
+A mutant is applied through dualtrain's test hook: ``DUALTRAIN_TEST_HOOK=tools.mutants:apply=
 [BACKEND/]NAME[:SIZE]`` makes every worker call :func:`apply` right before it builds its engine. A
 mutant changes one backend (tf unless BACKEND says torch; a worker of the other backend ignores it),
 by patching its engine or model builder inside that worker process; the run's records (spec, lr,
@@ -15,7 +15,7 @@ Two kinds:
   with "numerics: <backend> <path> path", found by the one-step probes (dualtrain.parity.local).
 
 parity_tests/test_mutants.py and test_precision_mutants.py apply each one;
-parity_tests/detection_power.py measures the smallest detected sizes (docs/parity.md §7).
+tools/detection_power.py measures the smallest detected sizes (docs/parity.md §7).
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str,
     if backend != "tf":
         arg = f"{backend}/{arg}"
     return {
-        TEST_HOOK: f"parity_tests.mutants:apply={arg}",
+        TEST_HOOK: f"tools.mutants:apply={arg}",
         "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
     }
 
