@@ -45,6 +45,16 @@ class StepOut:
     1-vector)."""
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What an evaluation returns, each summed over every replica's slice of the test set (so no
+    sample counts twice): the loss sum, the correct predictions, the samples scored."""
+
+    loss_sum: float
+    correct: float
+    count: float
+
+
 class Engine(Protocol):
     backend: str
     rank: int
@@ -71,9 +81,8 @@ class Engine(Protocol):
         saved). ``measure_scale``: also the gradient's absolute scale in StepOut.abs_grads (the fp64
         reference's probe steps; an engine that cannot measure it leaves it None)."""
 
-    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
-        """Test-set (loss_sum, correct, count), summed over ALL replicas. ``ranges``: [start, stop)
-        per local replica."""
+    def evaluate(self, ranges: list[tuple[int, int]]) -> Evaluation:
+        """The test set's sums over ALL replicas. ``ranges``: [start, stop) per local replica."""
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """All-gather a float64/int64 array from every process: result[process] = that process's

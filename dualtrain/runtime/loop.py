@@ -336,7 +336,8 @@ class TrainLoop:
     def _evaluate(self, step: int, epoch: int) -> None:
         local = [self.eval_ranges[r] for r in self.engine.local_replicas]
         with self.out.busy(f"evaluating on {len(self.data.test_y):,} test samples"):
-            loss_sum, correct, count = self.engine.evaluate(local)
+            ev = self.engine.evaluate(local)
+            loss_sum, correct, count = ev.loss_sum, ev.correct, ev.count
         self.last_eval = {
             "step": step,
             "epoch": epoch,

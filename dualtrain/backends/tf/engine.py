@@ -39,7 +39,7 @@ from dualtrain.core.data import Mnist, normalize
 from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, StepOut
+from dualtrain.runtime.engine import Engine, Evaluation, StepOut
 from dualtrain.spec import Experiment, LayerType, Precision
 
 from .model import (
@@ -414,11 +414,11 @@ class TFEngine(Engine):
         out = self.strategy.run(replica, args=(ranges,))
         return self.strategy.experimental_local_results(out)[0]
 
-    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
+    def evaluate(self, ranges: list[tuple[int, int]]) -> Evaluation:
         if len(ranges) != self.n_local:
             raise ValueError(f"expected {self.n_local} eval ranges, got {len(ranges)}")
         loss_sum, correct, count = self._eval_fn(np.asarray(ranges, np.int32)).numpy().tolist()
-        return loss_sum, correct, count
+        return Evaluation(loss_sum=loss_sum, correct=correct, count=count)
 
     # ---- gather, weights -------------------------------------------------------------------------
     def _gather_fn(self, dtype: tf.DType):

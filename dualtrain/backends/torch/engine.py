@@ -48,7 +48,7 @@ from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import listen_address
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, StepOut
+from dualtrain.runtime.engine import Engine, Evaluation, StepOut
 from dualtrain.spec import Device, Experiment, OptimizerName, Precision
 
 
@@ -378,7 +378,7 @@ class TorchEngine(Engine):
 
     # ---- evaluation and collectives --------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, ranges: list[tuple[int, int]]) -> tuple[float, float, float]:
+    def evaluate(self, ranges: list[tuple[int, int]]) -> Evaluation:
         self.module.eval()
         acc = torch.zeros(3, dtype=torch.float64, device=self.device)
         for start, stop in ranges:
@@ -394,7 +394,7 @@ class TorchEngine(Engine):
         self.module.train()
         dist.all_reduce(acc, op=dist.ReduceOp.SUM)
         loss_sum, correct, count = acc.tolist()
-        return loss_sum, correct, count
+        return Evaluation(loss_sum=loss_sum, correct=correct, count=count)
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         t = torch.from_numpy(np.ascontiguousarray(rows)).to(self._pg_device)
