@@ -24,12 +24,16 @@ compare: $(STAMP)
 
 # The test suite CI runs (slow cases excluded: CNN convergence, the plain-SGD gap; see test-slow),
 # after the linter, the formatter check and the type check of the package (the backend
-# contracts: Engine, LaunchModule).
+# contracts: Engine, LaunchModule). Most tests run in two pytest-xdist workers (a test's runs are
+# mostly process start-up and rendezvous, which leave the second core idle), a file per worker
+# so module fixtures stay shared; the tests marked serial (signals, kills, torchrun, network
+# namespaces, hang timeouts) run alone afterwards.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not serial"
+	$(BIN)/python -m pytest -m "serial and not slow"
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow

@@ -19,6 +19,7 @@ from dualtrain.parity.checks import Reference
 from dualtrain.records.record import read_run
 from dualtrain.runtime import probes
 from dualtrain.spec import dump_spec, load_spec
+from tests.shared import once, shared_root
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "configs" / "mnist_mlp.yaml")
@@ -46,17 +47,20 @@ class Runs:
         key = (backend, dump_spec(spec), tuple(sorted((env or {}).items())), probe)
         if key not in self._cache:
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-            out = self.base / f"{backend}-{tag}"
-            saved = {k: os.environ.get(k) for k in (env or {})}
-            os.environ.update(env or {})
-            try:
-                start_run(spec, parse_backend(backend), out, overwrite=True, probe=probe)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+
+            def build(out: Path) -> None:
+                saved = {k: os.environ.get(k) for k in (env or {})}
+                os.environ.update(env or {})
+                try:
+                    start_run(spec, parse_backend(backend), out, overwrite=True, probe=probe)
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+
+            out = once(self.base / f"{backend}-{tag}", build)
             self._cache[key] = out
         return self._cache[key]
 
@@ -65,10 +69,13 @@ class Runs:
         key = ("resume_from", backend, str(ckpt), config, overrides)
         if key not in self._cache:
             tag = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-            out = self.base / f"{backend}-from-{tag}"
             spec = load_spec(config, ["train.log_every=1000000", *overrides])
-            start_run(spec, parse_backend(backend), out, overwrite=True, resume_from=ckpt)
-            self._cache[key] = out
+            self._cache[key] = once(
+                self.base / f"{backend}-from-{tag}",
+                lambda out: start_run(
+                    spec, parse_backend(backend), out, overwrite=True, resume_from=ckpt
+                ),
+            )
         return self._cache[key]
 
     def reference(self, *overrides: str, config: str = MLP) -> Reference:
@@ -82,7 +89,7 @@ class Runs:
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("parity-runs"))
+    return Runs(shared_root(tmp_path_factory, "parity-runs"))
 
 
 def train_losses(run_dir: Path) -> list[float]:

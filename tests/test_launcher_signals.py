@@ -23,6 +23,9 @@ import pytest
 
 from tests.conftest import ROOT, cli_env, require
 
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 TIMEOUT_S = 30  # distribution.timeout_s of every run here
 
 CASES = [  # (backend, tf strategy or None, signal, in the default suite)

@@ -23,6 +23,9 @@ from dualtrain.records.tbevents import read_scalars
 from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, cli_env, require, run_cli
 
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 require("torch", "tensorflow")
 
 BASE = (

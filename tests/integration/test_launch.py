@@ -17,6 +17,9 @@ from dualtrain.backends.tf.launch import STDERR_NOISE
 from dualtrain.errors import RunFailed
 from dualtrain.launch.local import SHOW_ALL_LOGS, Worker, run_workers
 
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 STUB = "tests.integration.launch_stub"
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,6 +27,9 @@ import pytest
 
 from tests.conftest import ROOT, cli_env, require, run_cli
 
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 require("torch", "tensorflow")
 
 # What the launcher variables of an outer torchrun or TF cluster would otherwise leak into the

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from .conftest import small_spec, tf_run
+
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
 
 
 def test_killed_worker_fails_the_run_fast(tmp_path):

@@ -9,8 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, cli_env
 from tests.torch.helpers import torch_run
+
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
 
 
 def test_dead_rank_fails_the_run(tmp_path):

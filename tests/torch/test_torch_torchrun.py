@@ -12,6 +12,9 @@ from dualtrain.launch.local import free_port
 from dualtrain.records.record import read_run
 from tests.conftest import ROOT
 
+# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
+pytestmark = pytest.mark.serial
+
 
 def test_torchrun_two_ranks(tmp_path):
     out = tmp_path / "run"
