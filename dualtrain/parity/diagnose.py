@@ -31,6 +31,7 @@ from typing import Any
 from dualtrain.parity import records as R
 from dualtrain.parity.checks import LOCAL_CHECKS, Check, all_passed
 from dualtrain.records.record import RunRecord
+from dualtrain.spec import SHOWS_IN_IDS, SHOWS_IN_INIT, SHOWS_IN_LR, SHOWS_IN_SCALE, paths_with
 
 IDS = "different sample ids"
 INIT = "different initial weights"
@@ -56,14 +57,10 @@ CATEGORY = {
     NUMERICS: NUMERICS,
 }
 
-#: Spec fields whose effect one of the record-based classes already shows.
-_EXPLAINS = {
-    "seed": (IDS, INIT),
-    "data.": (IDS,),
-    "optimizer.lr": (LR,),
-    "optimizer.schedule.": (LR,),
-    "precision.loss_scale.": (SCALE,),
-}
+#: The record-based cause each spec tag names: the schema declares where a field's difference
+#: shows (dualtrain.spec.fields), so a changed field whose record already explains the divergence
+#: is not named twice.
+_SHOWN_BY = {SHOWS_IN_IDS: IDS, SHOWS_IN_INIT: INIT, SHOWS_IN_LR: LR, SHOWS_IN_SCALE: SCALE}
 
 
 @dataclass
@@ -151,10 +148,11 @@ def _init_difference(a: RunRecord, b: RunRecord) -> str | None:
 
 
 def _explained_by(fieldname: str) -> tuple[str, ...]:
-    for prefix, kinds in _EXPLAINS.items():
-        if fieldname == prefix or (prefix.endswith(".") and fieldname.startswith(prefix)):
-            return kinds
-    return ()
+    return tuple(
+        kind
+        for tag, kind in _SHOWN_BY.items()
+        if any(fieldname == p or fieldname.startswith(p + ".") for p in paths_with(tag))
+    )
 
 
 def _ranked(wa: dict, wb: dict, top: int) -> list[dict[str, Any]]:

@@ -24,6 +24,10 @@ from __future__ import annotations
 from dualtrain.spec.fields import (
     COSMETIC,
     FREE,
+    SHOWS_IN_IDS,
+    SHOWS_IN_INIT,
+    SHOWS_IN_LR,
+    SHOWS_IN_SCALE,
 )
 from dualtrain.spec.load import (
     SHIPPED_CONFIGS,
@@ -93,6 +97,10 @@ __all__ = [
     "OptimizerName",
     "OptimizerSpec",
     "PRESETS",
+    "SHOWS_IN_IDS",
+    "SHOWS_IN_INIT",
+    "SHOWS_IN_LR",
+    "SHOWS_IN_SCALE",
     "Padding",
     "Precision",
     "PrecisionSpec",

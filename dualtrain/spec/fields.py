@@ -27,6 +27,12 @@ difference but never fails on it or names it as a cause."""
 FREE = "free"
 """May differ between a checkpoint and the run that continues it (how the run is distributed and
 logged, where the data lies, how often it checkpoints); every other field must match."""
+#: Where a difference in the field shows in two runs' records before it shows in their numbers
+#: (compare's diagnosis names that record as the cause, not the field on its own):
+SHOWS_IN_IDS = "shows in the sample ids"
+SHOWS_IN_INIT = "shows in the initial weights"
+SHOWS_IN_LR = "shows in the learning rate"
+SHOWS_IN_SCALE = "shows in the loss-scale decisions"
 
 
 def _tagged(*tags: str, **kwargs: Any) -> Any:

@@ -9,7 +9,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualtrain.errors import UserError
-from dualtrain.spec.fields import _SPEC, COSMETIC, FREE, _check, _tagged
+from dualtrain.spec.fields import (
+    _SPEC,
+    COSMETIC,
+    FREE,
+    SHOWS_IN_IDS,
+    SHOWS_IN_INIT,
+    SHOWS_IN_LR,
+    SHOWS_IN_SCALE,
+    _check,
+    _tagged,
+)
 from dualtrain.spec.model import LayerSpec, ModelSpec
 from dualtrain.spec.vocab import (
     Device,
@@ -94,7 +104,7 @@ class OptimizerSpec:
     name: OptimizerName = OptimizerName.SGD
     """sgd, adam, adamw, adadelta or rmsprop (torch.optim semantics in both backends; see
     docs/parity.md)."""
-    lr: float = 0.05
+    lr: float = _tagged(SHOWS_IN_LR, default=0.05)
     """Peak learning rate."""
     momentum: float = 0.0
     """sgd and rmsprop: momentum (torch form: buf = m*buf + g; p -= lr*buf); other optimizers
@@ -117,7 +127,7 @@ class OptimizerSpec:
     clip_grad_norm: float | None = None
     """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null:
     off."""
-    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+    schedule: ScheduleSpec = _tagged(SHOWS_IN_LR, default_factory=ScheduleSpec)
 
     def __post_init__(self) -> None:
         _check(self.lr > 0, "optimizer.lr", "must be > 0", self.lr)
@@ -187,7 +197,7 @@ class PrecisionSpec:
     dtype: Precision = Precision.FP32
     """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling), bf16 (no loss scaling) or fp64
     (float64 everywhere: the reference precision ``dualtrain compare`` checks semantics with)."""
-    loss_scale: LossScaleSpec = field(default_factory=LossScaleSpec)
+    loss_scale: LossScaleSpec = _tagged(SHOWS_IN_SCALE, default_factory=LossScaleSpec)
 
 
 @dataclass(**_SPEC)
@@ -317,9 +327,9 @@ class DebugSpec:
 class Experiment:
     name: str = _tagged(COSMETIC, FREE, default="experiment")
     """Run name, used in the default output directory."""
-    seed: int = 0
+    seed: int = _tagged(SHOWS_IN_IDS, SHOWS_IN_INIT, default=0)
     """Seeds the data order and the initial weights."""
-    data: DataSpec = field(default_factory=DataSpec)
+    data: DataSpec = _tagged(SHOWS_IN_IDS, default_factory=DataSpec)
     model: ModelSpec = field(default_factory=lambda: ModelSpec(preset="mlp"))
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     precision: PrecisionSpec = field(default_factory=PrecisionSpec)

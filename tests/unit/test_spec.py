@@ -230,15 +230,30 @@ def test_every_mistake_of_a_spec_at_once_with_suggestions():
 
 
 def test_every_field_policy_names_a_field_of_the_schema():
-    """The spec paths the schema tags (cosmetic for compare, free on continuation) and the ones the
-    diagnosis maps to causes all name real fields: a renamed field cannot leave a stale entry."""
-    from dualtrain.parity.diagnose import _EXPLAINS
-    from dualtrain.spec import COSMETIC, FREE, has_path, paths_with
+    """The spec paths the schema tags (cosmetic for compare, free on continuation, the record a
+    difference shows in, which the diagnosis reads) all name real fields, and the diagnosis reads
+    the tags: a renamed field cannot leave a stale entry."""
+    from dualtrain.parity.diagnose import IDS, INIT, LR, SCALE, _explained_by
+    from dualtrain.spec import (
+        COSMETIC,
+        FREE,
+        SHOWS_IN_IDS,
+        SHOWS_IN_INIT,
+        SHOWS_IN_LR,
+        SHOWS_IN_SCALE,
+        has_path,
+        paths_with,
+    )
 
-    named = [*paths_with(COSMETIC), *paths_with(FREE), *(p.rstrip(".") for p in _EXPLAINS)]
+    shows = (SHOWS_IN_IDS, SHOWS_IN_INIT, SHOWS_IN_LR, SHOWS_IN_SCALE)
+    named = [*paths_with(COSMETIC), *paths_with(FREE), *(p for t in shows for p in paths_with(t))]
     assert named and all(has_path(p) for p in named), [p for p in named if not has_path(p)]
     assert not has_path("optimizer.lrr") and not has_path("distribution.world_size.x")
     # what the tags mean, on fields whose role is plain
     assert "distribution.master_port" in paths_with(COSMETIC)
     assert "optimizer.lr" not in paths_with(COSMETIC) and "seed" not in paths_with(FREE)
     assert "distribution" in paths_with(FREE)  # a tagged section: everything under it
+    assert set(_explained_by("seed")) == {IDS, INIT} and _explained_by("data.batch_size") == (IDS,)
+    assert _explained_by("optimizer.schedule.gamma") == (LR,) == _explained_by("optimizer.lr")
+    assert _explained_by("precision.loss_scale.init") == (SCALE,)
+    assert _explained_by("optimizer.momentum") == () == _explained_by("optimizer.lrr")
