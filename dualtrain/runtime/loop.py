@@ -9,10 +9,7 @@ records. So the two backends cannot disagree on policy, only on numerics.
 
 from __future__ import annotations
 
-import os
 import platform
-import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,18 +19,19 @@ import numpy as np
 from dualtrain.core.data import Mnist
 from dualtrain.core.plan import ShardPlan, eval_shards, shard_digest
 from dualtrain.core.schedule import lr_at
-from dualtrain.core.weights import Weights, save_weights, weights_digest
+from dualtrain.core.weights import save_weights, weights_digest
 from dualtrain.errors import UserError
 from dualtrain.records.record import WEIGHTS_FINAL, RunWriter
-from dualtrain.runtime import checkpoint, probes
+from dualtrain.runtime import probes
 from dualtrain.runtime.checkpoint import Checkpoint
 from dualtrain.runtime.engine import Engine, StepOut
+from dualtrain.runtime.probing import CheckpointSteps, ProbeSteps
 from dualtrain.runtime.progress import Reporter
 from dualtrain.runtime.start import steps_total
 from dualtrain.spec import Every, Experiment
 
 
-class TrainLoop:
+class TrainLoop(ProbeSteps, CheckpointSteps):
     def __init__(
         self,
         spec: Experiment,
@@ -205,66 +203,6 @@ class TrainLoop:
         lr = lr_at(self.spec.optimizer, step - 1, self.total_steps, spe)
         return ids, int(sum(len(i) for i in ids)), lr
 
-    def _checkpoint(self, step: int, epoch: int) -> None:
-        """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on
-        (their next collective waits for it)."""
-        if self.writer is None:
-            return
-        assert self.run_dir is not None  # a writer implies a run directory
-        t0 = time.perf_counter()
-        self.writer.flush()
-        spec = self.spec
-        state = {
-            "epoch": epoch,
-            "backend": self.engine.backend,
-            "world_size": self.world,
-            "precision": spec.precision.dtype.value,
-            "spec": spec.to_dict(),
-            "versions": {
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                **self.engine.versions(),
-            },
-            "records": self.writer.offsets(),
-            "loop": {
-                "samples": self.samples,
-                "skipped": self.skipped,
-                "train_time": self.train_time,
-                "last_eval": self.last_eval,
-            },
-            "history": self.history,
-        }
-        crash = spec.debug.crash_in_checkpoint == step and self.attempt == 0
-        try:
-            with self.out.busy(f"writing the checkpoint of step {step}"):
-                path = checkpoint.save(
-                    self.run_dir,
-                    step,
-                    self.engine.weights(),
-                    self.engine.optimizer_state(),
-                    state,
-                    keep=spec.train.keep_checkpoints,
-                    crash_after=checkpoint.WEIGHTS if crash else None,
-                )
-        except checkpoint.CheckpointWriteError as exc:
-            raise UserError(str(exc)) from None
-        self.checkpoint_s += time.perf_counter() - t0
-        self.checkpoints += 1
-        self.say(f"checkpoint after step {step} -> {path} ({time.perf_counter() - t0:.2f}s)")
-
-    def _maybe_exit(self, step: int) -> None:
-        target = self.spec.debug.exit_rank
-        if (self.attempt or self.resume is not None) and not self.spec.debug.exit_every_attempt:
-            return  # the fault fires in the first attempt only
-        if target is not None and tuple(target) == (step, self.engine.rank):
-            print(
-                f"[{self.engine.backend}] fault injection: rank {self.engine.rank} exits at step "
-                f"{step}",
-                file=sys.stderr,
-                flush=True,
-            )
-            os.kill(os.getpid(), signal.SIGKILL)
-
     def _flush(self, epochs: int, keep: bool = False) -> None:
         """Gather the window's per-process loss sums and shard digests; the chief writes them."""
         if not self._window:
@@ -351,89 +289,6 @@ class TrainLoop:
             f"eval after step {step}: loss {loss_sum / count:.4f} "
             f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)"
         )
-
-    # ---- probes (dualtrain.runtime.probes) -------------------------------------------------------
-    def _record_probe(self, step: int, local: list[np.ndarray], count: int, lr: float) -> None:
-        """The fp64 run's probe of ``step``, before the step itself: save the state, then take the
-        step exactly (this engine is float64) from that state rounded to float32, the input every
-        requested-precision path gets, and save its gradient and loss; then restore the state, so
-        the run itself goes on bit for bit as without probes. Against this reference a probe sees
-        only what the precision's arithmetic does, not what rounding the state does (a ReLU or a
-        max-pool that rounding the weights flips would otherwise show in every backend's error)."""
-        weights, state = self.engine.weights(), self.engine.optimizer_state()
-        self.engine.load_weights(probes.rounded(weights))
-        self.engine.load_optimizer_state(probes.rounded_state(state))
-        out = self.engine.train_step(
-            local,
-            lr=lr,
-            global_count=count,
-            poison=[False] * len(local),
-            capture_grads=True,
-            step=step,
-            measure_scale=True,
-        )
-        self.engine.load_weights(weights)
-        self.engine.load_optimizer_state(state)
-        recorded = {"pre": weights, "slot": state.slots}
-        if out.abs_grads:
-            recorded["absgrad"] = out.abs_grads
-            recorded["absterms"] = out.abs_terms or {}
-        self._save_probe(step, out, count, lr, recorded, applied=state.applied)
-
-    def _save_probe(
-        self,
-        step: int,
-        out: StepOut,
-        count: int,
-        lr: float,
-        arrays: dict[str, Weights] | None = None,
-        applied: int | None = None,
-    ) -> None:
-        """The probe of ``step`` (all processes: the loss gather is a collective; the chief writes)
-        with its gradient; a replay also saves the weights after the step, a record the state."""
-        loss = float(self.engine.gather(np.array([out.loss_sum], np.float64)).sum()) / count
-        if self.writer is None:
-            return
-        assert self.run_dir is not None  # a writer implies a run directory
-        arrays = {"grad": out.grads or {}, **(arrays or {"post": self.engine.weights()})}
-        row = {
-            "step": step,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": out.grad_norm,
-            "loss_scale": out.loss_scale,
-            "skipped": bool(out.skipped),
-            "count": count,
-        }
-        if applied is not None:
-            row["applied"] = applied
-        probes.save(self.run_dir, step, arrays)
-        self._probe_index.append(row)
-        probes.write_index(self.run_dir, self._probe_index)
-
-    def _replay_probes(self) -> int:
-        """After training: one step of this run's precision from each state the fp64 run recorded
-        (its weights and optimizer state; this run's own loss scale at that step)."""
-        rows, self._probe_index = self._probe_index, []
-        final_scale = self._last_scale
-        for row in rows:
-            step = int(row["step"])
-            assert self.probe_role is not None and self.probe_role.source is not None  # replay
-            arrays = probes.load(self.probe_role.source, step)
-            weights, state = probes.state_of(arrays, row, self._scales.get(step, final_scale))
-            self.engine.load_weights(weights)
-            self.engine.load_optimizer_state(state)
-            ids, count, lr = self._step_inputs(step)
-            out = self.engine.train_step(
-                [ids[r] for r in self.engine.local_replicas],
-                lr=lr,
-                global_count=count,
-                poison=[False] * len(self.engine.local_replicas),
-                capture_grads=True,
-                step=step,
-            )
-            self._save_probe(step, out, count, lr)
-        return len(rows)
 
     def _finish(self, steps: int) -> dict[str, Any]:
         weights = self.engine.weights()

@@ -376,7 +376,7 @@ def test_tfjob_manifest_commands_pass_dry_run(tmp_path):
 _SHIM_HEAD = f"""#!{sys.executable}
 import json, os, subprocess, sys
 sys.path.insert(0, {str(ROOT)!r})
-from dualtrain.launch.cluster import expand_hostlist
+from dualtrain.launch.slurm import expand_hostlist
 """
 
 #: srun: start the command once per task (one after another), with the step's variables.

@@ -15,7 +15,7 @@ import pytest
 from dualtrain.backends.tf import launch as tf_launch
 from dualtrain.backends.torch import launch as torch_launch
 from dualtrain.errors import UserError
-from dualtrain.launch import cluster
+from dualtrain.launch import cluster, slurm
 
 
 def slurm_step(
@@ -72,7 +72,7 @@ def slurm_step(
     ],
 )
 def test_expand_hostlist(text, hosts):
-    assert cluster.expand_hostlist(text) == hosts
+    assert slurm.expand_hostlist(text) == hosts
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_expand_hostlist(text, hosts):
 )
 def test_expand_hostlist_rejects(text):
     with pytest.raises(ValueError):
-        cluster.expand_hostlist(text)
+        slurm.expand_hostlist(text)
 
 
 @pytest.mark.parametrize(
@@ -106,13 +106,13 @@ def test_expand_hostlist_rejects(text):
     ],
 )
 def test_expand_tasks_per_node(text, counts):
-    assert cluster.expand_tasks_per_node(text) == counts
+    assert slurm.expand_tasks_per_node(text) == counts
 
 
 @pytest.mark.parametrize("text", ["", "x", "2(x)", "2(x0)", "2x3", "1,,2", "-1"])
 def test_expand_tasks_per_node_rejects(text):
     with pytest.raises(ValueError):
-        cluster.expand_tasks_per_node(text)
+        slurm.expand_tasks_per_node(text)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -170,10 +170,10 @@ def test_slurm_uneven_layout_and_ports():
 
 
 def test_slurm_port_rules():
-    assert cluster.slurm_port({}, "4123") == 19123  # 15000 + last four digits (Lightning)
-    assert cluster.slurm_port({}, "12") == 15012
-    assert cluster.slurm_port({}, None) == 12910  # Lightning's fallback without a job id
-    assert cluster.slurm_port({"MASTER_PORT": "29400"}, "4123") == 29400  # the user's port wins
+    assert slurm.slurm_port({}, "4123") == 19123  # 15000 + last four digits (Lightning)
+    assert slurm.slurm_port({}, "12") == 15012
+    assert slurm.slurm_port({}, None) == 12910  # Lightning's fallback without a job id
+    assert slurm.slurm_port({"MASTER_PORT": "29400"}, "4123") == 29400  # the user's port wins
     t = torch_launch.detect({**slurm_step(0), "MASTER_ADDR": "node01-ib"})
     assert t.master_addr == "node01-ib"  # and so does the user's address
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 
 from dualtrain.errors import UserError
-from dualtrain.launch import cluster
+from dualtrain.launch import cluster, slurm
 from dualtrain.launch.local import Worker, free_ports, require_gpu
 from dualtrain.launch.peers import Peer
 from dualtrain.spec import Experiment, TFStrategy
@@ -106,7 +106,7 @@ def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     text = env.get(TF_CONFIG, "").strip()
     if text:
         return cluster.tf_config_launcher(parse_tf_config(text), json.loads(text))
-    return cluster.slurm_launcher("tf", env)
+    return slurm.slurm_launcher("tf", env)
 
 
 def tf_config(ports: list[int], rank: int, addr: str = "127.0.0.1") -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from dualtrain.launch import cluster
+from dualtrain.launch import cluster, slurm
 from dualtrain.launch.local import Worker, free_port, require_gpu
 from dualtrain.spec import Experiment
 
@@ -22,7 +22,7 @@ def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
     multi-task srun step (dualtrain.launch.cluster maps Slurm's variables to torchrun's); else
     None."""
     env = os.environ if env is None else env
-    return cluster.torch_env_launcher(env) or cluster.slurm_launcher("torch", env)
+    return cluster.torch_env_launcher(env) or slurm.slurm_launcher("torch", env)
 
 
 def workers(spec: Experiment) -> list[Worker]:
