@@ -55,7 +55,7 @@ class RunWriter:
     def offsets(self) -> dict[str, int]:
         """Bytes written so far to each record file, TensorBoard's event files included (a
         checkpoint remembers them; a resume cuts the files back to them and deletes event files
-        written after them, dualtrain.driver.runs.truncate_records)."""
+        written after them, dualtrain.driver.rewind.truncate_records)."""
         self.flush()
         sizes = {METRICS_FILE: self._metrics.tell(), SHARDS_FILE: self._shards.tell()}
         if self._events is not None:

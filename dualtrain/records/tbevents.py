@@ -6,7 +6,7 @@ free of it). ``tensorboard --logdir RUN_DIR`` shows one run; on a ``dualtrain co
 overlays torch, tf and the fp64 reference pair, one TensorBoard run per run directory.
 
 The event files are records like metrics.jsonl: a checkpoint remembers their sizes and a resume cuts
-them back (dualtrain.driver.runs.truncate_records), so a resumed run shows every step once.
+them back (dualtrain.driver.rewind.truncate_records), so a resumed run shows every step once.
 """
 
 from __future__ import annotations
