@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from dualtrain.api.results import CompareResult, RunResult
+from dualtrain.api.overrides import _merge_key, _plain
+from dualtrain.api.results import CompareResult, RunResult, _finished_line, _run_result
 from dualtrain.errors import RunFailed, UserError
 
 if TYPE_CHECKING:  # annotations only: importing them at run time would load numpy and more
@@ -98,40 +99,6 @@ def experiment(
     return from_dict(raw)
 
 
-def _plain(value: Any) -> Any:
-    """Plain YAML-like data: mappings to dicts, tuples to lists, paths to strings."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return value
-
-
-def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = _plain(value)
-    return out
-
-
-def _merge_key(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    base = raw
-    if (
-        key == "model"
-        and isinstance(value, Mapping)
-        and isinstance(raw.get("model"), dict)
-        and ("preset" in value or "layers" in value)
-    ):  # mutually exclusive: the new one replaces
-        model = {k: v for k, v in raw["model"].items() if k not in ("preset", "layers")}
-        base = {**raw, "model": model}
-    return _merge(base, {key: value})
-
-
 def _backend(backend: str) -> Backend:
     from dualtrain.backends import parse_backend
 
@@ -150,44 +117,6 @@ def _silenced(quiet: bool) -> contextlib.AbstractContextManager[Any]:
     ``dualtrain: torch run -> DIR``); the workers write to the inherited stdout and still show, and
     warnings and errors (stderr) are kept."""
     return contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()
-
-
-def _finished_line(result: RunResult) -> str:
-    acc = result.test_accuracy
-    return (
-        f"dualtrain: {result.backend} run finished: test accuracy "
-        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}, "
-        f"{result.samples_per_s or 0:,.0f} samples/s -> {result.run_dir}"
-    )
-
-
-def _num(value: Any) -> float | None:
-    return None if value is None else float(value)  # float() reads the "nan"/"inf" JSON strings
-
-
-def _run_result(
-    backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None, spec: Experiment | None
-) -> RunResult:
-    from dualtrain.records.record import SPEC_FILE
-    from dualtrain.spec import load_spec
-
-    if run_dir is not None:  # what ran: spec.yaml (an external launcher's world size included)
-        spec = load_spec(Path(run_dir) / SPEC_FILE)
-    assert spec is not None
-    summary = dict(summary or {})
-    steps = summary.get("steps")
-    return RunResult(
-        run_dir=None if run_dir is None else Path(run_dir),
-        backend=backend.value,
-        is_chief=run_dir is not None,
-        test_accuracy=_num(summary.get("test_accuracy")),
-        test_loss=_num(summary.get("test_loss")),
-        samples_per_s=_num(summary.get("train_samples_per_s")),
-        steps=None if steps is None else int(steps),
-        wall_s=_num(summary.get("wall_s")),
-        summary=summary,
-        spec=spec,
-    )
 
 
 # ---- run / resume --------------------------------------------------------------------------------

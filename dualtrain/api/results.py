@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # annotations only: importing them at run time would load num
     from dualtrain.parity.diagnose import Diagnosis
     from dualtrain.parity.report import Comparison
     from dualtrain.records.record import RunRecord
-    from dualtrain.spec import Experiment
+    from dualtrain.spec import Backend, Experiment
 
 
 @dataclass(frozen=True)
@@ -112,3 +112,41 @@ class CompareResult:
                 return c
         names = ", ".join(c.name for c in self.checks)
         raise UserError(f"no check named {name!r} (checks: {names}). Received: {name!r}")
+
+
+def _finished_line(result: RunResult) -> str:
+    acc = result.test_accuracy
+    return (
+        f"dualtrain: {result.backend} run finished: test accuracy "
+        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}, "
+        f"{result.samples_per_s or 0:,.0f} samples/s -> {result.run_dir}"
+    )
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)  # float() reads the "nan"/"inf" JSON strings
+
+
+def _run_result(
+    backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None, spec: Experiment | None
+) -> RunResult:
+    from dualtrain.records.record import SPEC_FILE
+    from dualtrain.spec import load_spec
+
+    if run_dir is not None:  # what ran: spec.yaml (an external launcher's world size included)
+        spec = load_spec(Path(run_dir) / SPEC_FILE)
+    assert spec is not None
+    summary = dict(summary or {})
+    steps = summary.get("steps")
+    return RunResult(
+        run_dir=None if run_dir is None else Path(run_dir),
+        backend=backend.value,
+        is_chief=run_dir is not None,
+        test_accuracy=_num(summary.get("test_accuracy")),
+        test_loss=_num(summary.get("test_loss")),
+        samples_per_s=_num(summary.get("train_samples_per_s")),
+        steps=None if steps is None else int(steps),
+        wall_s=_num(summary.get("wall_s")),
+        summary=summary,
+        spec=spec,
+    )
