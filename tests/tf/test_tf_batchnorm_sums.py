@@ -14,7 +14,7 @@ from .conftest import run_python
 
 SCRIPT = r"""
 import json, numpy as np, tensorflow as tf
-from dualtrain.backends.tf.model import _bn_ops
+from dualtrain.backends.tf.layers import _bn_ops
 rng = np.random.default_rng(0)
 x = (rng.standard_normal((64, 28, 28, 16)) * 0.3 + 1.0).astype(np.float32)
 exact = x.astype(np.float64).sum(axis=(0, 1, 2))

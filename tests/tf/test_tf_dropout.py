@@ -11,7 +11,7 @@ import tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 from dualtrain.core.dropout import NUMPY, keep
-from dualtrain.backends.tf.model import _OPS, HashDropout
+from dualtrain.backends.tf.layers import _OPS, HashDropout
 
 ids = np.arange(3, 3000, 11, dtype=np.int64)
 el = np.arange(8 * 13 * 13, dtype=np.int64)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dualtrain.backends.torch.model import BatchNorm
+from dualtrain.backends.torch.layers import BatchNorm
 
 
 @pytest.mark.parametrize("shape", [(16, 5), (6, 3, 7, 7), (1, 4, 3, 3)])

@@ -27,7 +27,7 @@ def test_torch_masks_equal_numpy_masks():
 
 
 def test_hash_dropout_module_scales_kept_values_and_is_off_in_eval():
-    from dualtrain.backends.torch.model import HashDropout
+    from dualtrain.backends.torch.layers import HashDropout
 
     m = HashDropout(0.25, 2, (8, 13, 13), seed=0).double()
     x = torch.ones(4, 8, 13, 13, dtype=torch.float64)

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dualtrain.backends.torch.model import BatchNorm
+from dualtrain.backends.torch.layers import BatchNorm
 
 
 class AbsoluteGradient:

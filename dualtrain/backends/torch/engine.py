@@ -14,12 +14,11 @@ One training step follows docs/architecture.md "One step, defined once":
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +26,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dualtrain.backends.torch.condition import AbsoluteGradient
 from dualtrain.backends.torch.model import (
     BatchNorm,
     HashDropout,
@@ -35,20 +33,19 @@ from dualtrain.backends.torch.model import (
     export_canonical,
     load_canonical,
 )
-from dualtrain.backends.torch.ops import NORM_OPS
 from dualtrain.backends.torch.optimizer import (
     load_optimizer_state,
     make_optimizer,
     optimizer_state,
 )
 from dualtrain.backends.torch.precision import precision_setup
-from dualtrain.core import update_rules
+from dualtrain.backends.torch.step import TrainStep
 from dualtrain.core.data import Mnist, normalize
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import listen_address
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, Evaluation, StepOut
+from dualtrain.runtime.engine import Engine, Evaluation
 from dualtrain.spec import Device, Experiment, OptimizerName, Precision
 
 
@@ -194,7 +191,7 @@ def _sum_hook(state, bucket):  # no annotations: DDP checks them as real types
     return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 
-class TorchEngine(Engine):
+class TorchEngine(TrainStep, Engine):
     backend = "torch"
 
     def __init__(
@@ -262,119 +259,7 @@ class TorchEngine(Engine):
         if world > 1:
             self._settle_buckets()
 
-    def _settle_buckets(self) -> None:
-        """One zero-loss forward and backward before the first step, so every step of every run,
-        fresh or resumed, runs with DDP's rebuilt bucket layout.
-
-        DDP starts with its gradients in one bucket in model order and, after the first backward,
-        rebuilds the buckets in the order gradients became ready, which moves every gradient to
-        another offset. At world >= 3 gloo's ring all-reduce adds an element's terms in an order set
-        by its offset (and BLAS reductions depend on alignment), so without this a run resumed from
-        a checkpoint, whose first step would have the initial layout, parts from the uninterrupted
-        run in the last bit. Parameters, optimizer state and batchnorm statistics are untouched."""
-        buffers = {k: v.clone() for k, v in self.module.named_buffers()}
-        idx = torch.zeros(1, dtype=torch.int64, device=self.device)
-        for m in self.dropouts:
-            m.step, m.ids = torch.zeros((), dtype=torch.int64, device=self.device), idx
-        logits = self.ddp(self.train_x.index_select(0, idx))
-        (logits.sum() * 0.0).backward()
-        self.opt.zero_grad(set_to_none=True)
-        with torch.no_grad():
-            for k, v in self.module.named_buffers():
-                v.copy_(buffers[k])
-
     # ---- training --------------------------------------------------------------------------------
-    def train_step(
-        self,
-        ids: list[np.ndarray],
-        *,
-        lr: float,
-        global_count: int,
-        poison: list[bool],
-        capture_grads: bool = False,
-        step: int = 0,
-        measure_scale: bool = False,
-    ) -> StepOut:
-        idx = torch.tensor(ids[0], dtype=torch.int64)
-        dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
-        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
-            step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
-            for m in self.dropouts:
-                m.step, m.ids = step_t, dev_idx
-        x = self.train_x.index_select(0, dev_idx)
-        y = self.train_y.index_select(0, dev_idx)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        self._hook.poison = poison[0]
-        # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
-        absolute = AbsoluteGradient(self.module) if measure_scale else None
-        with self.autocast, absolute or contextlib.nullcontext():
-            logits = self.ddp(x)
-        loss_sum = self._loss_sum(logits, y)
-        loss = loss_sum / global_count
-        scaler = self.scaler
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            self._unscale()
-        else:
-            loss.backward()
-        # backward() gave every parameter a gradient (DDP: every parameter takes part)
-        grads = cast(list[torch.Tensor], [p.grad for p in self.params])
-        norm = update_rules.global_norm(NORM_OPS, grads)
-        amax = (
-            torch.stack(torch._foreach_norm(grads, float("inf"))).max().item()
-            if scaler is not None
-            else None
-        )
-        captured = None
-        if capture_grads:
-            captured = {
-                n: g.detach().to("cpu").numpy().copy()
-                for n, g in zip(self.names, grads, strict=True)
-            }
-        abs_grads, abs_terms = absolute.result(self.world) if absolute is not None else (None, None)
-        if self.clip is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
-        if scaler is not None:
-            scale = scaler.get_scale()
-            scaler.step(self.opt)
-            scaler.update()
-            skipped = scaler.get_scale() < scale  # backoff < 1 happens only on a found inf
-        else:
-            self.opt.step()
-            scale, skipped = 1.0, False
-        self.applied += not skipped
-        self.opt.zero_grad(set_to_none=True)
-        self._hook.poison = False
-        if self._broadcast:  # unsync BatchNorm: every replica takes replica 0's running statistics
-            flat = torch.cat([b.reshape(-1) for b in self._broadcast])
-            dist.broadcast(flat, src=0)
-            for b, new in zip(
-                self._broadcast, flat.split([b.numel() for b in self._broadcast]), strict=True
-            ):
-                b.copy_(new.view_as(b))
-        return StepOut(
-            loss_sum=loss_sum.item(),
-            grad_norm=norm.item(),
-            loss_scale=scale,
-            skipped=skipped,
-            fed_ids=[idx.numpy()],
-            grads=captured,
-            grad_amax=amax,
-            abs_grads=abs_grads,
-            abs_terms=abs_terms,
-        )
-
-    def _unscale(self) -> None:
-        """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which
-        also records whether any is not finite)."""
-        assert self.scaler is not None  # fp16 only, which has a scaler
-        self.scaler.unscale_(self.opt)
-
-    def _loss_sum(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Sum of per-sample cross-entropy, computed in the parameter dtype (float32; float64 for
-        fp64) whatever precision the logits came out in (docs/parity.md §3)."""
-        return F.cross_entropy(logits.to(self.dtype), y, reduction="sum")
 
     # ---- evaluation and collectives --------------------------------------------------------------
     @torch.no_grad()

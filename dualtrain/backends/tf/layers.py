@@ -1,0 +1,152 @@
+"""dualtrain's own layers in Keras: BatchNorm (dualtrain.core.batchnorm on keras.ops, sync over the
+strategy's replicas), HashDropout (dualtrain.core.dropout's masks), the exact gelu, and the
+conv2d with torch's padding. The model builder (model.py) places them."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from dualtrain.core import batchnorm, dropout
+from dualtrain.core.dropout import IntOps, canonical_elements
+
+
+def _bn_ops(x) -> batchnorm.Ops:
+    axes = list(range(len(x.shape) - 1))  # NHWC or (N, F): the channel is the last axis
+    dtype = x.dtype
+
+    # The per-channel sums accumulate in float64 (the contract of batchnorm.Ops.channel_sum): TF's
+    # CPU reduce_sum over the outer axes adds sequentially, measured 28 u off on the 50,176 values
+    # per channel of configs/mnist_resnet_bn.yaml's first batchnorm (torch's cascade sum: 0.7 u),
+    # which made every fp32 gradient of that model 5e-3 off the exact step. The broadcast back to
+    # x's shape happens in float64 too, so its gradient (a sum over the same axes) does as well.
+    def channel_sum(t):
+        return tf.cast(tf.reduce_sum(tf.cast(t, tf.float64), axis=axes), dtype)
+
+    def expand(v):
+        return tf.cast(tf.broadcast_to(tf.cast(v, tf.float64), tf.shape(x)), dtype)
+
+    def count(t):
+        shape = tf.shape(t)
+        return tf.cast(tf.reduce_prod(shape[:-1]), t.dtype)
+
+    def all_reduce(ts):  # differentiable: ReplicaContext.all_reduce's gradient is an all-reduce
+        return list(tf.distribute.get_replica_context().all_reduce(SUM, list(ts)))
+
+    return batchnorm.Ops(
+        channel_sum=channel_sum, count=count, expand=expand, all_reduce=all_reduce, sqrt=tf.sqrt
+    )
+
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class BatchNorm(keras.layers.Layer):
+    """dualtrain.core.batchnorm on TF tensors (torch semantics; the channel is the last axis).
+    Returns ``(y, mean, var)``: the batch mean and unbiased variance in training (global with
+    ``sync`` when more than one replica is in sync), the running statistics in evaluation. It never
+    assigns its running statistics: the engine does, from these outputs, on every replica alike."""
+
+    def __init__(self, momentum: float, eps: float, sync: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.momentum, self.eps, self.sync = momentum, eps, sync
+
+    def build(self, input_shape):
+        c = (int(input_shape[-1]),)
+        add = lambda name, init, trainable: self.add_weight(  # noqa: E731
+            shape=c, name=name, initializer=init, trainable=trainable, autocast=False
+        )
+        self.weight, self.bias = add("weight", "ones", True), add("bias", "zeros", True)
+        self.running_mean = add("running_mean", "zeros", False)
+        self.running_var = add("running_var", "ones", False)
+
+    def compute_output_spec(self, x):
+        c = (x.shape[-1],)
+        stats = keras.KerasTensor(c, dtype=self.variable_dtype)
+        return (
+            keras.KerasTensor(x.shape, dtype=self.compute_dtype),
+            stats,
+            keras.KerasTensor(c, dtype=self.variable_dtype),
+        )
+
+    def call(self, x, training=None):
+        dtype = self.weight.value.dtype
+        xs = tf.cast(x, dtype)  # the stats dtype, also under mixed precision
+        ops = _bn_ops(xs)
+        if training:
+            ctx = tf.distribute.get_replica_context()
+            sync = self.sync and ctx is not None and ctx.num_replicas_in_sync > 1
+            mean, var, unbiased = batchnorm.batch_stats(ops, xs, sync)
+            out_mean, out_var = mean, unbiased
+        else:
+            mean = out_mean = tf.convert_to_tensor(self.running_mean.value)
+            var = out_var = tf.convert_to_tensor(self.running_var.value)
+        y = batchnorm.normalize(ops, xs, mean, var, self.weight.value, self.bias.value, self.eps)
+        return tf.cast(y, self.compute_dtype), out_mean, out_var
+
+
+def _i64(v):
+    return v if tf.is_tensor(v) else tf.constant(v, tf.int64)
+
+
+_OPS = IntOps(
+    xor=lambda a, b: tf.bitwise.bitwise_xor(_i64(a), _i64(b)),
+    shr=lambda a, n: tf.bitwise.right_shift(a, _i64(n)),
+    and_=lambda a, b: tf.bitwise.bitwise_and(_i64(a), _i64(b)),
+)
+
+
+class HashDropout(keras.layers.Layer):
+    """Inverted dropout whose mask is dualtrain.core.dropout.keep, bit-identical to the torch
+    backend's: element indices count the layer input in canonical (C, H, W) order, so an NHWC
+    activation gets the mask computed for NCHW and transposed. Identity outside training."""
+
+    def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int, **kwargs):
+        super().__init__(**kwargs)
+        self.rate, self.layer, self.in_shape, self.seed = rate, layer, tuple(in_shape), seed
+        self.elements = canonical_elements(in_shape)
+
+    def call(self, inputs, training=None):
+        x, ids, steps = inputs
+        if not training or self.rate == 0.0:
+            return x
+        keep = dropout.keep(
+            _OPS, self.seed, steps, ids, self.layer, tf.constant(self.elements), self.rate
+        )
+        if len(self.in_shape) == 3:  # (N, C*H*W) canonical -> (N, H, W, C)
+            keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
+        # tf.constant, not tf.cast: a Python float cast to float64 goes through float32 first
+        return tf.where(keep, x * tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
+
+
+def _gelu(x):
+    """The exact erf form, written as torch's CPU kernel computes it:
+    x * 0.5 * (1 + erf(x * sqrt(1/2))), the constant in the compute dtype. Not
+    keras/tf.nn.gelu(approximate=False): in float64 it is only float32-accurate (5e-9 absolute error
+    against erfc, torch's 9e-16), which the fp64 reference pair reports as 6e-12 apart at step 1
+    (docs/parity.md §5)."""
+    half_sqrt = keras.ops.convert_to_tensor(0.7071067811865476, dtype=x.dtype)
+    return x * 0.5 * (1.0 + keras.ops.erf(x * half_sqrt))
+
+
+def conv2d(x, s, name: str, policy: str):
+    """(input, Conv2D layer) for a conv2d spec. An integer padding P is torch's: P zeros on every
+    side (a ZeroPadding2D, then a 'valid' convolution), whatever the stride; Keras's own 'same' pads
+    strided convolutions asymmetrically (extra row and column at the bottom and right), so dualtrain
+    uses it only with stride 1, where both frameworks agree."""
+    padding = s.padding
+    if isinstance(padding, int):
+        if padding:
+            x = keras.layers.ZeroPadding2D(padding, name=f"{name}_pad", dtype=policy)(x)
+        padding = "valid"
+    else:
+        padding = padding.value
+    return x, keras.layers.Conv2D(
+        s.filters,
+        s.kernel_size,
+        strides=s.stride or 1,
+        padding=padding,
+        use_bias=s.bias,
+        name=name,
+        dtype=policy,
+    )

@@ -1,0 +1,254 @@
+"""One training step on the tf backend, as one traced function (``strategy.run`` per replica,
+then the update on every device): the forward and the global-batch loss, the SUM all-reduce,
+loss scaling, the norm and clipping, the update rules of dualtrain.core.update_rules, the
+batchnorm running statistics. A mixin of :class:`~dualtrain.backends.tf.engine.TFEngine`,
+which builds the variables and traces this step."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from dualtrain.core import batchnorm, update_rules
+from dualtrain.runtime.engine import StepOut
+
+from .model import (
+    call_model,
+    to_canonical,
+)
+from .optimizer import SLOTS
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class TrainStep:
+    """The methods of TFEngine this file holds; the engine's state they use, declared:"""
+
+    _dropout: Any
+    _guard_empty: Any
+    _norms: Any
+    _poisonable: Any
+    _step_capture_cf: Any
+    _step_cf: Any
+    applied: Any
+    dtype: Any
+    first_replica: Any
+    fp16: Any
+    good_steps: Any
+    host: Any
+    model: Any
+    n_local: Any
+    ops: Any
+    opt: Any
+    param_names: Any
+    params: Any
+    running: Any
+    scale: Any
+    spec: Any
+    strategy: Any
+    train_x: Any
+    train_y: Any
+
+    def _local_index(self) -> tf.Tensor:
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.cast(rid, tf.int32) - self.first_replica
+
+    def _forward(self, x, ids=None, step=None, training: bool = False):
+        """(logits, batchnorm statistics); see model.call_model."""
+        return call_model(
+            self.model, x, dropout=self._dropout, ids=ids, step=step, training=training
+        )
+
+    def _running_updates(self, ctx, stats):
+        """New running statistics (identical on every replica) from each batchnorm layer's batch
+        statistics: sync layers' are already global; unsync layers take replica 0's (DDP's buffer
+        broadcast), sent to every replica by an all-reduce of replica 0's values and zeros elsewhere
+        (adding zeros is exact). dualtrain.core.batchnorm.update_running does the arithmetic."""
+        unsync = [
+            i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)
+        ]
+        if unsync and ctx.num_replicas_in_sync > 1:
+            first = tf.equal(ctx.replica_id_in_sync_group, 0)
+            sent = ctx.all_reduce(
+                SUM, [tf.where(first, stats[k], tf.zeros_like(stats[k])) for k in unsync]
+            )
+            stats = list(stats)
+            for k, v in zip(unsync, sent, strict=True):
+                stats[k] = v
+        return [
+            batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
+            for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
+        ]
+
+    def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
+        ctx = tf.distribute.get_replica_context()
+        i = self._local_index()
+        with tf.device(self.host):
+            ids = ids_flat[offsets[i] : offsets[i + 1]]
+            x = tf.gather(self.train_x, ids)
+            y = tf.gather(self.train_y, ids)
+        scale = self.scale.read_value()
+
+        def forward():
+            logits, stats = self._forward(x, ids, step, True)
+            return [self._loss_sum(logits, y), *(tf.stop_gradient(t) for t in stats)]
+
+        def skipped():  # an empty replica (models without sync batchnorm): no forward at all
+            return [
+                tf.constant(0.0, self.dtype),
+                *(tf.zeros(r.shape, r.dtype) for r in self.running),
+            ]
+
+        with tf.GradientTape() as tape:
+            # An empty replica contributes zero loss and zero gradient. Dense layers get there by
+            # themselves (a 0-row matmul); convolutions are not run on an empty batch (oneDNN's
+            # fused conv kernels reject one). The guard is a tf.cond, which costs time in every step
+            # (and its gradient), so only models with convolutions have it.
+            if self._guard_empty:
+                loss_sum, *stats = tf.cond(tf.size(ids) > 0, forward, skipped)
+            else:
+                loss_sum, *stats = forward()
+            loss = loss_sum / tf.cast(global_count, self.dtype)
+            if self.fp16:
+                loss = loss * scale
+        grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        if self._poisonable:  # fault injection (debug.nonfinite_grad); not in the graph otherwise
+            grads = [
+                tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
+                for g in grads
+            ]
+        grads = ctx.all_reduce(SUM, grads)
+        if self.fp16:
+            grads = self._unscale(grads, scale)
+        # fp16 skips on every replica when the all-reduced gradient is not finite (GradScaler's
+        # check); fp32/bf16 never skip, as torch without a GradScaler.
+        if self.fp16:
+            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+            amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
+        else:
+            finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
+        # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
+        norm = update_rules.global_norm(self.ops, grads)
+        captured = list(grads) if capture else []
+        grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
+        running = self._running_updates(ctx, stats) if self.running else []
+        return grads, loss_sum, ids, norm, finite, amax, captured, running
+
+    def _loss_sum(self, logits, y):
+        """Sum of per-sample cross-entropy in the parameter dtype (float32; float64 for fp64),
+        whatever precision the logits came out in (docs/parity.md §3)."""
+        per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=tf.cast(logits, self.dtype)
+        )
+        return tf.reduce_sum(per_sample)
+
+    def _unscale(self, grads, scale):
+        """fp16: the all-reduced gradient divided by the loss scale (GradScaler's unscale_: a
+        multiplication by the float32 reciprocal)."""
+        inv = tf.constant(1.0, tf.float32) / scale
+        return [g * inv for g in grads]
+
+    def _step(self, ids_flat, offsets, poison, global_count, lr, step, *, capture: bool):
+        s = self.strategy
+        grads, loss_sum, ids, norm, finite, amax, captured, running = s.run(
+            self._replica_step, args=(ids_flat, offsets, poison, global_count, step, capture)
+        )
+        apply = finite  # always True outside fp16 (_replica_step)
+        for k, p in enumerate(self.params):
+            s.extended.update(p, self._apply_one, args=(grads[k], apply, lr, k), group=False)
+        # BatchNorm running statistics move in the forward, as torch's buffers do: also on a step
+        # whose update fp16 skips.
+        for r, new in zip(self.running, running, strict=True):
+            s.extended.update(r, lambda var, value: var.assign(value), args=(new,), group=False)
+        # Stateful ops in a tf.function run in program order (automatic control dependencies), so
+        # the counters below advance after every parameter update has read them.
+        s.extended.update(self.applied, self._bookkeeping, args=(apply,), group=False)
+        return {
+            "loss_sum": loss_sum,
+            "ids": ids,
+            "norm": norm,
+            "finite": finite,
+            "amax": amax,
+            "captured": captured,
+        }
+
+    def _apply_one(self, p, g, apply, lr, k: int):
+        """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
+
+        def update():
+            slots = {
+                key: getattr(self, attr)[k] for key, attr in SLOTS.items() if getattr(self, attr)
+            }
+            new_p, new_slots = update_rules.update(
+                self.ops, self.opt, p, g, slots, lr=lr, applied=self.applied
+            )
+            return [
+                *(slots[key].assign(value) for key, value in new_slots.items()),
+                p.assign(new_p),
+            ]
+
+        if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
+            return tf.group(update())
+        return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
+
+    def _bookkeeping(self, applied, ok):
+        """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""
+        ops = [applied.assign_add(tf.cast(ok, tf.int64))]
+        if self.fp16:
+            scale, good = update_rules.loss_scale_update(
+                self.ops, self.scale, self.good_steps, ok, self.spec.precision.loss_scale
+            )
+            ops += [self.scale.assign(scale), self.good_steps.assign(good)]
+        return tf.group(ops)
+
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
+        if len(ids) != self.n_local or len(poison) != self.n_local:
+            raise ValueError(f"expected ids and poison for {self.n_local} local replicas")
+        sizes = [len(a) for a in ids]
+        offsets = np.zeros(self.n_local + 1, np.int32)
+        np.cumsum(sizes, out=offsets[1:])
+        flat = np.concatenate(ids).astype(np.int64, copy=False) if sizes else np.zeros(0, np.int64)
+        scale = float(self.scale.numpy()) if self.fp16 else 1.0
+        fn = self._step_capture_cf if capture_grads else self._step_cf
+        out = fn(
+            tf.constant(flat),
+            tf.constant(offsets),
+            tf.constant(np.asarray(poison, bool)),
+            tf.constant(global_count, tf.float32),
+            tf.constant(lr, tf.float64),
+            tf.constant(step, tf.int64),
+        )
+        local = self.strategy.experimental_local_results
+        loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))
+        fed = [t.numpy() for t in local(out["ids"])]
+        norm = float(local(out["norm"])[0])
+        finite = bool(local(out["finite"])[0])
+        grads = None
+        if capture_grads:
+            grads = {
+                name: to_canonical(name, local(g)[0].numpy())
+                for name, g in zip(self.param_names, out["captured"], strict=True)
+            }
+        amax = float(local(out["amax"])[0]) if self.fp16 else None
+        return StepOut(
+            loss_sum=loss_sum,
+            grad_norm=norm,
+            loss_scale=scale,
+            skipped=self.fp16 and not finite,
+            fed_ids=fed,
+            grads=grads,
+            grad_amax=amax,
+        )

@@ -1,0 +1,137 @@
+"""dualtrain's own layers in torch: BatchNorm (dualtrain.core.batchnorm on torch tensors, sync over
+a process group), HashDropout (dualtrain.core.dropout's masks), GlobalAvgPool and Residual. The
+model builder (model.py) places them."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dualtrain.core import batchnorm, dropout
+from dualtrain.core.dropout import IntOps, canonical_elements
+
+
+class GlobalAvgPool(nn.Module):
+    """(N, C, H, W) -> (N, C): the mean over H and W (Keras's GlobalAveragePooling2D)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
+_OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.bitwise_and)
+
+
+class HashDropout(nn.Module):
+    """Inverted dropout whose mask is dualtrain.core.dropout.keep (a hash of seed, step, sample id,
+    layer and element, bit-identical to the TF backend's). The engine sets ``step`` and ``ids`` (the
+    ids this replica feeds) before each training forward; in eval mode it is the identity."""
+
+    def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int):
+        super().__init__()
+        self.rate, self.layer, self.in_shape, self.seed = rate, layer, tuple(in_shape), seed
+        self.register_buffer(
+            "elements", torch.from_numpy(canonical_elements(in_shape)), persistent=False
+        )
+        self.step: torch.Tensor | None = None
+        self.ids: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.rate == 0.0:
+            return x
+        if self.step is None or self.ids is None:
+            raise RuntimeError("HashDropout needs step and ids before a training forward")
+        keep = dropout.keep(
+            _OPS, self.seed, self.step, self.ids, self.layer, self.elements, self.rate
+        )
+        keep = keep.reshape(x.shape)  # canonical (C, H, W) order is torch's own layout
+        return torch.where(
+            keep, x * (1.0 / (1.0 - self.rate)), torch.zeros((), dtype=x.dtype, device=x.device)
+        )
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """SUM all-reduce whose gradient is the SUM all-reduce of the gradient (every replica's loss
+    depends on every replica's inputs through synchronised BatchNorm statistics)."""
+
+    @staticmethod
+    def forward(ctx, group, t):  # noqa: D102
+        ctx.group = group
+        t = t.clone(memory_format=torch.contiguous_format)
+        dist.all_reduce(t, group=group)
+        return t
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        return None, _AllReduceSum.apply(ctx.group, grad)
+
+
+class BatchNorm(nn.Module):
+    """dualtrain.core.batchnorm on torch tensors: torch BatchNorm1d/2d semantics, optionally
+    synchronised over ``group`` (set by the engine for sync: true at world > 1; None: this replica's
+    batch only). State dict: weight, bias, running_mean, running_var (nn.BatchNorm's names, without
+    num_batches_tracked, which only momentum=None would use)."""
+
+    running_mean: torch.Tensor  # buffers (register_buffer): declared for the type checker
+    running_var: torch.Tensor
+
+    def __init__(self, channels: int, momentum: float, eps: float, sync: bool):
+        super().__init__()
+        self.momentum, self.eps, self.sync = momentum, eps, sync
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+        self.group: dist.ProcessGroup | None = None
+
+    def _ops(self, x: torch.Tensor) -> batchnorm.Ops:
+        dims, view = ((0, 2, 3), (1, -1, 1, 1)) if x.dim() == 4 else ((0,), (1, -1))
+        group = self.group
+
+        def all_reduce(ts):  # one collective for the list
+            flat = _AllReduceSum.apply(group, torch.cat([t.reshape(-1) for t in ts]))
+            return [
+                f.reshape(t.shape)
+                for f, t in zip(flat.split([t.numel() for t in ts]), ts, strict=True)
+            ]
+
+        return batchnorm.Ops(
+            channel_sum=lambda t: t.sum(dim=dims),
+            count=lambda t: t.new_full(
+                (), float(t.numel() // t.shape[1])
+            ),  # no host-to-device copy
+            expand=lambda v: v.view(view),
+            all_reduce=all_reduce,
+            sqrt=torch.sqrt,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        in_dtype = x.dtype
+        x = x.to(self.weight.dtype)  # the stats dtype, also under fp16/bf16 autocast
+        ops = self._ops(x)
+        if self.training:
+            mean, var, unbiased = batchnorm.batch_stats(
+                ops, x, self.sync and self.group is not None
+            )
+            with torch.no_grad():
+                self.running_mean.copy_(
+                    batchnorm.update_running(self.running_mean, mean, self.momentum)
+                )
+                self.running_var.copy_(
+                    batchnorm.update_running(self.running_var, unbiased, self.momentum)
+                )
+        else:
+            mean, var = self.running_mean, self.running_var
+        return batchnorm.normalize(ops, x, mean, var, self.weight, self.bias, self.eps).to(in_dtype)
+
+
+class Residual(nn.Module):
+    """``body(x) + shortcut(x)``; an empty shortcut is the identity."""
+
+    def __init__(self, body: list[nn.Module], shortcut: list[nn.Module]):
+        super().__init__()
+        self.body = nn.Sequential(*body)
+        self.shortcut = nn.Sequential(*shortcut)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + self.shortcut(x)
