@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_torch_masks_equal_numpy_masks():
-    from dualtrain.backends.torch.model import _OPS
+    from dualtrain.backends.torch.layers import _OPS
 
     ids = np.arange(3, 3000, 11, dtype=np.int64)
     el = np.arange(8 * 13 * 13, dtype=np.int64)
