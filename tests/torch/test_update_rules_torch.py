@@ -6,8 +6,12 @@ with the same gradients and a changing lr, in float64 and in float32; the parame
 are compared after each step. Measured agreement (torch 2.13, CPU; error = max |ours - torch| over
 the tensor, in units of eps times the tensor's largest magnitude):
 
-* float32 SGD (momentum, Nesterov, weight decay): bit for bit. The fma namespace op reproduces
-  torch's fused ``add(alpha=...)``, which is the whole SGD update.
+* float32 SGD (momentum, Nesterov, weight decay): bit for bit where torch's float32
+  ``add(alpha=...)`` is a fused multiply-add (its vectorised CPU kernels, AVX2 and AVX-512): the fma
+  namespace op reproduces it, and it is the whole SGD update. With ``ATEN_CPU_CAPABILITY=default``
+  (no vectorisation) torch rounds the product first and SGD differs by half an ulp per op, inside
+  the general bound below (measured: the exact assertion failed there, the bound held); the test
+  asks torch which it does (:func:`_torch_fuses_add_alpha`) instead of assuming this machine's.
 * everything else, float64 and float32 alike: at most 4.1 eps after 8 steps (seeds 0-3; most
   tensors within 1.7 eps), except centered RMSprop with alpha 0.3: 7.9 eps. torch's CPU kernels fuse
   some multiply-adds the rules round twice (lerp, addcmul, ``add(alpha=...)`` in float64) and
@@ -80,6 +84,15 @@ def _error(ours: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(ours.astype(np.float64) - ref))) / scale if scale else 0.0
 
 
+def _torch_fuses_add_alpha() -> bool:
+    """Whether this torch's float32 ``a.add(b, alpha=s)`` rounds once (a fused multiply-add, as the
+    rules' fma computes it): true on its vectorised CPU paths, false without them."""
+    rng = np.random.default_rng(5)
+    a, b = (rng.normal(size=4099).astype(np.float32) for _ in range(2))
+    got = torch.tensor(a).add(torch.tensor(b), alpha=-0.1).numpy()
+    return bool(np.array_equal(got, NUMPY.fma(a, -0.1, b)))
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_rules_follow_torch_optim(case, dtype):
@@ -93,7 +106,7 @@ def test_rules_follow_torch_optim(case, dtype):
     slots = {
         k: {s: np.zeros_like(v) for s in update_rules.slot_names(spec)} for k, v in ours.items()
     }
-    exact = dtype == np.float32 and spec.name is N.SGD
+    exact = dtype == np.float32 and spec.name is N.SGD and _torch_fuses_add_alpha()
     errors: dict[str, float] = {}
     for applied in range(STEPS):
         lr = spec.lr * (1.0 - 0.1 * applied)  # a changing lr, as a schedule hands in
