@@ -23,9 +23,6 @@ from dualtrain.records.tbevents import read_scalars
 from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, cli_env, require, run_cli
 
-# Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
-pytestmark = pytest.mark.serial
-
 require("torch", "tensorflow")
 
 BASE = (
@@ -162,6 +159,7 @@ def test_restarts_run_out_and_the_failing_rank_is_named(tmp_path):
 
 
 @SLOW
+@pytest.mark.serial  # a kill -9 from outside, timed against the run's progress
 def test_external_kill_9_after_a_checkpoint(tmp_path, reference):
     # A real kill -9 from outside, at whatever step the run has reached once step 20 is saved.
     out = tmp_path / "run"
@@ -232,6 +230,7 @@ def test_resume_on_another_world_size_continues_the_trajectory(tmp_path):
 
 
 @SLOW
+@pytest.mark.serial  # a TF_CONFIG cluster of processes killed and restarted
 def test_a_restarted_tf_config_cluster_resumes_by_itself(tmp_path, reference):
     # What a Kubernetes TFJob with restartPolicy OnFailure does (examples/kubernetes/tfjob.yaml):
     # every task runs `dualtrain run` with the same --out on a shared volume; one dies, the others
