@@ -148,7 +148,19 @@ def torch_env_launcher(env: Mapping[str, str] | None = None) -> Launcher | None:
     )
 
 
-def tf_config_launcher(info: Mapping[str, int], cfg: Mapping[str, Any]) -> Launcher:
+@dataclass(frozen=True)
+class TFTask:
+    """This process's task in a TF_CONFIG cluster (the tf backend's ``parse_tf_config``): its
+    rank (a "chief" task is rank 0, then the workers by index), the cluster's size, its index
+    among its own type, and whether the cluster names a chief."""
+
+    rank: int
+    world_size: int
+    task_index: int
+    chief: bool
+
+
+def tf_config_launcher(info: TFTask, cfg: Mapping[str, Any]) -> Launcher:
     """A parsed TF_CONFIG (``info`` from the tf backend's ``parse_tf_config``) as a Launcher."""
     cluster = {k: list(v) for k, v in cfg["cluster"].items()}
     ttype, index = str(cfg["task"]["type"]), int(cfg["task"]["index"])
@@ -160,12 +172,12 @@ def tf_config_launcher(info: Mapping[str, int], cfg: Mapping[str, Any]) -> Launc
     who = "Kubeflow TFJob" if kubeflow else "TF_CONFIG"
     return Launcher(
         kind=kind,
-        rank=info["rank"],
-        world_size=info["world_size"],
+        rank=info.rank,
+        world_size=info.world_size,
         local_rank=0,
         tf_cluster=cluster,
         tf_task=f"{ttype}:{index}",
         host=own,
-        line=f"{who} task {ttype}:{index} = worker {info['rank']} of "
-        f"{info['world_size']} at {own} (chief {members[0] if members else '?'})",
+        line=f"{who} task {ttype}:{index} = worker {info.rank} of "
+        f"{info.world_size} at {own} (chief {members[0] if members else '?'})",
     )

@@ -145,7 +145,7 @@ def test_slurm_two_nodes_in_process():
             "task": {"type": "worker", "index": procid},
         }
         # The TF_CONFIG dualtrain builds is one the tf backend itself accepts, with the same rank.
-        assert tf_launch.parse_tf_config(f.env["TF_CONFIG"])["rank"] == procid
+        assert tf_launch.parse_tf_config(f.env["TF_CONFIG"]).rank == procid
 
 
 def test_slurm_uneven_layout_and_ports():

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from dualtrain.errors import UserError
 from dualtrain.launch import cluster, slurm
+from dualtrain.launch.cluster import TFTask
 from dualtrain.launch.local import Worker, free_ports, require_gpu
 from dualtrain.launch.peers import Peer
 from dualtrain.spec import Experiment, TFStrategy
@@ -45,8 +46,8 @@ log lines in TF 2.16+. The launcher leaves these lines out of the workers' stder
 dualtrain.launch.local.run_workers); warnings and errors other than the cuInit probe still show."""
 
 
-def parse_tf_config(text: str) -> dict[str, int]:
-    """TF_CONFIG -> {"rank", "world_size", "task_index", ...}; a "chief" task is rank 0."""
+def parse_tf_config(text: str) -> TFTask:
+    """TF_CONFIG -> this process's task; a "chief" task is rank 0."""
     try:
         cfg = json.loads(text)
         cluster = cfg["cluster"]
@@ -72,7 +73,7 @@ def parse_tf_config(text: str) -> dict[str, int]:
             f"TF_CONFIG task {ttype}:{index} is not in its cluster ({size} tasks). "
             f"Received: {text!r}"
         )
-    return {"rank": rank, "world_size": size, "task_index": index, "chief": int(bool(chiefs))}
+    return TFTask(rank=rank, world_size=size, task_index=index, chief=bool(chiefs))
 
 
 def cluster_peers(text: str) -> list[Peer]:

@@ -73,21 +73,21 @@ def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
     info = parse_tf_config(text)
     if spec.tf.strategy is TFStrategy.MIRRORED:
         _say(
-            f"TF_CONFIG is set ({info['world_size']} tasks): running tf.strategy=multi_worker, one "
+            f"TF_CONFIG is set ({info.world_size} tasks): running tf.strategy=multi_worker, one "
             f"replica per task (mirrored is one process over its local devices)",
-            info["rank"],
+            info.rank,
         )
         spec = spec.replace(tf=dataclasses.replace(spec.tf, strategy=TFStrategy.MULTI_WORKER))
-    if info["world_size"] != spec.distribution.world_size:
+    if info.world_size != spec.distribution.world_size:
         raise UserError(
             f"distribution.world_size must equal the TF_CONFIG cluster size "
-            f"{info['world_size']}. Received: {spec.distribution.world_size}"
+            f"{info.world_size}. Received: {spec.distribution.world_size}"
         )
     local = spec.distribution.world_size if ours else 1
     return spec, Role(
         multi_worker=True,
-        rank=info["rank"],
-        num_processes=info["world_size"],
+        rank=info.rank,
+        num_processes=info.world_size,
         local_workers=local,
         external=not ours,
     )
