@@ -6,7 +6,7 @@ rounding, a square root, ``where``, ``minimum``, comparisons, casts of a scalar 
 float64 power, and an L2 norm; ``+ - * /`` on the caller's arrays do the rest. The TF backend
 applies these functions to its variables inside its step (dualtrain/backends/tf/ops.py), the
 float64 NumPy namespace here (:data:`NUMPY`) is the exact update the one-step probes judge against
-(dualtrain/optim_ref.py), and the torch backend, which keeps torch.optim and GradScaler as the
+(dualtrain/core/optim_ref.py), and the torch backend, which keeps torch.optim and GradScaler as the
 reference, takes the gradient norm from here (dualtrain/backends/torch/ops.py).
 
 The rules are pure: they return the new parameter and the new slot values, and the caller assigns
