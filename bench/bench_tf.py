@@ -40,12 +40,14 @@ epochs = int(sys.argv[1])
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from dualtrain.core.data import DataSpec, load_mnist, normalize
+from dualtrain.core.data import TRAIN, open_data
+from dualtrain.spec import load_spec
 
 keras.utils.set_random_seed(0)
-data = load_mnist(DataSpec())
-x = np.ascontiguousarray(normalize(data.train_x).transpose(0, 2, 3, 1))
-y = data.train_y.astype(np.int32)
+data = open_data(load_spec(None))
+n = data.size(TRAIN)
+x = np.ascontiguousarray(data.inputs(TRAIN, slice(0, n))[0].transpose(0, 2, 3, 1))
+y = data.targets(TRAIN, slice(0, n)).astype(np.int32)
 strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
 with strategy.scope():
     model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),

@@ -59,14 +59,15 @@ def _plain_rank(rank: int, world: int, port: int, threads: int, result) -> None:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from dualtrain.core.data import load_mnist, normalize
+    from dualtrain.core.data import TRAIN, open_data
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(threads)
     spec = bench_spec(world)
-    data = load_mnist(spec.data)
-    x_all = torch.from_numpy(normalize(data.train_x))
-    y_all = torch.from_numpy(data.train_y)
+    data = open_data(spec)
+    n = data.size(TRAIN)
+    x_all = torch.from_numpy(data.inputs(TRAIN, slice(0, n))[0])
+    y_all = torch.from_numpy(data.targets(TRAIN, slice(0, n)))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = DDP(

@@ -411,7 +411,7 @@ def _swap_id(size: float) -> None:
         calls["n"] += 1
         if calls["n"] == SWAP_STEP and len(ids[0]):
             ids = [a.copy() for a in ids]
-            n = int(self.train_y.shape[0])
+            n = self.data.size("train")
             ids[0][0] = (int(ids[0][0]) + n // 2) % n  # another sample, fed (and recorded) instead
             ids[0] = ids[0].astype(np.int64)
         return step(self, ids, **kwargs)

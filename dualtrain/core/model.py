@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from dualtrain.errors import UserError
 from dualtrain.spec import LayerSpec, LayerType, ModelSpec, Padding
 
-INPUT_SHAPE = (1, 28, 28)  # C, H, W
-NUM_CLASSES = 10
+#: uid base of input k's branch layers: (k + 1) * BRANCH_UID + j for layer j
+BRANCH_UID = 100_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class ResolvedLayer:
     running_var)."""
     body: tuple[ResolvedLayer, ...] = ()
     shortcut: tuple[ResolvedLayer, ...] = ()
+    branches: tuple[tuple[ResolvedLayer, ...], ...] = ()
+    """concat: each model input's resolved branch, in model.inputs order (canonical names
+    ``"{input}.{j}.weight"``)."""
 
     @property
     def arrays(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -48,17 +51,51 @@ class ResolvedLayer:
 
 
 def resolve(model: ModelSpec) -> list[ResolvedLayer]:
-    """Walk the layer list, check shapes, and name every parameter (top-level layers; a residual
-    block holds its resolved inner layers, :func:`walk` visits every layer)."""
-    out, shape = _resolve_list(model.resolved_layers(), INPUT_SHAPE, "model.layers", "", None)
-    if shape != (NUM_CLASSES,):
+    """Walk the layer list from the model's input shape(s), check shapes, and name every parameter
+    (top-level layers; a residual block holds its resolved inner layers and a concat layer the
+    inputs' branches: :func:`walk` visits every layer)."""
+    layers = model.resolved_layers()
+    if len(model.inputs) == 1:
+        out, shape = _resolve_list(layers, model.inputs[0].shape, "model.layers", "", None)
+    else:
+        branches = []
+        for k, inp in enumerate(model.inputs):
+            where_b = f"model.inputs[{inp.name}].layers"
+            branch, b_out = _resolve_list(
+                inp.layers, inp.shape, where_b, f"{inp.name}.", None, uid_base=(k + 1) * BRANCH_UID
+            )
+            if len(b_out) != 1:
+                raise UserError(
+                    f"{where_b}: a branch must end flat (add a flatten or global_avgpool layer) "
+                    f"before the concat. Received: output shape {b_out}"
+                )
+            branches.append((tuple(branch), b_out[0]))
+        width = sum(w for _, w in branches)
+        concat = ResolvedLayer(
+            0,
+            layers[0],
+            (width,),
+            (width,),
+            (),
+            prefix="0",
+            uid=0,
+            branches=tuple(b for b, _ in branches),
+        )
+        rest, shape = _resolve_list(layers[1:], (width,), "model.layers", "", None, start=1)
+        out = [concat, *rest]
+    if len(shape) != 1:
         raise UserError(
-            f"model: the last layer must output {NUM_CLASSES} logits (a dense layer with "
-            f"units: {NUM_CLASSES}). Received: output shape {shape}"
+            f"model: the last layer must output a flat vector (one value per class or target: a "
+            f"dense layer). Received: output shape {shape}"
         )
     if not any(r.params for r in walk(out)):
         raise UserError("model: needs at least one dense or conv2d layer. Received: none")
     return out
+
+
+def output_width(model: ModelSpec) -> int:
+    """The model's outputs per sample (logits per class, or one per target column)."""
+    return resolve(model)[-1].out_shape[0]
 
 
 def walk(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...]):
@@ -66,22 +103,33 @@ def walk(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...]):
     shortcut."""
     for r in layers:
         yield r
+        for b in r.branches:
+            yield from walk(b)
         yield from walk(r.body)
         yield from walk(r.shortcut)
 
 
 def _resolve_list(
-    specs, shape, where_base: str, prefix_base: str, block: tuple[int, int] | None
+    specs,
+    shape,
+    where_base: str,
+    prefix_base: str,
+    block: tuple[int, int] | None,
+    *,
+    start: int = 0,
+    uid_base: int = 0,
 ) -> tuple[list[ResolvedLayer], tuple[int, ...]]:
     out: list[ResolvedLayer] = []
-    for i, layer in enumerate(specs):
+    for j, layer in enumerate(specs):
+        i = start + j
         r = _resolve_one(
             i,
             layer,
             shape,
             f"{where_base}[{i}]",
             f"{prefix_base}{i}",
-            i if block is None else (block[0] + 1) * 1000 + block[1] + i,
+            uid_base + (i if block is None else (block[0] + 1) * 1000 + block[1] + i),
+            first=i == 0 and block is None,
         )
         out.append(r)
         shape = r.out_shape
@@ -89,7 +137,14 @@ def _resolve_list(
 
 
 def _resolve_one(
-    i: int, layer: LayerSpec, shape: tuple[int, ...], where_list: str, prefix: str, uid: int
+    i: int,
+    layer: LayerSpec,
+    shape: tuple[int, ...],
+    where_list: str,
+    prefix: str,
+    uid: int,
+    *,
+    first: bool = False,
 ) -> ResolvedLayer:
     where = f"{where_list} ({layer.type.value})"
     params: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -155,7 +210,7 @@ def _resolve_one(
             n *= d
         new = (n,)
     elif t is LayerType.BATCHNORM:
-        if prefix == "0":
+        if first:
             raise UserError(
                 f"{where} normalises the output of the layer before it; put it after a "
                 f"dense or conv2d layer. Received: batchnorm as the first layer"
@@ -179,6 +234,11 @@ def _resolve_one(
                 f"stride and filters). Received: body {out_body}, shortcut {out_short}"
             )
         new = out_body
+    elif t is LayerType.CONCAT:  # only model.layers[0] of a model with several inputs
+        raise UserError(
+            f"{where}: a concat layer merges the branches of several model.inputs and must be "
+            f"model.layers[0]. Received: concat here"
+        )
     else:  # element-wise activations, dropout
         new = shape
     return ResolvedLayer(
@@ -195,7 +255,10 @@ def where(prefix: str) -> str:
     """The spec path of a layer from its canonical prefix: "3.body.1" ->
     "model.layers[3].body[1]"."""
     parts = prefix.split(".")
-    return "model.layers" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
+    head = "model.layers"
+    if not parts[0].isdigit():  # a branch: "image.1" -> model.inputs[image].layers[1]
+        head, parts = f"model.inputs[{parts[0]}].layers", parts[1:]
+    return head + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
 
 
 def batchnorm_layers(model: ModelSpec) -> list[tuple[ResolvedLayer, int]]:
@@ -225,6 +288,8 @@ def cancelled_biases(model: ModelSpec) -> list[tuple[ResolvedLayer, ResolvedLaye
             ):
                 out.append((prev, nxt))
         for r in layers:
+            for b in r.branches:
+                scan(list(b))
             scan(list(r.body))
             scan(list(r.shortcut))
 
@@ -236,13 +301,13 @@ def has_layer(model: ModelSpec, kind: LayerType) -> bool:
     return any(r.spec.type is kind for r in walk(resolve(model)))
 
 
-def conv_flatten_shape(model: ModelSpec) -> dict[int, tuple[int, int, int]]:
-    """For each flatten layer that receives a C,H,W tensor: its input shape (C, H, W).
+def conv_flatten_shape(model: ModelSpec) -> dict[str, tuple[int, int, int]]:
+    """For each flatten layer that receives a C,H,W tensor with C > 1, by canonical prefix: its
+    input shape (C, H, W).
 
-    The TF backend needs it to reorder the next dense kernel's rows (H,W,C vs C,H,W flatten order).
-    """
+    The TF backend flattens those in torch's C,H,W order (a Permute first)."""
     return {
-        r.index: r.in_shape
-        for r in resolve(model)
+        r.prefix: r.in_shape
+        for r in walk(resolve(model))
         if r.spec.type is LayerType.FLATTEN and len(r.in_shape) == 3 and r.in_shape[0] > 1
     }

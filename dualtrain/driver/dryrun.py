@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dualtrain.core import data as mnist
+from dualtrain.core import data as data_mod
 from dualtrain.driver.runs import resolve_run
 from dualtrain.spec import Backend, Experiment, TFStrategy
 
@@ -79,7 +79,7 @@ def plan_run(
         run_dir_action=p.action,
         continue_from=str(p.restart.path) if p.restart is not None else None,
         resume_from=str(resume_from) if resume_from is not None else None,
-        data=mnist.locate(spec.data),
+        data=data_mod.locate(spec),
         warnings=list(p.warnings),
     )
     return plan

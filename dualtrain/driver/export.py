@@ -9,9 +9,11 @@ from Keras's own layers only, so ``keras.saving.load_model`` opens it without du
 
 Both are the inference model: dropout is the framework's own ``Dropout`` (identity in evaluation;
 dualtrain's hashed training masks are not part of an exported model) and batchnorm normalises with
-the run's running statistics. Inputs: MNIST images normalised as ``(x / 255 - 0.1307) / 0.3081``,
-(N, 1, 28, 28) for torch, (N, 28, 28, 1) for Keras; outputs: logits (N, 10).
-``export.json`` records the source run, the spec and these conventions.
+the run's running statistics. Inputs: the model's inputs in their order, normalised as the run
+normalised them (data.json: MNIST's ``(x / 255 - 0.1307) / 0.3081``, or the mean and std per
+channel or feature), images (N, C, H, W) for torch and (N, H, W, C) for Keras; outputs: the last
+layer's (N, width) (logits, or values for mse). ``export.json`` records the source run, the spec
+and these conventions.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 from dualtrain.backends import check_installed, parse_backend
-from dualtrain.core.data import MEAN, STD
+from dualtrain.core.data import read_record
+from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
@@ -47,6 +50,34 @@ def _publish_modes(folder: Path) -> None:
     folder.chmod(0o777 & ~mask)
     for f in folder.rglob("*"):
         f.chmod((0o777 if f.is_dir() else 0o666) & ~mask)
+
+
+def _inputs(spec, run_dir: Path, fmt: str) -> list[dict]:
+    """Each model input as the exported model takes it: name, layout, normalisation."""
+    record = read_record(run_dir) or {}
+    norm = record.get("normalize") or {}
+    out = []
+    for i in spec.model.inputs:
+        dims = list(i.shape)
+        if len(dims) == 3:
+            layout = (
+                f"NCHW (N, {', '.join(map(str, dims))})"
+                if fmt == "torch"
+                else (f"NHWC (N, {dims[1]}, {dims[2]}, {dims[0]})")
+            )
+        else:
+            layout = f"(N, {dims[0]})"
+        n = norm.get(i.name)
+        if n is None and spec.data.dataset.value == "mnist" and i.name not in norm:
+            n = {"scale": 255.0, "mean": [0.1307], "std": [0.3081]}  # runs before data.json
+        rule = (
+            "none (the stored values as float32)"
+            if n is None
+            else ("(x / scale - mean) / std" if "scale" in n else "(x - mean) / std")
+            + ", per channel (images) or feature (tables)"
+        )
+        out.append({"name": i.name, "layout": layout, "normalise": rule, **(n or {})})
+    return out
 
 
 def export_run(
@@ -103,11 +134,9 @@ def export_run(
             "source_run": str(run_dir.resolve()),
             "spec": spec.to_dict(),
             "dtype": str(next(iter(weights.values())).dtype),
-            "input": {
-                "normalise": f"(x / 255 - {MEAN}) / {STD}",
-                "layout": "NCHW (N, 1, 28, 28)" if fmt == "torch" else "NHWC (N, 28, 28, 1)",
-            },
-            "output": "logits (N, 10)",
+            "inputs": _inputs(spec, run_dir, fmt),
+            "output": f"(N, {output_width(spec.model)}): "
+            + ("values" if spec.model.loss.value == "mse" else "logits"),
         }
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
         _publish_modes(tmp)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dualtrain.backends import LaunchModule, launch_module, parse_backend
+from dualtrain.core.data import Data, write_record
 from dualtrain.core.weights import initial_weights, save_weights
 from dualtrain.driver.rewind import _copy_records, _trained, check_records, truncate_records
 from dualtrain.driver.validate import check_out_dir, validate
@@ -25,7 +26,7 @@ from dualtrain.launch.local import run_workers
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT, read_run
 from dualtrain.runtime import checkpoint, probes
 from dualtrain.runtime.entry import WORKER_ERROR
-from dualtrain.runtime.start import Start, check_continuation
+from dualtrain.runtime.start import Start, check_continuation, check_same_data
 from dualtrain.spec import Backend, Experiment, dump_spec
 
 
@@ -58,6 +59,8 @@ class RunPlan:
     restart: checkpoint.Checkpoint | None = None
     """A restarted external worker's latest checkpoint of the unfinished run in --out."""
     warnings: tuple[str, ...] = ()
+    data: Data | None = None
+    """The checked data (its record goes into the run directory as data.json)."""
 
     @property
     def writer_dir(self) -> Path | None:
@@ -88,7 +91,9 @@ def resolve_run(
         restart = checkpoint.load(latest) if latest is not None else None
         if restart is not None:
             check_continuation(restart.state, spec, restart.path)
-        validate(spec, backend)
+        data = validate(spec, backend)
+        if restart is not None:
+            check_same_data(restart.state, data.sha256, restart.path)
         warnings: tuple[str, ...] = (
             ()
             if out is not None
@@ -110,17 +115,27 @@ def resolve_run(
         else:
             action = None
         return RunPlan(
-            spec, backend, spec_world, found, run_dir, action, restart=restart, warnings=warnings
+            spec,
+            backend,
+            spec_world,
+            found,
+            run_dir,
+            action,
+            restart=restart,
+            warnings=warnings,
+            data=data,
         )
     resume = None
     if resume_from is not None:
         resume = checkpoint.load(resume_from)
         check_continuation(resume.state, spec, resume.path)
         check_records(resume)
-    validate(spec, backend)
+    data = validate(spec, backend)
+    if resume is not None:
+        check_same_data(resume.state, data.sha256, resume.path)
     run_dir = Path(out) if out is not None else default_run_dir(spec, backend)
     action = "replace" if check_out_dir(run_dir, overwrite) else "create"
-    return RunPlan(spec, backend, spec_world, None, run_dir, action, resume=resume)
+    return RunPlan(spec, backend, spec_world, None, run_dir, action, resume=resume, data=data)
 
 
 def _write_run_dir(plan: RunPlan) -> Path:
@@ -135,6 +150,8 @@ def _write_run_dir(plan: RunPlan) -> Path:
     try:
         (run_dir / SPEC_FILE).write_text(dump_spec(plan.spec))
         save_weights(run_dir / WEIGHTS_INIT, initial_weights(plan.spec.model, plan.spec.seed))
+        if plan.data is not None:
+            write_record(plan.data, run_dir)
     except BaseException:
         if not existed:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -240,7 +257,8 @@ def resume_run(
     if world_size is not None and world_size != spec.distribution.world_size:
         spec = spec.replace(distribution=_with(spec.distribution, world_size=world_size))
     check_continuation(ckpt.state, spec, ckpt.path)
-    validate(spec, ckpt_backend)
+    data = validate(spec, ckpt_backend)
+    check_same_data(ckpt.state, data.sha256, ckpt.path)
     launch = launch_module(ckpt_backend)
     # Everything is checked: now cut the records back to the checkpoint and record the new spec.
     write_atomic(run_dir / SPEC_FILE, dump_spec(spec))

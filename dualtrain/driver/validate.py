@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dualtrain.backends import check_installed, launch_module
-from dualtrain.core import data as mnist
+from dualtrain.core import data as data_mod
 from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, where
 from dualtrain.core.plan import ShardPlan
 from dualtrain.core.weights import initial_weights
@@ -22,9 +22,31 @@ from dualtrain.spec import Backend, Experiment
 _WARNED: set[tuple[str, str]] = set()  # what this process already warned about
 
 
-def validate(spec: Experiment, backend: Backend) -> None:
+_CHECKED: dict[str, data_mod.Data] = {}
+"""Data checked in this process, by the spec's data and model inputs (compare validates four runs
+of one spec: the data's content is read and hashed once)."""
+
+
+def checked_data(spec: Experiment) -> data_mod.Data:
+    """:func:`dualtrain.core.data.check`, once per process for the same data and model (a file
+    changed since, by size or mtime, is checked again)."""
+    source = data_mod.locate(spec)
+    kind, _, where = source.partition(":")
+    stamp = ""
+    if kind == "arrays":
+        p = Path(where).expanduser()
+        files = sorted(p.glob("*.npy")) if p.is_dir() else [p]
+        stamp = ";".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    key = repr((spec.data, spec.model, spec.seed, stamp))
+    if key not in _CHECKED:
+        _CHECKED[key] = data_mod.check(spec)
+    return _CHECKED[key]
+
+
+def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
     """Every check of a run made before any worker starts (the run and its --dry-run share them):
-    model shapes, the data (its content checked: another dataset in data.data_dir is refused here),
+    model shapes, the data against the model (its content checked: another dataset in
+    data.data_dir is refused here; the checked data is returned),
     init weights, batches batchnorm can normalise, the device (a child process asks the framework
     whether a gpu run has a GPU)."""
     check_installed(backend)
@@ -35,12 +57,14 @@ def validate(spec: Experiment, backend: Backend) -> None:
             "tensorboard not installed"
         )
     resolve(spec.model)
-    mnist.verify(spec.data)
+    data = checked_data(spec)
     initial_weights(spec.model, spec.seed)  # checks init_from's layout
-    check_batchnorm_batches(spec, mnist.sizes(spec.data)[0])
-    check_sizes(spec, mnist.sizes(spec.data)[0])
+    n_train = data.size(data_mod.TRAIN)
+    check_batchnorm_batches(spec, n_train)
+    check_sizes(spec, n_train)
     warn_cancelled_biases(spec)
     launch_module(backend).check_devices(spec)
+    return data
 
 
 #: Optimizers whose step divides by a running gradient magnitude (plus eps).

@@ -28,7 +28,14 @@ TRAIN_TAGS = {
     "loss_scale": "train/loss_scale",
     "samples_per_s": "train/samples_per_s",
 }
-EVAL_TAGS = {"loss": "eval/loss", "accuracy": "eval/accuracy"}
+EVAL_TAGS = {
+    "loss": "eval/loss",
+    "accuracy": "eval/accuracy",
+    "mae": "eval/mae",
+    "val_loss": "validation/loss",
+    "val_accuracy": "validation/accuracy",
+    "val_mae": "validation/mae",
+}
 
 
 def available() -> bool:

@@ -19,7 +19,7 @@ class StepOut:
     """What one process reports about one training step."""
 
     loss_sum: float
-    """Sum of per-sample cross-entropy over this process's samples (before the update)."""
+    """Sum of per-sample losses over this process's samples (before the update)."""
     grad_norm: float
     """Global L2 norm of the all-reduced, unscaled gradient, before clipping."""
     loss_scale: float
@@ -47,11 +47,12 @@ class StepOut:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """What an evaluation returns, each summed over every replica's slice of the test set (so no
-    sample counts twice): the loss sum, the correct predictions, the samples scored."""
+    """What an evaluation returns, each summed over every replica's slice of the split (so no
+    sample counts twice): the per-sample losses, the per-sample metric (dualtrain.core.losses: the
+    correct predictions for accuracy, absolute errors for mae), the samples scored."""
 
     loss_sum: float
-    correct: float
+    metric_sum: float
     count: float
 
 
@@ -75,14 +76,15 @@ class Engine(Protocol):
     ) -> StepOut:
         """One step (``step``: the 1-based global step, which dropout masks hash). ``ids``: sample
         ids per local replica. The loss each replica differentiates is
-        ``sum(per-sample CE) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set
+        ``sum(per-sample loss) / global_count``; gradients are SUM-all-reduced. ``poison[i]``: set
         local replica i's gradient to inf before the all-reduce (fault injection).
         ``capture_grads``: return the all-reduced gradient in StepOut.grads (the chief's copy is
         saved). ``measure_scale``: also the gradient's absolute scale in StepOut.abs_grads (the fp64
         reference's probe steps; an engine that cannot measure it leaves it None)."""
 
-    def evaluate(self, ranges: list[tuple[int, int]]) -> Evaluation:
-        """The test set's sums over ALL replicas. ``ranges``: [start, stop) per local replica."""
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
+        """A split's (test, validation) sums over ALL replicas. ``ranges``: [start, stop) per local
+        replica, positions in the split."""
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """All-gather a float64/int64 array from every process: result[process] = that process's

@@ -113,11 +113,12 @@ def worker_main(
 def forward_main(
     backend: str,
     argv: list[str],
-    forward_logits: Callable[[Experiment, dict, np.ndarray], np.ndarray],
+    forward_logits: Callable[[Experiment, dict, list[np.ndarray]], np.ndarray],
 ) -> int:
     """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
-    float32 logits of the first N MNIST test images under the canonical weights (key "logits")."""
-    from dualtrain.core.data import load_mnist
+    float32 outputs (logits) of the first N test samples under the canonical weights (key
+    "logits")."""
+    from dualtrain.core.data import TEST, open_data
     from dualtrain.core.weights import check_layout, load_weights
     from dualtrain.spec import load_spec
 
@@ -137,10 +138,11 @@ def forward_main(
             n = int(n_text)
         except ValueError:
             raise UserError(f"N must be an integer. Received: {n_text!r}") from None
-        data = load_mnist(dataclasses.replace(spec.data, test_limit=None))  # the first N of all 10k
-        if not 1 <= n <= len(data.test_x):
-            raise UserError(f"N must be in 1..{len(data.test_x)}. Received: {n}")
-        logits = forward_logits(spec, weights, data.test_x[:n])
+        # the first N of the whole test split
+        data = open_data(spec.replace(data=dataclasses.replace(spec.data, test_limit=None)))
+        if not 1 <= n <= data.size(TEST):
+            raise UserError(f"N must be in 1..{data.size(TEST)}. Received: {n}")
+        logits = forward_logits(spec, weights, data.inputs(TEST, slice(0, n)))
     except UserError as exc:
         print(f"dualtrain: error: {exc}", file=sys.stderr)
         return 2

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core.data import Mnist
+from dualtrain.core.data import TEST, TRAIN, VALIDATION, Data
+from dualtrain.core.losses import metric_name
 from dualtrain.core.plan import ShardPlan, eval_shards, shard_digest
 from dualtrain.core.schedule import lr_at
 from dualtrain.core.weights import save_weights, weights_digest
@@ -36,7 +37,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         self,
         spec: Experiment,
         engine: Engine,
-        data: Mnist,
+        data: Data,
         run_dir: Path | None,
         *,
         extra_summary: dict[str, Any] | None = None,
@@ -47,7 +48,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         self.spec = spec
         self.engine = engine
         self.data = data
-        self.plan = ShardPlan.from_spec(spec, len(data.train_y))
+        self.plan = ShardPlan.from_spec(spec, data.size(TRAIN))
         self.total_steps = steps_total(spec, self.plan)
         self.chief = engine.rank == 0
         # A resumed run appends to records the launcher cut back to the checkpoint's step.
@@ -65,7 +66,12 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         self.extra_summary = extra_summary or {}
         self.started = started or time.perf_counter()
         self.world = spec.distribution.world_size
-        self.eval_ranges = eval_shards(len(data.test_y), self.world)
+        self.eval_ranges = {
+            split: eval_shards(data.size(split), self.world)
+            for split in (TEST, VALIDATION)
+            if data.size(split)
+        }
+        self.metric = metric_name(spec.model.loss)
         self._window: list[tuple[int, int, float, StepOut, int]] = []
         self._window_t0 = 0.0
         self.train_time = 0.0
@@ -127,7 +133,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         epochs = spec.train.epochs or -(-self.total_steps // plan.steps_per_epoch)
         self.say(
             f"{spec.name}: {spec.model.preset or 'custom'} model, world_size {self.world}, "
-            f"{spec.precision.dtype.value}, {len(self.data.train_y)} train samples, "
+            f"{spec.precision.dtype.value}, {self.data.size(TRAIN)} train samples, "
             f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps"
         )
         step = self.start_step
@@ -272,23 +278,31 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         return list(range(process * per, (process + 1) * per))
 
     def _evaluate(self, step: int, epoch: int) -> None:
-        local = [self.eval_ranges[r] for r in self.engine.local_replicas]
-        with self.out.busy(f"evaluating on {len(self.data.test_y):,} test samples"):
-            ev = self.engine.evaluate(local)
-            loss_sum, correct, count = ev.loss_sum, ev.correct, ev.count
-        self.last_eval = {
-            "step": step,
-            "epoch": epoch,
-            "loss": loss_sum / count,
-            "accuracy": correct / count,
-            "count": int(count),
-        }
+        """The test split, and the validation split where there is one, scored by every replica's
+        slice; one eval record (the validation's fields prefixed val_)."""
+        row: dict[str, Any] = {"step": step, "epoch": epoch}
+        said = []
+        for split, prefix in ((TEST, ""), (VALIDATION, "val_")):
+            if split not in self.eval_ranges:
+                continue
+            local = [self.eval_ranges[split][r] for r in self.engine.local_replicas]
+            with self.out.busy(f"evaluating on {self.data.size(split):,} {split} samples"):
+                ev = self.engine.evaluate(split, local)
+            value = ev.metric_sum / ev.count
+            row |= {
+                f"{prefix}loss": ev.loss_sum / ev.count,
+                f"{prefix}{self.metric}": value,
+                f"{prefix}count": int(ev.count),
+            }
+            shown = f"{100 * value:.2f}%" if self.metric == "accuracy" else f"{value:.4g}"
+            said.append(
+                f"{split} loss {ev.loss_sum / ev.count:.4f} {self.metric} {shown} "
+                f"({int(ev.count)} samples)"
+            )
+        self.last_eval = row
         if self.writer is not None:
-            self.writer.eval(**self.last_eval)
-        self.say(
-            f"eval after step {step}: loss {loss_sum / count:.4f} "
-            f"accuracy {100 * correct / count:.2f}% ({int(count)} test samples)"
-        )
+            self.writer.eval(**row)
+        self.say(f"eval after step {step}: " + "; ".join(said))
 
     def _finish(self, steps: int) -> dict[str, Any]:
         weights = self.engine.weights()
@@ -344,9 +358,14 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
             self.writer.summary(summary)
             self.writer.close()
         self.out.finish()
+        final = self.last_eval.get(self.metric)
+        shown = (
+            "n/a"
+            if final is None
+            else (f"{100 * final:.2f}%" if self.metric == "accuracy" else f"{final:.4g}")
+        )
         self.say(
             f"done: {steps} steps in {summary['train_wall_s']:.1f}s "
-            f"({summary['train_samples_per_s']:,.0f} samples/s), test accuracy "
-            f"{100 * (summary['test_accuracy'] or 0):.2f}%"
+            f"({summary['train_samples_per_s']:,.0f} samples/s), test {self.metric} {shown}"
         )
         return summary

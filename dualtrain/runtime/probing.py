@@ -142,6 +142,7 @@ class CheckpointSteps(_LoopState):
     skipped: int
     train_time: float
     last_eval: dict[str, Any]
+    data: Any
     history: list[dict[str, Any]]
     checkpoints: int
     checkpoint_s: float
@@ -161,6 +162,7 @@ class CheckpointSteps(_LoopState):
             "world_size": self.world,
             "precision": spec.precision.dtype.value,
             "spec": spec.to_dict(),
+            "data_sha256": self.data.sha256,
             "versions": {
                 "python": platform.python_version(),
                 "numpy": np.__version__,

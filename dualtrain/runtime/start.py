@@ -88,3 +88,15 @@ def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> N
             f"the run can only continue at world_size {state['world_size']} (sharding "
             f"exact can change it). Received: world_size {spec.distribution.world_size}"
         )
+
+
+def check_same_data(state: dict[str, Any], sha256: str, where: Any) -> None:
+    """A checkpoint continues only on the data it was trained on: the content digest it recorded
+    (dualtrain.core.data) must be the data's now, wherever the files lie (data.path and
+    data.data_dir may change)."""
+    recorded = state.get("data_sha256")
+    if recorded and sha256 and recorded != sha256:
+        raise UserError(
+            f"checkpoint {where} was trained on other data (content sha256 {recorded[:12]}...); "
+            f"the data now has {sha256[:12]}... Received: data with another content"
+        )

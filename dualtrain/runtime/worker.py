@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dualtrain.core.data import Mnist, load_mnist
+from dualtrain.core.data import Data, open_data
 from dualtrain.core.weights import Weights, worker_initial_weights
 from dualtrain.records.envinfo import core_facts
 from dualtrain.runtime.checkpoint import Checkpoint
@@ -40,7 +40,7 @@ class Inputs:
     weights it starts with (the checkpoint's, or the canonical initial weights) and what the
     test hook recorded (empty: no hook)."""
 
-    data: Mnist
+    data: Data
     resume: Checkpoint | None
     weights: Weights
     hook: dict[str, str]
@@ -49,7 +49,7 @@ class Inputs:
 def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend: str) -> Inputs:
     """The data, the starting point and the initial weights; then the test hook (tests only), so a
     hook that stops a worker stops every rank before any collective, as a failed check does."""
-    data = load_mnist(spec.data)
+    data = open_data(spec, run_dir)
     resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     return Inputs(data=data, resume=resume, weights=weights, hook=run_test_hook(backend))

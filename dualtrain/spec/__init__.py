@@ -43,6 +43,7 @@ from dualtrain.spec.load import (
 )
 from dualtrain.spec.model import (
     PRESETS,
+    InputSpec,
     LayerSpec,
     ModelSpec,
 )
@@ -51,6 +52,7 @@ from dualtrain.spec.schema import (
     DebugSpec,
     DistributionSpec,
     Experiment,
+    InputStats,
     LoggingSpec,
     LossScaleSpec,
     OptimizerSpec,
@@ -62,10 +64,13 @@ from dualtrain.spec.schema import (
 from dualtrain.spec.vocab import (
     ALIASES,
     Backend,
+    Dataset,
     Device,
     Every,
     LastBatch,
     LayerType,
+    Loss,
+    Normalize,
     OptimizerName,
     Padding,
     Precision,
@@ -82,6 +87,11 @@ __all__ = [
     "Backend",
     "COSMETIC",
     "DataSpec",
+    "Dataset",
+    "InputSpec",
+    "InputStats",
+    "Loss",
+    "Normalize",
     "DebugSpec",
     "Device",
     "DistributionSpec",

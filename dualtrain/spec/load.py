@@ -145,6 +145,10 @@ def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
     raw = dict(raw)
     if isinstance(raw.get("precision"), str):
         raw["precision"] = {"dtype": raw["precision"]}
+    data = raw.get("data")
+    if isinstance(data, dict) and isinstance(data.get("validation"), list):
+        raw["data"] = {k: v for k, v in data.items() if k != "validation"}
+        raw["data"]["validation_ids"] = data["validation"]
     model = raw.get("model")
     if isinstance(model, dict) and "preset" not in model and not model.get("layers"):
         raw["model"] = {**model, "preset": "mlp"}  # the default model, as when 'model' is absent

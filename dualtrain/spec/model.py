@@ -7,7 +7,7 @@ from typing import Any
 
 from dualtrain.errors import UserError
 from dualtrain.spec.fields import _SPEC, COSMETIC, _check, _tagged
-from dualtrain.spec.vocab import LayerType, Padding
+from dualtrain.spec.vocab import LayerType, Loss, Padding
 
 
 @dataclass(**_SPEC)
@@ -87,7 +87,7 @@ class LayerSpec:
             )
             for part in ("body", "shortcut"):
                 for j, inner in enumerate(getattr(self, part)):
-                    if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN):
+                    if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN, LayerType.CONCAT):
                         raise UserError(
                             f"layer residual.{part}[{j}]: a residual block cannot hold a "
                             f"{inner.type.value} layer (blocks do not nest; flatten changes "
@@ -135,7 +135,44 @@ class LayerSpec:
 
 
 @dataclass(**_SPEC)
+class InputSpec:
+    """One model input: its name (the arrays ``{name}_train`` / ``{name}_test`` in the data), the
+    shape of one sample, and, in a model with several inputs, the branch of layers that input goes
+    through before the ``concat`` that merges the branches."""
+
+    name: str = "x"
+    shape: tuple[int, ...] = (1, 28, 28)
+    """One sample's shape: (C, H, W) for images (channels first, the canonical layout), (F,) for a
+    table's features."""
+    layers: tuple[LayerSpec, ...] = ()
+    """This input's branch (several inputs only); its output must be flat."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.name.isidentifier() and self.name not in ("body", "shortcut"),
+            "model.inputs[].name",
+            "must be a Python identifier (not body/shortcut)",
+            self.name,
+        )
+        _check(
+            len(self.shape) in (1, 3) and all(d >= 1 for d in self.shape),
+            f"model.inputs[{self.name}].shape",
+            "must be [C, H, W] (an image) or [F] (features), every size >= 1",
+            list(self.shape),
+        )
+
+
+@dataclass(**_SPEC)
 class ModelSpec:
+    inputs: tuple[InputSpec, ...] = (InputSpec(),)
+    """The model's inputs, in order: ``[{name: x, shape: [1, 28, 28]}]`` (MNIST's) unless given.
+    Two or more: each has a branch (``layers``) and the model's ``layers`` start with ``concat``
+    (docs/data.md)."""
+    loss: Loss = Loss.CROSS_ENTROPY
+    """cross_entropy (integer class labels, one logit per class), binary_cross_entropy (targets in
+    [0, 1], one logit per target column) or mse (float targets, one output per target column); the
+    per-sample loss is the mean over output columns, and the step differentiates its sum over the
+    global batch divided by the global batch size, on both backends."""
     preset: str | None = None
     """``mlp`` (784-256-128-10, the default) or ``cnn`` (two conv blocks + dense). Mutually
     exclusive with layers; set ``preset: null`` to use layers."""
@@ -158,6 +195,43 @@ class ModelSpec:
             raise UserError(
                 "model: give a 'preset' (mlp, cnn) or a 'layers' list. Received: neither"
             )
+
+        names = [i.name for i in self.inputs]
+        _check(bool(names), "model.inputs", "must list at least one input", [])
+        _check(len(set(names)) == len(names), "model.inputs", "must have distinct names", names)
+        layers = self.resolved_layers()
+        concat = [j for j, layer in enumerate(layers) if layer.type is LayerType.CONCAT]
+        if len(self.inputs) == 1:
+            _check(
+                not self.inputs[0].layers,
+                f"model.inputs[{names[0]}].layers",
+                "is only for models with several inputs (put the layers in model.layers)",
+                len(self.inputs[0].layers),
+            )
+            _check(not concat, "model.layers", "has a concat layer but one input", names)
+        else:
+            for i in self.inputs:
+                _check(
+                    bool(i.layers),
+                    f"model.inputs[{i.name}].layers",
+                    "must list this input's branch (a model with several inputs)",
+                    [],
+                )
+            _check(
+                concat == [0],
+                "model.layers",
+                "must start with one concat layer (it merges the inputs' branches) and have no "
+                "other",
+                [layer.type.value for layer in layers],
+            )
+        for i in self.inputs:
+            for j, layer in enumerate(i.layers):
+                _check(
+                    layer.type is not LayerType.CONCAT,
+                    f"model.inputs[{i.name}].layers[{j}]",
+                    "cannot be a concat layer",
+                    layer.type.value,
+                )
 
     def resolved_layers(self) -> tuple[LayerSpec, ...]:
         return PRESETS[self.preset] if self.preset is not None else self.layers

@@ -22,9 +22,11 @@ from dualtrain.spec.fields import (
 )
 from dualtrain.spec.model import LayerSpec, ModelSpec
 from dualtrain.spec.vocab import (
+    Dataset,
     Device,
     Every,
     LastBatch,
+    Normalize,
     OptimizerName,
     Precision,
     Progress,
@@ -36,14 +38,59 @@ from dualtrain.spec.vocab import (
 
 
 @dataclass(**_SPEC)
+class InputStats:
+    """Given normalisation values for one input: one mean and std per channel (images) or feature
+    (tables), or one value for all."""
+
+    input: str = "x"
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check(
+            len(self.mean) >= 1 and len(self.mean) == len(self.std),
+            f"data.stats[{self.input}]",
+            "needs mean and std of the same length (>= 1)",
+            {"mean": list(self.mean), "std": list(self.std)},
+        )
+        _check(
+            all(s > 0 and s < float("inf") for s in self.std),
+            f"data.stats[{self.input}].std",
+            "must be finite and > 0",
+            list(self.std),
+        )
+
+
+@dataclass(**_SPEC)
 class DataSpec:
-    dataset: str = "mnist"
-    """Dataset name. Only ``mnist`` for now."""
+    dataset: Dataset = Dataset.MNIST
+    """mnist, arrays (your own .npz or .npy folder at ``path``), or a dataset bundled with
+    scikit-learn: digits, wine, breast_cancer, diabetes (docs/data.md)."""
+    path: str | None = _tagged(COSMETIC, FREE, default=None)
+    """arrays: an .npz file or a folder of .npy files holding ``{input}_train``, ``{input}_test``,
+    ``{target}_train`` and ``{target}_test`` (.npy files are memory-mapped). Its content's sha256
+    is what the run records and resume and continuation check, not the path."""
+    target: str = "y"
+    """arrays: the target's name (its arrays are ``{target}_train`` and ``{target}_test``)."""
+    normalize: Normalize = Normalize.AUTO
+    """auto: every input as (x - mean) / std per channel (images) or feature (tables), the values
+    from ``stats`` where given, else computed once from the training split (validation excluded)
+    and recorded in the run (MNIST: its usual (x / 255 - 0.1307) / 0.3081); none: inputs as stored,
+    as float32."""
+    stats: tuple[InputStats, ...] = ()
+    """Given mean/std per input, e.g. ``[{input: x, mean: [0.5], std: [0.25]}]``."""
+    validation: float | None = None
+    """A validation split taken from the training split by ids: a fraction in (0, 1) (that many
+    samples, drawn by a permutation of the seed, identical on both backends), or give
+    ``validation_ids``. Evaluated beside the test split; never trained on."""
+    validation_ids: tuple[int, ...] = ()
+    """Explicit validation sample ids (rows of the training split); ``validation: [ids...]`` in a
+    spec means the same."""
     data_dir: str | None = _tagged(COSMETIC, FREE, default=None)
-    """Folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None: offline copy
-    or cache."""
+    """mnist: a folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None:
+    offline copy or cache."""
     download: bool = _tagged(COSMETIC, FREE, default=True)
-    """Allow a checksum-verified download into the cache when no local copy is found."""
+    """mnist: allow a checksum-verified download into the cache when no local copy is found."""
     batch_size: int = 128
     """Global batch size (all replicas together)."""
     eval_batch_size: int = 1000
@@ -56,12 +103,12 @@ class DataSpec:
     """How a global batch is split: ``exact`` (no duplicates) or ``torch_sampler``
     (DistributedSampler)."""
     train_limit: int | None = None
-    """Use only the first N training samples (quick runs and tests)."""
+    """Use only the first N training samples (quick runs and tests); a validation split is taken
+    from these N."""
     test_limit: int | None = None
     """Use only the first N test samples."""
 
     def __post_init__(self) -> None:
-        _check(self.dataset == "mnist", "data.dataset", "must be 'mnist'", self.dataset)
         _check(self.batch_size >= 1, "data.batch_size", "must be >= 1", self.batch_size)
         _check(
             self.eval_batch_size >= 1, "data.eval_batch_size", "must be >= 1", self.eval_batch_size
@@ -69,6 +116,43 @@ class DataSpec:
         for name in ("train_limit", "test_limit"):
             v = getattr(self, name)
             _check(v is None or v >= 1, f"data.{name}", "must be >= 1 or null", v)
+        if self.dataset is Dataset.ARRAYS:
+            _check(
+                bool(self.path),
+                "data.path",
+                "must name an .npz file or a folder of .npy files with dataset: arrays",
+                self.path,
+            )
+        else:
+            _check(
+                self.path is None,
+                "data.path",
+                "is only for dataset: arrays",
+                self.path,
+            )
+        _check(self.target.isidentifier(), "data.target", "must be an identifier", self.target)
+        if self.validation is not None:
+            _check(
+                0.0 < self.validation < 1.0,
+                "data.validation",
+                "must be a fraction in (0, 1) or a list of sample ids",
+                self.validation,
+            )
+            _check(
+                not self.validation_ids,
+                "data.validation_ids",
+                "cannot be given with a validation fraction",
+                list(self.validation_ids),
+            )
+        ids = self.validation_ids
+        _check(
+            all(i >= 0 for i in ids) and len(set(ids)) == len(ids),
+            "data.validation_ids",
+            "must be distinct ids >= 0",
+            list(ids)[:10],
+        )
+        names = [s.input for s in self.stats]
+        _check(len(set(names)) == len(names), "data.stats", "names an input twice", names)
 
 
 @dataclass(**_SPEC)

@@ -161,6 +161,7 @@ class LayerType(StrEnum):
     DROPOUT = "dropout"
     BATCHNORM = "batchnorm"
     RESIDUAL = "residual"
+    CONCAT = "concat"
 
 
 class Every(StrEnum):
@@ -176,3 +177,28 @@ class Progress(StrEnum):
 class Padding(StrEnum):
     VALID = "valid"
     SAME = "same"
+
+
+class Dataset(StrEnum):
+    """``mnist``; ``arrays`` (your own .npz or folder of .npy files, docs/data.md); or a dataset
+    bundled inside scikit-learn's package (offline): ``digits`` (8x8 images, 10 classes), ``wine``
+    (13 features, 3 classes), ``breast_cancer`` (30 features, 2 classes), ``diabetes`` (10
+    features, a float target)."""
+
+    MNIST = "mnist"
+    ARRAYS = "arrays"
+    DIGITS = "digits"
+    WINE = "wine"
+    BREAST_CANCER = "breast_cancer"
+    DIABETES = "diabetes"
+
+
+class Loss(StrEnum):
+    CROSS_ENTROPY = "cross_entropy"
+    BINARY_CROSS_ENTROPY = "binary_cross_entropy"
+    MSE = "mse"
+
+
+class Normalize(StrEnum):
+    AUTO = "auto"
+    NONE = "none"

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dualtrain.core.data import load_mnist, normalize
-from dualtrain.spec import DataSpec
+from dualtrain.core.data import TEST, open_data
+from dualtrain.spec import load_spec
 from tests.conftest import ROOT, require, run_cli
 
 require("torch", "tensorflow")
@@ -105,7 +105,7 @@ def run_logits(run: Path, tmp_path: Path) -> tuple[np.ndarray, Path]:
     )
     assert proc.returncode == 0, proc.stderr
     images = tmp_path / "images.npy"
-    np.save(images, normalize(load_mnist(DataSpec()).test_x[:N]))
+    np.save(images, open_data(load_spec(None)).inputs(TEST, slice(0, N))[0])
     with np.load(out) as z:
         return z["logits"].astype(np.float64), images
 
@@ -119,7 +119,7 @@ def test_exported_model_gives_the_runs_logits(trained, tmp_path, fmt, loader, to
     proc = run_cli("export", str(trained), "--format", fmt, "--out", str(folder), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     meta = json.loads((folder / "export.json").read_text())
-    assert meta["format"] == fmt and meta["output"] == "logits (N, 10)"
+    assert meta["format"] == fmt and meta["output"] == "(N, 10): logits"
     expected, images = run_logits(trained, tmp_path)
     out = tmp_path / "exported.npy"
     proc = subprocess.run(

@@ -7,9 +7,9 @@ import numpy as np
 
 from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
 from dualtrain.backends.torch.tools import forward_logits
-from dualtrain.core.data import load_mnist, normalize
+from dualtrain.core.data import TEST, normalize, open_data
 from dualtrain.core.weights import init_weights
-from dualtrain.spec import DataSpec, load_spec
+from dualtrain.spec import load_spec
 
 
 def test_canonical_round_trip_mlp_and_cnn():
@@ -25,8 +25,9 @@ def test_canonical_round_trip_mlp_and_cnn():
 def test_forward_logits_equals_numpy_mlp():
     spec = load_spec(None, [])
     w = init_weights(spec.model, 0)
-    images = load_mnist(DataSpec(test_limit=16)).test_x
-    got = forward_logits(spec, w, images)
+    data = open_data(load_spec(None, ["data.test_limit=16"]))
+    images = data.stored["x_test"][:16]
+    got = forward_logits(spec, w, data.inputs(TEST, slice(0, 16)))
     h = normalize(images).reshape(16, -1).astype(np.float64)
     for i, relu in ((1, True), (3, True), (5, False)):
         h = h @ w[f"{i}.weight"].T.astype(np.float64) + w[f"{i}.bias"]

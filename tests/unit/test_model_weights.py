@@ -32,7 +32,7 @@ def test_cnn_shapes_and_flatten():
     assert shapes["0.weight"] == (32, 1, 3, 3)
     assert shapes["3.weight"] == (64, 32, 3, 3)
     # 28 -conv3-> 26 -pool2-> 13 -conv3-> 11 -pool2-> 5: flatten sees (64, 5, 5)
-    assert conv_flatten_shape(model) == {6: (64, 5, 5)}
+    assert conv_flatten_shape(model) == {"6": (64, 5, 5)}
     assert shapes["7.weight"] == (128, 64 * 5 * 5)
 
 

@@ -3,12 +3,13 @@
 
 Per step, every replica:
 
-1. slices its own ids out of the flat id vector the loop hands in
-   (``ids_flat[offsets[i]:offsets[i+1]]``, ``i`` = this replica's local index) and gathers those
-   rows from the in-memory dataset on the host; no tf.data pipeline and no auto-sharding decide
-   anything. The ids it used are returned from inside the replica function (``StepOut.fed_ids``);
-2. differentiates ``sum(per-sample CE) / N_global`` (CE in float32, float64 for fp64; times the loss
-   scale under fp16);
+1. slices its own ids, and their rows, out of the flat id vector and the process's batch the loop
+   hands in (``ids_flat[offsets[i]:offsets[i+1]]``, ``i`` = this replica's local index; the rows
+   come from dualtrain.core.data, the same float32 values the torch backend gets); no tf.data
+   pipeline and no auto-sharding decide anything. The ids it used are returned from inside the
+   replica function (``StepOut.fed_ids``);
+2. differentiates ``sum(per-sample loss) / N_global`` (the loss in float32, float64 for fp64; times
+   the loss scale under fp16);
 3. optionally poisons its local gradient with inf (fault injection), then all-reduces with SUM;
 4. on the all-reduced gradient (identical on every replica): unscale, finite check (fp16), global
    norm, clipping with torch's ``min(1, max / (norm + 1e-6))``.
@@ -35,12 +36,12 @@ import tensorflow as tf
 
 from dualtrain.backends.tf.step import TrainStep
 from dualtrain.core import update_rules
-from dualtrain.core.data import Mnist, normalize
+from dualtrain.core.data import Data
 from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine, Evaluation
-from dualtrain.spec import Experiment, LayerType, Precision
+from dualtrain.spec import Experiment, LayerType, Loss, Precision
 
 from .model import (
     build_model,
@@ -66,7 +67,7 @@ class TFEngine(TrainStep, Engine):
         self,
         spec: Experiment,
         strategy: tf.distribute.Strategy,
-        data: Mnist,
+        data: Data,
         init_weights: Weights,
         *,
         rank: int,
@@ -105,11 +106,8 @@ class TFEngine(TrainStep, Engine):
         self.opt = spec.optimizer
         ls = spec.precision.loss_scale
 
-        with tf.device(host_device):
-            self.train_x = tf.constant(to_nhwc(normalize(data.train_x), self.dtype.name))
-            self.train_y = tf.constant(data.train_y.astype(np.int32))
-            self.test_x = tf.constant(to_nhwc(normalize(data.test_x), self.dtype.name))
-            self.test_y = tf.constant(data.test_y.astype(np.int32))
+        self.data = data
+        self.loss = spec.model.loss
 
         with strategy.scope():
             self.model, self.named = build_model(
@@ -135,6 +133,15 @@ class TFEngine(TrainStep, Engine):
 
         eval_chunk = max(1, spec.data.eval_batch_size // strategy.num_replicas_in_sync)
         self._eval_chunk = eval_chunk
+        batch_sig = [
+            tf.TensorSpec([None, *_keras_shape(i.shape)], self.dtype, name=f"input_{i.name}")
+            for i in spec.model.inputs
+        ]
+        batch_sig.append(
+            tf.TensorSpec([None], tf.int32, name="labels")
+            if self.loss is Loss.CROSS_ENTROPY
+            else tf.TensorSpec([None, None], self.dtype, name="targets")
+        )
         step_sig = [
             tf.TensorSpec([None], tf.int64, name="ids_flat"),
             tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
@@ -142,6 +149,7 @@ class TFEngine(TrainStep, Engine):
             tf.TensorSpec([], tf.float32, name="global_count"),
             tf.TensorSpec([], tf.float64, name="lr"),
             tf.TensorSpec([], tf.int64, name="step"),
+            *batch_sig,
         ]
         self._step_fn = tf.function(
             lambda *a: self._step(*a, capture=False),
@@ -169,54 +177,43 @@ class TFEngine(TrainStep, Engine):
             else self._step_capture_fn
         )
         self._eval_fn = tf.function(
-            self._evaluate,
-            input_signature=[tf.TensorSpec([self.n_local, 2], tf.int32)],
-            jit_compile=False,
-            autograph=False,
+            self._evaluate_chunk, input_signature=batch_sig, jit_compile=False, autograph=False
         )
         self._gather: dict[tf.DType, object] = {}
 
     # ---- training --------------------------------------------------------------------------------
 
     # ---- evaluation ------------------------------------------------------------------------------
-    def _evaluate(self, ranges):
-        chunk = self._eval_chunk
+    def _evaluate_chunk(self, *batch):
+        """(loss sum, metric sum) of one chunk, float64, on the host: the model in inference
+        reads the variables' (identical) values outside any replica, so evaluation needs no
+        collective until its sums are added over the processes."""
+        logits = tf.cast(self._forward(list(batch[:-1]))[0], self.dtype)
+        loss = tf.cast(self._loss_sum(logits, batch[-1]), tf.float64)
+        return tf.stack([loss, self._metric_sum(logits, batch[-1])])
 
-        def replica(ranges):
-            ctx = tf.distribute.get_replica_context()
-            i = self._local_index()
-            start, stop = ranges[i, 0], ranges[i, 1]
-            n_chunks = (stop - start + chunk - 1) // chunk
+    def feed(self, split: str, positions) -> list[np.ndarray]:
+        """A batch as the traced functions take it: the inputs (images NHWC) in the parameter
+        dtype, then the targets (int32 labels for cross-entropy)."""
+        xs = [
+            (to_nhwc(a, self.dtype.name) if a.ndim == 4 else a.astype(self.dtype.name))
+            for a in self.data.inputs(split, positions)
+        ]
+        y = self.data.targets(split, positions)
+        return [*xs, y.astype(np.int32 if y.dtype == np.int64 else self.dtype.name)]
 
-            def body(j, loss_acc, correct_acc):
-                s = start + j * chunk
-                e = tf.minimum(s + chunk, stop)
-                with tf.device(self.host):
-                    x, y = self.test_x[s:e], self.test_y[s:e]
-                logits = tf.cast(self._forward(x)[0], self.dtype)
-                per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
-                hit = tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), y)
-                return (
-                    j + 1,
-                    loss_acc + tf.cast(tf.reduce_sum(per), tf.float64),
-                    correct_acc + tf.reduce_sum(tf.cast(hit, tf.float64)),
-                )
-
-            zero = tf.constant(0.0, tf.float64)
-            _, loss_sum, correct = tf.while_loop(
-                lambda j, *_: j < n_chunks, body, [tf.constant(0, tf.int32), zero, zero]
-            )
-            local = tf.stack([loss_sum, correct, tf.cast(stop - start, tf.float64)])
-            return ctx.all_reduce(SUM, local)
-
-        out = self.strategy.run(replica, args=(ranges,))
-        return self.strategy.experimental_local_results(out)[0]
-
-    def evaluate(self, ranges: list[tuple[int, int]]) -> Evaluation:
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
         if len(ranges) != self.n_local:
             raise ValueError(f"expected {self.n_local} eval ranges, got {len(ranges)}")
-        loss_sum, correct, count = self._eval_fn(np.asarray(ranges, np.int32)).numpy().tolist()
-        return Evaluation(loss_sum=loss_sum, correct=correct, count=count)
+        sums = np.zeros(3)
+        with tf.device(self.host):
+            for start, stop in ranges:
+                for s in range(start, stop, self._eval_chunk):
+                    e = min(s + self._eval_chunk, stop)
+                    loss, metric = self._eval_fn(*self.feed(split, slice(s, e))).numpy()
+                    sums += (loss, metric, e - s)
+        loss_sum, metric_sum, count = self.gather(sums).sum(axis=0).tolist()
+        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
 
     # ---- gather, weights -------------------------------------------------------------------------
     def _gather_fn(self, dtype: tf.DType):
@@ -264,3 +261,8 @@ class TFEngine(TrainStep, Engine):
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
         self.optimizer.load(state, self.param_names)
+
+
+def _keras_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """One sample's shape as the Keras model takes it: images (C, H, W) as (H, W, C)."""
+    return (shape[1], shape[2], shape[0]) if len(shape) == 3 else shape

@@ -15,11 +15,21 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.backends.tf.layers import BatchNorm, HashDropout, _gelu, conv2d
-from dualtrain.core.model import INPUT_SHAPE, conv_flatten_shape, has_layer, resolve
+from dualtrain.core.model import conv_flatten_shape, has_layer, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec
 
-INPUT_NHWC = (INPUT_SHAPE[1], INPUT_SHAPE[2], INPUT_SHAPE[0])
+
+def keras_inputs(spec: ModelSpec, dtype: str) -> list:
+    """One keras.Input per model input: images (C, H, W) as NHWC, features as (F,)."""
+    return [
+        keras.Input(
+            shape=(i.shape[1], i.shape[2], i.shape[0]) if len(i.shape) == 3 else i.shape,
+            name=f"{i.name}_nhwc" if len(i.shape) == 3 else i.name,
+            dtype=dtype,
+        )
+        for i in spec.inputs
+    ]
 
 
 def has_dropout(spec: ModelSpec) -> bool:
@@ -32,24 +42,23 @@ def build_model(
     """The Keras model and [(canonical name, Keras variable)] in canonical order: trainable
     parameters and batchnorm running statistics (``variable.trainable`` tells them apart).
 
-    A model with dropout takes three inputs, ``[images, sample_ids, steps]`` (both int64, one per
-    sample): its masks are a hash of them (dualtrain.core.dropout); without dropout it takes the
-    images. A model with batchnorm outputs ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm
+    A model with dropout takes its inputs then two more, ``[*inputs, sample_ids, steps]`` (both
+    int64, one per sample): its masks are a hash of them (dualtrain.core.dropout); without dropout
+    it takes the inputs (one tensor for a one-input model). A model with batchnorm outputs
+    ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm
     layer's batch mean and unbiased variance in training (the engine updates the running statistics
     from them, docs/parity.md §9), its running ones in evaluation."""
     reorder = conv_flatten_shape(spec)
     compute = keras.DTypePolicy(policy).compute_dtype
-    inputs = keras.Input(
-        shape=INPUT_NHWC, name="images_nhwc", dtype="float64" if compute == "float64" else "float32"
-    )
+    inputs = keras_inputs(spec, "float64" if compute == "float64" else "float32")
     ids = steps = None
     if has_dropout(spec):
         ids = keras.Input(shape=(), name="sample_ids", dtype="int64")
         steps = keras.Input(shape=(), name="steps", dtype="int64")
     b = _Builder(policy, seed, reorder, ids, steps)
-    x = b.apply(resolve(spec), inputs)
+    x = b.model(resolve(spec), inputs)
     model = keras.Model(
-        [inputs, ids, steps] if ids is not None else inputs,
+        [*inputs, ids, steps] if ids is not None else (inputs if len(inputs) > 1 else inputs[0]),
         [x, *b.stats] if b.stats else x,
         name="dualtrain",
     )
@@ -57,17 +66,18 @@ def build_model(
 
 
 def call_model(
-    model: keras.Model, x, *, dropout: bool, ids=None, step=None, training: bool = False
+    model: keras.Model, xs: list, *, dropout: bool, ids=None, step=None, training: bool = False
 ):
-    """(logits, batchnorm statistics) of ``model`` on the NHWC batch ``x``. A model with dropout
-    also gets each sample's id and the step (zeros outside training, where dropout is off)."""
+    """(logits, batchnorm statistics) of ``model`` on the batch ``xs`` (one tensor per model input,
+    images NHWC). A model with dropout also gets each sample's id and the step (zeros outside
+    training, where dropout is off)."""
     if dropout:
-        n = tf.shape(x)[:1]
+        n = tf.shape(xs[0])[:1]
         ids = tf.zeros(n, tf.int64) if ids is None else tf.cast(ids, tf.int64)
         steps = tf.zeros(n, tf.int64) if step is None else tf.fill(n, step)
-        out = model([x, ids, steps], training=training)
+        out = model([*xs, ids, steps], training=training)
     else:
-        out = model(x, training=training)
+        out = model(xs if len(xs) > 1 else xs[0], training=training)
     return (out[0], list(out[1:])) if isinstance(out, (list, tuple)) else (out, [])
 
 
@@ -77,11 +87,14 @@ def build_inference_model(
     """The model from Keras's own layers only, for export (dualtrain.driver.export):
     keras.saving.load_model opens it without dualtrain. Dropout is keras's Dropout (identity in
     inference), batchnorm is BatchNormalization with torch's eps and the running statistics as its
-    moving ones, gelu is Keras's exact gelu. Input: NHWC images; output: logits."""
-    inputs = keras.Input(shape=INPUT_NHWC, name="images_nhwc", dtype=dtype)
+    moving ones, gelu is Keras's exact gelu. Inputs: NHWC images, (F,) features, in model.inputs
+    order; output: the model's outputs (logits)."""
+    inputs = keras_inputs(spec, dtype)
     b = _Builder(dtype, 0, conv_flatten_shape(spec), None, None, inference=True)
-    x = b.apply(resolve(spec), inputs)
-    return keras.Model(inputs, x, name="dualtrain_export"), b.named
+    x = b.model(resolve(spec), inputs)
+    return keras.Model(
+        inputs if len(inputs) > 1 else inputs[0], x, name="dualtrain_export"
+    ), b.named
 
 
 class _Builder:
@@ -99,6 +112,15 @@ class _Builder:
         self.inference = inference
         self.named: list[tuple[str, keras.Variable]] = []
         self.stats: list = []
+
+    def model(self, layers, inputs):
+        """The model's layers on its inputs: with several, each input's branch, then the concat
+        (layers[0]) of the branches' outputs, then the rest."""
+        if len(inputs) == 1:
+            return self.apply(layers, inputs[0])
+        outs = [self.apply(branch, x) for branch, x in zip(layers[0].branches, inputs, strict=True)]
+        x = keras.layers.Concatenate(axis=-1, name="l0_concat", dtype=self.policy)(outs)
+        return self.apply(layers[1:], x)
 
     def apply(self, layers, x):
         for r in layers:
@@ -136,8 +158,10 @@ def _conv(b: _Builder, r, name: str, x):
 
 
 def _flatten(b: _Builder, r, name: str, x):
-    if r.index in b.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
-        x = keras.layers.Permute((3, 1, 2), name=f"l{r.index}_to_chw", dtype=b.policy)(x)
+    if r.prefix in b.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
+        x = keras.layers.Permute(
+            (3, 1, 2), name=f"l{r.prefix.replace('.', '_')}_to_chw", dtype=b.policy
+        )(x)
     return keras.layers.Flatten(name=name, dtype=b.policy)(x)
 
 
@@ -177,6 +201,11 @@ def _batchnorm(b: _Builder, r, name: str, x):
         )
     ]
     return x
+
+
+def _concat(b: _Builder, r, name: str, x):
+    # a concat has several inputs: _Builder.model applies it, never _Builder.apply
+    raise RuntimeError(f"{name}: a concat layer is applied by the model builder")
 
 
 def _pool(kind):
@@ -220,6 +249,7 @@ LAYERS = {
     LayerType.GELU: _gelu_layer,
     LayerType.DROPOUT: _dropout,
     LayerType.BATCHNORM: _batchnorm,
+    LayerType.CONCAT: _concat,
 }
 
 

@@ -13,7 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.core import batchnorm, update_rules
+from dualtrain.core.data import TRAIN
 from dualtrain.runtime.engine import StepOut
+from dualtrain.spec import Loss
 
 from .model import (
     call_model,
@@ -49,8 +51,8 @@ class TrainStep:
     scale: Any
     spec: Any
     strategy: Any
-    train_x: Any
-    train_y: Any
+    loss: Any
+    feed: Any
 
     def _local_index(self) -> tf.Tensor:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
@@ -83,13 +85,14 @@ class TrainStep:
             for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
         ]
 
-    def _replica_step(self, ids_flat, offsets, poison, global_count, step, capture: bool):
+    def _replica_step(self, ids_flat, offsets, poison, global_count, step, batch, capture: bool):
         ctx = tf.distribute.get_replica_context()
         i = self._local_index()
-        with tf.device(self.host):
-            ids = ids_flat[offsets[i] : offsets[i + 1]]
-            x = tf.gather(self.train_x, ids)
-            y = tf.gather(self.train_y, ids)
+        with tf.device(self.host):  # this replica's rows of the process's batch (its ids' rows)
+            lo, hi = offsets[i], offsets[i + 1]
+            ids = ids_flat[lo:hi]
+            x = [t[lo:hi] for t in batch[:-1]]
+            y = batch[-1][lo:hi]
         scale = self.scale.read_value()
 
         def forward():
@@ -138,12 +141,27 @@ class TrainStep:
         return grads, loss_sum, ids, norm, finite, amax, captured, running
 
     def _loss_sum(self, logits, y):
-        """Sum of per-sample cross-entropy in the parameter dtype (float32; float64 for fp64),
-        whatever precision the logits came out in (docs/parity.md §3)."""
-        per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=y, logits=tf.cast(logits, self.dtype)
-        )
-        return tf.reduce_sum(per_sample)
+        """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
+        float64 for fp64), whatever precision the logits came out in (docs/parity.md §3)."""
+        out = tf.cast(logits, self.dtype)
+        if self.loss is Loss.CROSS_ENTROPY:
+            per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
+        elif self.loss is Loss.BINARY_CROSS_ENTROPY:
+            per = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=out), 1)
+        else:
+            per = tf.reduce_mean(tf.math.squared_difference(out, y), axis=1)
+        return tf.reduce_sum(per)
+
+    def _metric_sum(self, logits, y):
+        """The evaluation metric summed over these samples (dualtrain.core.losses)."""
+        out = tf.cast(logits, self.dtype)
+        if self.loss is Loss.CROSS_ENTROPY:
+            hit = tf.equal(tf.argmax(out, axis=1, output_type=tf.int32), y)
+            return tf.reduce_sum(tf.cast(hit, tf.float64))
+        if self.loss is Loss.BINARY_CROSS_ENTROPY:
+            hit = tf.cast(tf.equal(out > 0, y > 0.5), self.dtype)
+            return tf.cast(tf.reduce_sum(tf.reduce_mean(hit, axis=1)), tf.float64)
+        return tf.cast(tf.reduce_sum(tf.reduce_mean(tf.abs(out - y), axis=1)), tf.float64)
 
     def _unscale(self, grads, scale):
         """fp16: the all-reduced gradient divided by the loss scale (GradScaler's unscale_: a
@@ -151,10 +169,11 @@ class TrainStep:
         inv = tf.constant(1.0, tf.float32) / scale
         return [g * inv for g in grads]
 
-    def _step(self, ids_flat, offsets, poison, global_count, lr, step, *, capture: bool):
+    def _step(self, ids_flat, offsets, poison, global_count, lr, step, *batch, capture: bool):
         s = self.strategy
         grads, loss_sum, ids, norm, finite, amax, captured, running = s.run(
-            self._replica_step, args=(ids_flat, offsets, poison, global_count, step, capture)
+            self._replica_step,
+            args=(ids_flat, offsets, poison, global_count, step, list(batch), capture),
         )
         apply = finite  # always True outside fp16 (_replica_step)
         for k, p in enumerate(self.params):
@@ -230,6 +249,7 @@ class TrainStep:
             tf.constant(global_count, tf.float32),
             tf.constant(lr, tf.float64),
             tf.constant(step, tf.int64),
+            *self.feed(TRAIN, flat),
         )
         local = self.strategy.experimental_local_results
         loss_sum = float(sum(float(t) for t in local(out["loss_sum"])))

@@ -1,11 +1,11 @@
 """Inspection tools for the tf backend.
 
-``forward_logits(spec, weights, images_uint8)``: float32 logits of the Keras model (fp32, inference)
-loaded with canonical weights. CLI:
+``forward_logits(spec, weights, inputs)``: float32 outputs (logits) of the Keras model (fp32,
+inference) loaded with canonical weights. CLI:
 
     python -m dualtrain.backends.tf.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ
 
-writes the logits of the first N MNIST test images under key "logits".
+writes the outputs of the first N test samples under key "logits".
 ``python -m dualtrain.backends.tf.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the Keras
 export (export.py). ``python -m dualtrain.backends.tf.tools env`` prints TensorFlow's and Keras's
 facts (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
@@ -23,31 +23,30 @@ from dualtrain.spec import Experiment
 
 
 def forward_logits(
-    spec: Experiment, weights: Weights, images_uint8: np.ndarray, batch_size: int = 1000
+    spec: Experiment, weights: Weights, inputs: list[np.ndarray], batch_size: int = 1000
 ) -> np.ndarray:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see worker.configure_tf)
     import tensorflow as tf
-
-    from dualtrain.core.data import normalize
 
     from .model import build_model, call_model, has_dropout, load_canonical, to_nhwc
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
     model, named = build_model(spec.model, "float32", seed=spec.seed)
     load_canonical(named, weights)
-    x = to_nhwc(normalize(np.asarray(images_uint8, dtype=np.uint8)))
+    xs = [to_nhwc(a) if a.ndim == 4 else np.asarray(a, np.float32) for a in inputs]
 
     dropout = has_dropout(spec.model)
 
-    def call(chunk):
-        return call_model(model, tf.constant(chunk), dropout=dropout)[0]
+    def call(chunks):
+        return call_model(model, [tf.constant(c) for c in chunks], dropout=dropout)[0]
 
+    n = len(xs[0])
     out = [
-        np.asarray(call(x[i : i + batch_size]), dtype=np.float32)
-        for i in range(0, len(x), batch_size)
+        np.asarray(call([x[i : i + batch_size] for x in xs]), dtype=np.float32)
+        for i in range(0, n, batch_size)
     ]
-    return np.concatenate(out) if out else np.zeros((0, 10), np.float32)
+    return np.concatenate(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,9 @@
 
 One training step follows docs/architecture.md "One step, defined once":
 
-* the replica gathers exactly the plan's ids from the in-memory dataset (``index_select``);
-* it differentiates ``sum(per-sample CE) / N_global`` (times the loss scale in fp16);
+* the replica takes exactly the plan's ids from the data (dualtrain.core.data: the same float32
+  rows on both backends, read from memory-mapped files where the data is .npy files);
+* it differentiates ``sum(per-sample loss) / N_global`` (times the loss scale in fp16);
 * DDP all-reduces the gradients with a **SUM** comm hook. With a comm hook registered the reducer
   copies gradients into its buckets without dividing by the world size (reducer.cpp
   ``mark_variable_ready_dense``), so the result is the gradient of the global-batch mean even for a
@@ -23,7 +24,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dualtrain.backends.torch.model import (
@@ -40,7 +40,8 @@ from dualtrain.backends.torch.optimizer import (
 )
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import TrainStep
-from dualtrain.core.data import Mnist, normalize
+from dualtrain.core.data import Data
+from dualtrain.core.losses import metric_name
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import listen_address
@@ -197,7 +198,7 @@ class TorchEngine(TrainStep, Engine):
     def __init__(
         self,
         spec: Experiment,
-        data: Mnist,
+        data: Data,
         weights: Weights,
         *,
         rank: int,
@@ -215,13 +216,9 @@ class TorchEngine(TrainStep, Engine):
         # float32-normalised images, widened exactly). Otherwise float32 (fp16/bf16 autocast on
         # top).
         self.dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
-        # The dataset lives on the device once; a step is two index_selects.
-        self.train_x = torch.from_numpy(normalize(data.train_x)).to(device, self.dtype)
-        self.train_y = torch.from_numpy(np.ascontiguousarray(data.train_y, dtype=np.int64)).to(
-            device
-        )
-        self.test_x = torch.from_numpy(normalize(data.test_x)).to(device, self.dtype)
-        self.test_y = torch.from_numpy(np.ascontiguousarray(data.test_y, dtype=np.int64)).to(device)
+        self.data = data
+        self.loss = spec.model.loss
+        self.metric = metric_name(self.loss)
 
         module = build_model(spec.model, spec.seed).to(self.dtype)
         load_canonical(module, weights)
@@ -263,23 +260,33 @@ class TorchEngine(TrainStep, Engine):
 
     # ---- evaluation and collectives --------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, ranges: list[tuple[int, int]]) -> Evaluation:
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
         self.module.eval()
         acc = torch.zeros(3, dtype=torch.float64, device=self.device)
         for start, stop in ranges:
             for s in range(start, stop, self._eval_bs):
                 e = min(s + self._eval_bs, stop)
-                x, y = self.test_x[s:e], self.test_y[s:e]
+                xs, y = self.batch(split, slice(s, e))
                 with self.autocast:
-                    logits = self.module(x)
-                logits = logits.to(self.dtype)
-                acc[0] += F.cross_entropy(logits, y, reduction="sum").double()
-                acc[1] += (logits.argmax(dim=1) == y).sum().double()
+                    out = self.module(*xs)
+                out = out.to(self.dtype)
+                acc[0] += self._loss_sum(out, y).double()
+                acc[1] += self._metric_sum(out, y).double()
                 acc[2] += e - s
         self.module.train()
         dist.all_reduce(acc, op=dist.ReduceOp.SUM)
-        loss_sum, correct, count = acc.tolist()
-        return Evaluation(loss_sum=loss_sum, correct=correct, count=count)
+        loss_sum, metric_sum, count = acc.tolist()
+        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
+
+    def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The inputs (parameter dtype) and targets of these samples, on the device."""
+        xs = [
+            torch.from_numpy(a).to(self.device, self.dtype)
+            for a in self.data.inputs(split, positions)
+        ]
+        y = torch.from_numpy(self.data.targets(split, positions))
+        y = y.to(self.device) if y.dtype == torch.int64 else y.to(self.device, self.dtype)
+        return xs, y
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         t = torch.from_numpy(np.ascontiguousarray(rows)).to(self._pg_device)

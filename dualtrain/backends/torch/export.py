@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 
 from dualtrain.backends.torch.model import layer_source
-from dualtrain.core.data import MEAN, STD
 from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment, LayerType
@@ -21,8 +20,8 @@ from dualtrain.spec import Experiment, LayerType
 _HEADER = '''"""{model} exported by dualtrain from {run}.
 
 A plain torch nn.Module (no dualtrain needed): ``load()`` builds it, loads model.safetensors and
-puts it in eval mode. Input: float32 (N, 1, 28, 28), normalised as (x / 255 - {mean}) / {std};
-output: logits (N, 10). Dropout is torch's (identity in eval); batchnorm uses the run's statistics.
+puts it in eval mode. {inputs}; output: {output}. The inputs' normalisation is in export.json.
+Dropout is torch's (identity in eval); batchnorm uses the run's statistics.
 """
 
 from pathlib import Path
@@ -52,13 +51,38 @@ class GlobalAvgPool(nn.Module):
         return x.mean(dim=(2, 3))
 
 
-def build_model() -> nn.Sequential:
-    return nn.Sequential(
-{layers}
-    ).to(DTYPE)
+class Concat(nn.Module):
+    """The branches' outputs side by side (dim 1)."""
+
+    def forward(self, *xs):
+        return torch.cat(xs, dim=1)
 
 
-def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Sequential:
+class MultiInput(nn.Module):
+    """One branch per input (registered under the input's name), then the trunk (``"0"`` is the
+    concat): ``model(*inputs)`` in the inputs' order."""
+
+    def __init__(self, branches, trunk):
+        super().__init__()
+        self.names = list(branches)
+        for name, layers in branches.items():
+            self.add_module(name, nn.Sequential(*layers))
+        for i, m in enumerate(trunk):
+            self.add_module(str(i), m)
+        self.trunk = len(trunk)
+
+    def forward(self, *xs):
+        h = self._modules["0"](*(self._modules[n](x) for n, x in zip(self.names, xs)))
+        for i in range(1, self.trunk):
+            h = self._modules[str(i)](h)
+        return h
+
+
+def build_model() -> nn.Module:
+    return {body}.to(DTYPE)
+
+
+def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Module:
     from safetensors.torch import load_file
 
     model = build_model()
@@ -67,9 +91,30 @@ def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Sequential:
 '''
 
 
+def _list(layers, indent: str) -> str:
+    return "".join(f"\n{indent}    {layer_source(r, indent + '    ')}," for r in layers)
+
+
 def torch_source(spec: Experiment, dtype: str, run: str) -> str:
-    layers = "\n".join(f"        {layer_source(r, '        ')}," for r in resolve(spec.model))
-    return _HEADER.format(model=spec.name, run=run, mean=MEAN, std=STD, dtype=dtype, layers=layers)
+    layers = resolve(spec.model)
+    if len(spec.model.inputs) == 1:
+        body = f"nn.Sequential({_list(layers, '        ')}\n    )"
+    else:
+        branches = "".join(
+            f'\n            "{i.name}": [{_list(b, "            ")}\n            ],'
+            for i, b in zip(spec.model.inputs, layers[0].branches, strict=True)
+        )
+        body = (
+            f"MultiInput(\n        {{{branches}\n        }},\n        [{_list(layers, '        ')}"
+            f"\n        ],\n    )"
+        )
+    inputs = "Inputs, in this order: " + ", ".join(
+        f"{i.name} float32 (N, {', '.join(map(str, i.shape))})" for i in spec.model.inputs
+    )
+    output = f"(N, {layers[-1].out_shape[0]}) ({spec.model.loss.value} outputs: logits or values)"
+    return _HEADER.format(
+        model=spec.name, run=run, inputs=inputs, output=output, dtype=dtype, body=body
+    )
 
 
 def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:

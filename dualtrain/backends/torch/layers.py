@@ -135,3 +135,33 @@ class Residual(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x) + self.shortcut(x)
+
+
+class Concat(nn.Module):
+    """The concat layer's place in the trunk: it holds nothing (the branches are the model's)."""
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(xs, dim=1)
+
+
+class MultiInput(nn.Module):
+    """A model with several inputs: one ``nn.Sequential`` branch per input, registered under the
+    input's name, then the trunk's layers under their indices (``"0"`` is the concat), so the state
+    dict's names are the canonical ones (``image.0.weight``, ``1.weight``). ``forward`` takes the
+    inputs in model.inputs order."""
+
+    def __init__(self, branches: dict[str, list[nn.Module]], trunk: list[nn.Module]):
+        super().__init__()
+        self.names = list(branches)
+        for name, layers in branches.items():
+            self.add_module(name, nn.Sequential(*layers))
+        for i, m in enumerate(trunk):
+            self.add_module(str(i), m)
+        self.trunk = len(trunk)
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        mods = dict(self.named_children())
+        h = mods["0"](*(mods[n](x) for n, x in zip(self.names, xs, strict=True)))
+        for i in range(1, self.trunk):
+            h = mods[str(i)](h)
+        return h

@@ -14,7 +14,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from dualtrain.backends.torch.layers import BatchNorm, GlobalAvgPool, HashDropout, Residual
+from dualtrain.backends.torch.layers import (
+    BatchNorm,
+    Concat,
+    GlobalAvgPool,
+    HashDropout,
+    MultiInput,
+    Residual,
+)
 from dualtrain.core.model import ResolvedLayer, param_shapes, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec, Padding
@@ -114,6 +121,7 @@ LAYERS: dict[LayerType, TorchLayer] = {
     LayerType.RESIDUAL: TorchLayer(
         lambda r, seed: Residual(_build(r.body, seed), _build(r.shortcut, seed)), _residual_source
     ),
+    LayerType.CONCAT: TorchLayer(lambda r, seed: Concat(), lambda r, indent: "Concat()"),
 }
 
 
@@ -126,8 +134,18 @@ def layer_source(r: ResolvedLayer, indent: str) -> str:
     return LAYERS[r.spec.type].source(r, indent)
 
 
-def build_model(spec: ModelSpec, seed: int = 0) -> nn.Sequential:
-    model = nn.Sequential(*_build(resolve(spec), seed))
+def build_model(spec: ModelSpec, seed: int = 0) -> nn.Module:
+    """``nn.Sequential`` of the layers (one input), or :class:`MultiInput` (several): either way
+    ``model(*inputs)`` and a state dict in the canonical layout."""
+    layers = resolve(spec)
+    model: nn.Module
+    if len(spec.inputs) == 1:
+        model = nn.Sequential(*_build(layers, seed))
+    else:
+        branches = {
+            i.name: _build(b, seed) for i, b in zip(spec.inputs, layers[0].branches, strict=True)
+        }
+        model = MultiInput(branches, _build(layers, seed))
     expected = param_shapes(spec)
     got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if got != expected:  # programming error: the builder and dualtrain.core.model disagree

@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from dualtrain.backends.torch.condition import AbsoluteGradient
 from dualtrain.backends.torch.ops import NORM_OPS
 from dualtrain.core import update_rules
+from dualtrain.core.data import TRAIN
 from dualtrain.runtime.engine import StepOut
+from dualtrain.spec import Loss
 
 
 class TrainStep:
@@ -36,9 +38,9 @@ class TrainStep:
     opt: Any
     params: Any
     scaler: Any
-    train_x: Any
-    train_y: Any
     world: Any
+    loss: Any
+    batch: Any
 
     def _settle_buckets(self) -> None:
         """One zero-loss forward and backward before the first step, so every step of every run,
@@ -54,7 +56,8 @@ class TrainStep:
         idx = torch.zeros(1, dtype=torch.int64, device=self.device)
         for m in self.dropouts:
             m.step, m.ids = torch.zeros((), dtype=torch.int64, device=self.device), idx
-        logits = self.ddp(self.train_x.index_select(0, idx))
+        xs, _ = self.batch(TRAIN, np.zeros(1, dtype=np.int64))
+        logits = self.ddp(*xs)
         (logits.sum() * 0.0).backward()
         self.opt.zero_grad(set_to_none=True)
         with torch.no_grad():
@@ -78,15 +81,14 @@ class TrainStep:
             step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
             for m in self.dropouts:
                 m.step, m.ids = step_t, dev_idx
-        x = self.train_x.index_select(0, dev_idx)
-        y = self.train_y.index_select(0, dev_idx)
+        xs, y = self.batch(TRAIN, ids[0])
         for group in self.opt.param_groups:
             group["lr"] = lr
         self._hook.poison = poison[0]
         # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
         absolute = AbsoluteGradient(self.module) if measure_scale else None
         with self.autocast, absolute or contextlib.nullcontext():
-            logits = self.ddp(x)
+            logits = self.ddp(*xs)
         loss_sum = self._loss_sum(logits, y)
         loss = loss_sum / global_count
         scaler = self.scaler
@@ -148,7 +150,21 @@ class TrainStep:
         assert self.scaler is not None  # fp16 only, which has a scaler
         self.scaler.unscale_(self.opt)
 
-    def _loss_sum(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Sum of per-sample cross-entropy, computed in the parameter dtype (float32; float64 for
-        fp64) whatever precision the logits came out in (docs/parity.md §3)."""
-        return F.cross_entropy(logits.to(self.dtype), y, reduction="sum")
+    def _loss_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The sum of per-sample losses as dualtrain.core.losses defines them, computed in the
+        parameter dtype (float32; float64 for fp64) whatever precision the outputs came out in
+        (docs/parity.md §3)."""
+        out = out.to(self.dtype)
+        if self.loss is Loss.CROSS_ENTROPY:
+            return F.cross_entropy(out, y, reduction="sum")
+        if self.loss is Loss.BINARY_CROSS_ENTROPY:
+            return F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(dim=1).sum()
+        return F.mse_loss(out, y, reduction="none").mean(dim=1).sum()
+
+    def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The evaluation metric summed over these samples (dualtrain.core.losses)."""
+        if self.loss is Loss.CROSS_ENTROPY:
+            return (out.argmax(dim=1) == y).sum()
+        if self.loss is Loss.BINARY_CROSS_ENTROPY:
+            return ((out > 0) == (y > 0.5)).to(out.dtype).mean(dim=1).sum()
+        return (out - y).abs().mean(dim=1).sum()

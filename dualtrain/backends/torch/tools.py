@@ -2,8 +2,9 @@
 environment facts.
 
 CLI: ``python -m dualtrain.backends.torch.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ`` writes the
-logits of the first N MNIST test images (key ``logits``); the TF backend has the same command, and a
-parity test compares the two. ``python -m dualtrain.backends.torch.tools env`` prints torch's facts
+outputs (logits) of the first N test samples (key ``logits``); the TF backend has the same command,
+and a parity test compares the two. ``python -m dualtrain.backends.torch.tools env`` prints
+torch's facts
 (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
 ``python -m dualtrain.backends.torch.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the
 torch export (export.py).
@@ -17,21 +18,20 @@ import numpy as np
 import torch
 
 from dualtrain.backends.torch.model import build_model, load_canonical
-from dualtrain.core.data import normalize
 from dualtrain.core.weights import Weights, check_layout
 from dualtrain.spec import Experiment
 
 
-def forward_logits(spec: Experiment, weights: Weights, images_uint8: np.ndarray) -> np.ndarray:
-    """float32 logits (N, 10): fp32, eval mode, inputs normalised with
-    dualtrain.core.data.normalize."""
+def forward_logits(spec: Experiment, weights: Weights, inputs: list[np.ndarray]) -> np.ndarray:
+    """float32 outputs (N, width): fp32, eval mode, on the model inputs as dualtrain.core.data
+    gives them (float32, images N,C,H,W)."""
     check_layout(weights, spec.model)
     model = build_model(spec.model, spec.seed)
     load_canonical(model, weights)
     model.eval()
     with torch.no_grad():
-        x = torch.from_numpy(normalize(np.asarray(images_uint8, dtype=np.uint8)))
-        return model(x).to(torch.float32).numpy().copy()
+        xs = [torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in inputs]
+        return model(*xs).to(torch.float32).numpy().copy()
 
 
 def main(argv: list[str]) -> int:
