@@ -34,14 +34,17 @@ class RunResult:
     """``torch`` or ``tf``."""
     is_chief: bool
     test_accuracy: float | None
-    """Accuracy of the final evaluation, 0..1."""
+    """Accuracy of the final evaluation, 0..1 (classification; None for mse)."""
     test_loss: float | None
+    """Mean per-sample loss of the final evaluation (the MSE for model.loss mse)."""
     samples_per_s: float | None
     """Training throughput over the whole run, all replicas together."""
     steps: int | None
     """Optimizer steps run (skipped fp16 steps included)."""
     wall_s: float | None
     """The workers' wall time (summary.json ``wall_s``; process start-up excluded)."""
+    test_mae: float | None
+    """Mean absolute error of the final evaluation (model.loss mse; None otherwise)."""
     summary: dict[str, Any] = field(repr=False)
     """RUN_DIR/summary.json as written (docs/run-directory.md)."""
     spec: Experiment = field(repr=False)
@@ -115,10 +118,13 @@ class CompareResult:
 
 
 def _finished_line(result: RunResult) -> str:
-    acc = result.test_accuracy
+    acc, mae = result.test_accuracy, result.test_mae
+    if mae is not None and acc is None:
+        score = f"test mse {result.test_loss:.4g}, mae {mae:.4g}"
+    else:
+        score = f"test accuracy {'n/a' if acc is None else f'{100 * acc:.2f}%'}"
     return (
-        f"dualtrain: {result.backend} run finished: test accuracy "
-        f"{'n/a' if acc is None else f'{100 * acc:.2f}%'}, "
+        f"dualtrain: {result.backend} run finished: {score}, "
         f"{result.samples_per_s or 0:,.0f} samples/s -> {result.run_dir}"
     )
 
@@ -144,6 +150,7 @@ def _run_result(
         is_chief=run_dir is not None,
         test_accuracy=_num(summary.get("test_accuracy")),
         test_loss=_num(summary.get("test_loss")),
+        test_mae=_num(summary.get("test_mae")),
         samples_per_s=_num(summary.get("train_samples_per_s")),
         steps=None if steps is None else int(steps),
         wall_s=_num(summary.get("wall_s")),

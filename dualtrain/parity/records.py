@@ -37,11 +37,14 @@ def labels(a: RunRecord, b: RunRecord) -> tuple[str, str]:
     return la, lb
 
 
-def step_map(rec: RunRecord, key: str, kind: str = "train") -> dict[int, float]:
+def step_map(
+    rec: RunRecord, key: str, kind: str = "train", *, present: bool = False
+) -> dict[int, float]:
+    """``key`` per step (NaN where a row lacks it; ``present``: only the rows that have it)."""
     rows = rec.train if kind == "train" else rec.eval
     out: dict[int, float] = {}
     for r in rows:
-        if "step" not in r:
+        if "step" not in r or (present and key not in r):
             continue
         v = r.get(key)
         out[int(r["step"])] = as_float(v) if v is not None else math.nan
@@ -164,3 +167,38 @@ def _normalise(spec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(spec.get("precision"), str):  # the short form "precision: fp16"
         spec["precision"] = {"dtype": spec["precision"]}
     return spec
+
+
+def metric_name(rec: RunRecord) -> str:
+    """The run's evaluation metric (dualtrain.core.losses): accuracy (classification) or mae."""
+    return str(rec.summary.get("metric") or "accuracy")
+
+
+def metric_scale(rec: RunRecord) -> float:
+    """What one percent point of the metric means: accuracy is already a fraction (1.0); an error
+    metric (mae) is measured in percent of this run's final value (the fp64 reference's, where the
+    checks have one)."""
+    if metric_name(rec) == "accuracy":
+        return 1.0
+    final = rec.summary.get(f"test_{metric_name(rec)}")
+    return abs(float(final)) if final else 1.0
+
+
+def metric_points(rec: RunRecord, scale: float) -> dict[int | str, float]:
+    """The metric per eval step, and the final one under "final", in percent points of ``scale``,
+    signed so that higher is better (an error metric counts negative)."""
+    name = metric_name(rec)
+    sign = 1.0 if name == "accuracy" else -1.0
+    out: dict[int | str, float] = {
+        k: sign * 100.0 * v / scale for k, v in step_map(rec, name, "eval").items()
+    }
+    final = rec.summary.get(f"test_{name}")
+    if final is not None:
+        out["final"] = sign * 100.0 * float(final) / scale
+    return out
+
+
+def scaled_diff(a: float, b: float) -> float:
+    """|a - b|, relative where the values are above 1 (float64 rounding is relative: a regression
+    loss of 20,000 carries ~4e-12 of it)."""
+    return abs(a - b) / max(1.0, abs(a), abs(b))

@@ -43,6 +43,11 @@ class StepOut:
     abs_terms: Weights | None = None
     """With abs_grads: per parameter, the number of terms each gradient element sums (a
     1-vector)."""
+    abs_loss: float | None = None
+    """With abs_grads: the loss's absolute scale, summed over this process's samples: per sample
+    the magnitudes of the terms whose difference is its loss (cross-entropy: |logsumexp z| + |z_y|;
+    dualtrain.backends.torch.step), against which the local checks judge a loss error (a loss near
+    zero is a cancellation, whose rounding is relative to its terms, not to itself)."""
 
 
 @dataclass(frozen=True)

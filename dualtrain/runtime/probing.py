@@ -91,6 +91,11 @@ class ProbeSteps(_LoopState):
         """The probe of ``step`` (all processes: the loss gather is a collective; the chief writes)
         with its gradient; a replay also saves the weights after the step, a record the state."""
         loss = float(self.engine.gather(np.array([out.loss_sum], np.float64)).sum()) / count
+        loss_abs = (
+            float(self.engine.gather(np.array([out.abs_loss], np.float64)).sum()) / count
+            if out.abs_loss is not None
+            else None
+        )
         if self.writer is None:
             return
         assert self.run_dir is not None  # a writer implies a run directory
@@ -106,6 +111,8 @@ class ProbeSteps(_LoopState):
         }
         if applied is not None:
             row["applied"] = applied
+        if loss_abs is not None:
+            row["loss_abs"] = loss_abs
         probes.save(self.run_dir, step, arrays)
         self._probe_index.append(row)
         probes.write_index(self.run_dir, self._probe_index)

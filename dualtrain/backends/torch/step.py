@@ -90,6 +90,7 @@ class TrainStep:
         with self.autocast, absolute or contextlib.nullcontext():
             logits = self.ddp(*xs)
         loss_sum = self._loss_sum(logits, y)
+        abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
         loss = loss_sum / global_count
         scaler = self.scaler
         if scaler is not None:
@@ -142,6 +143,7 @@ class TrainStep:
             grad_amax=amax,
             abs_grads=abs_grads,
             abs_terms=abs_terms,
+            abs_loss=abs_loss,
         )
 
     def _unscale(self) -> None:
@@ -160,6 +162,23 @@ class TrainStep:
         if self.loss is Loss.BINARY_CROSS_ENTROPY:
             return F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(dim=1).sum()
         return F.mse_loss(out, y, reduction="none").mean(dim=1).sum()
+
+    @torch.no_grad()
+    def _loss_abs(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss's absolute scale, summed over the samples (StepOut.abs_loss): per sample the
+        magnitudes of the terms the loss subtracts, so that rounding the outputs by u relative
+        moves the loss by about u times this. cross-entropy: |logsumexp(z)| + |z_y|; binary
+        cross-entropy: max(z, 0) + |z t| + log1p(exp(-|z|)); mse: 2 |o - t| (|o| + |t|) + (o -
+        t)^2 (the last two per column, then their mean)."""
+        out = out.to(self.dtype)
+        if self.loss is Loss.CROSS_ENTROPY:
+            z_y = out.gather(1, y[:, None])[:, 0]
+            return (torch.logsumexp(out, dim=1).abs() + z_y.abs()).sum()
+        if self.loss is Loss.BINARY_CROSS_ENTROPY:
+            terms = out.clamp(min=0) + (out * y).abs() + torch.log1p(torch.exp(-out.abs()))
+            return terms.mean(dim=1).sum()
+        d = out - y
+        return (2 * d.abs() * (out.abs() + y.abs()) + d * d).mean(dim=1).sum()
 
     def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The evaluation metric summed over these samples (dualtrain.core.losses)."""

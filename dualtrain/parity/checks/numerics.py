@@ -219,42 +219,41 @@ def check_final_weights(
     )
 
 
-def _accuracies(rec: RunRecord) -> dict[int | str, float]:
-    """Test accuracy per eval step, and the final one under the key "final"."""
-    acc: dict[int | str, float] = {k: v for k, v in R.step_map(rec, "accuracy", "eval").items()}
-    final = rec.summary.get("test_accuracy")
-    if final is not None:
-        acc["final"] = float(final)
-    return acc
-
-
 def check_eval(
     a: RunRecord, b: RunRecord, ref: Reference | None = None, tol: Tolerance | None = None
 ) -> Check:
-    """Test accuracy, finally and at every eval step: |acc_A - acc_B| <= max(eval_pp, factor x the
-    larger backend's accuracy distance to its fp64 run) (without a reference: eval_pp)."""
+    """The test metric, finally and at every eval step: |m_A - m_B| <= max(eval_pp, factor x the
+    larger backend's distance to its fp64 run) (without a reference: eval_pp). Accuracy in
+    percentage points; an error metric (mae) in percent of the fp64 run's final value."""
     tol = tol or tolerance_of(a, b)
     la, lb = R.labels(a, b)
-    ea, eb = _accuracies(a), _accuracies(b)
+    metric = R.metric_name(a)
+    scale = R.metric_scale(ref.a if ref is not None else a)
+    unit = "pp" if metric == "accuracy" else f"% of fp64 {metric}"
+    ea, eb = R.metric_points(a, scale), R.metric_points(b, scale)
     if "final" not in ea or "final" not in eb:
         return Check(
             "eval",
             None,
             tol.eval_pp,
             False,
-            f"no final test accuracy in {la if 'final' not in ea else lb}",
-            unit="pp",
+            f"no final test {metric} in {la if 'final' not in ea else lb}",
+            unit=unit,
             group=NUMERICS,
         )
     points = [s for s in sorted(k for k in ea if k != "final") if s in eb] + ["final"]
-    ra, rb = (_accuracies(ref.a), _accuracies(ref.b)) if ref is not None else ({}, {})
+    ra, rb = (
+        (R.metric_points(ref.a, scale), R.metric_points(ref.b, scale))
+        if ref is not None
+        else ({}, {})
+    )
     diff, allowed = {}, {}
     for s in points:
-        d = 100.0 * abs(ea[s] - eb[s])
+        d = abs(ea[s] - eb[s])
         diff[s] = math.inf if math.isnan(d) else d
         allowed[s] = tol.eval_pp
         if s in ra and s in rb:
-            dist = 100.0 * max(abs(ea[s] - ra[s]), abs(eb[s] - rb[s]))
+            dist = max(abs(ea[s] - ra[s]), abs(eb[s] - rb[s]))
             allowed[s] = (
                 max(tol.eval_pp, tol.factor * dist) if not math.isnan(dist) else tol.eval_pp
             )
@@ -264,19 +263,23 @@ def check_eval(
     note = _steps_note(
         {k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)}, la, lb
     )
-    detail = (
-        f"final {la} {100 * ea['final']:.2f}% vs {lb} {100 * eb['final']:.2f}% "
-        f"({diff['final']:.3f} pp)"
+    # both present: "final" in ea and eb above
+    fa, fb = float(a.summary[f"test_{metric}"]), float(b.summary[f"test_{metric}"])
+    shown = (
+        f"{100 * fa:.2f}% vs {lb} {100 * fb:.2f}%"
+        if metric == "accuracy"
+        else f"{metric} {fa:.6g} vs {lb} {fb:.6g}"
     )
+    detail = f"final {la} {shown} ({diff['final']:.3f} {unit})"
     if len(points) > 1:
         detail += f"; {len(points) - 1} eval step(s)"
     detail += (
-        f"; worst {'final' if worst == 'final' else f'step {worst}'}: {diff[worst]:.3f} pp "
-        f"against {allowed[worst]:.3g} pp"
+        f"; worst {'final' if worst == 'final' else f'step {worst}'}: {diff[worst]:.3f} {unit} "
+        f"against {allowed[worst]:.3g}"
     )
     if ref is not None:
         detail += (
-            f" = max({tol.eval_pp:g}, {tol.factor:g} x the farther backend's accuracy distance "
+            f" = max({tol.eval_pp:g}, {tol.factor:g} x the farther backend's {metric} distance "
             f"to fp64)"
         )
     if over:
@@ -290,12 +293,10 @@ def check_eval(
         allowed[worst],
         not over and not note,
         detail,
-        unit="pp",
+        unit=unit,
         first_step=_min_step(
             steps_over[0] if steps_over else None,
-            _first_missing(
-                set(R.step_map(a, "accuracy", "eval")), set(R.step_map(b, "accuracy", "eval"))
-            ),
+            _first_missing(set(R.step_map(a, metric, "eval")), set(R.step_map(b, metric, "eval"))),
         ),
         group=NUMERICS,
     )

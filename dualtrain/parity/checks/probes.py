@@ -197,28 +197,41 @@ def check_convergence(a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBo
     drops, culprits, parts = [], [], []
     shares = [_skipped_share(a), _skipped_share(b)]
     cross = min(shares) >= SKIPPED_SHARE
+    metric = R.metric_name(a)
+    unit = "pp" if metric == "accuracy" else f"% of fp64 {metric}"
     for rec, r64 in ((a, b), (b, a)) if cross else ((a, ref.a), (b, ref.b)):
-        acc, acc64 = rec.summary.get("test_accuracy"), r64.summary.get("test_accuracy")
+        scale = R.metric_scale(r64)
+        got, want = (
+            R.metric_points(rec, scale).get("final"),
+            R.metric_points(r64, scale).get("final"),
+        )
         label = R.label(rec, "A")
-        if acc is None or acc64 is None:
+        if got is None or want is None:
             return Check(
                 "convergence",
                 None,
                 bound.accuracy_pp,
                 False,
-                f"no final test accuracy in {label}'s run or its fp64 run",
-                unit="pp",
+                f"no final test {metric} in {label}'s run or its fp64 run",
+                unit=unit,
                 group=NUMERICS,
             )
-        drop = 100.0 * (float(acc64) - float(acc))
+        drop = want - got  # higher is better in points (an error metric counts negative)
         drop = math.inf if math.isnan(drop) else drop
         drops.append(drop)
         if drop > bound.accuracy_pp:
             culprits.append(path_name(rec))
         against = f"{R.label(r64, 'B')}'s run" if cross else "its fp64 run"
-        parts.append(f"{label} {100 * float(acc):.2f}% vs {against} {100 * float(acc64):.2f}%")
+        # both present: metric_points found "final" in each
+        v, v64 = rec.summary[f"test_{metric}"], r64.summary[f"test_{metric}"]
+        parts.append(
+            f"{label} {100 * float(v):.2f}% vs {against} {100 * float(v64):.2f}%"
+            if metric == "accuracy"
+            else f"{label} {metric} {float(v):.6g} vs {against} {float(v64):.6g}"
+        )
+    worse = "below" if metric == "accuracy" else "worse than"
     detail = "; ".join(parts) + (
-        f"; a run may end at most {bound.accuracy_pp:g} pp below its own fp64 "
+        f"; a run may end at most {bound.accuracy_pp:g} {unit} {worse} its own fp64 "
         f"run ({bound.precision})"
     )
     if cross:
@@ -235,7 +248,7 @@ def check_convergence(a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBo
         bound.accuracy_pp,
         not culprits,
         detail,
-        unit="pp below fp64",
+        unit=f"{unit} {worse} fp64",
         group=NUMERICS,
         culprits=culprits,
     )

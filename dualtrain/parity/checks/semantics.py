@@ -27,7 +27,9 @@ def check_reference_loss(ref: Reference) -> Check:
     """Per-step |loss| difference of the fp64 pair over the whole run, against
     REFERENCE.loss_abs."""
     la, lb = R.labels(ref.a, ref.b)
-    steps, diff = R.loss_diff(ref.a, ref.b)
+    steps, _ = R.loss_diff(ref.a, ref.b)
+    ma, mb = R.step_map(ref.a, "loss"), R.step_map(ref.b, "loss")
+    diff = np.array([R.scaled_diff(ma[s], mb[s]) for s in steps.tolist()], dtype=np.float64)
     note = _steps_note(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")), la, lb)
     if steps.size == 0:
         return Check(
@@ -112,10 +114,17 @@ def check_reference_weights(ref: Reference) -> Check:
 
 
 def check_reference_eval(ref: Reference) -> Check:
-    """At every evaluation: |eval loss diff| <= REFERENCE.eval_loss_abs and identical accuracy."""
+    """At every evaluation, of the test split and of the validation split where there is one:
+    |eval loss diff| <= REFERENCE.eval_loss_abs (relative above 1, :func:`records.scaled_diff`)
+    and identical accuracy (classification) or an mae within the same bound (regression)."""
     la, lb = R.labels(ref.a, ref.b)
+    metric = R.metric_name(ref.a)
     loss_a, loss_b = R.step_map(ref.a, "loss", "eval"), R.step_map(ref.b, "loss", "eval")
-    acc_a, acc_b = R.step_map(ref.a, "accuracy", "eval"), R.step_map(ref.b, "accuracy", "eval")
+    acc_a, acc_b = R.step_map(ref.a, metric, "eval"), R.step_map(ref.b, metric, "eval")
+    val_a = R.step_map(ref.a, "val_loss", "eval", present=True)
+    val_b = R.step_map(ref.b, "val_loss", "eval", present=True)
+    vm_a = R.step_map(ref.a, f"val_{metric}", "eval", present=True)
+    vm_b = R.step_map(ref.b, f"val_{metric}", "eval", present=True)
     steps = R.common_steps(loss_a, loss_b)
     note = _steps_note(set(loss_a), set(loss_b), la, lb)
     if not steps:
@@ -128,21 +137,37 @@ def check_reference_eval(ref: Reference) -> Check:
             unit="abs",
             group=SEMANTICS,
         )
-    diff = {s: abs(loss_a[s] - loss_b[s]) for s in steps}
+
+    def same_metric(x: float | None, y: float | None) -> bool:
+        if metric == "accuracy" or x is None or y is None:
+            return x == y
+        return R.scaled_diff(x, y) <= REFERENCE.eval_loss_abs
+
+    diff = {s: R.scaled_diff(loss_a[s], loss_b[s]) for s in steps}
+    for s in steps:  # the validation split, evaluated at the same steps
+        if s in val_a or s in val_b:
+            diff[s] = max(diff[s], R.scaled_diff(val_a.get(s, math.nan), val_b.get(s, math.nan)))
     diff = {s: (math.inf if math.isnan(v) else v) for s, v in diff.items()}
-    bad = [s for s in steps if diff[s] > REFERENCE.eval_loss_abs or acc_a.get(s) != acc_b.get(s)]
+    agree = {
+        s: same_metric(acc_a.get(s), acc_b.get(s)) and same_metric(vm_a.get(s), vm_b.get(s))
+        for s in steps
+    }
+    bad = [s for s in steps if diff[s] > REFERENCE.eval_loss_abs or not agree[s]]
     worst = max(steps, key=diff.__getitem__)
-    same_acc = all(acc_a.get(s) == acc_b.get(s) for s in steps)
+    same_acc = all(agree.values())
+    final = acc_a[steps[-1]]
+    shown = f"{100 * final:.2f}%" if metric == "accuracy" else f"{final:.6g}"
+    split = "test and validation" if val_a else "test"
+    verdict = "differs" if not same_acc else ("identical" if metric == "accuracy" else "agrees")
     detail = (
-        f"fp64 pair, {len(steps)} evaluation(s): max |eval loss diff| {_fmt(diff[worst])} at step "
-        f"{worst}; accuracy {'identical' if same_acc else 'differs'} "
-        f"(final {100 * acc_a[steps[-1]]:.2f}%)"
+        f"fp64 pair, {len(steps)} evaluation(s) of the {split} split: max |eval loss diff| "
+        f"{_fmt(diff[worst])} at step {worst}; {metric} {verdict} (final {shown})"
     )
     if bad:
         s = bad[0]
         detail += (
-            f"; first over at step {s}: loss {loss_a[s]:.17g} vs {loss_b[s]:.17g}, accuracy "
-            f"{100 * acc_a.get(s, math.nan):.2f}% vs {100 * acc_b.get(s, math.nan):.2f}%"
+            f"; first over at step {s}: loss {loss_a[s]:.17g} vs {loss_b[s]:.17g}, {metric} "
+            f"{acc_a.get(s, math.nan):.17g} vs {acc_b.get(s, math.nan):.17g}"
         )
     if note:
         detail += f"; {note}"

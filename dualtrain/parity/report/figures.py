@@ -130,14 +130,20 @@ def figures(cmp: Comparison) -> dict[str, str]:
         )
         out["One-step errors against the fp64 step (log scale)"] = _png(fig)
 
+    metric = R.metric_name(runs[0][0])
+    pct = metric == "accuracy"
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for rec, name, style, lw in runs:
-        x, y = _series(rec, "accuracy", "eval")
-        ax.plot(x, 100 * y, style + "o", lw=lw, ms=4, label=name)
-    ax.set(xlabel="step", ylabel="test accuracy (%)", title="Evaluation accuracy")
+        x, y = _series(rec, metric, "eval")
+        ax.plot(x, 100 * y if pct else y, style + "o", lw=lw, ms=4, label=name)
+    ax.set(
+        xlabel="step",
+        ylabel=f"test {metric}{' (%)' if pct else ''}",
+        title=f"Evaluation {metric}",
+    )
     ax.legend()
     ax.grid(alpha=0.3)
-    out["Evaluation accuracy"] = _png(fig)
+    out[f"Evaluation {metric}"] = _png(fig)
 
     fig, ax = plt.subplots(figsize=(8, 3.0))
     for rec, name, style, lw in runs[:2]:
