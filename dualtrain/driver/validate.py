@@ -60,6 +60,7 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
     data = checked_data(spec)
     initial_weights(spec.model, spec.seed)  # checks init_from's layout
     n_train = data.size(data_mod.TRAIN)
+    check_split_sizes(spec, data)
     check_batchnorm_batches(spec, n_train)
     check_sizes(spec, n_train)
     warn_cancelled_biases(spec)
@@ -76,6 +77,22 @@ def _warn_once(key: tuple[str, str], text: str) -> None:
         return
     _WARNED.add(key)
     print(f"dualtrain: warning: {text}", file=sys.stderr, flush=True)
+
+
+def check_split_sizes(spec: Experiment, data: data_mod.Data) -> None:
+    """With data.last_batch: drop no replica is meant to go without samples: a split (train,
+    validation or test) smaller than the world size is refused."""
+    world = spec.distribution.world_size
+    if spec.data.last_batch.value != "drop":
+        return
+    for split in (data_mod.TRAIN, data_mod.VALIDATION, data_mod.TEST):
+        n = data.size(split)
+        if 0 < n < world:
+            raise UserError(
+                f"the {split} split has {n} sample(s), fewer than the {world} replicas, with "
+                f"data.last_batch: drop (every replica needs a sample); use fewer replicas or "
+                f"more data. Received: {n} {split} sample(s), world_size {world}"
+            )
 
 
 def check_sizes(spec: Experiment, num_train: int) -> None:
