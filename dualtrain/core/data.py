@@ -108,7 +108,7 @@ class Data:
         src = self._stored_split(split)
         out = []
         for spec, t in zip(self.model.inputs, self.transforms, strict=True):
-            a = np.asarray(self.stored[f"{spec.name}_{src}"][rows])
+            a = arrays_mod.take(self.stored[f"{spec.name}_{src}"], rows)
             a = a.reshape(a.shape[0], *spec.shape)
             out.append(t.apply(a) if t is not None else a.astype(np.float32))
         return out
@@ -116,10 +116,11 @@ class Data:
     def targets(self, split: str, positions: np.ndarray | slice) -> np.ndarray:
         """int64 labels (n,) for cross-entropy; float32 (n, T) for the other losses."""
         rows = self._rows(split, positions)
-        a = np.asarray(self.stored[f"{self.target_name}_{self._stored_split(split)}"][rows])
+        a = arrays_mod.take(self.stored[f"{self.target_name}_{self._stored_split(split)}"], rows)
         if self.loss is Loss.CROSS_ENTROPY:
             return a.astype(np.int64)
-        return a.astype(np.float32).reshape(a.shape[0], -1)
+        cols = int(np.prod(a.shape[1:], dtype=np.int64))  # 1 for (N,) targets
+        return a.astype(np.float32).reshape(a.shape[0], cols)
 
     @property
     def target_name(self) -> str:
@@ -258,12 +259,12 @@ def _auto_stats(a: np.ndarray, rows: Split, shape: tuple[int, ...]) -> Transform
         if rows.contiguous:
             if s >= len(rows):
                 break
-            chunk = np.asarray(a[s : min(e, len(rows))])
+            chunk = arrays_mod.take(a, slice(s, min(e, len(rows))))
         else:
             sel = rows.rows[(rows.rows >= s) & (rows.rows < e)]
             if len(sel) == 0:
                 continue
-            chunk = np.asarray(a[sel])
+            chunk = arrays_mod.take(a, sel)
         x = chunk.reshape(chunk.shape[0], *shape).astype(np.float64)
         red = tuple(i for i in range(x.ndim) if i != axis)
         n_b = x.shape[0] * per_row
@@ -397,7 +398,7 @@ def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
                     f"{key} {list(a.shape)}"
                 )
         for s, e in arrays_mod.row_chunks(a):
-            chunk = np.asarray(a[s:e])
+            chunk = arrays_mod.take(a, slice(s, e))
             if len(chunk):
                 lo, hi = min(lo, float(chunk.min())), max(hi, float(chunk.max()))
     if loss is Loss.CROSS_ENTROPY:

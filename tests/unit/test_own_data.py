@@ -281,3 +281,13 @@ def test_loss_reference_values():
     assert hit.tolist() == [1.0, 0.0]
     per, mae = reference(Loss.MSE, np.array([[1.0, 2.0]]), np.array([[0.0, 4.0]]))
     np.testing.assert_allclose(per, [2.5]) and np.testing.assert_allclose(mae, [1.5])
+
+
+def test_an_empty_replica_gets_empty_arrays_of_the_right_shape(tmp_path):
+    a = table()
+    a["y_train"] = RNG.normal(size=40).astype(np.float32)
+    a["y_test"] = RNG.normal(size=10).astype(np.float32)
+    d = data.check(spec_for(write_npz(tmp_path, a), width=1, loss="mse"))
+    none = np.zeros(0, np.int64)
+    assert d.targets(data.TRAIN, none).shape == (0, 1)
+    assert d.inputs(data.TRAIN, none)[0].shape == (0, 3)
