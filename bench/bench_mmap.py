@@ -148,10 +148,11 @@ def main() -> None:
                 f"{s['train_samples_per_s']:,.0f} samples/s, wall {r['wall_s']:.0f}s"
             )
             for rank, p in sorted(r["peaks"].items()):
+                anon, mapped = p.get("RssAnon", 0) / 1e9, p.get("RssFile", 0) / 1e9
                 print(
                     f"  worker {rank}: peak RSS (VmHWM) {p['VmHWM'] / 1e9:.2f} GB = "
                     f"{p['VmHWM'] / size:.3f} x the dataset; at the largest RSS seen: anonymous "
-                    f"{p.get('RssAnon', 0) / 1e9:.2f} GB, file-backed {p.get('RssFile', 0) / 1e9:.2f} GB"
+                    f"{anon:.2f} GB, file-backed {mapped:.2f} GB"
                 )
     finally:
         if args.dir is None:
