@@ -70,6 +70,11 @@ def read(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
             )
         for k in names:
             out[k] = _load_npy(p / f"{k}.npy", k)
+    elif p.is_file() and p.suffix == ".npy":
+        raise UserError(
+            f"data.path is one .npy file; give an .npz file or a folder of .npy files named "
+            f"{', '.join(k + '.npy' for k in names)}. Received: data.path={where!r}"
+        )
     elif p.is_file():
         try:
             with np.load(p, allow_pickle=False) as z:
@@ -86,12 +91,10 @@ def read(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
                         raise UserError(
                             f"{where}: {k} cannot be read without a pickle ({exc})"
                         ) from None
-        except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        except (OSError, zipfile.BadZipFile, EOFError, TypeError) as exc:
             raise UserError(f"{where}: not a readable .npz file ({exc})") from None
         except ValueError as exc:  # np.load on something that is neither npz nor npy
             raise UserError(f"{where}: not an .npz file ({exc})") from None
-        if not isinstance(out, dict):
-            raise UserError(f"{where}: not an .npz file")
     else:
         raise UserError(f"data.path does not exist. Received: {where!r}")
     for k, a in out.items():

@@ -34,6 +34,9 @@ from dualtrain.spec import Dataset, DataSpec, Experiment, Loss, ModelSpec, Norma
 TRAIN, VALIDATION, TEST = "train", "validation", "test"
 #: what the driver records about the data in the run directory (workers read the statistics)
 DATA_FILE = "data.json"
+#: an input read into memory (an .npz, MNIST, the bundled datasets) whose float32 form takes at most
+#: this much is normalised once, not per step (MNIST's training images: 188 MB)
+IN_MEMORY_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Data:
     sha256: str = ""
     """Content digest (filled in where it was computed: the driver, checks)."""
     facts: dict[str, Any] = field(default_factory=dict)
+    _normalised: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    """In-memory inputs normalised once (:meth:`inputs`), by stored key."""
 
     @property
     def loss(self) -> Loss:
@@ -102,13 +107,31 @@ class Data:
     def _stored_split(self, split: str) -> str:
         return TEST if split == TEST else TRAIN
 
+    def preload(self) -> None:
+        """Normalise the in-memory inputs now (a worker calls it before its clock starts, so the
+        first step does not pay for it)."""
+        for split in (TRAIN, TEST):
+            self.inputs(split, slice(0, 0))
+
     def inputs(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
         """The model inputs of these samples, float32, shaped (n, *input shape)."""
         rows = self._rows(split, positions)
         src = self._stored_split(split)
         out = []
         for spec, t in zip(self.model.inputs, self.transforms, strict=True):
-            a = arrays_mod.take(self.stored[f"{spec.name}_{src}"], rows)
+            key = f"{spec.name}_{src}"
+            stored = self.stored[key]
+            if not isinstance(stored, np.memmap) and stored.size * 4 <= IN_MEMORY_BYTES:
+                # data held in memory anyway: normalised once, a step takes its rows (the same
+                # float32 values: the transform is element-wise)
+                if key not in self._normalised:
+                    whole = stored.reshape(stored.shape[0], *spec.shape)
+                    self._normalised[key] = (
+                        t.apply(whole) if t is not None else whole.astype(np.float32)
+                    )
+                out.append(np.array(self._normalised[key][rows]))
+                continue
+            a = arrays_mod.take(stored, rows)
             a = a.reshape(a.shape[0], *spec.shape)
             out.append(t.apply(a) if t is not None else a.astype(np.float32))
         return out
@@ -157,6 +180,11 @@ def _names(spec: Experiment) -> tuple[tuple[str, ...], str]:
             raise UserError(
                 f"data.dataset {spec.data.dataset.value} has one input, named x; model.inputs "
                 f"names {list(inputs)}. Received: model.inputs"
+            )
+        if spec.data.dataset is Dataset.MNIST and spec.model.inputs[0].shape != (1, 28, 28):
+            raise UserError(
+                "data.dataset mnist gives (1, 28, 28) images: model.inputs[x].shape must be "
+                f"[1, 28, 28]. Received: {list(spec.model.inputs[0].shape)}"
             )
         return inputs, "y"
     return inputs, spec.data.target
@@ -214,7 +242,8 @@ def _validation_rows(d: DataSpec, n: int, seed: int) -> np.ndarray | None:
 def validation_seed(seed: int) -> int:
     """The seed of the validation permutation (``torch.randperm(n, generator=manual_seed(it))``
     takes its first k ids): derived from the run's seed, apart from the epochs' shuffles."""
-    return int.from_bytes(hashlib.sha256(f"dualtrain validation {seed}".encode()).digest()[:4])
+    digest = hashlib.sha256(f"dualtrain validation {seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def _splits(spec: Experiment, n_train_all: int, n_test_all: int) -> dict[str, Split]:
@@ -334,6 +363,9 @@ def open_data(spec: Experiment, run_dir: Path | None = None) -> Data:
     splits = _splits(spec, len(stored[f"{target}_train"]), len(stored[f"{target}_test"]))
     record = read_record(run_dir) if run_dir is not None else None
     recorded = record.get("normalize") if record else None
+    if spec.data.dataset is not Dataset.MNIST:  # before the statistics, which reshape rows
+        where = source.partition(":")[2] if source.startswith("arrays:") else source
+        _check_shapes(spec.model, stored, target, where)
     return Data(
         spec=spec.data,
         model=spec.model,
@@ -348,13 +380,12 @@ def open_data(spec: Experiment, run_dir: Path | None = None) -> Data:
 # ---- checks (the driver, before anything is written) -------------------------------------------
 
 
-def _check_shapes(data: Data, where: str) -> None:
-    inputs, target = _names_of(data)
+def _check_shapes(model: ModelSpec, stored: dict[str, np.ndarray], target: str, where: str) -> None:
     for split in ("train", "test"):
-        n = len(data.stored[f"{target}_{split}"])
-        for i in data.model.inputs:
+        n = len(stored[f"{target}_{split}"])
+        for i in model.inputs:
             key = f"{i.name}_{split}"
-            a = data.stored[key]
+            a = stored[key]
             want = i.shape
             got = tuple(a.shape[1:])
             ok = got == want or (len(want) == 3 and want[0] == 1 and got == want[1:])
@@ -369,10 +400,6 @@ def _check_shapes(data: Data, where: str) -> None:
                     f"{where}: {key} has {len(a)} rows but {target}_{split} has {n}: every input "
                     f"and the target need one row per sample. Received: {len(a)} != {n}"
                 )
-
-
-def _names_of(data: Data) -> tuple[tuple[str, ...], str]:
-    return tuple(i.name for i in data.model.inputs), data.target_name
 
 
 def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
@@ -431,7 +458,6 @@ def check(spec: Experiment, *, digest: bool = True) -> Data:
         facts = _check_targets(data, width, "MNIST")
         sha = mnist.content_digest() if digest else ""
     else:
-        _check_shapes(data, where)
         for key, a in data.stored.items():
             arrays_mod.check_finite(a, key, where)
         facts = _check_targets(data, width, where)

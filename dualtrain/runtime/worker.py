@@ -50,6 +50,7 @@ def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend:
     """The data, the starting point and the initial weights; then the test hook (tests only), so a
     hook that stops a worker stops every rank before any collective, as a failed check does."""
     data = open_data(spec, run_dir)
+    data.preload()
     resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     return Inputs(data=data, resume=resume, weights=weights, hook=run_test_hook(backend))

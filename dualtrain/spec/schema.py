@@ -153,6 +153,12 @@ class DataSpec:
         )
         names = [s.input for s in self.stats]
         _check(len(set(names)) == len(names), "data.stats", "names an input twice", names)
+        _check(
+            not self.stats or self.normalize is Normalize.AUTO,
+            "data.stats",
+            "gives normalisation values, which data.normalize: none turns off; drop one",
+            names,
+        )
 
 
 @dataclass(**_SPEC)

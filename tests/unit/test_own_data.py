@@ -181,6 +181,11 @@ BAD = {
         {},
         "x_test has samples of shape [4], model.inputs[x] says [3]",
     ),
+    "training samples of a shape the model does not take": (
+        lambda a: a.update(x_train=np.zeros((40, 5), np.float32)),
+        {},
+        "x_train has samples of shape [5], model.inputs[x] says [3]",
+    ),
     "a label out of range for the model's output": (
         lambda a: a["y_train"].__setitem__(3, 7),
         {},
@@ -250,6 +255,15 @@ def test_missing_path_and_unreadable_file(tmp_path):
         data.check(spec_for(tmp_path / "junk.npz"))
 
 
+def test_one_npy_file_and_mnist_with_another_shape_are_one_line_errors(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((3, 3), np.float32))
+    with pytest.raises(UserError, match="data.path is one .npy file"):
+        data.check(spec_for(tmp_path / "x.npy"))
+    spec = from_dict({"model": {"inputs": [{"name": "x", "shape": [784]}]}})
+    with pytest.raises(UserError, match=r"must be \[1, 28, 28\]"):
+        data.open_data(spec)
+
+
 def test_spec_refuses_bad_data_fields():
     with pytest.raises(UserError, match="data.path must name"):
         from_dict({"data": {"dataset": "arrays"}})
@@ -257,6 +271,8 @@ def test_spec_refuses_bad_data_fields():
         from_dict({"data": {"validation": 1.5}})
     with pytest.raises(UserError, match="data.path is only for dataset: arrays"):
         from_dict({"data": {"path": "x.npz"}})
+    with pytest.raises(UserError, match="data.normalize: none turns off"):
+        from_dict({"data": {"normalize": "none", "stats": [{"mean": [0.0], "std": [1.0]}]}})
 
 
 @pytest.mark.parametrize("name", sorted(bundled.CONTENT_SHA256))
