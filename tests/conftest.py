@@ -35,6 +35,16 @@ def run_cli(
     )
 
 
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The CLI's error convention for a user mistake: exit 2 and exactly one ``dualtrain: error:``
+    line on stderr, no traceback; returns that line."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+    errors = [line for line in proc.stderr.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("dualtrain: error: "), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return errors[0]
+
+
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a CLI subprocess gets: this checkout first on PYTHONPATH."""
     env = dict(os.environ)

@@ -125,7 +125,16 @@ class Data:
                 # data held in memory anyway: normalised once, a step takes its rows (the same
                 # float32 values: the transform is element-wise)
                 if key not in self._normalised:
-                    whole = stored.reshape(stored.shape[0], *spec.shape)
+                    # the rows this run uses (its limits), not every stored row
+                    used = 1 + max(
+                        (
+                            int(sp.rows[-1])
+                            for k, sp in self.splits.items()
+                            if len(sp.rows) and (self._stored_split(k) == src)
+                        ),
+                        default=-1,
+                    )
+                    whole = stored[:used].reshape(used, *spec.shape)
                     self._normalised[key] = (
                         t.apply(whole) if t is not None else whole.astype(np.float32)
                     )

@@ -5,23 +5,17 @@ what it trained on (data.json, summary.json)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, require, run_cli
+from tests.conftest import ROOT, one_line_error, require, run_cli
 
 RNG = np.random.default_rng(1)
 
 
-def _one_line(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-    errors = [line for line in proc.stderr.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and errors[0].startswith("dualtrain: error: "), proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
-    return errors[0]
+_one_line = one_line_error
 
 
 def _table(n=60, features=4, classes=3) -> dict[str, np.ndarray]:

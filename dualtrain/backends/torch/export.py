@@ -8,10 +8,12 @@ as plain torch code (``build_model()``, ``load()``), each layer's source from th
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
 
+from dualtrain.backends.torch.layers import Concat, MultiInput
 from dualtrain.backends.torch.model import layer_source
 from dualtrain.core.model import resolve, walk
 from dualtrain.core.weights import Weights
@@ -51,31 +53,7 @@ class GlobalAvgPool(nn.Module):
         return x.mean(dim=(2, 3))
 
 
-class Concat(nn.Module):
-    """The branches' outputs side by side (dim 1)."""
-
-    def forward(self, *xs):
-        return torch.cat(xs, dim=1)
-
-
-class MultiInput(nn.Module):
-    """One branch per input (registered under the input's name), then the trunk (``"0"`` is the
-    concat): ``model(*inputs)`` in the inputs' order."""
-
-    def __init__(self, branches, trunk):
-        super().__init__()
-        self.names = list(branches)
-        for name, layers in branches.items():
-            self.add_module(name, nn.Sequential(*layers))
-        for i, m in enumerate(trunk):
-            self.add_module(str(i), m)
-        self.trunk = len(trunk)
-
-    def forward(self, *xs):
-        h = self._modules["0"](*(self._modules[n](x) for n, x in zip(self.names, xs)))
-        for i in range(1, self.trunk):
-            h = self._modules[str(i)](h)
-        return h
+{classes}
 
 
 def build_model() -> nn.Module:
@@ -89,6 +67,13 @@ def load(path=Path(__file__).with_name("model.safetensors")) -> nn.Module:
     model.load_state_dict(load_file(str(path)))
     return model.eval()
 '''
+
+
+#: dualtrain's own multi-input classes, as plain torch source in the exported model.py (their code
+#: uses torch only; a change to them is exported as it is)
+_MULTI_INPUT = "\n\n".join(
+    inspect.getsource(c).replace("{", "{{").replace("}", "}}") for c in (Concat, MultiInput)
+).rstrip()
 
 
 def _list(layers, indent: str) -> str:
@@ -113,7 +98,13 @@ def torch_source(spec: Experiment, dtype: str, run: str) -> str:
     )
     output = f"(N, {layers[-1].out_shape[0]}) ({spec.model.loss.value} outputs: logits or values)"
     return _HEADER.format(
-        model=spec.name, run=run, inputs=inputs, output=output, dtype=dtype, body=body
+        model=spec.name,
+        run=run,
+        inputs=inputs,
+        output=output,
+        dtype=dtype,
+        body=body,
+        classes=_MULTI_INPUT,
     )
 
 
