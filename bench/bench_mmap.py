@@ -74,7 +74,7 @@ def watch(run_dir: Path, stop: threading.Event, peaks: dict[int, dict[str, int]]
             s = status(int(w["pid"]))
             if not s:
                 continue
-            p = peaks.setdefault(int(w["rank"]), {"VmHWM": 0, "VmRSS": 0})
+            p = peaks.setdefault(int(w.get("rank", w.get("worker", 0))), {"VmHWM": 0, "VmRSS": 0})
             p["VmHWM"] = max(p["VmHWM"], s.get("VmHWM", 0))
             if s.get("VmRSS", 0) >= p["VmRSS"]:
                 p.update(VmRSS=s["VmRSS"], RssAnon=s.get("RssAnon", 0), RssFile=s.get("RssFile", 0))
