@@ -72,6 +72,7 @@ def test_two_inputs_fp64_pair_agrees(runs, arrays):
     assert {"image.0.weight", "ink.0.weight", "1.weight", "4.weight"} <= names
 
 
+@pytest.mark.slow  # the mechanism is the default suite's on MNIST (tests/checkpoints/test_resume.py)
 def test_two_inputs_killed_run_resumes_bit_for_bit(runs, arrays, tmp_path):
     full = runs("torch", *sets(arrays), "distribution.world_size=2", config=TWO)
     out = tmp_path / "run"
@@ -91,6 +92,7 @@ def test_two_inputs_killed_run_resumes_bit_for_bit(runs, arrays, tmp_path):
     )
 
 
+@pytest.mark.slow  # the default suite continues MNIST runs (parity_tests/test_continuation.py)
 def test_two_inputs_torch_checkpoint_continues_in_tf(runs, arrays):
     overrides = (*sets(arrays), "precision.dtype=fp64")
     full = runs("torch", *overrides, config=TWO)
