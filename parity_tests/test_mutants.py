@@ -14,9 +14,12 @@ from tools.mutants import MUTANTS, SPECS, hook
 
 from .conftest import MLP
 
+# adam, bce and val: the slow set (CI) runs them; mse keeps a non-cross-entropy loss in the default
+SLOW_SPECS = ("adam", "bce", "val")
+
 
 @pytest.mark.parametrize(
-    "spec", [s if s != "adam" else pytest.param(s, marks=pytest.mark.slow) for s in SPECS]
+    "spec", [s if s not in SLOW_SPECS else pytest.param(s, marks=pytest.mark.slow) for s in SPECS]
 )
 def test_unmutated_pair_passes(runs, spec):
     cmp = compare_records(read_run(runs("torch", *SPECS[spec])), read_run(runs("tf", *SPECS[spec])))
@@ -26,7 +29,14 @@ def test_unmutated_pair_passes(runs, spec):
 # momentum, weight_decay and adam_eps are the same kind of mutant as lr_scale (an optimizer constant
 # off by a little), keras_bn_replica_stats the same kind as keras_bn_variance: the slow set (CI)
 # runs them.
-SLOW_MUTANTS = ("momentum", "weight_decay", "adam_eps", "keras_bn_replica_stats")
+SLOW_MUTANTS = (
+    "momentum",
+    "weight_decay",
+    "adam_eps",
+    "keras_bn_replica_stats",
+    "bce_label_smoothing",
+    "validation_tail",
+)
 
 
 @pytest.mark.parametrize(

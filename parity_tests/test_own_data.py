@@ -72,7 +72,7 @@ def test_two_inputs_fp64_pair_agrees(runs, arrays):
     assert {"image.0.weight", "ink.0.weight", "1.weight", "4.weight"} <= names
 
 
-@pytest.mark.slow  # the mechanism is the default suite's on MNIST (tests/checkpoints/test_resume.py)
+@pytest.mark.slow  # the default suite resumes MNIST runs (tests/checkpoints/test_resume.py)
 def test_two_inputs_killed_run_resumes_bit_for_bit(runs, arrays, tmp_path):
     full = runs("torch", *sets(arrays), "distribution.world_size=2", config=TWO)
     out = tmp_path / "run"

@@ -139,6 +139,33 @@ MUTANTS = {
             "bn",
             seen_by="reference_eval",
         ),
+        Mutant(
+            "mse_half",
+            "squared error halved (the 1/2 (o - t)^2 convention) instead of (o - t)^2",
+            None,
+            "",
+            "semantics differ",
+            "mse",
+        ),
+        Mutant(
+            "bce_label_smoothing",
+            "binary cross-entropy with label smoothing (targets t (1 - size) + size / 2, Keras's "
+            "BinaryCrossentropy(label_smoothing=size))",
+            1e-6,
+            "label smoothing",
+            "semantics differ",
+            "bce",
+        ),
+        Mutant(
+            "validation_tail",
+            "the validation split evaluated on the training split's last samples (Keras's "
+            "validation_split) instead of the recorded ids",
+            None,
+            "",
+            "semantics differ",
+            "val",
+            seen_by="reference_eval",
+        ),
     ]
 }
 
@@ -223,6 +250,17 @@ DATA = (
     "distribution.world_size=2",
     "precision.dtype=fp64",
 )
+TABLE = (
+    "data.train_limit=null",
+    "data.test_limit=null",
+    "data.batch_size=32",
+    "train.epochs=3",
+    "distribution.world_size=2",
+    "precision.dtype=fp64",
+    "optimizer.name=adam",
+    "model.preset=null",
+    "model.layers=[{type: dense, units: 16}, {type: relu}, {type: dense, units: 1}]",
+)
 SPECS = {
     "sgd": (
         *DATA,
@@ -239,6 +277,29 @@ SPECS = {
         "model.preset=null",
         "model.layers=[{type: conv2d, filters: 8, kernel_size: 3, "
         "stride: 2, padding: 1}, {type: relu}, {type: flatten}, {type: dense, units: 10}]",
+    ),
+    # the other losses and the validation split, on scikit-learn's bundled tables (all rows)
+    "mse": (
+        *TABLE,
+        "data.dataset=diabetes",
+        "model.inputs=[{name: x, shape: [10]}]",
+        "model.loss=mse",
+        "optimizer.lr=0.01",
+    ),
+    "bce": (
+        *TABLE,
+        "data.dataset=breast_cancer",
+        "model.inputs=[{name: x, shape: [30]}]",
+        "model.loss=binary_cross_entropy",
+        "optimizer.lr=0.001",
+    ),
+    "val": (
+        *TABLE,
+        "data.dataset=wine",
+        "model.inputs=[{name: x, shape: [13]}]",
+        "data.validation=0.2",
+        "optimizer.lr=0.001",
+        "model.layers=[{type: dense, units: 16}, {type: relu}, {type: dense, units: 3}]",
     ),
     "bn": (
         *DATA,
@@ -462,6 +523,51 @@ def _keras_bn_replica_stats(size: float) -> None:
         ]
 
     cls._running_updates = mutated
+
+
+def _mse_half(size: float) -> None:
+    import tensorflow as tf
+
+    cls = _engine()
+    loss_sum = cls._loss_sum
+
+    def mutated(self, logits, y):
+        return loss_sum(self, logits, y) * tf.constant(0.5, self.dtype)
+
+    cls._loss_sum = mutated
+
+
+def _bce_label_smoothing(size: float) -> None:
+    cls = _engine()
+    loss_sum = cls._loss_sum
+
+    def mutated(self, logits, y):
+        return loss_sum(self, logits, y * (1.0 - size) + size / 2)
+
+    cls._loss_sum = mutated
+
+
+def _validation_tail(size: float) -> None:
+    import numpy as np
+
+    from dualtrain.core import data as data_mod
+
+    cls = _engine()
+    evaluate = cls.evaluate
+
+    def mutated(self, split, ranges):
+        if split == data_mod.VALIDATION:
+            val = self.data.splits[data_mod.VALIDATION]
+            n = len(val) + len(self.data.splits[data_mod.TRAIN])
+            tail = data_mod.Split(np.arange(n - len(val), n, dtype=np.int64))
+            self.data.splits[data_mod.VALIDATION] = tail
+            try:
+                return evaluate(self, split, ranges)
+            finally:
+                self.data.splits[data_mod.VALIDATION] = val
+        return evaluate(self, split, ranges)
+
+    cls.evaluate = mutated
 
 
 # ---- the precision-path mutants (each patches one backend, active only in its precision path) ----
