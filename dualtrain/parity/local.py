@@ -6,12 +6,13 @@ statistics, optimizer slots, applied-update count) and the exact (float64) step 
 rounded to float32: its all-reduced gradient and loss. Each requested-precision run loaded the same
 rounded state and ran step k itself. Per backend X and probe step, three relative errors:
 
-* ``loss``:   |L_X - L_64| / max(|L_64|, A_L): the forward pass (model and loss). A_L is the
-  loss's absolute scale, the mean over the batch of the magnitudes of the terms each per-sample
-  loss subtracts (cross-entropy: |logsumexp z| + |z_y|), recorded by the fp64 run
-  (StepOut.abs_loss): a loss near zero (a well-fit batch) is a cancellation whose rounding is
-  relative to its terms, not to itself (configs/digits_cnn.yaml's late steps: L ~ 1e-3 with
-  logits ~ 10);
+* ``loss``:   |L_X - L_64| / (|L_64| + A_L u_param / u): the forward pass (model and loss). A_L
+  is the loss's absolute scale, the mean over the batch of the magnitudes of the terms each
+  per-sample loss subtracts (cross-entropy: |logsumexp z| + |z_y|), recorded by the fp64 run
+  (StepOut.abs_loss): a loss near zero (a well-fit batch) is a cancellation, and the float32
+  subtraction's correct rounding is u_param relative to its terms, not to the loss
+  (configs/digits_cnn.yaml's late steps: L ~ 1e-3 with logits ~ 10). The path's own u does not
+  multiply A_L (LocalBound.loss_terms), so a loss computed in bf16 still fails;
 * ``grad``:   max over parameter tensors t of ||g_X,t - g64,t|| / S_t: the all-reduced, unscaled
   gradient (backward, all-reduce, loss-scale unscaling), each tensor against its own scale. S_t is
   ||A_t||, the gradient's absolute scale (the sum of |input| x |output gradient| over the batch,
@@ -141,11 +142,11 @@ def measure(
         tensors = {k: _rel(_norm(grad_err, [k]), _norm(scale, [k])) for k in keys}
         floors = {k: bound.grad_cross_floor(n[k]) for k in scaled} if bound is not None else {}
         den = _norm(update, keys)
+        loss_scale = abs(float(ref_row["loss"]))
+        if bound is not None and "loss_abs" in ref_row:
+            loss_scale += bound.loss_terms(float(ref_row["loss_abs"]))
         errors = {
-            "loss": _rel(
-                abs(float(row["loss"]) - float(ref_row["loss"])),
-                max(abs(float(ref_row["loss"])), float(ref_row.get("loss_abs", 0.0))),
-            ),
+            "loss": _rel(abs(float(row["loss"]) - float(ref_row["loss"])), loss_scale),
             "grad": max(tensors.values()),
             "update": _rel(_norm(upd_err, keys), den),
         }

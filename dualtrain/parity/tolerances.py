@@ -175,6 +175,14 @@ class LocalBound:
         one-channel conv over 100,352 positions at 0.46 sqrt(n) u, TF's at 0.01 sqrt(n) u)."""
         return (self.grad_floor * self.u + self._accumulation(terms)) / self.grad_scale(terms)
 
+    def loss_terms(self, loss_abs: float) -> float:
+        """What the loss's absolute scale A_L adds to the loss error's denominator: the loss's own
+        subtraction (logsumexp z - z_y) runs in float32 under every precision (docs/parity.md §3),
+        so its correct rounding is u_param relative to its terms, which is A_L u_param / u in units
+        of this path's u. (A loss near zero cancels; a bf16 path's logits error reaches the loss
+        through the softmax's p - y, which vanishes there, so the path's u never multiplies A_L.)"""
+        return loss_abs * self.u_param / self.u
+
     def _accumulation(self, terms: float) -> float:
         return self.grad_lambda * terms**0.5 * self.u_param
 
