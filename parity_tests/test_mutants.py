@@ -14,8 +14,9 @@ from tools.mutants import MUTANTS, SPECS, hook
 
 from .conftest import MLP
 
-# adam, bce and val: the slow set (CI) runs them; mse keeps a non-cross-entropy loss in the default
-SLOW_SPECS = ("adam", "bce", "val")
+# adam, bce, val and bn_mw: the slow set (CI) runs them; mse keeps a non-cross-entropy loss in the
+# default
+SLOW_SPECS = ("adam", "bce", "val", "bn_mw")
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ MUTANTS = {
             None,
             "",
             "semantics differ",
-            "bn",
+            "bn_mw",
             seen_by="reference_eval",
         ),
         Mutant(
@@ -311,6 +311,12 @@ SPECS = {
         "{type: batchnorm}, {type: relu}, {type: dense, units: 10}]",
     ),
 }
+# The bn spec with the TF run as two worker processes (MultiWorkerMirroredStrategy): each worker
+# evaluates its ranges on the host with its own copy of the variables, so a replica whose running
+# statistics drifted from replica 0's shows in the evaluation. In one mirrored process evaluation
+# reads the primary copy (replica 0's) for every range, and per-replica statistics never reach an
+# output (tf.strategy is cosmetic: the torch run is the bn spec's).
+SPECS["bn_mw"] = (*SPECS["bn"], "tf.strategy=multi_worker")
 
 
 def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
@@ -516,7 +522,8 @@ def _keras_bn_replica_stats(size: float) -> None:
 
     def mutated(self, ctx, stats):
         # no broadcast: each replica's running statistics follow its own batches; the exported
-        # weights (the first device's copy) stay replica 0's, only evaluation on replica 1 differs
+        # weights (the chief's copy) stay replica 0's, only worker 1's evaluation differs (spec
+        # bn_mw)
         return [
             batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
             for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
