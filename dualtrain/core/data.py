@@ -455,13 +455,13 @@ def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
     return facts
 
 
-def check(spec: Experiment, *, digest: bool = True) -> Data:
+def check(spec: Experiment, *, digest: bool = True, width: int | None = None) -> Data:
     """Open the data and check it against the model, once, before any worker starts: shapes,
     row counts, finite values, target types and ranges against the model's output width. Returns
     the data with its content digest (``digest``) and facts (classes) filled in."""
     data = open_data(spec)
     where = data.source.partition(":")[2] if data.source.startswith("arrays:") else data.source
-    width = output_width(spec.model)
+    width = output_width(spec.model) if width is None else width  # a model pair's: its own
     if spec.data.dataset is Dataset.MNIST:
         mnist.verify(spec.data)
         facts = _check_targets(data, width, "MNIST")

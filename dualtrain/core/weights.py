@@ -60,11 +60,24 @@ def worker_initial_weights(model: ModelSpec, seed: int, run_dir: str | Path | No
     path = Path(run_dir) / WEIGHTS_INIT if run_dir is not None else None
     if path is not None and path.is_file():
         return load_weights(path)
+    if model.is_pair:
+        raise UserError(
+            "a model pair's workers read its initial weights and weight map from the run "
+            "directory, which this rank does not see; give every rank the run directory "
+            f"(a shared folder). Received: run directory {run_dir}"
+        )
     return initial_weights(model, seed)
 
 
 def check_layout(weights: Weights, model: ModelSpec, source: str = "weights") -> None:
-    expected = param_shapes(model)
+    if model.is_pair:  # the layout is the torch module's (dualtrain.core.pair, model_pair.json)
+        return
+    check_shapes(weights, param_shapes(model), source)
+
+
+def check_shapes(
+    weights: Weights, expected: dict[str, tuple[int, ...]], source: str = "weights"
+) -> None:
     if set(weights) != set(expected):
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))

@@ -108,6 +108,18 @@ def _existing(run: PlannedRun) -> Existing:
             f"from this one); pass --overwrite to replace it, or choose another "
             f"folder. Received: {str(where.parent)!r}"
         )
+    if run.spec.model.is_pair:  # the same spec, but the model's code may have changed since
+        from dualtrain.core import pair
+        from dualtrain.driver.pair import pair_layout
+
+        held = pair.read(where)
+        if held is not None and held.to_json() != pair_layout(run.spec)[0].to_json():
+            raise UserError(
+                f"--out holds a compare of another version of the model pair ({where.name}/"
+                f"{pair.PAIR_FILE}: its code or weight map differs from today's); pass "
+                f"--overwrite to replace it, or choose another folder. Received: "
+                f"{str(where.parent)!r}"
+            )
     if (where / SUMMARY_FILE).is_file() and (where / WEIGHTS_FINAL).is_file():
         return Existing("finished")
     latest = checkpoint.latest(where)

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from dualtrain.backends import check_installed, parse_backend
+from dualtrain.core import pair
 from dualtrain.core.data import read_record
 from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
@@ -135,7 +136,7 @@ def export_run(
             "spec": spec.to_dict(),
             "dtype": str(next(iter(weights.values())).dtype),
             "inputs": _inputs(spec, run_dir, fmt),
-            "output": f"(N, {output_width(spec.model)}): "
+            "output": f"(N, {_width(spec, run_dir)}): "
             + ("values" if spec.model.loss.value == "mse" else "logits"),
         }
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -162,6 +163,15 @@ def export_run(
 
 #: --format -> the backend that writes it
 BACKEND_OF = {"torch": "torch", "keras": "tf"}
+
+
+def _width(spec, run_dir: Path) -> int:
+    if spec.model.is_pair:  # the pair's recorded output
+        layout = pair.read(run_dir)
+        if layout is None:
+            raise UserError(f"{run_dir} has no {pair.PAIR_FILE} (a model pair's map)")
+        return layout.output_width
+    return output_width(spec.model)
 
 
 def _write(fmt: str, run_dir: Path, folder: Path) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from dualtrain.backends import LaunchModule, launch_module, parse_backend
+from dualtrain.core import pair
 from dualtrain.core.data import Data, write_record
 from dualtrain.core.weights import initial_weights, save_weights
+from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.rewind import _copy_records, _trained, check_records, truncate_records
 from dualtrain.driver.validate import check_out_dir, validate
 from dualtrain.errors import RunFailed, UserError
@@ -26,7 +28,12 @@ from dualtrain.launch.local import run_workers
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT, read_run
 from dualtrain.runtime import checkpoint, probes
 from dualtrain.runtime.entry import WORKER_ERROR
-from dualtrain.runtime.start import Start, check_continuation, check_same_data
+from dualtrain.runtime.start import (
+    Start,
+    check_continuation,
+    check_same_data,
+    check_same_model,
+)
 from dualtrain.spec import Backend, Experiment, dump_spec
 
 
@@ -94,6 +101,7 @@ def resolve_run(
         data = validate(spec, backend)
         if restart is not None:
             check_same_data(restart.state, data.sha256, restart.path)
+            check_same_model(restart.state, _model_sha256(spec), restart.path)
         warnings: tuple[str, ...] = (
             ()
             if out is not None
@@ -133,9 +141,14 @@ def resolve_run(
     data = validate(spec, backend)
     if resume is not None:
         check_same_data(resume.state, data.sha256, resume.path)
+        check_same_model(resume.state, _model_sha256(spec), resume.path)
     run_dir = Path(out) if out is not None else default_run_dir(spec, backend)
     action = "replace" if check_out_dir(run_dir, overwrite) else "create"
     return RunPlan(spec, backend, spec_world, None, run_dir, action, resume=resume, data=data)
+
+
+def _model_sha256(spec: Experiment) -> str:
+    return pair_layout(spec)[0].digest() if spec.model.is_pair else ""
 
 
 def _write_run_dir(plan: RunPlan) -> Path:
@@ -149,7 +162,12 @@ def _write_run_dir(plan: RunPlan) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         (run_dir / SPEC_FILE).write_text(dump_spec(plan.spec))
-        save_weights(run_dir / WEIGHTS_INIT, initial_weights(plan.spec.model, plan.spec.seed))
+        if plan.spec.model.is_pair:
+            layout, weights = pair_layout(plan.spec)
+            pair.write(layout, run_dir)
+        else:
+            weights = initial_weights(plan.spec.model, plan.spec.seed)
+        save_weights(run_dir / WEIGHTS_INIT, weights)
         if plan.data is not None:
             write_record(plan.data, run_dir)
     except BaseException:
@@ -259,6 +277,7 @@ def resume_run(
     check_continuation(ckpt.state, spec, ckpt.path)
     data = validate(spec, ckpt_backend)
     check_same_data(ckpt.state, data.sha256, ckpt.path)
+    check_same_model(ckpt.state, _model_sha256(spec), ckpt.path)
     launch = launch_module(ckpt_backend)
     # Everything is checked: now cut the records back to the checkpoint and record the new spec.
     write_atomic(run_dir / SPEC_FILE, dump_spec(spec))

@@ -13,6 +13,7 @@ from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, wh
 from dualtrain.core.plan import ShardPlan
 from dualtrain.core.weights import initial_weights
 from dualtrain.driver.outdir import check_creatable
+from dualtrain.driver.pair import pair_layout
 from dualtrain.errors import UserError
 from dualtrain.records import tbevents
 from dualtrain.records.record import SPEC_FILE
@@ -27,7 +28,7 @@ _CHECKED: dict[str, data_mod.Data] = {}
 of one spec: the data's content is read and hashed once)."""
 
 
-def checked_data(spec: Experiment) -> data_mod.Data:
+def checked_data(spec: Experiment, width: int | None = None) -> data_mod.Data:
     """:func:`dualtrain.core.data.check`, once per process for the same data and model (a file
     changed since, by size or mtime, is checked again)."""
     source = data_mod.locate(spec)
@@ -39,7 +40,7 @@ def checked_data(spec: Experiment) -> data_mod.Data:
         stamp = ";".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
     key = repr((spec.data, spec.model, spec.seed, stamp))
     if key not in _CHECKED:
-        _CHECKED[key] = data_mod.check(spec)
+        _CHECKED[key] = data_mod.check(spec, width=width)
     return _CHECKED[key]
 
 
@@ -56,14 +57,19 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
             "it does not need TensorFlow), or set logging.tensorboard: false. Received: "
             "tensorboard not installed"
         )
-    resolve(spec.model)
-    data = checked_data(spec)
-    initial_weights(spec.model, spec.seed)  # checks init_from's layout
+    if spec.model.is_pair:  # the user's modules, described by each backend (driver.pair)
+        layout, _ = pair_layout(spec)
+        data = checked_data(spec, layout.output_width)
+    else:
+        resolve(spec.model)
+        data = checked_data(spec)
+        initial_weights(spec.model, spec.seed)  # checks init_from's layout
     n_train = data.size(data_mod.TRAIN)
     check_split_sizes(spec, data)
-    check_batchnorm_batches(spec, n_train)
+    if not spec.model.is_pair:
+        check_batchnorm_batches(spec, n_train)
+        warn_cancelled_biases(spec)
     check_sizes(spec, n_train)
-    warn_cancelled_biases(spec)
     launch_module(backend).check_devices(spec)
     return data
 

@@ -113,7 +113,7 @@ def worker_main(
 def forward_main(
     backend: str,
     argv: list[str],
-    forward_logits: Callable[[Experiment, dict, list[np.ndarray]], np.ndarray],
+    forward_logits: Callable[[Experiment, dict, list[np.ndarray], Any], np.ndarray],
 ) -> int:
     """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
     float32 outputs (logits) of the first N test samples under the canonical weights (key
@@ -142,7 +142,8 @@ def forward_main(
         data = open_data(spec.replace(data=dataclasses.replace(spec.data, test_limit=None)))
         if not 1 <= n <= data.size(TEST):
             raise UserError(f"N must be in 1..{data.size(TEST)}. Received: {n}")
-        logits = forward_logits(spec, weights, data.inputs(TEST, slice(0, n)))
+        layout = _pair_beside(spec, spec_path)
+        logits = forward_logits(spec, weights, data.inputs(TEST, slice(0, n)), layout)
     except UserError as exc:
         print(f"dualtrain: error: {exc}", file=sys.stderr)
         return 2
@@ -150,8 +151,21 @@ def forward_main(
     return 0
 
 
+def _pair_beside(spec: Experiment, spec_path: str) -> Any:
+    """A model pair's map, which lies beside the run's spec (model_pair.json); None for
+    dualtrain's own layers."""
+    from dualtrain.core import pair
+
+    if not spec.model.is_pair:
+        return None
+    layout = pair.read(Path(spec_path).parent)
+    if layout is None:
+        raise UserError(f"{Path(spec_path).parent} has no {pair.PAIR_FILE} (a model pair's map)")
+    return layout
+
+
 def export_main(
-    backend: str, argv: list[str], export: Callable[[Experiment, dict, str], None]
+    backend: str, argv: list[str], export: Callable[[Experiment, dict, str, Any], None]
 ) -> int:
     """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER``: the
     backend's export of those weights, written into OUT_FOLDER (dualtrain.driver.export)."""
@@ -170,7 +184,7 @@ def export_main(
         spec = load_spec(spec_path)
         weights = load_weights(weights_path)
         check_layout(weights, spec.model, source=weights_path)
-        export(spec, weights, out)
+        export(spec, weights, out, _pair_beside(spec, spec_path))
     except UserError as exc:
         print(f"dualtrain: error: {exc}", file=sys.stderr)
         return 2
@@ -187,4 +201,35 @@ def env_main(backend: str, argv: list[str], facts: Callable[[], dict[str, Any]])
         print(f"usage: python -m dualtrain.backends.{backend}.tools env", file=sys.stderr)
         return 2
     print(json.dumps(facts(), default=str), flush=True)
+    return 0
+
+
+def describe_main(
+    backend: str,
+    argv: list[str],
+    describe: Callable[[Experiment], tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+) -> int:
+    """``python -m dualtrain.backends.<backend>.tools describe SPEC_YAML OUT_FOLDER``: this
+    backend's side of a model pair (dualtrain.core.pair) as OUT_FOLDER/side.json, and the torch
+    side's initial weights as OUT_FOLDER/weights.npz (dualtrain.driver.pair reads both)."""
+    import json
+
+    from dualtrain.core.weights import save_weights
+    from dualtrain.spec import load_spec
+
+    if len(argv) != 3:
+        print(
+            f"usage: python -m dualtrain.backends.{backend}.tools describe SPEC_YAML OUT_FOLDER",
+            file=sys.stderr,
+        )
+        return 2
+    _, spec_path, out = argv
+    try:
+        side, weights = describe(load_spec(spec_path))
+    except UserError as exc:
+        print(f"dualtrain: error: {exc}", file=sys.stderr)
+        return 2
+    if weights is not None:
+        save_weights(Path(out) / "weights.npz", weights)
+    (Path(out) / "side.json").write_text(json.dumps(side))
     return 0

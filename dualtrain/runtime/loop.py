@@ -44,8 +44,10 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         started: float | None = None,
         resume: Checkpoint | None = None,
         attempt: int = 0,
+        model_sha256: str = "",
     ):
         self.spec = spec
+        self.model_sha256 = model_sha256  # a model pair's (dualtrain.core.pair); "" otherwise
         self.engine = engine
         self.data = data
         self.plan = ShardPlan.from_spec(spec, data.size(TRAIN))
@@ -336,6 +338,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
             "metric": self.metric,
             "dataset": spec.data.dataset.value,
             "data_sha256": self.data.sha256,
+            "model_sha256": self.model_sha256 or None,
             "weights_final_digest": weights_digest(weights),
             "data_source": self.data.source,
             "sharding": spec.data.sharding.value,

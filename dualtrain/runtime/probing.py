@@ -153,6 +153,7 @@ class CheckpointSteps(_LoopState):
     history: list[dict[str, Any]]
     checkpoints: int
     checkpoint_s: float
+    model_sha256: str
 
     def _checkpoint(self, step: int, epoch: int) -> None:
         """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on
@@ -170,6 +171,7 @@ class CheckpointSteps(_LoopState):
             "precision": spec.precision.dtype.value,
             "spec": spec.to_dict(),
             "data_sha256": self.data.sha256,
+            "model_sha256": self.model_sha256,
             "versions": {
                 "python": platform.python_version(),
                 "numpy": np.__version__,

@@ -90,6 +90,19 @@ def check_continuation(state: dict[str, Any], spec: Experiment, where: Any) -> N
         )
 
 
+def check_same_model(state: dict[str, Any], sha256: str, where: Any) -> None:
+    """A model pair's checkpoint continues only the same pair: its code, arrays and weight map
+    (dualtrain.core.pair.Layout.digest) as recorded then."""
+    recorded = state.get("model_sha256") or ""
+    if recorded != sha256:
+        what = "dualtrain's own layers" if not recorded else f"a model pair {recorded[:12]}..."
+        now = "dualtrain's own layers" if not sha256 else f"the pair now gives {sha256[:12]}..."
+        raise UserError(
+            f"checkpoint {where} was trained as {what}; {now} (the model's code or weight map "
+            f"changed). Received: another model"
+        )
+
+
 def check_same_data(state: dict[str, Any], sha256: str, where: Any) -> None:
     """A checkpoint continues only on the data it was trained on: the content digest it recorded
     (dualtrain.core.data) must be the data's now, wherever the files lie (data.path and

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dualtrain.core import pair
 from dualtrain.core.data import Data, open_data
 from dualtrain.core.weights import Weights, worker_initial_weights
 from dualtrain.records.envinfo import core_facts
@@ -44,6 +45,9 @@ class Inputs:
     resume: Checkpoint | None
     weights: Weights
     hook: dict[str, str]
+    layout: pair.Layout | None = None
+    """A model pair's weight map (model_pair.json, dualtrain.core.pair); None: dualtrain's own
+    layers."""
 
 
 def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend: str) -> Inputs:
@@ -53,7 +57,10 @@ def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend:
     data.preload()
     resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
-    return Inputs(data=data, resume=resume, weights=weights, hook=run_test_hook(backend))
+    layout = pair.read(run_dir) if spec.model.is_pair and run_dir is not None else None
+    return Inputs(
+        data=data, resume=resume, weights=weights, hook=run_test_hook(backend), layout=layout
+    )
 
 
 def train_loop(
@@ -83,4 +90,5 @@ def train_loop(
         started=begun.started,
         resume=inputs.resume,
         attempt=start.attempt,
+        model_sha256=inputs.layout.digest() if inputs.layout is not None else "",
     )

@@ -47,6 +47,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise UserError(f"{path} must be a mapping. Received: {value!r}")
         return _build(typing.cast(type, tp), value, path)  # tp: a type hint, so a class
+    if origin is dict:  # model.args: keyword arguments for the user's factories, as written
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise UserError(f"{path} must be a mapping of names to values. Received: {value!r}")
+        return dict(value)
     if isinstance(tp, type) and issubclass(tp, StrEnum):
         return tp.parse(value, path)
     if origin is tuple:
@@ -150,7 +154,13 @@ def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
         raw["data"] = {k: v for k, v in data.items() if k != "validation"}
         raw["data"]["validation_ids"] = data["validation"]
     model = raw.get("model")
-    if isinstance(model, dict) and "preset" not in model and not model.get("layers"):
+    if (
+        isinstance(model, dict)
+        and "preset" not in model
+        and not model.get("layers")
+        and not model.get("torch")
+        and not model.get("keras")
+    ):
         raw["model"] = {**model, "preset": "mlp"}  # the default model, as when 'model' is absent
     return raw
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dualtrain.errors import UserError
@@ -180,8 +180,38 @@ class ModelSpec:
     """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
     init_from: str | None = _tagged(COSMETIC, default=None)
     """Canonical-layout .npz with the initial weights; None: generate them from the seed."""
+    torch: str | None = None
+    """A model pair's PyTorch side: ``"package.module:factory"``, a callable returning an
+    ``nn.Module`` that takes the inputs NCHW (images) or (N, F) (tables) and returns (N, outputs);
+    called with ``model.args`` as keyword arguments (docs/own-models.md). With ``keras``, instead
+    of preset/layers."""
+    keras: str | None = None
+    """A model pair's Keras side: ``"package.module:factory"`` returning a Keras 3 model that takes
+    the inputs NHWC (images) or (N, F) and returns (N, outputs)."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments for both factories (e.g. ``{width: 16, blocks: 2}``)."""
+    path: str | None = _tagged(COSMETIC, default=None)
+    """A folder searched first for the factories' modules (default: the working directory)."""
+    weight_map: str | None = None
+    """A model pair's explicit weight map (YAML/JSON: ``[{torch: NAME, keras: PATH, transform:
+    T}]``); null: matched automatically (layer order, shapes, layout transforms)."""
+
+    PAIR_FIELDS = ("torch", "keras", "args", "path", "weight_map")
+
+    @property
+    def is_pair(self) -> bool:
+        return self.torch is not None or self.keras is not None
 
     def __post_init__(self) -> None:
+        if self.is_pair:
+            self._check_pair()
+            return
+        for name in ("args", "weight_map"):
+            if getattr(self, name):
+                raise UserError(
+                    f"model.{name} is for a model pair (model.torch and model.keras). Received: "
+                    f"{name}={getattr(self, name)!r}"
+                )
         if self.preset is not None:
             _check(
                 self.preset in PRESETS,
@@ -232,6 +262,38 @@ class ModelSpec:
                     "cannot be a concat layer",
                     layer.type.value,
                 )
+
+    def _check_pair(self) -> None:
+        if self.torch is None or self.keras is None:
+            given = "torch" if self.torch is not None else "keras"
+            raise UserError(
+                f"a model pair needs both model.torch and model.keras (the PyTorch module and its "
+                f"Keras port). Received: only model.{given}"
+            )
+        if self.preset is not None or self.layers:
+            raise UserError(
+                "model: give either a model pair (torch, keras) or dualtrain layers "
+                "(preset/layers), not both. Received: both"
+            )
+        for side in ("torch", "keras"):
+            text = getattr(self, side)
+            mod, _, attr = text.partition(":")
+            ok = bool(mod) and bool(attr) and all(p.isidentifier() for p in mod.split("."))
+            _check(
+                ok and all(p.isidentifier() for p in attr.split(".")),
+                f"model.{side}",
+                "must be 'package.module:factory'",
+                text,
+            )
+        names = [i.name for i in self.inputs]
+        _check(len(set(names)) == len(names), "model.inputs", "must have distinct names", names)
+        for i in self.inputs:
+            _check(
+                not i.layers,
+                f"model.inputs[{i.name}].layers",
+                "is for dualtrain layers; a model pair's branches are in its own code",
+                len(i.layers),
+            )
 
     def resolved_layers(self) -> tuple[LayerSpec, ...]:
         return PRESETS[self.preset] if self.preset is not None else self.layers

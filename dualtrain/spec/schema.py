@@ -464,6 +464,13 @@ def _to_plain(obj: Any) -> Any:
             for f in dataclasses.fields(obj)
             if f.name == "type" or getattr(obj, f.name) != f.default
         }
+    if isinstance(obj, ModelSpec):  # a model pair's fields, or dualtrain's layers: not both
+        skip = ("preset", "layers") if obj.is_pair else ModelSpec.PAIR_FIELDS
+        return {
+            f.name: _to_plain(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.name not in skip
+        }
     if dataclasses.is_dataclass(obj):
         return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, enum.Enum):

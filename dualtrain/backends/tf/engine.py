@@ -34,16 +34,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from dualtrain.backends.tf import pair as pair_tf
+from dualtrain.backends.tf.pair import PairConversion, build_keras, named_variables
 from dualtrain.backends.tf.step import TrainStep
-from dualtrain.core import update_rules
+from dualtrain.core import pair, update_rules
 from dualtrain.core.data import Data
 from dualtrain.core.model import resolve, walk
+from dualtrain.core.pair import check_identity
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine, Evaluation
 from dualtrain.spec import Experiment, LayerType, Loss, Precision
 
 from .model import (
+    Conversion,
     build_model,
     export_canonical,
     has_dropout,
@@ -73,8 +77,12 @@ class TFEngine(TrainStep, Engine):
         rank: int,
         num_processes: int,
         host_device: str,
+        layout: pair.Layout | None = None,
     ):
         self.spec = spec
+        self.layout = layout
+        # canonical <-> Keras layouts of weights, gradients and slots (by name, or the pair's map)
+        self.conversion = Conversion() if layout is None else PairConversion(layout)
         self.strategy = strategy
         self.rank = rank
         self.num_processes = num_processes
@@ -94,15 +102,15 @@ class TFEngine(TrainStep, Engine):
         # Parameters, optimizer state, loss and gradients: float64 for fp64, else float32.
         self.dtype = tf.as_dtype(spec.precision.dtype.param_dtype)
         self._poisonable = bool(spec.debug.nonfinite_grad)
-        layers = list(walk(resolve(spec.model)))
+        layers = [] if layout is not None else list(walk(resolve(spec.model)))
         norms = [r.spec for r in layers if r.spec.type is LayerType.BATCHNORM]
         # (momentum, sync) per batchnorm layer, in canonical order (the model's extra outputs).
         self._norms = [(n.momentum, n.sync) for n in norms]
         # An empty replica must still run a forward with sync batchnorm (its all-reduces), so the
         # empty-batch guard below is left out then (the convolutions see 0 rows; measured fine).
-        self._guard_empty = any(r.spec.type is LayerType.CONV2D for r in layers) and not any(
-            sync for _, sync in self._norms
-        )
+        self._guard_empty = (
+            any(r.spec.type is LayerType.CONV2D for r in layers) or layout is not None
+        ) and not any(sync for _, sync in self._norms)
         self.opt = spec.optimizer
         ls = spec.precision.loss_scale
 
@@ -110,11 +118,18 @@ class TFEngine(TrainStep, Engine):
         self.loss = spec.model.loss
 
         with strategy.scope():
-            self.model, self.named = build_model(
-                spec.model, policy_name(spec.precision.dtype), seed=spec.seed
-            )
-            self._dropout = has_dropout(spec.model)
-            load_canonical(self.named, init_weights)
+            if layout is not None:  # the user's Keras model, its variables by the pair's map
+                self.model = build_keras(spec.model, policy_name(spec.precision.dtype))
+                self.named = named_variables(self.model, layout)
+                self._dropout = False
+            else:
+                self.model, self.named = build_model(
+                    spec.model, policy_name(spec.precision.dtype), seed=spec.seed
+                )
+                self._dropout = has_dropout(spec.model)
+            self.load_weights(init_weights)
+            if layout is not None:
+                check_identity(init_weights, self.weights())
             # The underlying tf.Variables (MirroredVariables under the strategy): trainable
             # parameters, and batchnorm running statistics (assigned by the step, never trained).
             self.param_names = [n for n, v in self.named if v.trainable]
@@ -123,7 +138,7 @@ class TFEngine(TrainStep, Engine):
             # torch.optim's state and GradScaler's, as variables (optimizer.py); the engine's
             # names for them (self.buf, self.m, ...) are the mutants' too (tools/mutants.py).
             self.optimizer = OptimizerVariables(
-                self.opt, self.params, fp16=self.fp16, loss_scale=ls
+                self.opt, self.params, fp16=self.fp16, loss_scale=ls, conversion=self.conversion
             )
             for key, attr in SLOTS.items():
                 setattr(self, attr, self.optimizer.slots[key])
@@ -247,6 +262,8 @@ class TFEngine(TrainStep, Engine):
         return out.reshape(self.num_processes, *rows.shape).astype(rows.dtype, copy=False)
 
     def weights(self) -> Weights:
+        if self.layout is not None:
+            return pair_tf.export_canonical(self.named, self.layout)
         return export_canonical(self.named)
 
     def versions(self) -> dict[str, str]:
@@ -257,7 +274,10 @@ class TFEngine(TrainStep, Engine):
         return self.optimizer.state(self.param_names)
 
     def load_weights(self, weights: Weights) -> None:
-        load_canonical(self.named, weights)
+        if self.layout is not None:
+            pair_tf.load_canonical(self.named, self.layout, weights)
+        else:
+            load_canonical(self.named, weights)
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
         self.optimizer.load(state, self.param_names)

@@ -271,6 +271,19 @@ def to_canonical(name: str, array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+class Conversion:
+    """Canonical <-> Keras layout of every array by its canonical name (weights, gradients,
+    optimizer slots): dualtrain's own layers by the name's suffix and rank
+    (:func:`to_keras`, :func:`to_canonical`); a model pair by its weight map
+    (dualtrain.backends.tf.pair.PairConversion)."""
+
+    def to_keras(self, name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
+        return to_keras(name, array, dtype)
+
+    def to_canonical(self, name: str, array: np.ndarray) -> np.ndarray:
+        return to_canonical(name, array)
+
+
 def load_canonical(named: list[tuple[str, keras.Variable]], weights: Weights) -> None:
     missing = [n for n, _ in named if n not in weights]
     if missing or len(weights) != len(named):

@@ -13,7 +13,7 @@ from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.spec import LossScaleSpec, OptimizerSpec
 
-from .model import to_canonical, to_keras
+from .model import Conversion
 
 #: canonical slot name (torch.optim's) -> the engine's attribute for its per-parameter variables:
 #: momentum buffer (sgd, rmsprop), Adam's m and v, the squared-gradient average (adadelta,
@@ -40,8 +40,10 @@ class OptimizerVariables:
         *,
         fp16: bool,
         loss_scale: LossScaleSpec,
+        conversion: Conversion | None = None,
     ):
         self.fp16 = fp16
+        self.conversion = conversion or Conversion()
         need = update_rules.slot_names(opt)
         self.slots: dict[str, list[tf.Variable]] = {
             key: [tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False) for p in params]
@@ -64,7 +66,7 @@ class OptimizerVariables:
             for slot, variables in self.slots.items():
                 # a slot this optimizer does not use is an empty list
                 for name, var in zip(param_names, variables, strict=False):
-                    slots[f"{slot}/{name}"] = to_canonical(name, var.numpy())
+                    slots[f"{slot}/{name}"] = self.conversion.to_canonical(name, var.numpy())
         return OptimizerState(
             slots=slots,
             applied=applied,
@@ -86,7 +88,7 @@ class OptimizerVariables:
                     f"model. Received: {key}"
                 )
             var = held[names.index(name)]
-            var.assign(to_keras(name, value, var.dtype.name))
+            var.assign(self.conversion.to_keras(name, value, var.dtype.name))
         self.applied.assign(state.applied)
         if self.fp16:
             self.scale.assign(state.loss_scale)

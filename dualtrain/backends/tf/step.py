@@ -19,7 +19,6 @@ from dualtrain.spec import Loss
 
 from .model import (
     call_model,
-    to_canonical,
 )
 from .optimizer import SLOTS
 
@@ -35,6 +34,7 @@ class TrainStep:
     _poisonable: Any
     _step_capture_cf: Any
     _step_cf: Any
+    conversion: Any
     applied: Any
     dtype: Any
     first_replica: Any
@@ -259,7 +259,7 @@ class TrainStep:
         grads = None
         if capture_grads:
             grads = {
-                name: to_canonical(name, local(g)[0].numpy())
+                name: self.conversion.to_canonical(name, local(g)[0].numpy())
                 for name, g in zip(self.param_names, out["captured"], strict=True)
             }
         amax = float(local(out["amax"])[0]) if self.fp16 else None

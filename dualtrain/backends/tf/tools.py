@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,11 @@ from dualtrain.spec import Experiment
 
 
 def forward_logits(
-    spec: Experiment, weights: Weights, inputs: list[np.ndarray], batch_size: int = 1000
+    spec: Experiment,
+    weights: Weights,
+    inputs: list[np.ndarray],
+    layout: Any = None,
+    batch_size: int = 1000,
 ) -> np.ndarray:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see worker.configure_tf)
@@ -32,11 +37,17 @@ def forward_logits(
     from .model import build_model, call_model, has_dropout, load_canonical, to_nhwc
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
-    model, named = build_model(spec.model, "float32", seed=spec.seed)
-    load_canonical(named, weights)
-    xs = [to_nhwc(a) if a.ndim == 4 else np.asarray(a, np.float32) for a in inputs]
+    if layout is not None:  # a model pair: the user's Keras model, weights through the map
+        from . import pair as pair_tf
 
-    dropout = has_dropout(spec.model)
+        model = pair_tf.build_keras(spec.model, "float32")
+        pair_tf.load_canonical(pair_tf.named_variables(model, layout), layout, weights)
+        dropout = False
+    else:
+        model, named = build_model(spec.model, "float32", seed=spec.seed)
+        load_canonical(named, weights)
+        dropout = has_dropout(spec.model)
+    xs = [to_nhwc(a) if a.ndim == 4 else np.asarray(a, np.float32) for a in inputs]
 
     def call(chunks):
         return call_model(model, [tf.constant(c) for c in chunks], dropout=dropout)[0]
@@ -57,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         from .envinfo import backend_facts
 
         return env_main("tf", argv, backend_facts)
+    if argv[:1] == ["describe"]:
+        from dualtrain.backends.tf.pair import describe
+        from dualtrain.runtime.entry import describe_main
+
+        return describe_main("tf", argv, lambda spec: (describe(spec), None))
     if argv[:1] == ["export"]:
         from .export import export_keras
 

@@ -210,6 +210,7 @@ def run_worker(
         rank=role.rank,
         num_processes=role.num_processes,
         host_device=tf_.host,
+        layout=inputs.layout,
     )
     facts = {
         "tf_strategy": spec.tf.strategy.value,

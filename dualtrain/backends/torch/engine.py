@@ -38,6 +38,7 @@ from dualtrain.backends.torch.optimizer import (
     make_optimizer,
     optimizer_state,
 )
+from dualtrain.backends.torch.pair import build_module
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import TrainStep
 from dualtrain.core.data import Data
@@ -220,7 +221,13 @@ class TorchEngine(TrainStep, Engine):
         self.loss = spec.model.loss
         self.metric = metric_name(self.loss)
 
-        module = build_model(spec.model, spec.seed).to(self.dtype)
+        # dualtrain's layers, or a model pair's torch module (its initial values are replaced by
+        # the run's recorded ones just below)
+        module = (
+            build_module(spec.model, spec.seed)
+            if spec.model.is_pair
+            else build_model(spec.model, spec.seed)
+        ).to(self.dtype)
         load_canonical(module, weights)
         self.module = module.to(device)
         self.ddp = DDP(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -118,11 +119,77 @@ def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:
     return state
 
 
-def export_torch(spec: Experiment, weights: Weights, out: str) -> None:
+_PAIR = '''"""{model} exported by dualtrain from {run}: the torch side of a model pair,
+{factory}(**ARGS) (the source file {source} is copied beside this one).
+
+``load()`` builds the module, loads model.safetensors and puts it in eval mode (no dualtrain
+needed). The inputs' normalisation is in export.json.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from {module} import {attr}  # noqa: E402
+
+ARGS = {args!r}
+DTYPE = torch.{dtype}
+
+
+def build_model() -> torch.nn.Module:
+    return {attr}(**ARGS).to(DTYPE)
+
+
+def load(path=Path(__file__).with_name("model.safetensors")) -> torch.nn.Module:
+    from safetensors.torch import load_file
+
+    model = build_model()
+    model.load_state_dict(load_file(str(path)))
+    return model.eval()
+'''
+
+
+def _export_pair(spec: Experiment, weights: Weights, folder: Path, dtype: str) -> None:
+    """A model pair's torch side: its state dict, the file that defines the factory, and a
+    model.py that builds and loads it."""
+    import shutil
+
+    from dualtrain.core.pair import import_factory
+
+    assert spec.model.torch is not None
+    module, _, attr = spec.model.torch.partition(":")
+    factory = import_factory(spec.model.torch, spec.model.path, "model.torch")
+    source = inspect.getsourcefile(factory)
+    if source is not None and "." not in module:  # a top-level module: one file to copy
+        shutil.copy(source, folder / Path(source).name)
+    (folder / "model.py").write_text(
+        _PAIR.format(
+            model=spec.name,
+            run=str(folder.parent),
+            factory=spec.model.torch,
+            source=Path(source).name if source else "?",
+            module=module,
+            attr=attr.split(".")[0],
+            args=dict(spec.model.args),
+            dtype=dtype,
+        )
+    )
+
+
+def export_torch(spec: Experiment, weights: Weights, out: str, layout: Any = None) -> None:
     """Write model.safetensors and model.py into the folder ``out`` (dualtrain.driver.export)."""
     from safetensors.numpy import save_file
 
     folder = Path(out)
     dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
+    if spec.model.is_pair:
+        save_file(
+            {k: np.ascontiguousarray(v) for k, v in weights.items()},
+            str(folder / "model.safetensors"),
+        )
+        _export_pair(spec, weights, folder, dtype)
+        return
     save_file(torch_state(spec, weights), str(folder / "model.safetensors"))
     (folder / "model.py").write_text(torch_source(spec, dtype, str(folder.parent)))

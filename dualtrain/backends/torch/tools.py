@@ -13,6 +13,7 @@ torch export (export.py).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,11 +23,18 @@ from dualtrain.core.weights import Weights, check_layout
 from dualtrain.spec import Experiment
 
 
-def forward_logits(spec: Experiment, weights: Weights, inputs: list[np.ndarray]) -> np.ndarray:
+def forward_logits(
+    spec: Experiment, weights: Weights, inputs: list[np.ndarray], layout: Any = None
+) -> np.ndarray:
     """float32 outputs (N, width): fp32, eval mode, on the model inputs as dualtrain.core.data
     gives them (float32, images N,C,H,W)."""
     check_layout(weights, spec.model)
-    model = build_model(spec.model, spec.seed)
+    if spec.model.is_pair:
+        from dualtrain.backends.torch.pair import build_module
+
+        model = build_module(spec.model, spec.seed)
+    else:
+        model = build_model(spec.model, spec.seed)
     load_canonical(model, weights)
     model.eval()
     with torch.no_grad():
@@ -41,6 +49,11 @@ def main(argv: list[str]) -> int:
         from dualtrain.backends.torch.envinfo import backend_facts
 
         return env_main("torch", argv, backend_facts)
+    if argv[:1] == ["describe"]:
+        from dualtrain.backends.torch.pair import describe
+        from dualtrain.runtime.entry import describe_main
+
+        return describe_main("torch", argv, describe)
     if argv[:1] == ["export"]:
         from dualtrain.backends.torch.export import export_torch
 

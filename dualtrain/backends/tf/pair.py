@@ -1,0 +1,196 @@
+"""The Keras side of a model pair (dualtrain.core.pair): the user's Keras 3 model, built from
+``model.keras`` with ``model.args`` under the run's dtype policy, its variables in the canonical
+(torch) names through the run's weight map, and its description for the driver's map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from dualtrain.core import pair
+from dualtrain.core.weights import Weights
+from dualtrain.errors import UserError
+from dualtrain.spec import Experiment, ModelSpec
+
+from .model import Conversion
+
+_KINDS = (
+    (keras.layers.Dense, "dense"),
+    (keras.layers.Conv2D, "conv2d"),
+    (keras.layers.BatchNormalization, "batchnorm"),
+)
+_REFUSED = (
+    (keras.layers.Dropout, "dropout"),
+    (keras.layers.BatchNormalization, "batchnorm"),
+)
+
+
+def kind(layer: Any) -> str:
+    return next((k for cls, k in _KINDS if isinstance(layer, cls)), "other")
+
+
+def nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """One sample's Keras input shape: images (C, H, W) -> (H, W, C); features unchanged."""
+    return (shape[1], shape[2], shape[0]) if len(shape) == 3 else tuple(shape)
+
+
+def leaves(model: Any) -> list[Any]:
+    """The model's leaf layers (no sublayers), in the model's own layer order."""
+    out = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if not list(layer._flatten_layers(include_self=False, recursive=False)):
+            out.append(layer)
+    return out
+
+
+def build_keras(model: ModelSpec, policy: str) -> Any:
+    """The user's Keras model under ``policy`` (the run's: float64 for fp64, mixed_float16, ...),
+    built on a zero batch of the data's input shapes."""
+    assert model.keras is not None
+    factory = pair.import_factory(model.keras, model.path, "model.keras")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        net = pair.call_factory(factory, model.args, "model.keras")
+    finally:
+        keras.config.set_dtype_policy(previous)
+    if not isinstance(net, keras.Model):
+        raise UserError(
+            f"model.keras: {model.keras} must return a keras.Model (Keras 3). Received: "
+            f"{type(net).__module__}.{type(net).__name__}"
+        )
+    for layer in leaves(net):
+        for cls, what in _REFUSED:
+            if isinstance(layer, cls):
+                raise UserError(
+                    f"model.keras: layer {layer.name!r} is a {type(layer).__name__}: {what} "
+                    f"layers are not supported in model pairs yet (docs/own-models.md). "
+                    f"Received: {type(layer).__name__}"
+                )
+    xs = [np.zeros((2, *nhwc(i.shape)), "float32") for i in model.inputs]
+    try:
+        out = net(xs if len(xs) > 1 else xs[0], training=False)
+    except Exception as exc:  # the user's model on the spec's input shapes
+        shapes = ", ".join(
+            f"{i.name} (N, {', '.join(map(str, nhwc(i.shape)))})" for i in model.inputs
+        )
+        raise UserError(
+            f"model.keras: {type(net).__name__} fails on the data's inputs {shapes} (images "
+            f"NHWC): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. "
+            f"Received: model.inputs {[list(i.shape) for i in model.inputs]}"
+        ) from None
+    if isinstance(out, (list, tuple, dict)):
+        raise UserError(
+            f"model.keras: {type(net).__name__} must return one tensor (N, outputs). Received: "
+            f"{type(out).__name__}"
+        )
+    pair.check_output(tuple(out.shape[1:]), "keras", type(net).__name__)
+    return net
+
+
+def _flatten_hwc(layer: Any) -> list[int] | None:
+    """A Dense layer fed by a Flatten of an (N, H, W, C) tensor: that (H, W, C)."""
+    try:
+        parents = layer._inbound_nodes[0].parent_nodes
+    except (AttributeError, IndexError):
+        return None
+    if len(parents) != 1 or not isinstance(parents[0].operation, keras.layers.Flatten):
+        return None
+    shape = parents[0].input_tensors[0].shape
+    before = parents[0].parent_nodes
+    if (
+        len(before) == 1
+        and isinstance(before[0].operation, keras.layers.Permute)
+        and tuple(before[0].operation.dims) == (3, 1, 2)
+    ):
+        return None  # permuted to C,H,W first: flattened in torch's order
+    return [int(d) for d in shape[1:]] if len(shape) == 4 else None
+
+
+def describe(spec: Experiment) -> dict[str, Any]:
+    net = build_keras(spec.model, "float32")
+    variables = []
+    for layer in leaves(net):
+        hwc = _flatten_hwc(layer) if kind(layer) == "dense" else None
+        for v in layer.weights:
+            variables.append(
+                {
+                    "path": v.path,
+                    "shape": [int(d) for d in v.shape],
+                    "trainable": bool(v.trainable),
+                    "layer": layer.path if hasattr(layer, "path") else layer.name,
+                    "kind": kind(layer),
+                    "role": v.name,
+                    "cls": type(layer).__name__,
+                    "flatten_hwc": hwc,
+                }
+            )
+    seen = {v["path"] for v in variables}
+    stray = [v.path for v in net.weights if v.path not in seen]
+    if stray:
+        raise UserError(
+            f"model.keras: variables outside any layer's weights: {stray[:3]}. Received: "
+            f"{len(stray)} stray variable(s)"
+        )
+    layers = [
+        {"name": layer.name, "cls": type(layer).__name__, "kind": kind(layer)}
+        for layer in leaves(net)
+    ]
+    out = net(
+        [np.zeros((1, *nhwc(i.shape)), "float32") for i in spec.model.inputs]
+        if len(spec.model.inputs) > 1
+        else np.zeros((1, *nhwc(spec.model.inputs[0].shape)), "float32")
+    )
+    return {
+        "factory": spec.model.keras,
+        "cls": f"{type(net).__module__}.{type(net).__name__}",
+        "output": [int(d) for d in out.shape[1:]],
+        "keras": variables,
+        "layers": layers,
+        "digest": pair.source_digest(type(net)),
+    }
+
+
+def named_variables(net: Any, layout: pair.Layout) -> list[tuple[str, Any]]:
+    """[(canonical name, Keras variable)] in the canonical (torch state dict) order."""
+    by_path = {v.path: v for v in net.weights}
+    entries = layout.by_torch()
+    return [(a.name, by_path[entries[a.name].keras]) for a in layout.torch.torch]
+
+
+def load_canonical(named: list[tuple[str, Any]], layout: pair.Layout, weights: Weights) -> None:
+    entries = layout.by_torch()
+    if set(weights) != {n for n, _ in named}:
+        raise ValueError(f"weights do not match the pair: {sorted(weights)}")
+    for name, var in named:
+        value = pair.to_keras(entries[name], weights[name]).astype(var.dtype)
+        if tuple(var.shape) != value.shape:
+            raise ValueError(f"{name}: Keras shape {tuple(var.shape)} != mapped {value.shape}")
+        var.assign(value)
+
+
+def export_canonical(named: list[tuple[str, Any]], layout: pair.Layout) -> Weights:
+    entries = layout.by_torch()
+    out = {}
+    for name, var in named:
+        a = np.asarray(keras.ops.convert_to_numpy(var.value))
+        a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
+        out[name] = pair.to_canonical(entries[name], a)
+    return out
+
+
+class PairConversion(Conversion):
+    """A model pair's canonical <-> Keras layout, by its weight map's transforms."""
+
+    def __init__(self, layout: pair.Layout):
+        self.entries = layout.by_torch()
+
+    def to_keras(self, name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
+        return pair.to_keras(self.entries[name], np.asarray(array, dtype=dtype))
+
+    def to_canonical(self, name: str, array: np.ndarray) -> np.ndarray:
+        a = np.asarray(array)
+        a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
+        return pair.to_canonical(self.entries[name], a)

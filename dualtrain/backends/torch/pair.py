@@ -1,0 +1,145 @@
+"""The torch side of a model pair (dualtrain.core.pair): the user's module, built from
+``model.torch`` with ``model.args`` under the run's seed, and its description (state dict, leaf
+modules in call order, output shape) for the driver's weight map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dualtrain.core import pair
+from dualtrain.errors import UserError
+from dualtrain.spec import Experiment, ModelSpec
+
+_KINDS: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.Linear, "dense"),
+    (nn.Conv2d, "conv2d"),
+    (nn.modules.batchnorm._BatchNorm, "batchnorm"),
+)
+#: Layers whose semantics a pair cannot carry yet: dropout draws torch's own masks (dualtrain's
+#: hash masks are for its own layers), batchnorm keeps per-framework statistics conventions
+_REFUSED: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.modules.dropout._DropoutNd, "dropout"),
+    (nn.modules.batchnorm._BatchNorm, "batchnorm"),
+)
+
+
+def kind(m: nn.Module) -> str:
+    return next((k for cls, k in _KINDS if isinstance(m, cls)), "other")
+
+
+def build_module(model: ModelSpec, seed: int) -> nn.Module:
+    """The user's ``nn.Module``, its parameters drawn by its own initialisers under
+    ``torch.manual_seed(seed)`` (the pair's initial weights: the driver records them once, and
+    every run loads the recorded arrays)."""
+    assert model.torch is not None
+    factory = pair.import_factory(model.torch, model.path, "model.torch")
+    torch.manual_seed(seed)
+    module = pair.call_factory(factory, model.args, "model.torch")
+    if not isinstance(module, nn.Module):
+        raise UserError(
+            f"model.torch: {model.torch} must return a torch.nn.Module. Received: "
+            f"{type(module).__module__}.{type(module).__name__}"
+        )
+    for name, m in module.named_modules():
+        for cls, what in _REFUSED:
+            if isinstance(m, cls):
+                raise UserError(
+                    f"model.torch: {name or 'the model'} is a {type(m).__name__}: {what} layers "
+                    f"are not supported in model pairs yet (docs/own-models.md); use dualtrain's "
+                    f"own layers (model.layers) for a model with {what}. Received: "
+                    f"{type(m).__name__} at {name!r}"
+                )
+    return module
+
+
+def canonical_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        k: v
+        for k, v in module.state_dict().items()
+        if k.rsplit(".", 1)[-1] not in pair.SKIPPED_BUFFERS
+    }
+
+
+def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(the side's description as JSON, the initial weights in the canonical layout)."""
+    model = spec.model
+    module = build_module(model, spec.seed)
+    params = {id(p) for p in module.parameters()}
+    owner = {}
+    for mname, m in module.named_modules():
+        for pname, t in list(m.named_parameters(recurse=False)) + list(
+            m.named_buffers(recurse=False)
+        ):
+            owner[f"{mname}.{pname}" if mname else pname] = (mname, m, id(t) in params)
+    order: dict[str, int] = {}
+    layers: list[dict[str, Any]] = []
+
+    def hook(name: str):
+        def record(m: nn.Module, inputs: tuple[Any, ...], out: Any) -> None:
+            order.setdefault(name, len(order))
+            layers.append(
+                {
+                    "name": name,
+                    "cls": type(m).__name__,
+                    "kind": kind(m),
+                    "in": [list(x.shape[1:]) for x in inputs if isinstance(x, torch.Tensor)],
+                    "out": list(out.shape[1:]) if isinstance(out, torch.Tensor) else None,
+                }
+            )
+
+        return record
+
+    leaves = [(n, m) for n, m in module.named_modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook(n)) for n, m in leaves]
+    xs = [torch.zeros((2, *i.shape)) for i in model.inputs]
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(*xs)
+    except Exception as exc:  # the user's forward on the spec's input shapes
+        shapes = ", ".join(f"{i.name} (N, {', '.join(map(str, i.shape))})" for i in model.inputs)
+        raise UserError(
+            f"model.torch: {type(module).__name__} fails on the data's inputs {shapes}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. Received: "
+            f"model.inputs {[list(i.shape) for i in model.inputs]}"
+        ) from None
+    finally:
+        for h in handles:
+            h.remove()
+    if not isinstance(out, torch.Tensor):
+        raise UserError(
+            f"model.torch: {type(module).__name__} must return one tensor (N, outputs). "
+            f"Received: {type(out).__name__}"
+        )
+    output = pair.check_output(tuple(out.shape[1:]), "torch", type(module).__name__)
+    state = canonical_state(module)
+    arrays = []
+    for name, t in state.items():
+        mname, m, trainable = owner[name]
+        arrays.append(
+            {
+                "name": name,
+                "shape": list(t.shape),
+                "trainable": trainable,
+                "module": mname,
+                "kind": kind(m),
+                "cls": type(m).__name__,
+            }
+        )
+    # weighted modules in the order they first ran (the automatic map pairs them in that order)
+    first = {a["module"]: order.get(a["module"], len(order) + i) for i, a in enumerate(arrays)}
+    arrays.sort(key=lambda a: first[a["module"]])
+    side = {
+        "factory": model.torch,
+        "cls": f"{type(module).__module__}.{type(module).__name__}",
+        "output": list(output),
+        "torch": arrays,
+        "layers": layers,
+        "digest": pair.source_digest(type(module)),
+    }
+    weights = {k: v.detach().to(torch.float32).numpy().copy() for k, v in state.items()}
+    return side, weights

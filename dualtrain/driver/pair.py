@@ -1,0 +1,98 @@
+"""A model pair's layout for a run (dualtrain.core.pair): each backend describes its own side in a
+child process (the driver imports neither framework), both at once; the map is made here, once
+per process and spec, and written into the run directory with the initial weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from dualtrain.backends import PACKAGES, check_installed
+from dualtrain.core import pair
+from dualtrain.core.weights import Weights, check_shapes, load_weights
+from dualtrain.errors import UserError
+from dualtrain.spec import Backend, Experiment
+from dualtrain.spec.load import dump_spec
+
+_LAYOUTS: dict[str, tuple[pair.Layout, Weights]] = {}
+TIMEOUT_S = 600
+
+
+def _key(spec: Experiment) -> str:
+    return repr((spec.model, spec.seed, os.getcwd()))
+
+
+def pair_layout(spec: Experiment) -> tuple[pair.Layout, Weights]:
+    """The run's map and initial weights (the torch module's own, or model.init_from's)."""
+    key = _key(spec)
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = _describe(spec)
+    return _LAYOUTS[key]
+
+
+def _describe(spec: Experiment) -> tuple[pair.Layout, Weights]:
+    for backend in (Backend.TORCH, Backend.TF):
+        check_installed(backend)  # a pair needs both frameworks, whichever runs
+    with tempfile.TemporaryDirectory(prefix="dualtrain-pair-") as tmp:
+        spec_path = Path(tmp) / "spec.yaml"
+        spec_path.write_text(dump_spec(spec))
+        procs = {}
+        for backend in (Backend.TORCH, Backend.TF):
+            out = Path(tmp) / backend.value
+            out.mkdir()
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+            procs[backend] = (
+                subprocess.Popen(
+                    [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "describe", str(spec_path)]
+                    + [str(out)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                ),
+                out,
+            )
+        sides = {}
+        for backend, (proc, out) in procs.items():
+            try:
+                _, err = proc.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                for p, _ in procs.values():
+                    p.kill()
+                raise UserError(
+                    f"model.{backend.value}: building the model took over {TIMEOUT_S} s. Received: "
+                    f"{getattr(spec.model, backend.value if backend is Backend.TORCH else 'keras')}"
+                ) from None
+            field = "model.torch" if backend is Backend.TORCH else "model.keras"
+            given = spec.model.torch if backend is Backend.TORCH else spec.model.keras
+            if proc.returncode != 0:
+                for p, _ in procs.values():
+                    p.kill()
+                lines = [ln for ln in err.splitlines() if ln.strip()]
+                ours = [ln for ln in lines if ln.startswith("dualtrain: error: ")]
+                if proc.returncode == 2 and ours:
+                    raise UserError(ours[-1].removeprefix("dualtrain: error: "))
+                # the user's own code raised: its traceback is theirs to read
+                sys.stderr.write("\n".join(lines[-30:]) + "\n")
+                last = lines[-1] if lines else f"exit code {proc.returncode}"
+                raise UserError(
+                    f"{field}: building or running the model raised (its traceback above): "
+                    f"{last}. Received: {field}={given!r}"
+                )
+            sides[backend] = pair.side_from_json(json.loads((out / "side.json").read_text()))
+        weights = load_weights(Path(tmp) / Backend.TORCH.value / "weights.npz")
+    layout = pair.layout(sides[Backend.TORCH], sides[Backend.TF], spec.model.weight_map)
+    if spec.model.init_from is not None:
+        weights = load_weights(spec.model.init_from)
+        check_shapes(weights, layout.shapes(), source=spec.model.init_from)
+    out_t, out_k = layout.torch.output, layout.keras.output
+    if out_t != out_k:
+        raise UserError(
+            f"model pair: the torch model outputs {list(out_t)} per sample and the Keras one "
+            f"{list(out_k)}. Received: {spec.model.torch} vs {spec.model.keras}"
+        )
+    return layout, weights

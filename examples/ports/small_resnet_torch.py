@@ -1,0 +1,52 @@
+"""A small residual CNN written in PyTorch, as a team would write it (the torch side of
+configs/port_resnet.yaml; its Keras port is small_resnet_keras.py).
+
+stem conv 3x3 -> residual block -> strided residual block (1x1 stride-2 shortcut) -> flatten ->
+dense. Inputs NCHW, outputs one logit per class.
+"""
+
+from torch import nn
+
+
+class Block(nn.Module):
+    """relu(conv(relu(conv(x))) + shortcut(x)); with stride 2 the shortcut is a 1x1 stride-2
+    conv."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1, act=nn.ReLU, bias: bool = True):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=bias)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
+        self.shortcut = (
+            nn.Conv2d(c_in, c_out, 1, stride=stride) if stride != 1 or c_in != c_out else None
+        )
+        self.act = act()
+
+    def forward(self, x):
+        y = self.conv2(self.act(self.conv1(x)))
+        skip = x if self.shortcut is None else self.shortcut(x)
+        return self.act(y + skip)
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # nn.GELU: the exact erf form
+
+
+class SmallResNet(nn.Module):
+    def __init__(
+        self, width=8, classes=10, side=8, channels=1, act=nn.ReLU, bias=True, flatten=nn.Flatten
+    ):
+        super().__init__()
+        self.stem = nn.Conv2d(channels, width, 3, padding=1)
+        self.act = act()
+        self.block1 = Block(width, width, act=act, bias=bias)
+        self.block2 = Block(width, 2 * width, stride=2, act=act)
+        self.flatten = flatten()
+        self.fc = nn.Linear(2 * width * (side // 2) ** 2, classes)
+
+    def forward(self, x):
+        x = self.act(self.stem(x))
+        x = self.block2(self.block1(x))
+        return self.fc(self.flatten(x))
+
+
+def small_resnet(width: int = 8, classes: int = 10, side: int = 8, channels: int = 1, act="relu"):
+    return SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act])

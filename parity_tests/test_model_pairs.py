@@ -1,0 +1,177 @@
+"""Your own models (issue 19): a small residual CNN written in PyTorch and its Keras port
+(examples/ports), trained by both backends from the torch module's initial weights through the
+weight map. The faithful port's fp64 pair agrees to the reference bound; each port that carries a
+classic mistake (on either side) makes the fp64 pair fail with "semantics differ"; a pair resumes
+bit for bit, continues from torch to TF within the fp64 bound and exports to both frameworks'
+own forms."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dualtrain.core.weights import load_weights
+from dualtrain.parity import compare_records
+from dualtrain.parity.checks import (
+    Reference,
+    check_reference_eval,
+    check_reference_loss,
+    check_reference_weights,
+)
+from dualtrain.parity.diagnose import SEMANTICS
+from dualtrain.records.record import read_run
+from dualtrain.runtime import checkpoint
+from tests.conftest import ROOT, run_cli
+
+PORT = str(ROOT / "configs" / "port_resnet.yaml")
+SHORT = (
+    f"model.path={ROOT / 'examples' / 'ports'}",
+    "train.epochs=2",
+    "train.checkpoint_every=10",
+    "train.keep_checkpoints=5",
+)
+
+
+def test_faithful_port_fp64_pair_agrees(runs):
+    ref = runs.reference(*SHORT, config=PORT)
+    for check in (
+        check_reference_loss(ref),
+        check_reference_weights(ref),
+        check_reference_eval(ref),
+    ):
+        print(check.name, check.detail)
+        assert check.passed, check.detail
+    assert ref.a.summary["model_sha256"] == ref.b.summary["model_sha256"]
+    assert ref.a.summary["test_accuracy"] > 0.8
+
+
+#: (override, the side that carries the mistake); the slow set runs the last three
+MISTAKES = {
+    "same_padding_strided": "model.keras=mistaken_keras:same_padding_strided",
+    "flatten_hwc": "model.torch=mistaken_torch:flatten_hwc",
+    "softmax_inside": "model.keras=mistaken_keras:softmax_inside",
+    "gelu_tanh (torch)": "model.torch=mistaken_torch:gelu_tanh",
+    "gelu_approximate (keras)": "model.keras=mistaken_keras:gelu_approximate",
+}
+SLOW = ("softmax_inside", "gelu_tanh (torch)", "gelu_approximate (keras)")
+
+
+@pytest.mark.parametrize(
+    "name", [n if n not in SLOW else pytest.param(n, marks=pytest.mark.slow) for n in MISTAKES]
+)
+def test_mistaken_port_fails_with_semantics_differ(runs, name):
+    sets = (*SHORT, "precision.dtype=fp64", MISTAKES[name])
+    if "gelu" in name:  # the faithful other side uses the exact gelu
+        sets += ("model.args.act=gelu",)
+    cmp = compare_records(
+        read_run(runs("torch", *sets, config=PORT)), read_run(runs("tf", *sets, config=PORT))
+    )
+    d = cmp.diagnosis
+    print(name, d.summary())
+    assert not cmp.passed
+    assert d.category == SEMANTICS and not cmp.check("reference_loss").passed
+    assert cmp.check("init_weights").passed  # both sides started from the same weights
+
+
+def test_pair_resumes_bit_for_bit_and_continues_in_tf(runs):
+    overrides = (*SHORT, "precision.dtype=fp64")
+    full = runs("torch", *overrides, config=PORT)
+    again = runs.resume_from("torch", checkpoint.step_dir(full, 20), *overrides, config=PORT)
+    wa, wb = load_weights(full / "weights_final.npz"), load_weights(again / "weights_final.npz")
+    assert wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+    cont = runs.resume_from("tf", checkpoint.step_dir(full, 20), *overrides, config=PORT)
+    ref = Reference(read_run(full), read_run(cont))
+    assert ref.b.summary["resumed"][0]["checkpoint_backend"] == "torch"
+    for check in (check_reference_loss(ref), check_reference_weights(ref)):
+        print(check.name, check.detail)
+        assert check.passed, check.detail
+
+
+LOADERS = {
+    "torch": """
+import importlib.util, sys
+import numpy as np, torch
+folder, data, out = sys.argv[1:4]
+spec = importlib.util.spec_from_file_location("exported", folder + "/model.py")
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+model = mod.load()
+with torch.no_grad():
+    np.save(out, model(torch.from_numpy(np.load(data)).to(mod.DTYPE)).double().numpy())
+""",
+    "keras": """
+import os, sys; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+import numpy as np, keras
+folder, data, out = sys.argv[1:4]
+model = keras.saving.load_model(folder + "/model.keras")
+x = np.load(data).transpose(0, 2, 3, 1)
+np.save(out, np.asarray(model(x, training=False), dtype=np.float64))
+""",
+}
+
+
+@pytest.mark.parametrize("fmt", ["torch", pytest.param("keras", marks=pytest.mark.slow)])
+def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt):
+    run = runs("tf", *SHORT, config=PORT)
+    folder = tmp_path / fmt
+    proc = run_cli("export", str(run), "--format", fmt, "--out", str(folder), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((folder / "export.json").read_text())["output"].startswith("(N, 10)")
+    logits = tmp_path / "logits.npz"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dualtrain.backends.tf.tools", "forward"]
+        + [str(run / "spec.yaml"), str(run / "weights_final.npz"), "50", str(logits)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    from dualtrain.core.data import TEST, open_data
+    from dualtrain.spec import load_spec
+
+    x = open_data(load_spec(run / "spec.yaml"), run).inputs(TEST, slice(0, 50))[0]
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "exported.npy"
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {site!r}\n" + LOADERS[fmt]]
+        + [str(folder), str(tmp_path / "x.npy"), str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(logits) as z:
+        expected = z["logits"].astype(np.float64)
+    assert float(np.abs(np.load(out) - expected).max()) < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["mirrored", "multi_worker"])
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_faithful_port_compares_at_every_world_size(tmp_path, world, strategy):
+    out = tmp_path / "cmp"
+    proc = run_cli(
+        "compare",
+        "--config",
+        PORT,
+        "--world-size",
+        str(world),
+        "--set",
+        f"model.path={ROOT / 'examples' / 'ports'}",
+        "--set",
+        f"tf.strategy={strategy}",
+        "--out",
+        str(out),
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["passed"], verdict
+    for name in ("torch", "tf"):
+        summary = json.loads((out / name / "summary.json").read_text())
+        assert summary["test_accuracy"] >= 0.96, (name, summary["test_accuracy"])

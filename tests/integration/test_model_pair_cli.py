@@ -1,0 +1,59 @@
+"""A model pair from the command line (issue 19): every user mistake in a pair is one line on
+stderr, exit 2, and nothing written (the factories run in each backend's own child process);
+a faithful pair trains on both backends and records its weight map."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, one_line_error, require, run_cli
+
+require("torch", "tensorflow", "keras")
+
+PORTS = ROOT / "examples" / "ports"
+CONFIG = str(ROOT / "configs" / "port_resnet.yaml")
+SHORT = ["--set", f"model.path={PORTS}", "--set", "train.max_steps=3", "--set", "train.epochs=null"]
+
+
+def _run(tmp_path: Path, *sets: str, backend: str = "torch"):
+    out = tmp_path / "run"
+    args = [a for s in sets for a in ("--set", s)]
+    proc = run_cli(
+        "run", "--backend", backend, "--config", CONFIG, *SHORT, *args, "--out", str(out)
+    )
+    return proc, out
+
+
+USER_MISTAKES = {
+    "module not found": (("model.torch=no_such_module:f",), "module 'no_such_module' not found"),
+    "factory not found": (("model.keras=small_resnet_keras:nope",), "has no 'nope'"),
+    "not an nn.Module": (("model.torch=small_resnet_keras:small_resnet",), "nn.Module"),
+    "not a Keras model": (("model.keras=small_resnet_torch:small_resnet",), "keras.Model"),
+    "args it does not take": (("model.args.depth=3",), "does not take model.args"),
+    "input shape": (("model.args.side=6",), "fails on the data's inputs"),
+    "output width vs labels": (("model.args.classes=5",), "out of range for the model's 5"),
+    "unmappable weights": (("model.torch=mistaken_torch:no_bias",), "missing or extra bias"),
+    "explicit map file": (("model.weight_map=nope.yaml",), "model.weight_map: file not found"),
+}
+
+
+@pytest.mark.parametrize("case", list(USER_MISTAKES))
+def test_a_pair_mistake_is_one_line_and_writes_nothing(tmp_path, case):
+    sets, text = USER_MISTAKES[case]
+    proc, out = _run(tmp_path, *sets, backend="tf" if case == "input shape" else "torch")
+    line = one_line_error(proc)
+    assert text in line, line
+    assert not out.exists()
+
+
+def test_a_faithful_pair_trains_and_records_its_map(tmp_path):
+    proc, out = _run(tmp_path, backend="tf")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    layout = json.loads((out / "model_pair.json").read_text())
+    transforms = {e["torch"]: e["transform"] for e in layout["map"]}
+    assert transforms["stem.weight"] == "oihw_hwio" and transforms["fc.weight"] == "flatten_chw"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model_sha256"] and summary["steps"] == 3
