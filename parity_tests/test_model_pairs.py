@@ -175,3 +175,58 @@ def test_faithful_port_compares_at_every_world_size(tmp_path, world, strategy):
     for name in ("torch", "tf"):
         summary = json.loads((out / name / "summary.json").read_text())
         assert summary["test_accuracy"] >= 0.96, (name, summary["test_accuracy"])
+
+
+# ---- the locator (dualtrain diff-models, and compare when a pair's fp64 pair fails) -------------
+
+#: each mistaken port: the layer the locator must name, what differs there, the mistake's name
+LOCATED = {
+    "same_padding_strided": ("'block2.conv1'", "output", "asymmetric 'same' padding"),
+    "flatten_hwc": ("'fc'", "input", "flatten order"),
+    "softmax_inside": ("'fc'", "output", "softmax inside the model"),
+    "gelu_tanh (torch)": ("'block1.conv1'", "input", "approximate vs exact gelu"),
+    "gelu_approximate (keras)": ("'block1.conv1'", "input", "approximate vs exact gelu"),
+}
+
+
+def _diff_models(*sets: str) -> dict:
+    args = [a for s in (f"model.path={ROOT / 'examples' / 'ports'}", *sets) for a in ("--set", s)]
+    proc = run_cli("diff-models", "--config", PORT, *args, "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize(
+    "name", [n if n not in SLOW else pytest.param(n, marks=pytest.mark.slow) for n in LOCATED]
+)
+def test_locator_names_the_layer_and_the_mistake(name):
+    sets = (MISTAKES[name], *(("model.args.act=gelu",) if "gelu" in name else ()))
+    finding = _diff_models(*sets)
+    layer, what, mistake = LOCATED[name]
+    print(finding["where"], finding["what"], finding["mistake"])
+    assert layer in finding["where"] and finding["what"] == what
+    assert finding["mistake"].startswith(mistake), finding["mistake"]
+
+
+def test_locator_finds_nothing_in_the_faithful_port():
+    finding = _diff_models()
+    assert finding["what"] == "nothing" and finding["rows"]
+    assert all(r["own"] < 1e-12 and r["grad"] < 1e-12 for r in finding["rows"])
+
+
+def test_compare_of_a_mistaken_port_locates_it(tmp_path):
+    out = tmp_path / "cmp"
+    sets = (
+        f"model.path={ROOT / 'examples' / 'ports'}",
+        "precision.dtype=fp64",
+        "train.max_steps=3",
+        "train.epochs=null",
+        MISTAKES["same_padding_strided"],
+    )
+    args = [a for s in sets for a in ("--set", s)]
+    proc = run_cli("compare", "--config", PORT, *args, "--out", str(out), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "locator: first difference at torch 'block2.conv1'" in proc.stdout
+    finding = json.loads((out / "locator.json").read_text())
+    assert finding["mistake"].startswith("asymmetric 'same' padding")
+    assert "asymmetric 'same' padding" in (out / "report.md").read_text()

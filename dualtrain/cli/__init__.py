@@ -13,6 +13,7 @@ import click
 
 from dualtrain import __version__
 from dualtrain.cli.compare import compare
+from dualtrain.cli.diff_models import diff_models
 from dualtrain.cli.env import env
 from dualtrain.cli.export import export
 from dualtrain.cli.run import run
@@ -35,6 +36,7 @@ def cli() -> None:
       dualtrain run --resume runs/a
       dualtrain export runs/a --format keras
       dualtrain env
+      dualtrain diff-models --config configs/port_resnet.yaml
     """
 
 
@@ -42,6 +44,7 @@ cli.add_command(run)
 cli.add_command(compare)
 cli.add_command(export)
 cli.add_command(env)
+cli.add_command(diff_models)
 
 
 def _interrupted(cause: BaseException | None) -> None:

@@ -19,6 +19,7 @@ model of the numerics checks (dualtrain.parity.checks).
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import threading
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder
+from dualtrain.parity.diagnose import SEMANTICS
 from dualtrain.parity.report import (
     REPORT_HTML,
     REPORT_MD,
@@ -384,5 +386,28 @@ def compare_backends(
     cmp = compare_dirs(
         by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None, notes
     )
+    if spec.model.is_pair and not cmp.passed and cmp.diagnosis.category == SEMANTICS:
+        locate_into(spec, cmp, out, progress)
     write_report(cmp, out)
     return cmp
+
+
+def locate_into(
+    spec: Experiment, cmp: Comparison, out: Path, progress: Callable[[str], None] | None
+) -> None:
+    """A model pair whose fp64 pair disagrees: the locator (dualtrain diff-models) on the initial
+    weights, its finding as a note of the comparison and OUT/locator.json."""
+    from dualtrain.driver.locate import locate_pair, table
+    from dualtrain.driver.pair import pair_layout
+
+    if progress is not None:
+        progress(f"{Progress.PREFIX} the fp64 pair disagrees: locating it layer by layer")
+    try:
+        layout, weights = pair_layout(spec)
+        finding = locate_pair(spec, layout, weights)
+    except UserError as exc:
+        cmp.notes.append(f"locator: could not run ({exc})")
+        return
+    cmp.notes.append(finding.line())
+    doc = {**finding.to_json(), "table": table(finding)}
+    (out / "locator.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -233,3 +233,40 @@ def describe_main(
         save_weights(Path(out) / "weights.npz", weights)
     (Path(out) / "side.json").write_text(json.dumps(side))
     return 0
+
+
+def probe_layers_main(backend: str, argv: list[str], probe: Callable[..., dict]) -> int:
+    """``python -m dualtrain.backends.<backend>.tools probe-layers SPEC_YAML WEIGHTS_NPZ BATCH_NPZ
+    [PAIR_JSON TORCH_NPZ] OUT_NPZ``: the locator's record of this backend's side of a model pair
+    on one batch (dualtrain.core.locate; the TF side also takes the pair's map and the torch
+    side's record)."""
+    import json
+
+    from dualtrain.core import pair
+    from dualtrain.core.weights import load_weights
+    from dualtrain.spec import load_spec
+
+    want = 5 if backend == "torch" else 7
+    if len(argv) != want:
+        print(
+            f"usage: python -m dualtrain.backends.{backend}.tools probe-layers ...", file=sys.stderr
+        )
+        return 2
+    try:
+        spec = load_spec(argv[1])
+        weights = load_weights(argv[2])
+        with np.load(argv[3]) as z:
+            inputs = [z[f"x{i}"] for i in range(len(spec.model.inputs))]
+            y = z["y"]
+        if backend == "torch":
+            out = probe(spec, weights, inputs, y)
+        else:
+            layout = pair.Layout.from_json(json.loads(Path(argv[4]).read_text()))
+            with np.load(argv[5]) as z:
+                torch_side = {k: z[k] for k in z.files}
+            out = probe(spec, weights, layout, inputs, y, torch_side)
+    except UserError as exc:
+        print(f"dualtrain: error: {exc}", file=sys.stderr)
+        return 2
+    np.savez(argv[-1], **out)
+    return 0

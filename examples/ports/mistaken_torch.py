@@ -16,15 +16,19 @@ class FlattenHWC(nn.Module):
         return x.permute(0, 2, 3, 1).flatten(1)
 
 
-def flatten_hwc(width=8, classes=10, side=8, channels=1, act="relu"):
-    return SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act], flatten=FlattenHWC)
+def flatten_hwc(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
+    return SmallResNet(
+        width, classes, side, channels, act=ACTIVATIONS[act], flatten=FlattenHWC, blocks=blocks
+    )
 
 
-def no_bias(width=8, classes=10, side=8, channels=1, act="relu"):
+def no_bias(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
     """block1.conv1 without its bias, where the Keras port has one."""
-    return SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act], bias=False)
+    return SmallResNet(
+        width, classes, side, channels, act=ACTIVATIONS[act], bias=False, blocks=blocks
+    )
 
 
-def gelu_tanh(width=8, classes=10, side=8, channels=1, act="gelu"):
+def gelu_tanh(width=8, classes=10, side=8, channels=1, act="gelu", blocks=1):
     """nn.GELU(approximate="tanh") where Keras's gelu is the exact erf form."""
     return SmallResNet(width, classes, side, channels, act=lambda: nn.GELU(approximate="tanh"))

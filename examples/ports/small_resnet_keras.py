@@ -28,17 +28,21 @@ def _block(x, c_out: int, stride: int, name: str, act: str = "relu", same_stride
     return layers.Activation(act, name=f"{name}_out")(y)
 
 
-def build(width=8, classes=10, side=8, channels=1, act="relu", same_strided=False, head=None):
+def build(
+    width=8, classes=10, side=8, channels=1, act="relu", same_strided=False, head=None, blocks=1
+):
     # Keras's "gelu" is the exact erf form by default (approximate=False), as torch's nn.GELU
     inp = keras.Input((side, side, channels), name="x")
     x = layers.Conv2D(width, 3, padding="same", name="stem")(inp)
     x = layers.Activation(act, name="stem_act")(x)
     x = _block(x, width, 1, "block1", act)
+    for j in range(blocks - 1):
+        x = _block(x, width, 1, f"more{j}", act)
     x = _block(x, 2 * width, 2, "block2", act, same_strided)
     x = layers.Flatten(name="flatten")(x)
     x = layers.Dense(classes, activation=head, name="fc")(x)
     return keras.Model(inp, x, name="small_resnet")
 
 
-def small_resnet(width: int = 8, classes: int = 10, side: int = 8, channels: int = 1, act="relu"):
-    return build(width, classes, side, channels, act)
+def small_resnet(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
+    return build(width, classes, side, channels, act, blocks=blocks)

@@ -32,21 +32,31 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}  # nn.GELU: the exact erf form
 
 class SmallResNet(nn.Module):
     def __init__(
-        self, width=8, classes=10, side=8, channels=1, act=nn.ReLU, bias=True, flatten=nn.Flatten
+        self,
+        width=8,
+        classes=10,
+        side=8,
+        channels=1,
+        act=nn.ReLU,
+        bias=True,
+        flatten=nn.Flatten,
+        blocks=1,
     ):
         super().__init__()
         self.stem = nn.Conv2d(channels, width, 3, padding=1)
         self.act = act()
         self.block1 = Block(width, width, act=act, bias=bias)
+        # blocks - 1 more stride-1 blocks (a deeper model for the locator's timing)
+        self.more = nn.Sequential(*[Block(width, width, act=act) for _ in range(blocks - 1)])
         self.block2 = Block(width, 2 * width, stride=2, act=act)
         self.flatten = flatten()
         self.fc = nn.Linear(2 * width * (side // 2) ** 2, classes)
 
     def forward(self, x):
         x = self.act(self.stem(x))
-        x = self.block2(self.block1(x))
+        x = self.block2(self.more(self.block1(x)))
         return self.fc(self.flatten(x))
 
 
-def small_resnet(width: int = 8, classes: int = 10, side: int = 8, channels: int = 1, act="relu"):
-    return SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act])
+def small_resnet(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
+    return SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act], blocks=blocks)

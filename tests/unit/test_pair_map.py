@@ -163,3 +163,14 @@ def test_spec_with_a_pair_keeps_its_args():
     assert spec.model.is_pair and spec.model.args == {"width": 4}
     assert "layers" not in spec.to_dict()["model"]
     assert "torch" not in from_dict({}).to_dict()["model"]  # dualtrain's layers: no pair fields
+
+
+def test_the_locator_tells_activations_apart():
+    from dualtrain.core import locate
+
+    x = np.linspace(-4.0, 4.0, 81)
+    for name, fn in locate.ACTIVATIONS.items():
+        assert locate.classify(fn(x))[0] == name
+    # the two gelus differ by up to ~1e-3 on the probe: never taken for each other
+    tanh_form = locate.ACTIVATIONS["gelu (tanh approximation)"](x)
+    assert locate.classify(tanh_form + 1e-5)[0] == "other"

@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         from .envinfo import backend_facts
 
         return env_main("tf", argv, backend_facts)
+    if argv[:1] == ["probe-layers"]:
+        from dualtrain.backends.tf.pair import probe_layers
+        from dualtrain.runtime.entry import probe_layers_main
+
+        return probe_layers_main("tf", argv, probe_layers)
     if argv[:1] == ["describe"]:
         from dualtrain.backends.tf.pair import describe
         from dualtrain.runtime.entry import describe_main

@@ -143,3 +143,69 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     }
     weights = {k: v.detach().to(torch.float32).numpy().copy() for k, v in state.items()}
     return side, weights
+
+
+def probe_layers(
+    spec: Experiment, weights: dict[str, np.ndarray], inputs: list[np.ndarray], y: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The locator's torch side (dualtrain.core.locate), in float64: every leaf module's first
+    call on this batch (its input and output, by module name), the model's output, and each
+    parameter's gradient of the run's loss (sum over the batch / N)."""
+    from dualtrain.spec import Loss
+
+    module = build_module(spec.model, spec.seed).to(torch.float64)
+    state = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in weights.items()}
+    module.load_state_dict(state, strict=False)
+    module.eval()
+    out: dict[str, np.ndarray] = {}
+
+    def hook(name: str):
+        def record(m: nn.Module, args: tuple[Any, ...], result: Any) -> None:
+            if f"in/{name}" in out or not args or not isinstance(args[0], torch.Tensor):
+                return
+            out[f"in/{name}"] = args[0].detach().numpy().copy()
+            if isinstance(result, torch.Tensor):
+                out[f"out/{name}"] = result.detach().numpy().copy()
+
+        return record
+
+    handles = [
+        m.register_forward_hook(hook(n))
+        for n, m in module.named_modules()
+        if n and not list(m.children())
+    ]
+    xs = [torch.from_numpy(np.asarray(a, np.float64)) for a in inputs]
+    logits = module(*xs)
+    for h in handles:
+        h.remove()
+    out["output"] = logits.detach().numpy().copy()
+    probe = torch.from_numpy(np.linspace(-4.0, 4.0, 81)[None, :])
+    with torch.no_grad():
+        for n, m in module.named_modules():
+            if n and not list(m.children()) and not list(m.parameters(recurse=False)):
+                try:  # what a parameter-free leaf does to the probe vector (activations)
+                    out[f"act/{n}"] = m(probe).numpy().reshape(-1).copy()
+                except Exception:  # flatten, pooling, ...: not an activation
+                    continue
+    target = torch.from_numpy(y)
+    if spec.model.loss is Loss.CROSS_ENTROPY:
+        loss = nn.functional.cross_entropy(logits, target, reduction="sum")
+    elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
+        loss = (
+            nn.functional.binary_cross_entropy_with_logits(
+                logits, target.to(torch.float64), reduction="none"
+            )
+            .mean(dim=1)
+            .sum()
+        )
+    else:
+        loss = (
+            nn.functional.mse_loss(logits, target.to(torch.float64), reduction="none")
+            .mean(dim=1)
+            .sum()
+        )
+    (loss / len(y)).backward()
+    for name, p in module.named_parameters():
+        if p.grad is not None:
+            out[f"grad/{name}"] = p.grad.numpy().copy()
+    return out

@@ -49,6 +49,11 @@ def main(argv: list[str]) -> int:
         from dualtrain.backends.torch.envinfo import backend_facts
 
         return env_main("torch", argv, backend_facts)
+    if argv[:1] == ["probe-layers"]:
+        from dualtrain.backends.torch.pair import probe_layers
+        from dualtrain.runtime.entry import probe_layers_main
+
+        return probe_layers_main("torch", argv, probe_layers)
     if argv[:1] == ["describe"]:
         from dualtrain.backends.torch.pair import describe
         from dualtrain.runtime.entry import describe_main
