@@ -8,8 +8,6 @@ own forms."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,6 +24,7 @@ from dualtrain.parity.diagnose import SEMANTICS
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, run_cli
+from tests.shared import run_outputs, run_without_dualtrain
 
 PORT = str(ROOT / "configs" / "port_resnet.yaml")
 SHORT = (
@@ -120,33 +119,13 @@ def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt):
     proc = run_cli("export", str(run), "--format", fmt, "--out", str(folder), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((folder / "export.json").read_text())["output"].startswith("(N, 10)")
-    logits = tmp_path / "logits.npz"
-    proc = subprocess.run(
-        [sys.executable, "-m", "dualtrain.backends.tf.tools", "forward"]
-        + [str(run / "spec.yaml"), str(run / "weights_final.npz"), "50", str(logits)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    from dualtrain.core.data import TEST, open_data
-    from dualtrain.spec import load_spec
-
-    x = open_data(load_spec(run / "spec.yaml"), run).inputs(TEST, slice(0, 50))[0]
+    expected, (x,) = run_outputs(run, "tf", 50, tmp_path)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "exported.npy"
-    site = [p for p in sys.path if p.endswith("site-packages")]
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {site!r}\n" + LOADERS[fmt]]
-        + [str(folder), str(tmp_path / "x.npy"), str(out)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
+    proc = run_without_dualtrain(
+        LOADERS[fmt], str(folder), str(tmp_path / "x.npy"), str(out), cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(logits) as z:
-        expected = z["logits"].astype(np.float64)
     assert float(np.abs(np.load(out) - expected).max()) < 1e-4
 
 

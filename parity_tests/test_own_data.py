@@ -10,8 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +25,7 @@ from dualtrain.parity.checks import (
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, run_cli
-from tests.shared import once, shared_root
+from tests.shared import once, run_outputs, run_without_dualtrain, shared_root
 
 TWO = str(ROOT / "configs" / "digits_two_inputs.yaml")
 SHORT = ("train.epochs=2", "train.checkpoint_every=10", "train.keep_checkpoints=5")
@@ -139,35 +137,12 @@ def test_two_inputs_export_loads_without_dualtrain(runs, arrays, tmp_path, fmt, 
     meta = json.loads((folder / "export.json").read_text())
     assert [i["name"] for i in meta["inputs"]] == ["image", "ink"]
     # the run's own outputs on the first 50 test samples, and the normalised inputs they came from
-    logits = tmp_path / "logits.npz"
-    proc = subprocess.run(
-        [sys.executable, "-m", "dualtrain.backends.torch.tools", "forward"]
-        + [str(run / "spec.yaml"), str(run / "weights_final.npz"), "50", str(logits)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    from dualtrain.core.data import TEST, open_data
-    from dualtrain.spec import load_spec
-
-    data = open_data(load_spec(run / "spec.yaml"), run)
-    image, ink = data.inputs(TEST, slice(0, 50))
+    expected, (image, ink) = run_outputs(run, "torch", 50, tmp_path)
     inputs = tmp_path / "inputs.npz"
     np.savez(inputs, image=image, ink=ink)
     out = tmp_path / "exported.npy"
-    site = [p for p in sys.path if p.endswith("site-packages")]
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {site!r}\n" + loader]
-        + [str(folder), str(inputs), str(out)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    proc = run_without_dualtrain(loader, str(folder), str(inputs), str(out), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(logits) as z:
-        expected = z["logits"].astype(np.float64)
     assert float(np.abs(np.load(out) - expected).max()) < tol
 
 

@@ -35,3 +35,44 @@ def once(out: Path, build: Callable[[Path], object], done: str = "summary.json")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return out
+
+
+def run_outputs(run: Path, backend: str, n: int, tmp: Path) -> tuple[object, list]:
+    """A finished run's own float64 outputs on its first ``n`` test samples (the backend's
+    ``tools forward``), and the normalised inputs they came from."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from dualtrain.core.data import TEST, open_data
+    from dualtrain.spec import load_spec
+
+    logits = tmp / "logits.npz"
+    proc = subprocess.run(
+        [sys.executable, "-m", f"dualtrain.backends.{backend}.tools", "forward"]
+        + [str(run / "spec.yaml"), str(run / "weights_final.npz"), str(n), str(logits)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with np.load(logits) as z:
+        expected = z["logits"].astype(np.float64)
+    return expected, list(open_data(load_spec(run / "spec.yaml"), run).inputs(TEST, slice(0, n)))
+
+
+def run_without_dualtrain(code: str, *args: str, cwd: Path):
+    """``code`` in a Python that sees the installed packages but not this checkout (no
+    PYTHONPATH, no site hooks): what a user without dualtrain has."""
+    import subprocess
+    import sys
+
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    return subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {site!r}\n" + code, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin"},
+    )
