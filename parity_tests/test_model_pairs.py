@@ -25,6 +25,7 @@ from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, run_cli
 from tests.shared import run_outputs, run_without_dualtrain
+from tools.mutants import hook
 
 PORT = str(ROOT / "configs" / "port_resnet.yaml")
 SHORT = (
@@ -48,32 +49,75 @@ def test_faithful_port_fp64_pair_agrees(runs):
     assert ref.a.summary["test_accuracy"] > 0.8
 
 
-#: (override, the side that carries the mistake); the slow set runs the last three
+#: each mistaken port: the overrides that make it (the side that carries the mistake, and what
+#: the faithful other side needs: the exact gelu, batchnorm layers); the slow set runs SLOW
+GELU, BN = ("model.args.act=gelu",), ("model.args.bn=true",)
 MISTAKES = {
-    "same_padding_strided": "model.keras=mistaken_keras:same_padding_strided",
-    "flatten_hwc": "model.torch=mistaken_torch:flatten_hwc",
-    "softmax_inside": "model.keras=mistaken_keras:softmax_inside",
-    "gelu_tanh (torch)": "model.torch=mistaken_torch:gelu_tanh",
-    "gelu_approximate (keras)": "model.keras=mistaken_keras:gelu_approximate",
+    "same_padding_strided": ("model.keras=mistaken_keras:same_padding_strided",),
+    "flatten_hwc": ("model.torch=mistaken_torch:flatten_hwc",),
+    "softmax_inside": ("model.keras=mistaken_keras:softmax_inside",),
+    "gelu_tanh (torch)": ("model.torch=mistaken_torch:gelu_tanh", *GELU),
+    "gelu_approximate (keras)": ("model.keras=mistaken_keras:gelu_approximate", *GELU),
+    "keras_batchnorm": ("model.keras=mistaken_keras:keras_batchnorm", *BN),
+    "keras_batchnorm_defaults": ("model.keras=mistaken_keras:keras_batchnorm_defaults", *BN),
+    "keras_numbers_batchnorm (torch)": ("model.torch=mistaken_torch:keras_numbers_batchnorm", *BN),
 }
-SLOW = ("softmax_inside", "gelu_tanh (torch)", "gelu_approximate (keras)")
+SLOW = (
+    "softmax_inside",
+    "gelu_tanh (torch)",
+    "gelu_approximate (keras)",
+    "keras_batchnorm_defaults",
+    "keras_numbers_batchnorm (torch)",
+)
 
 
 @pytest.mark.parametrize(
     "name", [n if n not in SLOW else pytest.param(n, marks=pytest.mark.slow) for n in MISTAKES]
 )
 def test_mistaken_port_fails_with_semantics_differ(runs, name):
-    sets = (*SHORT, "precision.dtype=fp64", MISTAKES[name])
-    if "gelu" in name:  # the faithful other side uses the exact gelu
-        sets += ("model.args.act=gelu",)
+    sets = (*SHORT, "precision.dtype=fp64", *MISTAKES[name])
     cmp = compare_records(
         read_run(runs("torch", *sets, config=PORT)), read_run(runs("tf", *sets, config=PORT))
     )
     d = cmp.diagnosis
     print(name, d.summary())
     assert not cmp.passed
-    assert d.category == SEMANTICS and not cmp.check("reference_loss").passed
+    # a batchnorm convention that leaves the outputs alone (the running variance) shows in the
+    # evaluation, which uses the running statistics
+    seen = "reference_eval" if name == "keras_batchnorm" else "reference_loss"
+    assert d.category == SEMANTICS and not cmp.check(seen).passed
     assert cmp.check("init_weights").passed  # both sides started from the same weights
+
+
+def test_batchnorm_port_fp64_pair_agrees(runs):
+    # native BatchNorm2d and its port (TorchBatchNormalization): torch's momentum, eps and
+    # unbiased running variance on both sides, replica 0's statistics on every replica
+    ref = runs.reference(*SHORT, *BN, config=PORT)
+    for check in (
+        check_reference_loss(ref),
+        check_reference_weights(ref),
+        check_reference_eval(ref),
+    ):
+        print(check.name, check.detail)
+        assert check.passed, check.detail
+    final = load_weights(ref.b.path / "weights_final.npz")
+    assert "block1.bn1.running_var" in final and not np.allclose(final["block1.bn1.running_var"], 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+def test_native_batchnorm_takes_replica_0_statistics(runs, backend):
+    # planted on one backend: each replica keeps its own batches' running statistics. As two TF
+    # worker processes, worker 1 evaluates its ranges with its own copy, so the evaluation sees it
+    sets = (*SHORT, *BN, "precision.dtype=fp64", "tf.strategy=multi_worker")
+    env = hook("pair_bn_own_stats", backend=backend)
+    a = read_run(runs("torch", *sets, config=PORT, env=env if backend == "torch" else None))
+    b = read_run(runs("tf", *sets, config=PORT, env=env if backend == "tf" else None))
+    assert (a if backend == "torch" else b).summary["test_hook"].endswith("pair_bn_own_stats")
+    cmp = compare_records(a, b)
+    print(cmp.diagnosis.summary())
+    assert not cmp.passed and cmp.diagnosis.category == SEMANTICS
+    assert not cmp.check("reference_eval").passed
 
 
 def test_pair_resumes_bit_for_bit_and_continues_in_tf(runs):
@@ -112,9 +156,20 @@ np.save(out, np.asarray(model(x, training=False), dtype=np.float64))
 }
 
 
-@pytest.mark.parametrize("fmt", ["torch", pytest.param("keras", marks=pytest.mark.slow)])
-def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt):
-    run = runs("tf", *SHORT, config=PORT)
+@pytest.mark.parametrize(
+    "fmt, sets",
+    [
+        ("torch", ()),
+        pytest.param("keras", (), marks=pytest.mark.slow),
+        pytest.param("torch", BN, marks=pytest.mark.slow),
+        pytest.param("keras", BN, marks=pytest.mark.slow),
+    ],
+    ids=["torch", "keras", "torch-batchnorm", "keras-batchnorm"],
+)
+def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt, sets):
+    # with batchnorm: the Keras export saves Keras's own BatchNormalization (the same layer in
+    # inference), torch's the module with its running statistics
+    run = runs("tf", *SHORT, *sets, config=PORT)
     folder = tmp_path / fmt
     proc = run_cli("export", str(run), "--format", fmt, "--out", str(folder), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -131,9 +186,12 @@ def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["mirrored", "multi_worker"])
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_faithful_port_compares_at_every_world_size(tmp_path, world, strategy):
+@pytest.mark.parametrize(
+    "world, sets", [(1, ()), (2, ()), (3, ()), (3, BN)], ids=["1", "2", "3", "3-batchnorm"]
+)
+def test_faithful_port_compares_at_every_world_size(tmp_path, world, sets, strategy):
     out = tmp_path / "cmp"
+    args = [a for s in (*sets, f"tf.strategy={strategy}") for a in ("--set", s)]
     proc = run_cli(
         "compare",
         "--config",
@@ -142,8 +200,7 @@ def test_faithful_port_compares_at_every_world_size(tmp_path, world, strategy):
         str(world),
         "--set",
         f"model.path={ROOT / 'examples' / 'ports'}",
-        "--set",
-        f"tf.strategy={strategy}",
+        *args,
         "--out",
         str(out),
         timeout=1200,
@@ -165,6 +222,13 @@ LOCATED = {
     "softmax_inside": ("'fc'", "output", "softmax inside the model"),
     "gelu_tanh (torch)": ("'block1.conv1'", "input", "approximate vs exact gelu"),
     "gelu_approximate (keras)": ("'block1.conv1'", "input", "approximate vs exact gelu"),
+    "keras_batchnorm": (
+        "'block1.bn1'",
+        "running statistics",
+        "BatchNorm running-variance convention",
+    ),
+    "keras_batchnorm_defaults": ("'block1.bn1'", "output", "BatchNorm eps"),
+    "keras_numbers_batchnorm (torch)": ("'block1.bn1'", "output", "BatchNorm eps"),
 }
 
 
@@ -179,18 +243,32 @@ def _diff_models(*sets: str) -> dict:
     "name", [n if n not in SLOW else pytest.param(n, marks=pytest.mark.slow) for n in LOCATED]
 )
 def test_locator_names_the_layer_and_the_mistake(name):
-    sets = (MISTAKES[name], *(("model.args.act=gelu",) if "gelu" in name else ()))
-    finding = _diff_models(*sets)
+    finding = _diff_models(*MISTAKES[name])
     layer, what, mistake = LOCATED[name]
     print(finding["where"], finding["what"], finding["mistake"])
     assert layer in finding["where"] and finding["what"] == what
     assert finding["mistake"].startswith(mistake), finding["mistake"]
+    if "defaults" in name:  # Keras's default momentum 0.99 is torch's 0.01
+        assert "momentum convention" in finding["mistake"] and "torch's 0.01" in finding["mistake"]
 
 
-def test_locator_finds_nothing_in_the_faithful_port():
-    finding = _diff_models()
+def test_locator_names_a_parameter_without_gradient():
+    # a conv bias right before a batchnorm: no gradient in exact arithmetic, each side's rounding
+    # noise (which adam scales up) moves it
+    finding = _diff_models(*BN, "model.args.bn_bias=true")
+    assert finding["what"] == "gradient" and "'block1.conv1'" in finding["where"]
+    assert finding["mistake"].startswith("a parameter with no gradient in exact arithmetic")
+    assert "block1.conv1.bias" in finding["mistake"]
+
+
+@pytest.mark.parametrize("sets", [(), BN], ids=["plain", "batchnorm"])
+def test_locator_finds_nothing_in_the_faithful_port(sets):
+    finding = _diff_models(*sets)
     assert finding["what"] == "nothing" and finding["rows"]
     assert all(r["own"] < 1e-12 and r["grad"] < 1e-12 for r in finding["rows"])
+    norms = [r for r in finding["rows"] if r["running"] is not None]
+    assert len(norms) == (2 if sets else 0)  # each batchnorm's training mode was compared
+    assert all(r["train"] < 1e-12 and r["running"] < 1e-12 for r in norms)
 
 
 def test_compare_of_a_mistaken_port_locates_it(tmp_path):
@@ -200,7 +278,7 @@ def test_compare_of_a_mistaken_port_locates_it(tmp_path):
         "precision.dtype=fp64",
         "train.max_steps=3",
         "train.epochs=null",
-        MISTAKES["same_padding_strided"],
+        *MISTAKES["same_padding_strided"],
     )
     args = [a for s in sets for a in ("--set", s)]
     proc = run_cli("compare", "--config", PORT, *args, "--out", str(out), timeout=600)

@@ -319,6 +319,16 @@ SPECS = {
 SPECS["bn_mw"] = (*SPECS["bn"], "tf.strategy=multi_worker")
 
 
+#: Mutants of a model pair's native layers (configs/port_resnet.yaml with model.args.bn=true),
+#: on either backend (parity_tests/test_model_pairs.py): what a user's own layers would lose if
+#: a backend treated them as they come
+PAIR_MUTANTS = {
+    "pair_bn_own_stats": "a model pair's native batchnorm layers: every replica keeps the running "
+    "statistics of its own batches (Keras under tf.distribute; torch without DDP's buffer "
+    "broadcast) instead of replica 0's",
+}
+
+
 def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
     """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at
     ``size``)."""
@@ -345,6 +355,9 @@ def apply(backend: str, argument: str) -> None:
         m = PRECISION_MUTANTS[name]
         size = float(size_text) if size_text else m.size
         globals()[f"_{backend}_{name}"](m.path, size)
+        return
+    if name in PAIR_MUTANTS:
+        globals()[f"_{backend}_{name}"]()
         return
     if name not in MUTANTS or backend != "tf":
         raise ValueError(
@@ -772,3 +785,30 @@ def _tf_fp32_update_branch(path: str, size: float) -> None:
         init(self, spec, *args, **kwargs)
 
     cls.__init__ = mutated_init
+
+
+# ---- a model pair's native layers (PAIR_MUTANTS) -------------------------------------------------
+
+
+def _tf_pair_bn_own_stats() -> None:
+    cls = _engine()
+    updates = cls._running_updates
+
+    def mutated(self, ctx, stats):
+        if self.layout is None:
+            return updates(self, ctx, stats)
+        return [r.read_value() for r in self.running]  # as the forward left them: no broadcast
+
+    cls._running_updates = mutated
+
+
+def _torch_pair_bn_own_stats() -> None:
+    cls = _torch_engine().TorchEngine
+    init = cls.__init__
+
+    def mutated(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self._pair:  # a pair's broadcast holds its own batchnorm layers' statistics only
+            self._broadcast = []
+
+    cls.__init__ = mutated

@@ -79,6 +79,12 @@ def rel(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     return float(np.linalg.norm(a - b)) / (den if den > 0 else 1.0)
 
 
+def _close(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Both present and the same to :data:`TOL`."""
+    r = rel(a, b)
+    return r is not None and r <= TOL
+
+
 @dataclass
 class Row:
     module: str
@@ -86,6 +92,10 @@ class Row:
     input: float | None
     own: float | None
     grad: float | None
+    train: float | None = None
+    """Training mode: the Keras layer's output fed the torch module's training-mode input."""
+    running: float | None = None
+    """Batchnorm: the running statistics one training call leaves, fed the same input."""
 
 
 @dataclass
@@ -102,7 +112,7 @@ class Finding:
 
     def line(self) -> str:
         if self.what == "nothing":
-            return f"locator: {self.detail}"
+            return f"locator: {self.detail}" + (f": {self.mistake}" if self.mistake else "")
         name = f": {self.mistake}" if self.mistake else ""
         return (
             f"locator: first difference at {self.where} ({self.what}, {self.size:.2g}){name}. "
@@ -168,20 +178,18 @@ def locate(
     rows: list[Row] = []
     prev_out_ok = True
     prev = "the model's input"
+    # parameters whose gradient is rounding noise on both sides: their relative difference says
+    # nothing, and they are judged on their own below
+    still = _no_gradient(layout, t, k)
     for module, layer, kind in _modules(layout):
         row = Row(
             module,
             layer,
             rel(k.get(f"kin/{module}"), t.get(f"in/{module}")),
             rel(k.get(f"fed/{module}"), t.get(f"out/{module}")),
-            max(
-                (
-                    rel(k.get(f"grad/{a.name}"), t.get(f"grad/{a.name}")) or 0.0
-                    for a in layout.torch.torch
-                    if a.module == module and a.trainable
-                ),
-                default=None,
-            ),
+            _worst(layout, module, True, "grad/", "grad/", t, k, skip=still),
+            rel(k.get(f"tfed/{module}"), t.get(f"tout/{module}")),
+            _worst(layout, module, False, "fedrun/", "running/", t, k),
         )
         rows.append(row)
         where = f"torch {module!r} / Keras {layer!r}"
@@ -208,9 +216,34 @@ def locate(
                 "difference is introduced here, not inherited.",
                 rows,
             )
+        if row.train is not None and row.train > TOL:
+            mistake = _layer_mistake(layout, module, layer, kind, t, k, weights)
+            return Finding(
+                where,
+                "training-mode output",
+                row.train,
+                mistake,
+                "In inference the layer agrees; in training mode (batch statistics), fed the "
+                "torch module's input, it computes another output.",
+                rows,
+            )
+        if row.running is not None and row.running > TOL:
+            mistake = _batchnorm_mistake(layout, module, layer, t, k, weights)
+            return Finding(
+                where,
+                "running statistics",
+                row.running,
+                mistake,
+                "Its outputs agree; the running statistics one training step leaves differ, "
+                "which the next evaluation (and every later step's inference) inherits.",
+                rows,
+            )
         prev_out_ok = row.own is None or row.own <= TOL
         prev = f"{module!r}"
-    out = rel(k.get("output"), t.get("output"))
+    out = max(
+        (r for r in (rel(k.get(key), t.get(key)) for key in ("output/eval", "output")) if r),
+        default=None,
+    )
     if out is not None and out > TOL:
         mistake = ""
         if rel(k["output"], _softmax(t["output"])) < TOL:  # type: ignore[operator]
@@ -236,6 +269,23 @@ def locate(
                 "differs (a custom gradient, or an operation whose derivative differs).",
                 rows,
             )
+    if still:
+        module = next(a.module for a in layout.torch.torch if a.name == still[0])
+        row = next(r for r in rows if r.module == module)
+        return Finding(
+            f"torch {module!r} / Keras {row.keras!r}",
+            "gradient",
+            rel(k.get(f"grad/{still[0]}"), t.get(f"grad/{still[0]}")) or 0.0,
+            f"a parameter with no gradient in exact arithmetic ({', '.join(still[:3])}: its "
+            f"gradient is rounding noise on both sides, as for a bias right before a "
+            f"batchnorm, which subtracts it again); each side moves it by its own noise, and "
+            f"an optimizer that normalises the gradient (adam, rmsprop) scales that noise up to "
+            f"~lr * 1e-9 per step: drop the parameter (bias=False / use_bias=False, as "
+            f"torchvision's ResNets do)",
+            "Every layer's input and output, and every other gradient, agree; the pair's "
+            "weights part through a parameter that should not move at all.",
+            rows,
+        )
     return Finding(
         "",
         "nothing",
@@ -257,7 +307,7 @@ def _flatten_mistake(layout: Layout, module: str, t: dict, k: dict) -> str:
     n = len(x_t)
     hwc_as_chw = x_t.reshape(n, h, w, c).transpose(0, 3, 1, 2).reshape(n, -1)
     chw_as_hwc = x_t.reshape(n, c, h, w).transpose(0, 2, 3, 1).reshape(n, -1)
-    if min(rel(x_k, hwc_as_chw) or 1.0, rel(x_k, chw_as_hwc) or 1.0) < TOL:
+    if _close(x_k, hwc_as_chw) or _close(x_k, chw_as_hwc):
         return (
             "flatten order: the two sides flatten the (C, H, W) activations in different orders "
             "(torch flattens C,H,W; a port from Keras often flattens H,W,C)"
@@ -275,6 +325,8 @@ def _layer_mistake(
             "asymmetric 'same' padding: Keras's padding='same' on a strided convolution pads the "
             "bottom/right only, torch's padding=P both sides (use ZeroPadding2D(P) and 'valid')"
         )
+    if kind == "batchnorm":
+        return _batchnorm_mistake(layout, module, layer, t, k, weights)
     act = cfg.get("activation")
     if act == "softmax":
         return "softmax inside the model while the loss takes logits (the loss applies its own)"
@@ -288,6 +340,92 @@ def _layer_mistake(
     if kind == "dense" and w is not None and x is not None and fed is not None:
         if w.shape[0] == w.shape[1]:
             untransposed = x @ np.asarray(w, np.float64) + (0.0 if b is None else b)
-            if (rel(fed, untransposed) or 1.0) < TOL:
+            if _close(fed, untransposed):
                 return "a transposed kernel: the Keras kernel is the torch weight untransposed"
     return ""
+
+
+def _worst(
+    layout: Layout,
+    module: str,
+    trainable: bool,
+    k_tag: str,
+    t_tag: str,
+    t: dict,
+    k: dict,
+    skip: list[str] | None = None,
+) -> float | None:
+    """The largest relative difference over the module's trainable (or non-trainable) arrays,
+    less ``skip``."""
+    values = [
+        rel(k.get(f"{k_tag}{a.name}"), t.get(f"{t_tag}{a.name}"))
+        for a in layout.torch.torch
+        if a.module == module and a.trainable == trainable and a.name not in (skip or ())
+    ]
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _no_gradient(layout: Layout, t: dict, k: dict) -> list[str]:
+    """Trainable arrays whose gradient is rounding noise (under 1e-12 of the largest) on both
+    sides."""
+    norms = {
+        a.name: (np.linalg.norm(t[f"grad/{a.name}"]), np.linalg.norm(k[f"grad/{a.name}"]))
+        for a in layout.torch.torch
+        if a.trainable and f"grad/{a.name}" in t and f"grad/{a.name}" in k
+    }
+    top = max((max(v) for v in norms.values()), default=0.0)
+    return [n for n, (a, b) in norms.items() if top > 0 and max(a, b) < 1e-12 * top]
+
+
+def _torch_layer(layout: Layout, name: str) -> dict[str, Any]:
+    return next((d for d in layout.torch.layers if d.get("name") == name), {})
+
+
+def _batchnorm_mistake(
+    layout: Layout, module: str, layer: str, t: dict, k: dict, weights: dict
+) -> str:
+    """The batchnorm conventions the two layers' settings and running statistics show: eps,
+    the momentum convention (torch's weights the new batch statistic, Keras's the old value),
+    the running variance (torch keeps the unbiased batch variance, Keras's BatchNormalization
+    the biased one)."""
+    tc, kc = _torch_layer(layout, module), _keras_layer(layout, layer)
+    if "momentum" not in tc or "momentum" not in kc:
+        return ""
+    torch_style = kc.get("cls") == "TorchBatchNormalization"
+    m_t, eps_t = float(tc["momentum"]), float(tc["eps"])
+    m_k = float(kc["momentum"]) if torch_style else 1.0 - float(kc["momentum"])
+    eps_k = float(kc.get("eps" if torch_style else "epsilon", eps_t))
+    found: list[str] = []
+    if abs(eps_t - eps_k) > 1e-15:
+        found.append(f"BatchNorm eps (torch eps={eps_t:g}, Keras epsilon={eps_k:g})")
+    if abs(m_t - m_k) > 1e-12:
+        if not torch_style and abs(float(kc["momentum"]) - m_t) < 1e-12:
+            found.append(
+                f"BatchNorm momentum convention (torch's momentum={m_t:g} weights the new batch "
+                f"statistic, Keras's momentum={m_t:g} the old value: the port needs "
+                f"momentum={1 - m_t:g})"
+            )
+        elif torch_style:
+            found.append(
+                f"BatchNorm momentum (torch momentum={m_t:g}, TorchBatchNormalization "
+                f"momentum={m_k:g}, both the weight of the new batch statistic)"
+            )
+        else:
+            found.append(
+                f"BatchNorm momentum convention (torch momentum={m_t:g}; Keras "
+                f"momentum={float(kc['momentum']):g}, which is torch's {m_k:g}: Keras's momentum "
+                f"weights the old value, torch's the new batch statistic)"
+            )
+    x = t.get(f"tin/{module}")
+    var_k, var0 = k.get(f"fedrun/{module}.running_var"), weights.get(f"{module}.running_var")
+    if not torch_style and x is not None and var_k is not None and var0 is not None:
+        axes = (0, *range(2, x.ndim))
+        biased = (1.0 - m_k) * np.asarray(var0, np.float64) + m_k * x.var(axis=axes)
+        if _close(var_k, biased) and not _close(var_k, t.get(f"running/{module}.running_var")):
+            found.append(
+                "BatchNorm running-variance convention (Keras's BatchNormalization keeps the "
+                "biased batch variance, torch the unbiased one, n/(n-1) larger; "
+                "dualtrain.backends.tf.port.TorchBatchNormalization keeps torch's)"
+            )
+    return "; ".join(found)

@@ -74,7 +74,9 @@ def _require_backends() -> None:
 
 
 #: What a compare writes into OUT besides its run folders.
-REPORT_FILES = (VERDICT_FILE, REPORT_MD, REPORT_HTML)
+#: the locator's finding, when a model pair's fp64 pair failed
+LOCATOR_FILE = "locator.json"
+REPORT_FILES = (VERDICT_FILE, REPORT_MD, REPORT_HTML, LOCATOR_FILE)
 
 
 @dataclasses.dataclass
@@ -386,6 +388,7 @@ def compare_backends(
     cmp = compare_dirs(
         by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None, notes
     )
+    (out / LOCATOR_FILE).unlink(missing_ok=True)  # an earlier compare's finding
     if spec.model.is_pair and not cmp.passed and cmp.diagnosis.category == SEMANTICS:
         locate_into(spec, cmp, out, progress)
     write_report(cmp, out)
@@ -410,4 +413,4 @@ def locate_into(
         return
     cmp.notes.append(finding.line())
     doc = {**finding.to_json(), "table": table(finding)}
-    (out / "locator.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / LOCATOR_FILE).write_text(json.dumps(doc, indent=1) + "\n")

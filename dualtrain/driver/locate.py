@@ -80,7 +80,12 @@ def table(finding: locate.Finding) -> str:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.2g}"
 
-    rows = [("torch module", "Keras layer", "input", "own output", "gradient")]
-    rows += [(r.module, r.keras, f(r.input), f(r.own), f(r.grad)) for r in finding.rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    rows = [
+        ("torch module", "Keras layer", "input", "own output", "training", "running", "gradient")
+    ]
+    rows += [
+        (r.module, r.keras, f(r.input), f(r.own), f(r.train), f(r.running), f(r.grad))
+        for r in finding.rows
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)

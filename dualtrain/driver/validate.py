@@ -10,6 +10,7 @@ from pathlib import Path
 from dualtrain.backends import check_installed, launch_module
 from dualtrain.core import data as data_mod
 from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, where
+from dualtrain.core.pair import Layout
 from dualtrain.core.plan import ShardPlan
 from dualtrain.core.weights import initial_weights
 from dualtrain.driver.outdir import check_creatable
@@ -66,7 +67,10 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
         initial_weights(spec.model, spec.seed)  # checks init_from's layout
     n_train = data.size(data_mod.TRAIN)
     check_split_sizes(spec, data)
-    if not spec.model.is_pair:
+    if spec.model.is_pair:
+        check_batchnorm_batches(spec, n_train, pair_batchnorms(layout))
+        warn_cancelled_biases(spec, pair_cancelled_biases(layout))
+    else:
         check_batchnorm_batches(spec, n_train)
         warn_cancelled_biases(spec)
     check_sizes(spec, n_train)
@@ -132,36 +136,84 @@ def check_sizes(spec: Experiment, num_train: int) -> None:
         )
 
 
-def warn_cancelled_biases(spec: Experiment) -> None:
+def warn_cancelled_biases(
+    spec: Experiment, found: list[tuple[str, str, str]] | None = None
+) -> None:
     """A bias right before a batchnorm has an exactly-zero gradient; what is computed is rounding
     noise, which Adam-like optimizers divide by eps into real updates that differ between any two
     implementations. Training is unaffected, but the fp64 reference pair sees those tensors differ
-    (docs/parity.md §9), so say so before the run, with the fix."""
+    (docs/parity.md §9), so say so before the run, with the fix. ``found``: (layer, its kind, the
+    batchnorm) of a model pair (pair_cancelled_biases); a spec's own layers otherwise."""
     if spec.optimizer.name.value not in _NORMALISING:
         return
-    for layer, norm in cancelled_biases(spec.model):
-        key = (layer.prefix, spec.optimizer.name.value)
+    if found is None:
+        found = [
+            (where(layer.prefix), layer.spec.type.value, where(norm.prefix))
+            for layer, norm in cancelled_biases(spec.model)
+        ]
+    for layer, kind, norm in found:
+        key = (layer, spec.optimizer.name.value)
         if key in _WARNED:  # compare validates four runs of one spec: say it once
             continue
         _WARNED.add(key)
         print(
-            f"dualtrain: warning: {where(layer.prefix)} ({layer.spec.type.value}) feeds the "
-            f"batchnorm {where(norm.prefix)}, which cancels its bias (zero gradient); under "
-            f"{spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair may "
-            f"report that bias and the batchnorm's running_mean as differing. Set bias: false on "
-            f"{where(layer.prefix)}.",
+            f"dualtrain: warning: {layer} ({kind}) feeds the batchnorm {norm}, which cancels its "
+            f"bias (zero gradient); under {spec.optimizer.name.value} rounding noise moves it, "
+            f"and the fp64 reference pair may report that bias and the batchnorm's running_mean "
+            + (
+                f"as differing. Set bias=False / use_bias=False for {layer} on both sides."
+                if spec.model.is_pair
+                else f"as differing. Set bias: false on {layer}."
+            ),
             file=sys.stderr,
             flush=True,
         )
 
 
-def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
+def pair_cancelled_biases(layout: Layout) -> list[tuple[str, str, str]]:
+    """A model pair's (torch module, kind, batchnorm) where a dense or conv layer with a bias is
+    the module the torch forward calls right before a batchnorm."""
+    biased = {a.module for a in layout.torch.torch if a.name.endswith(".bias") and a.trainable}
+    calls = list(layout.torch.layers)
+    return [
+        (f"model.torch's {prev['name']!r}", prev.get("kind", ""), repr(nxt["name"]))
+        for prev, nxt in zip(calls, calls[1:], strict=False)
+        if nxt.get("kind") == "batchnorm" and prev.get("name") in biased
+    ]
+
+
+def pair_batchnorms(layout: Layout) -> list[tuple[str, bool, int]]:
+    """A model pair's batchnorm layers: (what to call it, sync, values per channel per sample)."""
+    out = []
+    for d in layout.torch.layers:
+        if d.get("kind") == "batchnorm" and d.get("in"):
+            per_sample = 1
+            for n in d["in"][0][1:]:
+                per_sample *= n
+            out.append(
+                (f"model.torch's {d['name']!r} ({d.get('cls', 'batchnorm')})", False, per_sample)
+            )
+    return out
+
+
+def check_batchnorm_batches(
+    spec: Experiment, num_train: int, found: list[tuple[str, bool, int]] | None = None
+) -> None:
     """Refuse, before any process starts, a step where a batchnorm layer would normalise over fewer
     than 2 values per channel: on one replica (sync: false) or over the global batch (sync: true).
     Batch sizes repeat every epoch and only the last step of an epoch can be smaller, so the first
-    and last steps of the first epoch decide."""
-    norms = batchnorm_layers(spec.model)
-    if not norms:
+    and last steps of the first epoch decide. ``found``: a model pair's batchnorms
+    (pair_batchnorms); the spec's own layers otherwise."""
+    if found is None:
+        found = [
+            (
+                f"{where(r.prefix)} (batchnorm, sync: {str(r.spec.sync).lower()})",
+                bool(r.spec.sync),
+                per_sample,
+            )
+            for r, per_sample in batchnorm_layers(spec.model)
+        ]
+    if not found:
         return
     plan = ShardPlan.from_spec(spec, num_train)
     total = steps_total(spec, plan)
@@ -170,14 +222,13 @@ def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
         if k >= total:
             continue
         sizes = plan.step_sizes(k)
-        for r, per_sample in norms:
-            what = f"{where(r.prefix)} (batchnorm, sync: {str(r.spec.sync).lower()})"
+        for what, sync, per_sample in found:
             at = f"at step {k + 1}{' (the last of every epoch)' if k == last and k else ''}"
             got = (
                 f"Received: batch_size {spec.data.batch_size}, world_size {plan.world_size}, "
                 f"{num_train} train samples, last_batch {spec.data.last_batch.value}"
             )
-            if r.spec.sync:
+            if sync:
                 n = sum(sizes)
                 if n * per_sample < 2:
                     raise UserError(
@@ -189,11 +240,15 @@ def check_batchnorm_batches(spec: Experiment, num_train: int) -> None:
             replica = min(range(len(sizes)), key=lambda i: sizes[i])
             n = sizes[replica]
             if n * per_sample < 2:
+                fix = (
+                    "data.last_batch: drop or another batch size"
+                    if spec.model.is_pair
+                    else "sync: true (statistics over the global batch) or data.last_batch: drop"
+                )
                 raise UserError(
                     f"{what}: {at} replica {replica} holds {n} sample(s), "
                     f"{n * per_sample} value(s) per channel; batchnorm needs at least 2. "
-                    f"Use sync: true (statistics over the global batch) or "
-                    f"data.last_batch: drop. {got}"
+                    f"Use {fix}. {got}"
                 )
 
 

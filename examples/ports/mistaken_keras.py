@@ -8,19 +8,19 @@ docs/own-models.md): pair one with the faithful torch side and ``dualtrain compa
 from small_resnet_keras import build
 
 
-def same_padding_strided(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
+def same_padding_strided(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False):
     """The stride-2 convolution as padding="same": Keras pads (0, 1) rows and columns there, torch's
     padding=1 pads (1, 1)."""
     return build(width, classes, side, channels, act, same_strided=True, blocks=blocks)
 
 
-def softmax_inside(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
+def softmax_inside(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False):
     """A softmax on the last layer, while the loss (torch's cross_entropy, dualtrain's) takes
     logits."""
     return build(width, classes, side, channels, act, head="softmax", blocks=blocks)
 
 
-def gelu_approximate(width=8, classes=10, side=8, channels=1, act="gelu", blocks=1):
+def gelu_approximate(width=8, classes=10, side=8, channels=1, act="gelu", blocks=1, bn=False):
     """gelu's tanh approximation where torch's nn.GELU() is the exact erf form."""
     import keras
 
@@ -28,3 +28,38 @@ def gelu_approximate(width=8, classes=10, side=8, channels=1, act="gelu", blocks
         return keras.activations.gelu(x, approximate=True)
 
     return build(width, classes, side, channels, approx, blocks=blocks)
+
+
+def keras_batchnorm(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=True):
+    """Keras's own BatchNormalization with torch's numbers translated (momentum 0.9 = torch's 0.1,
+    epsilon 1e-5): still not torch's, since Keras keeps the biased batch variance in its moving
+    variance where torch keeps the unbiased one."""
+    import keras
+
+    def norm(name):
+        return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, name=name)
+
+    return build(width, classes, side, channels, act, blocks=blocks, bn=norm)
+
+
+def keras_batchnorm_defaults(
+    width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=True
+):
+    """Keras's BatchNormalization with its defaults (momentum 0.99, epsilon 1e-3) for torch's
+    BatchNorm2d (momentum 0.1 = Keras's 0.9, eps 1e-5)."""
+    import keras
+
+    def norm(name):
+        return keras.layers.BatchNormalization(name=name)
+
+    return build(width, classes, side, channels, act, blocks=blocks, bn=norm)
+
+
+def with_dropout(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False):
+    """keras.layers.Dropout before the last layer: refused in a pair (Keras draws its own
+    masks)."""
+    import keras
+
+    base = build(width, classes, side, channels, act, blocks=blocks)
+    x = keras.layers.Dropout(0.1, name="drop")(base.get_layer("flatten").output)
+    return keras.Model(base.inputs, base.get_layer("fc")(x))

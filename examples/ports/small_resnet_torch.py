@@ -12,9 +12,15 @@ class Block(nn.Module):
     """relu(conv(relu(conv(x))) + shortcut(x)); with stride 2 the shortcut is a 1x1 stride-2
     conv."""
 
-    def __init__(self, c_in: int, c_out: int, stride: int = 1, act=nn.ReLU, bias: bool = True):
+    def __init__(self, c_in, c_out, stride=1, act=nn.ReLU, bias=True, bn=False, bn_bias=False):
         super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=bias)
+        # with bn: a BatchNorm2d after the first conv (torch's defaults: momentum 0.1, eps 1e-5),
+        # and that conv without a bias (the batchnorm subtracts it again: it has no gradient),
+        # unless bn_bias
+        self.conv1 = nn.Conv2d(
+            c_in, c_out, 3, stride=stride, padding=1, bias=bias and (not bn or bn_bias)
+        )
+        self.bn1 = nn.BatchNorm2d(c_out) if bn else nn.Identity()
         self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
         self.shortcut = (
             nn.Conv2d(c_in, c_out, 1, stride=stride) if stride != 1 or c_in != c_out else None
@@ -22,7 +28,7 @@ class Block(nn.Module):
         self.act = act()
 
     def forward(self, x):
-        y = self.conv2(self.act(self.conv1(x)))
+        y = self.conv2(self.act(self.bn1(self.conv1(x))))
         skip = x if self.shortcut is None else self.shortcut(x)
         return self.act(y + skip)
 
@@ -41,14 +47,18 @@ class SmallResNet(nn.Module):
         bias=True,
         flatten=nn.Flatten,
         blocks=1,
+        bn=False,
+        bn_bias=False,
     ):
         super().__init__()
         self.stem = nn.Conv2d(channels, width, 3, padding=1)
         self.act = act()
-        self.block1 = Block(width, width, act=act, bias=bias)
+        self.block1 = Block(width, width, act=act, bias=bias, bn=bn, bn_bias=bn_bias)
         # blocks - 1 more stride-1 blocks (a deeper model for the locator's timing)
-        self.more = nn.Sequential(*[Block(width, width, act=act) for _ in range(blocks - 1)])
-        self.block2 = Block(width, 2 * width, stride=2, act=act)
+        self.more = nn.Sequential(
+            *[Block(width, width, act=act, bn=bn, bn_bias=bn_bias) for _ in range(blocks - 1)]
+        )
+        self.block2 = Block(width, 2 * width, stride=2, act=act, bn=bn, bn_bias=bn_bias)
         self.flatten = flatten()
         self.fc = nn.Linear(2 * width * (side // 2) ** 2, classes)
 
@@ -58,5 +68,9 @@ class SmallResNet(nn.Module):
         return self.fc(self.flatten(x))
 
 
-def small_resnet(width=8, classes=10, side=8, channels=1, act="relu", blocks=1):
-    return SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act], blocks=blocks)
+def small_resnet(
+    width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False, bn_bias=False
+):
+    return SmallResNet(
+        width, classes, side, channels, act=ACTIVATIONS[act], blocks=blocks, bn=bn, bn_bias=bn_bias
+    )

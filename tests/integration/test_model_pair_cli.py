@@ -37,6 +37,13 @@ USER_MISTAKES = {
     "output width vs labels": (("model.args.classes=5",), "out of range for the model's 5"),
     "unmappable weights": (("model.torch=mistaken_torch:no_bias",), "missing or extra bias"),
     "explicit map file": (("model.weight_map=nope.yaml",), "model.weight_map: file not found"),
+    "dropout (torch)": (("model.torch=mistaken_torch:with_dropout",), "dropout layers"),
+    "dropout (keras)": (("model.keras=mistaken_keras:with_dropout",), "dropout layers"),
+    # 129 samples at batch 64: the last step holds 1, so replica 1 of 2 holds none
+    "batchnorm on an empty replica": (
+        ("model.args.bn=true", "data.train_limit=129", "distribution.world_size=2"),
+        "model.torch's 'block1.bn1' (BatchNorm2d): at step 3",
+    ),
 }
 
 
@@ -57,3 +64,10 @@ def test_a_faithful_pair_trains_and_records_its_map(tmp_path):
     assert transforms["stem.weight"] == "oihw_hwio" and transforms["fc.weight"] == "flatten_chw"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model_sha256"] and summary["steps"] == 3
+
+
+def test_a_bias_before_a_batchnorm_is_warned_about(tmp_path):
+    proc, out = _run(tmp_path, "model.args.bn=true", "model.args.bn_bias=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "model.torch's 'block1.conv1' (conv2d) feeds the batchnorm 'block1.bn1'" in proc.stderr
+    assert "use_bias=False" in proc.stderr

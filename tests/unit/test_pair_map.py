@@ -174,3 +174,12 @@ def test_the_locator_tells_activations_apart():
     # the two gelus differ by up to ~1e-3 on the probe: never taken for each other
     tanh_form = locate.ACTIVATIONS["gelu (tanh approximation)"](x)
     assert locate.classify(tanh_form + 1e-5)[0] == "other"
+
+
+def test_locator_counts_an_exact_match_as_a_match():
+    # rel() is 0.0 for identical arrays: a falsy value that must still mean "the same"
+    from dualtrain.core import locate
+
+    a = np.arange(6.0)
+    assert locate._close(a, a.copy())
+    assert not locate._close(a, a + 1e-6) and not locate._close(a, None)

@@ -30,7 +30,7 @@ def export_keras(
 
         net = pair_tf.build_keras(spec.model, dtype)
         pair_tf.load_canonical(pair_tf.named_variables(net, layout), layout, weights)
-        net.save(str(Path(out) / "model.keras"))
+        pair_tf.keras_only(net).save(str(Path(out) / "model.keras"))
         return
     model, named = build_inference_model(spec.model, dtype)
     load_canonical(named, weights)

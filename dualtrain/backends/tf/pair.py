@@ -21,10 +21,7 @@ _KINDS = (
     (keras.layers.Conv2D, "conv2d"),
     (keras.layers.BatchNormalization, "batchnorm"),
 )
-_REFUSED = (
-    (keras.layers.Dropout, "dropout"),
-    (keras.layers.BatchNormalization, "batchnorm"),
-)
+_REFUSED = ((keras.layers.Dropout, "dropout"),)
 
 
 def kind(layer: Any) -> str:
@@ -66,8 +63,10 @@ def build_keras(model: ModelSpec, policy: str) -> Any:
             if isinstance(layer, cls):
                 raise UserError(
                     f"model.keras: layer {layer.name!r} is a {type(layer).__name__}: {what} "
-                    f"layers are not supported in model pairs yet (docs/own-models.md). "
-                    f"Received: {type(layer).__name__}"
+                    f"layers are not supported in model pairs yet (Keras and torch draw their "
+                    f"own masks, so the two sides would drop different units; "
+                    f"docs/own-models.md); use dualtrain's own layers (model.layers) for a "
+                    f"model with {what}. Received: {type(layer).__name__}"
                 )
     xs = [np.zeros((2, *nhwc(i.shape)), "float32") for i in model.inputs]
     try:
@@ -158,7 +157,8 @@ def describe(spec: Experiment) -> dict[str, Any]:
             **{
                 k: _plain(v)
                 for k, v in layer.get_config().items()
-                if k in ("strides", "padding", "use_bias", "activation", "data_format")
+                if k
+                in ("strides", "padding", "use_bias", "activation", "momentum", "epsilon", "eps")
             },
         }
         for layer in leaves(net)
@@ -276,8 +276,10 @@ def probe_layers(
     """The locator's Keras side, in float64, in torch's layouts: for each mapped layer, its input
     and output in the Keras forward (``kin/``, ``kout/``) and its output when fed the torch
     module's input (``fed/``: what the layer itself does); the activation every leaf layer applies
-    to :data:`PROBE` (``act/``); the model's output; each parameter's gradient in canonical names
-    and layouts."""
+    to :data:`PROBE` (``act/``); each batchnorm's training-mode output and running statistics when
+    fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
+    inference and in training; the running statistics after the training forward; each
+    parameter's gradient (training mode) in canonical names and layouts."""
     import tensorflow as tf
 
     from dualtrain.spec import Loss
@@ -325,6 +327,29 @@ def probe_layers(
         else:
             continue
         out[f"act/{path}"] = np.asarray(v, np.float64).reshape(-1)
+    # training mode: what each batchnorm computes from the torch module's training-mode input
+    # (``tfed/``) and the running statistics that one call leaves (``fedrun/``), from the same
+    # starting values (restored after each call)
+    norms: dict[str, list[str]] = {
+        a.module: [] for a in layout.torch.torch if a.kind == "batchnorm"
+    }
+    for a in layout.torch.torch:
+        if a.module in norms and not a.trainable:
+            norms[a.module].append(a.name)
+    variables = dict(named)
+    for module, running in norms.items():
+        x = torch_side.get(f"tin/{module}")
+        if x is None or module not in modules:
+            continue
+        saved = [np.asarray(keras.ops.convert_to_numpy(variables[n].value)) for n in running]
+        v = _to_keras_layout(x, modules[module][1])
+        for op in chains[module]:
+            v = op(v, training=True)
+        out[f"tfed/{module}"] = _to_torch_layout(np.asarray(v))
+        for n, value in zip(running, saved, strict=True):
+            out[f"fedrun/{n}"] = np.asarray(keras.ops.convert_to_numpy(variables[n].value))
+            variables[n].assign(value)
+    out["output/eval"] = np.asarray(net(feed, training=False), np.float64)
     ys = tf.constant(y)
     with tf.GradientTape() as tape:
         logits = net(feed, training=True)
@@ -340,9 +365,35 @@ def probe_layers(
             loss = tf.reduce_sum(tf.reduce_mean(tf.square(logits - tf.cast(ys, tf.float64)), 1))
         loss = loss / len(y)
     grads = tape.gradient(loss, [v.value for _, v in named])
+    # the training forward above updated each batchnorm's moving statistics by its own rule
+    for name, v in named:
+        if not v.trainable:
+            out[f"running/{name}"] = np.asarray(keras.ops.convert_to_numpy(v.value), np.float64)
     out["output"] = np.asarray(logits, np.float64)
     conv = PairConversion(layout)
     for (name, _), g in zip(named, grads, strict=True):
         if g is not None:
             out[f"grad/{name}"] = conv.to_canonical(name, np.asarray(g))
     return out
+
+
+def keras_only(net: Any) -> Any:
+    """``net`` with dualtrain's port layers (TorchBatchNormalization) replaced by Keras's own,
+    which are the same in inference, so the saved model opens without dualtrain; a model that is
+    not functional is saved as it is."""
+    from .port import TorchBatchNormalization
+
+    if not any(isinstance(layer, TorchBatchNormalization) for layer in leaves(net)):
+        return net
+
+    def clone(layer: Any) -> Any:
+        if isinstance(layer, TorchBatchNormalization):
+            return layer.as_keras()
+        return layer.__class__.from_config(layer.get_config())
+
+    try:
+        copy = keras.models.clone_model(net, clone_function=clone)
+    except (ValueError, TypeError):  # a subclassed model: no graph to clone
+        return net
+    copy.set_weights(net.get_weights())
+    return copy

@@ -35,6 +35,7 @@ class TrainStep:
     _step_capture_cf: Any
     _step_cf: Any
     conversion: Any
+    layout: Any
     applied: Any
     dtype: Any
     first_replica: Any
@@ -69,6 +70,14 @@ class TrainStep:
         statistics: sync layers' are already global; unsync layers take replica 0's (DDP's buffer
         broadcast), sent to every replica by an all-reduce of replica 0's values and zeros elsewhere
         (adding zeros is exact). dualtrain.core.batchnorm.update_running does the arithmetic."""
+        if self.layout is not None:
+            # a model pair's own batchnorm layers updated their statistics in the forward, by
+            # their own conventions; every replica then takes replica 0's (DDP's broadcast)
+            values = [r.read_value() for r in self.running]
+            if ctx.num_replicas_in_sync == 1:
+                return values
+            first = tf.equal(ctx.replica_id_in_sync_group, 0)
+            return list(ctx.all_reduce(SUM, [tf.where(first, v, tf.zeros_like(v)) for v in values]))
         unsync = [
             i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)
         ]
@@ -102,7 +111,7 @@ class TrainStep:
         def skipped():  # an empty replica (models without sync batchnorm): no forward at all
             return [
                 tf.constant(0.0, self.dtype),
-                *(tf.zeros(r.shape, r.dtype) for r in self.running),
+                *(tf.zeros(r.shape, r.dtype) for r in self.running if self.layout is None),
             ]
 
         with tf.GradientTape() as tape:

@@ -38,7 +38,7 @@ from dualtrain.backends.torch.optimizer import (
     make_optimizer,
     optimizer_state,
 )
-from dualtrain.backends.torch.pair import build_module
+from dualtrain.backends.torch.pair import batchnorms, build_module, canonical_state, load_pair
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import TrainStep
 from dualtrain.core.data import Data
@@ -228,7 +228,8 @@ class TorchEngine(TrainStep, Engine):
             if spec.model.is_pair
             else build_model(spec.model, spec.seed)
         ).to(self.dtype)
-        load_canonical(module, weights)
+        self._pair = spec.model.is_pair
+        self.load_weights_into(module, weights)
         self.module = module.to(device)
         self.ddp = DDP(
             self.module,
@@ -253,6 +254,10 @@ class TorchEngine(TrainStep, Engine):
         self._broadcast = [
             b for m in norms if not m.sync and world > 1 for b in (m.running_mean, m.running_var)
         ]
+        if self._pair and world > 1:  # a pair's own BatchNorm layers: replica 0's, the same rule
+            self._broadcast += [
+                b for m in batchnorms(self.module) for b in (m.running_mean, m.running_var)
+            ]
         self.params = [p for _, p in self.module.named_parameters()]
         self.names = [n for n, _ in self.module.named_parameters()]
         self.opt = make_optimizer(spec, self.params)
@@ -302,6 +307,10 @@ class TorchEngine(TrainStep, Engine):
         return np.stack([o.cpu().numpy() for o in out])
 
     def weights(self) -> Weights:
+        if self._pair:
+            return {
+                k: v.detach().cpu().numpy().copy() for k, v in canonical_state(self.module).items()
+            }
         return export_canonical(self.module)
 
     def versions(self) -> dict[str, str]:
@@ -312,7 +321,10 @@ class TorchEngine(TrainStep, Engine):
         return optimizer_state(self.opt, self.names, self.params, self.applied, self.scaler)
 
     def load_weights(self, weights: Weights) -> None:
-        load_canonical(self.module, weights)
+        self.load_weights_into(self.module, weights)
+
+    def load_weights_into(self, module: torch.nn.Module, weights: Weights) -> None:
+        (load_pair if self._pair else load_canonical)(module, weights)
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
         load_optimizer_state(

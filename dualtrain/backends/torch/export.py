@@ -185,10 +185,12 @@ def export_torch(spec: Experiment, weights: Weights, out: str, layout: Any = Non
     folder = Path(out)
     dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
     if spec.model.is_pair:
-        save_file(
-            {k: np.ascontiguousarray(v) for k, v in weights.items()},
-            str(folder / "model.safetensors"),
-        )
+        state = {k: np.ascontiguousarray(v) for k, v in weights.items()}
+        if layout is not None:  # BatchNorm's counter, as torch's state dict holds it (0)
+            for a in layout.torch.torch:
+                if a.kind == "batchnorm" and a.name.endswith(".running_mean"):
+                    state[f"{a.module}.num_batches_tracked"] = np.zeros((), np.int64)
+        save_file(state, str(folder / "model.safetensors"))
         _export_pair(spec, weights, folder, dtype)
         return
     save_file(torch_state(spec, weights), str(folder / "model.safetensors"))

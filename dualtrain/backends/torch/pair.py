@@ -19,11 +19,20 @@ _KINDS: tuple[tuple[type[nn.Module], str], ...] = (
     (nn.Conv2d, "conv2d"),
     (nn.modules.batchnorm._BatchNorm, "batchnorm"),
 )
-#: Layers whose semantics a pair cannot carry yet: dropout draws torch's own masks (dualtrain's
-#: hash masks are for its own layers), batchnorm keeps per-framework statistics conventions
-_REFUSED: tuple[tuple[type[nn.Module], str], ...] = (
-    (nn.modules.dropout._DropoutNd, "dropout"),
-    (nn.modules.batchnorm._BatchNorm, "batchnorm"),
+#: Layers whose semantics a pair cannot carry yet, and why: dropout draws torch's own masks
+#: (dualtrain's hash masks are for its own layers); SyncBatchNorm's global statistics (dualtrain's
+#: own batchnorm layer has them: model.layers with sync: true)
+_REFUSED: tuple[tuple[type[nn.Module], str, str], ...] = (
+    (
+        nn.modules.dropout._DropoutNd,
+        "dropout",
+        "torch and Keras draw their own masks, so the two sides would drop different units",
+    ),
+    (
+        nn.SyncBatchNorm,
+        "SyncBatchNorm",
+        "a Keras port has no layer with its global statistics",
+    ),
 )
 
 
@@ -45,15 +54,40 @@ def build_module(model: ModelSpec, seed: int) -> nn.Module:
             f"{type(module).__module__}.{type(module).__name__}"
         )
     for name, m in module.named_modules():
-        for cls, what in _REFUSED:
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and not isinstance(m, nn.SyncBatchNorm):
+            if m.momentum is None or not m.track_running_stats or not m.affine:
+                raise UserError(
+                    f"model.torch: {name} is a {type(m).__name__} with momentum=None, "
+                    f"track_running_stats=False or affine=False: a model pair takes batchnorm "
+                    f"with a momentum, running statistics and a weight and bias (what a Keras "
+                    f"BatchNormalization holds). Received: momentum={m.momentum}, "
+                    f"track_running_stats={m.track_running_stats}, affine={m.affine}"
+                )
+        for cls, what, why in _REFUSED:
             if isinstance(m, cls):
                 raise UserError(
                     f"model.torch: {name or 'the model'} is a {type(m).__name__}: {what} layers "
-                    f"are not supported in model pairs yet (docs/own-models.md); use dualtrain's "
+                    f"are not supported in model pairs yet ({why}; docs/own-models.md); use "
+                    f"dualtrain's "
                     f"own layers (model.layers) for a model with {what}. Received: "
                     f"{type(m).__name__} at {name!r}"
                 )
     return module
+
+
+def batchnorms(module: nn.Module) -> list[nn.Module]:
+    return [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+def load_pair(module: nn.Module, weights: dict[str, np.ndarray]) -> None:
+    """The canonical arrays into the module (its parameter dtype); BatchNorm's
+    num_batches_tracked, which is no weight, stays as it is (0): every other entry must match."""
+    dtype = next(module.parameters()).dtype
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)).to(dtype) for k, v in weights.items()}
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k.rsplit(".", 1)[-1] not in pair.SKIPPED_BUFFERS]
+    if missing or unexpected:  # a programming error: the run's layout is this module's
+        raise RuntimeError(f"weights do not fit the module: missing {missing}, extra {unexpected}")
 
 
 def canonical_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -81,11 +115,13 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     def hook(name: str):
         def record(m: nn.Module, inputs: tuple[Any, ...], out: Any) -> None:
             order.setdefault(name, len(order))
+            bn = isinstance(m, nn.modules.batchnorm._BatchNorm)
             layers.append(
                 {
                     "name": name,
                     "cls": type(m).__name__,
                     "kind": kind(m),
+                    **({"momentum": m.momentum, "eps": m.eps} if bn else {}),
                     "in": [list(x.shape[1:]) for x in inputs if isinstance(x, torch.Tensor)],
                     "out": list(out.shape[1:]) if isinstance(out, torch.Tensor) else None,
                 }
@@ -148,41 +184,51 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 def probe_layers(
     spec: Experiment, weights: dict[str, np.ndarray], inputs: list[np.ndarray], y: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """The locator's torch side (dualtrain.core.locate), in float64: every leaf module's first
-    call on this batch (its input and output, by module name), the model's output, and each
-    parameter's gradient of the run's loss (sum over the batch / N)."""
+    """The locator's torch side (dualtrain.core.locate), in float64, on one batch: every leaf
+    module's first call in an inference forward (``in/``, ``out/``: by module name) and in a
+    training forward (``tin/``, ``tout/``), the model's output in both (``output/eval``,
+    ``output``), the running statistics after the training forward (``running/``), and each
+    parameter's gradient of the run's loss (sum over the batch / N) in training mode, as a step
+    computes it."""
     from dualtrain.spec import Loss
 
     module = build_module(spec.model, spec.seed).to(torch.float64)
-    state = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in weights.items()}
-    module.load_state_dict(state, strict=False)
-    module.eval()
+    load_pair(module, weights)
     out: dict[str, np.ndarray] = {}
+    leaves = [(n, m) for n, m in module.named_modules() if n and not list(m.children())]
 
-    def hook(name: str):
-        def record(m: nn.Module, args: tuple[Any, ...], result: Any) -> None:
-            if f"in/{name}" in out or not args or not isinstance(args[0], torch.Tensor):
-                return
-            out[f"in/{name}"] = args[0].detach().numpy().copy()
-            if isinstance(result, torch.Tensor):
-                out[f"out/{name}"] = result.detach().numpy().copy()
+    def forward(tag: str) -> torch.Tensor:
+        def hook(name: str):
+            def record(m: nn.Module, args: tuple[Any, ...], result: Any) -> None:
+                if f"{tag}in/{name}" in out or not args or not isinstance(args[0], torch.Tensor):
+                    return
+                out[f"{tag}in/{name}"] = args[0].detach().numpy().copy()
+                if isinstance(result, torch.Tensor):
+                    out[f"{tag}out/{name}"] = result.detach().numpy().copy()
 
-        return record
+            return record
 
-    handles = [
-        m.register_forward_hook(hook(n))
-        for n, m in module.named_modules()
-        if n and not list(m.children())
-    ]
+        handles = [m.register_forward_hook(hook(n)) for n, m in leaves]
+        try:
+            return module(*xs)
+        finally:
+            for h in handles:
+                h.remove()
+
     xs = [torch.from_numpy(np.asarray(a, np.float64)) for a in inputs]
-    logits = module(*xs)
-    for h in handles:
-        h.remove()
+    module.eval()  # inference: batchnorm normalises with its running statistics
+    with torch.no_grad():
+        out["output/eval"] = forward("").numpy().copy()
+    module.train()  # training, as a step runs it: batch statistics, running statistics move
+    logits = forward("t")
+    for name, b in module.named_buffers():
+        if name.rsplit(".", 1)[-1] in ("running_mean", "running_var"):
+            out[f"running/{name}"] = b.numpy().copy()
     out["output"] = logits.detach().numpy().copy()
     probe = torch.from_numpy(np.linspace(-4.0, 4.0, 81)[None, :])
     with torch.no_grad():
-        for n, m in module.named_modules():
-            if n and not list(m.children()) and not list(m.parameters(recurse=False)):
+        for n, m in leaves:
+            if not list(m.parameters(recurse=False)):
                 try:  # what a parameter-free leaf does to the probe vector (activations)
                     out[f"act/{n}"] = m(probe).numpy().reshape(-1).copy()
                 except Exception:  # flatten, pooling, ...: not an activation

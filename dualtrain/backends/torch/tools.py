@@ -30,12 +30,13 @@ def forward_logits(
     gives them (float32, images N,C,H,W)."""
     check_layout(weights, spec.model)
     if spec.model.is_pair:
-        from dualtrain.backends.torch.pair import build_module
+        from dualtrain.backends.torch.pair import build_module, load_pair
 
         model = build_module(spec.model, spec.seed)
+        load_pair(model, weights)
     else:
         model = build_model(spec.model, spec.seed)
-    load_canonical(model, weights)
+        load_canonical(model, weights)
     model.eval()
     with torch.no_grad():
         xs = [torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in inputs]
