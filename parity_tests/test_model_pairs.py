@@ -120,12 +120,21 @@ def test_native_batchnorm_takes_replica_0_statistics(runs, backend):
     assert not cmp.check("reference_eval").passed
 
 
-def test_pair_resumes_bit_for_bit_and_continues_in_tf(runs):
-    overrides = (*SHORT, "precision.dtype=fp64")
+@pytest.mark.parametrize(
+    "sets", [(), pytest.param(BN, marks=pytest.mark.slow)], ids=["plain", "batchnorm"]
+)
+def test_pair_resumes_bit_for_bit_and_continues_in_tf(runs, sets):
+    overrides = (*SHORT, *sets, "precision.dtype=fp64")
     full = runs("torch", *overrides, config=PORT)
     again = runs.resume_from("torch", checkpoint.step_dir(full, 20), *overrides, config=PORT)
     wa, wb = load_weights(full / "weights_final.npz"), load_weights(again / "weights_final.npz")
     assert wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
+    if sets:  # the Keras side's own batchnorm statistics resume too
+        tf_full = runs("tf", *overrides, config=PORT)
+        tf_again = runs.resume_from("tf", checkpoint.step_dir(tf_full, 20), *overrides, config=PORT)
+        wa = load_weights(tf_full / "weights_final.npz")
+        wb = load_weights(tf_again / "weights_final.npz")
+        assert all(np.array_equal(wa[k], wb[k]) for k in wa)
     cont = runs.resume_from("tf", checkpoint.step_dir(full, 20), *overrides, config=PORT)
     ref = Reference(read_run(full), read_run(cont))
     assert ref.b.summary["resumed"][0]["checkpoint_backend"] == "torch"
