@@ -319,13 +319,16 @@ SPECS = {
 SPECS["bn_mw"] = (*SPECS["bn"], "tf.strategy=multi_worker")
 
 
-#: Mutants of a model pair's native layers (configs/port_resnet.yaml with model.args.bn=true),
-#: on either backend (parity_tests/test_model_pairs.py): what a user's own layers would lose if
-#: a backend treated them as they come
-PAIR_MUTANTS = {
+#: Mutants that run on either backend ([BACKEND/]NAME): a model pair's native layers
+#: (configs/port_resnet.yaml with model.args.bn=true; parity_tests/test_model_pairs.py), and
+#: gradient accumulation (parity_tests/test_accumulation.py)
+BACKEND_MUTANTS = {
     "pair_bn_own_stats": "a model pair's native batchnorm layers: every replica keeps the running "
     "statistics of its own batches (Keras under tf.distribute; torch without DDP's buffer "
     "broadcast) instead of replica 0's",
+    "accumulate_micro_mean": "train.accumulate: each micro-batch's loss is its own mean, divided "
+    "by K and the replica count (Keras's gradient_accumulation_steps under tf.distribute), not the "
+    "sum over the whole step's global count: the same only when every micro-batch is as large",
 }
 
 
@@ -356,7 +359,7 @@ def apply(backend: str, argument: str) -> None:
         size = float(size_text) if size_text else m.size
         globals()[f"_{backend}_{name}"](m.path, size)
         return
-    if name in PAIR_MUTANTS:
+    if name in BACKEND_MUTANTS:
         globals()[f"_{backend}_{name}"]()
         return
     if name not in MUTANTS or backend != "tf":
@@ -537,10 +540,13 @@ def _keras_bn_replica_stats(size: float) -> None:
         # no broadcast: each replica's running statistics follow its own batches; the exported
         # weights (the chief's copy) stay replica 0's, only worker 1's evaluation differs (spec
         # bn_mw)
-        return [
-            batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
-            for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
-        ]
+        values = [r.read_value() for r in self.running]
+        for micro in stats:  # one list per micro-batch (train.accumulate)
+            values = [
+                batchnorm.update_running(v, stat, self._norms[k // 2][0])
+                for k, (v, stat) in enumerate(zip(values, micro, strict=True))
+            ]
+        return values
 
     cls._running_updates = mutated
 
@@ -787,7 +793,7 @@ def _tf_fp32_update_branch(path: str, size: float) -> None:
     cls.__init__ = mutated_init
 
 
-# ---- a model pair's native layers (PAIR_MUTANTS) -------------------------------------------------
+# ---- mutants on either backend (BACKEND_MUTANTS) ------------------------------------------------
 
 
 def _tf_pair_bn_own_stats() -> None:
@@ -812,3 +818,28 @@ def _torch_pair_bn_own_stats() -> None:
             self._broadcast = []
 
     cls.__init__ = mutated
+
+
+def _tf_accumulate_micro_mean() -> None:
+    import tensorflow as tf
+
+    cls = _engine()
+    micro_step = cls._micro_step
+
+    def mutated(self, ids, x, y, global_count, step, scale):
+        count = tf.cast(tf.maximum(tf.size(ids), 1), tf.float32)
+        per = count * self.accumulate * self.strategy.num_replicas_in_sync
+        return micro_step(self, ids, x, y, per, step, scale)
+
+    cls._micro_step = mutated
+
+
+def _torch_accumulate_micro_mean() -> None:
+    cls = _torch_engine().TorchEngine
+    micro_step = cls._micro_step
+
+    def mutated(self, ids, step, global_count, measure_scale):
+        per = max(len(ids), 1) * self.accumulate * self.world
+        return micro_step(self, ids, step, per, measure_scale)
+
+    cls._micro_step = mutated

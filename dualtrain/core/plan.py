@@ -9,6 +9,11 @@ Epoch order
     in NumPy (MT19937 + the same Fisher-Yates loop), so the order equals DistributedSampler's. No
     shuffle: ``0..N-1``.
 
+Gradient accumulation (``train.accumulate: K``)
+    A step's global batch is ``K x data.batch_size`` (everything below with ``B`` that size);
+    each replica's ids of a step are then cut into K contiguous, balanced micro-batches
+    (:func:`micro_batches`), one forward and backward each.
+
 Mode ``exact`` (default)
     Global step k takes ``order[k*B:(k+1)*B]``. Every sample appears exactly once per epoch; a
     partial last batch is kept (``last_batch: keep``) or dropped. A global batch of n ids is split
@@ -67,11 +72,17 @@ class ShardPlan:
     last_batch: LastBatch = LastBatch.KEEP
     mode: Sharding = Sharding.EXACT
 
+    accumulate: int = 1
+    """Micro-batches per step (train.accumulate): a step's global batch is accumulate x
+    data.batch_size, and each replica's ids of a step are cut into this many micro-batches
+    (:func:`micro_batches`)."""
+
     @classmethod
     def from_spec(cls, spec: Experiment, num_samples: int) -> ShardPlan:
         return cls(
             num_samples=num_samples,
-            global_batch=spec.data.batch_size,
+            global_batch=spec.data.batch_size * spec.train.accumulate,
+            accumulate=spec.train.accumulate,
             world_size=spec.distribution.world_size,
             seed=spec.seed,
             shuffle=spec.data.shuffle,
@@ -176,6 +187,20 @@ def split_balanced(batch: np.ndarray, world_size: int) -> list[np.ndarray]:
         out.append(batch[start : start + size])
         start += size
     return out
+
+
+def micro_batches(ids: np.ndarray, accumulate: int) -> list[np.ndarray]:
+    """One replica's ids of one optimizer step cut into ``accumulate`` micro-batches
+    (train.accumulate): contiguous, balanced (the first ``n % K`` one longer), in the plan's order,
+    so the step's ids are the same whatever K is. A replica with fewer ids than K has empty
+    trailing micro-batches. Both backends feed exactly these."""
+    return split_balanced(ids, accumulate)
+
+
+def micro_sizes(count: int, accumulate: int) -> list[int]:
+    """The sizes :func:`micro_batches` gives ``count`` ids (shards.jsonl's ``micro``)."""
+    base, rem = divmod(count, accumulate)
+    return [base + (1 if j < rem else 0) for j in range(accumulate)]
 
 
 def eval_shards(num_samples: int, world_size: int) -> list[tuple[int, int]]:

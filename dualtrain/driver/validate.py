@@ -11,7 +11,7 @@ from dualtrain.backends import check_installed, launch_module
 from dualtrain.core import data as data_mod
 from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, where
 from dualtrain.core.pair import Layout
-from dualtrain.core.plan import ShardPlan
+from dualtrain.core.plan import ShardPlan, micro_sizes
 from dualtrain.core.weights import initial_weights
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.driver.pair import pair_layout
@@ -109,10 +109,12 @@ def check_sizes(spec: Experiment, num_train: int) -> None:
     """Refuse a setup that cannot train (no step at all); warn once about one that trains with
     replicas that never get a sample (world size above the global batch or the samples)."""
     plan = ShardPlan.from_spec(spec, num_train)
-    world, batch = spec.distribution.world_size, spec.data.batch_size
+    world, batch = spec.distribution.world_size, plan.global_batch  # accumulate x batch_size
+    k = spec.train.accumulate
     got = (
-        f"Received: world_size {world}, data.batch_size {batch}, {num_train} training "
-        f"sample(s), data.last_batch {spec.data.last_batch.value}"
+        f"Received: world_size {world}, data.batch_size {spec.data.batch_size}"
+        + (f", train.accumulate {k}" if k > 1 else "")
+        + f", {num_train} training sample(s), data.last_batch {spec.data.last_batch.value}"
     )
     if plan.steps_per_epoch == 0:
         raise UserError(
@@ -221,24 +223,26 @@ def check_batchnorm_batches(
     for k in sorted({0, last}):
         if k >= total:
             continue
-        sizes = plan.step_sizes(k)
+        # with train.accumulate: what one forward normalises over is a micro-batch
+        micro = [micro_sizes(n, plan.accumulate) for n in plan.step_sizes(k)]
         for what, sync, per_sample in found:
             at = f"at step {k + 1}{' (the last of every epoch)' if k == last and k else ''}"
             got = (
                 f"Received: batch_size {spec.data.batch_size}, world_size {plan.world_size}, "
-                f"{num_train} train samples, last_batch {spec.data.last_batch.value}"
+                + (f"train.accumulate {plan.accumulate}, " if plan.accumulate > 1 else "")
+                + f"{num_train} train samples, last_batch {spec.data.last_batch.value}"
             )
             if sync:
-                n = sum(sizes)
+                n = min(sum(m[j] for m in micro) for j in range(plan.accumulate))
                 if n * per_sample < 2:
                     raise UserError(
-                        f"{what}: {at} the global batch holds {n} sample(s), "
+                        f"{what}: {at} the global batch holds {n} sample(s){_micro(plan)}, "
                         f"{n * per_sample} value(s) per channel; batchnorm needs at least "
                         f"2. Use data.last_batch: drop. {got}"
                     )
                 continue
-            replica = min(range(len(sizes)), key=lambda i: sizes[i])
-            n = sizes[replica]
+            replica = min(range(len(micro)), key=lambda i: min(micro[i]))
+            n = min(micro[replica])
             if n * per_sample < 2:
                 fix = (
                     "data.last_batch: drop or another batch size"
@@ -246,10 +250,14 @@ def check_batchnorm_batches(
                     else "sync: true (statistics over the global batch) or data.last_batch: drop"
                 )
                 raise UserError(
-                    f"{what}: {at} replica {replica} holds {n} sample(s), "
+                    f"{what}: {at} replica {replica} holds {n} sample(s){_micro(plan)}, "
                     f"{n * per_sample} value(s) per channel; batchnorm needs at least 2. "
                     f"Use {fix}. {got}"
                 )
+
+
+def _micro(plan: ShardPlan) -> str:
+    return " in a micro-batch (train.accumulate)" if plan.accumulate > 1 else ""
 
 
 def check_out_dir(path: Path, overwrite: bool) -> bool:

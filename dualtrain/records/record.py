@@ -72,11 +72,28 @@ class RunWriter:
         if self._events is not None:
             self._events.eval(fields)
 
-    def shard(self, *, step: int, epoch: int, replica: int, digest: str, count: int) -> None:
-        self._write(
-            self._shards,
-            {"step": step, "epoch": epoch, "replica": replica, "digest": digest, "count": count},
-        )
+    def shard(
+        self,
+        *,
+        step: int,
+        epoch: int,
+        replica: int,
+        digest: str,
+        count: int,
+        micro: list[int] | None = None,
+    ) -> None:
+        """``micro``: with train.accumulate, the replica's micro-batch sizes in order (its ids,
+        in the order ``digest`` hashes them, cut into these contiguous pieces)."""
+        row: dict[str, Any] = {
+            "step": step,
+            "epoch": epoch,
+            "replica": replica,
+            "digest": digest,
+            "count": count,
+        }
+        if micro is not None:
+            row["micro"] = micro
+        self._write(self._shards, row)
 
     def summary(self, summary: dict[str, Any]) -> None:
         write_atomic(self.dir / SUMMARY_FILE, json.dumps(json_safe(summary), indent=2) + "\n")

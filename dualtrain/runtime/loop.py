@@ -18,7 +18,7 @@ import numpy as np
 
 from dualtrain.core.data import TEST, TRAIN, VALIDATION, Data
 from dualtrain.core.losses import metric_name
-from dualtrain.core.plan import ShardPlan, eval_shards, shard_digest
+from dualtrain.core.plan import ShardPlan, eval_shards, micro_sizes, shard_digest
 from dualtrain.core.schedule import lr_at
 from dualtrain.core.weights import save_weights, weights_digest
 from dualtrain.errors import UserError
@@ -257,6 +257,9 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                         replica=replica,
                         digest=f"{(digest + (1 << 63)):016x}",
                         count=n,
+                        micro=micro_sizes(n, self.plan.accumulate)
+                        if self.plan.accumulate > 1
+                        else None,
                     )
         for w in self._window:
             self.samples += w[4]

@@ -92,7 +92,8 @@ class DataSpec:
     download: bool = _tagged(COSMETIC, FREE, default=True)
     """mnist: allow a checksum-verified download into the cache when no local copy is found."""
     batch_size: int = 128
-    """Global batch size (all replicas together)."""
+    """Global batch size (all replicas together) of one forward and backward: with
+    train.accumulate K, an optimizer step takes K such micro-batches (K * batch_size samples)."""
     eval_batch_size: int = 1000
     """Global batch size for evaluation."""
     shuffle: bool = True
@@ -355,6 +356,11 @@ class TrainSpec:
     keep_checkpoints: int = _tagged(COSMETIC, FREE, default=3)
     """Keep the newest K complete checkpoints; older ones are deleted once a newer one is
     complete."""
+    accumulate: int = 1
+    """Gradient accumulation: K micro-batches of data.batch_size per optimizer step, the loss of
+    each normalised by the sample count of the whole step (so K x B equals one batch of K * B up
+    to rounding); steps, the lr schedule, loss scaling, clipping and checkpoints count optimizer
+    steps (docs/spec.md)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_every, int):
@@ -378,6 +384,7 @@ class TrainSpec:
             _check(self.max_steps >= 1, "train.max_steps", "must be >= 1", self.max_steps)
         _check(self.eval_every >= 0, "train.eval_every", "must be >= 0", self.eval_every)
         _check(self.log_every >= 1, "train.log_every", "must be >= 1", self.log_every)
+        _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
 
 
 @dataclass(**_SPEC)
@@ -448,6 +455,13 @@ class Experiment:
                 f"must be a multiple of world_size={self.distribution.world_size} with "
                 "sharding=torch_sampler",
                 self.data.batch_size,
+            )
+            _check(
+                self.train.accumulate == 1,
+                "train.accumulate",
+                "must be 1 with sharding=torch_sampler (each rank's DataLoader batches are the "
+                "steps; use sharding: exact to accumulate)",
+                self.train.accumulate,
             )
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,6 +16,20 @@ from tests.conftest import run_cli
         ("data:\n  batch_size: lots\n", (), "data.batch_size must be an integer. Received: 'lots'"),
         ("optimizer:\n  lr: -1\n", (), "optimizer.lr must be > 0. Received: -1.0"),
         ("seed: 0\n", ("--world-size", "0"), "distribution.world_size must be >= 1. Received: 0"),
+        ("train:\n  accumulate: 0\n", (), "train.accumulate must be >= 1. Received: 0"),
+        ("train:\n  accumulate: two\n", (), "train.accumulate must be an integer"),
+        (
+            "data:\n  sharding: torch_sampler\ntrain:\n  accumulate: 2\n",
+            (),
+            "train.accumulate must be 1 with sharding=torch_sampler",
+        ),
+        (  # 64 samples per replica in 64 micro-batches of 1: one value for a dense batchnorm
+            "model:\n  preset: null\n  layers: [{type: flatten}, {type: dense, units: 8}, "
+            "{type: batchnorm}, "
+            "{type: dense, units: 10}]\ndata:\n  batch_size: 2\ntrain:\n  accumulate: 64\n",
+            ("--world-size", "2"),
+            "in a micro-batch (train.accumulate)",
+        ),
         (None, (), "config file not found"),
         ("", (), "the file is empty (no spec in it); to train on the defaults, leave out --config"),
         ("# only a comment\n", (), "the file is empty"),

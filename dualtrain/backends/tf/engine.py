@@ -116,6 +116,7 @@ class TFEngine(TrainStep, Engine):
 
         self.data = data
         self.loss = spec.model.loss
+        self.accumulate = spec.train.accumulate
 
         with strategy.scope():
             if layout is not None:  # the user's Keras model, its variables by the pair's map
@@ -159,7 +160,7 @@ class TFEngine(TrainStep, Engine):
         )
         step_sig = [
             tf.TensorSpec([None], tf.int64, name="ids_flat"),
-            tf.TensorSpec([self.n_local + 1], tf.int32, name="offsets"),
+            tf.TensorSpec([self.accumulate * self.n_local + 1], tf.int32, name="offsets"),
             tf.TensorSpec([self.n_local], tf.bool, name="poison"),
             tf.TensorSpec([], tf.float32, name="global_count"),
             tf.TensorSpec([], tf.float64, name="lr"),

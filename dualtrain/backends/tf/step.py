@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from dualtrain.core import batchnorm, update_rules
 from dualtrain.core.data import TRAIN
+from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
 from dualtrain.spec import Loss
 
@@ -27,6 +28,8 @@ SUM = tf.distribute.ReduceOp.SUM
 
 class TrainStep:
     """The methods of TFEngine this file holds; the engine's state they use, declared:"""
+
+    accumulate: int
 
     _dropout: Any
     _guard_empty: Any
@@ -67,9 +70,10 @@ class TrainStep:
 
     def _running_updates(self, ctx, stats):
         """New running statistics (identical on every replica) from each batchnorm layer's batch
-        statistics: sync layers' are already global; unsync layers take replica 0's (DDP's buffer
-        broadcast), sent to every replica by an all-reduce of replica 0's values and zeros elsewhere
-        (adding zeros is exact). dualtrain.core.batchnorm.update_running does the arithmetic."""
+        statistics, one update per micro-batch (``stats``: a list per micro-batch): sync layers'
+        are already global; unsync layers take replica 0's (DDP's buffer broadcast), sent to every
+        replica by an all-reduce of replica 0's values and zeros elsewhere (adding zeros is
+        exact). dualtrain.core.batchnorm.update_running does the arithmetic."""
         if self.layout is not None:
             # a model pair's own batchnorm layers updated their statistics in the forward, by
             # their own conventions; every replica then takes replica 0's (DDP's broadcast)
@@ -81,28 +85,71 @@ class TrainStep:
         unsync = [
             i for j, (_, sync) in enumerate(self._norms) if not sync for i in (2 * j, 2 * j + 1)
         ]
-        if unsync and ctx.num_replicas_in_sync > 1:
-            first = tf.equal(ctx.replica_id_in_sync_group, 0)
-            sent = ctx.all_reduce(
-                SUM, [tf.where(first, stats[k], tf.zeros_like(stats[k])) for k in unsync]
-            )
-            stats = list(stats)
-            for k, v in zip(unsync, sent, strict=True):
-                stats[k] = v
-        return [
-            batchnorm.update_running(r.read_value(), stat, self._norms[k // 2][0])
-            for k, (r, stat) in enumerate(zip(self.running, stats, strict=True))
-        ]
+        values = [r.read_value() for r in self.running]
+        for micro in stats:  # each micro-batch's forward moves them once (train.accumulate)
+            if unsync and ctx.num_replicas_in_sync > 1:
+                first = tf.equal(ctx.replica_id_in_sync_group, 0)
+                sent = ctx.all_reduce(
+                    SUM, [tf.where(first, micro[k], tf.zeros_like(micro[k])) for k in unsync]
+                )
+                micro = list(micro)
+                for k, v in zip(unsync, sent, strict=True):
+                    micro[k] = v
+            values = [
+                batchnorm.update_running(v, stat, self._norms[k // 2][0])
+                for k, (v, stat) in enumerate(zip(values, micro, strict=True))
+            ]
+        return values
 
     def _replica_step(self, ids_flat, offsets, poison, global_count, step, batch, capture: bool):
         ctx = tf.distribute.get_replica_context()
         i = self._local_index()
-        with tf.device(self.host):  # this replica's rows of the process's batch (its ids' rows)
-            lo, hi = offsets[i], offsets[i + 1]
-            ids = ids_flat[lo:hi]
-            x = [t[lo:hi] for t in batch[:-1]]
-            y = batch[-1][lo:hi]
+        n = self.n_local
         scale = self.scale.read_value()
+        # train.accumulate: K micro-batches (dualtrain.core.plan.micro_batches; the process's
+        # ids are laid out micro-batch by micro-batch, replica by replica), each loss over the
+        # whole step's global count; the gradients add up here and are all-reduced once
+        fed: list[Any] = []
+        stats: list[Any] = []
+        grads: list[Any] = []
+        loss_sum: Any = None
+        for j in range(self.accumulate):
+            with tf.device(self.host):  # this replica's rows of the process's batch
+                lo, hi = offsets[j * n + i], offsets[j * n + i + 1]
+                ids = ids_flat[lo:hi]
+                x = [t[lo:hi] for t in batch[:-1]]
+                y = batch[-1][lo:hi]
+            loss_j, stats_j, grads_j = self._micro_step(ids, x, y, global_count, step, scale)
+            fed.append(ids)
+            stats.append(stats_j)
+            loss_sum = loss_j if loss_sum is None else loss_sum + loss_j
+            grads = [a + b for a, b in zip(grads, grads_j, strict=True)] if j else list(grads_j)
+        ids = fed[0] if len(fed) == 1 else tf.concat(fed, 0)
+        if self._poisonable:  # fault injection (debug.nonfinite_grad); not in the graph otherwise
+            grads = [
+                tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
+                for g in grads
+            ]
+        grads = ctx.all_reduce(SUM, grads)
+        if self.fp16:
+            grads = self._unscale(grads, scale)
+        # fp16 skips on every replica when the all-reduced gradient is not finite (GradScaler's
+        # check); fp32/bf16 never skip, as torch without a GradScaler.
+        if self.fp16:
+            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+            amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
+        else:
+            finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
+        # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
+        norm = update_rules.global_norm(self.ops, grads)
+        captured = list(grads) if capture else []
+        grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
+        running = self._running_updates(ctx, stats) if self.running else []
+        return grads, loss_sum, ids, norm, finite, amax, captured, running
+
+    def _micro_step(self, ids, x, y, global_count, step, scale):
+        """One micro-batch on this replica: (its loss sum, its batchnorm statistics, the gradient
+        of sum(loss) / global_count, times the loss scale under fp16)."""
 
         def forward():
             logits, stats = self._forward(x, ids, step, True)
@@ -127,27 +174,7 @@ class TrainStep:
             if self.fp16:
                 loss = loss * scale
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        if self._poisonable:  # fault injection (debug.nonfinite_grad); not in the graph otherwise
-            grads = [
-                tf.where(poison[i], tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
-                for g in grads
-            ]
-        grads = ctx.all_reduce(SUM, grads)
-        if self.fp16:
-            grads = self._unscale(grads, scale)
-        # fp16 skips on every replica when the all-reduced gradient is not finite (GradScaler's
-        # check); fp32/bf16 never skip, as torch without a GradScaler.
-        if self.fp16:
-            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
-            amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
-        else:
-            finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
-        # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
-        norm = update_rules.global_norm(self.ops, grads)
-        captured = list(grads) if capture else []
-        grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
-        running = self._running_updates(ctx, stats) if self.running else []
-        return grads, loss_sum, ids, norm, finite, amax, captured, running
+        return loss_sum, stats, grads
 
     def _loss_sum(self, logits, y):
         """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
@@ -245,10 +272,15 @@ class TrainStep:
     ) -> StepOut:
         if len(ids) != self.n_local or len(poison) != self.n_local:
             raise ValueError(f"expected ids and poison for {self.n_local} local replicas")
-        sizes = [len(a) for a in ids]
-        offsets = np.zeros(self.n_local + 1, np.int32)
+        # micro-batch by micro-batch, replica by replica (train.accumulate; _replica_step)
+        micro = [micro_batches(a, self.accumulate) for a in ids]
+        pieces = [micro[i][j] for j in range(self.accumulate) for i in range(self.n_local)]
+        sizes = [len(a) for a in pieces]
+        offsets = np.zeros(len(pieces) + 1, np.int32)
         np.cumsum(sizes, out=offsets[1:])
-        flat = np.concatenate(ids).astype(np.int64, copy=False) if sizes else np.zeros(0, np.int64)
+        flat = (
+            np.concatenate(pieces).astype(np.int64, copy=False) if sizes else np.zeros(0, np.int64)
+        )
         scale = float(self.scale.numpy()) if self.fp16 else 1.0
         fn = self._step_capture_cf if capture_grads else self._step_cf
         out = fn(

@@ -219,6 +219,7 @@ class TorchEngine(TrainStep, Engine):
         self.dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
         self.data = data
         self.loss = spec.model.loss
+        self.accumulate = spec.train.accumulate
         self.metric = metric_name(self.loss)
 
         # dualtrain's layers, or a model pair's torch module (its initial values are replaced by

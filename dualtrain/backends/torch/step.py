@@ -17,12 +17,19 @@ from dualtrain.backends.torch.condition import AbsoluteGradient
 from dualtrain.backends.torch.ops import NORM_OPS
 from dualtrain.core import update_rules
 from dualtrain.core.data import TRAIN
+from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
 from dualtrain.spec import Loss
 
 
+def _add(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: a[k] + b[k] for k in a}
+
+
 class TrainStep:
     """The methods of TorchEngine this file holds; the engine's state they use, declared:"""
+
+    accumulate: int
 
     _broadcast: Any
     _hook: Any
@@ -76,28 +83,32 @@ class TrainStep:
         measure_scale: bool = False,
     ) -> StepOut:
         idx = torch.tensor(ids[0], dtype=torch.int64)
-        dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
-        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
-            step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
-            for m in self.dropouts:
-                m.step, m.ids = step_t, dev_idx
-        xs, y = self.batch(TRAIN, ids[0])
         for group in self.opt.param_groups:
             group["lr"] = lr
         self._hook.poison = poison[0]
-        # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
-        absolute = AbsoluteGradient(self.module) if measure_scale else None
-        with self.autocast, absolute or contextlib.nullcontext():
-            logits = self.ddp(*xs)
-        loss_sum = self._loss_sum(logits, y)
-        abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
-        loss = loss_sum / global_count
         scaler = self.scaler
+        loss_total = torch.zeros((), dtype=self.dtype, device=self.device)
+        abs_loss: float | None = 0.0 if measure_scale else None
+        abs_grads: dict[str, np.ndarray] | None = None
+        abs_terms: dict[str, np.ndarray] | None = None
+        # train.accumulate: K micro-batches (dualtrain.core.plan.micro_batches), each loss over the
+        # whole step's global count; DDP all-reduces once, in the last backward (no_sync before)
+        micro = micro_batches(ids[0], self.accumulate)
+        for j, part in enumerate(micro):
+            sync = j == len(micro) - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                loss_sum, part_abs, scale_j = self._micro_step(
+                    part, step, global_count, measure_scale
+                )
+            loss_total = loss_total + loss_sum.detach()
+            if part_abs is not None:  # the fp64 reference's probe steps: sums over micro-batches
+                assert abs_loss is not None
+                abs_loss += part_abs
+                grads_j, terms_j = scale_j
+                abs_grads = grads_j if abs_grads is None else _add(abs_grads, grads_j)
+                abs_terms = terms_j if abs_terms is None else _add(abs_terms, terms_j)
         if scaler is not None:
-            scaler.scale(loss).backward()
             self._unscale()
-        else:
-            loss.backward()
         # backward() gave every parameter a gradient (DDP: every parameter takes part)
         grads = cast(list[torch.Tensor], [p.grad for p in self.params])
         norm = update_rules.global_norm(NORM_OPS, grads)
@@ -112,7 +123,6 @@ class TrainStep:
                 n: g.detach().to("cpu").numpy().copy()
                 for n, g in zip(self.names, grads, strict=True)
             }
-        abs_grads, abs_terms = absolute.result(self.world) if absolute is not None else (None, None)
         if self.clip is not None:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
         if scaler is not None:
@@ -134,7 +144,7 @@ class TrainStep:
             ):
                 b.copy_(new.view_as(b))
         return StepOut(
-            loss_sum=loss_sum.item(),
+            loss_sum=loss_total.item(),
             grad_norm=norm.item(),
             loss_scale=scale,
             skipped=skipped,
@@ -145,6 +155,33 @@ class TrainStep:
             abs_terms=abs_terms,
             abs_loss=abs_loss,
         )
+
+    def _micro_step(
+        self, ids: np.ndarray, step: int, global_count: int, measure_scale: bool
+    ) -> tuple[torch.Tensor, float | None, Any]:
+        """One micro-batch's forward under autocast and its backward of sum(loss) / global_count
+        (times the loss scale under fp16; gradients accumulate in .grad). Returns the loss sum,
+        and on the probe steps the loss's and the gradient's absolute scales."""
+        idx = torch.tensor(ids, dtype=torch.int64)
+        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
+            dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
+            step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
+            for m in self.dropouts:
+                m.step, m.ids = step_t, dev_idx
+        xs, y = self.batch(TRAIN, ids)
+        # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
+        absolute = AbsoluteGradient(self.module) if measure_scale else None
+        with self.autocast, absolute or contextlib.nullcontext():
+            logits = self.ddp(*xs)
+        loss_sum = self._loss_sum(logits, y)
+        abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
+        loss = loss_sum / global_count
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        scale = absolute.result(self.world) if absolute is not None else None
+        return loss_sum, abs_loss, scale
 
     def _unscale(self) -> None:
         """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which
