@@ -326,6 +326,8 @@ BACKEND_MUTANTS = {
     "pair_bn_own_stats": "a model pair's native batchnorm layers: every replica keeps the running "
     "statistics of its own batches (Keras under tf.distribute; torch without DDP's buffer "
     "broadcast) instead of replica 0's",
+    "early_stop_late": "train.early_stopping: the run stops one evaluation after its patience "
+    "ran out (a wait counter compared with > instead of >=)",
     "accumulate_micro_mean": "train.accumulate: each micro-batch's loss is its own mean, divided "
     "by K and the replica count (Keras's gradient_accumulation_steps under tf.distribute), not the "
     "sum over the whole step's global count: the same only when every micro-batch is as large",
@@ -843,3 +845,20 @@ def _torch_accumulate_micro_mean() -> None:
         return micro_step(self, ids, step, per, measure_scale)
 
     cls._micro_step = mutated
+
+
+def _early_stop_late() -> None:
+    from dualtrain.core import stopping
+
+    update = stopping.Stopper.update
+
+    def mutated(self, value, step):
+        improved, stop = update(self, value, step)
+        stop = self.patience is not None and self.wait > self.patience
+        self.stopped_at = step if stop else None
+        return improved, stop
+
+    stopping.Stopper.update = mutated
+
+
+_tf_early_stop_late = _torch_early_stop_late = _early_stop_late

@@ -28,7 +28,15 @@ import click
     help="Replace a previous export in --out (a folder with export.json), once the new "
     "one is complete.",
 )
-def export(run_dir: str, fmt: str, out: str | None, overwrite: bool) -> None:
+@click.option(
+    "--weights",
+    "which",
+    default="final",
+    show_default=True,
+    metavar="final|best",
+    help="The run's final weights, or the best evaluation's (weights_best.npz, train.keep_best).",
+)
+def export(run_dir: str, fmt: str, out: str | None, overwrite: bool, which: str) -> None:
     """Write a finished run's trained model so that torch or Keras loads it without dualtrain.
 
     \b
@@ -38,5 +46,5 @@ def export(run_dir: str, fmt: str, out: str | None, overwrite: bool) -> None:
     """
     from dualtrain.driver.export import export_run
 
-    folder = export_run(run_dir, fmt, out, overwrite=overwrite)
+    folder = export_run(run_dir, fmt, out, overwrite=overwrite, which=which)
     click.echo(f"dualtrain: exported {run_dir} as {fmt} -> {folder}")

@@ -33,7 +33,7 @@ from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
-from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
+from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_BEST, WEIGHTS_FINAL
 
 FORMATS = ("torch", "keras")
 
@@ -81,11 +81,21 @@ def _inputs(spec, run_dir: Path, fmt: str) -> list[dict]:
     return out
 
 
+#: --weights: which of a finished run's weight files an export takes
+WEIGHT_FILES = {"final": WEIGHTS_FINAL, "best": WEIGHTS_BEST}
+
+
 def export_run(
-    run_dir: str | Path, fmt: str, out: str | Path | None = None, *, overwrite: bool = False
+    run_dir: str | Path,
+    fmt: str,
+    out: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    which: str = "final",
 ) -> Path:
     """Export the finished run in ``run_dir``; returns the folder written. ``overwrite``: replace a
-    previous export in ``out`` (a folder holding export.json), nothing else."""
+    previous export in ``out`` (a folder holding export.json), nothing else. ``which``: the run's
+    final weights, or its best (train.keep_best)."""
     from dualtrain.runtime.entry import run_spec
 
     if fmt not in FORMATS:
@@ -97,9 +107,17 @@ def export_run(
         raise UserError(f"{run_dir} is not a dualtrain run directory (no {SPEC_FILE})")
     if not (run_dir / WEIGHTS_FINAL).is_file() or not (run_dir / SUMMARY_FILE).is_file():
         raise UserError(f"{run_dir} has not finished (no {WEIGHTS_FINAL}); export a finished run")
+    if which not in WEIGHT_FILES:
+        raise UserError(f"--weights must be one of {list(WEIGHT_FILES)}. Received: {which!r}")
+    source = run_dir / WEIGHT_FILES[which]
+    if not source.is_file():
+        raise UserError(
+            f"{run_dir} has no {source.name}: --weights best needs a run with train.keep_best "
+            f"(and an evaluation that improved). Received: --weights {which}"
+        )
     spec = run_spec(run_dir)
-    weights = load_weights(run_dir / WEIGHTS_FINAL)
-    check_layout(weights, spec.model, source=str(run_dir / WEIGHTS_FINAL))
+    weights = load_weights(source)
+    check_layout(weights, spec.model, source=str(source))
     target = Path(out) if out is not None else run_dir / "export" / fmt
     if target.exists() and not target.is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(target)!r}")
@@ -129,10 +147,11 @@ def export_run(
             f"Received: {str(target)!r}"
         ) from None
     try:
-        _write(fmt, run_dir, tmp)
+        _write(fmt, run_dir, tmp, source)
         meta = {
             "format": fmt,
             "source_run": str(run_dir.resolve()),
+            "weights": source.name,
             "spec": spec.to_dict(),
             "dtype": str(next(iter(weights.values())).dtype),
             "inputs": _inputs(spec, run_dir, fmt),
@@ -174,7 +193,7 @@ def _width(spec, run_dir: Path) -> int:
     return output_width(spec.model)
 
 
-def _write(fmt: str, run_dir: Path, folder: Path) -> None:
+def _write(fmt: str, run_dir: Path, folder: Path, source: Path) -> None:
     from dualtrain.launch.local import worker_env
 
     backend = BACKEND_OF[fmt]
@@ -184,7 +203,7 @@ def _write(fmt: str, run_dir: Path, folder: Path) -> None:
         f"dualtrain.backends.{backend}.tools",
         "export",
         str(run_dir / SPEC_FILE),
-        str(run_dir / WEIGHTS_FINAL),
+        str(source),
         str(folder),
     ]
     proc = subprocess.run(cmd, env=worker_env({}), capture_output=True, text=True)

@@ -31,6 +31,8 @@ SHARDS_FILE = "shards.jsonl"
 SUMMARY_FILE = "summary.json"
 WEIGHTS_INIT = "weights_init.npz"
 WEIGHTS_FINAL = "weights_final.npz"
+#: train.keep_best: the weights of the best evaluation (train.early_stopping's metric)
+WEIGHTS_BEST = "weights_best.npz"
 
 
 def as_float(value: Any) -> float:

@@ -20,9 +20,10 @@ from dualtrain.core.data import TEST, TRAIN, VALIDATION, Data
 from dualtrain.core.losses import metric_name
 from dualtrain.core.plan import ShardPlan, eval_shards, micro_sizes, shard_digest
 from dualtrain.core.schedule import lr_at
+from dualtrain.core.stopping import Stopper
 from dualtrain.core.weights import save_weights, weights_digest
 from dualtrain.errors import UserError
-from dualtrain.records.record import WEIGHTS_FINAL, RunWriter
+from dualtrain.records.record import WEIGHTS_BEST, WEIGHTS_FINAL, RunWriter
 from dualtrain.runtime import probes
 from dualtrain.runtime.checkpoint import Checkpoint
 from dualtrain.runtime.engine import Engine, StepOut
@@ -83,6 +84,10 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
         self._dump = set(spec.debug.dump_grads)
         self.history: list[dict[str, Any]] = []
+        # train.early_stopping / keep_best (dualtrain.core.stopping): the chief decides
+        stop_spec = spec.train.early_stopping
+        self.stopper = Stopper.from_spec(stop_spec) if stop_spec is not None else None
+        self.stop = False
         self.checkpoints, self.checkpoint_s = 0, 0.0
         self.out = Reporter(
             f"[{engine.backend}]", spec.logging.progress, self.total_steps, enabled=self.chief
@@ -107,6 +112,8 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
             self.samples, self.skipped = int(loop["samples"]), int(loop["skipped"])
             self.train_time = float(loop["train_time"])
             self.last_eval = dict(loop["last_eval"])
+            if self.stopper is not None and "stopping" in loop:
+                self.stopper.load(loop["stopping"])
             self.history = [
                 *resume.state.get("history", []),
                 {
@@ -193,6 +200,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                     self._window_t0 = t_train
                 if every is not None and (
                     step == self.total_steps
+                    or self.stop
                     or (end_of_epoch if every is Every.EPOCH else step % every == 0)
                 ):
                     self._flush(epochs)  # the records are complete up to this step
@@ -200,7 +208,9 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                     self._checkpoint(step, epoch + 1)
                     t_train = time.perf_counter()
                     self._window_t0 = t_train
-            if step >= self.total_steps:
+                if self.stop:
+                    break
+            if step >= self.total_steps or self.stop:
                 break
         return self._finish(step)
 
@@ -305,9 +315,37 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                 f"({int(ev.count)} samples)"
             )
         self.last_eval = row
+        if self.stopper is not None:
+            row |= self._early_stopping(row, step)
         if self.writer is not None:
             self.writer.eval(**row)
         self.say(f"eval after step {step}: " + "; ".join(said))
+        if self.stop:
+            s = self.stopper
+            assert s is not None  # only early stopping stops
+            self.say(
+                f"early stopping after step {step}: {s.metric} has not improved by more than "
+                f"{s.min_delta:g} for {s.wait} evaluation(s); best {s.best:.6g} after step "
+                f"{s.best_step}" + (" (weights_best.npz)" if self.spec.train.keep_best else "")
+            )
+
+    def _early_stopping(self, row: dict[str, Any], step: int) -> dict[str, Any]:
+        """The chief's decision on this evaluation, shared with every process (a gather every
+        process joins, so none is left waiting in a collective); the best weights when kept."""
+        s = self.stopper
+        assert s is not None
+        improved, stop = s.update(float(row[s.metric]), step)
+        shared = self.engine.gather(np.array([int(improved), int(stop)], dtype=np.int64))
+        improved, stop = bool(shared[0][0]), bool(shared[0][1])
+        if stop:
+            s.stopped_at = step
+        self.stop = stop
+        if improved and self.spec.train.keep_best:
+            weights = self.engine.weights()  # every process: an engine may gather for it
+            if self.writer is not None:
+                assert self.run_dir is not None  # a writer implies a run directory
+                save_weights(Path(self.run_dir) / WEIGHTS_BEST, weights)
+        return {"best": improved, **({"stop": True} if stop else {})}
 
     def _finish(self, steps: int) -> dict[str, Any]:
         weights = self.engine.weights()
@@ -350,6 +388,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
             "checkpoints_written": self.checkpoints,
             "checkpoint_wall_s": round(self.checkpoint_s, 3),
             "resumed": self.history,
+            "early_stopping": self.stopper.summary() if self.stopper is not None else None,
             "attempt": self.attempt,
             "probes": (
                 {

@@ -154,6 +154,7 @@ class CheckpointSteps(_LoopState):
     checkpoints: int
     checkpoint_s: float
     model_sha256: str
+    stopper: Any
 
     def _checkpoint(self, step: int, epoch: int) -> None:
         """The chief writes the checkpoint of ``step`` (docs/checkpoints.md); the others go on
@@ -183,6 +184,7 @@ class CheckpointSteps(_LoopState):
                 "skipped": self.skipped,
                 "train_time": self.train_time,
                 "last_eval": self.last_eval,
+                **({"stopping": self.stopper.state()} if self.stopper is not None else {}),
             },
             "history": self.history,
         }

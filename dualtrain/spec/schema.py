@@ -26,6 +26,7 @@ from dualtrain.spec.vocab import (
     Device,
     Every,
     LastBatch,
+    Loss,
     Normalize,
     OptimizerName,
     Precision,
@@ -33,6 +34,7 @@ from dualtrain.spec.vocab import (
     ScheduleInterval,
     ScheduleName,
     Sharding,
+    StopMode,
     TFStrategy,
 )
 
@@ -340,6 +342,36 @@ class TFSpec:
 
 
 @dataclass(**_SPEC)
+class EarlyStoppingSpec:
+    """Stop when an evaluation metric has not improved for ``patience`` evaluations (Keras's
+    EarlyStopping, Lightning's): decided on the chief from the gathered evaluation, at every
+    evaluation (train.eval_every; the end of every epoch by default)."""
+
+    metric: str = "val_loss"
+    """The evaluation field to watch: loss or accuracy (mae for an mse model) of the test split,
+    or val_loss, val_accuracy, val_mae of the validation split (data.validation)."""
+    mode: StopMode = StopMode.AUTO
+    """min, max, or auto: max for accuracy, min for loss and mae."""
+    patience: int | None = 3
+    """Evaluations in a row without an improvement after which the run stops (null: it never
+    stops; with train.keep_best, the best weights are still kept)."""
+    min_delta: float = 0.0
+    """An improvement is a change beyond the best value by more than this."""
+
+    def __post_init__(self) -> None:
+        if self.patience is not None:
+            _check(
+                self.patience >= 1,
+                "train.early_stopping.patience",
+                "must be >= 1 or null",
+                self.patience,
+            )
+        _check(
+            self.min_delta >= 0, "train.early_stopping.min_delta", "must be >= 0", self.min_delta
+        )
+
+
+@dataclass(**_SPEC)
 class TrainSpec:
     epochs: int | None = 1
     """Number of epochs (null with max_steps: as many as max_steps needs)."""
@@ -361,6 +393,11 @@ class TrainSpec:
     each normalised by the sample count of the whole step (so K x B equals one batch of K * B up
     to rounding); steps, the lr schedule, loss scaling, clipping and checkpoints count optimizer
     steps (docs/spec.md)."""
+    early_stopping: EarlyStoppingSpec | None = None
+    """Stop when an evaluation metric stops improving (null: train every step)."""
+    keep_best: bool = False
+    """Write RUN_DIR/weights_best.npz whenever train.early_stopping's metric improves (the
+    weights of the best evaluation)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_every, int):
@@ -385,6 +422,12 @@ class TrainSpec:
         _check(self.eval_every >= 0, "train.eval_every", "must be >= 0", self.eval_every)
         _check(self.log_every >= 1, "train.log_every", "must be >= 1", self.log_every)
         _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
+        if self.keep_best and self.early_stopping is None:
+            raise UserError(
+                "train.keep_best needs train.early_stopping (its metric and mode say which "
+                "evaluation is best; patience: null to never stop). Received: keep_best: true, "
+                "early_stopping: null"
+            )
 
 
 @dataclass(**_SPEC)
@@ -448,6 +491,22 @@ class Experiment:
             self.name,
         )
         _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32)", self.seed)
+        stop = self.train.early_stopping
+        if stop is not None:
+            metric = "mae" if self.model.loss is Loss.MSE else "accuracy"
+            known = ["loss", metric]
+            if self.data.validation is not None or self.data.validation_ids:
+                known += ["val_loss", f"val_{metric}"]
+            if stop.metric not in known:
+                hint = (
+                    " (the validation fields need data.validation)"
+                    if stop.metric.startswith("val_") and len(known) == 2
+                    else ""
+                )
+                raise UserError(
+                    f"train.early_stopping.metric must be one of {known}{hint}. Received: "
+                    f"{stop.metric!r}"
+                )
         if self.data.sharding is Sharding.TORCH_SAMPLER:
             _check(
                 self.data.batch_size % self.distribution.world_size == 0,

@@ -168,6 +168,12 @@ class Every(StrEnum):
     EPOCH = "epoch"
 
 
+class StopMode(StrEnum):
+    AUTO = "auto"
+    MIN = "min"
+    MAX = "max"
+
+
 class Progress(StrEnum):
     AUTO = "auto"
     BAR = "bar"

@@ -17,6 +17,28 @@ from tests.conftest import run_cli
         ("optimizer:\n  lr: -1\n", (), "optimizer.lr must be > 0. Received: -1.0"),
         ("seed: 0\n", ("--world-size", "0"), "distribution.world_size must be >= 1. Received: 0"),
         ("train:\n  accumulate: 0\n", (), "train.accumulate must be >= 1. Received: 0"),
+        (
+            "train:\n  early_stopping: {metric: val_loss}\n",
+            (),
+            "train.early_stopping.metric must be one of ['loss', 'accuracy'] (the validation "
+            "fields need data.validation). Received: 'val_loss'",
+        ),
+        (
+            "train:\n  early_stopping: {metric: los}\n",
+            (),
+            "train.early_stopping.metric must be one of ['loss', 'accuracy']",
+        ),
+        (
+            "train:\n  early_stopping: {patience: 0}\n",
+            (),
+            "train.early_stopping.patience must be >= 1 or null. Received: 0",
+        ),
+        (
+            "train:\n  early_stopping: {mode: lowest}\n",
+            (),
+            "train.early_stopping.mode must be one of",
+        ),
+        ("train:\n  keep_best: true\n", (), "train.keep_best needs train.early_stopping"),
         ("train:\n  accumulate: two\n", (), "train.accumulate must be an integer"),
         (
             "data:\n  sharding: torch_sampler\ntrain:\n  accumulate: 2\n",

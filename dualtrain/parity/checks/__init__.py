@@ -48,6 +48,7 @@ from dualtrain.parity.checks.probes import (
 from dualtrain.parity.checks.records import (
     FP16_MAX,
     SkipDifference,
+    check_early_stopping,
     check_init_weights,
     check_loss_scale,
     check_lr,
@@ -87,6 +88,7 @@ __all__ = [
     "check_final_weights",
     "check_init_weights",
     "check_local",
+    "check_early_stopping",
     "check_loss_scale",
     "check_lr",
     "check_reference_eval",

@@ -220,11 +220,17 @@ def check_final_weights(
 
 
 def check_eval(
-    a: RunRecord, b: RunRecord, ref: Reference | None = None, tol: Tolerance | None = None
+    a: RunRecord,
+    b: RunRecord,
+    ref: Reference | None = None,
+    tol: Tolerance | None = None,
+    final: bool = True,
 ) -> Check:
     """The test metric, finally and at every eval step: |m_A - m_B| <= max(eval_pp, factor x the
     larger backend's distance to its fp64 run) (without a reference: eval_pp). Accuracy in
-    percentage points; an error metric (mae) in percent of the fp64 run's final value."""
+    percentage points; an error metric (mae) in percent of the fp64 run's final value. ``final``
+    False: runs that stop after different steps (early stopping) are judged at their common
+    evaluation steps only."""
     tol = tol or tolerance_of(a, b)
     la, lb = R.labels(a, b)
     metric = R.metric_name(a)
@@ -241,7 +247,9 @@ def check_eval(
             unit=unit,
             group=NUMERICS,
         )
-    points = [s for s in sorted(k for k in ea if k != "final") if s in eb] + ["final"]
+    points = [s for s in sorted(k for k in ea if k != "final") if s in eb] + (
+        ["final"] if final else []
+    )
     ra, rb = (
         (R.metric_points(ref.a, scale), R.metric_points(ref.b, scale))
         if ref is not None
@@ -270,7 +278,11 @@ def check_eval(
         if metric == "accuracy"
         else f"{metric} {fa:.6g} vs {lb} {fb:.6g}"
     )
-    detail = f"final {la} {shown} ({diff['final']:.3f} {unit})"
+    detail = (
+        f"final {la} {shown} ({diff['final']:.3f} {unit})"
+        if final
+        else f"the runs stop after different steps (final {la} {shown}): common steps only"
+    )
     if len(points) > 1:
         detail += f"; {len(points) - 1} eval step(s)"
     detail += (
@@ -284,6 +296,8 @@ def check_eval(
         )
     if over:
         detail += f"; over at {', '.join(map(str, over[:5]))}"
+    if not final:
+        note = ""  # the evaluations after the earlier stop are the later run's own
     if note:
         detail += f"; {note}"
     steps_over = [s for s in over if isinstance(s, int)]  # all but "final"
