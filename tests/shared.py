@@ -37,9 +37,11 @@ def once(out: Path, build: Callable[[Path], object], done: str = "summary.json")
     return out
 
 
-def run_outputs(run: Path, backend: str, n: int, tmp: Path) -> tuple[object, list]:
+def run_outputs(
+    run: Path, backend: str, n: int, tmp: Path, weights: str = "weights_final.npz"
+) -> tuple[object, list]:
     """A finished run's own float64 outputs on its first ``n`` test samples (the backend's
-    ``tools forward``), and the normalised inputs they came from."""
+    ``tools forward``) from its ``weights`` file, and the normalised inputs they came from."""
     import subprocess
     import sys
 
@@ -51,7 +53,7 @@ def run_outputs(run: Path, backend: str, n: int, tmp: Path) -> tuple[object, lis
     logits = tmp / "logits.npz"
     proc = subprocess.run(
         [sys.executable, "-m", f"dualtrain.backends.{backend}.tools", "forward"]
-        + [str(run / "spec.yaml"), str(run / "weights_final.npz"), str(n), str(logits)],
+        + [str(run / "spec.yaml"), str(run / weights), str(n), str(logits)],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,

@@ -326,6 +326,9 @@ BACKEND_MUTANTS = {
     "pair_bn_own_stats": "a model pair's native batchnorm layers: every replica keeps the running "
     "statistics of its own batches (Keras under tf.distribute; torch without DDP's buffer "
     "broadcast) instead of replica 0's",
+    "ema_decay_swapped": "train.ema: the decay weighs the new weights instead of the average "
+    "(ema = (1 - decay) ema + decay w: the momentum convention of one framework read in the "
+    "other's)",
     "early_stop_late": "train.early_stopping: the run stops one evaluation after its patience "
     "ran out (a wait counter compared with > instead of >=)",
     "accumulate_micro_mean": "train.accumulate: each micro-batch's loss is its own mean, divided "
@@ -862,3 +865,23 @@ def _early_stop_late() -> None:
 
 
 _tf_early_stop_late = _torch_early_stop_late = _early_stop_late
+
+
+def _tf_ema_decay_swapped() -> None:
+    cls = _engine()
+    ema = cls.ema
+
+    def mutated(self, action, decay):
+        return ema(self, action, 1.0 - decay)
+
+    cls.ema = mutated
+
+
+def _torch_ema_decay_swapped() -> None:
+    cls = _torch_engine().TorchEngine
+    ema = cls.ema
+
+    def mutated(self, action, decay):
+        return ema(self, action, 1.0 - decay)
+
+    cls.ema = mutated

@@ -33,7 +33,13 @@ from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
-from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_BEST, WEIGHTS_FINAL
+from dualtrain.records.record import (
+    SPEC_FILE,
+    SUMMARY_FILE,
+    WEIGHTS_BEST,
+    WEIGHTS_EMA,
+    WEIGHTS_FINAL,
+)
 
 FORMATS = ("torch", "keras")
 
@@ -82,7 +88,7 @@ def _inputs(spec, run_dir: Path, fmt: str) -> list[dict]:
 
 
 #: --weights: which of a finished run's weight files an export takes
-WEIGHT_FILES = {"final": WEIGHTS_FINAL, "best": WEIGHTS_BEST}
+WEIGHT_FILES = {"final": WEIGHTS_FINAL, "best": WEIGHTS_BEST, "ema": WEIGHTS_EMA}
 
 
 def export_run(
@@ -113,7 +119,8 @@ def export_run(
     if not source.is_file():
         raise UserError(
             f"{run_dir} has no {source.name}: --weights best needs a run with train.keep_best "
-            f"(and an evaluation that improved). Received: --weights {which}"
+            f"(and an evaluation that improved), --weights ema one with train.ema. Received: "
+            f"--weights {which}"
         )
     spec = run_spec(run_dir)
     weights = load_weights(source)

@@ -15,7 +15,13 @@ import numpy as np
 
 from dualtrain.core.weights import Weights, load_weights
 from dualtrain.jsonio import flatten
-from dualtrain.records.record import WEIGHTS_FINAL, WEIGHTS_INIT, RunRecord, as_float
+from dualtrain.records.record import (
+    WEIGHTS_EMA,
+    WEIGHTS_FINAL,
+    WEIGHTS_INIT,
+    RunRecord,
+    as_float,
+)
 from dualtrain.spec import COSMETIC, paths_with
 
 #: Spec fields that cannot change the numbers of a run (names, paths, rendezvous, logging), as the
@@ -101,7 +107,13 @@ def load_init(rec: RunRecord) -> Weights | None:
 
 
 def load_final(rec: RunRecord) -> Weights | None:
-    return load(rec, WEIGHTS_FINAL)
+    """The final weights, and with train.ema the averaged ones beside them as ``ema/NAME`` (so the
+    weight checks judge both)."""
+    final = load(rec, WEIGHTS_FINAL)
+    averaged = load(rec, WEIGHTS_EMA)
+    if final is None or averaged is None:
+        return final
+    return {**final, **{f"ema/{k}": v for k, v in averaged.items()}}
 
 
 def grad_steps(rec: RunRecord) -> list[int]:

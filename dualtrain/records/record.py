@@ -33,6 +33,8 @@ WEIGHTS_INIT = "weights_init.npz"
 WEIGHTS_FINAL = "weights_final.npz"
 #: train.keep_best: the weights of the best evaluation (train.early_stopping's metric)
 WEIGHTS_BEST = "weights_best.npz"
+#: train.ema: the averaged weights at the end (with the live batchnorm statistics)
+WEIGHTS_EMA = "weights_ema.npz"
 
 
 def as_float(value: Any) -> float:

@@ -42,6 +42,9 @@ from dualtrain.spec import FREE, paths_with
 
 DIR = "checkpoints"
 WEIGHTS = "weights.npz"
+#: train.ema's average in optimizer.npz: "ema/{parameter}" (canonical), a slot as Keras's
+#: optimizer keeps it
+EMA_SLOT = "ema/"
 OPTIMIZER = "optimizer.npz"
 STATE = "state.json"
 MANIFEST = "MANIFEST.json"

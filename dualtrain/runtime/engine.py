@@ -107,6 +107,18 @@ class Engine(Protocol):
         """The inverse of :meth:`optimizer_state` (a checkpoint of either backend). Slots the state
         does not name start from nothing, as in a fresh optimizer."""
 
+    def ema(self, action: str, decay: float) -> None:
+        """train.ema after a step (dualtrain.core.ema.action): ``copy`` the weights into the
+        average, or ``update`` it by dualtrain.core.ema.update (the first call copies)."""
+
+    def ema_weights(self) -> Weights:
+        """The averaged parameters with the live batchnorm statistics, canonical, as
+        :meth:`weights`."""
+
+    def load_ema(self, weights: Weights) -> None:
+        """Set the average's parameters from canonical weights (a checkpoint's); the live weights
+        stay."""
+
     def load_weights(self, weights: Weights) -> None:
         """Replace the weights (and batchnorm statistics) by canonical arrays, rounded to the
         engine's parameter dtype (a probe's recorded state)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core import ema as ema_rule
 from dualtrain.core.data import TEST, TRAIN, VALIDATION, Data
 from dualtrain.core.losses import metric_name
 from dualtrain.core.plan import ShardPlan, eval_shards, micro_sizes, shard_digest
@@ -23,9 +24,9 @@ from dualtrain.core.schedule import lr_at
 from dualtrain.core.stopping import Stopper
 from dualtrain.core.weights import save_weights, weights_digest
 from dualtrain.errors import UserError
-from dualtrain.records.record import WEIGHTS_BEST, WEIGHTS_FINAL, RunWriter
+from dualtrain.records.record import WEIGHTS_BEST, WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter
 from dualtrain.runtime import probes
-from dualtrain.runtime.checkpoint import Checkpoint
+from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
 from dualtrain.runtime.engine import Engine, StepOut
 from dualtrain.runtime.probing import CheckpointSteps, ProbeSteps
 from dualtrain.runtime.progress import Reporter
@@ -155,6 +156,13 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         if step:
             assert self.resume is not None  # only a resumed run starts after step 0
             self.say(f"resuming after step {step} from {self.resume.path}")
+        if spec.train.ema is not None:  # the average starts as the weights, or the checkpoint's
+            held = self.resume.optimizer.slots if self.resume is not None else {}
+            saved = {k[len(EMA_SLOT) :]: v for k, v in held.items() if k.startswith(EMA_SLOT)}
+            if saved:
+                self.engine.load_ema({**self.resume.weights, **saved})  # type: ignore[union-attr]
+            else:
+                self.engine.ema(ema_rule.COPY, spec.train.ema.decay)
         t_train = time.perf_counter()
         self._window_t0 = t_train
         self.out.start(step, epochs)
@@ -179,6 +187,10 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                     capture_grads=step in self._dump,
                     step=step,
                 )
+                if spec.train.ema is not None:
+                    todo = ema_rule.action(spec.train.ema, step)
+                    if todo is not None:
+                        self.engine.ema(todo, spec.train.ema.decay)
                 self._last_scale = out.loss_scale
                 if step in self._scale_at:
                     self._scales[step] = out.loss_scale
@@ -302,7 +314,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                 continue
             local = [self.eval_ranges[split][r] for r in self.engine.local_replicas]
             with self.out.busy(f"evaluating on {self.data.size(split):,} {split} samples"):
-                ev = self.engine.evaluate(split, local)
+                ev = self._evaluate_split(split, local)
             value = ev.metric_sum / ev.count
             row |= {
                 f"{prefix}loss": ev.loss_sum / ev.count,
@@ -347,8 +359,22 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                 save_weights(Path(self.run_dir) / WEIGHTS_BEST, weights)
         return {"best": improved, **({"stop": True} if stop else {})}
 
+    def _evaluate_split(self, split: str, local: list[tuple[int, int]]) -> Any:
+        """The engine's evaluation, with train.ema's averaged weights when asked (swapped in for
+        it, the live ones back afterwards, bit for bit)."""
+        ema = self.spec.train.ema
+        if ema is None or not ema.evaluate:
+            return self.engine.evaluate(split, local)
+        live = self.engine.weights()
+        self.engine.load_weights(self.engine.ema_weights())
+        try:
+            return self.engine.evaluate(split, local)
+        finally:
+            self.engine.load_weights(live)
+
     def _finish(self, steps: int) -> dict[str, Any]:
         weights = self.engine.weights()
+        averaged = self.engine.ema_weights() if self.spec.train.ema is not None else None
         spec = self.spec
         n_probes = len(self._probe_index)
         if self.probe_role is not None and self.probe_role.mode == "replay" and self._probe_index:
@@ -409,6 +435,8 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         if self.writer is not None:
             assert self.run_dir is not None  # a writer implies a run directory
             save_weights(Path(self.run_dir) / WEIGHTS_FINAL, weights)
+            if averaged is not None:
+                save_weights(Path(self.run_dir) / WEIGHTS_EMA, averaged)
             self.writer.summary(summary)
             self.writer.close()
         self.out.finish()

@@ -5,6 +5,7 @@ it writes (dualtrain.runtime.checkpoint) and the fault it injects (tests). Mixin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import signal
@@ -195,7 +196,7 @@ class CheckpointSteps(_LoopState):
                     self.run_dir,
                     step,
                     self.engine.weights(),
-                    self.engine.optimizer_state(),
+                    self._optimizer_with_ema(),
                     state,
                     keep=spec.train.keep_checkpoints,
                     crash_after=checkpoint.WEIGHTS if crash else None,
@@ -205,6 +206,16 @@ class CheckpointSteps(_LoopState):
         self.checkpoint_s += time.perf_counter() - t0
         self.checkpoints += 1
         self.say(f"checkpoint after step {step} -> {path} ({time.perf_counter() - t0:.2f}s)")
+
+    def _optimizer_with_ema(self) -> checkpoint.OptimizerState:
+        """The engine's optimizer state, and train.ema's averaged weights as the slot "ema"
+        (every canonical array: the averaged parameters and the running statistics they go
+        with)."""
+        state = self.engine.optimizer_state()
+        if self.spec.train.ema is None:
+            return state
+        averaged = {f"{checkpoint.EMA_SLOT}{k}": v for k, v in self.engine.ema_weights().items()}
+        return dataclasses.replace(state, slots={**state.slots, **averaged})
 
     def _maybe_exit(self, step: int) -> None:
         target = self.spec.debug.exit_rank

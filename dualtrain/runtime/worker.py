@@ -9,6 +9,7 @@ checkpoint to continue from, the initial weights, the test hook), then the loop
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from dualtrain.core import pair
 from dualtrain.core.data import Data, open_data
 from dualtrain.core.weights import Weights, worker_initial_weights
 from dualtrain.records.envinfo import core_facts
-from dualtrain.runtime.checkpoint import Checkpoint
+from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
 from dualtrain.runtime.engine import Engine
 from dualtrain.runtime.entry import run_test_hook
 from dualtrain.runtime.loop import TrainLoop
@@ -79,7 +80,10 @@ def train_loop(
     written by the chief only; ``facts`` (the backend's own: threads, devices, strategy) and
     ``env`` (the backend's environment facts) go into summary.json beside the core facts."""
     if inputs.resume is not None:
-        engine.load_optimizer_state(inputs.resume.optimizer)
+        state = inputs.resume.optimizer
+        # train.ema's average travels in the checkpoint as the slot "ema" (loaded by the loop)
+        slots = {k: v for k, v in state.slots.items() if not k.startswith(EMA_SLOT)}
+        engine.load_optimizer_state(dataclasses.replace(state, slots=slots))
     extra = {**facts, **inputs.hook, "env": {"core": begun.core, **env}}
     return TrainLoop(
         spec,

@@ -372,6 +372,26 @@ class EarlyStoppingSpec:
 
 
 @dataclass(**_SPEC)
+class EmaSpec:
+    """An exponential moving average of the trainable weights (docs/spec.md)."""
+
+    decay: float = 0.999
+    """ema = ema + (1 - decay) * (w - ema) at every update."""
+    every: int = 1
+    """Update the average every N optimizer steps."""
+    start: int = 0
+    """Until this optimizer step (and at step 1, as Keras and torch's AveragedModel) the average is
+    the weights themselves (a copy); the updates begin after it."""
+    evaluate: bool = False
+    """Evaluate (test and validation) with the averaged weights instead of the live ones."""
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.decay < 1, "train.ema.decay", "must be in [0, 1)", self.decay)
+        _check(self.every >= 1, "train.ema.every", "must be >= 1", self.every)
+        _check(self.start >= 0, "train.ema.start", "must be >= 0", self.start)
+
+
+@dataclass(**_SPEC)
 class TrainSpec:
     epochs: int | None = 1
     """Number of epochs (null with max_steps: as many as max_steps needs)."""
@@ -395,6 +415,8 @@ class TrainSpec:
     steps (docs/spec.md)."""
     early_stopping: EarlyStoppingSpec | None = None
     """Stop when an evaluation metric stops improving (null: train every step)."""
+    ema: EmaSpec | None = None
+    """An exponential moving average of the weights, kept beside them (null: none)."""
     keep_best: bool = False
     """Write RUN_DIR/weights_best.npz whenever train.early_stopping's metric improves (the
     weights of the best evaluation)."""

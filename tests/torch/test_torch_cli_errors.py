@@ -39,6 +39,9 @@ from tests.conftest import run_cli
             "train.early_stopping.mode must be one of",
         ),
         ("train:\n  keep_best: true\n", (), "train.keep_best needs train.early_stopping"),
+        ("train:\n  ema: {decay: 1.0}\n", (), "train.ema.decay must be in [0, 1). Received: 1.0"),
+        ("train:\n  ema: {every: 0}\n", (), "train.ema.every must be >= 1. Received: 0"),
+        ("train:\n  ema: {beta: 0.9}\n", (), "unknown key 'train.ema.beta'"),
         ("train:\n  accumulate: two\n", (), "train.accumulate must be an integer"),
         (
             "data:\n  sharding: torch_sampler\ntrain:\n  accumulate: 2\n",

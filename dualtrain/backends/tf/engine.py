@@ -29,6 +29,7 @@ processes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -37,6 +38,7 @@ import tensorflow as tf
 from dualtrain.backends.tf import pair as pair_tf
 from dualtrain.backends.tf.pair import PairConversion, build_keras, named_variables
 from dualtrain.backends.tf.step import TrainStep
+from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair, update_rules
 from dualtrain.core.data import Data
 from dualtrain.core.model import resolve, walk
@@ -117,6 +119,7 @@ class TFEngine(TrainStep, Engine):
         self.data = data
         self.loss = spec.model.loss
         self.accumulate = spec.train.accumulate
+        self._ema: list[Any] | None = None  # train.ema's average (ema())
 
         with strategy.scope():
             if layout is not None:  # the user's Keras model, its variables by the pair's map
@@ -269,6 +272,44 @@ class TFEngine(TrainStep, Engine):
 
     def versions(self) -> dict[str, str]:
         return {"tensorflow": tf.__version__, "keras": keras.__version__}
+
+    # ---- the average of the weights (train.ema; dualtrain.core.ema) ------------------------------
+    def ema(self, action: str, decay: float) -> None:
+        if self._ema is None:
+            with self.strategy.scope():
+                self._ema = [
+                    tf.Variable(p.read_value(), trainable=False, name=f"ema_{k}")
+                    for k, p in enumerate(self.params)
+                ]
+            self._ema_fn = tf.function(self._ema_update)
+            if action == ema_rule.UPDATE:  # a resumed average is loaded (load_ema), never here
+                action = ema_rule.COPY
+        if action == ema_rule.COPY:
+            for e, p in zip(self._ema, self.params, strict=True):
+                e.assign(p.read_value())
+            return
+        self._ema_fn(tf.constant(decay, tf.float64))
+
+    def _ema_update(self, decay):
+        for e, p in zip(self._ema, self.params, strict=True):
+            e.assign(ema_rule.update(self.ops, e.read_value(), p.read_value(), decay))
+
+    def ema_weights(self) -> Weights:
+        assert self._ema is not None  # ema() ran before (the loop starts it)
+        live = [p.read_value() for p in self.params]
+        for p, e in zip(self.params, self._ema, strict=True):
+            p.assign(e.read_value())
+        try:
+            return self.weights()  # the averaged parameters, the live running statistics
+        finally:
+            for p, w in zip(self.params, live, strict=True):
+                p.assign(w)
+
+    def load_ema(self, weights: Weights) -> None:
+        live = self.weights()
+        self.load_weights(weights)
+        self.ema(ema_rule.COPY, 0.0)
+        self.load_weights(live)
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:

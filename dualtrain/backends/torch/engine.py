@@ -41,6 +41,7 @@ from dualtrain.backends.torch.optimizer import (
 from dualtrain.backends.torch.pair import batchnorms, build_module, canonical_state, load_pair
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import TrainStep
+from dualtrain.core import ema as ema_rule
 from dualtrain.core.data import Data
 from dualtrain.core.losses import metric_name
 from dualtrain.core.weights import Weights
@@ -260,6 +261,7 @@ class TorchEngine(TrainStep, Engine):
                 b for m in batchnorms(self.module) for b in (m.running_mean, m.running_var)
             ]
         self.params = [p for _, p in self.module.named_parameters()]
+        self._ema: list[torch.Tensor] | None = None  # train.ema's average (ema())
         self.names = [n for n, _ in self.module.named_parameters()]
         self.opt = make_optimizer(spec, self.params)
         self.applied = 0  # updates applied (skipped fp16 steps excluded): the checkpoints' count
@@ -316,6 +318,34 @@ class TorchEngine(TrainStep, Engine):
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}
+
+    # ---- the average of the weights (train.ema; dualtrain.core.ema) ------------------------------
+    @torch.no_grad()
+    def ema(self, action: str, decay: float) -> None:
+        if action == ema_rule.COPY or self._ema is None:
+            self._ema = [p.detach().clone() for p in self.params]
+            return
+        for e, p in zip(self._ema, self.params, strict=True):
+            e.add_(p - e, alpha=1.0 - decay)  # dualtrain.core.ema.update
+
+    @torch.no_grad()
+    def ema_weights(self) -> Weights:
+        assert self._ema is not None  # ema() ran before (the loop starts it)
+        live = [p.detach().clone() for p in self.params]
+        for p, e in zip(self.params, self._ema, strict=True):
+            p.copy_(e)
+        try:
+            return self.weights()  # the averaged parameters, the live running statistics
+        finally:
+            for p, w in zip(self.params, live, strict=True):
+                p.copy_(w)
+
+    @torch.no_grad()
+    def load_ema(self, weights: Weights) -> None:
+        live = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        self.load_weights(weights)
+        self._ema = [p.detach().clone() for p in self.params]
+        self.module.load_state_dict(live)
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:
