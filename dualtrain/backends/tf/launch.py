@@ -25,7 +25,7 @@ from dualtrain.launch import cluster, slurm
 from dualtrain.launch.cluster import TFTask
 from dualtrain.launch.local import Worker, free_ports, require_gpu
 from dualtrain.launch.peers import Peer
-from dualtrain.spec import Experiment, TFStrategy
+from dualtrain.spec import Experiment, Precision, TFStrategy
 
 UNIT = "worker"
 MODULE = "dualtrain.backends.tf"
@@ -147,3 +147,13 @@ def check_devices(spec: Experiment) -> None:
         "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",
         "TensorFlow sees no GPU",
     )
+
+
+def preimport_env(spec: Experiment) -> dict[str, str]:
+    """What a TF worker's environment must hold before TensorFlow is imported (the worker sets it
+    itself unless it is set already; a launcher that imports TensorFlow before the worker runs,
+    such as Ray Train's TensorflowTrainer, must pass it in): with determinism, oneDNN off (on for
+    bf16: dualtrain.backends.tf.worker.configure_tf says why)."""
+    if not spec.determinism:
+        return {}
+    return {"TF_ENABLE_ONEDNN_OPTS": "1" if spec.precision.dtype is Precision.BF16 else "0"}

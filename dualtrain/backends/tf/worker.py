@@ -21,9 +21,9 @@ from dualtrain.launch.peers import is_comm_error, lost_peer
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
-from dualtrain.spec import Device, Experiment, Precision, TFStrategy, dump_spec
+from dualtrain.spec import Device, Experiment, TFStrategy, dump_spec
 
-from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config
+from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config, preimport_env
 
 
 def _say(text: str, rank: int = 0) -> None:
@@ -105,9 +105,18 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
         # oneDNN's, and oneDNN's is the one torch uses (bitwise-equal outputs on a 64x784x256 probe,
         # max rel err 2.7e-3 vs Eigen's 5.7e-3), so bf16 keeps oneDNN to stay close to torch.
         # An explicit TF_ENABLE_ONEDNN_OPTS in the environment wins.
-        os.environ.setdefault(
-            "TF_ENABLE_ONEDNN_OPTS", "1" if spec.precision.dtype is Precision.BF16 else "0"
-        )
+        late = {k: v for k, v in preimport_env(spec).items() if k not in os.environ}
+        if late and "tensorflow" in sys.modules:
+            print(
+                f"dualtrain: warning: TensorFlow was imported before this worker could set {late} "
+                "(a launcher that imports it first, as Ray Train's TensorflowTrainer does): give "
+                "the launcher's workers that environment (dualtrain.backends.tf.launch."
+                "preimport_env; examples/ray/tensorflow_trainer.py)",
+                file=sys.stderr,
+                flush=True,
+            )
+        for key, value in late.items():
+            os.environ[key] = value
     import tensorflow as tf
 
     threads = spec.distribution.threads_per_worker or default_threads(role.local_workers)

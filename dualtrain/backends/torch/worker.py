@@ -88,8 +88,16 @@ def run_worker(
     route = route_interface(os.environ["MASTER_ADDR"])  # (interface, address) towards rank 0's host
     ifname = choose_gloo_interface(device, env.rank, route)
     loop, peers = None, []
+    # A process group that exists already is adopted, not created twice: Ray Train's TorchTrainer
+    # calls init_process_group in every worker (with its TorchConfig's backend and timeout) before
+    # the training function runs; its owner tears it down.
+    adopted = dist.is_initialized()
+    if adopted:
+        check_adopted(device, env)
+        destroy = False
     try:
-        init_distributed(spec, device, env.rank, env.world)
+        if not adopted:
+            init_distributed(spec, device, env.rank, env.world)
         peers = exchange_peers(env.rank, env.world, route[1] if route else None)
         engine = TorchEngine(
             spec, inputs.data, inputs.weights, rank=env.rank, world=env.world, device=device
@@ -97,6 +105,7 @@ def run_worker(
         facts = {
             "threads_per_worker": threads,
             "process_group": dist.get_backend(),
+            "process_group_adopted": adopted,
             "torch_device": str(device),
             "torch_mkldnn": torch.backends.mkldnn.enabled,
             "gloo_interface": ifname,
@@ -129,6 +138,24 @@ def run_worker(
     if destroy:
         dist.destroy_process_group()
     return summary
+
+
+def check_adopted(device: torch.device, env: DistEnv) -> None:
+    """An existing process group must be this rank's, of the world size and the backend the run
+    needs (gloo on CPU, nccl on GPU)."""
+    want = "nccl" if device.type == "cuda" else "gloo"
+    got = (dist.get_rank(), dist.get_world_size(), dist.get_backend())
+    if got != (env.rank, env.world, want):
+        raise UserError(
+            f"the process group that exists already (rank, world size, backend) must be this "
+            f"worker's: ({env.rank}, {env.world}, {want}) from RANK, WORLD_SIZE and the device. "
+            f"Received: {got}"
+        )
+    print(
+        f"dualtrain: rank {env.rank} of {env.world}: adopting the existing {want} process group "
+        f"(its owner, e.g. Ray Train, created it and tears it down)",
+        flush=True,
+    )
 
 
 def choose_gloo_interface(
