@@ -15,7 +15,12 @@ import pytest
 
 from dualtrain.backends import parse_backend
 from dualtrain.driver.runs import start_run
-from dualtrain.parity.checks import Reference
+from dualtrain.parity.checks import (
+    Reference,
+    check_reference_eval,
+    check_reference_loss,
+    check_reference_weights,
+)
 from dualtrain.records.record import read_run
 from dualtrain.runtime import probes
 from dualtrain.spec import dump_spec, load_spec
@@ -94,3 +99,14 @@ def runs(tmp_path_factory) -> Runs:
 
 def train_losses(run_dir: Path) -> list[float]:
     return [float(r["loss"]) for r in read_run(run_dir).train]
+
+
+def assert_reference_agrees(ref: Reference) -> None:
+    """The fp64 pair's three reference checks (loss, weights, evaluation) pass."""
+    for check in (
+        check_reference_loss(ref),
+        check_reference_weights(ref),
+        check_reference_eval(ref),
+    ):
+        print(check.name, check.detail)
+        assert check.passed, check.detail

@@ -14,16 +14,14 @@ import pytest
 from dualtrain.core.weights import load_weights
 from dualtrain.parity.checks import (
     Reference,
-    check_reference_eval,
     check_reference_loss,
-    check_reference_weights,
 )
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
 from tests.conftest import run_cli
 from tools.mutants import hook
 
-from .conftest import MLP
+from .conftest import MLP, assert_reference_agrees
 
 # 1,001 samples, 2 replicas, 2 epochs: 7 steps of 128 and a last one of 105 (53/52 per replica,
 # so K=4 micro-batches of 14/13/13/13 and 13 x 4: uneven); cosine schedule, clipping active
@@ -41,13 +39,7 @@ K1 = ("data.batch_size=128", "train.accumulate=1")
 
 def _agree(a, b) -> None:
     ref = Reference(read_run(a), read_run(b))
-    for check in (
-        check_reference_loss(ref),
-        check_reference_weights(ref),
-        check_reference_eval(ref),
-    ):
-        print(check.name, check.detail)
-        assert check.passed, check.detail
+    assert_reference_agrees(ref)
 
 
 @pytest.mark.parametrize("backend", ["torch", "tf"])

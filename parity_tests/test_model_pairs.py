@@ -16,7 +16,6 @@ from dualtrain.core.weights import load_weights
 from dualtrain.parity import compare_records
 from dualtrain.parity.checks import (
     Reference,
-    check_reference_eval,
     check_reference_loss,
     check_reference_weights,
 )
@@ -26,6 +25,8 @@ from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, run_cli
 from tests.shared import run_outputs, run_without_dualtrain
 from tools.mutants import hook
+
+from .conftest import assert_reference_agrees
 
 PORT = str(ROOT / "configs" / "port_resnet.yaml")
 SHORT = (
@@ -38,13 +39,7 @@ SHORT = (
 
 def test_faithful_port_fp64_pair_agrees(runs):
     ref = runs.reference(*SHORT, config=PORT)
-    for check in (
-        check_reference_loss(ref),
-        check_reference_weights(ref),
-        check_reference_eval(ref),
-    ):
-        print(check.name, check.detail)
-        assert check.passed, check.detail
+    assert_reference_agrees(ref)
     assert ref.a.summary["model_sha256"] == ref.b.summary["model_sha256"]
     assert ref.a.summary["test_accuracy"] > 0.8
 
@@ -93,13 +88,7 @@ def test_batchnorm_port_fp64_pair_agrees(runs):
     # native BatchNorm2d and its port (TorchBatchNormalization): torch's momentum, eps and
     # unbiased running variance on both sides, replica 0's statistics on every replica
     ref = runs.reference(*SHORT, *BN, config=PORT)
-    for check in (
-        check_reference_loss(ref),
-        check_reference_weights(ref),
-        check_reference_eval(ref),
-    ):
-        print(check.name, check.detail)
-        assert check.passed, check.detail
+    assert_reference_agrees(ref)
     final = load_weights(ref.b.path / "weights_final.npz")
     assert "block1.bn1.running_var" in final and not np.allclose(final["block1.bn1.running_var"], 1)
 

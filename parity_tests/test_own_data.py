@@ -18,7 +18,6 @@ import pytest
 from dualtrain.core.weights import load_weights
 from dualtrain.parity.checks import (
     Reference,
-    check_reference_eval,
     check_reference_loss,
     check_reference_weights,
 )
@@ -26,6 +25,8 @@ from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
 from tests.conftest import ROOT, run_cli
 from tests.shared import once, run_outputs, run_without_dualtrain, shared_root
+
+from .conftest import assert_reference_agrees
 
 TWO = str(ROOT / "configs" / "digits_two_inputs.yaml")
 SHORT = ("train.epochs=2", "train.checkpoint_every=10", "train.keep_checkpoints=5")
@@ -58,13 +59,7 @@ def sets(arrays: Path, *extra: str) -> tuple[str, ...]:
 
 def test_two_inputs_fp64_pair_agrees(runs, arrays):
     ref = runs.reference(*sets(arrays), config=TWO)
-    for check in (
-        check_reference_loss(ref),
-        check_reference_weights(ref),
-        check_reference_eval(ref),
-    ):
-        print(check.name, check.detail)
-        assert check.passed, check.detail
+    assert_reference_agrees(ref)
     assert ref.a.summary["metric"] == "accuracy" and ref.a.summary["test_accuracy"] > 0.8
     names = set(load_weights(ref.a.path / "weights_final.npz"))
     assert {"image.0.weight", "ink.0.weight", "1.weight", "4.weight"} <= names

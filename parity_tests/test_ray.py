@@ -1,8 +1,8 @@
 """Ray Train as a launcher (issue 20): dualtrain's workers inside TorchTrainer and
-TensorflowTrainer on a local Ray cluster (examples/ray/) train bit for bit what `dualtrain run`
-trains when it launches the same spec itself. Ray creates the torch process group (adopted, not
-created twice) and a worker-only TF_CONFIG; dualtrain owns restarts and the TF environment set
-before TensorFlow's import."""
+TensorflowTrainer on a local Ray cluster (examples/ray/train.py) train bit for bit what
+`dualtrain run` trains when it launches the same spec itself. Ray creates the torch process group
+(adopted, not created twice) and a worker-only TF_CONFIG; dualtrain owns restarts and the TF
+environment set before TensorFlow's import."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ SETS = (
     "data.test_limit=1000",
     "distribution.threads_per_worker=1",
 )
-EXAMPLE = {"torch": "torch_trainer.py", "tf": "tensorflow_trainer.py"}
 
 
 @pytest.mark.slow
@@ -35,8 +34,8 @@ def test_a_ray_trainer_run_is_the_dualtrain_run(runs, tmp_path, backend):
     out = tmp_path / "ray" / "run"
     args = [a for s in SETS for a in ("--set", s)]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "ray" / EXAMPLE[backend]), MLP, str(out)]
-        + ["--world-size", "2", *args],
+        [sys.executable, str(ROOT / "examples" / "ray" / "train.py"), "--backend", backend]
+        + [MLP, str(out), "--world-size", "2", *args],
         capture_output=True,
         text=True,
         timeout=900,

@@ -111,7 +111,7 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
                 f"dualtrain: warning: TensorFlow was imported before this worker could set {late} "
                 "(a launcher that imports it first, as Ray Train's TensorflowTrainer does): give "
                 "the launcher's workers that environment (dualtrain.backends.tf.launch."
-                "preimport_env; examples/ray/tensorflow_trainer.py)",
+                "preimport_env; examples/ray/train.py)",
                 file=sys.stderr,
                 flush=True,
             )
