@@ -9,8 +9,10 @@ records. So the two backends cannot disagree on policy, only on numerics.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,23 +311,24 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         slice; one eval record (the validation's fields prefixed val_)."""
         row: dict[str, Any] = {"step": step, "epoch": epoch}
         said = []
-        for split, prefix in ((TEST, ""), (VALIDATION, "val_")):
-            if split not in self.eval_ranges:
-                continue
-            local = [self.eval_ranges[split][r] for r in self.engine.local_replicas]
-            with self.out.busy(f"evaluating on {self.data.size(split):,} {split} samples"):
-                ev = self._evaluate_split(split, local)
-            value = ev.metric_sum / ev.count
-            row |= {
-                f"{prefix}loss": ev.loss_sum / ev.count,
-                f"{prefix}{self.metric}": value,
-                f"{prefix}count": int(ev.count),
-            }
-            shown = f"{100 * value:.2f}%" if self.metric == "accuracy" else f"{value:.4g}"
-            said.append(
-                f"{split} loss {ev.loss_sum / ev.count:.4f} {self.metric} {shown} "
-                f"({int(ev.count)} samples)"
-            )
+        with self._averaged():  # train.ema.evaluate: once for both splits
+            for split, prefix in ((TEST, ""), (VALIDATION, "val_")):
+                if split not in self.eval_ranges:
+                    continue
+                local = [self.eval_ranges[split][r] for r in self.engine.local_replicas]
+                with self.out.busy(f"evaluating on {self.data.size(split):,} {split} samples"):
+                    ev = self.engine.evaluate(split, local)
+                value = ev.metric_sum / ev.count
+                row |= {
+                    f"{prefix}loss": ev.loss_sum / ev.count,
+                    f"{prefix}{self.metric}": value,
+                    f"{prefix}count": int(ev.count),
+                }
+                shown = f"{100 * value:.2f}%" if self.metric == "accuracy" else f"{value:.4g}"
+                said.append(
+                    f"{split} loss {ev.loss_sum / ev.count:.4f} {self.metric} {shown} "
+                    f"({int(ev.count)} samples)"
+                )
         self.last_eval = row
         if self.stopper is not None:
             row |= self._early_stopping(row, step)
@@ -359,16 +362,18 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                 save_weights(Path(self.run_dir) / WEIGHTS_BEST, weights)
         return {"best": improved, **({"stop": True} if stop else {})}
 
-    def _evaluate_split(self, split: str, local: list[tuple[int, int]]) -> Any:
-        """The engine's evaluation, with train.ema's averaged weights when asked (swapped in for
-        it, the live ones back afterwards, bit for bit)."""
+    @contextlib.contextmanager
+    def _averaged(self) -> Iterator[None]:
+        """With train.ema.evaluate: the averaged weights swapped in for an evaluation (both
+        splits), the live ones back afterwards, bit for bit; otherwise nothing."""
         ema = self.spec.train.ema
         if ema is None or not ema.evaluate:
-            return self.engine.evaluate(split, local)
+            yield
+            return
         live = self.engine.weights()
         self.engine.load_weights(self.engine.ema_weights())
         try:
-            return self.engine.evaluate(split, local)
+            yield
         finally:
             self.engine.load_weights(live)
 
