@@ -334,6 +334,9 @@ BACKEND_MUTANTS = {
     "accumulate_micro_mean": "train.accumulate: each micro-batch's loss is its own mean, divided "
     "by K and the replica count (Keras's gradient_accumulation_steps under tf.distribute), not the "
     "sum over the whole step's global count: the same only when every micro-batch is as large",
+    "ps_mean_of_means": "distribution.strategy: parameter_server: every replica's loss is its own "
+    "mean and the server averages the W gradients (the RPC batch-update tutorial's and Horovod's "
+    "convention), not the sum over the global count: the same only when every shard is as large",
 }
 
 
@@ -846,6 +849,18 @@ def _torch_accumulate_micro_mean() -> None:
     def mutated(self, ids, step, global_count, measure_scale):
         per = max(len(ids), 1) * self.accumulate * self.world
         return micro_step(self, ids, step, per, measure_scale)
+
+    cls._micro_step = mutated
+
+
+def _torch_ps_mean_of_means() -> None:
+    cls = _torch_engine().TorchEngine
+    micro_step = cls._micro_step
+
+    def mutated(self, ids, step, global_count, measure_scale):
+        if self.server:  # a parameter-server replica only: the all-reduce path is untouched
+            global_count = max(len(ids), 1) * self.world
+        return micro_step(self, ids, step, global_count, measure_scale)
 
     cls._micro_step = mutated
 

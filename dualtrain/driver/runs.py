@@ -34,7 +34,7 @@ from dualtrain.runtime.start import (
     check_same_data,
     check_same_model,
 )
-from dualtrain.spec import Backend, Experiment, dump_spec
+from dualtrain.spec import Backend, Experiment, Strategy, dump_spec
 
 
 def default_run_dir(spec: Experiment, backend: Backend) -> Path:
@@ -90,6 +90,15 @@ def resolve_run(
     :class:`UserError` on a mistake; reads only."""
     found = launch_module(backend).detect()
     spec_world = spec.distribution.world_size
+    if spec.distribution.strategy is Strategy.PARAMETER_SERVER and (
+        found is not None or resume_from is not None
+    ):
+        raise UserError(
+            "distribution.strategy: parameter_server runs under dualtrain's own launcher and "
+            "starts from scratch (its server is a process dualtrain starts beside the replicas); "
+            f"use all_reduce here. Received: "
+            f"{'launcher ' + found.kind if found is not None else '--resume-from'}"
+        )
     if found is not None:
         refuse_resume_from(resume_from)
         if found.world_size != spec_world:

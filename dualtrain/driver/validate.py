@@ -19,7 +19,7 @@ from dualtrain.errors import UserError
 from dualtrain.records import tbevents
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import steps_total
-from dualtrain.spec import Backend, Experiment
+from dualtrain.spec import Backend, Device, Experiment, Strategy
 
 _WARNED: set[tuple[str, str]] = set()  # what this process already warned about
 
@@ -52,6 +52,7 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
     init weights, batches batchnorm can normalise, the device (a child process asks the framework
     whether a gpu run has a GPU)."""
     check_installed(backend)
+    check_strategy(spec, backend)
     if spec.logging.tensorboard and not tbevents.available():
         raise UserError(
             "logging.tensorboard needs the tensorboard package (pip install tensorboard; "
@@ -76,6 +77,25 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
     check_sizes(spec, n_train)
     launch_module(backend).check_devices(spec)
     return data
+
+
+def check_strategy(spec: Experiment, backend: Backend) -> None:
+    """distribution.strategy: parameter_server is built on torch's RPC for CPU runs without
+    checkpoints so far (docs/strategies.md says what is left); anything else is refused here."""
+    if spec.distribution.strategy is not Strategy.PARAMETER_SERVER:
+        return
+    what = None
+    if backend is Backend.TF:
+        what = "the tf backend (its ParameterServerStrategy mode is not built yet)"
+    elif spec.distribution.device is Device.GPU:
+        what = "device: gpu (the server runs on CPU only so far)"
+    elif spec.train.checkpoint_every is not None:
+        what = "train.checkpoint_every (the server's optimizer state is not checkpointed yet)"
+    if what is not None:
+        raise UserError(
+            f"distribution.strategy: parameter_server is not available with {what}; use "
+            f"all_reduce, the same step (docs/strategies.md). Received: parameter_server"
+        )
 
 
 #: Optimizers whose step divides by a running gradient magnitude (plus eps).

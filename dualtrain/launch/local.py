@@ -30,6 +30,12 @@ class Worker:
     rank: int
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    role: str | None = None
+    """A process that is not a replica (the parameter server): named so in launch.json and in
+    the launcher's messages."""
+
+    def name(self, unit: str) -> str:
+        return f"{unit} {self.rank}" if self.role is None else f"{self.role} ({unit} {self.rank})"
 
 
 def _started(w: Worker) -> subprocess.Popen:
@@ -216,7 +222,11 @@ def run_workers(
                 json.dumps(
                     {
                         "module": module,
-                        "workers": [{unit: w.rank, "pid": _started(w).pid} for w in workers],
+                        "workers": [
+                            {unit: w.rank, "pid": _started(w).pid}
+                            | ({"role": w.role} if w.role else {})
+                            for w in workers
+                        ],
                     },
                     indent=2,
                 )
@@ -235,7 +245,7 @@ def run_workers(
                     _stop(others)
                     stopped = f"; stopped the other {len(others)} {unit}(s)" if others else ""
                     raise RunFailed(
-                        f"{unit} {w.rank} (pid {_started(w).pid}) {describe_exit(code)}{stopped}",
+                        f"{w.name(unit)} (pid {_started(w).pid}) {describe_exit(code)}{stopped}",
                         rank=w.rank,
                         code=code,
                     )

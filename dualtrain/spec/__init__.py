@@ -81,6 +81,7 @@ from dualtrain.spec.vocab import (
     ScheduleName,
     Sharding,
     StopMode,
+    Strategy,
     StrEnum,
     TFStrategy,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "Sharding",
     "StrEnum",
     "TFSpec",
+    "Strategy",
     "TFStrategy",
     "TrainSpec",
     "EarlyStoppingSpec",

@@ -142,6 +142,17 @@ class Device(StrEnum):
     GPU = "gpu"
 
 
+class Strategy(StrEnum):
+    """How the replicas combine their gradients (docs/strategies.md): the same step either way."""
+
+    #: every replica holds the weights; the gradients are all-reduced (SUM), every replica updates
+    ALL_REDUCE = "all_reduce"
+    #: a parameter-server process holds the weights and the optimizer; every replica sends it its
+    #: gradient, the server sums them in replica order once all are in, updates once, and every
+    #: replica takes the new weights (synchronous)
+    PARAMETER_SERVER = "parameter_server"
+
+
 class TFStrategy(StrEnum):
     MIRRORED = "mirrored"
     MULTI_WORKER = "multi_worker"

@@ -206,8 +206,14 @@ class TorchEngine(TrainStep, Engine):
         rank: int,
         world: int,
         device: torch.device,
+        server: bool = False,
+        serve: bool = False,
     ):
+        """``server``: a replica of distribution.strategy: parameter_server (its gradients go to
+        the server, not into an all-reduce: dualtrain.backends.torch.ps); ``serve``: the server's
+        own engine (no process group, no data: it only updates)."""
         self.spec = spec
+        self.server = server
         self.rank = rank
         self.world = world
         self.local_replicas: Sequence[int] = (rank,)
@@ -233,17 +239,19 @@ class TorchEngine(TrainStep, Engine):
         self._pair = spec.model.is_pair
         self.load_weights_into(module, weights)
         self.module = module.to(device)
-        self.ddp = DDP(
-            self.module,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            forward_sync_buffers=False,
-            gradient_as_bucket_view=True,
-        )
-        # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient
-        # still comes out divided by the world size (measured on torch 2.13), with a Python hook it
-        # does not.
         self._hook = _HookState()
-        self.ddp.register_comm_hook(self._hook, _sum_hook)
+        self.ddp: Any = self.module  # the module itself where no all-reduce runs
+        if not (server or serve):
+            self.ddp = DDP(
+                self.module,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                forward_sync_buffers=False,
+                gradient_as_bucket_view=True,
+            )
+            # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient
+            # still comes out divided by the world size (measured on torch 2.13), with a Python
+            # hook it does not.
+            self.ddp.register_comm_hook(self._hook, _sum_hook)
         self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
         # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of
         # their own (never interleaved with DDP's gradient buckets); unsync layers' running
@@ -268,7 +276,10 @@ class TorchEngine(TrainStep, Engine):
         self.autocast, self.scaler = precision_setup(spec.precision, device.type)
         self.clip = spec.optimizer.clip_grad_norm
         self._eval_bs = max(1, spec.data.eval_batch_size // world)
-        if world > 1:
+        if serve and self.scaler is not None:
+            # the server unscales gradients it never scaled: GradScaler's scale starts on first use
+            self.scaler.scale(torch.zeros((), dtype=self.dtype, device=device))
+        if world > 1 and not (server or serve):
             self._settle_buckets()
 
     # ---- training --------------------------------------------------------------------------------

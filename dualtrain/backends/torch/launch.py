@@ -6,14 +6,18 @@ import os
 from collections.abc import Mapping
 
 from dualtrain.launch import cluster, slurm
-from dualtrain.launch.local import Worker, free_port, require_gpu
-from dualtrain.spec import Experiment
+from dualtrain.launch.local import Worker, free_ports, require_gpu
+from dualtrain.spec import Experiment, Strategy
 
 ENV_KEYS = cluster.TORCH_KEYS
 UNIT = "rank"
 MODULE = "dualtrain.backends.torch"
 STDERR_NOISE = None
 """torch workers' stderr passes through unfiltered (see dualtrain.launch.local.run_workers)."""
+ROLE_ENV = "DUALTRAIN_ROLE"
+"""``parameter_server`` in the server process of distribution.strategy: parameter_server."""
+PS_ENV = "DUALTRAIN_PS_INIT"
+"""The RPC rendezvous (``tcp://ADDR:PORT``) the replicas and the parameter server meet at."""
 
 
 def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
@@ -26,8 +30,14 @@ def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
 
 
 def workers(spec: Experiment) -> list[Worker]:
+    """The replicas (ranks 0..W-1); with distribution.strategy: parameter_server, the server too,
+    last (rank W in the launcher's messages)."""
     d = spec.distribution
-    port = d.master_port or free_port(d.master_addr)
+    server = d.strategy is Strategy.PARAMETER_SERVER
+    if d.master_port:
+        port, ps_port = d.master_port, d.master_port + 1
+    else:
+        port, ps_port = free_ports(2, d.master_addr)
     n = d.world_size
     base = {
         "WORLD_SIZE": str(n),
@@ -35,9 +45,16 @@ def workers(spec: Experiment) -> list[Worker]:
         "MASTER_ADDR": d.master_addr,
         "MASTER_PORT": str(port),
     }
+    if server:
+        base[PS_ENV] = f"tcp://{d.master_addr}:{ps_port}"
     if d.master_addr.startswith("127.") and os.path.exists("/sys/class/net/lo"):
         base["GLOO_SOCKET_IFNAME"] = "lo"  # loopback run: never let gloo pick an external interface
-    return [Worker(rank=r, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
+    out = [Worker(rank=r, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
+    if server:
+        out.append(
+            Worker(rank=n, env={**base, ROLE_ENV: "parameter_server"}, role="parameter server")
+        )
+    return out
 
 
 def check_devices(spec: Experiment) -> None:

@@ -48,6 +48,8 @@ class TrainStep:
     world: Any
     loss: Any
     batch: Any
+    server: Any
+    rank: Any
 
     def _settle_buckets(self) -> None:
         """One zero-loss forward and backward before the first step, so every step of every run,
@@ -86,7 +88,6 @@ class TrainStep:
         for group in self.opt.param_groups:
             group["lr"] = lr
         self._hook.poison = poison[0]
-        scaler = self.scaler
         loss_total = torch.zeros((), dtype=self.dtype, device=self.device)
         abs_loss: float | None = 0.0 if measure_scale else None
         abs_grads: dict[str, np.ndarray] | None = None
@@ -95,7 +96,7 @@ class TrainStep:
         # whole step's global count; DDP all-reduces once, in the last backward (no_sync before)
         micro = micro_batches(ids[0], self.accumulate)
         for j, part in enumerate(micro):
-            sync = j == len(micro) - 1
+            sync = j == len(micro) - 1 or self.server
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 loss_sum, part_abs, scale_j = self._micro_step(
                     part, step, global_count, measure_scale
@@ -107,6 +108,39 @@ class TrainStep:
                 grads_j, terms_j = scale_j
                 abs_grads = grads_j if abs_grads is None else _add(abs_grads, grads_j)
                 abs_terms = terms_j if abs_terms is None else _add(abs_terms, terms_j)
+        if self.server:  # distribution.strategy: parameter_server (dualtrain.backends.torch.ps)
+            norm, amax, captured, scale, skipped = self._through_server(
+                lr, poison[0], capture_grads
+            )
+        else:
+            norm, amax, captured, scale, skipped = self._update(capture_grads)
+        self._hook.poison = False
+        if self._broadcast:  # unsync BatchNorm: every replica takes replica 0's running statistics
+            flat = torch.cat([b.reshape(-1) for b in self._broadcast])
+            dist.broadcast(flat, src=0)
+            for b, new in zip(
+                self._broadcast, flat.split([b.numel() for b in self._broadcast]), strict=True
+            ):
+                b.copy_(new.view_as(b))
+        return StepOut(
+            loss_sum=loss_total.item(),
+            grad_norm=norm,
+            loss_scale=scale,
+            skipped=skipped,
+            fed_ids=[idx.numpy()],
+            grads=captured,
+            grad_amax=amax,
+            abs_grads=abs_grads,
+            abs_terms=abs_terms,
+            abs_loss=abs_loss,
+        )
+
+    def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]:
+        """The step after the gradients are summed: GradScaler's unscale and skip, the global norm,
+        clipping, torch.optim's update, the loss scale's next value. The same code for an
+        all-reduce step (on every replica) and a parameter server's (on the server). Returns (grad
+        norm, grad amax (fp16), the gradient by name if asked, the scale used, skipped)."""
+        scaler = self.scaler
         if scaler is not None:
             self._unscale()
         # backward() gave every parameter a gradient (DDP: every parameter takes part)
@@ -135,25 +169,55 @@ class TrainStep:
             scale, skipped = 1.0, False
         self.applied += not skipped
         self.opt.zero_grad(set_to_none=True)
-        self._hook.poison = False
-        if self._broadcast:  # unsync BatchNorm: every replica takes replica 0's running statistics
-            flat = torch.cat([b.reshape(-1) for b in self._broadcast])
-            dist.broadcast(flat, src=0)
-            for b, new in zip(
-                self._broadcast, flat.split([b.numel() for b in self._broadcast]), strict=True
-            ):
-                b.copy_(new.view_as(b))
-        return StepOut(
-            loss_sum=loss_total.item(),
-            grad_norm=norm.item(),
-            loss_scale=scale,
-            skipped=skipped,
-            fed_ids=[idx.numpy()],
-            grads=captured,
+        return norm.item(), amax, captured, scale, skipped
+
+    def _through_server(
+        self, lr: float, poison: bool, capture_grads: bool
+    ) -> tuple[float, float | None, Any, float, bool]:
+        """A replica of a parameter-server run: its gradient (flattened) to the server, the
+        server's parameters and outcome back (dualtrain.backends.torch.ps)."""
+        from dualtrain.backends.torch import ps
+
+        flat = torch.cat(
+            [
+                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to("cpu")
+                for p in self.params
+            ]
+        )
+        if poison:  # fault injection: this replica's gradient only, as in the all-reduce hook
+            flat.fill_(float("inf"))
+        out = ps.step(self.rank, flat, lr, capture_grads)
+        with torch.no_grad():
+            offset = 0
+            for p in self.params:
+                p.copy_(out.params[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+        self.opt.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.update(out.next_scale)
+        self.applied += not out.skipped
+        return out.grad_norm, out.grad_amax, out.grads, out.loss_scale, out.skipped
+
+    @torch.no_grad()
+    def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> Any:
+        """The parameter server's update from the replicas' summed gradient (flattened)."""
+        from dualtrain.backends.torch import ps
+
+        offset = 0
+        for p in self.params:
+            p.grad = total[offset : offset + p.numel()].view_as(p).to(p.device).clone()
+            offset += p.numel()
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        norm, amax, captured, scale, skipped = self._update(capture_grads)
+        return ps.Outcome(
+            params=torch.cat([p.detach().reshape(-1).to("cpu") for p in self.params]),
+            grad_norm=norm,
             grad_amax=amax,
-            abs_grads=abs_grads,
-            abs_terms=abs_terms,
-            abs_loss=abs_loss,
+            loss_scale=scale,
+            next_scale=self.scaler.get_scale() if self.scaler is not None else 1.0,
+            skipped=skipped,
+            grads=captured,
         )
 
     def _micro_step(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dualtrain.backends.torch import ps
 from dualtrain.backends.torch.engine import (
     TorchEngine,
     configure_determinism,
@@ -21,12 +22,13 @@ from dualtrain.backends.torch.engine import (
     select_device,
 )
 from dualtrain.backends.torch.envinfo import backend_facts
+from dualtrain.backends.torch.launch import ROLE_ENV
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import route_interface
 from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
-from dualtrain.spec import Experiment
+from dualtrain.spec import Experiment, Strategy
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ def run_worker(
 
     ``destroy=False``: leave the process group as it is (the worker process exits right after)."""
     begun = Begun()  # the environment as given, before this worker sets anything (docs/env.md)
+    if os.environ.get(ROLE_ENV) == "parameter_server":
+        return run_parameter_server(spec, run_dir, start)
+    server = spec.distribution.strategy is Strategy.PARAMETER_SERVER
     env = dist_env()
     if env.world != spec.distribution.world_size:
         raise UserError(
@@ -99,8 +104,16 @@ def run_worker(
         if not adopted:
             init_distributed(spec, device, env.rank, env.world)
         peers = exchange_peers(env.rank, env.world, route[1] if route else None)
+        if server:  # the replicas' RPC group with the parameter server
+            ps.init(env.rank, env.world, spec.distribution.timeout_s, server=False)
         engine = TorchEngine(
-            spec, inputs.data, inputs.weights, rank=env.rank, world=env.world, device=device
+            spec,
+            inputs.data,
+            inputs.weights,
+            rank=env.rank,
+            world=env.world,
+            device=device,
+            server=server,
         )
         facts = {
             "threads_per_worker": threads,
@@ -109,6 +122,7 @@ def run_worker(
             "torch_device": str(device),
             "torch_mkldnn": torch.backends.mkldnn.enabled,
             "gloo_interface": ifname,
+            "parameter_server": "torch.distributed.rpc" if server else None,
         }
         loop = train_loop(
             spec,
@@ -124,6 +138,8 @@ def run_worker(
         summary = loop.run()
         # (On an exception there is no teardown: the process exits; a launcher stops the others.)
         leave_together(env.rank, env.world, spec.distribution.timeout_s)
+        if server:
+            ps.shutdown()
     except RuntimeError as exc:  # torch.distributed's DistError is one
         if env.world == 1 or not (isinstance(exc, dist.DistError) or is_comm_error(str(exc))):
             raise
@@ -138,6 +154,29 @@ def run_worker(
     if destroy:
         dist.destroy_process_group()
     return summary
+
+
+def run_parameter_server(spec: Experiment, run_dir: str | Path | None, start: Start) -> dict:
+    """The server process of distribution.strategy: parameter_server (dualtrain.backends.torch.ps):
+    the module, the optimizer and the loss scale, from the run's initial weights; it serves the
+    replicas' steps until all of them have finished."""
+    world = spec.distribution.world_size
+    torch.set_num_threads(spec.distribution.threads_per_worker or default_threads(world))
+    configure_determinism(spec.determinism)
+    torch.manual_seed(spec.seed)
+    run_dir = Path(run_dir) if run_dir is not None else None
+    inputs = worker_inputs(spec, run_dir, start, "torch")
+    engine = TorchEngine(
+        spec,
+        inputs.data,
+        inputs.weights,
+        rank=0,
+        world=1,
+        device=torch.device("cpu"),
+        serve=True,
+    )
+    ps.serve(engine, world, spec.distribution.timeout_s)
+    return {}
 
 
 def check_adopted(device: torch.device, env: DistEnv) -> None:
