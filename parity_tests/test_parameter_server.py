@@ -56,7 +56,7 @@ def test_a_synchronous_parameter_server_is_the_all_reduce_run(runs, backend):
     assert planted["max_abs_diff_vs_allreduce"] > 1e3 * BOUND, planted
 
 
-# ---- distribution.strategy: parameter_server (torch; tf's is not built yet) ---------------------
+# ---- distribution.strategy: parameter_server -----------------------------------------------------
 
 PS = "distribution.strategy=parameter_server"
 
@@ -83,63 +83,71 @@ def _max_diff(a, b) -> float:
 
 
 @pytest.mark.slow
-def test_the_parameter_server_strategy_is_the_all_reduce_run_in_fp64(runs):
-    """The fp64 pair of the mode against the all-reduce run: world 3 (uneven shards), the same
-    weights within 1e-10, the same loss at every step; the server's process is one of the run's."""
-    all_reduce = runs("torch", *SETS, config=CNN)
-    server = runs("torch", *SETS, PS, config=CNN)
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+def test_the_parameter_server_strategy_is_the_all_reduce_run_in_fp64(runs, backend):
+    """The fp64 pair of the mode against the all-reduce run (tf: multi_worker): world 3 (uneven
+    shards), the same weights within 1e-10, the same loss at every step; the server processes are
+    the run's (torch: one parameter server; tf: 3 worker tasks and one parameter server)."""
+    all_reduce = runs(backend, *SETS, config=CNN)
+    server = runs(backend, *SETS, PS, config=CNN)
     assert _max_diff(_final(server), _final(all_reduce)) <= BOUND
     a, b = _train(all_reduce), _train(server)
     assert [r["step"] for r in b] == [r["step"] for r in a]
     assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b, strict=True)) <= BOUND
     launched = json.loads((server / "launch.json").read_text())["workers"]
-    assert len(launched) == 4  # 3 replicas and the server
+    roles = [w.get("role") for w in launched]
+    assert roles[-1] == "parameter server"
+    assert len(roles) == (4 if backend == "torch" else 5)
     assert json.loads((server / "summary.json").read_text())["parameter_server"]
 
 
 @pytest.mark.slow
-def test_torch_through_a_server_and_tf_all_reduced_are_one_experiment(runs):
-    """Across backends: the fp64 pair of torch's parameter-server run and TF's all-reduce
-    (multi_worker) run of the same spec passes the reference checks compare makes."""
+def test_both_backends_through_their_servers_are_one_experiment(runs):
+    """Across backends: the fp64 pair of torch's and TF's parameter-server runs, and of torch's
+    server run and TF's all-reduce run, pass the reference checks compare makes."""
     from dualtrain.parity.checks import Reference
     from dualtrain.records.record import read_run
 
     from .conftest import assert_reference_agrees
 
-    server = runs("torch", *SETS, PS, config=CNN)
-    tf_all_reduce = runs("tf", *SETS, config=CNN)
-    assert_reference_agrees(Reference(read_run(server), read_run(tf_all_reduce)))
+    torch_ps = read_run(runs("torch", *SETS, PS, config=CNN))
+    assert_reference_agrees(Reference(torch_ps, read_run(runs("tf", *SETS, PS, config=CNN))))
+    assert_reference_agrees(Reference(torch_ps, read_run(runs("tf", *SETS, config=CNN))))
 
 
 @pytest.mark.slow
-def test_a_server_that_averages_the_replicas_means_fails_the_pair(runs):
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+def test_a_server_that_averages_the_replicas_means_fails_the_pair(runs, backend):
     """The check can fail: the mean of the replicas' own means on the server's path (22, 21, 21
-    samples) moves the weights far beyond the bound."""
+    samples) moves the weights far beyond the bound, on either backend."""
     from tools.mutants import hook
 
-    all_reduce = runs("torch", *SETS, config=CNN)
-    planted = runs("torch", *SETS, PS, config=CNN, env=hook("ps_mean_of_means", backend="torch"))
+    all_reduce = runs(backend, *SETS, config=CNN)
+    planted = runs(backend, *SETS, PS, config=CNN, env=hook("ps_mean_of_means", backend=backend))
     assert _max_diff(_final(planted), _final(all_reduce)) > 1e3 * BOUND
 
 
 @pytest.mark.slow
-def test_fp16_skips_on_the_server_as_in_the_all_reduce_run(runs):
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+def test_fp16_skips_on_the_server_as_in_the_all_reduce_run(runs, backend):
     """fp16 at world 2 (a sum of two terms: the same in any order): the server's loss-scale
     decisions, skipped steps (an inf planted in one replica's gradient) and weights are bit for bit
-    the all-reduce run's."""
+    the all-reduce run's (tf: multi_worker; its worker tasks run the kernels with the threads an
+    all-reduce worker has, or the float32 sums part in the last bit)."""
     import numpy as np
 
     sets = (
         "precision.dtype=fp16",
         "distribution.world_size=2",
+        "tf.strategy=multi_worker",
         "train.max_steps=12",
         "train.epochs=null",
         "data.test_limit=500",
         "debug.nonfinite_grad=[[3, 1], [7, 0]]",
         "precision.loss_scale.growth_interval=2",
     )
-    all_reduce = runs("torch", *sets)
-    server = runs("torch", *sets, PS)
+    all_reduce = runs(backend, *sets)
+    server = runs(backend, *sets, PS)
     a, b = _train(all_reduce), _train(server)
     assert [r["skipped"] for r in b] == [r["skipped"] for r in a]
     assert sum(r["skipped"] for r in b) == 2
@@ -147,3 +155,40 @@ def test_fp16_skips_on_the_server_as_in_the_all_reduce_run(runs):
     assert [r["loss"] for r in b] == [r["loss"] for r in a]
     fa, fb = _final(all_reduce), _final(server)
     assert all(np.array_equal(fa[k], fb[k]) for k in fa)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+def test_a_killed_parameter_server_run_resumes_bit_for_bit(tmp_path, backend):
+    """Checkpoints read the optimizer state where it lives (the server) and a resume puts it
+    back there: killed at step 8, resumed from step 5's checkpoint, the run ends at the
+    uninterrupted run's weights bit for bit (fp16 with a growing loss scale, adam)."""
+    import numpy as np
+
+    from tests.conftest import run_cli
+
+    sets = [
+        "distribution.strategy=parameter_server",
+        "train.max_steps=12",
+        "train.epochs=null",
+        "data.test_limit=300",
+        "train.checkpoint_every=5",
+        "precision.dtype=fp16",
+        "precision.loss_scale.growth_interval=3",
+        "optimizer.name=adam",
+        "optimizer.lr=0.001",
+    ]
+    args = [a for s in sets for a in ("--set", s)]
+    mlp = str(ROOT / "configs" / "mnist_mlp.yaml")
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    proc = run_cli("run", "--backend", backend, "--config", mlp, *args, "--out", str(full))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_cli(
+        "run", "--backend", backend, "--config", mlp, *args,
+        "--set", "debug.exit_rank=[8, 0]", "--out", str(cut),
+    )  # fmt: skip
+    assert proc.returncode == 1 and "killed by SIGKILL" in proc.stderr
+    proc = run_cli("run", "--backend", backend, "--resume", str(cut))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    a, b = _final(full), _final(cut)
+    assert all(np.array_equal(a[k], b[k]) for k in a)

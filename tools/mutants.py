@@ -865,6 +865,21 @@ def _torch_ps_mean_of_means() -> None:
     cls._micro_step = mutated
 
 
+def _tf_ps_mean_of_means() -> None:
+    import tensorflow as tf
+
+    from dualtrain.backends.tf import ps
+
+    cls = ps.PSEngine
+    micro_step = cls._micro_step
+
+    def mutated(self, ids, x, y, global_count, step, scale):
+        own = tf.cast(tf.maximum(tf.size(ids), 1) * self.n_local, tf.float32)
+        return micro_step(self, ids, x, y, own, step, scale)
+
+    cls._micro_step = mutated
+
+
 def _early_stop_late() -> None:
     from dualtrain.core import stopping
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dualtrain.backends import check_installed, launch_module
 from dualtrain.core import data as data_mod
-from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, where
+from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, walk, where
 from dualtrain.core.pair import Layout
 from dualtrain.core.plan import ShardPlan, micro_sizes
 from dualtrain.core.weights import initial_weights
@@ -19,7 +19,7 @@ from dualtrain.errors import UserError
 from dualtrain.records import tbevents
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import steps_total
-from dualtrain.spec import Backend, Device, Experiment, Strategy
+from dualtrain.spec import Backend, Device, Experiment, LayerType, Strategy
 
 _WARNED: set[tuple[str, str]] = set()  # what this process already warned about
 
@@ -80,17 +80,20 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
 
 
 def check_strategy(spec: Experiment, backend: Backend) -> None:
-    """distribution.strategy: parameter_server is built on torch's RPC for CPU runs without
-    checkpoints so far (docs/strategies.md says what is left); anything else is refused here."""
+    """distribution.strategy: parameter_server is built for CPU runs (docs/strategies.md says
+    what is left): on TF without batchnorm and model pairs so far; anything else is refused
+    here."""
     if spec.distribution.strategy is not Strategy.PARAMETER_SERVER:
         return
     what = None
-    if backend is Backend.TF:
-        what = "the tf backend (its ParameterServerStrategy mode is not built yet)"
+    if backend is Backend.TF and spec.model.is_pair:
+        what = "a model pair on the tf backend (not built yet)"
+    elif backend is Backend.TF and any(
+        r.spec.type is LayerType.BATCHNORM for r in walk(resolve(spec.model))
+    ):
+        what = "batchnorm on the tf backend (replica 0's statistics are not sent back yet)"
     elif spec.distribution.device is Device.GPU:
         what = "device: gpu (the server runs on CPU only so far)"
-    elif spec.train.checkpoint_every is not None:
-        what = "train.checkpoint_every (the server's optimizer state is not checkpointed yet)"
     if what is not None:
         raise UserError(
             f"distribution.strategy: parameter_server is not available with {what}; use "

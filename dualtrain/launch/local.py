@@ -31,8 +31,9 @@ class Worker:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     role: str | None = None
-    """A process that is not a replica (the parameter server): named so in launch.json and in
-    the launcher's messages."""
+    """A process that is not a replica (a parameter server, a TF server task): named so in
+    launch.json and in the launcher's messages, and stopped once every replica has finished
+    cleanly (a tf.distribute.Server never returns by itself)."""
 
     def name(self, unit: str) -> str:
         return f"{unit} {self.rank}" if self.role is None else f"{self.role} ({unit} {self.rank})"
@@ -250,6 +251,11 @@ def run_workers(
                         code=code,
                     )
             if not running:
+                return
+            if all(w.role is not None for w in running):
+                # what is left serves the others (tf.distribute.Servers, a parameter server):
+                # everything it served finished cleanly, so it is stopped, and the run is done
+                _stop(running)
                 return
             if len(running) < len(workers):
                 first_done = first_done or time.monotonic()

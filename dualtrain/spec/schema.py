@@ -303,7 +303,7 @@ class DistributionSpec:
     strategy: Strategy = _tagged(COSMETIC, default=Strategy.ALL_REDUCE)
     """all_reduce, or parameter_server: a synchronous parameter server holds the weights and the
     optimizer and applies one update from the sum of every replica's gradient (the same step;
-    torch only so far, docs/strategies.md)."""
+    docs/strategies.md)."""
     master_addr: str = _tagged(COSMETIC, default="127.0.0.1")
     """Rendezvous address for locally launched workers."""
     master_port: int | None = _tagged(COSMETIC, default=None)

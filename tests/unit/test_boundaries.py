@@ -200,10 +200,8 @@ def test_the_two_backends_do_not_import_each_other():
 #: Files only one backend has, and why. The gradient's absolute scale (the local checks' yardstick)
 #: is measured on the fp64 reference run of one backend, torch's (backends/torch/condition.py).
 #: Keras layers for porting a torch model (backends/tf/port.py: TorchBatchNormalization) exist on
-#: the Keras side only: torch's layers are the reference a port follows. The synchronous parameter
-#: server (backends/torch/ps.py, distribution.strategy: parameter_server) is built on torch's RPC;
-#: TF's, on ParameterServerStrategy, is not built yet (docs/strategies.md).
-ONE_SIDED = {"torch": {"condition.py", "ps.py"}, "tf": {"port.py"}}
+#: the Keras side only: torch's layers are the reference a port follows.
+ONE_SIDED = {"torch": {"condition.py"}, "tf": {"port.py"}}
 
 
 def test_both_backends_have_the_same_files():

@@ -12,6 +12,10 @@ from tests.conftest import ROOT
 
 CONFIG = ROOT / "configs" / "mnist_mlp.yaml"
 PS = "distribution.strategy=parameter_server"
+BN_LAYERS = (
+    "[{type: flatten}, {type: dense, units: 32}, {type: batchnorm}, {type: relu},"
+    " {type: dense, units: 10}]"
+)
 
 
 def test_all_reduce_is_the_default_and_cosmetic():
@@ -26,9 +30,9 @@ def test_all_reduce_is_the_default_and_cosmetic():
 @pytest.mark.parametrize(
     ("backend", "sets", "says"),
     [
-        (Backend.TF, (), "the tf backend"),
+        (Backend.TF, ("model.preset=null", "model.layers=" + BN_LAYERS), "batchnorm on the tf"),
         (Backend.TORCH, ("distribution.device=gpu",), "device: gpu"),
-        (Backend.TORCH, ("train.checkpoint_every=10",), "train.checkpoint_every"),
+        (Backend.TF, ("model.torch=m:f", "model.keras=m:g", "model.preset=null"), "model pair"),
     ],
 )
 def test_where_the_server_is_not_built_it_is_refused(backend, sets, says):
@@ -39,9 +43,14 @@ def test_where_the_server_is_not_built_it_is_refused(backend, sets, says):
     assert says in text and "use all_reduce" in text and "\n" not in text
 
 
-def test_torch_on_cpu_without_checkpoints_is_accepted():
-    check_strategy(load_spec(CONFIG, [PS]), Backend.TORCH)
-    check_strategy(load_spec(CONFIG), Backend.TF)
+def test_on_cpu_without_checkpoints_it_is_accepted():
+    for backend in (Backend.TORCH, Backend.TF):
+        check_strategy(load_spec(CONFIG, [PS]), backend)
+        check_strategy(load_spec(CONFIG, [PS, "train.checkpoint_every=10"]), backend)
+    # batchnorm through torch's server: the replicas keep replica 0's statistics themselves
+    check_strategy(
+        load_spec(CONFIG, [PS, "model.preset=null", "model.layers=" + BN_LAYERS]), Backend.TORCH
+    )
 
 
 def test_under_an_external_launcher_or_from_a_checkpoint_it_is_refused(monkeypatch, tmp_path):

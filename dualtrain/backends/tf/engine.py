@@ -150,9 +150,14 @@ class TFEngine(TrainStep, Engine):
             self.scale = self.optimizer.scale
             self.good_steps = self.optimizer.good_steps
 
-        eval_chunk = max(1, spec.data.eval_batch_size // strategy.num_replicas_in_sync)
+        self._trace()
+
+    def _trace(self) -> None:
+        """The traced functions: the step (with and without gradient capture) and evaluation."""
+        spec = self.spec
+        eval_chunk = max(1, spec.data.eval_batch_size // self.strategy.num_replicas_in_sync)
         self._eval_chunk = eval_chunk
-        batch_sig = [
+        self._batch_sig = batch_sig = [
             tf.TensorSpec([None, *_keras_shape(i.shape)], self.dtype, name=f"input_{i.name}")
             for i in spec.model.inputs
         ]

@@ -25,11 +25,15 @@ from dualtrain.launch import cluster, slurm
 from dualtrain.launch.cluster import TFTask
 from dualtrain.launch.local import Worker, free_ports, require_gpu
 from dualtrain.launch.peers import Peer
-from dualtrain.spec import Experiment, Precision, TFStrategy
+from dualtrain.spec import Experiment, Precision, Strategy, TFStrategy
 
 UNIT = "worker"
 MODULE = "dualtrain.backends.tf"
 TF_CONFIG = "TF_CONFIG"
+ROLE_ENV = "DUALTRAIN_ROLE"
+SERVER_ROLE = "tf_server"
+"""distribution.strategy: parameter_server: a worker or parameter-server task (a
+tf.distribute.Server), not the chief that runs the loop."""
 LOCAL_ONLY = "DUALTRAIN_TF_LOCAL"
 """Set (to "1") on workers dualtrain launched itself: their TF_CONFIG (if any) is ours, not a
 user's."""
@@ -121,6 +125,8 @@ def tf_config(ports: list[int], rank: int, addr: str = "127.0.0.1") -> str:
 
 def workers(spec: Experiment) -> list[Worker]:
     n = spec.distribution.world_size
+    if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
+        return server_cluster(spec)
     if spec.tf.strategy is TFStrategy.MIRRORED:
         # One process drives all local replicas; never inherit a stray cluster spec.
         return [Worker(rank=0, env={TF_CONFIG: "", LOCAL_ONLY: "1"})]
@@ -137,6 +143,31 @@ def workers(spec: Experiment) -> list[Worker]:
         )
         for r in range(n)
     ]
+
+
+def server_cluster(spec: Experiment) -> list[Worker]:
+    """distribution.strategy: parameter_server: the chief (worker 0: the loop, the run directory),
+    then W worker tasks and one parameter-server task, tf.distribute.Servers the launcher stops
+    once the chief is done (dualtrain.backends.tf.ps)."""
+    n = spec.distribution.world_size
+    addr = spec.distribution.master_addr
+    ports = free_ports(n + 2, addr)
+    cluster = {
+        "chief": [f"{addr}:{ports[0]}"],
+        "worker": [f"{addr}:{p}" for p in ports[1 : n + 1]],
+        "ps": [f"{addr}:{ports[n + 1]}"],
+    }
+
+    def config(kind: str, index: int) -> str:
+        return json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+
+    out = [Worker(rank=0, env={TF_CONFIG: config("chief", 0), LOCAL_ONLY: "1"})]
+    for i in range(n):
+        env = {TF_CONFIG: config("worker", i), LOCAL_ONLY: "1", ROLE_ENV: SERVER_ROLE}
+        out.append(Worker(rank=1 + i, env=env, role=f"tf worker server {i}"))
+    env = {TF_CONFIG: config("ps", 0), LOCAL_ONLY: "1", ROLE_ENV: SERVER_ROLE}
+    out.append(Worker(rank=n + 1, env=env, role="parameter server"))
+    return out
 
 
 def check_devices(spec: Experiment) -> None:

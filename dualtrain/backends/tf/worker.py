@@ -8,6 +8,7 @@ dualtrain launched) and by ``dualtrain run`` itself inside an external TF_CONFIG
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -21,9 +22,17 @@ from dualtrain.launch.peers import is_comm_error, lost_peer
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
-from dualtrain.spec import Device, Experiment, TFStrategy, dump_spec
+from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
 
-from .launch import LOCAL_ONLY, TF_CONFIG, cluster_peers, parse_tf_config, preimport_env
+from .launch import (
+    LOCAL_ONLY,
+    ROLE_ENV,
+    SERVER_ROLE,
+    TF_CONFIG,
+    cluster_peers,
+    parse_tf_config,
+    preimport_env,
+)
 
 
 def _say(text: str, rank: int = 0) -> None:
@@ -60,6 +69,11 @@ def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
     replicas (one per task), so a ``mirrored`` spec runs as ``multi_worker`` there."""
     text = os.environ.get(TF_CONFIG, "").strip()
     ours = os.environ.get(LOCAL_ONLY) == "1"
+    if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
+        # the chief of the cluster dualtrain launched: the one process that runs the loop
+        return spec, Role(
+            multi_worker=False, rank=0, num_processes=1, local_workers=1, external=False
+        )
     if spec.tf.strategy is TFStrategy.MIRRORED and (not text or ours):
         os.environ.pop(TF_CONFIG, None)
         return spec, Role(
@@ -131,6 +145,17 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
     world = spec.distribution.world_size
     gpus = tf.config.list_physical_devices("GPU")
     timeout = spec.distribution.timeout_s
+    if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
+        from .ps import strategy_for
+
+        # functions the chief sends to the workers name "/device:CPU:0" somewhere (Keras), which
+        # a cluster of several tasks resolves only with soft placement
+        tf.config.set_soft_device_placement(True)
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        strategy, coordinator = strategy_for(json.loads(os.environ[TF_CONFIG])["cluster"])
+        host = tf.config.list_logical_devices("CPU")[0].name
+        return Configured((strategy, coordinator), host, [host], threads)
     if spec.distribution.device is Device.GPU and not gpus:
         raise UserError("distribution.device=gpu but TensorFlow sees no GPU. Received: device=gpu")
     if not role.multi_worker:
@@ -192,6 +217,8 @@ def run_worker(
     start: Start = Start(),  # noqa: B008 (Start is a frozen dataclass)
 ) -> dict[str, Any]:
     begun = Begun()  # the environment as given, before configure_tf sets anything (docs/env.md)
+    if os.environ.get(ROLE_ENV) == SERVER_ROLE:
+        return run_server(spec)
     spec, role = plan_process(spec)
     tf_ = configure_tf(spec, role)
     import keras
@@ -211,18 +238,36 @@ def run_worker(
     ):
         (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
     inputs = worker_inputs(spec, run_dir, start, "tf")
-    engine = TFEngine(
-        spec,
-        tf_.strategy,
-        inputs.data,
-        inputs.weights,
-        rank=role.rank,
-        num_processes=role.num_processes,
-        host_device=tf_.host,
-        layout=inputs.layout,
-    )
+    engine: TFEngine
+    if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
+        from .ps import PSEngine
+
+        strategy, coordinator = tf_.strategy
+        engine = PSEngine(
+            spec, strategy, coordinator, inputs.data, inputs.weights, host_device=tf_.host
+        )
+    else:
+        engine = TFEngine(
+            spec,
+            tf_.strategy,
+            inputs.data,
+            inputs.weights,
+            rank=role.rank,
+            num_processes=role.num_processes,
+            host_device=tf_.host,
+            layout=inputs.layout,
+        )
     facts = {
-        "tf_strategy": spec.tf.strategy.value,
+        "tf_strategy": (
+            "parameter_server"
+            if spec.distribution.strategy is Strategy.PARAMETER_SERVER
+            else spec.tf.strategy.value
+        ),
+        "parameter_server": (
+            "ParameterServerStrategy"
+            if spec.distribution.strategy is Strategy.PARAMETER_SERVER
+            else None
+        ),
         "tf_devices": list(tf_.devices),
         "tf_processes": role.num_processes,
         "threads_per_worker": tf_.threads,
@@ -258,6 +303,35 @@ def run_worker(
             timeout_s=spec.distribution.timeout_s,
             step=loop.step,
         ) from None
+
+
+def run_server(spec: Experiment) -> dict[str, Any]:
+    """A worker or parameter-server task of distribution.strategy: parameter_server: TensorFlow
+    configured as the chief is (the kernels that compute the gradients run here), then a
+    tf.distribute.Server until the launcher stops it once the chief is done."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if spec.determinism:
+        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+        for key, value in preimport_env(spec).items():
+            os.environ.setdefault(key, value)
+    import tensorflow as tf
+
+    from .ps import serve
+
+    # the W worker tasks compute the replicas' gradients side by side: each gets the threads an
+    # all-reduce worker would (cores // W), so its kernels split their sums alike
+    threads = spec.distribution.threads_per_worker or default_threads(spec.distribution.world_size)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    if spec.determinism:
+        tf.config.experimental.enable_op_determinism()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    tf.config.optimizer.set_jit(False)
+    if tf.config.list_physical_devices("GPU"):
+        tf.config.set_visible_devices([], "GPU")
+    config = json.loads(os.environ[TF_CONFIG])
+    serve(config["cluster"], config["task"]["type"], int(config["task"]["index"]), threads)
+    return {}
 
 
 def main(argv: list[str] | None = None) -> int:

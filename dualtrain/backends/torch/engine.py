@@ -354,16 +354,24 @@ class TorchEngine(TrainStep, Engine):
     @torch.no_grad()
     def load_ema(self, weights: Weights) -> None:
         live = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-        self.load_weights(weights)
+        self.load_weights_into(self.module, weights)  # this replica's copy only
         self._ema = [p.detach().clone() for p in self.params]
         self.module.load_state_dict(live)
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:
+        if self.server:  # the optimizer that updates is the parameter server's
+            from dualtrain.backends.torch import ps
+
+            return ps.call("optimizer_state")
         return optimizer_state(self.opt, self.names, self.params, self.applied, self.scaler)
 
     def load_weights(self, weights: Weights) -> None:
         self.load_weights_into(self.module, weights)
+        if self.server and self.rank == 0:  # the server's copy, which the next update starts from
+            from dualtrain.backends.torch import ps
+
+            ps.call("load_weights", weights)
 
     def load_weights_into(self, module: torch.nn.Module, weights: Weights) -> None:
         (load_pair if self._pair else load_canonical)(module, weights)
@@ -380,3 +388,7 @@ class TorchEngine(TrainStep, Engine):
             dtype=self.dtype,
         )
         self.applied = state.applied
+        if self.server and self.rank == 0:  # the optimizer that updates is the server's
+            from dualtrain.backends.torch import ps
+
+            ps.call("load_optimizer_state", state)

@@ -120,6 +120,20 @@ def serve(engine: Any, world: int, timeout_s: float) -> None:
     shutdown()
 
 
+def serve_call(method: str, *args: Any) -> Any:
+    """The server's engine's ``method`` (weights and optimizer state in and out: probes,
+    checkpoints, resume). Replica 0 asks before it sends its next gradient, so no update can
+    start before it is done (other replicas' gradients may be waiting: they are not applied yet)."""
+    assert _SERVER is not None, "serve_call runs in the parameter server's process"
+    with _SERVER.lock:
+        return getattr(_SERVER.engine, method)(*args)
+
+
+def call(method: str, *args: Any) -> Any:
+    """A replica's request for :func:`serve_call` (synchronous)."""
+    return rpc.rpc_sync(SERVER, serve_call, args=(method, *args))
+
+
 def step(rank: int, grads: torch.Tensor, lr: float, capture: bool) -> Outcome:
     """A replica's half of a step: send its gradient, wait for the update, get its outcome."""
     return rpc.rpc_sync(SERVER, server_step, args=(rank, grads, lr, capture))

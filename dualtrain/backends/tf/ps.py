@@ -1,0 +1,174 @@
+"""distribution.strategy: parameter_server on TF: ``tf.distribute.ParameterServerStrategy`` with a
+``ClusterCoordinator``, the Keras 3 model's variables on a parameter-server task
+(docs/strategies.md).
+
+The run's processes are a TF cluster dualtrain's launcher starts: the chief (the coordinator, this
+engine's process: it runs the training loop and writes the run directory), W workers and one
+parameter server, the last W + 1 being ``tf.distribute.Server`` processes (:func:`serve`) that the
+launcher stops once the chief is done. Every step the chief schedules one function per replica and
+micro-batch (``ClusterCoordinator.schedule``: whichever worker is free runs it) that computes the
+gradient of that shard's ``sum(loss) / N_global`` (times the loss scale under fp16) against the
+server's variables; ``join`` is the barrier; the gradients are summed replica by replica (micro-
+batches first, as an accumulating replica adds them) and the update is the one an all-reduce step
+makes (unscale and skip, norm, clipping, torch.optim's rule on the TF namespace, GradScaler's rule:
+the same methods of :class:`~dualtrain.backends.tf.step.TrainStep`), applied to the variables on the
+parameter server. Evaluation runs on the chief, reading the server's variables.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from dualtrain.core.data import TRAIN
+from dualtrain.core.plan import micro_batches
+from dualtrain.core.update_rules import clip, global_norm
+from dualtrain.runtime.engine import StepOut
+
+from .engine import TFEngine
+
+
+def serve(cluster: dict[str, list[str]], job: str, index: int, threads: int) -> None:
+    """A worker or parameter-server task: serve the coordinator until the launcher stops it. The
+    server runs the functions it is sent under its own session config (not the eager context's
+    tf.config settings): its thread pools are set there."""
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=threads, inter_op_parallelism_threads=max(2, threads)
+    )
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(cluster),
+        job_name=job,
+        task_index=index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
+    server.join()
+
+
+def strategy_for(cluster: dict[str, list[str]]) -> tuple[Any, Any]:
+    """The chief's ParameterServerStrategy over ``cluster`` and its ClusterCoordinator."""
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
+    )
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    return strategy, tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+
+class PSEngine(TFEngine):
+    """The chief's engine: the replicas' gradients computed on the workers, summed and applied
+    here to the parameter server's variables."""
+
+    def __init__(self, spec, strategy, coordinator, data, init_weights, *, host_device: str):
+        self.coordinator = coordinator
+        super().__init__(
+            spec, strategy, data, init_weights, rank=0, num_processes=1, host_device=host_device
+        )
+
+    def _trace(self) -> None:
+        world = self.spec.distribution.world_size
+        self.n_local = world
+        self.local_replicas = list(range(world))
+        self.multi_worker = False  # one process runs the loop: gathers are local
+        self._eval_chunk = max(1, self.spec.data.eval_batch_size // world)
+        self._gather = {}
+        self._eval_fn = tf.function(self._evaluate_chunk, jit_compile=False, autograph=False)
+        self._replica_fn = tf.function(self._shard, jit_compile=False, autograph=False)
+        self._apply_fn = tf.function(
+            lambda grads, lr: self._apply(grads, lr, capture=False), autograph=False
+        )
+        self._apply_capture_fn = tf.function(
+            lambda grads, lr: self._apply(grads, lr, capture=True), autograph=False
+        )
+
+    def _shard(self, ids, global_count, step, poison, *batch):
+        """One replica's micro-batch, on a worker: (gradient, loss sum)."""
+
+        def replica(ids, x, y):
+            scale = self.scale.read_value()
+            loss_sum, _, grads = self._micro_step(ids, x, y, global_count, step, scale)
+            if self._poisonable:  # fault injection (debug.nonfinite_grad)
+                grads = [
+                    tf.where(poison, tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
+                    for g in grads
+                ]
+            return grads, loss_sum, tf.identity(ids)  # the ids it used, read back
+
+        return self.strategy.run(replica, args=(ids, list(batch[:-1]), batch[-1]))
+
+    def _apply(self, grads, lr, *, capture: bool):
+        """The update from the summed gradient, on the chief, to the server's variables."""
+        scale = self.scale.read_value()
+        if self.fp16:
+            grads = self._unscale(grads, scale)
+            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+            amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
+        else:
+            finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
+        norm = global_norm(self.ops, grads)
+        captured = list(grads) if capture else []
+        grads = clip(self.ops, grads, norm, self.opt.clip_grad_norm)
+        for k, p in enumerate(self.params):
+            self._apply_one(p, grads[k], finite, lr, k)
+        self._bookkeeping(self.applied, finite)
+        return {"norm": norm, "finite": finite, "amax": amax, "captured": captured}
+
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
+        if len(ids) != self.n_local or len(poison) != self.n_local:
+            raise ValueError(f"expected ids and poison for {self.n_local} replicas")
+        scale = float(self.scale.numpy()) if self.fp16 else 1.0
+        count = tf.constant(global_count, tf.float32)
+        step_t = tf.constant(step, tf.int64)
+        remote = []
+        owner: list[int] = []
+        for r, replica_ids in enumerate(ids):
+            for part in micro_batches(replica_ids, self.accumulate):
+                owner.append(r)
+                batch = [tf.constant(b) for b in self.feed(TRAIN, part)]
+                args = (tf.constant(part, tf.int64), count, step_t, tf.constant(poison[r]), *batch)
+                remote.append(self.coordinator.schedule(self._replica_fn, args=args))
+        self.coordinator.join()  # the barrier: every replica's gradient is in
+        total: list[Any] | None = None
+        loss_sum = 0.0
+        fed: list[list[np.ndarray]] = [[] for _ in ids]
+        for r, rv in zip(owner, remote, strict=True):  # replica by replica, micro-batches in order
+            grads, loss, used = rv.fetch()
+            loss_sum += float(loss)
+            fed[r].append(np.asarray(used))
+            total = (
+                [tf.constant(g) for g in grads]
+                if total is None
+                else [t + g for t, g in zip(total, grads, strict=True)]
+            )
+        assert total is not None
+        fn = self._apply_capture_fn if capture_grads else self._apply_fn
+        out = fn(total, tf.constant(lr, tf.float64))
+        finite = bool(out["finite"])
+        grads_out = None
+        if capture_grads:
+            grads_out = {
+                name: self.conversion.to_canonical(name, g.numpy())
+                for name, g in zip(self.param_names, out["captured"], strict=True)
+            }
+        return StepOut(
+            loss_sum=loss_sum,
+            grad_norm=float(out["norm"]),
+            loss_scale=scale,
+            skipped=self.fp16 and not finite,
+            fed_ids=[np.concatenate(f) if f else np.zeros(0, np.int64) for f in fed],
+            grads=grads_out,
+            grad_amax=float(out["amax"]) if self.fp16 else None,
+        )
