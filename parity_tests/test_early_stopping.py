@@ -73,6 +73,7 @@ def test_a_late_stop_is_named(runs, backend):
     assert f"{backend} breaks the rule after step" in check.detail
 
 
+@pytest.mark.slow
 def test_the_best_weights_export(runs, tmp_path):
     run = runs("torch", *STOPS)
     out = tmp_path / "best"

@@ -67,6 +67,7 @@ def test_a_resumed_run_carries_the_average(runs, backend):
         assert all(np.array_equal(wa[k], wb[k]) for k in wa), name
 
 
+@pytest.mark.slow
 def test_the_averaged_weights_export(runs, tmp_path):
     run = runs("tf", *EMA)
     folder = tmp_path / "ema"

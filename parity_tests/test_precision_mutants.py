@@ -59,7 +59,7 @@ def _compare(tmp_path, a, b, ra, rb):
     return res, verdict
 
 
-CASES = [("fp32_update_branch", "torch"), ("unscale_factor", "tf"), ("ce_low_precision", "torch")]
+CASES = [("unscale_factor", "tf"), ("ce_low_precision", "torch")]  # one per backend; ALL: slow
 ALL = [(m, b) for m in PRECISION_MUTANTS for b in ("torch", "tf")]
 
 

@@ -153,6 +153,7 @@ def test_compare_config_refuses_a_used_out(tmp_path):
     assert "new or empty folder" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_compare_is_taken_up_where_it_stopped(tmp_path):
     # A rerun into the same --out reuses the finished runs of the same spec (checked by their
     # records), runs an interrupted one again (set aside, not deleted), refuses another spec, and
