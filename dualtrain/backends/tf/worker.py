@@ -61,6 +61,8 @@ class Configured:
     host: str
     devices: list[str]
     threads: int
+    coordinator: Any = None
+    """distribution.strategy: parameter_server: the chief's ClusterCoordinator."""
 
 
 def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
@@ -109,39 +111,10 @@ def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
 
 def configure_tf(spec: Experiment, role: Role) -> Configured:
     """Everything that must happen before TensorFlow initialises its runtime."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if spec.determinism:
-        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
-        # oneDNN picks kernels by batch size, so one sample's logits change in the last bits with
-        # the batch it shares (~1e-6 relative on the CNN): a world-size-1 run and a world-size-3 run
-        # would then not compute the same per-sample gradients. Eigen's kernels do (and are as fast
-        # here). bf16 is the exception: Eigen's bf16 matmul rounds about twice as coarsely as
-        # oneDNN's, and oneDNN's is the one torch uses (bitwise-equal outputs on a 64x784x256 probe,
-        # max rel err 2.7e-3 vs Eigen's 5.7e-3), so bf16 keeps oneDNN to stay close to torch.
-        # An explicit TF_ENABLE_ONEDNN_OPTS in the environment wins.
-        late = {k: v for k, v in preimport_env(spec).items() if k not in os.environ}
-        if late and "tensorflow" in sys.modules:
-            print(
-                f"dualtrain: warning: TensorFlow was imported before this worker could set {late} "
-                "(a launcher that imports it first, as Ray Train's TensorflowTrainer does): give "
-                "the launcher's workers that environment (dualtrain.backends.tf.launch."
-                "preimport_env; examples/ray/train.py)",
-                file=sys.stderr,
-                flush=True,
-            )
-        for key, value in late.items():
-            os.environ[key] = value
+    threads = settings(spec, role.local_workers)
     import tensorflow as tf
 
-    threads = spec.distribution.threads_per_worker or default_threads(role.local_workers)
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
     tf.config.set_soft_device_placement(False)
-    if spec.determinism:
-        tf.config.experimental.enable_op_determinism()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    tf.config.optimizer.set_jit(False)
-
     world = spec.distribution.world_size
     gpus = tf.config.list_physical_devices("GPU")
     timeout = spec.distribution.timeout_s
@@ -155,7 +128,7 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
             tf.config.set_visible_devices([], "GPU")
         strategy, coordinator = strategy_for(json.loads(os.environ[TF_CONFIG])["cluster"])
         host = tf.config.list_logical_devices("CPU")[0].name
-        return Configured((strategy, coordinator), host, [host], threads)
+        return Configured(strategy, host, [host], threads, coordinator)
     if spec.distribution.device is Device.GPU and not gpus:
         raise UserError("distribution.device=gpu but TensorFlow sees no GPU. Received: device=gpu")
     if not role.multi_worker:
@@ -211,6 +184,44 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
     return Configured(strategy, host, list(strategy.extended.worker_devices), threads)
 
 
+def settings(spec: Experiment, local_workers: int) -> int:
+    """The process-wide settings of every TF process of a run, before and right after
+    TensorFlow's import: determinism, oneDNN, threads (cores // local_workers unless
+    distribution.threads_per_worker), TF32 and XLA off. Returns the intra-op thread count."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if spec.determinism:
+        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+        # oneDNN picks kernels by batch size, so one sample's logits change in the last bits with
+        # the batch it shares (~1e-6 relative on the CNN): a world-size-1 run and a world-size-3 run
+        # would then not compute the same per-sample gradients. Eigen's kernels do (and are as fast
+        # here). bf16 is the exception: Eigen's bf16 matmul rounds about twice as coarsely as
+        # oneDNN's, and oneDNN's is the one torch uses (bitwise-equal outputs on a 64x784x256 probe,
+        # max rel err 2.7e-3 vs Eigen's 5.7e-3), so bf16 keeps oneDNN to stay close to torch.
+        # An explicit TF_ENABLE_ONEDNN_OPTS in the environment wins.
+        late = {k: v for k, v in preimport_env(spec).items() if k not in os.environ}
+        if late and "tensorflow" in sys.modules:
+            print(
+                f"dualtrain: warning: TensorFlow was imported before this worker could set {late} "
+                "(a launcher that imports it first, as Ray Train's TensorflowTrainer does): give "
+                "the launcher's workers that environment (dualtrain.backends.tf.launch."
+                "preimport_env; examples/ray/train.py)",
+                file=sys.stderr,
+                flush=True,
+            )
+        for key, value in late.items():
+            os.environ[key] = value
+    import tensorflow as tf
+
+    threads = spec.distribution.threads_per_worker or default_threads(local_workers)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    if spec.determinism:
+        tf.config.experimental.enable_op_determinism()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    tf.config.optimizer.set_jit(False)
+    return threads
+
+
 def run_worker(
     spec: Experiment,
     run_dir: str | Path | None,
@@ -242,9 +253,8 @@ def run_worker(
     if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
         from .ps import PSEngine
 
-        strategy, coordinator = tf_.strategy
         engine = PSEngine(
-            spec, strategy, coordinator, inputs.data, inputs.weights, host_device=tf_.host
+            spec, tf_.strategy, tf_.coordinator, inputs.data, inputs.weights, host_device=tf_.host
         )
     else:
         engine = TFEngine(
@@ -309,24 +319,13 @@ def run_server(spec: Experiment) -> dict[str, Any]:
     """A worker or parameter-server task of distribution.strategy: parameter_server: TensorFlow
     configured as the chief is (the kernels that compute the gradients run here), then a
     tf.distribute.Server until the launcher stops it once the chief is done."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if spec.determinism:
-        os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
-        for key, value in preimport_env(spec).items():
-            os.environ.setdefault(key, value)
+    # the W worker tasks compute the replicas' gradients side by side: each gets the threads an
+    # all-reduce worker would (cores // W), so its kernels split their sums alike
+    threads = settings(spec, spec.distribution.world_size)
     import tensorflow as tf
 
     from .ps import serve
 
-    # the W worker tasks compute the replicas' gradients side by side: each gets the threads an
-    # all-reduce worker would (cores // W), so its kernels split their sums alike
-    threads = spec.distribution.threads_per_worker or default_threads(spec.distribution.world_size)
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
-    if spec.determinism:
-        tf.config.experimental.enable_op_determinism()
-    tf.config.experimental.enable_tensor_float_32_execution(False)
-    tf.config.optimizer.set_jit(False)
     if tf.config.list_physical_devices("GPU"):
         tf.config.set_visible_devices([], "GPU")
     config = json.loads(os.environ[TF_CONFIG])
