@@ -111,6 +111,7 @@ def test_unsync_statistics_are_per_replica(runs):
     assert not any(c.passed for c in _one_vs_three(runs, "torch", sync=False))
 
 
+@pytest.mark.slow
 def test_fp32_compare_passes_for_cnn_with_dropout_and_batchnorm(runs):
     over = ("model.preset=null", *DATA, bn_cnn(False, dropout=True), "distribution.world_size=2")
     a, b = read_run(runs("torch", *over)), read_run(runs("tf", *over))

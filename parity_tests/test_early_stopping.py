@@ -49,7 +49,9 @@ def test_both_backends_stop_after_the_same_step(runs):
         assert [r["step"] for r in run.eval if r.get("stop")] == [sa["stopped_at"]]
 
 
-@pytest.mark.parametrize("backend", ["torch", pytest.param("tf", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "backend", [pytest.param(b, marks=pytest.mark.slow) for b in ("torch", "tf")]
+)
 def test_a_run_resumed_before_the_stop_stops_there_too(runs, backend):
     sets = (*STOPS, "train.checkpoint_every=20", "train.keep_checkpoints=10")
     full = runs(backend, *sets)

@@ -86,6 +86,7 @@ def test_mistaken_port_fails_with_semantics_differ(runs, name):
     assert cmp.check("init_weights").passed  # both sides started from the same weights
 
 
+@pytest.mark.slow
 def test_batchnorm_port_fp64_pair_agrees(runs):
     # native BatchNorm2d and its port (TorchBatchNormalization): torch's momentum, eps and
     # unbiased running variance on both sides, replica 0's statistics on every replica
@@ -252,6 +253,7 @@ def test_locator_names_the_layer_and_the_mistake(name):
         assert "momentum convention" in finding["mistake"] and "torch's 0.01" in finding["mistake"]
 
 
+@pytest.mark.slow
 def test_locator_names_a_parameter_without_gradient():
     # a conv bias right before a batchnorm: no gradient in exact arithmetic, each side's rounding
     # noise (which adam scales up) moves it
@@ -261,7 +263,9 @@ def test_locator_names_a_parameter_without_gradient():
     assert "block1.conv1.bias" in finding["mistake"]
 
 
-@pytest.mark.parametrize("sets", [(), BN], ids=["plain", "batchnorm"])
+@pytest.mark.parametrize(
+    "sets", [(), pytest.param(BN, marks=pytest.mark.slow)], ids=["plain", "batchnorm"]
+)
 def test_locator_finds_nothing_in_the_faithful_port(sets):
     finding = _diff_models(*sets)
     assert finding["what"] == "nothing" and finding["rows"]

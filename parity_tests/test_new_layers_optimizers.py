@@ -122,7 +122,7 @@ def test_dropout_masks_do_not_depend_on_the_world_size(runs):
     "config",
     [
         pytest.param("pytorch_examples_mnist", marks=pytest.mark.slow),
-        "keras_io_mnist_convnet",
+        pytest.param("keras_io_mnist_convnet", marks=pytest.mark.slow),
         pytest.param("mnist_resnet_bn", marks=pytest.mark.slow),
     ],
 )
