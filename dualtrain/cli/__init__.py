@@ -6,6 +6,7 @@ prints one line and exits 1. No traceback for either.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except RunFailed as exc:
         click.echo(f"dualtrain: error: {exc}", err=True)
+        if exc.hard_exit:  # a rank of an external launcher whose collective failed (RunFailed)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
         sys.exit(1)
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt into Abort
         _interrupted(exc.__cause__)

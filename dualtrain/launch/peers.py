@@ -80,7 +80,9 @@ def lost_peer(
     if who:
         names = ", ".join(p.describe() for p in who)
         return RunFailed(
-            f"{backend} rank {rank} lost its peer {names}{at}: {reason}", rank=who[0].rank
+            f"{backend} rank {rank} lost its peer {names}{at}: {reason}",
+            rank=who[0].rank,
+            hard_exit=True,
         )
     if _TIMEOUT.search(text):
         others = [p for p in peers if p.rank != rank]
@@ -90,5 +92,6 @@ def lost_peer(
             f"distribution.timeout_s={timeout_s:g}s{at} (lost host or network): "
             f"{reason}",
             rank=others[0].rank if len(others) == 1 else None,
+            hard_exit=True,
         )
-    return RunFailed(f"{backend} rank {rank}: a collective failed{at}: {reason}")
+    return RunFailed(f"{backend} rank {rank}: a collective failed{at}: {reason}", hard_exit=True)

@@ -102,10 +102,11 @@ def worker_main(
         if not _report_to_launcher(Path(argv[0]), str(exc), start.launched):
             print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    except (
-        RunFailed
-    ) as exc:  # a lost peer (dualtrain.launch.peers): one line, the launcher names the rank
+    except RunFailed as exc:  # a lost peer (dualtrain.launch.peers): the launcher names the rank
         print(f"dualtrain {backend} worker: error: {exc}", file=sys.stderr, flush=True)
+        if exc.hard_exit:  # no interpreter teardown (RunFailed.hard_exit)
+            sys.stdout.flush()
+            os._exit(1)
         return 1
     return 0
 
