@@ -81,26 +81,39 @@ class Server:
         self.engine = engine
         self.world = world
         self.lock = threading.Lock()
-        self.pending: dict[int, torch.Tensor] = {}
+        self.pending: dict[int, tuple[torch.Tensor, float, bool]] = {}
         self.future: torch.futures.Future = torch.futures.Future()
 
     def add(self, replica: int, grads: torch.Tensor, lr: float, capture: bool):
         with self.lock:
             if replica in self.pending:
                 raise RuntimeError(f"replica {replica} sent two gradients for one step")
-            self.pending[replica] = grads
+            self.pending[replica] = (grads, lr, capture)
             fut = self.future
             if len(self.pending) == self.world:
-                total = self.pending[0].clone()
-                for r in range(1, self.world):  # replica order, whatever order they came in
-                    total.add_(self.pending[r])
+                pending = [self.pending[r] for r in range(self.world)]
                 self.pending = {}
                 self.future = torch.futures.Future()
                 try:
-                    fut.set_result(self.engine.server_update(total, lr, capture))
+                    fut.set_result(self._update(pending))
                 except Exception as exc:  # the replicas see it, not a hang
                     fut.set_exception(exc)
         return fut
+
+    def _update(self, pending: list[tuple[torch.Tensor, float, bool]]) -> Any:
+        """One update from every replica's gradient sum: summed in replica order, whatever order
+        they came in; the replicas must agree on the step's learning rate and whether it is
+        captured (they compute both from the same step number), else they are out of step."""
+        settings = {(lr, capture) for _, lr, capture in pending}
+        if len(settings) != 1:
+            raise RuntimeError(
+                f"the replicas disagree on the step's (learning rate, capture): {sorted(settings)}"
+            )
+        ((lr, capture),) = settings
+        total = pending[0][0].clone()
+        for grads, _, _ in pending[1:]:
+            total.add_(grads)
+        return self.engine.server_update(total, lr, capture)
 
 
 _SERVER: Server | None = None
