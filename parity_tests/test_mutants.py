@@ -14,9 +14,9 @@ from tools.mutants import MUTANTS, SPECS, hook
 
 from .conftest import MLP
 
-# adam, bce, val, bn_mw and stride2: the slow set (CI) runs them; mse keeps a non-cross-entropy
-# loss in the default
-SLOW_SPECS = ("adam", "bce", "val", "bn_mw", "stride2")
+# adam, bce, val, bn, bn_mw and stride2: the slow set (CI) runs them; mse keeps a non-cross-entropy
+# loss in the default, sgd the plain pair
+SLOW_SPECS = ("adam", "bce", "val", "bn", "bn_mw", "stride2")
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,7 @@ def test_a_faithful_pair_trains_and_records_its_map(tmp_path):
     assert summary["model_sha256"] and summary["steps"] == 3
 
 
+@pytest.mark.slow  # a warning; the default suite keeps the pair's training run and its mistakes
 def test_a_bias_before_a_batchnorm_is_warned_about(tmp_path):
     proc, out = _run(tmp_path, "model.args.bn=true", "model.args.bn_bias=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
