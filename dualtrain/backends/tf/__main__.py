@@ -1,7 +1,16 @@
 """Worker entry: ``python -m dualtrain.backends.tf RUN_DIR`` (reads RUN_DIR/spec.yaml)."""
 
+import os
 import sys
 
+from dualtrain.backends.tf.launch import TF_CONFIG
 from dualtrain.backends.tf.worker import main
+from dualtrain.runtime.entry import exit_now
 
-sys.exit(main())
+code = main()
+if os.environ.get(TF_CONFIG):
+    # A task of a cluster: TensorFlow's teardown leaves with the other tasks (its coordination
+    # service's shutdown barrier), which a peer still fetching this task's part of the last
+    # collective needs.
+    sys.exit(code)
+exit_now(code)  # one process (mirrored): the run is complete, its files closed; skip the teardown

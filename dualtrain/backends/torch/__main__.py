@@ -7,7 +7,6 @@ keeps its traceback (exit 1).
 
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -22,9 +21,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: the run is complete and its files are closed, and joining the
-    # communication library's threads at exit can stall a finished worker.
-    os._exit(code)
+    from dualtrain.runtime.entry import exit_now
+
+    exit_now(main(sys.argv[1:]))  # no interpreter teardown, the process group left as it is
