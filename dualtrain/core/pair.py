@@ -346,10 +346,9 @@ def _describe_mismatch(arrays: list[TorchArray], variables: list[KerasVar]) -> s
     return ""
 
 
-def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
-    """An explicit map (``model.weight_map``): YAML or JSON, a list of ``{torch: NAME, keras:
-    PATH, transform: T}`` (``chw: [C, H, W]`` for flatten_chw), covering every array of both
-    sides once."""
+def read_map_file(path: str) -> list[dict[str, Any]]:
+    """``model.weight_map``'s file, read: it exists, parses as YAML/JSON and is a list of
+    mappings. Checked before the frameworks load (dualtrain.driver.pair) as well as with them."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise UserError(f"model.weight_map: file not found. Received: {path!r}")
@@ -364,6 +363,14 @@ def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
             f"model.weight_map: {p} must be a list of {{torch, keras, transform}} mappings. "
             f"Received: {type(raw).__name__}"
         )
+    return raw
+
+
+def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
+    """An explicit map (``model.weight_map``): YAML or JSON, a list of ``{torch: NAME, keras:
+    PATH, transform: T}`` (``chw: [C, H, W]`` for flatten_chw), covering every array of both
+    sides once."""
+    raw = read_map_file(path)
     t_arrays = {a.name: a for a in torch.torch}
     k_vars = {v.path: v for v in keras.keras}
     entries: list[MapEntry] = []

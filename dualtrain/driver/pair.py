@@ -35,6 +35,8 @@ def pair_layout(spec: Experiment) -> tuple[pair.Layout, Weights]:
 
 
 def _describe(spec: Experiment) -> tuple[pair.Layout, Weights]:
+    if spec.model.weight_map is not None:  # a missing or malformed map: before the frameworks load
+        pair.read_map_file(spec.model.weight_map)
     for backend in (Backend.TORCH, Backend.TF):
         check_installed(backend)  # a pair needs both frameworks, whichever runs
     with tempfile.TemporaryDirectory(prefix="dualtrain-pair-") as tmp:
