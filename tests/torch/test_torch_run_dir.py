@@ -29,14 +29,23 @@ TRAIN_KEYS = {
 EVAL_KEYS = {"step", "epoch", "loss", "accuracy", "count"}
 
 
+class ExactRuns(dict):
+    """The exact-sharding run at a world size, made the first time a test asks for it."""
+
+    def __init__(self, factory):
+        super().__init__()
+        self.factory = factory
+
+    def __missing__(self, world: int):
+        out = self.factory.mktemp(f"exact{world}") / "run"
+        torch_run(out, f"data.train_limit={N_TRAIN}", f"train.epochs={EPOCHS}", world=world)
+        self[world] = out
+        return out
+
+
 @pytest.fixture(scope="module")
 def exact_runs(tmp_path_factory):
-    runs = {}
-    for world in (1, 2, 3):
-        out = tmp_path_factory.mktemp(f"exact{world}") / "run"
-        torch_run(out, f"data.train_limit={N_TRAIN}", f"train.epochs={EPOCHS}", world=world)
-        runs[world] = out
-    return runs
+    return ExactRuns(tmp_path_factory)
 
 
 def test_run_directory_contract(exact_runs):
@@ -97,7 +106,11 @@ def _check_against_plan(out, plan: ShardPlan, epochs: int):
     assert not got  # nothing recorded beyond the plan
 
 
-@pytest.mark.parametrize("world", [1, 2, 3])
+# world 2 (the run directory contract's run) in the default suite; worlds 1 and 3 in the slow set
+# (parity_tests/test_sharding.py keeps world 3's uneven shards against the plan on both backends)
+@pytest.mark.parametrize(
+    "world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)]
+)
 def test_exact_shards_match_plan_and_cover_each_id_once(exact_runs, world):
     plan = ShardPlan(num_samples=N_TRAIN, global_batch=128, world_size=world, seed=0)
     _check_against_plan(exact_runs[world], plan, EPOCHS)
