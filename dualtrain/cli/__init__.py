@@ -6,7 +6,6 @@ prints one line and exits 1. No traceback for either.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -72,9 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     except RunFailed as exc:
         click.echo(f"dualtrain: error: {exc}", err=True)
         if exc.hard_exit:  # a rank of an external launcher whose collective failed (RunFailed)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
+            from dualtrain.runtime.entry import exit_now
+
+            exit_now(1)
         sys.exit(1)
     except click.exceptions.Abort as exc:  # click turns KeyboardInterrupt into Abort
         _interrupted(exc.__cause__)
