@@ -25,6 +25,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -194,9 +196,10 @@ PRECISION_MUTANTS = {
         ),
         PrecisionMutant(
             "ce_low_precision",
-            "the softmax cross-entropy and its sum over the batch computed "
-            "in bfloat16, on the autocast/mixed_bfloat16 logits, instead of float32 (torch: "
-            "F.cross_entropy on the bf16 logits; tf: logsumexp(z) - z[y] in bf16)",
+            "the cross-entropy's batch sum held in bfloat16: each per-sample loss rounded to "
+            "bfloat16 and summed in sample order, rounded to bfloat16 after every addition, "
+            "instead of a float32 sum (the same arithmetic on both backends, whatever kernels "
+            "the CPU has)",
             "bf16",
             None,
             seen_by="local_loss",
@@ -644,7 +647,22 @@ def _tf_unscale_factor(path: str, size: float) -> None:
     cls._unscale = mutated
 
 
+def ce_low_sum(per_sample: np.ndarray) -> float:
+    """The ce_low_precision mutant's batch sum, stated once in NumPy (both backends' mutants
+    compute exactly this; tests/unit/test_mutant_arithmetic.py holds them to it): each float32
+    per-sample loss rounded to bfloat16 (to nearest), then summed in sample order with a rounding
+    to bfloat16 after every addition. Its error depends on the values only, not on which kernels
+    the CPU runs."""
+    from dualtrain.core.kernels import round_to
+
+    total = np.float32(0.0)
+    for v in round_to(np.asarray(per_sample, np.float32), "bf16"):
+        total = round_to(np.array([total + v], np.float32), "bf16")[0]
+    return float(total)
+
+
 def _torch_ce_low_precision(path: str, size: float) -> None:
+    import torch
     import torch.nn.functional as F
 
     cls = _torch_engine().TorchEngine
@@ -653,7 +671,13 @@ def _torch_ce_low_precision(path: str, size: float) -> None:
     def mutated(self, logits, y):
         if not _active(self.spec, path):
             return loss_sum(self, logits, y)
-        return F.cross_entropy(logits, y, reduction="sum").to(self.dtype)  # in the logits' bf16
+        # ce_low_sum's arithmetic (each per-sample loss rounded to bfloat16, summed in sample
+        # order, rounded to bfloat16 after every addition)
+        per = F.cross_entropy(logits.to(self.dtype), y, reduction="none").to(torch.bfloat16)
+        total = torch.zeros((), dtype=torch.bfloat16, device=per.device)
+        for v in per:
+            total = total + v
+        return total.to(self.dtype)
 
     cls._loss_sum = mutated
 
@@ -667,11 +691,15 @@ def _tf_ce_low_precision(path: str, size: float) -> None:
     def mutated(self, logits, y):
         if not _active(self.spec, path):
             return loss_sum(self, logits, y)
-        # -log softmax(z)[y] = logsumexp(z) - z[y], every op in the logits' bfloat16 (what a loss
-        # written with keras.ops on mixed_bfloat16 outputs computes), and the batch sum held in it
-        picked = tf.gather(logits, y, axis=1, batch_dims=1)
-        per_sample = tf.reduce_logsumexp(logits, axis=1) - picked
-        return tf.cast(tf.cast(tf.reduce_sum(per_sample), logits.dtype), self.dtype)
+        # ce_low_sum's arithmetic, as on torch
+        out = tf.cast(logits, self.dtype)
+        per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
+        total = tf.foldl(
+            lambda acc, v: acc + v,
+            tf.cast(per, tf.bfloat16),
+            initializer=tf.zeros((), tf.bfloat16),
+        )
+        return tf.cast(total, self.dtype)
 
     cls._loss_sum = mutated
 
@@ -834,10 +862,10 @@ def _tf_accumulate_micro_mean() -> None:
     cls = _engine()
     micro_step = cls._micro_step
 
-    def mutated(self, ids, x, y, global_count, step, scale):
+    def mutated(self, ids, x, y, global_count, step, scale, **kw):
         count = tf.cast(tf.maximum(tf.size(ids), 1), tf.float32)
         per = count * self.accumulate * self.strategy.num_replicas_in_sync
-        return micro_step(self, ids, x, y, per, step, scale)
+        return micro_step(self, ids, x, y, per, step, scale, **kw)
 
     cls._micro_step = mutated
 
@@ -846,9 +874,9 @@ def _torch_accumulate_micro_mean() -> None:
     cls = _torch_engine().TorchEngine
     micro_step = cls._micro_step
 
-    def mutated(self, ids, step, global_count, measure_scale):
+    def mutated(self, ids, step, global_count, measure_scale, **kw):
         per = max(len(ids), 1) * self.accumulate * self.world
-        return micro_step(self, ids, step, per, measure_scale)
+        return micro_step(self, ids, step, per, measure_scale, **kw)
 
     cls._micro_step = mutated
 
@@ -857,10 +885,10 @@ def _torch_ps_mean_of_means() -> None:
     cls = _torch_engine().TorchEngine
     micro_step = cls._micro_step
 
-    def mutated(self, ids, step, global_count, measure_scale):
+    def mutated(self, ids, step, global_count, measure_scale, **kw):
         if self.server:  # a parameter-server replica only: the all-reduce path is untouched
             global_count = max(len(ids), 1) * self.world
-        return micro_step(self, ids, step, global_count, measure_scale)
+        return micro_step(self, ids, step, global_count, measure_scale, **kw)
 
     cls._micro_step = mutated
 
@@ -873,9 +901,9 @@ def _tf_ps_mean_of_means() -> None:
     cls = ps.PSEngine
     micro_step = cls._micro_step
 
-    def mutated(self, ids, x, y, global_count, step, scale):
+    def mutated(self, ids, x, y, global_count, step, scale, **kw):
         own = tf.cast(tf.maximum(tf.size(ids), 1) * self.n_local, tf.float32)
-        return micro_step(self, ids, x, y, own, step, scale)
+        return micro_step(self, ids, x, y, own, step, scale, **kw)
 
     cls._micro_step = mutated
 

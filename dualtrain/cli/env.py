@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from dualtrain.core import kernels
 from dualtrain.errors import UserError
 
 BACKENDS = ("torch", "tf")
@@ -139,6 +140,15 @@ def render(facts: dict[str, Any]) -> str:
             elif b in status and key == "versions":
                 rows.append((f"{b} backend", f"{status[b]['status']}: {status[b]['detail']}"))
         sections.append((title, rows))
+    rows = [
+        (f"{b} {dtype} {kind}", kernels.describe(facts[b]["kernels"], dtype, kind))
+        for b in answered
+        if facts[b].get("kernels")
+        for dtype in kernels.DTYPES
+        for kind in kernels.KINDS
+    ]
+    if rows:
+        sections.append(("low-precision kernels (measured now: dualtrain.core.kernels)", rows))
     width = max(len(k) for _, rows in sections for k, _ in rows)
     lines = []
     for title, rows in sections:

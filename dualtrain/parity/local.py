@@ -64,6 +64,20 @@ class Probe:
     """Each tensor's gradient error against its scale (``errors["grad"]`` is their max)."""
     grad_floors: dict[str, float] = field(default_factory=dict)
     """Each tensor's cross floor, in the same units (tensors with a recorded absolute scale)."""
+    loss_signed: float = math.nan
+    """L_X - L_64, signed (``errors["loss"]`` is its magnitude over :attr:`loss_scale`)."""
+    loss_scale: float = math.nan
+    """The loss error's denominator: |L_64| + the loss's absolute scale term."""
+    loss_path: float = math.nan
+    """The loss path's own error: |L_X - the exact loss of X's own outputs| over (|that loss| + the
+    loss's absolute scale), NaN where the run did not record its outputs' exact loss. The
+    forward's kernels do not enter it: only what the path does from the outputs on (the cast,
+    the per-sample losses, their sum and its normalisation)."""
+    loss_path_bound: float = math.nan
+    """Its a priori bound (LocalBound.loss_path)."""
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    """Per kind of product, the loss's first-order change when every product of that kind is
+    scaled by (1 + e), per unit e (recorded by the fp64 run; dualtrain.core.kernels)."""
 
 
 def _norm(ws: Weights, keys: list[str]) -> float:
@@ -145,8 +159,14 @@ def measure(
         loss_scale = abs(float(ref_row["loss"]))
         if bound is not None and "loss_abs" in ref_row:
             loss_scale += bound.loss_terms(float(ref_row["loss_abs"]))
+        loss_signed = float(row["loss"]) - float(ref_row["loss"])
+        path, path_bound = math.nan, math.nan
+        if "own_loss" in row and bound is not None:
+            own = float(row["own_loss"])
+            path = _rel(abs(float(row["loss"]) - own), abs(own) + float(ref_row.get("loss_abs", 0)))
+            path_bound = bound.loss_path(int(row.get("count") or ref_row.get("count") or 1))
         errors = {
-            "loss": _rel(abs(float(row["loss"]) - float(ref_row["loss"])), loss_scale),
+            "loss": _rel(abs(loss_signed), loss_scale),
             "grad": max(tensors.values()),
             "update": _rel(_norm(upd_err, keys), den),
         }
@@ -161,6 +181,11 @@ def measure(
                 {"grad": _worst(grad_err, scale, keys), "update": _worst(upd_err, update, keys)},
                 tensors,
                 floors,
+                loss_signed,
+                loss_scale,
+                path,
+                path_bound,
+                {k: float(v) for k, v in (ref_row.get("sensitivity") or {}).items()},
             )
         )
     return out

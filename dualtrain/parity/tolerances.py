@@ -163,6 +163,20 @@ class LocalBound:
     probability >= 1 - 2n exp(-lambda^2 / 2) for a bound of lambda sqrt(n) u (Higham and Mary,
     SIAM J. Sci. Comput. 41(5), 2019); the sums accumulate in float32 under every precision."""
 
+    loss_path_c: float = 8.0
+    """The per-sample losses' own rounding in :meth:`loss_path` (a logsumexp and a subtraction in
+    float32: a few u_param each)."""
+
+    def loss_path(self, count: int) -> float:
+        """The a priori bound on the loss path's own error, relative to the loss's terms: the loss
+        runs in float32 from the outputs on in every path (docs/parity.md §3), so a correct one
+        rounds each per-sample loss by a few u_param (``loss_path_c``) and their sum over at most
+        ``count`` samples by ``grad_lambda`` sqrt(count) u_param (Higham and Mary's probabilistic
+        bound, as the gradient's accumulation allowance). A loss path that rounds to bfloat16 or
+        float16 anywhere is off by 2^-9 or 2^-12 of its terms: 500x this bound at a batch of
+        128."""
+        return (self.loss_path_c + self.grad_lambda * count**0.5) * self.u_param
+
     def grad_scale(self, terms: float) -> float:
         """The factor on a tensor's absolute gradient scale for its accumulation length
         ``terms``."""

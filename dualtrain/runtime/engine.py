@@ -48,6 +48,15 @@ class StepOut:
     the magnitudes of the terms whose difference is its loss (cross-entropy: |logsumexp z| + |z_y|;
     dualtrain.backends.torch.step), against which the local checks judge a loss error (a loss near
     zero is a cancellation, whose rounding is relative to its terms, not to itself)."""
+    own_loss: float | None = None
+    """With grads (a probe replay): the sum over this process's samples of the exact (float64) loss
+    of the outputs this step itself produced: the probes' loss-path check holds ``loss_sum`` to it
+    (dualtrain.parity.local), whatever the forward's kernels did to the outputs."""
+    sensitivity: dict[str, float] | None = None
+    """With abs_grads: per kind of product (dualtrain.core.kernels.KINDS), the first-order change of
+    the step's loss (the global mean) when every product of that kind is scaled by (1 + e), per
+    unit e, summed over the replicas (dualtrain.backends.torch.condition): what a kernel's directed
+    rounding error does to the loss."""
 
 
 @dataclass(frozen=True)

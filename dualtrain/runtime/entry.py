@@ -215,6 +215,19 @@ def env_main(backend: str, argv: list[str], facts: Callable[[], dict[str, Any]])
     return 0
 
 
+def env_facts(backend_facts: Callable[[], dict[str, Any]], backend_kernels: Any) -> dict[str, Any]:
+    """A backend's facts for ``dualtrain env``: its environment facts and its low-precision
+    kernels (implementation, native or emulated, and the calibration of bf16 and fp16 measured
+    now; dualtrain.core.kernels). ``backend_kernels``: the backend's kernels module (its
+    ``static_facts`` and ``product``)."""
+    from dualtrain.core import kernels
+    from dualtrain.records.envinfo import cpu_flags
+
+    facts = backend_facts()
+    static = backend_kernels.static_facts(cpu_flags())
+    return {**facts, "kernels": kernels.facts(static, backend_kernels.product, kernels.DTYPES)}
+
+
 def describe_main(
     backend: str,
     argv: list[str],

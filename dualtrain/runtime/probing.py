@@ -97,11 +97,16 @@ class ProbeSteps(_LoopState):
             if out.abs_loss is not None
             else None
         )
+        own = (
+            float(self.engine.gather(np.array([out.own_loss], np.float64)).sum()) / count
+            if out.own_loss is not None
+            else None
+        )
         if self.writer is None:
             return
         assert self.run_dir is not None  # a writer implies a run directory
         arrays = {"grad": out.grads or {}, **(arrays or {"post": self.engine.weights()})}
-        row = {
+        row: dict[str, Any] = {
             "step": step,
             "loss": loss,
             "lr": lr,
@@ -114,6 +119,10 @@ class ProbeSteps(_LoopState):
             row["applied"] = applied
         if loss_abs is not None:
             row["loss_abs"] = loss_abs
+        if own is not None:  # a replay: the exact loss of its own outputs
+            row["own_loss"] = own
+        if out.sensitivity is not None:  # already summed over the replicas
+            row["sensitivity"] = out.sensitivity
         probes.save(self.run_dir, step, arrays)
         self._probe_index.append(row)
         probes.write_index(self.run_dir, self._probe_index)

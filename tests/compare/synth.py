@@ -187,14 +187,17 @@ def noisy(scale: float, seed: int, grow: float = 0.0) -> Callable[[int], float]:
 
 def add_probes(
     ref: Path,
-    runs: dict[Path, dict[str, float]],
+    runs: dict[Path, dict[str, Any]],
     steps: tuple[int, ...] = (1, 40, 80),
     seed: int = 5,
+    sensitivity: dict[str, float] | None = None,
 ) -> None:
     """One-step probes (dualtrain.runtime.probes) for synthetic runs: ``ref`` (fp64) records states;
     each run in ``runs`` replays them with relative errors ``{"loss": e, "grad": e, "update": e}``
-    (an error of float32 rounding size where not given). The runs' summaries name ``ref`` as the
-    source."""
+    (an error of float32 rounding size where not given; ``loss`` may be a function of the step),
+    and its loss path off its own outputs' exact loss by ``own`` (relative; 0 where not given). The
+    runs' summaries name ``ref`` as the source. ``sensitivity``: the fp64 run's recorded loss
+    sensitivity per kind of product (dualtrain.core.kernels)."""
     from dualtrain.core import optim_ref
     from dualtrain.runtime import probes
 
@@ -223,6 +226,8 @@ def add_probes(
                 "skipped": False,
                 "count": 64,
                 "applied": applied,
+                "loss_abs": 1.0,
+                **({"sensitivity": sensitivity} if sensitivity else {}),
             }
         )
         for run, err in runs.items():
@@ -239,10 +244,13 @@ def add_probes(
             e_upd = err.get("update", 0.0)
             post = {k: (v + e_upd * (v - pre32[k])).astype(np.float32) for k, v in exact.items()}
             probes.save(run, s, {"grad": g, "post": post})
+            e_loss = err.get("loss", 2 * u)
+            loss = 1.0 + (e_loss(s) if callable(e_loss) else e_loss)
             rows[run].append(
                 {
                     "step": s,
-                    "loss": 1.0 + err.get("loss", 2 * u),
+                    "loss": loss,
+                    "own_loss": loss * (1.0 - err.get("own", 0.0)),
                     "lr": lr,
                     "grad_norm": 1.0,
                     "loss_scale": 1.0,
@@ -261,3 +269,20 @@ def add_probes(
         summary = json.loads(path.read_text())
         summary["probes"] = {"mode": "replay", "steps": len(r), "source": str(ref)}
         path.write_text(json.dumps(summary))
+
+
+def set_kernels(run: Path, dtype: str, directed: dict[str, float]) -> None:
+    """A run's kernel calibration in its summary (dualtrain.core.kernels): ``directed`` per kind."""
+    path = Path(run) / SUMMARY_FILE
+    summary = json.loads(path.read_text())
+    cal = {
+        k: {
+            "directed": d,
+            "rms": 0.43,
+            "rounding": "to nearest" if d == 0 else "toward zero",
+            "nearest_share": 1.0 if d == 0 else 0.5,
+        }
+        for k, d in directed.items()
+    }
+    summary["kernels"] = {"static": {}, "measured": {dtype: cal}}
+    path.write_text(json.dumps(summary))

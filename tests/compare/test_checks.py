@@ -13,7 +13,16 @@ from dualtrain.parity import checks as C
 from dualtrain.parity import diagnose as D
 from dualtrain.records.record import read_run
 from dualtrain.spec import from_dict
-from tests.compare.synth import add_probes, base_loss, base_spec, fp64_spec, make_run, noisy, quad
+from tests.compare.synth import (
+    add_probes,
+    base_loss,
+    base_spec,
+    fp64_spec,
+    make_run,
+    noisy,
+    quad,
+    set_kernels,
+)
 
 NAMES = [
     "spec",
@@ -534,6 +543,72 @@ def test_the_cross_bound_does_not_grow_with_the_defect(four):
         ratios.append(compare_dirs(a, b, (ra, rb)).check("local_grad").value)
     assert ratios[1] == pytest.approx(10 * ratios[0], rel=0.05)
     assert ratios[2] == pytest.approx(10 * ratios[1], rel=0.05)
+
+
+def _bf16_quad(tmp_path):
+    ra = make_run(tmp_path / "ra", spec=fp64_spec(), loss=noisy(1e-15, 11))
+    rb = make_run(tmp_path / "rb", backend="tf", spec=fp64_spec(), loss=noisy(1e-15, 12))
+    spec = base_spec(precision={"dtype": "bf16"})
+    a = make_run(tmp_path / "a", spec=spec, loss=noisy(1e-3, 1))
+    b = make_run(tmp_path / "b", backend="tf", spec=spec, loss=noisy(1e-3, 2))
+    return a, b, ra, rb
+
+
+U_BF16, S_MATMUL, TRUNCATES = 2.0**-8, 0.5, -0.73
+COHERENT = TRUNCATES * U_BF16 * S_MATMUL  # what a truncating bf16 matmul does to this loss
+RANDOM = {1: 1.0e-4, 40: -1.5e-4, 80: 0.6e-4}  # both backends' round-to-nearest share, per probe
+
+
+@pytest.mark.parametrize("calibrated", [True, False])
+def test_a_truncating_kernel_is_translated_not_blamed(tmp_path, calibrated):
+    # tf's bf16 matmul truncates (its calibration: -0.73 u) and its loss error is what that does
+    # to this loss (the directed error x the recorded sensitivity), 10x torch's: with both
+    # calibrations the cross bound moves torch's errors onto tf's kernels and tf passes. The same
+    # numbers from kernels that round alike would be a tf path 10x off torch's: FAIL.
+    a, b, ra, rb = _bf16_quad(tmp_path)
+    add_probes(
+        ra,
+        {a: {"loss": RANDOM.__getitem__}, b: {"loss": lambda s: RANDOM[s] * 0.8 + COHERENT}},
+        sensitivity={"matmul": S_MATMUL, "conv": 0.0},
+    )
+    set_kernels(a, "bf16", {"matmul": 0.0, "conv": 0.0})
+    set_kernels(b, "bf16", {"matmul": TRUNCATES if calibrated else 0.0, "conv": 0.0})
+    c = compare_dirs(a, b, (ra, rb)).check("local_loss")
+    assert c.passed is calibrated, c.detail
+    assert c.culprits == ([] if calibrated else ["tf bf16 path"])
+    if calibrated:
+        assert "matmul torch +0.00 u, tf -0.73 u" in c.detail and c.data["translated"]
+
+
+def test_the_other_backends_truncation_does_not_lend_a_defect_its_error(tmp_path):
+    # torch's loss path is off by 1e-3 (a defect); tf is correct on a truncating kernel. Its raw
+    # error (1.4e-3) would let torch's pass (4x); moved onto torch's kernels it is 1e-4: FAIL torch.
+    a, b, ra, rb = _bf16_quad(tmp_path)
+    add_probes(
+        ra,
+        {a: {"loss": lambda s: RANDOM[s] + 1e-3}, b: {"loss": lambda s: RANDOM[s] + COHERENT}},
+        sensitivity={"matmul": S_MATMUL, "conv": 0.0},
+    )
+    set_kernels(a, "bf16", {"matmul": 0.0, "conv": 0.0})
+    set_kernels(b, "bf16", {"matmul": TRUNCATES, "conv": 0.0})
+    c = compare_dirs(a, b, (ra, rb)).check("local_loss")
+    assert not c.passed and c.culprits == ["torch bf16 path"], c.detail
+    set_kernels(b, "bf16", {"matmul": 0.0, "conv": 0.0})  # read as equal kernels: hidden
+    assert compare_dirs(a, b, (ra, rb)).check("local_loss").passed
+
+
+@pytest.mark.parametrize("culprit", ["a", "b"])
+def test_a_loss_path_off_its_own_outputs_fails_whatever_the_forward(four, culprit):
+    # The loss summed in bfloat16 (off its own outputs' exact loss by 2^-10, a rounding of the sum)
+    # with a forward whose error is within every other bound: the loss path's own bound,
+    # (8 + 4 sqrt(64)) u_fp32 = 2.4e-6, sees it 400x.
+    a, b, ra, rb = four
+    bad = a if culprit == "a" else b
+    add_probes(ra, {a: {}, b: {}} | {bad: {"own": 2.0**-10}})
+    c = compare_dirs(a, b, (ra, rb)).check("local_loss")
+    who = "torch" if culprit == "a" else "tf"
+    assert not c.passed and c.culprits == [f"{who} fp32 path"], c.detail
+    assert c.value > 100 and "loss path on its own outputs" in c.detail
 
 
 def test_a_semantic_difference_outranks_a_precision_path(tmp_path):

@@ -1,4 +1,5 @@
-"""The absolute gradient the local gradient check is judged against
+"""The absolute gradient the local gradient check is judged against, and the loss's sensitivity to
+each kind of product the local loss check translates kernels with
 (dualtrain.backends.torch.condition).
 
 For every dense, conv and batchnorm parameter it must be the sum of |factor| x |factor| products
@@ -40,7 +41,7 @@ def test_absolute_gradient_is_the_sum_of_absolute_products():
     with AbsoluteGradient(model) as absolute:
         loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum")
         loss.backward()
-    scale, terms = absolute.result(world=1)
+    scale, terms, _ = absolute.result(world=1)
     grads = {n: p.grad.numpy() for n, p in model.named_parameters()}
     assert sorted(scale) == sorted(grads) == sorted(terms)
 
@@ -77,3 +78,34 @@ def test_absolute_gradient_is_the_sum_of_absolute_products():
     assert terms["0.weight"][0] == terms["1.bias"][0] == 12 * 14 * 14  # batch x output positions
     assert terms["4.weight"][0] == terms["6.bias"][0] == 12
     assert np.linalg.norm(scale["0.weight"]) > 3 * np.linalg.norm(grads["0.weight"])
+
+
+def test_sensitivity_is_the_loss_derivative_along_scaled_products():
+    """S_kind = d loss / d e when every product of that kind (a layer's output without its bias) is
+    scaled by (1 + e): here by central differences through forward hooks that do exactly that."""
+    from dualtrain.backends.torch.condition import AbsoluteGradient
+
+    model, x, y = _model_and_batch()
+    with AbsoluteGradient(model) as absolute:
+        loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum")
+        loss.backward()
+    _, _, sens = absolute.result(world=1)
+
+    def loss_with(kind: type, e: float) -> float:
+        def scaled(m, _inputs, out):
+            b = m.bias.view(1, -1, *([1] * (out.dim() - 2))) if m.bias is not None else 0.0
+            return (out - b) * (1 + e) + b
+
+        handles = [m.register_forward_hook(scaled) for m in model if isinstance(m, kind)]
+        try:
+            with torch.no_grad():
+                return float(torch.nn.functional.cross_entropy(model(x), y, reduction="sum"))
+        finally:
+            for h in handles:
+                h.remove()
+
+    e = 1e-5
+    for kind, cls in (("matmul", torch.nn.Linear), ("conv", torch.nn.Conv2d)):
+        fd = (loss_with(cls, e) - loss_with(cls, -e)) / (2 * e)
+        assert abs(sens[kind][0]) > 1e-5  # not a vacuous comparison
+        np.testing.assert_allclose(sens[kind][0], fd, rtol=1e-4)

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 
-def _onednn_enabled() -> bool | None:
+def onednn_enabled() -> bool | None:
     """TensorFlow's own answer (it reads TF_ENABLE_ONEDNN_OPTS and the platform default)."""
     try:
         from tensorflow.python.util import _pywrap_util_port
@@ -70,7 +70,7 @@ def backend_facts() -> dict[str, Any]:
         },
         "settings": {
             # TF's oneDNN custom ops (TF_ENABLE_ONEDNN_OPTS; on by default on x86 Linux)
-            "onednn_enabled": _onednn_enabled(),
+            "onednn_enabled": onednn_enabled(),
             # 0 = TensorFlow chooses (all cores)
             "intra_op_threads": threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": threading.get_inter_op_parallelism_threads(),

@@ -89,7 +89,7 @@ class PSEngine(TFEngine):
 
         def replica(ids, x, y):
             scale = self.scale.read_value()
-            loss_sum, _, grads = self._micro_step(ids, x, y, global_count, step, scale)
+            loss_sum, _, grads, _ = self._micro_step(ids, x, y, global_count, step, scale)
             if self._poisonable:  # fault injection (debug.nonfinite_grad)
                 grads = [
                     tf.where(poison, tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)

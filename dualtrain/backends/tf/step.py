@@ -113,16 +113,21 @@ class TrainStep:
         stats: list[Any] = []
         grads: list[Any] = []
         loss_sum: Any = None
+        own = tf.constant(0.0, tf.float64)
         for j in range(self.accumulate):
             with tf.device(self.host):  # this replica's rows of the process's batch
                 lo, hi = offsets[j * n + i], offsets[j * n + i + 1]
                 ids = ids_flat[lo:hi]
                 x = [t[lo:hi] for t in batch[:-1]]
                 y = batch[-1][lo:hi]
-            loss_j, stats_j, grads_j = self._micro_step(ids, x, y, global_count, step, scale)
+            loss_j, stats_j, grads_j, own_j = self._micro_step(
+                ids, x, y, global_count, step, scale, capture=capture
+            )
             fed.append(ids)
             stats.append(stats_j)
             loss_sum = loss_j if loss_sum is None else loss_sum + loss_j
+            if own_j is not None:
+                own = own + own_j
             grads = [a + b for a, b in zip(grads, grads_j, strict=True)] if j else list(grads_j)
         ids = fed[0] if len(fed) == 1 else tf.concat(fed, 0)
         if self._poisonable:  # fault injection (debug.nonfinite_grad); not in the graph otherwise
@@ -145,19 +150,23 @@ class TrainStep:
         captured = list(grads) if capture else []
         grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
         running = self._running_updates(ctx, stats) if self.running else []
-        return grads, loss_sum, ids, norm, finite, amax, captured, running
+        return grads, loss_sum, ids, norm, finite, amax, captured, running, own
 
-    def _micro_step(self, ids, x, y, global_count, step, scale):
+    def _micro_step(self, ids, x, y, global_count, step, scale, capture: bool = False):
         """One micro-batch on this replica: (its loss sum, its batchnorm statistics, the gradient
-        of sum(loss) / global_count, times the loss scale under fp16)."""
+        of sum(loss) / global_count, times the loss scale under fp16, and with ``capture`` (a
+        probe) the exact loss of its own outputs: the same losses in float64, which the probes'
+        loss-path check holds the loss sum to; else None)."""
 
         def forward():
             logits, stats = self._forward(x, ids, step, True)
-            return [self._loss_sum(logits, y), *(tf.stop_gradient(t) for t in stats)]
+            own = [tf.stop_gradient(self._loss_exact(logits, y))] if capture else []
+            return [self._loss_sum(logits, y), *own, *(tf.stop_gradient(t) for t in stats)]
 
         def skipped():  # an empty replica (models without sync batchnorm): no forward at all
             return [
                 tf.constant(0.0, self.dtype),
+                *([tf.constant(0.0, tf.float64)] if capture else []),
                 *(tf.zeros(r.shape, r.dtype) for r in self.running if self.layout is None),
             ]
 
@@ -170,22 +179,31 @@ class TrainStep:
                 loss_sum, *stats = tf.cond(tf.size(ids) > 0, forward, skipped)
             else:
                 loss_sum, *stats = forward()
+            own = stats.pop(0) if capture else None
             loss = loss_sum / tf.cast(global_count, self.dtype)
             if self.fp16:
                 loss = loss * scale
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return loss_sum, stats, grads
+        return loss_sum, stats, grads, own
 
     def _loss_sum(self, logits, y):
         """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
         float64 for fp64), whatever precision the logits came out in (docs/parity.md §3)."""
-        out = tf.cast(logits, self.dtype)
+        return self._losses(tf.cast(logits, self.dtype), y)
+
+    def _loss_exact(self, logits, y):
+        """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
+        loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
+        return self._losses(tf.cast(logits, tf.float64), y)
+
+    def _losses(self, out, y):
         if self.loss is Loss.CROSS_ENTROPY:
             per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
         elif self.loss is Loss.BINARY_CROSS_ENTROPY:
+            y = tf.cast(y, out.dtype)
             per = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=out), 1)
         else:
-            per = tf.reduce_mean(tf.math.squared_difference(out, y), axis=1)
+            per = tf.reduce_mean(tf.math.squared_difference(out, tf.cast(y, out.dtype)), axis=1)
         return tf.reduce_sum(per)
 
     def _metric_sum(self, logits, y):
@@ -207,7 +225,7 @@ class TrainStep:
 
     def _step(self, ids_flat, offsets, poison, global_count, lr, step, *batch, capture: bool):
         s = self.strategy
-        grads, loss_sum, ids, norm, finite, amax, captured, running = s.run(
+        grads, loss_sum, ids, norm, finite, amax, captured, running, own = s.run(
             self._replica_step,
             args=(ids_flat, offsets, poison, global_count, step, list(batch), capture),
         )
@@ -228,6 +246,7 @@ class TrainStep:
             "finite": finite,
             "amax": amax,
             "captured": captured,
+            "own_loss": own,
         }
 
     def _apply_one(self, p, g, apply, lr, k: int):
@@ -304,6 +323,7 @@ class TrainStep:
                 for name, g in zip(self.param_names, out["captured"], strict=True)
             }
         amax = float(local(out["amax"])[0]) if self.fp16 else None
+        own = float(sum(float(t) for t in local(out["own_loss"]))) if capture_grads else None
         return StepOut(
             loss_sum=loss_sum,
             grad_norm=norm,
@@ -312,4 +332,5 @@ class TrainStep:
             fed_ids=fed,
             grads=grads,
             grad_amax=amax,
+            own_loss=own,
         )

@@ -61,13 +61,14 @@ def forward_logits(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dualtrain.runtime.entry import env_main, export_main, forward_main
+    from dualtrain.runtime.entry import env_facts, env_main, export_main, forward_main
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["env"]:
+        from . import kernels as tf_kernels
         from .envinfo import backend_facts
 
-        return env_main("tf", argv, backend_facts)
+        return env_main("tf", argv, lambda: env_facts(backend_facts, tf_kernels))
     if argv[:1] == ["probe-layers"]:
         from dualtrain.backends.tf.pair import probe_layers
         from dualtrain.runtime.entry import probe_layers_main

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dualtrain.backends.tf import kernels as tf_kernels
+from dualtrain.core import kernels
 from dualtrain.errors import UserError
 from dualtrain.launch.peers import is_comm_error, lost_peer
+from dualtrain.records.envinfo import cpu_flags
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
@@ -267,7 +270,7 @@ def run_worker(
             host_device=tf_.host,
             layout=inputs.layout,
         )
-    facts = {
+    facts: dict[str, Any] = {
         "tf_strategy": (
             "parameter_server"
             if spec.distribution.strategy is Strategy.PARAMETER_SERVER
@@ -283,6 +286,10 @@ def run_worker(
         "threads_per_worker": tf_.threads,
         "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
     }
+    if role.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
+        facts["kernels"] = kernels.for_run(
+            spec.precision.dtype.value, tf_kernels.static_facts(cpu_flags()), tf_kernels.product
+        )
     loop = train_loop(
         spec,
         engine,

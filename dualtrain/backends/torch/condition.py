@@ -63,15 +63,35 @@ class AbsoluteGradient:
 
         return hook
 
-    def result(self, world: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def result(
+        self, world: int
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(canonical name -> absolute gradient, canonical name -> the number of terms each of its
-        elements sums), both float64 and summed over the replicas."""
+        elements sums, kind of product -> the loss's sensitivity to it), all float64 and summed over
+        the replicas.
+
+        The sensitivity of a kind (``matmul``: dense layers, ``conv``: convolutions;
+        dualtrain.core.kernels.KINDS) is the first-order change of the loss when every product of
+        that kind is scaled by (1 + e), per unit e: the sum over its layers of <g, y - b>, the
+        product's output (the layer's without its bias) against the loss's gradient there. A
+        kernel whose output is off by a directed relative error d (one that truncates: d = -0.73 u
+        in bf16) moves the step's loss by d times it (dualtrain.parity.checks.probes)."""
         out: dict[str, torch.Tensor] = {}
         terms: dict[str, torch.Tensor] = {}
+        sens = {kind: torch.zeros(1, dtype=torch.float64) for kind in ("matmul", "conv")}
         for name, (m, x, y) in self._seen.items():
             g = self._grad.get(name)
             if g is None:
                 continue
+            if not isinstance(m, BatchNorm):
+                bias = getattr(m, "bias", None)
+                kind = "matmul" if isinstance(m, nn.Linear) else "conv"
+                if bias is None:
+                    prod = y
+                else:  # a dense layer's bias on the last axis, a convolution's on the channels
+                    b = bias.detach()
+                    prod = y - (b if kind == "matmul" else b.view(1, -1, *([1] * (y.dim() - 2))))
+                sens[kind] = sens[kind] + (g * prod).sum().to("cpu", torch.float64).reshape(1)
             g = g.abs()
             n = g.new_full((1,), float(g.numel() // g.shape[1]))  # batch x output positions
             terms.update({f"{name}.{k}": n for k, _ in m.named_parameters()})
@@ -93,8 +113,10 @@ class AbsoluteGradient:
             out.update({f"{name}.{k}": a for k, a in zip(params, grads, strict=True)})
         self._seen, self._grad = {}, {}
         names = sorted(out)
+        kinds = sorted(sens)
         parts = [out[k] for k in names] + [terms[k] for k in names]
-        if world > 1 and names:
+        parts += [sens[k].to(parts[0].device if parts else "cpu") for k in kinds]
+        if world > 1 and parts:
             flat = torch.cat([t.reshape(-1) for t in parts])
             dist.all_reduce(flat)
             parts = [
@@ -102,7 +124,9 @@ class AbsoluteGradient:
                 for p, t in zip(flat.split([t.numel() for t in parts]), parts, strict=True)
             ]
         arrays = [t.to("cpu", torch.float64).numpy() for t in parts]
+        k = len(names)
         return (
-            dict(zip(names, arrays[: len(names)], strict=True)),
-            dict(zip(names, arrays[len(names) :], strict=True)),
+            dict(zip(names, arrays[:k], strict=True)),
+            dict(zip(names, arrays[k : 2 * k], strict=True)),
+            dict(zip(kinds, arrays[2 * k :], strict=True)),
         )

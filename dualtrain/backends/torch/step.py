@@ -92,22 +92,27 @@ class TrainStep:
         abs_loss: float | None = 0.0 if measure_scale else None
         abs_grads: dict[str, np.ndarray] | None = None
         abs_terms: dict[str, np.ndarray] | None = None
+        sensitivity: dict[str, np.ndarray] | None = None
+        own: float | None = 0.0 if capture_grads else None
         # train.accumulate: K micro-batches (dualtrain.core.plan.micro_batches), each loss over the
         # whole step's global count; DDP all-reduces once, in the last backward (no_sync before)
         micro = micro_batches(ids[0], self.accumulate)
         for j, part in enumerate(micro):
             sync = j == len(micro) - 1 or self.server
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
-                loss_sum, part_abs, scale_j = self._micro_step(
-                    part, step, global_count, measure_scale
+                loss_sum, part_abs, scale_j, own_j = self._micro_step(
+                    part, step, global_count, measure_scale, capture=capture_grads
                 )
             loss_total = loss_total + loss_sum.detach()
+            if own is not None and own_j is not None:
+                own += own_j
             if part_abs is not None:  # the fp64 reference's probe steps: sums over micro-batches
                 assert abs_loss is not None
                 abs_loss += part_abs
-                grads_j, terms_j = scale_j
+                grads_j, terms_j, sens_j = scale_j
                 abs_grads = grads_j if abs_grads is None else _add(abs_grads, grads_j)
                 abs_terms = terms_j if abs_terms is None else _add(abs_terms, terms_j)
+                sensitivity = sens_j if sensitivity is None else _add(sensitivity, sens_j)
         if self.server:  # distribution.strategy: parameter_server (dualtrain.backends.torch.ps)
             norm, amax, captured, scale, skipped = self._through_server(
                 lr, poison[0], capture_grads
@@ -133,6 +138,12 @@ class TrainStep:
             abs_grads=abs_grads,
             abs_terms=abs_terms,
             abs_loss=abs_loss,
+            own_loss=own,
+            sensitivity=(
+                {k: float(v[0]) for k, v in sensitivity.items()}
+                if sensitivity is not None
+                else None
+            ),
         )
 
     def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]:
@@ -221,11 +232,18 @@ class TrainStep:
         )
 
     def _micro_step(
-        self, ids: np.ndarray, step: int, global_count: int, measure_scale: bool
-    ) -> tuple[torch.Tensor, float | None, Any]:
+        self,
+        ids: np.ndarray,
+        step: int,
+        global_count: int,
+        measure_scale: bool,
+        capture: bool = False,
+    ) -> tuple[torch.Tensor, float | None, Any, float | None]:
         """One micro-batch's forward under autocast and its backward of sum(loss) / global_count
         (times the loss scale under fp16; gradients accumulate in .grad). Returns the loss sum,
-        and on the probe steps the loss's and the gradient's absolute scales."""
+        on the fp64 run's probe steps the loss's and the gradient's absolute scales, and with
+        ``capture`` (a probe replay) the exact loss of its own outputs (the same losses in
+        float64, which the probes' loss-path check holds the loss sum to)."""
         idx = torch.tensor(ids, dtype=torch.int64)
         if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
             dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
@@ -239,13 +257,14 @@ class TrainStep:
             logits = self.ddp(*xs)
         loss_sum = self._loss_sum(logits, y)
         abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
+        own = self._loss_exact(logits, y).item() if capture else None
         loss = loss_sum / global_count
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
             loss.backward()
         scale = absolute.result(self.world) if absolute is not None else None
-        return loss_sum, abs_loss, scale
+        return loss_sum, abs_loss, scale, own
 
     def _unscale(self) -> None:
         """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which
@@ -257,9 +276,18 @@ class TrainStep:
         """The sum of per-sample losses as dualtrain.core.losses defines them, computed in the
         parameter dtype (float32; float64 for fp64) whatever precision the outputs came out in
         (docs/parity.md §3)."""
-        out = out.to(self.dtype)
+        return self._losses(out.to(self.dtype), y)
+
+    @torch.no_grad()
+    def _loss_exact(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
+        loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
+        return self._losses(out.detach().to(torch.float64), y)
+
+    def _losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.loss is Loss.CROSS_ENTROPY:
             return F.cross_entropy(out, y, reduction="sum")
+        y = y.to(out.dtype)
         if self.loss is Loss.BINARY_CROSS_ENTROPY:
             return F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(dim=1).sum()
         return F.mse_loss(out, y, reduction="none").mean(dim=1).sum()

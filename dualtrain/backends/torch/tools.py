@@ -44,12 +44,13 @@ def forward_logits(
 
 
 def main(argv: list[str]) -> int:
-    from dualtrain.runtime.entry import env_main, export_main, forward_main
+    from dualtrain.runtime.entry import env_facts, env_main, export_main, forward_main
 
     if argv[:1] == ["env"]:
+        from dualtrain.backends.torch import kernels as torch_kernels
         from dualtrain.backends.torch.envinfo import backend_facts
 
-        return env_main("torch", argv, backend_facts)
+        return env_main("torch", argv, lambda: env_facts(backend_facts, torch_kernels))
     if argv[:1] == ["probe-layers"]:
         from dualtrain.backends.torch.pair import probe_layers
         from dualtrain.runtime.entry import probe_layers_main

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dualtrain.backends.torch import kernels as torch_kernels
 from dualtrain.backends.torch import ps
 from dualtrain.backends.torch.engine import (
     TorchEngine,
@@ -23,9 +24,11 @@ from dualtrain.backends.torch.engine import (
 )
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.backends.torch.launch import ROLE_ENV
+from dualtrain.core import kernels
 from dualtrain.errors import UserError
 from dualtrain.launch.netif import route_interface
 from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
+from dualtrain.records.envinfo import cpu_flags
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
 from dualtrain.spec import Experiment, Strategy
@@ -124,6 +127,12 @@ def run_worker(
             "gloo_interface": ifname,
             "parameter_server": "torch.distributed.rpc" if server else None,
         }
+        if env.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
+            facts["kernels"] = kernels.for_run(
+                spec.precision.dtype.value,
+                torch_kernels.static_facts(cpu_flags()),
+                torch_kernels.product,
+            )
         loop = train_loop(
             spec,
             engine,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from dualtrain.core import kernels
 from dualtrain.parity import local as L
 from dualtrain.parity import records as R
 from dualtrain.parity.checks.base import NUMERICS, Check, Reference, _fmt, not_run, path_name
@@ -65,6 +66,46 @@ def _grad_cross(
     return agg / worst if worst > 0 else math.inf
 
 
+def kernel_shift(a: RunRecord, b: RunRecord, prec: str) -> tuple[list[dict[str, float]], str]:
+    """Per backend (a, b), per kind of product: its kernels' directed error minus the other
+    backend's, in units of the precision's u (dualtrain.core.kernels), and a line for the report;
+    zeros where a run has no calibration (made before it existed, or fp32)."""
+    da, db = (kernels.directed(rec.summary, prec) for rec in (a, b))
+    la, lb = R.labels(a, b)
+    if da is None or db is None:
+        missing = ", ".join(lab for lab, d in ((la, da), (lb, db)) if d is None)
+        note = (
+            f"no kernel calibration in {missing}'s run: the other backend's errors are taken as "
+            "they are"
+            if prec in kernels.DTYPES
+            else ""
+        )
+        return [{}, {}], note
+    kinds = [k for k in kernels.KINDS if k in da and k in db]
+    shift = [{k: da[k] - db[k] for k in kinds}, {k: db[k] - da[k] for k in kinds}]
+    parts = [f"{k} {la} {da[k]:+.2f} u, {lb} {db[k]:+.2f} u" for k in kinds]
+    note = f"kernels' directed error ({prec}): " + "; ".join(parts)
+    return shift, note
+
+
+def _translated(
+    other: dict[int, L.Probe], steps: list[int], shift: dict[str, float], u: float
+) -> list[float]:
+    """The other backend's loss error at each probe, translated onto this backend's kernels: its
+    signed error plus the loss's sensitivity to each kind of product times the difference of the
+    two kernels' directed errors, over the same denominator. Where the kernels round alike (every
+    shift zero) this is the other backend's error itself."""
+    out = []
+    for s in steps:
+        p = other[s]
+        if not shift or math.isnan(p.loss_signed) or not p.loss_scale:
+            out.append(p.errors["loss"])
+            continue
+        moved = p.loss_signed + sum(d * u * p.sensitivity.get(k, 0.0) for k, d in shift.items())
+        out.append(abs(moved) / p.loss_scale)
+    return out
+
+
 def check_local(
     quantity: str,
     a: RunRecord,
@@ -91,6 +132,12 @@ def check_local(
     agg = [summary(row) for row in vals]
     cross_floor = bound.cross_floor(quantity, L.rms(floors))
     cross = [bound.ratio * max(agg[1 - i], cross_floor) for i in range(2)]
+    kernel_note, translated = "", None
+    if quantity == "loss":  # the other backend's errors on this backend's kernels
+        shift, kernel_note = kernel_shift(a, b, bound.precision)
+        if any(v != 0.0 for d in shift for v in d.values()):
+            translated = [_translated(by[1 - i], steps, shift[i], bound.u) for i in range(2)]
+            cross = [bound.ratio * max(L.rms(translated[i]), cross_floor) for i in range(2)]
     if quantity == "grad":  # tensor by tensor, each against the same tensor of the other backend
         cross = [
             _grad_cross(by[i], by[1 - i], steps, cross_floor, bound.ratio, agg[i]) for i in range(2)
@@ -107,23 +154,34 @@ def check_local(
             over = [steps[k] for k, r in enumerate(r_prior) if r > 1.0]
         r_cross = agg[i] / cross[i]
         worst = max(range(len(steps)), key=lambda k: r_prior[k])
+        path_note, r_path = "", 0.0
+        if quantity == "loss":  # the loss path on the backend's own outputs (kernel-free)
+            path = [(by[i][s].loss_path, by[i][s].loss_path_bound) for s in steps]
+            path = [(v, b) for v, b in path if not math.isnan(b)]
+            if path:
+                r_path = max(v / b if not math.isnan(v) else math.inf for v, b in path)
+                over += [
+                    s for s, (v, b) in zip(steps, path, strict=True) if not v <= b and s not in over
+                ]
+                path_note = f"; loss path on its own outputs {r_path:.2g} x its bound"
         bad = bool(over) or r_cross > 1.0
         if bad:
             culprits.append(path_name(rec))
             s_first = over[0] if over else steps[max(range(len(steps)), key=lambda k: vals[i][k])]
             first = s_first if first is None else min(first, s_first)
-        ratio = max(ratio, max(r_judged), r_cross)
+        ratio = max(ratio, max(r_judged), r_cross, r_path)
         judged = f"; {what} {max(r_judged):.2g} x a priori" if what == "median" else ""
         tensor = by[i][steps[worst]].worst_tensor.get(quantity)
         tensor = f", most in {tensor}" if tensor else ""
         per_backend.append(
             f"{R.labels(a, b)[i]} {what} {_fmt(agg[i])} (max {_fmt(vals[i][worst])} at "
             f"step {steps[worst]}{tensor}, {r_prior[worst]:.2g} x a priori{judged}; "
-            f"{what} {r_cross:.2g} x cross)"
+            f"{what} {r_cross:.2g} x cross{path_note})"
         )
     how = {
         "update": f"rounding floor + {bound.update_c:g} u_param",
-        "loss": f"{bound.loss_c:g} u",
+        "loss": f"{bound.loss_c:g} u, and the loss of its own outputs within "
+        f"({bound.loss_path_c:g} + {bound.grad_lambda:g} sqrt(n)) u_param of their exact loss",
         "grad": f"{bound.grad_c:g} u",
     }[quantity]
     detail = (
@@ -141,6 +199,14 @@ def check_local(
             f"/ {bound.grad_c:g} u)"
         )
     )
+    if translated is not None:
+        detail += (
+            f"; {kernel_note}: each backend's cross bound is the other backend's errors moved onto "
+            "its kernels (its signed loss error + the difference of the directed errors x the "
+            "loss's sensitivity to those products, recorded by the fp64 run)"
+        )
+    elif kernel_note and quantity == "loss":
+        detail += f"; {kernel_note}"
     if culprits:
         detail += f"; off: {', '.join(culprits)}"
     per_tensor = (
@@ -161,6 +227,8 @@ def check_local(
         "aggregate": agg,
         "cross": cross,
         "rounding_floor": floors,
+        "translated": translated,
+        "kernels": kernel_note,
         "bound_source": f"a priori {how} "
         f"({'median over the probes' if what == 'median' else 'every probe'}); "
         f"cross {bound.ratio:g} x the other backend's {what}{per_tensor}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.environment import _env_html
 from dualtrain.parity.report.figures import figures
@@ -94,6 +95,7 @@ def html_report(
         )
         parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
         parts.append("</table>")
+    parts += kernels_report.html_parts(v.get("kernels"))
     parts.append("<h2>Diagnosis</h2>")
     if d.passed:
         parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")

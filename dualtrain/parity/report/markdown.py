@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.environment import _env_markdown
 from dualtrain.parity.report.tables import _LOCAL_INTRO, _local_head, _local_rows
@@ -68,6 +69,7 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
             "|" + "---|" * len(head),
         ]
         lines += ["| " + " | ".join(r) + " |" for r in local_rows]
+    lines += kernels_report.markdown(v.get("kernels"))
     lines += ["", "## Diagnosis", ""]
     if d.passed:
         lines.append("All checks pass: the two runs agree within the tolerances.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.verdict import environment, fmt_value, status, verdict_line
 
@@ -48,6 +49,9 @@ def terminal_summary(cmp: Comparison) -> str:
             f"  environment differs in {len(names)} fact{'s' if len(names) > 1 else ''}: "
             f"{', '.join(names[:4])}{', ...' if len(names) > 4 else ''} (see the report)"
         )
+    differ = kernels_report.line(kernels_report.model(cmp))
+    if differ:
+        out.append(f"  kernels: {differ}")
     for n in cmp.notes:
         out.append(f"  note: {n}")
     out.append(verdict_line(cmp))

@@ -12,6 +12,7 @@ import numpy as np
 
 from dualtrain.parity import records as R
 from dualtrain.parity.checks import Check
+from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.tolerances import LOCAL, REFERENCE, precision_of
 from dualtrain.records.envinfo import env_differences
@@ -189,6 +190,7 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
             ),
         },
         "environment": environment(cmp),
+        "kernels": kernels_report.model(cmp),
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
