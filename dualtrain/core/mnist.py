@@ -217,27 +217,49 @@ def _verify(arrays: dict[str, np.ndarray], source: str) -> None:
             )
 
 
+#: The arrays this process last read, with the file's identity (source, size, mtime): the launcher
+#: checks a source (verify) and then loads it (dualtrain.core.data), one read and one check.
+_LAST: tuple[tuple[str, int, int], dict[str, np.ndarray]] | None = None
+
+
+def _identity(source: str) -> tuple[str, int, int] | None:
+    kind, _, where = source.partition(":")
+    if kind == "download":
+        return None
+    stat = Path(where).stat()
+    return (source, stat.st_size, stat.st_mtime_ns)
+
+
 def read_source(source: str) -> dict[str, np.ndarray]:
+    """The canonical MNIST arrays of ``source``, checked against their pinned sha256s (read once
+    per process and file: a second call for the same unchanged file returns the same arrays)."""
+    global _LAST
+    ident = _identity(source)
+    if ident is not None and _LAST is not None and _LAST[0] == ident:
+        return _LAST[1]
     kind, _, where = source.partition(":")
     path = Path(where)
     if kind == "download":
         _download(path)
         kind = "npz"
-    if kind == "npz":
-        arrays = _read_npz(path)
-    elif kind == "zarr":
-        arrays = _read_zarr_decoded(path)
+    if kind == "zarr":
+        arrays = _read_zarr_decoded(path)  # checked there (its cache is, or the zip it reads)
     else:
-        arrays = {}
-        for k, stem in IDX_NAMES.items():
-            found = _find_idx(path, stem)
-            assert found is not None  # an idx: source comes from locate(), which found them all
-            arrays[k] = _read_idx(found)
-    _verify(arrays, str(path))
+        if kind == "npz":
+            arrays = _read_npz(path)
+        else:
+            arrays = {}
+            for k, stem in IDX_NAMES.items():
+                found = _find_idx(path, stem)
+                assert found is not None  # an idx: source comes from locate(), which found them
+                arrays[k] = _read_idx(found)
+        _verify(arrays, str(path))
+    if ident is not None:
+        _LAST = (ident, arrays)
     return arrays
 
 
-_VERIFIED: set[tuple[str, int, int]] = set()
+_VERIFIED: set[tuple[str, int, int] | None] = set()
 
 
 def verify(data: DataSpec) -> str:
@@ -246,12 +268,9 @@ def verify(data: DataSpec) -> str:
     it. Each file is checked once per process (its path, size and mtime). A download is checked when
     it happens."""
     source = locate(data)
-    kind, _, where = source.partition(":")
-    if kind == "download":
+    if source.partition(":")[0] == "download":
         return source
-    path = Path(where)
-    stat = path.stat()
-    key = (source, stat.st_size, stat.st_mtime_ns)
+    key = _identity(source)
     if key not in _VERIFIED:
         read_source(source)
         _VERIFIED.add(key)

@@ -27,7 +27,7 @@ from dualtrain.core.stopping import Stopper
 from dualtrain.core.weights import save_weights, weights_digest
 from dualtrain.errors import UserError
 from dualtrain.records.record import WEIGHTS_BEST, WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter
-from dualtrain.runtime import probes
+from dualtrain.runtime import clock, probes
 from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
 from dualtrain.runtime.engine import Engine, StepOut
 from dualtrain.runtime.probing import CheckpointSteps, ProbeSteps
@@ -81,6 +81,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         self._window: list[tuple[int, int, float, StepOut, int]] = []
         self._window_t0 = 0.0
         self.train_time = 0.0
+        self.eval_time = 0.0
         self.samples = 0
         self.skipped = 0
         self.last_eval: dict[str, Any] = {}
@@ -311,6 +312,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         slice; one eval record (the validation's fields prefixed val_)."""
         row: dict[str, Any] = {"step": step, "epoch": epoch}
         said = []
+        t_eval = time.perf_counter()
         with self._averaged():  # train.ema.evaluate: once for both splits
             for split, prefix in ((TEST, ""), (VALIDATION, "val_")):
                 if split not in self.eval_ranges:
@@ -329,6 +331,7 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
                     f"{split} loss {ev.loss_sum / ev.count:.4f} {self.metric} {shown} "
                     f"({int(ev.count)} samples)"
                 )
+        self.eval_time += time.perf_counter() - t_eval
         self.last_eval = row
         if self.stopper is not None:
             row |= self._early_stopping(row, step)
@@ -398,6 +401,10 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
             "wall_s": round(time.perf_counter() - self.started, 3),
             "train_wall_s": round(self.train_time, 3),
             "train_samples_per_s": self.samples / self.train_time if self.train_time else 0.0,
+            "eval_wall_s": round(self.eval_time, 3),
+            # where the process's time went before training (dualtrain.runtime.clock)
+            "startup": clock.startup(),
+            "ended_at": time.time(),
             "test_loss": self.last_eval.get("loss"),
             "test_accuracy": self.last_eval.get("accuracy"),
             "test_mae": self.last_eval.get("mae"),

@@ -20,11 +20,12 @@ from dualtrain.core import pair
 from dualtrain.core.data import Data, open_data
 from dualtrain.core.weights import Weights, worker_initial_weights
 from dualtrain.records.envinfo import core_facts
+from dualtrain.runtime import clock
 from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
 from dualtrain.runtime.engine import Engine
 from dualtrain.runtime.entry import run_test_hook
 from dualtrain.runtime.loop import TrainLoop
-from dualtrain.runtime.start import Start, resume_checkpoint
+from dualtrain.runtime.start import Start, resume_checkpoint, settle_gc
 from dualtrain.spec import Experiment
 
 
@@ -55,7 +56,6 @@ def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend:
     """The data, the starting point and the initial weights; then the test hook (tests only), so a
     hook that stops a worker stops every rank before any collective, as a failed check does."""
     data = open_data(spec, run_dir)
-    data.preload()
     resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     layout = pair.read(run_dir) if spec.model.is_pair and run_dir is not None else None
@@ -79,6 +79,8 @@ def train_loop(
     """The loop for ``engine``: the checkpoint's optimizer state restored, the run directory
     written by the chief only; ``facts`` (the backend's own: threads, devices, strategy) and
     ``env`` (the backend's environment facts) go into summary.json beside the core facts."""
+    settle_gc()  # start-up is over: the collector on again
+    clock.mark("ready")
     if inputs.resume is not None:
         state = inputs.resume.optimizer
         # train.ema's average travels in the checkpoint as the slot "ema" (loaded by the loop)

@@ -1,11 +1,18 @@
 """Worker entry: ``python -m dualtrain.backends.tf RUN_DIR`` (reads RUN_DIR/spec.yaml)."""
 
+import gc
 import os
 import sys
 
-from dualtrain.backends.tf.launch import TF_CONFIG
-from dualtrain.backends.tf.worker import main
-from dualtrain.runtime.entry import exit_now
+gc.disable()  # until training starts (dualtrain.runtime.start.settle_gc)
+
+from dualtrain.runtime import clock  # noqa: E402
+
+clock.mark("entry")
+
+from dualtrain.backends.tf.launch import TF_CONFIG  # noqa: E402
+from dualtrain.backends.tf.worker import main  # noqa: E402
+from dualtrain.runtime.entry import exit_now  # noqa: E402
 
 code = main()
 if os.environ.get(TF_CONFIG):

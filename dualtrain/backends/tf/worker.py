@@ -23,6 +23,7 @@ from dualtrain.errors import UserError
 from dualtrain.launch.peers import is_comm_error, lost_peer
 from dualtrain.records.envinfo import cpu_flags
 from dualtrain.records.record import SPEC_FILE
+from dualtrain.runtime import clock
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
 from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
@@ -215,6 +216,7 @@ def settings(spec: Experiment, local_workers: int) -> int:
             os.environ[key] = value
     import tensorflow as tf
 
+    clock.mark("framework")
     threads = spec.distribution.threads_per_worker or default_threads(local_workers)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
@@ -235,6 +237,7 @@ def run_worker(
         return run_server(spec)
     spec, role = plan_process(spec)
     tf_ = configure_tf(spec, role)
+    clock.mark("rendezvous")  # the strategy (its cluster, for multi_worker) is up
     import keras
     import tensorflow as tf
 

@@ -7,12 +7,21 @@ keeps its traceback (exit 1).
 
 from __future__ import annotations
 
+import gc
 import sys
+
+gc.disable()  # until training starts (dualtrain.runtime.start.settle_gc)
+
+from dualtrain.runtime import clock  # noqa: E402
+
+clock.mark("entry")
 
 
 def main(argv: list[str]) -> int:
     from dualtrain.backends.torch.worker import run_worker
     from dualtrain.runtime.entry import worker_main
+
+    clock.mark("framework")  # torch is imported (worker.py)
 
     # The process ends right after the run (below), so the process group is not torn down.
     return worker_main(

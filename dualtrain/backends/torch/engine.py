@@ -46,7 +46,7 @@ from dualtrain.core.data import Data
 from dualtrain.core.losses import metric_name
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
-from dualtrain.launch.netif import listen_address
+from dualtrain.launch.local import LISTEN_FD_ENV, open_listener
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine, Evaluation
 from dualtrain.spec import Device, Experiment, OptimizerName, Precision
@@ -146,35 +146,22 @@ _LISTENER: list[socket.socket] = []
 def rendezvous_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
     """The rendezvous store at MASTER_ADDR:MASTER_PORT, as init_method="env://" makes it, except
     that rank 0 listens only on the address the user named (loopback for runs dualtrain launches),
-    not on every interface as TCPStore does by itself (dualtrain.launch.netif.listen_address)."""
+    not on every interface as TCPStore does by itself (dualtrain.launch.local.open_listener), on
+    the socket dualtrain's launcher opened for it before any rank started when there is one."""
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    if rank == 0:
-        bind = listen_address(addr)
-        if bind is not None:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((bind, port))
-            except OSError as exc:
-                sock.close()
-                raise UserError(
-                    f"the rendezvous cannot listen on {bind}:{port} ({exc.strerror}); "
-                    f"choose another distribution.master_port / MASTER_PORT. Received: "
-                    f"MASTER_ADDR={addr} MASTER_PORT={port}"
-                ) from None
-            sock.listen(max(world, 16))
-            _LISTENER.append(sock)
-            return dist.TCPStore(
-                addr,
-                port,
-                world,
-                is_master=True,
-                timeout=timeout,
-                wait_for_workers=False,
-                master_listen_fd=sock.fileno(),
-            )
+    if rank != 0:
+        return dist.TCPStore(addr, port, world, is_master=False, timeout=timeout)
+    handed = os.environ.get(LISTEN_FD_ENV)
+    sock = socket.socket(fileno=int(handed)) if handed else open_listener(addr, port)
+    _LISTENER.append(sock)
     return dist.TCPStore(
-        addr, port, world, is_master=rank == 0, timeout=timeout, wait_for_workers=False
+        addr,
+        port,
+        world,
+        is_master=True,
+        timeout=timeout,
+        wait_for_workers=False,
+        master_listen_fd=sock.fileno(),
     )
 
 

@@ -49,7 +49,14 @@ def workers(spec: Experiment) -> list[Worker]:
         base[PS_ENV] = f"tcp://{d.master_addr}:{ps_port}"
     if d.master_addr.startswith("127.") and os.path.exists("/sys/class/net/lo"):
         base["GLOO_SOCKET_IFNAME"] = "lo"  # loopback run: never let gloo pick an external interface
-    out = [Worker(rank=r, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(n)]
+    out = [
+        Worker(
+            rank=r,
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            listen=(d.master_addr, port) if r == 0 else None,  # rank 0 hosts the TCPStore
+        )
+        for r in range(n)
+    ]
     if server:
         out.append(
             Worker(rank=n, env={**base, ROLE_ENV: "parameter_server"}, role="parameter server")

@@ -29,6 +29,7 @@ from dualtrain.errors import UserError
 from dualtrain.launch.netif import route_interface
 from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
 from dualtrain.records.envinfo import cpu_flags
+from dualtrain.runtime import clock
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
 from dualtrain.spec import Experiment, Strategy
@@ -87,6 +88,7 @@ def run_worker(
     threads = spec.distribution.threads_per_worker or default_threads(env.local_world)
     torch.set_num_threads(threads)
     configure_determinism(spec.determinism)
+    clock.mark("settings")
     torch.manual_seed(spec.seed)
     device = select_device(spec, env.local_rank)
 
@@ -106,6 +108,7 @@ def run_worker(
     try:
         if not adopted:
             init_distributed(spec, device, env.rank, env.world)
+        clock.mark("rendezvous")
         peers = exchange_peers(env.rank, env.world, route[1] if route else None)
         if server:  # the replicas' RPC group with the parameter server
             ps.init(env.rank, env.world, spec.distribution.timeout_s, server=False)
@@ -172,6 +175,7 @@ def run_parameter_server(spec: Experiment, run_dir: str | Path | None, start: St
     world = spec.distribution.world_size
     torch.set_num_threads(spec.distribution.threads_per_worker or default_threads(world))
     configure_determinism(spec.determinism)
+    clock.mark("settings")
     torch.manual_seed(spec.seed)
     run_dir = Path(run_dir) if run_dir is not None else None
     inputs = worker_inputs(spec, run_dir, start, "torch")
