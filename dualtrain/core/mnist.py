@@ -219,15 +219,22 @@ def _verify(arrays: dict[str, np.ndarray], source: str) -> None:
 
 #: The arrays this process last read, with the file's identity (source, size, mtime): the launcher
 #: checks a source (verify) and then loads it (dualtrain.core.data), one read and one check.
-_LAST: tuple[tuple[str, int, int], dict[str, np.ndarray]] | None = None
+_LAST: tuple[tuple[str, int, int, str], dict[str, np.ndarray]] | None = None
 
 
-def _identity(source: str) -> tuple[str, int, int] | None:
+def _identity(source: str) -> tuple[str, int, int, str] | None:
+    """What makes two reads of ``source`` the same read: the file (its size and mtime) and, for the
+    offline zip, its decoded copy in the cache (where, and its size and mtime)."""
     kind, _, where = source.partition(":")
     if kind == "download":
         return None
     stat = Path(where).stat()
-    return (source, stat.st_size, stat.st_mtime_ns)
+    cached = ""
+    if kind == "zarr":  # and the decoded copy it is read from, as it is now
+        decoded = cache_dir() / "mnist.npz"
+        c = decoded.stat() if decoded.is_file() else None
+        cached = f"{decoded}:{c.st_size}:{c.st_mtime_ns}" if c is not None else str(decoded)
+    return (source, stat.st_size, stat.st_mtime_ns, cached)
 
 
 def read_source(source: str) -> dict[str, np.ndarray]:
@@ -259,7 +266,7 @@ def read_source(source: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-_VERIFIED: set[tuple[str, int, int] | None] = set()
+_VERIFIED: set[tuple[str, int, int, str] | None] = set()
 
 
 def verify(data: DataSpec) -> str:
