@@ -63,6 +63,8 @@ def _plain_rank(rank: int, world: int, port: int, threads: int, result) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     torch.set_num_threads(threads)
+    if os.environ.get("DUALTRAIN_TORCH_MKLDNN", "").strip() == "0":  # the kernels the runner gets
+        torch.backends.mkldnn.enabled = False
     spec = bench_spec(world)
     data = open_data(spec)
     n = data.size(TRAIN)

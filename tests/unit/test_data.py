@@ -51,21 +51,27 @@ def test_offline_copy_is_decoded_once_into_the_cache(tmp_path, monkeypatch, mnis
     monkeypatch.setenv("DUALTRAIN_CACHE", str(tmp_path))
     spec = load_spec(None)
     first = load_mnist(spec)  # from the zip; leaves the decoded copy behind
-    decoded = tmp_path / "mnist.npz"
-    assert decoded.is_file()
-    again = load_mnist(spec)  # from the decoded copy
+    decoded = tmp_path / mnist_files.DECODED
+    assert sorted(p.name for p in decoded.iterdir()) == [
+        "verified.json",
+        "x_test.npy",
+        "x_train.npy",
+        "y_test.npy",
+        "y_train.npy",
+    ]
+    again = load_mnist(spec)  # from the decoded copy, memory-mapped
     assert again.source == first.source == mnist.source  # the source is still the offline copy
     assert np.array_equal(again.train_x, mnist.train_x) and np.array_equal(
         again.test_y, mnist.test_y
     )
-    # a damaged decoded copy is no error: it fails the sha256 check and is rebuilt from the zip
-    with np.load(decoded) as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays["x_train"][0, 0, 0] ^= 1
-    np.savez(decoded, **arrays)
-    damaged = decoded.read_bytes()
+    # a damaged decoded copy is no error: its changed file is checked again, fails the sha256
+    # check and is rebuilt from the zip
+    x = np.load(decoded / "x_train.npy")
+    x[0, 0, 0] ^= 1
+    np.save(decoded / "x_train.npy", x)
+    damaged = (decoded / "x_train.npy").read_bytes()
     assert np.array_equal(load_mnist(spec).train_x, mnist.train_x)
-    assert decoded.read_bytes() != damaged
+    assert (decoded / "x_train.npy").read_bytes() != damaged
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -132,3 +138,26 @@ def test_normalize():
     x = data.normalize(np.array([[[0, 255]]], dtype=np.uint8))
     assert x.shape == (1, 1, 1, 2) and x.dtype == np.float32
     np.testing.assert_allclose(x.ravel(), [(0 - 0.1307) / 0.3081, (1 - 0.1307) / 0.3081], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mean, std, shape, scale",
+    [
+        (0.1307, 0.3081, (1, 28, 28), 255.0),
+        ([0.1, 0.2, 0.3], [0.5, 0.6, 0.7], (3, 8, 8), 255.0),
+        ([0.1, 0.2], [0.5, 0.6], (2,), None),
+    ],
+    ids=["mnist", "rgb", "table"],
+)
+def test_uint8_inputs_are_normalised_by_table_to_the_same_bits(mean, std, shape, scale):
+    # a step normalises only its own rows (no up-front pass over the data set); 8-bit inputs look
+    # their values up in a 256-entry table per channel built by the same float32 formula
+    from dualtrain.core.data import _transform
+
+    t = _transform(mean, std, shape, scale)
+    x = np.random.default_rng(0).integers(0, 256, (17, *shape), dtype=np.uint8)
+    want = t._formula(x)
+    got = t.apply(x)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(t.apply(x.astype(np.float32)), want)  # other dtypes: the formula

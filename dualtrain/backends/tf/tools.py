@@ -13,6 +13,11 @@ facts (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
 
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":  # a short-lived tool process: its framework import without cyclic GC
+    gc.disable()  # (dualtrain.runtime.start.settle_gc says what that saves)
+
 import os
 import sys
 from typing import Any

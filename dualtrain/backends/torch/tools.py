@@ -12,6 +12,11 @@ torch export (export.py).
 
 from __future__ import annotations
 
+import gc
+
+if __name__ == "__main__":  # a short-lived tool process: its framework import without cyclic GC
+    gc.disable()  # (dualtrain.runtime.start.settle_gc says what that saves)
+
 import sys
 from typing import Any
 
