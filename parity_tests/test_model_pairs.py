@@ -186,11 +186,23 @@ def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt, sets):
     assert float(np.abs(np.load(out) - expected).max()) < 1e-4
 
 
+#: CI's slow part runs the hardest case (3 workers, batchnorm, one TF process per replica); the full
+#: sweep every world size and strategy (docs/testing.md)
+WORLDS = [
+    pytest.param(
+        w,
+        s,
+        strategy,
+        id=f"{w}{'-batchnorm' if s else ''}-{strategy}",
+        marks=(() if (w, s, strategy) == (3, BN, "multi_worker") else pytest.mark.sweep),
+    )
+    for w, s in [(1, ()), (2, ()), (3, ()), (3, BN)]
+    for strategy in ("mirrored", "multi_worker")
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["mirrored", "multi_worker"])
-@pytest.mark.parametrize(
-    "world, sets", [(1, ()), (2, ()), (3, ()), (3, BN)], ids=["1", "2", "3", "3-batchnorm"]
-)
+@pytest.mark.parametrize("world, sets, strategy", WORLDS)
 def test_faithful_port_compares_at_every_world_size(tmp_path, world, sets, strategy):
     out = tmp_path / "cmp"
     args = [a for s in (*sets, f"tf.strategy={strategy}") for a in ("--set", s)]

@@ -4,8 +4,9 @@ caps). Each setting runs ``dualtrain compare --config`` on the parity suite's ke
 environment a user with that setting would have: the verdict must stay PASS, and the fp64 pair must
 stay within its bound.
 
-Slow (about 10 minutes): CI runs it after the default suite. The same settings, for any command:
-../shared/tools/under-kernels (KERNELS="default threads1 ...").
+Slow: CI's slow part runs the `avx2` setting (every case, the bf16 MLP of issue 30 included); the
+full sweep every setting (docs/testing.md). The same settings, for any command:
+../shared/tools/under-kernels (KERNELS="default avx2 threads1 ...").
 """
 
 import json
@@ -17,6 +18,18 @@ from tests.conftest import ROOT, run_cli
 pytestmark = pytest.mark.slow
 
 SETTINGS = {
+    # the closest this machine comes to a CPU without AVX-512 (../shared/tools/under-kernels avx2;
+    # docs/testing.md says what it does and does not reproduce): in CI's slow part
+    "avx2": (
+        {
+            "ATEN_CPU_CAPABILITY": "avx2",
+            "DUALTRAIN_TORCH_MKLDNN": "0",
+            "TF_ENABLE_ONEDNN_OPTS": "0",
+            "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        },
+        (),
+    ),
+    # one knob each: in the full sweep
     "threads1": ({}, ("distribution.threads_per_worker=1",)),
     "tf_onednn_on": ({"TF_ENABLE_ONEDNN_OPTS": "1"}, ()),
     "torch_mkldnn_off": ({"DUALTRAIN_TORCH_MKLDNN": "0"}, ()),
@@ -55,11 +68,32 @@ CASES = {
         "configs/mnist_cnn.yaml",
         ("data.train_limit=6400", "data.test_limit=1000", "train.epochs=1"),
     ),
+    # issue 30: a false "numerics: tf bf16 path" on a CPU without AVX-512 (TF's Eigen bf16 MatMul
+    # truncates; docs/parity.md "Another CPU")
+    "mlp_bf16": (
+        "configs/mnist_mlp.yaml",
+        (
+            "data.train_limit=25600",
+            "data.test_limit=1000",
+            "train.epochs=1",
+            "precision.dtype=bf16",
+        ),
+    ),
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("setting", list(SETTINGS))
+#: ONEDNN_MAX_CPU_ISA=AVX2 leaves oneDNN no bf16 kernel, and TF (which turns its oneDNN on for bf16)
+#: aborts building one: a limit of that setting, not a verdict (docs/parity.md §7)
+UNRUNNABLE = {("onednn_avx2", "mlp_bf16")}
+PARAMS = [
+    pytest.param(s, c, id=f"{s}-{c}", marks=() if s == "avx2" else pytest.mark.sweep)
+    for c in CASES
+    for s in SETTINGS
+    if (s, c) not in UNRUNNABLE
+]
+
+
+@pytest.mark.parametrize("setting, case", PARAMS)
 def test_verdict_holds_under_kernel_setting(tmp_path, setting, case):
     env, extra = SETTINGS[setting]
     config, overrides = CASES[case]
