@@ -181,6 +181,24 @@ def isa_allows(dtype: str, environ: Any = None) -> bool:
     return not cap or cap.upper() in _ISA_CAPS[dtype]
 
 
+def static_facts(flags: set[str], onednn: Callable[[str], bool], fallback: str) -> dict[str, Any]:
+    """Per dtype and kind: the implementation (oneDNN where the backend's ``onednn(dtype)`` says it
+    hands that dtype's products to oneDNN, else its ``fallback``: ATen, Eigen) and whether the
+    CPU's own instructions for the dtype run it (``flags``: the CPU's feature flags,
+    dualtrain.records.envinfo); an emulated one says why."""
+    out: dict[str, Any] = {}
+    for dtype in DTYPES:
+        on = onednn(dtype)
+        native = on and has_instructions(flags, dtype) and isa_allows(dtype)
+        why = "float32 arithmetic" if not on else f"no {dtype} instructions on this CPU"
+        out[dtype] = {
+            kind: {"implementation": "oneDNN" if on else fallback, "native": native}
+            | ({} if native else {"why": why})
+            for kind in KINDS
+        }
+    return out
+
+
 def facts(
     static: dict[str, Any], product: Product | None, measure_dtypes: tuple[str, ...]
 ) -> dict[str, Any]:

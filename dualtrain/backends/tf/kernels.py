@@ -40,14 +40,5 @@ def _onednn(dtype: str, flags: set[str]) -> bool:
 
 
 def static_facts(flags: set[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for dtype in kernels.DTYPES:
-        onednn = _onednn(dtype, flags)
-        native = onednn and kernels.has_instructions(flags, dtype) and kernels.isa_allows(dtype)
-        why = "float32 arithmetic" if not onednn else f"no {dtype} instructions on this CPU"
-        out[dtype] = {
-            kind: {"implementation": "oneDNN" if onednn else "Eigen", "native": native}
-            | ({} if native else {"why": why})
-            for kind in kernels.KINDS
-        }
-    return out
+    """Which implementation runs TensorFlow's low-precision products here (core.kernels)."""
+    return kernels.static_facts(flags, lambda dtype: _onednn(dtype, flags), "Eigen")

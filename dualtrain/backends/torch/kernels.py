@@ -40,17 +40,5 @@ def _onednn(dtype: str) -> bool:
 
 
 def static_facts(flags: set[str]) -> dict[str, Any]:
-    """Per dtype and kind: the implementation, and whether the CPU's own instructions for the dtype
-    run it (``flags``: the CPU's feature flags, dualtrain.records.envinfo)."""
-    out: dict[str, Any] = {}
-    for dtype in kernels.DTYPES:
-        onednn = _onednn(dtype)
-        has = kernels.has_instructions(flags, dtype)
-        native = onednn and has and kernels.isa_allows(dtype)
-        why = "float32 arithmetic" if not onednn else f"no {dtype} instructions on this CPU"
-        out[dtype] = {
-            kind: {"implementation": "oneDNN" if onednn else "ATen", "native": native}
-            | ({} if native else {"why": why})
-            for kind in kernels.KINDS
-        }
-    return out
+    """Which implementation runs torch's low-precision products here (dualtrain.core.kernels)."""
+    return kernels.static_facts(flags, _onednn, "ATen")
