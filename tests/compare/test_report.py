@@ -194,3 +194,31 @@ def test_compare_package_imports_no_framework():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_kernels_of_the_precision_path_are_shown_and_a_difference_is_said(tmp_path):
+    # a bf16 pair whose tf matmul truncates (its run's calibration): the reports name each
+    # backend's kernels, mark the difference, and the terminal says it in one line
+    from tests.compare.synth import set_kernels
+
+    spec = base_spec(precision={"dtype": "bf16"})
+    a = make_run(tmp_path / "a", spec=spec)
+    b = make_run(tmp_path / "b", backend="tf", spec=spec)
+    set_kernels(a, "bf16", {"matmul": 0.0, "conv": 0.0})
+    set_kernels(b, "bf16", {"matmul": -0.73, "conv": 0.0})
+    cmp = compare_dirs(a, b)
+    out = tmp_path / "report"
+    write_report(cmp, out)
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["kernels"]["dtype"] == "bf16" and v["kernels"]["differ"] == ["matmul"]
+    md = (out / "report.md").read_text()
+    assert "## Kernels of the bf16 path" in md
+    assert re.search(
+        r"\| tf \| matmul \| .*toward zero \(directed -0\.73 u.* \*\*differs\*\* \|", md
+    )
+    assert "(differs)" in (out / "report.html").read_text()
+    assert "kernels: the backends' bf16 kernels differ: matmul" in terminal_summary(cmp)
+    # the same kernels on both sides: the table, no difference, no terminal line
+    set_kernels(b, "bf16", {"matmul": 0.0, "conv": 0.0})
+    cmp = compare_dirs(a, b)
+    assert "kernels differ" not in terminal_summary(cmp)
