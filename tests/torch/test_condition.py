@@ -16,18 +16,22 @@ from dualtrain.spec import load_spec
 
 torch = pytest.importorskip("torch")
 
-LAYERS = (
-    "model.layers=[{type: conv2d, filters: 4, kernel_size: 3, stride: 2, padding: 1}, "
-    "{type: batchnorm}, {type: relu}, {type: flatten}, {type: dense, units: 16}, "
-    "{type: relu}, {type: dense, units: 10}]"
-)
+CONV = "{type: conv2d, filters: 4, kernel_size: 3, stride: 2, padding: 1}, "
+HEAD = "{type: relu}, {type: flatten}, {type: dense, units: 16}, {type: relu}, {type: dense, units: 10}]"
+LAYERS = "model.layers=[" + CONV + "{type: batchnorm}, " + HEAD
+# Without the batchnorm: a batchnorm right after the conv makes the loss invariant to the conv's
+# scale (up to its eps), so the conv's sensitivity there is ~1e-4 of the dense layers' and rounding
+# noise decides its digits.
+NO_BN = "model.layers=[" + CONV + HEAD
 
 
-def _model_and_batch():
-    from dualtrain.backends.torch.model import build_model
+def _model_and_batch(layers: str = LAYERS):
+    from dualtrain.backends.torch.model import build_model, load_canonical
+    from dualtrain.core.weights import init_weights
 
-    spec = load_spec(None, ["model.preset=null", LAYERS])
-    model = build_model(spec.model, seed=1).double().train()
+    spec = load_spec(None, ["model.preset=null", layers])
+    model = build_model(spec.model).double().train()
+    load_canonical(model, init_weights(spec.model, 1))  # torch's own init draws unseeded
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(12, 1, 28, 28, generator=gen, dtype=torch.float64) - 0.4  # cancelling terms
     y = torch.randint(0, 10, (12,), generator=gen)
@@ -85,7 +89,7 @@ def test_sensitivity_is_the_loss_derivative_along_scaled_products():
     scaled by (1 + e): here by central differences through forward hooks that do exactly that."""
     from dualtrain.backends.torch.condition import AbsoluteGradient
 
-    model, x, y = _model_and_batch()
+    model, x, y = _model_and_batch(NO_BN)
     with AbsoluteGradient(model) as absolute:
         loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum")
         loss.backward()
@@ -107,5 +111,5 @@ def test_sensitivity_is_the_loss_derivative_along_scaled_products():
     e = 1e-5
     for kind, cls in (("matmul", torch.nn.Linear), ("conv", torch.nn.Conv2d)):
         fd = (loss_with(cls, e) - loss_with(cls, -e)) / (2 * e)
-        assert abs(sens[kind][0]) > 1e-5  # not a vacuous comparison
+        assert abs(sens[kind][0]) > 1e-2  # not a vacuous comparison
         np.testing.assert_allclose(sens[kind][0], fd, rtol=1e-4)
