@@ -17,7 +17,10 @@ from dualtrain.spec import load_spec
 torch = pytest.importorskip("torch")
 
 CONV = "{type: conv2d, filters: 4, kernel_size: 3, stride: 2, padding: 1}, "
-HEAD = "{type: relu}, {type: flatten}, {type: dense, units: 16}, {type: relu}, {type: dense, units: 10}]"
+HEAD = (
+    "{type: relu}, {type: flatten}, {type: dense, units: 16}, {type: relu}, "
+    "{type: dense, units: 10}]"
+)
 LAYERS = "model.layers=[" + CONV + "{type: batchnorm}, " + HEAD
 # Without the batchnorm: a batchnorm right after the conv makes the loss invariant to the conv's
 # scale (up to its eps), so the conv's sensitivity there is ~1e-4 of the dense layers' and rounding
