@@ -1,42 +1,47 @@
 """The training loop policy shared by both backends (framework-free).
 
 A backend supplies an :class:`Engine` (the mechanics: a train step, distributed evaluation, a
-gather, the weights). :class:`TrainLoop` owns everything else, once for both: which ids each replica
-gets (the plan), the lr at every step (dualtrain.core.schedule), the loss normaliser (the global
-sample count of the step), eval cadence, fault injection, progress output, and the run-directory
-records. So the two backends cannot disagree on policy, only on numerics.
+gather, the weights). :class:`TrainLoop` owns everything else, once for both, composed of parts
+that each do one thing: what each step is fed (:mod:`~dualtrain.runtime.feed`: the plan's ids per
+replica, the loss normaliser, the schedule's lr), when to log, evaluate, checkpoint and probe
+(:mod:`~dualtrain.runtime.cadence`), the records of the steps since the last flush
+(:mod:`~dualtrain.runtime.window`), evaluation and early stopping
+(:mod:`~dualtrain.runtime.evaluation`), checkpoints (:mod:`~dualtrain.runtime.checkpointing`), the
+one-step probes (:mod:`~dualtrain.runtime.probing`) and summary.json
+(:mod:`~dualtrain.runtime.summary`). So the two backends cannot disagree on policy, only on
+numerics.
 """
 
 from __future__ import annotations
 
-import contextlib
-import platform
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dualtrain.core import ema as ema_rule
-from dualtrain.core.data import TEST, TRAIN, VALIDATION, Data
-from dualtrain.core.losses import metric_name
-from dualtrain.core.plan import ShardPlan, eval_shards, micro_sizes, shard_digest
-from dualtrain.core.schedule import lr_at
-from dualtrain.core.stopping import Stopper
-from dualtrain.core.weights import save_weights, weights_digest
+from dualtrain.core.data import TRAIN, Data
+from dualtrain.core.plan import ShardPlan
+from dualtrain.core.weights import save_weights
 from dualtrain.errors import UserError
-from dualtrain.records.record import WEIGHTS_BEST, WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter
-from dualtrain.runtime import clock, probes
+from dualtrain.records.record import WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter
+from dualtrain.runtime import probes
+from dualtrain.runtime.cadence import Cadence, Tick
 from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
-from dualtrain.runtime.engine import Engine, StepOut
-from dualtrain.runtime.probing import CheckpointSteps, ProbeSteps
+from dualtrain.runtime.checkpointing import Checkpointer, planted_exit
+from dualtrain.runtime.engine import Engine
+from dualtrain.runtime.evaluation import Evaluator, shown
+from dualtrain.runtime.feed import Feed
+from dualtrain.runtime.probing import Prober
 from dualtrain.runtime.progress import Reporter
 from dualtrain.runtime.start import steps_total
-from dualtrain.spec import Every, Experiment
+from dualtrain.runtime.summary import summary
+from dualtrain.runtime.window import Counters, Entry, Window
+from dualtrain.spec import Experiment
 
 
-class TrainLoop(ProbeSteps, CheckpointSteps):
+class TrainLoop:
     def __init__(
         self,
         spec: Experiment,
@@ -56,85 +61,82 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         self.data = data
         self.plan = ShardPlan.from_spec(spec, data.size(TRAIN))
         self.total_steps = steps_total(spec, self.plan)
-        self.chief = engine.rank == 0
+        self.feed = Feed(self.plan, spec.optimizer, self.total_steps)
+        chief = engine.rank == 0
         # A resumed run appends to records the launcher cut back to the checkpoint's step.
         self.writer = (
             RunWriter(run_dir, append=resume is not None, tensorboard=spec.logging.tensorboard)
-            if self.chief and run_dir is not None
+            if chief and run_dir is not None
             else None
         )
+        self.run_dir = run_dir
         self.resume = resume
         self.start_step = resume.step if resume is not None else 0
         self.step = self.start_step
         """The last step begun (error messages say where a run stopped)."""
         self.attempt = attempt
-        self.run_dir = run_dir
         self.extra_summary = extra_summary or {}
         self.started = started or time.perf_counter()
-        self.world = spec.distribution.world_size
-        self.eval_ranges = {
-            split: eval_shards(data.size(split), self.world)
-            for split in (TEST, VALIDATION)
-            if data.size(split)
-        }
-        self.metric = metric_name(spec.model.loss)
-        self._window: list[tuple[int, int, float, StepOut, int]] = []
-        self._window_t0 = 0.0
-        self.train_time = 0.0
-        self.eval_time = 0.0
-        self.samples = 0
-        self.skipped = 0
-        self.last_eval: dict[str, Any] = {}
-        self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
-        self._dump = set(spec.debug.dump_grads)
-        self.history: list[dict[str, Any]] = []
-        # train.early_stopping / keep_best (dualtrain.core.stopping): the chief decides
-        stop_spec = spec.train.early_stopping
-        self.stopper = Stopper.from_spec(stop_spec) if stop_spec is not None else None
-        self.stop = False
-        self.checkpoints, self.checkpoint_s = 0, 0.0
         self.out = Reporter(
-            f"[{engine.backend}]", spec.logging.progress, self.total_steps, enabled=self.chief
+            f"[{engine.backend}]", spec.logging.progress, self.total_steps, enabled=chief
         )
         # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference
         # run to record states, and the requested-precision runs to replay them after training.
-        self.probe_role = probes.role_from_env()
-        self._probe_index: list[dict[str, Any]] = []
-        self._record_at: set[int] = set()
-        if self.probe_role is not None and self.probe_role.mode == "record":
-            self._record_at = set(probes.probe_steps(self.total_steps))
-        elif self.probe_role is not None:
-            assert self.probe_role.source is not None  # a replay role names its source run
-            self._probe_index = probes.read_index(self.probe_role.source) or []
-        # replay: the loss scale this run used at each probe step (and its last one, for steps a
-        # resumed run did not take itself)
-        self._scale_at = {int(r["step"]) for r in self._probe_index}
-        self._scales: dict[int, float] = {}
-        self._last_scale = 1.0
+        self.prober = Prober(engine, self.writer, run_dir, probes.role_from_env(), self.feed)
+        self.cadence = Cadence.of(
+            spec.train,
+            self.total_steps,
+            self.plan.steps_per_epoch,
+            record_probes=self.prober.record_at,
+            dump_grads=frozenset(spec.debug.dump_grads),
+        )
+        self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
+        self.counters = (
+            Counters.from_checkpoint(resume.state["loop"]) if resume is not None else Counters()
+        )
+        self.window = Window(
+            engine,
+            self.writer,
+            self.out,
+            self.counters,
+            accumulate=self.plan.accumulate,
+            total_steps=self.total_steps,
+            epochs=self.cadence.epochs,
+            show_scale=spec.precision.dtype.value == "fp16",
+        )
+        self.evaluator = Evaluator(
+            spec, engine, data, self.writer, run_dir, self.out, self.counters
+        )
+        self.checkpointer = Checkpointer(
+            spec,
+            engine,
+            self.writer,
+            run_dir,
+            self.out,
+            attempt=attempt,
+            data_sha256=data.sha256,
+            model_sha256=model_sha256,
+        )
+        self.history: list[dict[str, Any]] = []
         if resume is not None:  # the counters continue where the checkpoint left them
             loop = resume.state["loop"]
-            self.samples, self.skipped = int(loop["samples"]), int(loop["skipped"])
-            self.train_time = float(loop["train_time"])
-            self.last_eval = dict(loop["last_eval"])
-            if self.stopper is not None and "stopping" in loop:
-                self.stopper.load(loop["stopping"])
+            if self.evaluator.stopper is not None and "stopping" in loop:
+                self.evaluator.stopper.load(loop["stopping"])
             self.history = [
                 *resume.state.get("history", []),
                 {
                     "from_step": resume.step,
                     "checkpoint": str(resume.path),
                     "backend": engine.backend,
-                    "world_size": self.world,
+                    "world_size": spec.distribution.world_size,
                     "checkpoint_backend": resume.state["backend"],
                     "checkpoint_world_size": resume.state["world_size"],
                 },
             ]
 
-    # ---- output ----------------------------------------------------------------------------------
     def say(self, text: str) -> None:
         self.out.line(text)
 
-    # ---- the loop --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         try:
             return self._run()
@@ -142,13 +144,43 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
             self.out.finish()  # a failed run leaves no half-drawn bar before its error
 
     def _run(self) -> dict[str, Any]:
-        spec, plan = self.spec, self.plan
-        epochs = spec.train.epochs or -(-self.total_steps // plan.steps_per_epoch)
+        spec, plan, cadence = self.spec, self.plan, self.cadence
         self.say(
-            f"{spec.name}: {spec.model.preset or 'custom'} model, world_size {self.world}, "
+            f"{spec.name}: {spec.model.preset or 'custom'} model, "
+            f"world_size {spec.distribution.world_size}, "
             f"{spec.precision.dtype.value}, {self.data.size(TRAIN)} train samples, "
             f"{plan.steps_per_epoch} steps/epoch, {self.total_steps} steps"
         )
+        self._agree_on_start()
+        self._start_ema()
+        t_train = time.perf_counter()
+        self.window.restart_clock(t_train)
+        self.out.start(self.start_step, cadence.epochs)
+        step = self.start_step
+        for tick in cadence.ticks(self.start_step):
+            step = self.step = tick.step
+            self._train_step(tick)
+            if cadence.log(tick):
+                self.window.flush(keep=tick.end_of_epoch)
+            if cadence.evaluate(tick):
+                self.counters.train_time += time.perf_counter() - t_train
+                self.evaluator.evaluate(step, tick.epoch)
+                t_train = time.perf_counter()
+                self.window.restart_clock(t_train)  # samples/s counts training time only
+            if cadence.checkpoint(tick, self.evaluator.stop):
+                self.window.flush()  # the records are complete up to this step
+                self.counters.train_time += time.perf_counter() - t_train
+                self.checkpointer.write(
+                    step, tick.epoch, self.counters, self.evaluator.stopper, self.history
+                )
+                t_train = time.perf_counter()
+                self.window.restart_clock(t_train)
+            if self.evaluator.stop:
+                break
+        return self._finish(step)
+
+    def _agree_on_start(self) -> None:
+        """Every process starts at the same step (a resumed run's checkpoint step)."""
         step = self.start_step
         starts = self.engine.gather(np.array([step], dtype=np.int64)).reshape(-1)
         if (starts != step).any():  # e.g. a restarted worker that cannot see the checkpoint folder
@@ -159,307 +191,89 @@ class TrainLoop(ProbeSteps, CheckpointSteps):
         if step:
             assert self.resume is not None  # only a resumed run starts after step 0
             self.say(f"resuming after step {step} from {self.resume.path}")
-        if spec.train.ema is not None:  # the average starts as the weights, or the checkpoint's
-            held = self.resume.optimizer.slots if self.resume is not None else {}
-            saved = {k[len(EMA_SLOT) :]: v for k, v in held.items() if k.startswith(EMA_SLOT)}
-            if saved:
-                self.engine.load_ema({**self.resume.weights, **saved})  # type: ignore[union-attr]
-            else:
-                self.engine.ema(ema_rule.COPY, spec.train.ema.decay)
-        t_train = time.perf_counter()
-        self._window_t0 = t_train
-        self.out.start(step, epochs)
-        every = spec.train.checkpoint_every
-        for epoch in range(step // plan.steps_per_epoch, epochs):
-            for k in range(step - epoch * plan.steps_per_epoch, plan.steps_per_epoch):
-                if step >= self.total_steps:
-                    break
-                step += 1
-                self.step = step
-                self._maybe_exit(step)
-                ids, count, lr = self._step_inputs(step)
-                local = [ids[r] for r in self.engine.local_replicas]
-                poison = [(step, r) in self._poison for r in self.engine.local_replicas]
-                if step in self._record_at:
-                    self._record_probe(step, local, count, lr)
-                out = self.engine.train_step(
-                    local,
-                    lr=lr,
-                    global_count=count,
-                    poison=poison,
-                    capture_grads=step in self._dump,
-                    step=step,
-                )
-                if spec.train.ema is not None:
-                    todo = ema_rule.action(spec.train.ema, step)
-                    if todo is not None:
-                        self.engine.ema(todo, spec.train.ema.decay)
-                self._last_scale = out.loss_scale
-                if step in self._scale_at:
-                    self._scales[step] = out.loss_scale
-                if out.grads is not None and self.writer is not None and step in self._dump:
-                    assert self.run_dir is not None  # a writer implies a run directory
-                    save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
-                self._window.append((step, epoch + 1, lr, out, count))
-                self.out.advance(step, epoch + 1)
-                end_of_epoch = k == plan.steps_per_epoch - 1 or step == self.total_steps
-                if step % spec.train.log_every == 0 or end_of_epoch:
-                    self._flush(epochs, keep=end_of_epoch)
-                eval_due = (spec.train.eval_every and step % spec.train.eval_every == 0) or (
-                    not spec.train.eval_every and end_of_epoch
-                )
-                if eval_due or step == self.total_steps:
-                    self.train_time += time.perf_counter() - t_train
-                    self._evaluate(step, epoch + 1)
-                    t_train = time.perf_counter()
-                    self._window_t0 = t_train
-                if every is not None and (
-                    step == self.total_steps
-                    or self.stop
-                    or (end_of_epoch if every is Every.EPOCH else step % every == 0)
-                ):
-                    self._flush(epochs)  # the records are complete up to this step
-                    self.train_time += time.perf_counter() - t_train
-                    self._checkpoint(step, epoch + 1)
-                    t_train = time.perf_counter()
-                    self._window_t0 = t_train
-                if self.stop:
-                    break
-            if step >= self.total_steps or self.stop:
-                break
-        return self._finish(step)
 
-    def _step_inputs(self, step: int) -> tuple[list[np.ndarray], int, float]:
-        """The plan's ids per replica, their global count and the lr of (1-based) ``step``."""
-        spe = self.plan.steps_per_epoch
-        ids = self.plan.step_ids((step - 1) // spe, (step - 1) % spe)
-        lr = lr_at(self.spec.optimizer, step - 1, self.total_steps, spe)
-        return ids, int(sum(len(i) for i in ids)), lr
-
-    def _flush(self, epochs: int, keep: bool = False) -> None:
-        """Gather the window's per-process loss sums and shard digests; the chief writes them."""
-        if not self._window:
-            return
-        n_local = len(self.engine.local_replicas)
-        losses = np.array([w[3].loss_sum for w in self._window], dtype=np.float64)
-        shard_rows = np.array(
-            [
-                [int(shard_digest(ids), 16) - (1 << 63), len(ids)]
-                for w in self._window
-                for ids in w[3].fed_ids
-            ],
-            dtype=np.int64,
-        )
-        if shard_rows.shape[0] != len(self._window) * n_local:
-            raise RuntimeError("engine returned fed_ids for the wrong number of replicas")
-        all_losses = self.engine.gather(losses)  # (processes, window)
-        all_shards = self.engine.gather(shard_rows.reshape(len(self._window), n_local, 2))
-        now = time.perf_counter()
-        elapsed = now - self._window_t0
-        self._window_t0 = now
-        window_samples = sum(w[4] for w in self._window)
-        sps = window_samples / elapsed if elapsed > 0 else 0.0
-        if self.writer is not None:
-            replicas = [r for proc in range(all_shards.shape[0]) for r in self._replicas_of(proc)]
-            for i, (step, epoch, lr, out, count) in enumerate(self._window):
-                self.writer.train(
-                    step=step,
-                    epoch=epoch,
-                    loss=float(all_losses[:, i].sum()) / count,
-                    lr=lr,
-                    grad_norm=out.grad_norm,
-                    loss_scale=out.loss_scale,
-                    skipped=bool(out.skipped),
-                    samples=count,
-                    samples_per_s=sps,
-                    **({} if out.grad_amax is None else {"grad_amax": out.grad_amax}),
-                )
-                rows = all_shards[:, i].reshape(-1, 2)
-                for replica, (digest, n) in sorted(zip(replicas, rows.tolist(), strict=True)):
-                    self.writer.shard(
-                        step=step,
-                        epoch=epoch,
-                        replica=replica,
-                        digest=f"{(digest + (1 << 63)):016x}",
-                        count=n,
-                        micro=micro_sizes(n, self.plan.accumulate)
-                        if self.plan.accumulate > 1
-                        else None,
-                    )
-        for w in self._window:
-            self.samples += w[4]
-            self.skipped += int(w[3].skipped)
-        step, epoch, lr, out, count = self._window[-1]
-        loss = float(all_losses[:, -1].sum()) / count
-        scale = f" scale {out.loss_scale:g}" if self.spec.precision.dtype.value == "fp16" else ""
-        self.out.advance(step, epoch, loss=loss, rate=sps)
-        text = (
-            f"epoch {epoch}/{epochs} step {step}/{self.total_steps} loss {loss:.4f} lr {lr:.4g}"
-            f"{scale} {sps:,.0f} samples/s"
-        )
-        if keep:  # the end of an epoch stays on screen under the live bar too
-            self.out.line(text)
-        else:
-            self.out.logged(text)
-        self._window = []
-
-    def _replicas_of(self, process: int) -> list[int]:
-        per = len(self.engine.local_replicas)
-        return list(range(process * per, (process + 1) * per))
-
-    def _evaluate(self, step: int, epoch: int) -> None:
-        """The test split, and the validation split where there is one, scored by every replica's
-        slice; one eval record (the validation's fields prefixed val_)."""
-        row: dict[str, Any] = {"step": step, "epoch": epoch}
-        said = []
-        t_eval = time.perf_counter()
-        with self._averaged():  # train.ema.evaluate: once for both splits
-            for split, prefix in ((TEST, ""), (VALIDATION, "val_")):
-                if split not in self.eval_ranges:
-                    continue
-                local = [self.eval_ranges[split][r] for r in self.engine.local_replicas]
-                with self.out.busy(f"evaluating on {self.data.size(split):,} {split} samples"):
-                    ev = self.engine.evaluate(split, local)
-                value = ev.metric_sum / ev.count
-                row |= {
-                    f"{prefix}loss": ev.loss_sum / ev.count,
-                    f"{prefix}{self.metric}": value,
-                    f"{prefix}count": int(ev.count),
-                }
-                shown = f"{100 * value:.2f}%" if self.metric == "accuracy" else f"{value:.4g}"
-                said.append(
-                    f"{split} loss {ev.loss_sum / ev.count:.4f} {self.metric} {shown} "
-                    f"({int(ev.count)} samples)"
-                )
-        self.eval_time += time.perf_counter() - t_eval
-        self.last_eval = row
-        if self.stopper is not None:
-            row |= self._early_stopping(row, step)
-        if self.writer is not None:
-            self.writer.eval(**row)
-        self.say(f"eval after step {step}: " + "; ".join(said))
-        if self.stop:
-            s = self.stopper
-            assert s is not None  # only early stopping stops
-            self.say(
-                f"early stopping after step {step}: {s.metric} has not improved by more than "
-                f"{s.min_delta:g} for {s.wait} evaluation(s); best {s.best:.6g} after step "
-                f"{s.best_step}" + (" (weights_best.npz)" if self.spec.train.keep_best else "")
-            )
-
-    def _early_stopping(self, row: dict[str, Any], step: int) -> dict[str, Any]:
-        """The chief's decision on this evaluation, shared with every process (a gather every
-        process joins, so none is left waiting in a collective); the best weights when kept."""
-        s = self.stopper
-        assert s is not None
-        improved, stop = s.update(float(row[s.metric]), step)
-        shared = self.engine.gather(np.array([int(improved), int(stop)], dtype=np.int64))
-        improved, stop = bool(shared[0][0]), bool(shared[0][1])
-        if stop:
-            s.stopped_at = step
-        self.stop = stop
-        if improved and self.spec.train.keep_best:
-            weights = self.engine.weights()  # every process: an engine may gather for it
-            if self.writer is not None:
-                assert self.run_dir is not None  # a writer implies a run directory
-                save_weights(Path(self.run_dir) / WEIGHTS_BEST, weights)
-        return {"best": improved, **({"stop": True} if stop else {})}
-
-    @contextlib.contextmanager
-    def _averaged(self) -> Iterator[None]:
-        """With train.ema.evaluate: the averaged weights swapped in for an evaluation (both
-        splits), the live ones back afterwards, bit for bit; otherwise nothing."""
+    def _start_ema(self) -> None:
+        """train.ema: the average starts as the weights, or as the checkpoint's."""
         ema = self.spec.train.ema
-        if ema is None or not ema.evaluate:
-            yield
+        if ema is None:
             return
-        live = self.engine.weights()
-        self.engine.load_weights(self.engine.ema_weights())
-        try:
-            yield
-        finally:
-            self.engine.load_weights(live)
+        held = self.resume.optimizer.slots if self.resume is not None else {}
+        saved = {k[len(EMA_SLOT) :]: v for k, v in held.items() if k.startswith(EMA_SLOT)}
+        if saved:
+            assert self.resume is not None  # only a checkpoint holds a saved average
+            self.engine.load_ema({**self.resume.weights, **saved})
+        else:
+            self.engine.ema(ema_rule.COPY, ema.decay)
+
+    def _train_step(self, tick: Tick) -> None:
+        """One step: the planted faults, the fp64 run's probe, the step, train.ema, the window."""
+        step, engine = tick.step, self.engine
+        planted_exit(
+            self.spec,
+            engine,
+            step,
+            first_attempt=not self.attempt and self.resume is None,
+        )
+        feed = self.feed.at(step)
+        local = [feed.ids[r] for r in engine.local_replicas]
+        poison = [(step, r) in self._poison for r in engine.local_replicas]
+        if self.cadence.record_probe(tick):
+            self.prober.record(step, local, feed.count, feed.lr)
+        dump = self.cadence.dump_grad(tick)
+        out = engine.train_step(
+            local, lr=feed.lr, global_count=feed.count, poison=poison, capture_grads=dump, step=step
+        )
+        ema = self.spec.train.ema
+        if ema is not None:
+            todo = ema_rule.action(ema, step)
+            if todo is not None:
+                engine.ema(todo, ema.decay)
+        self.prober.saw(step, out)
+        if out.grads is not None and self.writer is not None and dump:
+            assert self.run_dir is not None  # a writer implies a run directory
+            save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
+        self.window.add(Entry(step, tick.epoch, feed.lr, out, feed.count))
+        self.out.advance(step, tick.epoch)
 
     def _finish(self, steps: int) -> dict[str, Any]:
-        weights = self.engine.weights()
-        averaged = self.engine.ema_weights() if self.spec.train.ema is not None else None
-        spec = self.spec
-        n_probes = len(self._probe_index)
-        if self.probe_role is not None and self.probe_role.mode == "replay" and self._probe_index:
+        engine, spec = self.engine, self.spec
+        weights = engine.weights()
+        averaged = engine.ema_weights() if spec.train.ema is not None else None
+        n_probes = len(self.prober.index)
+        if self.prober.replays:
             with self.out.busy(f"probing {n_probes} steps from the fp64 run's states"):
-                self._replay_probes()
-        summary = {
-            "backend": self.engine.backend,
-            "name": spec.name,
-            "world_size": self.world,
-            "precision": spec.precision.dtype.value,
-            "device": spec.distribution.device.value,
-            "steps": steps,
-            "epochs_run": round(steps / self.plan.steps_per_epoch, 4),
-            "samples": self.samples,
-            "skipped_steps": self.skipped,
-            "wall_s": round(time.perf_counter() - self.started, 3),
-            "train_wall_s": round(self.train_time, 3),
-            "train_samples_per_s": self.samples / self.train_time if self.train_time else 0.0,
-            "eval_wall_s": round(self.eval_time, 3),
-            # where the process's time went before training (dualtrain.runtime.clock)
-            "startup": clock.startup(),
-            "ended_at": time.time(),
-            "test_loss": self.last_eval.get("loss"),
-            "test_accuracy": self.last_eval.get("accuracy"),
-            "test_mae": self.last_eval.get("mae"),
-            "test_count": self.last_eval.get("count"),
-            "validation_loss": self.last_eval.get("val_loss"),
-            "validation_accuracy": self.last_eval.get("val_accuracy"),
-            "validation_mae": self.last_eval.get("val_mae"),
-            "validation_count": self.last_eval.get("val_count"),
-            "loss": spec.model.loss.value,
-            "metric": self.metric,
-            "dataset": spec.data.dataset.value,
-            "data_sha256": self.data.sha256,
-            "model_sha256": self.model_sha256 or None,
-            "weights_final_digest": weights_digest(weights),
-            "data_source": self.data.source,
-            "sharding": spec.data.sharding.value,
-            "steps_per_epoch": self.plan.steps_per_epoch,
-            "determinism": spec.determinism,
-            "checkpoints_written": self.checkpoints,
-            "checkpoint_wall_s": round(self.checkpoint_s, 3),
-            "resumed": self.history,
-            "early_stopping": self.stopper.summary() if self.stopper is not None else None,
-            "attempt": self.attempt,
-            "probes": (
-                {
-                    "mode": self.probe_role.mode,
-                    "steps": n_probes,
-                    "source": str(self.probe_role.source or ""),
-                }
-                if self.probe_role is not None
-                else None
-            ),
-            "versions": {
-                "python": platform.python_version(),
-                "numpy": np.__version__,
-                **self.engine.versions(),
-            },
-            **self.extra_summary,
-        }
+                self.prober.replay()
+        metric = self.evaluator.metric
+        result = summary(
+            spec,
+            backend=engine.backend,
+            versions=engine.versions(),
+            steps=steps,
+            steps_per_epoch=self.plan.steps_per_epoch,
+            counters=self.counters,
+            wall_s=time.perf_counter() - self.started,
+            data=self.data,
+            model_sha256=self.model_sha256,
+            weights=weights,
+            checkpoints=(self.checkpointer.written, self.checkpointer.seconds),
+            history=self.history,
+            stopper=self.evaluator.stopper,
+            attempt=self.attempt,
+            probes=self.prober.summary(n_probes),
+            metric=metric,
+            extra=self.extra_summary,
+        )
         if self.writer is not None:
             assert self.run_dir is not None  # a writer implies a run directory
             save_weights(Path(self.run_dir) / WEIGHTS_FINAL, weights)
             if averaged is not None:
                 save_weights(Path(self.run_dir) / WEIGHTS_EMA, averaged)
-            self.writer.summary(summary)
+            self.writer.summary(result)
             self.writer.close()
         self.out.finish()
-        final = self.last_eval.get(self.metric)
-        shown = (
-            "n/a"
-            if final is None
-            else (f"{100 * final:.2f}%" if self.metric == "accuracy" else f"{final:.4g}")
-        )
         self.say(
-            f"done: {steps} steps in {summary['train_wall_s']:.1f}s "
-            f"({summary['train_samples_per_s']:,.0f} samples/s), test {self.metric} {shown}"
+            f"done: {steps} steps in {result['train_wall_s']:.1f}s "
+            f"({result['train_samples_per_s']:,.0f} samples/s), test {metric} "
+            f"{shown(metric, self.counters.last_eval.get(metric))}"
         )
-        return summary
+        return result
