@@ -434,7 +434,7 @@ def _keras_momentum(size: float) -> None:
 
     def apply_one(self, p, g, apply, lr, k):
         # Keras SGD: v = momentum * v - lr * g; p += v (the old lrs stay baked into v).
-        v = self.buf[k]
+        v = self.optimizer.slots["momentum_buffer"][k]
         new_v = v * self.opt.momentum - tf.cast(lr, p.dtype) * g
         return tf.group(v.assign(new_v), p.assign_add(new_v))
 
@@ -785,9 +785,13 @@ def _tf_optimizer_state_low(path: str, size: float) -> None:
     apply_one = cls._apply_one
 
     def mutated(self, p, g, apply, lr, k):
-        if not (_active(self.spec, path) and self.opt.momentum and self.buf):
+        if not (
+            _active(self.spec, path)
+            and self.opt.momentum
+            and self.optimizer.slots["momentum_buffer"]
+        ):
             return apply_one(self, p, g, apply, lr, k)
-        buf = self.buf[k]
+        buf = self.optimizer.slots["momentum_buffer"][k]
         first = tf.equal(self.applied, 0)
         new_buf = tf.where(first, g, buf * self.opt.momentum + g)
         new_buf = tf.cast(tf.cast(new_buf, tf.bfloat16), new_buf.dtype)  # stored in bfloat16

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.spec import LossScaleSpec, OptimizerName, OptimizerSpec
+from dualtrain.spec import OPTIMIZERS, LossScaleSpec, OptimizerName, OptimizerSpec
 
 
 @dataclass(frozen=True)
@@ -190,72 +190,77 @@ def rmsprop(
 
 
 def slot_names(opt: OptimizerSpec) -> tuple[str, ...]:
-    """The per-parameter state ``opt`` keeps, under torch.optim's names."""
-    name = opt.name
-    names = []
-    if opt.momentum and name in (OptimizerName.SGD, OptimizerName.RMSPROP):
-        names.append("momentum_buffer")
-    if name in (OptimizerName.ADAM, OptimizerName.ADAMW):
-        names += ["exp_avg", "exp_avg_sq"]
-    if name in (OptimizerName.ADADELTA, OptimizerName.RMSPROP):
-        names.append("square_avg")
-    if name is OptimizerName.ADADELTA:
-        names.append("acc_delta")
-    if name is OptimizerName.RMSPROP and opt.centered:
-        names.append("grad_avg")
-    return tuple(names)
+    """The per-parameter state ``opt`` keeps, under torch.optim's names (dualtrain.spec.optimizers
+    declares them)."""
+    return OPTIMIZERS[opt.name].slot_names(opt.momentum, opt.centered)
 
 
-def update(
-    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], *, lr: Any, applied: Any
+#: One optimizer's rule on one parameter: (ops, its spec, p, clipped g, current slots by name, lr,
+#: applied updates before this one) -> (new parameter, new slots by name).
+Rule = Callable[
+    [Ops, OptimizerSpec, Any, Any, Mapping[str, Any], Any, Any], tuple[Any, dict[str, Any]]
+]
+
+
+def _sgd_rule(
+    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], lr: Any, applied: Any
 ) -> tuple[Any, dict[str, Any]]:
-    """One update of one parameter by ``opt``'s rule: (new parameter, new slots by name).
+    p, buf = sgd(
+        ops,
+        p,
+        g,
+        slots.get("momentum_buffer"),
+        lr=lr,
+        momentum=opt.momentum,
+        nesterov=opt.nesterov,
+        weight_decay=opt.weight_decay,
+        applied=applied,
+    )
+    return p, {} if buf is None else {"momentum_buffer": buf}
 
-    ``slots``: the current value of each of :func:`slot_names` (zeros before the first applied
-    update); ``g``: the gradient, clipped; ``applied``: updates applied before this one."""
-    name, wd = opt.name, opt.weight_decay
+
+def _adam_rule(
+    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], lr: Any, applied: Any
+) -> tuple[Any, dict[str, Any]]:
     assert opt.eps is not None  # OptimizerSpec fills in torch's default for a null eps
-    if name is OptimizerName.SGD:
-        p, buf = sgd(
-            ops,
-            p,
-            g,
-            slots.get("momentum_buffer"),
-            lr=lr,
-            momentum=opt.momentum,
-            nesterov=opt.nesterov,
-            weight_decay=wd,
-            applied=applied,
-        )
-        return p, {} if buf is None else {"momentum_buffer": buf}
-    if name in (OptimizerName.ADAM, OptimizerName.ADAMW):
-        p, m, v = adam(
-            ops,
-            p,
-            g,
-            slots["exp_avg"],
-            slots["exp_avg_sq"],
-            lr=lr,
-            betas=opt.betas,
-            eps=opt.eps,
-            weight_decay=wd,
-            decoupled=name is OptimizerName.ADAMW,
-            applied=applied,
-        )
-        return p, {"exp_avg": m, "exp_avg_sq": v}
-    if name is OptimizerName.ADADELTA:
-        p, sq, acc = adadelta(
-            ops,
-            p,
-            g,
-            slots["square_avg"],
-            slots["acc_delta"],
-            lr=lr,
-            rho=opt.rho,
-            eps=opt.eps,
-            weight_decay=wd,
-        )
-        return p, {"square_avg": sq, "acc_delta": acc}
+    p, m, v = adam(
+        ops,
+        p,
+        g,
+        slots["exp_avg"],
+        slots["exp_avg_sq"],
+        lr=lr,
+        betas=opt.betas,
+        eps=opt.eps,
+        weight_decay=opt.weight_decay,
+        decoupled=opt.name is OptimizerName.ADAMW,
+        applied=applied,
+    )
+    return p, {"exp_avg": m, "exp_avg_sq": v}
+
+
+def _adadelta_rule(
+    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], lr: Any, applied: Any
+) -> tuple[Any, dict[str, Any]]:
+    assert opt.eps is not None
+    p, sq, acc = adadelta(
+        ops,
+        p,
+        g,
+        slots["square_avg"],
+        slots["acc_delta"],
+        lr=lr,
+        rho=opt.rho,
+        eps=opt.eps,
+        weight_decay=opt.weight_decay,
+    )
+    return p, {"square_avg": sq, "acc_delta": acc}
+
+
+def _rmsprop_rule(
+    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], lr: Any, applied: Any
+) -> tuple[Any, dict[str, Any]]:
+    assert opt.eps is not None
     p, sq, ga, buf = rmsprop(
         ops,
         p,
@@ -266,12 +271,32 @@ def update(
         lr=lr,
         alpha=opt.alpha,
         eps=opt.eps,
-        weight_decay=wd,
+        weight_decay=opt.weight_decay,
         momentum=opt.momentum,
         centered=opt.centered,
     )
     new = {"square_avg": sq, "grad_avg": ga, "momentum_buffer": buf}
     return p, {k: v for k, v in new.items() if v is not None}
+
+
+#: The rule of each optimizer dualtrain.spec.optimizers declares (the same names; a test holds it).
+RULES: dict[OptimizerName, Rule] = {
+    OptimizerName.SGD: _sgd_rule,
+    OptimizerName.ADAM: _adam_rule,
+    OptimizerName.ADAMW: _adam_rule,
+    OptimizerName.ADADELTA: _adadelta_rule,
+    OptimizerName.RMSPROP: _rmsprop_rule,
+}
+
+
+def update(
+    ops: Ops, opt: OptimizerSpec, p: Any, g: Any, slots: Mapping[str, Any], *, lr: Any, applied: Any
+) -> tuple[Any, dict[str, Any]]:
+    """One update of one parameter by ``opt``'s rule: (new parameter, new slots by name).
+
+    ``slots``: the current value of each of :func:`slot_names` (zeros before the first applied
+    update); ``g``: the gradient, clipped; ``applied``: updates applied before this one."""
+    return RULES[opt.name](ops, opt, p, g, slots, lr, applied)
 
 
 # ---- loss scale, norm, clipping ------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dualtrain.errors import UserError
 from dualtrain.records import tbevents
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import steps_total
-from dualtrain.spec import Backend, Device, Experiment, LayerType, Strategy
+from dualtrain.spec import OPTIMIZERS, Backend, Device, Experiment, LayerType, Strategy
 
 _WARNED: set[tuple[str, str]] = set()  # what this process already warned about
 
@@ -101,10 +101,6 @@ def check_strategy(spec: Experiment, backend: Backend) -> None:
         )
 
 
-#: Optimizers whose step divides by a running gradient magnitude (plus eps).
-_NORMALISING = ("adam", "adamw", "adadelta", "rmsprop")
-
-
 def _warn_once(key: tuple[str, str], text: str) -> None:
     if key in _WARNED:  # compare validates four runs of one spec: say it once
         return
@@ -169,7 +165,7 @@ def warn_cancelled_biases(
     implementations. Training is unaffected, but the fp64 reference pair sees those tensors differ
     (docs/parity.md §9), so say so before the run, with the fix. ``found``: (layer, its kind, the
     batchnorm) of a model pair (pair_cancelled_biases); a spec's own layers otherwise."""
-    if spec.optimizer.name.value not in _NORMALISING:
+    if not OPTIMIZERS[spec.optimizer.name].normalises:
         return
     if found is None:
         found = [

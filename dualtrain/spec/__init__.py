@@ -1,22 +1,9 @@
-"""
-from __future__ import annotations
-
-import dataclasses
-import difflib
-import enum
-import types
-import typing
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
-
-from dualtrain.errors import UserError
+"""The experiment spec: what one run means, framework-free.
 
 The package: ``vocab`` (the closed vocabularies), ``fields`` (checks and field policies),
-``model`` (layers and presets), ``schema`` (the Experiment and its other sections), ``load``
-(YAML, overrides, shipped configs). Import from here: ``from dualtrain.spec import Experiment``.
+``model`` (layers and presets), ``optimizers`` (each optimizer declared once), ``schema`` (the
+Experiment and its other sections), ``load`` (YAML, overrides, shipped configs). Import from
+here: ``from dualtrain.spec import Experiment``.
 """
 
 from __future__ import annotations
@@ -47,6 +34,7 @@ from dualtrain.spec.model import (
     LayerSpec,
     ModelSpec,
 )
+from dualtrain.spec.optimizers import OPTIMIZERS, SLOT_ORDER
 from dualtrain.spec.schema import (
     DataSpec,
     DebugSpec,
@@ -87,6 +75,8 @@ from dualtrain.spec.vocab import (
 )
 
 __all__ = [
+    "OPTIMIZERS",
+    "SLOT_ORDER",
     "ALIASES",
     "Backend",
     "COSMETIC",

@@ -21,6 +21,7 @@ from dualtrain.spec.fields import (
     _tagged,
 )
 from dualtrain.spec.model import LayerSpec, ModelSpec
+from dualtrain.spec.optimizers import OPTIMIZERS
 from dualtrain.spec.vocab import (
     Dataset,
     Device,
@@ -235,12 +236,12 @@ class OptimizerSpec:
             list(self.betas),
         )
         if self.eps is None:  # torch's default for this optimizer, written into the resolved spec
-            object.__setattr__(self, "eps", 1e-6 if self.name is OptimizerName.ADADELTA else 1e-8)
+            object.__setattr__(self, "eps", OPTIMIZERS[self.name].default_eps)
         assert self.eps is not None  # set just above when it was null
         _check(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
         _check(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
         _check(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
-        if self.centered and self.name is not OptimizerName.RMSPROP:
+        if self.centered and "centered" not in OPTIMIZERS[self.name].options:
             raise UserError(
                 f"optimizer.centered is for rmsprop. Received: centered=true with {self.name.value}"
             )

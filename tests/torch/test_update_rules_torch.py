@@ -36,7 +36,7 @@ import pytest
 
 from dualtrain.core import update_rules
 from dualtrain.core.update_rules import NUMPY
-from dualtrain.spec import LossScaleSpec, OptimizerName, OptimizerSpec
+from dualtrain.spec import OPTIMIZERS, LossScaleSpec, OptimizerName, OptimizerSpec
 
 torch = pytest.importorskip("torch")
 
@@ -128,6 +128,13 @@ def test_rules_follow_torch_optim(case, dtype):
                 if exact:
                     np.testing.assert_array_equal(mine, ref, err_msg=f"{name} step {applied + 1}")
                 errors[name] = max(errors.get(name, 0.0), _error(mine, ref))
+    # the declaration (dualtrain.spec.optimizers) is torch.optim's: the same slots, no others, and
+    # a step count exactly where torch keeps one
+    declared = OPTIMIZERS[spec.name]
+    for p in params.values():
+        assert set(opt.state[p]) - {"step"} == set(update_rules.slot_names(spec))
+        assert ("step" in opt.state[p]) == declared.counts_steps
+    assert type(opt).__name__ == declared.torch_class
     worst = max(errors, key=errors.__getitem__)
     bound = CANCELLING_BOUND_EPS if spec.centered and spec.alpha < 0.5 else BOUND_EPS
     assert errors[worst] <= bound, (worst, errors)

@@ -315,3 +315,19 @@ def test_optim_ref_step_is_the_core_rule_with_clipping():
     # no state yet: the buffer starts as the gradient
     first = optim_ref.step(opt, 0.1, {"w": p}, {}, 0, {"w": g})
     np.testing.assert_allclose(first["w"], p - 0.1 * g * coef, rtol=1e-15)
+
+
+def test_each_optimizer_is_declared_once_and_has_one_rule():
+    """dualtrain.spec.optimizers declares every optimizer the spec names; the core has a rule for
+    each and nothing else; a declaration names only OptimizerSpec fields and known slots."""
+    import dataclasses
+
+    from dualtrain.spec import OPTIMIZERS, SLOT_ORDER, OptimizerName, OptimizerSpec
+
+    assert set(OPTIMIZERS) == set(OptimizerName) == set(update_rules.RULES)
+    fields = {f.name for f in dataclasses.fields(OptimizerSpec)}
+    for name, declared in OPTIMIZERS.items():
+        assert declared.name is name
+        assert set(declared.options) <= fields, name
+        assert {slot for slot, _ in declared.slots} <= set(SLOT_ORDER), name
+        assert OptimizerSpec(name=name).eps == declared.default_eps

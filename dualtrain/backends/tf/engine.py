@@ -57,7 +57,7 @@ from .model import (
     to_nhwc,
 )
 from .ops import OPS
-from .optimizer import SLOTS, OptimizerVariables
+from .optimizer import OptimizerVariables
 from .precision import policy_name
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -139,13 +139,10 @@ class TFEngine(TrainStep, Engine):
             self.param_names = [n for n, v in self.named if v.trainable]
             self.params = [v.value for _, v in self.named if v.trainable]
             self.running = [v.value for _, v in self.named if not v.trainable]
-            # torch.optim's state and GradScaler's, as variables (optimizer.py); the engine's
-            # names for them (self.buf, self.m, ...) are the mutants' too (tools/mutants.py).
+            # torch.optim's state and GradScaler's, as variables (optimizer.py)
             self.optimizer = OptimizerVariables(
                 self.opt, self.params, fp16=self.fp16, loss_scale=ls, conversion=self.conversion
             )
-            for key, attr in SLOTS.items():
-                setattr(self, attr, self.optimizer.slots[key])
             self.applied = self.optimizer.applied
             self.scale = self.optimizer.scale
             self.good_steps = self.optimizer.good_steps
@@ -208,7 +205,7 @@ class TFEngine(TrainStep, Engine):
     # ---- training --------------------------------------------------------------------------------
 
     # ---- evaluation ------------------------------------------------------------------------------
-    def _evaluate_chunk(self, *batch):
+    def _evaluate_chunk(self, *batch: tf.Tensor) -> tf.Tensor:
         """(loss sum, metric sum) of one chunk, float64, on the host: the model in inference
         reads the variables' (identical) values outside any replica, so evaluation needs no
         collective until its sums are added over the processes."""
@@ -216,7 +213,7 @@ class TFEngine(TrainStep, Engine):
         loss = tf.cast(self._loss_sum(logits, batch[-1]), tf.float64)
         return tf.stack([loss, self._metric_sum(logits, batch[-1])])
 
-    def feed(self, split: str, positions) -> list[np.ndarray]:
+    def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
         """A batch as the traced functions take it: the inputs (images NHWC) in the parameter
         dtype, then the targets (int32 labels for cross-entropy)."""
         xs = [
@@ -240,13 +237,14 @@ class TFEngine(TrainStep, Engine):
         return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
 
     # ---- gather, weights -------------------------------------------------------------------------
-    def _gather_fn(self, dtype: tf.DType):
+    def _gather_fn(self, dtype: tf.DType) -> tf.types.experimental.PolymorphicFunction:
         # An all-gather as a SUM all-reduce of a (processes, n) matrix in which each process fills
         # only its own row: adding zeros is exact (int64 and float64 alike).
         if dtype not in self._gather:
 
-            def gather(rows):
-                def replica(v):  # identity: place the value on the replica's device
+            def gather(rows: tf.Tensor) -> tf.Tensor:
+                # identity: place the value on the replica's device
+                def replica(v: tf.Tensor) -> tf.Tensor:
                     return tf.distribute.get_replica_context().all_reduce(SUM, tf.identity(v))
 
                 out = self.strategy.run(replica, args=(rows,))
@@ -295,8 +293,8 @@ class TFEngine(TrainStep, Engine):
             return
         self._ema_fn(tf.constant(decay, tf.float64))
 
-    def _ema_update(self, decay):
-        for e, p in zip(self._ema, self.params, strict=True):
+    def _ema_update(self, decay: tf.Tensor) -> None:
+        for e, p in zip(self._ema, self.params, strict=True):  # type: ignore[arg-type]  # set by ema()
             e.assign(ema_rule.update(self.ops, e.read_value(), p.read_value(), decay))
 
     def ema_weights(self) -> Weights:

@@ -11,21 +11,9 @@ import tensorflow as tf
 from dualtrain.core import update_rules
 from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.spec import LossScaleSpec, OptimizerSpec
+from dualtrain.spec import SLOT_ORDER, LossScaleSpec, OptimizerSpec
 
 from .model import Conversion
-
-#: canonical slot name (torch.optim's) -> the engine's attribute for its per-parameter variables:
-#: momentum buffer (sgd, rmsprop), Adam's m and v, the squared-gradient average (adadelta,
-#: rmsprop), adadelta's squared-update average, rmsprop's gradient average (centered).
-SLOTS = {
-    "momentum_buffer": "buf",
-    "exp_avg": "m",
-    "exp_avg_sq": "v",
-    "square_avg": "square_avg",
-    "acc_delta": "acc_delta",
-    "grad_avg": "grad_avg",
-}
 
 
 class OptimizerVariables:
@@ -49,8 +37,10 @@ class OptimizerVariables:
             key: [tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False) for p in params]
             if key in need
             else []
-            for key in SLOTS
+            for key in SLOT_ORDER
         }
+        """Per slot (torch.optim's names), one variable per parameter; an empty list for a slot
+        this optimizer does not keep."""
         self.applied = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.scale = tf.Variable(
             loss_scale.init if fp16 else 1.0, dtype=tf.float32, trainable=False

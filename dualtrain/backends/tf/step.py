@@ -7,6 +7,7 @@ which builds the variables and traces this step."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from dualtrain.spec import Loss
 from .model import (
     call_model,
 )
-from .optimizer import SLOTS
+from .optimizer import OptimizerVariables
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -30,6 +31,7 @@ class TrainStep:
     """The methods of TFEngine this file holds; the engine's state they use, declared:"""
 
     accumulate: int
+    optimizer: OptimizerVariables
 
     _dropout: Any
     _guard_empty: Any
@@ -62,13 +64,21 @@ class TrainStep:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         return tf.cast(rid, tf.int32) - self.first_replica
 
-    def _forward(self, x, ids=None, step=None, training: bool = False):
+    def _forward(
+        self,
+        x: list[tf.Tensor],
+        ids: tf.Tensor | None = None,
+        step: tf.Tensor | None = None,
+        training: bool = False,
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
         """(logits, batchnorm statistics); see model.call_model."""
         return call_model(
             self.model, x, dropout=self._dropout, ids=ids, step=step, training=training
         )
 
-    def _running_updates(self, ctx, stats):
+    def _running_updates(
+        self, ctx: tf.distribute.ReplicaContext, stats: Sequence[Sequence[tf.Tensor]]
+    ) -> list[tf.Tensor]:
         """New running statistics (identical on every replica) from each batchnorm layer's batch
         statistics, one update per micro-batch (``stats``: a list per micro-batch): sync layers'
         are already global; unsync layers take replica 0's (DDP's buffer broadcast), sent to every
@@ -101,7 +111,26 @@ class TrainStep:
             ]
         return values
 
-    def _replica_step(self, ids_flat, offsets, poison, global_count, step, batch, capture: bool):
+    def _replica_step(
+        self,
+        ids_flat: tf.Tensor,
+        offsets: tf.Tensor,
+        poison: tf.Tensor,
+        global_count: tf.Tensor,
+        step: tf.Tensor,
+        batch: list[tf.Tensor],
+        capture: bool,
+    ) -> tuple[
+        list[tf.Tensor],
+        tf.Tensor,
+        tf.Tensor,
+        tf.Tensor,
+        tf.Tensor,
+        tf.Tensor,
+        list[tf.Tensor],
+        list[tf.Tensor],
+        tf.Tensor,
+    ]:
         ctx = tf.distribute.get_replica_context()
         i = self._local_index()
         n = self.n_local
@@ -152,18 +181,28 @@ class TrainStep:
         running = self._running_updates(ctx, stats) if self.running else []
         return grads, loss_sum, ids, norm, finite, amax, captured, running, own
 
-    def _micro_step(self, ids, x, y, global_count, step, scale, capture: bool = False):
+    def _micro_step(
+        self,
+        ids: tf.Tensor,
+        x: list[tf.Tensor],
+        y: tf.Tensor,
+        global_count: tf.Tensor,
+        step: tf.Tensor,
+        scale: tf.Tensor,
+        capture: bool = False,
+    ) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor], tf.Tensor | None]:
         """One micro-batch on this replica: (its loss sum, its batchnorm statistics, the gradient
         of sum(loss) / global_count, times the loss scale under fp16, and with ``capture`` (a
         probe) the exact loss of its own outputs: the same losses in float64, which the probes'
         loss-path check holds the loss sum to; else None)."""
 
-        def forward():
+        def forward() -> list[tf.Tensor]:
             logits, stats = self._forward(x, ids, step, True)
             own = [tf.stop_gradient(self._loss_exact(logits, y))] if capture else []
             return [self._loss_sum(logits, y), *own, *(tf.stop_gradient(t) for t in stats)]
 
-        def skipped():  # an empty replica (models without sync batchnorm): no forward at all
+        # an empty replica (models without sync batchnorm): no forward at all
+        def skipped() -> list[tf.Tensor]:
             return [
                 tf.constant(0.0, self.dtype),
                 *([tf.constant(0.0, tf.float64)] if capture else []),
@@ -186,17 +225,17 @@ class TrainStep:
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return loss_sum, stats, grads, own
 
-    def _loss_sum(self, logits, y):
+    def _loss_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
         float64 for fp64), whatever precision the logits came out in (docs/parity.md §3)."""
         return self._losses(tf.cast(logits, self.dtype), y)
 
-    def _loss_exact(self, logits, y):
+    def _loss_exact(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
         loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
         return self._losses(tf.cast(logits, tf.float64), y)
 
-    def _losses(self, out, y):
+    def _losses(self, out: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         if self.loss is Loss.CROSS_ENTROPY:
             per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
         elif self.loss is Loss.BINARY_CROSS_ENTROPY:
@@ -206,7 +245,7 @@ class TrainStep:
             per = tf.reduce_mean(tf.math.squared_difference(out, tf.cast(y, out.dtype)), axis=1)
         return tf.reduce_sum(per)
 
-    def _metric_sum(self, logits, y):
+    def _metric_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         """The evaluation metric summed over these samples (dualtrain.core.losses)."""
         out = tf.cast(logits, self.dtype)
         if self.loss is Loss.CROSS_ENTROPY:
@@ -217,13 +256,23 @@ class TrainStep:
             return tf.cast(tf.reduce_sum(tf.reduce_mean(hit, axis=1)), tf.float64)
         return tf.cast(tf.reduce_sum(tf.reduce_mean(tf.abs(out - y), axis=1)), tf.float64)
 
-    def _unscale(self, grads, scale):
+    def _unscale(self, grads: Sequence[tf.Tensor], scale: tf.Tensor) -> list[tf.Tensor]:
         """fp16: the all-reduced gradient divided by the loss scale (GradScaler's unscale_: a
         multiplication by the float32 reciprocal)."""
         inv = tf.constant(1.0, tf.float32) / scale
         return [g * inv for g in grads]
 
-    def _step(self, ids_flat, offsets, poison, global_count, lr, step, *batch, capture: bool):
+    def _step(
+        self,
+        ids_flat: tf.Tensor,
+        offsets: tf.Tensor,
+        poison: tf.Tensor,
+        global_count: tf.Tensor,
+        lr: tf.Tensor,
+        step: tf.Tensor,
+        *batch: tf.Tensor,
+        capture: bool,
+    ) -> dict[str, Any]:
         s = self.strategy
         grads, loss_sum, ids, norm, finite, amax, captured, running, own = s.run(
             self._replica_step,
@@ -249,13 +298,13 @@ class TrainStep:
             "own_loss": own,
         }
 
-    def _apply_one(self, p, g, apply, lr, k: int):
+    def _apply_one(
+        self, p: tf.Variable, g: tf.Tensor, apply: tf.Tensor, lr: tf.Tensor, k: int
+    ) -> tf.Operation:
         """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
 
-        def update():
-            slots = {
-                key: getattr(self, attr)[k] for key, attr in SLOTS.items() if getattr(self, attr)
-            }
+        def update() -> list[tf.Operation]:
+            slots = {key: held[k] for key, held in self.optimizer.slots.items() if held}
             new_p, new_slots = update_rules.update(
                 self.ops, self.opt, p, g, slots, lr=lr, applied=self.applied
             )
@@ -268,7 +317,7 @@ class TrainStep:
             return tf.group(update())
         return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
 
-    def _bookkeeping(self, applied, ok):
+    def _bookkeeping(self, applied: tf.Variable, ok: tf.Tensor) -> tf.Operation:
         """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""
         ops = [applied.assign_add(tf.cast(ok, tf.int64))]
         if self.fp16:

@@ -12,33 +12,19 @@ from torch.optim.optimizer import _get_scalar_dtype
 
 from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.spec import Experiment, OptimizerName
+from dualtrain.spec import OPTIMIZERS, Experiment
 
 
 def make_optimizer(spec: Experiment, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """The torch.optim class dualtrain.spec.optimizers declares, with the options it declares."""
     o = spec.optimizer
-    assert o.eps is not None  # OptimizerSpec fills in torch's default for a null eps
-    if o.name is OptimizerName.SGD:
-        return torch.optim.SGD(
-            params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=o.weight_decay
-        )
-    if o.name is OptimizerName.ADADELTA:
-        return torch.optim.Adadelta(
-            params, lr=o.lr, rho=o.rho, eps=o.eps, weight_decay=o.weight_decay
-        )
-    if o.name is OptimizerName.RMSPROP:
-        return torch.optim.RMSprop(
-            params,
-            lr=o.lr,
-            alpha=o.alpha,
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-            momentum=o.momentum,
-            centered=o.centered,
-        )
-    cls = torch.optim.Adam if o.name is OptimizerName.ADAM else torch.optim.AdamW
-    beta1, beta2 = o.betas  # two numbers (OptimizerSpec checks)
-    return cls(params, lr=o.lr, betas=(beta1, beta2), eps=o.eps, weight_decay=o.weight_decay)
+    declared = OPTIMIZERS[o.name]
+    cls = getattr(torch.optim, declared.torch_class)
+    options = {k: getattr(o, k) for k in declared.options}
+    if "betas" in options:  # two numbers (OptimizerSpec checks)
+        options["betas"] = tuple(options["betas"])
+    optimizer: torch.optim.Optimizer = cls(params, lr=o.lr, **options)
+    return optimizer
 
 
 def optimizer_state(

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core import update_rules
+from dualtrain.core.update_rules import NUMPY
 from dualtrain.parity import records as R
 from dualtrain.parity.checks.base import (
     Check,
@@ -200,20 +202,14 @@ def scale_rule_violation(rec: RunRecord) -> str | None:
     if not steps or steps[0] != 1:
         return None  # a continuation without its first steps: no known starting point
     # Both engines hold the scale in float32 (GradScaler's tensor, the tf engine's variable) and
-    # multiply it there: the rule does the same (1e12 is 999999995904 in float32).
-    f32 = np.float32
-    scale, good = f32(ls.init if fp16 else 1.0), 0
+    # multiply it there; the core's rule on NumPy does the same (1e12 is 999999995904 in float32).
+    scale, good = np.float32(ls.init if fp16 else 1.0), np.int64(0)
     for s in steps:
         if scales[s] != float(scale):
             return f"step {s}: loss scale {scales[s]:.9g}, the rule gives {float(scale):.9g}"
-        if not fp16:
-            continue
-        if skipped.get(s):
-            scale, good = f32(scale * f32(ls.backoff_factor)), 0
-        else:
-            good += 1
-            if good == ls.growth_interval:
-                scale, good = f32(scale * f32(ls.growth_factor)), 0
+        if fp16:
+            finite = np.bool_(not skipped.get(s))
+            scale, good = update_rules.loss_scale_update(NUMPY, scale, good, finite, ls)
     return None
 
 
