@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 import yaml
 
+from dualtrain.core.weights import Weights
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import Start
@@ -124,7 +125,7 @@ def worker_main(
 def forward_main(
     backend: str,
     argv: list[str],
-    forward_logits: Callable[[Experiment, dict, list[np.ndarray], Any], np.ndarray],
+    forward_logits: Callable[[Experiment, Weights, list[np.ndarray], Any], np.ndarray],
 ) -> int:
     """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
     float32 outputs (logits) of the first N test samples under the canonical weights (key
@@ -176,7 +177,7 @@ def _pair_beside(spec: Experiment, spec_path: str) -> Any:
 
 
 def export_main(
-    backend: str, argv: list[str], export: Callable[[Experiment, dict, str, Any], None]
+    backend: str, argv: list[str], export: Callable[[Experiment, Weights, str, Any], None]
 ) -> int:
     """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER``: the
     backend's export of those weights, written into OUT_FOLDER (dualtrain.driver.export)."""
@@ -259,7 +260,7 @@ def describe_main(
     return 0
 
 
-def probe_layers_main(backend: str, argv: list[str], probe: Callable[..., dict]) -> int:
+def probe_layers_main(backend: str, argv: list[str], probe: Callable[..., dict[str, Any]]) -> int:
     """``python -m dualtrain.backends.<backend>.tools probe-layers SPEC_YAML WEIGHTS_NPZ BATCH_NPZ
     [PAIR_JSON TORCH_NPZ] OUT_NPZ``: the locator's record of this backend's side of a model pair
     on one batch (dualtrain.core.locate; the TF side also takes the pair's map and the torch

@@ -4,14 +4,18 @@ conv2d with torch's padding. The model builder (model.py) places them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import keras
 import tensorflow as tf
 
 from dualtrain.core import batchnorm, dropout
 from dualtrain.core.dropout import IntOps, canonical_elements
+from dualtrain.spec import LayerSpec
 
 
-def _bn_ops(x) -> batchnorm.Ops:
+def _bn_ops(x: tf.Tensor) -> batchnorm.Ops:
     axes = list(range(len(x.shape) - 1))  # NHWC or (N, F): the channel is the last axis
     dtype = x.dtype
 
@@ -20,17 +24,18 @@ def _bn_ops(x) -> batchnorm.Ops:
     # per channel of configs/mnist_resnet_bn.yaml's first batchnorm (torch's cascade sum: 0.7 u),
     # which made every fp32 gradient of that model 5e-3 off the exact step. The broadcast back to
     # x's shape happens in float64 too, so its gradient (a sum over the same axes) does as well.
-    def channel_sum(t):
+    def channel_sum(t: tf.Tensor) -> tf.Tensor:
         return tf.cast(tf.reduce_sum(tf.cast(t, tf.float64), axis=axes), dtype)
 
-    def expand(v):
+    def expand(v: tf.Tensor) -> tf.Tensor:
         return tf.cast(tf.broadcast_to(tf.cast(v, tf.float64), tf.shape(x)), dtype)
 
-    def count(t):
+    def count(t: tf.Tensor) -> tf.Tensor:
         shape = tf.shape(t)
         return tf.cast(tf.reduce_prod(shape[:-1]), t.dtype)
 
-    def all_reduce(ts):  # differentiable: ReplicaContext.all_reduce's gradient is an all-reduce
+    # differentiable: ReplicaContext.all_reduce's gradient is an all-reduce
+    def all_reduce(ts: Sequence[tf.Tensor]) -> list[tf.Tensor]:
         return list(tf.distribute.get_replica_context().all_reduce(SUM, list(ts)))
 
     return batchnorm.Ops(
@@ -47,11 +52,11 @@ class BatchNorm(keras.layers.Layer):
     ``sync`` when more than one replica is in sync), the running statistics in evaluation. It never
     assigns its running statistics: the engine does, from these outputs, on every replica alike."""
 
-    def __init__(self, momentum: float, eps: float, sync: bool, **kwargs):
+    def __init__(self, momentum: float, eps: float, sync: bool, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.momentum, self.eps, self.sync = momentum, eps, sync
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple[Any, ...]) -> None:
         c = (int(input_shape[-1]),)
         add = lambda name, init, trainable: self.add_weight(  # noqa: E731
             shape=c, name=name, initializer=init, trainable=trainable, autocast=False
@@ -60,7 +65,9 @@ class BatchNorm(keras.layers.Layer):
         self.running_mean = add("running_mean", "zeros", False)
         self.running_var = add("running_var", "ones", False)
 
-    def compute_output_spec(self, x):
+    def compute_output_spec(
+        self, x: keras.KerasTensor
+    ) -> tuple[keras.KerasTensor, keras.KerasTensor, keras.KerasTensor]:
         c = (x.shape[-1],)
         stats = keras.KerasTensor(c, dtype=self.variable_dtype)
         return (
@@ -69,7 +76,9 @@ class BatchNorm(keras.layers.Layer):
             keras.KerasTensor(c, dtype=self.variable_dtype),
         )
 
-    def call(self, x, training=None):
+    def call(
+        self, x: tf.Tensor, training: bool | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         dtype = self.weight.value.dtype
         xs = tf.cast(x, dtype)  # the stats dtype, also under mixed precision
         ops = _bn_ops(xs)
@@ -85,7 +94,7 @@ class BatchNorm(keras.layers.Layer):
         return tf.cast(y, self.compute_dtype), out_mean, out_var
 
 
-def _i64(v):
+def _i64(v: int | tf.Tensor) -> tf.Tensor:
     return v if tf.is_tensor(v) else tf.constant(v, tf.int64)
 
 
@@ -101,12 +110,14 @@ class HashDropout(keras.layers.Layer):
     backend's: element indices count the layer input in canonical (C, H, W) order, so an NHWC
     activation gets the mask computed for NCHW and transposed. Identity outside training."""
 
-    def __init__(self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int, **kwargs):
+    def __init__(
+        self, rate: float, layer: int, in_shape: tuple[int, ...], seed: int, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.rate, self.layer, self.in_shape, self.seed = rate, layer, tuple(in_shape), seed
         self.elements = canonical_elements(in_shape)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs: Sequence[tf.Tensor], training: bool | None = None) -> tf.Tensor:
         x, ids, steps = inputs
         if not training or self.rate == 0.0:
             return x
@@ -119,7 +130,7 @@ class HashDropout(keras.layers.Layer):
         return tf.where(keep, x * tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
 
 
-def _gelu(x):
+def _gelu(x: tf.Tensor) -> tf.Tensor:
     """The exact erf form, written as torch's CPU kernel computes it:
     x * 0.5 * (1 + erf(x * sqrt(1/2))), the constant in the compute dtype. Not
     keras/tf.nn.gelu(approximate=False): in float64 it is only float32-accurate (5e-9 absolute error
@@ -129,12 +140,14 @@ def _gelu(x):
     return x * 0.5 * (1.0 + keras.ops.erf(x * half_sqrt))
 
 
-def conv2d(x, s, name: str, policy: str):
+def conv2d(
+    x: keras.KerasTensor, s: LayerSpec, name: str, policy: str
+) -> tuple[keras.KerasTensor, keras.layers.Conv2D]:
     """(input, Conv2D layer) for a conv2d spec. An integer padding P is torch's: P zeros on every
     side (a ZeroPadding2D, then a 'valid' convolution), whatever the stride; Keras's own 'same' pads
     strided convolutions asymmetrically (extra row and column at the bottom and right), so dualtrain
     uses it only with stride 1, where both frameworks agree."""
-    padding = s.padding
+    padding: Any = s.padding  # Padding | int, then Keras's padding string
     if isinstance(padding, int):
         if padding:
             x = keras.layers.ZeroPadding2D(padding, name=f"{name}_pad", dtype=policy)(x)

@@ -10,17 +10,19 @@ weight.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import keras
 import numpy as np
 import tensorflow as tf
 
 from dualtrain.backends.tf.layers import BatchNorm, HashDropout, _gelu, conv2d
-from dualtrain.core.model import conv_flatten_shape, has_layer, resolve
+from dualtrain.core.model import ResolvedLayer, conv_flatten_shape, has_layer, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec
 
 
-def keras_inputs(spec: ModelSpec, dtype: str) -> list:
+def keras_inputs(spec: ModelSpec, dtype: str) -> list[keras.KerasTensor]:
     """One keras.Input per model input: images (C, H, W) as NHWC, features as (F,)."""
     return [
         keras.Input(
@@ -66,8 +68,14 @@ def build_model(
 
 
 def call_model(
-    model: keras.Model, xs: list, *, dropout: bool, ids=None, step=None, training: bool = False
-):
+    model: keras.Model,
+    xs: list[tf.Tensor],
+    *,
+    dropout: bool,
+    ids: tf.Tensor | None = None,
+    step: tf.Tensor | int | None = None,
+    training: bool = False,
+) -> tuple[tf.Tensor, list[tf.Tensor]]:
     """(logits, batchnorm statistics) of ``model`` on the batch ``xs`` (one tensor per model input,
     images NHWC). A model with dropout also gets each sample's id and the step (zeros outside
     training, where dropout is off)."""
@@ -101,7 +109,15 @@ class _Builder:
     """Applies resolved layers to a Keras tensor, recording variables and batchnorm outputs.
     ``inference``: Keras's own layers where dualtrain has its own (build_inference_model)."""
 
-    def __init__(self, policy: str, seed: int, reorder, ids, steps, inference: bool = False):
+    def __init__(
+        self,
+        policy: str,
+        seed: int,
+        reorder: dict[str, tuple[int, int, int]],
+        ids: keras.KerasTensor | None,
+        steps: keras.KerasTensor | None,
+        inference: bool = False,
+    ) -> None:
         self.policy, self.seed, self.reorder, self.ids, self.steps = (
             policy,
             seed,
@@ -111,9 +127,11 @@ class _Builder:
         )
         self.inference = inference
         self.named: list[tuple[str, keras.Variable]] = []
-        self.stats: list = []
+        self.stats: list[keras.KerasTensor] = []
 
-    def model(self, layers, inputs):
+    def model(
+        self, layers: Sequence[ResolvedLayer], inputs: Sequence[keras.KerasTensor]
+    ) -> keras.KerasTensor:
         """The model's layers on its inputs: with several, each input's branch, then the concat
         (layers[0]) of the branches' outputs, then the rest."""
         if len(inputs) == 1:
@@ -122,14 +140,16 @@ class _Builder:
         x = keras.layers.Concatenate(axis=-1, name="l0_concat", dtype=self.policy)(outs)
         return self.apply(layers[1:], x)
 
-    def apply(self, layers, x):
+    def apply(self, layers: Sequence[ResolvedLayer], x: keras.KerasTensor) -> keras.KerasTensor:
         for r in layers:
             x = LAYERS[r.spec.type](
                 self, r, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}", x
             )
         return x
 
-    def weighted(self, r, layer, x):
+    def weighted(
+        self, r: ResolvedLayer, layer: keras.layers.Layer, x: keras.KerasTensor
+    ) -> keras.KerasTensor:
         """``layer(x)``; the layer's kernel (and bias, if it has one) named as the canonical
         ones."""
         x = layer(x)
@@ -146,18 +166,18 @@ class _Builder:
 # adds one entry here (and one in backends/torch/model.py's LAYERS).
 
 
-def _residual(b: _Builder, r, name: str, x):
+def _residual(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     body = b.apply(r.body, x)
     skip = b.apply(r.shortcut, x)
     return keras.layers.Add(name=name, dtype=b.policy)([body, skip])
 
 
-def _conv(b: _Builder, r, name: str, x):
+def _conv(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     x, layer = conv2d(x, r.spec, name, b.policy)
     return b.weighted(r, layer, x)
 
 
-def _flatten(b: _Builder, r, name: str, x):
+def _flatten(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     if r.prefix in b.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
         x = keras.layers.Permute(
             (3, 1, 2), name=f"l{r.prefix.replace('.', '_')}_to_chw", dtype=b.policy
@@ -165,19 +185,22 @@ def _flatten(b: _Builder, r, name: str, x):
     return keras.layers.Flatten(name=name, dtype=b.policy)(x)
 
 
-def _dropout(b: _Builder, r, name: str, x):
+def _dropout(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     if b.inference:  # Keras's Dropout: the identity in inference
         return keras.layers.Dropout(r.spec.rate, name=name, dtype=b.policy)(x)
-    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.policy)(
+    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.policy)(  # type: ignore[arg-type]  # a dropout's rate is required
         [x, b.ids, b.steps]
     )
 
 
-def _batchnorm(b: _Builder, r, name: str, x):
+def _batchnorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     s = r.spec
     if b.inference:  # Keras's BatchNormalization with torch's eps and momentum convention
         layer = keras.layers.BatchNormalization(
-            epsilon=s.eps, momentum=1.0 - s.momentum, name=name, dtype=b.policy
+            epsilon=s.eps,
+            momentum=1.0 - s.momentum,  # type: ignore[operator]  # LayerSpec fills the default
+            name=name,
+            dtype=b.policy,
         )
         x = layer(x)
         b.named += [
@@ -189,7 +212,7 @@ def _batchnorm(b: _Builder, r, name: str, x):
             )
         ]
         return x
-    layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=b.policy)
+    layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=b.policy)  # type: ignore[arg-type]  # LayerSpec fills a batchnorm's defaults
     x, mean, var = layer(x)
     b.stats += [mean, var]
     b.named += [
@@ -203,13 +226,15 @@ def _batchnorm(b: _Builder, r, name: str, x):
     return x
 
 
-def _concat(b: _Builder, r, name: str, x):
+def _concat(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     # a concat has several inputs: _Builder.model applies it, never _Builder.apply
     raise RuntimeError(f"{name}: a concat layer is applied by the model builder")
 
 
-def _pool(kind):
-    def apply(b: _Builder, r, name: str, x):
+def _pool(
+    kind: type[keras.layers.Layer],
+) -> Callable[[_Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
+    def apply(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
         s = r.spec
         return kind(
             s.pool_size, strides=s.stride or s.pool_size, padding="valid", name=name, dtype=b.policy
@@ -218,14 +243,18 @@ def _pool(kind):
     return apply
 
 
-def _activation(fn):
-    def apply(b: _Builder, r, name: str, x):
+def _activation(
+    fn: str,
+) -> Callable[[_Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
+    def apply(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
         return keras.layers.Activation(fn, name=name, dtype=b.policy)(x)
 
     return apply
 
 
-def _gelu_layer(b: _Builder, r, name: str, x):
+def _gelu_layer(
+    b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor
+) -> keras.KerasTensor:
     # inference: Keras's own exact gelu (the export loads without dualtrain); training: _gelu
     return keras.layers.Activation("gelu" if b.inference else _gelu, name=name, dtype=b.policy)(x)
 

@@ -6,6 +6,8 @@ layers, so the port trains with them outside dualtrain too (docs/own-models.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -24,13 +26,15 @@ class TorchBatchNormalization(keras.layers.BatchNormalization):
     BatchNormalization's (gamma, beta, moving_mean, moving_variance), and in inference it is the
     same (a dualtrain export saves a BatchNormalization)."""
 
-    def __init__(self, momentum: float = 0.1, eps: float = 1e-5, **kwargs):
+    def __init__(self, momentum: float = 0.1, eps: float = 1e-5, **kwargs: Any) -> None:
         kwargs.pop("epsilon", None)
         kwargs.pop("axis", None)
         super().__init__(axis=-1, momentum=1.0 - momentum, epsilon=eps, **kwargs)
         self.torch_momentum, self.eps = float(momentum), float(eps)
 
-    def call(self, inputs, training=None, mask=None):
+    def call(
+        self, inputs: tf.Tensor, training: bool | None = None, mask: tf.Tensor | None = None
+    ) -> tf.Tensor:
         x = inputs
         low = x.dtype in (tf.float16, tf.bfloat16)
         if low:  # statistics and normalisation in float32, as Keras's BatchNormalization
@@ -48,7 +52,7 @@ class TorchBatchNormalization(keras.layers.BatchNormalization):
         y = batchnorm.normalize(ops, x, mean, var, self.gamma.value, self.beta.value, self.eps)
         return tf.cast(y, inputs.dtype) if low else y
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         for key in ("momentum", "epsilon", "axis"):
             config.pop(key, None)

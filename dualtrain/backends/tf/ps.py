@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.core.data import TRAIN
+from dualtrain.core.data import TRAIN, Data
 from dualtrain.core.plan import micro_batches
 from dualtrain.core.update_rules import clip, global_norm
+from dualtrain.core.weights import Weights
 from dualtrain.runtime.engine import StepOut
+from dualtrain.spec import Experiment
 
 from .engine import TFEngine
 
@@ -62,7 +64,16 @@ class PSEngine(TFEngine):
     """The chief's engine: the replicas' gradients computed on the workers, summed and applied
     here to the parameter server's variables."""
 
-    def __init__(self, spec, strategy, coordinator, data, init_weights, *, host_device: str):
+    def __init__(
+        self,
+        spec: Experiment,
+        strategy: tf.distribute.ParameterServerStrategy,
+        coordinator: tf.distribute.coordinator.ClusterCoordinator,
+        data: Data,
+        init_weights: Weights,
+        *,
+        host_device: str,
+    ) -> None:
         self.coordinator = coordinator
         super().__init__(
             spec, strategy, data, init_weights, rank=0, num_processes=1, host_device=host_device
@@ -84,10 +95,19 @@ class PSEngine(TFEngine):
             lambda grads, lr: self._apply(grads, lr, capture=True), autograph=False
         )
 
-    def _shard(self, ids, global_count, step, poison, *batch):
+    def _shard(
+        self,
+        ids: tf.Tensor,
+        global_count: tf.Tensor,
+        step: tf.Tensor,
+        poison: tf.Tensor,
+        *batch: tf.Tensor,
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
         """One replica's micro-batch, on a worker: (gradient, loss sum)."""
 
-        def replica(ids, x, y):
+        def replica(
+            ids: tf.Tensor, x: list[tf.Tensor], y: tf.Tensor
+        ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
             scale = self.scale.read_value()
             loss_sum, _, grads, _ = self._micro_step(ids, x, y, global_count, step, scale)
             if self._poisonable:  # fault injection (debug.nonfinite_grad)
@@ -99,7 +119,7 @@ class PSEngine(TFEngine):
 
         return self.strategy.run(replica, args=(ids, list(batch[:-1]), batch[-1]))
 
-    def _apply(self, grads, lr, *, capture: bool):
+    def _apply(self, grads: list[tf.Tensor], lr: tf.Tensor, *, capture: bool) -> dict[str, Any]:
         """The update from the summed gradient, on the chief, to the server's variables."""
         scale = self.scale.read_value()
         if self.fp16:

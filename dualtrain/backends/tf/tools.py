@@ -54,7 +54,7 @@ def forward_logits(
         dropout = has_dropout(spec.model)
     xs = [to_nhwc(a) if a.ndim == 4 else np.asarray(a, np.float32) for a in inputs]
 
-    def call(chunks):
+    def call(chunks: list[np.ndarray]) -> tf.Tensor:
         return call_model(model, [tf.constant(c) for c in chunks], dropout=dropout)[0]
 
     n = len(xs[0])

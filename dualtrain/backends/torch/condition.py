@@ -22,6 +22,7 @@ layers have neither (their gradient is its own scale).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,9 @@ class AbsoluteGradient:
             h.remove()
         self._handles = []
 
-    def _hook(self, name: str):
+    def _hook(
+        self, name: str
+    ) -> Callable[[nn.Module, tuple[torch.Tensor, ...], torch.Tensor], None]:
         def hook(m: nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             if not out.requires_grad:
                 return

@@ -49,7 +49,7 @@ from dualtrain.errors import UserError
 from dualtrain.launch.local import LISTEN_FD_ENV, open_listener
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine, Evaluation
-from dualtrain.spec import Device, Experiment, OptimizerName, Precision
+from dualtrain.spec import OPTIMIZERS, Device, Experiment, Precision
 
 
 class DeviceUnavailable(UserError):
@@ -172,7 +172,7 @@ class _HookState:
         self.poison = False
 
 
-def _sum_hook(state, bucket):  # no annotations: DDP checks them as real types
+def _sum_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations as real types
     """SUM all-reduce (no division); fault injection turns this replica's local gradient to inf
     first, so the overflow reaches the other replicas only through the all-reduce."""
     buf = bucket.buffer()
@@ -370,7 +370,7 @@ class TorchEngine(TrainStep, Engine):
             self.params,
             self.scaler,
             state,
-            counted=self.spec.optimizer.name is not OptimizerName.SGD,
+            counted=OPTIMIZERS[self.spec.optimizer.name].counts_steps,
             device=self.device,
             dtype=self.dtype,
         )

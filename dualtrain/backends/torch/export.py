@@ -9,6 +9,7 @@ as plain torch code (``build_model()``, ``load()``), each layer's source from th
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from dualtrain.backends.torch.layers import Concat, MultiInput
 from dualtrain.backends.torch.model import layer_source
-from dualtrain.core.model import resolve, walk
+from dualtrain.core.model import ResolvedLayer, resolve, walk
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment, LayerType
 
@@ -77,7 +78,7 @@ _MULTI_INPUT = "\n\n".join(
 ).rstrip()
 
 
-def _list(layers, indent: str) -> str:
+def _list(layers: Sequence[ResolvedLayer], indent: str) -> str:
     return "".join(f"\n{indent}    {layer_source(r, indent + '    ')}," for r in layers)
 
 

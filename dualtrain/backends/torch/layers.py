@@ -4,6 +4,9 @@ model builder (model.py) places them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -55,14 +58,14 @@ class _AllReduceSum(torch.autograd.Function):
     depends on every replica's inputs through synchronised BatchNorm statistics)."""
 
     @staticmethod
-    def forward(ctx, group, t):  # noqa: D102
+    def forward(ctx: Any, group: Any, t: torch.Tensor) -> torch.Tensor:  # noqa: D102
         ctx.group = group
         t = t.clone(memory_format=torch.contiguous_format)
         dist.all_reduce(t, group=group)
         return t
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: D102
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:  # noqa: D102
         return None, _AllReduceSum.apply(ctx.group, grad)
 
 
@@ -88,7 +91,8 @@ class BatchNorm(nn.Module):
         dims, view = ((0, 2, 3), (1, -1, 1, 1)) if x.dim() == 4 else ((0,), (1, -1))
         group = self.group
 
-        def all_reduce(ts):  # one collective for the list
+        # one collective for the list
+        def all_reduce(ts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
             flat = _AllReduceSum.apply(group, torch.cat([t.reshape(-1) for t in ts]))
             return [
                 f.reshape(t.shape)

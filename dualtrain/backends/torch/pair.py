@@ -4,6 +4,7 @@ modules in call order, output shape) for the driver's weight map."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -112,7 +113,7 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     order: dict[str, int] = {}
     layers: list[dict[str, Any]] = []
 
-    def hook(name: str):
+    def hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
         def record(m: nn.Module, inputs: tuple[Any, ...], out: Any) -> None:
             order.setdefault(name, len(order))
             bn = isinstance(m, nn.modules.batchnorm._BatchNorm)
@@ -198,7 +199,7 @@ def probe_layers(
     leaves = [(n, m) for n, m in module.named_modules() if n and not list(m.children())]
 
     def forward(tag: str) -> torch.Tensor:
-        def hook(name: str):
+        def hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
             def record(m: nn.Module, args: tuple[Any, ...], result: Any) -> None:
                 if f"{tag}in/{name}" in out or not args or not isinstance(args[0], torch.Tensor):
                     return

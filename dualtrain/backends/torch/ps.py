@@ -82,9 +82,11 @@ class Server:
         self.world = world
         self.lock = threading.Lock()
         self.pending: dict[int, tuple[torch.Tensor, float, bool]] = {}
-        self.future: torch.futures.Future = torch.futures.Future()
+        self.future: torch.futures.Future[Any] = torch.futures.Future()
 
-    def add(self, replica: int, grads: torch.Tensor, lr: float, capture: bool):
+    def add(
+        self, replica: int, grads: torch.Tensor, lr: float, capture: bool
+    ) -> torch.futures.Future[Any]:
         with self.lock:
             if replica in self.pending:
                 raise RuntimeError(f"replica {replica} sent two gradients for one step")
@@ -120,7 +122,9 @@ _SERVER: Server | None = None
 
 
 @rpc.functions.async_execution
-def server_step(replica: int, grads: torch.Tensor, lr: float, capture: bool):
+def server_step(
+    replica: int, grads: torch.Tensor, lr: float, capture: bool
+) -> torch.futures.Future[Any]:
     assert _SERVER is not None, "server_step runs in the parameter server's process"
     return _SERVER.add(replica, grads, lr, capture)
 

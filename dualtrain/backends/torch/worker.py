@@ -168,7 +168,9 @@ def run_worker(
     return summary
 
 
-def run_parameter_server(spec: Experiment, run_dir: str | Path | None, start: Start) -> dict:
+def run_parameter_server(
+    spec: Experiment, run_dir: str | Path | None, start: Start
+) -> dict[str, Any]:
     """The server process of distribution.strategy: parameter_server (dualtrain.backends.torch.ps):
     the module, the optimizer and the loss scale, from the run's initial weights; it serves the
     replicas' steps until all of them have finished."""
