@@ -725,13 +725,13 @@ def _torch_allreduce_low(path: str, size: float) -> None:
 
         return fut.then(back)
 
-    engine_hook = engine._sum_hook
+    engine_hook = engine.sum_hook
 
     def mutated_init(self, spec, *args, **kwargs):
         active["on"] = _active(spec, path)
         init(self, spec, *args, **kwargs)
 
-    engine._sum_hook = hook
+    engine.sum_hook = hook
     engine.TorchEngine.__init__ = mutated_init
 
 

@@ -17,20 +17,21 @@ tests hold them to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dualtrain.errors import UserError
-from dualtrain.spec import Loss
+from dualtrain.spec import METRICS, Loss
 
 
 @dataclass(frozen=True)
 class LossDef:
     name: Loss
-    metric: str
-    """The evaluation metric recorded beside the loss: ``accuracy`` or ``mae``."""
     higher_is_better: bool
+    """Of its metric (dualtrain.spec.METRICS names it)."""
     torch: str
     """The torch kernel (reduction="none", then mean over columns)."""
     tf: str
@@ -48,7 +49,6 @@ class LossDef:
 LOSSES = {
     Loss.CROSS_ENTROPY: LossDef(
         Loss.CROSS_ENTROPY,
-        "accuracy",
         True,
         "torch.nn.functional.cross_entropy",
         "tf.nn.sparse_softmax_cross_entropy_with_logits",
@@ -56,19 +56,70 @@ LOSSES = {
     ),
     Loss.BINARY_CROSS_ENTROPY: LossDef(
         Loss.BINARY_CROSS_ENTROPY,
-        "accuracy",
         True,
         "torch.nn.functional.binary_cross_entropy_with_logits",
         "tf.nn.sigmoid_cross_entropy_with_logits",
     ),
     Loss.MSE: LossDef(
-        Loss.MSE, "mae", False, "torch.nn.functional.mse_loss", "tf.math.squared_difference"
+        Loss.MSE, False, "torch.nn.functional.mse_loss", "tf.math.squared_difference"
     ),
 }
 
 
 def metric_name(loss: Loss) -> str:
-    return LOSSES[loss].metric
+    return METRICS[loss]
+
+
+@dataclass(frozen=True)
+class LossOps:
+    """What :func:`loss_sum` and :func:`metric_sum` need from a framework: its own fused kernels
+    (the ones :class:`LossDef` names) and a few reductions, on its tensors."""
+
+    cross_entropy_sum: Callable[[Any, Any], Any]
+    """(logits (N, K), int labels (N,)) -> the sum over the samples of the cross-entropy."""
+    binary_cross_entropy: Callable[[Any, Any], Any]
+    """(logits, targets of the logits' dtype) -> elementwise binary cross-entropy with logits."""
+    squared_difference: Callable[[Any, Any], Any]
+    """(outputs, targets of their dtype) -> elementwise (output - target)^2."""
+    like: Callable[[Any, Any], Any]
+    """(targets, outputs) -> the targets in the outputs' dtype."""
+    mean_columns: Callable[[Any], Any]
+    """(N, T) -> (N,): the mean over a sample's columns."""
+    total: Callable[[Any], Any]
+    """The sum of every element."""
+    equal: Callable[[Any, Any], Any]
+    argmax: Callable[[Any], Any]
+    """(N, K) -> (N,) the index of each row's largest value, comparable with int labels."""
+    count: Callable[[Any], Any]
+    """booleans -> how many are true, as float64."""
+    fraction: Callable[[Any, Any], Any]
+    """(booleans, outputs) -> 1.0 / 0.0 in the outputs' dtype."""
+    to_float64: Callable[[Any], Any]
+
+
+def loss_sum(ops: LossOps, loss: Loss, out: Any, y: Any) -> Any:
+    """The sum over the samples of the per-sample loss (the mean over its output columns), in the
+    dtype of ``out``: the quantity a step divides by the global batch size and differentiates."""
+    if loss is Loss.CROSS_ENTROPY:
+        return ops.cross_entropy_sum(out, y)
+    t = ops.like(y, out)
+    if loss is Loss.BINARY_CROSS_ENTROPY:
+        per = ops.binary_cross_entropy(out, t)
+    else:
+        per = ops.squared_difference(out, t)
+    return ops.total(ops.mean_columns(per))
+
+
+def metric_sum(ops: LossOps, loss: Loss, out: Any, y: Any) -> Any:
+    """The evaluation metric summed over the samples, float64: correct predictions (accuracy:
+    argmax == label; binary: (logit > 0) == (target > 0.5) per column, the mean over columns) or
+    absolute errors (mae: the mean over columns of |output - target|)."""
+    if loss is Loss.CROSS_ENTROPY:
+        return ops.count(ops.equal(ops.argmax(out), y))
+    if loss is Loss.BINARY_CROSS_ENTROPY:
+        hit = ops.fraction(ops.equal(out > 0, y > 0.5), out)
+        return ops.to_float64(ops.total(ops.mean_columns(hit)))
+    return ops.to_float64(ops.total(ops.mean_columns(abs(out - y))))
 
 
 def reference(loss: Loss, out: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

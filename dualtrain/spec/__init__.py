@@ -53,6 +53,7 @@ from dualtrain.spec.schema import (
 )
 from dualtrain.spec.vocab import (
     ALIASES,
+    METRICS,
     Backend,
     Dataset,
     Device,
@@ -75,6 +76,7 @@ from dualtrain.spec.vocab import (
 )
 
 __all__ = [
+    "METRICS",
     "OPTIMIZERS",
     "SLOT_ORDER",
     "ALIASES",

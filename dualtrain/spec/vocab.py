@@ -216,6 +216,15 @@ class Loss(StrEnum):
     MSE = "mse"
 
 
+#: The evaluation metric each loss is recorded with (beside the loss itself; its definition is
+#: dualtrain.core.losses.metric_sum): the one place that names it.
+METRICS: dict[Loss, str] = {
+    Loss.CROSS_ENTROPY: "accuracy",
+    Loss.BINARY_CROSS_ENTROPY: "accuracy",
+    Loss.MSE: "mae",
+}
+
+
 class Normalize(StrEnum):
     AUTO = "auto"
     NONE = "none"

@@ -29,7 +29,7 @@ processes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -107,7 +107,8 @@ class TFEngine(TrainStep, Engine):
         layers = [] if layout is not None else list(walk(resolve(spec.model)))
         norms = [r.spec for r in layers if r.spec.type is LayerType.BATCHNORM]
         # (momentum, sync) per batchnorm layer, in canonical order (the model's extra outputs).
-        self._norms = [(n.momentum, n.sync) for n in norms]
+        # (LayerSpec fills a batchnorm's momentum and sync)
+        self._norms = [(cast(float, n.momentum), cast(bool, n.sync)) for n in norms]
         # An empty replica must still run a forward with sync batchnorm (its all-reduces), so the
         # empty-batch guard below is left out then (the convolutions see 0 rows; measured fine).
         self._guard_empty = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from dualtrain.core.losses import LossOps
 from dualtrain.core.update_rules import Ops
 
 
@@ -49,4 +50,23 @@ OPS = Ops(
     cast=lambda x, like: _to(x, like.dtype),
     float64=lambda x: _to(x, tf.float64),
     power=tf.pow,
+)
+
+#: TensorFlow's own loss kernels for dualtrain.core.losses.
+LOSS_OPS = LossOps(
+    cross_entropy_sum=lambda out, y: tf.reduce_sum(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
+    ),
+    binary_cross_entropy=lambda out, t: tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=t, logits=out
+    ),
+    squared_difference=tf.math.squared_difference,
+    like=lambda y, out: tf.cast(y, out.dtype),
+    mean_columns=lambda x: tf.reduce_mean(x, axis=1),
+    total=tf.reduce_sum,
+    equal=tf.equal,
+    argmax=lambda out: tf.argmax(out, axis=1, output_type=tf.int32),
+    count=lambda hit: tf.reduce_sum(tf.cast(hit, tf.float64)),
+    fraction=lambda hit, out: tf.cast(hit, out.dtype),
+    to_float64=lambda x: tf.cast(x, tf.float64),
 )

@@ -25,7 +25,6 @@ import tensorflow as tf
 
 from dualtrain.core.data import TRAIN, Data
 from dualtrain.core.plan import micro_batches
-from dualtrain.core.update_rules import clip, global_norm
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.engine import StepOut
 from dualtrain.spec import Experiment
@@ -122,15 +121,7 @@ class PSEngine(TFEngine):
     def _apply(self, grads: list[tf.Tensor], lr: tf.Tensor, *, capture: bool) -> dict[str, Any]:
         """The update from the summed gradient, on the chief, to the server's variables."""
         scale = self.scale.read_value()
-        if self.fp16:
-            grads = self._unscale(grads, scale)
-            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
-            amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
-        else:
-            finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
-        norm = global_norm(self.ops, grads)
-        captured = list(grads) if capture else []
-        grads = clip(self.ops, grads, norm, self.opt.clip_grad_norm)
+        grads, norm, finite, amax, captured = self._after_reduce(grads, scale, capture=capture)
         for k, p in enumerate(self.params):
             self._apply_one(p, grads[k], finite, lr, k)
         self._bookkeeping(self.applied, finite)

@@ -10,18 +10,22 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.core import batchnorm, update_rules
+from dualtrain.core import batchnorm, losses, update_rules
 from dualtrain.core.data import TRAIN
+from dualtrain.core.pair import Layout
 from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
-from dualtrain.spec import Loss
+from dualtrain.spec import Experiment, Loss, OptimizerSpec
 
 from .model import (
+    Conversion,
     call_model,
 )
+from .ops import LOSS_OPS
 from .optimizer import OptimizerVariables
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -32,33 +36,35 @@ class TrainStep:
 
     accumulate: int
     optimizer: OptimizerVariables
+    _dropout: bool
+    _guard_empty: bool
+    _norms: list[tuple[float, bool]]
+    """(momentum, sync) per batchnorm layer, in canonical order."""
+    _poisonable: bool
+    _step_capture_cf: Any  # a traced tf.function (no stubs)
+    _step_cf: Any  # a traced tf.function (no stubs)
+    conversion: Conversion
+    layout: Layout | None
+    applied: tf.Variable
+    dtype: tf.DType
+    first_replica: int
+    fp16: bool
+    good_steps: tf.Variable
+    host: str
+    model: keras.Model
+    n_local: int
+    ops: update_rules.Ops
+    opt: OptimizerSpec
+    param_names: list[str]
+    params: list[tf.Variable]
+    running: list[tf.Variable]
+    scale: tf.Variable
+    spec: Experiment
+    strategy: tf.distribute.Strategy
+    loss: Loss
 
-    _dropout: Any
-    _guard_empty: Any
-    _norms: Any
-    _poisonable: Any
-    _step_capture_cf: Any
-    _step_cf: Any
-    conversion: Any
-    layout: Any
-    applied: Any
-    dtype: Any
-    first_replica: Any
-    fp16: Any
-    good_steps: Any
-    host: Any
-    model: Any
-    n_local: Any
-    ops: Any
-    opt: Any
-    param_names: Any
-    params: Any
-    running: Any
-    scale: Any
-    spec: Any
-    strategy: Any
-    loss: Any
-    feed: Any
+    def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
+        raise NotImplementedError  # TFEngine's
 
     def _local_index(self) -> tf.Tensor:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
@@ -165,21 +171,29 @@ class TrainStep:
                 for g in grads
             ]
         grads = ctx.all_reduce(SUM, grads)
+        grads, norm, finite, amax, captured = self._after_reduce(grads, scale, capture=capture)
+        running = self._running_updates(ctx, stats) if self.running else []
+        return grads, loss_sum, ids, norm, finite, amax, captured, running, own
+
+    def _after_reduce(
+        self, grads: list[tf.Tensor], scale: tf.Tensor, *, capture: bool
+    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        """What follows the SUM of the gradients, the same in the mirrored step and on the
+        parameter server: fp16's unscale, its finite check and the largest |element| (fp16 skips on
+        every replica when the summed gradient is not finite, GradScaler's check; fp32/bf16 never
+        skip, as torch without a GradScaler); the global norm (torch.nn.utils.clip_grad_norm_: the
+        L2 norm of the per-tensor L2 norms); the captured gradient (``capture``); clipping.
+        Returns (clipped gradient, norm, finite, amax, captured)."""
         if self.fp16:
             grads = self._unscale(grads, scale)
-        # fp16 skips on every replica when the all-reduced gradient is not finite (GradScaler's
-        # check); fp32/bf16 never skip, as torch without a GradScaler.
-        if self.fp16:
             finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
             amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
         else:
             finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
-        # torch.nn.utils.clip_grad_norm_: the L2 norm of the per-tensor L2 norms.
         norm = update_rules.global_norm(self.ops, grads)
         captured = list(grads) if capture else []
         grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
-        running = self._running_updates(ctx, stats) if self.running else []
-        return grads, loss_sum, ids, norm, finite, amax, captured, running, own
+        return grads, norm, finite, amax, captured
 
     def _micro_step(
         self,
@@ -236,25 +250,11 @@ class TrainStep:
         return self._losses(tf.cast(logits, tf.float64), y)
 
     def _losses(self, out: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        if self.loss is Loss.CROSS_ENTROPY:
-            per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
-        elif self.loss is Loss.BINARY_CROSS_ENTROPY:
-            y = tf.cast(y, out.dtype)
-            per = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=out), 1)
-        else:
-            per = tf.reduce_mean(tf.math.squared_difference(out, tf.cast(y, out.dtype)), axis=1)
-        return tf.reduce_sum(per)
+        return losses.loss_sum(LOSS_OPS, self.loss, out, y)
 
     def _metric_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         """The evaluation metric summed over these samples (dualtrain.core.losses)."""
-        out = tf.cast(logits, self.dtype)
-        if self.loss is Loss.CROSS_ENTROPY:
-            hit = tf.equal(tf.argmax(out, axis=1, output_type=tf.int32), y)
-            return tf.reduce_sum(tf.cast(hit, tf.float64))
-        if self.loss is Loss.BINARY_CROSS_ENTROPY:
-            hit = tf.cast(tf.equal(out > 0, y > 0.5), self.dtype)
-            return tf.cast(tf.reduce_sum(tf.reduce_mean(hit, axis=1)), tf.float64)
-        return tf.cast(tf.reduce_sum(tf.reduce_mean(tf.abs(out - y), axis=1)), tf.float64)
+        return losses.metric_sum(LOSS_OPS, self.loss, tf.cast(logits, self.dtype), y)
 
     def _unscale(self, grads: Sequence[tf.Tensor], scale: tf.Tensor) -> list[tf.Tensor]:
         """fp16: the all-reduced gradient divided by the loss scale (GradScaler's unscale_: a

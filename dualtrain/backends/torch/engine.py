@@ -19,7 +19,7 @@ import os
 import socket
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from dualtrain.backends.torch.optimizer import (
 )
 from dualtrain.backends.torch.pair import batchnorms, build_module, canonical_state, load_pair
 from dualtrain.backends.torch.precision import precision_setup
-from dualtrain.backends.torch.step import TrainStep
+from dualtrain.backends.torch.step import HookState, TrainStep, sum_hook
 from dualtrain.core import ema as ema_rule
 from dualtrain.core.data import Data
 from dualtrain.core.losses import metric_name
@@ -165,22 +165,6 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
     )
 
 
-class _HookState:
-    __slots__ = ("poison",)
-
-    def __init__(self) -> None:
-        self.poison = False
-
-
-def _sum_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations as real types
-    """SUM all-reduce (no division); fault injection turns this replica's local gradient to inf
-    first, so the overflow reaches the other replicas only through the all-reduce."""
-    buf = bucket.buffer()
-    if state.poison:
-        buf.fill_(float("inf"))
-    return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
-
-
 class TorchEngine(TrainStep, Engine):
     backend = "torch"
 
@@ -226,10 +210,10 @@ class TorchEngine(TrainStep, Engine):
         self._pair = spec.model.is_pair
         self.load_weights_into(module, weights)
         self.module = module.to(device)
-        self._hook = _HookState()
-        self.ddp: Any = self.module  # the module itself where no all-reduce runs
+        self._hook = HookState()
+        self.ddp = self.module  # the module itself where no all-reduce runs
         if not (server or serve):
-            self.ddp = DDP(
+            ddp = DDP(
                 self.module,
                 device_ids=[device.index] if device.type == "cuda" else None,
                 forward_sync_buffers=False,
@@ -238,7 +222,8 @@ class TorchEngine(TrainStep, Engine):
             # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient
             # still comes out divided by the world size (measured on torch 2.13), with a Python
             # hook it does not.
-            self.ddp.register_comm_hook(self._hook, _sum_hook)
+            ddp.register_comm_hook(self._hook, sum_hook)
+            self.ddp = ddp
         self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
         # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of
         # their own (never interleaved with DDP's gradient buckets); unsync layers' running
@@ -253,7 +238,9 @@ class TorchEngine(TrainStep, Engine):
         ]
         if self._pair and world > 1:  # a pair's own BatchNorm layers: replica 0's, the same rule
             self._broadcast += [
-                b for m in batchnorms(self.module) for b in (m.running_mean, m.running_var)
+                cast(torch.Tensor, b)
+                for m in batchnorms(self.module)
+                for b in (m.running_mean, m.running_var)
             ]
         self.params = [p for _, p in self.module.named_parameters()]
         self._ema: list[torch.Tensor] | None = None  # train.ema's average (ema())

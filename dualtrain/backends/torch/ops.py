@@ -1,10 +1,13 @@
-"""The torch array namespace for dualtrain.core.update_rules: only the global gradient norm
-(torch.optim and GradScaler stay the reference for the update rules and the loss scale)."""
+"""The torch array namespaces: for dualtrain.core.update_rules only the global gradient norm
+(torch.optim and GradScaler stay the reference for the update rules and the loss scale); for
+dualtrain.core.losses torch's own loss kernels."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
+from dualtrain.core.losses import LossOps
 from dualtrain.core.update_rules import NormOps
 
 
@@ -23,3 +26,19 @@ def _l2(x: torch.Tensor) -> torch.Tensor:
 # (get_total_norm, with its grouping by device and dtype). So the dots: the recorded value stays
 # as close to float64 as before, and differs from clip_grad_norm_'s by a few float32 ulps.
 NORM_OPS = NormOps(norm=_l2, stack=torch.stack)
+
+LOSS_OPS = LossOps(
+    cross_entropy_sum=lambda out, y: F.cross_entropy(out, y, reduction="sum"),
+    binary_cross_entropy=lambda out, t: F.binary_cross_entropy_with_logits(
+        out, t, reduction="none"
+    ),
+    squared_difference=lambda out, t: F.mse_loss(out, t, reduction="none"),
+    like=lambda y, out: y.to(out.dtype),
+    mean_columns=lambda x: x.mean(dim=1),
+    total=lambda x: x.sum(),
+    equal=lambda a, b: a == b,
+    argmax=lambda out: out.argmax(dim=1),
+    count=lambda hit: hit.sum().double(),
+    fraction=lambda hit, out: hit.to(out.dtype),
+    to_float64=lambda x: x.double(),
+)

@@ -11,11 +11,12 @@ from typing import Any, cast
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from dualtrain.backends.torch.condition import AbsoluteGradient
-from dualtrain.backends.torch.ops import NORM_OPS
-from dualtrain.core import update_rules
+from dualtrain.backends.torch.layers import HashDropout
+from dualtrain.backends.torch.ops import LOSS_OPS, NORM_OPS
+from dualtrain.core import losses, update_rules
 from dualtrain.core.data import TRAIN
 from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
@@ -26,30 +27,59 @@ def _add(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.nda
     return {k: a[k] + b[k] for k in a}
 
 
+class HookState:
+    """What the DDP comm hook reads: whether to poison this replica's gradient (fault
+    injection)."""
+
+    __slots__ = ("poison",)
+
+    def __init__(self) -> None:
+        self.poison = False
+
+
+def sum_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks annotations as real types
+    """SUM all-reduce (no division); fault injection turns this replica's local gradient to inf
+    first, so the overflow reaches the other replicas only through the all-reduce."""
+    buf = bucket.buffer()
+    if state.poison:
+        buf.fill_(float("inf"))
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
 class TrainStep:
     """The methods of TorchEngine this file holds; the engine's state they use, declared:"""
 
     accumulate: int
+    _broadcast: list[torch.Tensor]
+    """Unsync batchnorm's running statistics, rank 0's broadcast after every step."""
+    _hook: HookState
+    applied: int
+    autocast: contextlib.AbstractContextManager[Any]
+    clip: float | None
+    ddp: torch.nn.Module
+    """DistributedDataParallel around ``module``, or the module itself where nothing
+    all-reduces."""
+    device: torch.device
+    dropouts: list[HashDropout]
+    dtype: torch.dtype
+    module: torch.nn.Module
+    names: list[str]
+    opt: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    scaler: torch.amp.GradScaler | None
+    world: int
+    loss: Loss
+    server: bool
+    rank: int
 
-    _broadcast: Any
-    _hook: Any
-    applied: Any
-    autocast: Any
-    clip: Any
-    ddp: Any
-    device: Any
-    dropouts: Any
-    dtype: Any
-    module: Any
-    names: Any
-    opt: Any
-    params: Any
-    scaler: Any
-    world: Any
-    loss: Any
-    batch: Any
-    server: Any
-    rank: Any
+    def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
+        raise NotImplementedError  # TorchEngine's
+
+    def _no_sync(self) -> contextlib.AbstractContextManager[None]:
+        """DDP's no_sync (an accumulating micro-batch: no all-reduce in its backward)."""
+        ddp = self.ddp
+        assert isinstance(ddp, DistributedDataParallel)  # only a replica that all-reduces
+        return ddp.no_sync()
 
     def _settle_buckets(self) -> None:
         """One zero-loss forward and backward before the first step, so every step of every run,
@@ -99,7 +129,7 @@ class TrainStep:
         micro = micro_batches(ids[0], self.accumulate)
         for j, part in enumerate(micro):
             sync = j == len(micro) - 1 or self.server
-            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+            with contextlib.nullcontext() if sync else self._no_sync():
                 loss_sum, part_abs, scale_j, own_j = self._micro_step(
                     part, step, global_count, measure_scale, capture=capture_grads
                 )
@@ -285,12 +315,7 @@ class TrainStep:
         return self._losses(out.detach().to(torch.float64), y)
 
     def _losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if self.loss is Loss.CROSS_ENTROPY:
-            return F.cross_entropy(out, y, reduction="sum")
-        y = y.to(out.dtype)
-        if self.loss is Loss.BINARY_CROSS_ENTROPY:
-            return F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(dim=1).sum()
-        return F.mse_loss(out, y, reduction="none").mean(dim=1).sum()
+        return cast(torch.Tensor, losses.loss_sum(LOSS_OPS, self.loss, out, y))
 
     @torch.no_grad()
     def _loss_abs(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -311,8 +336,4 @@ class TrainStep:
 
     def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The evaluation metric summed over these samples (dualtrain.core.losses)."""
-        if self.loss is Loss.CROSS_ENTROPY:
-            return (out.argmax(dim=1) == y).sum()
-        if self.loss is Loss.BINARY_CROSS_ENTROPY:
-            return ((out > 0) == (y > 0.5)).to(out.dtype).mean(dim=1).sum()
-        return (out - y).abs().mean(dim=1).sum()
+        return cast(torch.Tensor, losses.metric_sum(LOSS_OPS, self.loss, out, y))
