@@ -51,7 +51,7 @@ from dualtrain.core.weights import load_weights
 from dualtrain.spec import load_spec
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
         s.bind(("127.0.0.1", 0))
@@ -61,7 +61,7 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _replay(run_dir: Path):
+def load_replay(run_dir: Path):
     spec = load_spec(run_dir / "spec.yaml")
     if spec.optimizer.name.value != "sgd" or spec.precision.dtype.value != "fp64":
         raise SystemExit("the spike replays fp64 sgd runs only")
@@ -92,7 +92,7 @@ def server_factor(world: int, plant: str | None) -> float:
     return 1.0 / world if plant == "mean_of_means" else 1.0
 
 
-def _report(backend: str, run_dir: Path, final: dict, seconds: float, n_steps: int) -> None:
+def print_report(backend: str, run_dir: Path, final: dict, seconds: float, n_steps: int) -> None:
     ref = dict(np.load(run_dir / "weights_final.npz"))
     worst = max(float(np.max(np.abs(final[k] - ref[k]))) for k in ref)
     scale = max(float(np.max(np.abs(ref[k]))) for k in ref)
@@ -130,9 +130,9 @@ def _tf_server(cluster_json: str, job: str, index: int) -> None:
 
 
 def run_tf(run_dir: Path, n_ps: int, plant: str | None = None) -> None:
-    spec, data, steps, lrs = _replay(run_dir)
+    spec, data, steps, lrs = load_replay(run_dir)
     world = spec.distribution.world_size
-    ports = _free_ports(1 + world + n_ps)
+    ports = free_ports(1 + world + n_ps)
     cluster = {
         "chief": [f"127.0.0.1:{ports[0]}"],
         "worker": [f"127.0.0.1:{p}" for p in ports[1 : 1 + world]],
@@ -223,7 +223,7 @@ def _tf_coordinator(spec, data, steps, lrs, cluster, run_dir, plant) -> None:
         apply(total, tf.constant(lr, tf.float64))
     seconds = time.perf_counter() - t0
     final = {k: np.asarray(v) for k, v in export_canonical(named).items()}
-    _report("tf", run_dir, final, seconds, len(lrs))
+    print_report("tf", run_dir, final, seconds, len(lrs))
 
 
 def run_torch(run_dir: Path, plant: str | None = None) -> None:

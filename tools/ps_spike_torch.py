@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
 from dualtrain.core.weights import load_weights
 from dualtrain.spec import load_spec
-from tools.ps_spike import _free_ports, _replay, _report, normaliser, server_factor
+from tools.ps_spike import free_ports, load_replay, normaliser, print_report, server_factor
 
 
 class ParameterServer:
@@ -96,7 +96,7 @@ def _process(rank: int, size: int, port: int, run_dir: str, out: str, plant: str
         rpc_backend_options=options,
     )
     if rank != 0:
-        spec, data, steps, lrs = _replay(Path(run_dir))
+        spec, data, steps, lrs = load_replay(Path(run_dir))
         replica = rank - 1
         model = build_model(spec.model, seed=spec.seed).double()
         weights = rpc.rpc_sync("ps", ps_weights)
@@ -131,9 +131,9 @@ def run(run_dir: Path, plant: str | None = None) -> None:
         out = str(Path(tmp) / "ps")
         mp.spawn(
             _process,
-            args=(world + 1, _free_ports(1)[0], str(run_dir), out, plant),
+            args=(world + 1, free_ports(1)[0], str(run_dir), out, plant),
             nprocs=world + 1,
         )
         seconds = json.loads(Path(out).read_text())["seconds"]
         final = dict(np.load(out + ".npz"))
-    _report("torch", run_dir, final, seconds, n_steps)
+    print_report("torch", run_dir, final, seconds, n_steps)

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from dualtrain.api.overrides import _merge_key, _plain
-from dualtrain.api.results import CompareResult, RunResult, _finished_line, _run_result
+from dualtrain.api.overrides import merge_override, to_plain
+from dualtrain.api.results import CompareResult, RunResult, build_run_result, finished_line
 from dualtrain.errors import RunFailed, UserError
 
 if TYPE_CHECKING:  # annotations only: importing them at run time would load numpy and more
@@ -78,7 +78,7 @@ def experiment(
             return spec
         raw = spec.to_dict()
     elif isinstance(spec, Mapping):
-        raw = _plain(spec)
+        raw = to_plain(spec)
     elif isinstance(spec, (str, os.PathLike)):
         raw = read_yaml(Path(spec))
     else:
@@ -88,12 +88,12 @@ def experiment(
         )
     raw = apply_overrides(raw, [])  # the loader's short forms (precision: fp16) first
     for key, value in overrides.items():
-        raw = _merge_key(raw, key, value)
+        raw = merge_override(raw, key, value)
     raw = apply_overrides(raw, strings)
     if world_size is not None:
-        raw = _merge_key(raw, "distribution", {"world_size": world_size})
+        raw = merge_override(raw, "distribution", {"world_size": world_size})
     if precision is not None:
-        raw = _merge_key(
+        raw = merge_override(
             raw, "precision", {"dtype": precision} if isinstance(precision, str) else precision
         )
     return from_dict(raw)
@@ -157,7 +157,7 @@ def run(
         run_dir, summary = start_run(
             resolved, b, _path(out), overwrite=overwrite, resume_from=_path(resume_from)
         )
-    return _finished(_run_result(b, run_dir, summary, resolved), quiet)
+    return _finished(build_run_result(b, run_dir, summary, resolved), quiet)
 
 
 def resume(
@@ -175,12 +175,12 @@ def resume(
     b = _backend(backend) if backend is not None else None
     with _silenced(quiet):
         path, summary = resume_run(Path(run_dir), b, world_size)
-    return _finished(_run_result(_backend(summary["backend"]), path, summary, None), quiet)
+    return _finished(build_run_result(_backend(summary["backend"]), path, summary, None), quiet)
 
 
 def _finished(result: RunResult, quiet: bool) -> RunResult:
     if result.is_chief and not quiet:
-        _say(_finished_line(result))
+        _say(finished_line(result))
     return result
 
 

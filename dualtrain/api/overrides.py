@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _plain(value: Any) -> Any:
+def to_plain(value: Any) -> Any:
     """Plain YAML-like data: mappings to dicts, tuples to lists, paths to strings."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [to_plain(v) for v in value]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     return value
@@ -25,11 +25,11 @@ def _merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
-            out[key] = _plain(value)
+            out[key] = to_plain(value)
     return out
 
 
-def _merge_key(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+def merge_override(raw: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     base = raw
     if (
         key == "model"

@@ -117,7 +117,7 @@ class CompareResult:
         raise UserError(f"no check named {name!r} (checks: {names}). Received: {name!r}")
 
 
-def _finished_line(result: RunResult) -> str:
+def finished_line(result: RunResult) -> str:
     acc, mae = result.test_accuracy, result.test_mae
     if mae is not None and acc is None:
         score = f"test mse {result.test_loss:.4g}, mae {mae:.4g}"
@@ -133,7 +133,7 @@ def _num(value: Any) -> float | None:
     return None if value is None else float(value)  # float() reads the "nan"/"inf" JSON strings
 
 
-def _run_result(
+def build_run_result(
     backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None, spec: Experiment | None
 ) -> RunResult:
     from dualtrain.records.record import SPEC_FILE

@@ -12,7 +12,7 @@ from dualtrain.records.record import SUMMARY_FILE, WEIGHTS_FINAL
 from dualtrain.runtime import checkpoint
 
 
-def _trained(run_dir: Path) -> bool:
+def has_trained(run_dir: Path) -> bool:
     """Whether a run has recorded a training step (or a checkpoint) yet."""
     metrics = run_dir / "metrics.jsonl"
     return (metrics.is_file() and metrics.stat().st_size > 0) or (run_dir / checkpoint.DIR).is_dir()
@@ -57,7 +57,7 @@ def check_records(ckpt: checkpoint.Checkpoint) -> Path:
     return source
 
 
-def _copy_records(ckpt: checkpoint.Checkpoint, run_dir: Path) -> None:
+def copy_records(ckpt: checkpoint.Checkpoint, run_dir: Path) -> None:
     """A run that continues another run's checkpoint starts with that run's records up to it."""
     source = check_records(ckpt)
     for name, size in ckpt.state["records"].items():

@@ -19,7 +19,7 @@ from dualtrain.core import pair
 from dualtrain.core.data import Data, write_record
 from dualtrain.core.weights import initial_weights, save_weights
 from dualtrain.driver.pair import pair_layout
-from dualtrain.driver.rewind import _copy_records, _trained, check_records, truncate_records
+from dualtrain.driver.rewind import check_records, copy_records, has_trained, truncate_records
 from dualtrain.driver.validate import check_out_dir, validate
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder, write_atomic
@@ -219,7 +219,7 @@ def start_run(
     _write_run_dir(plan)
     try:
         if plan.resume is not None:
-            _copy_records(plan.resume, run_dir)
+            copy_records(plan.resume, run_dir)
         return run_dir, _launch(
             plan.spec,
             backend,
@@ -342,7 +342,7 @@ def _launch(
             if exc.code == 2 and reported.is_file():  # a worker's user error, said once
                 message = reported.read_text()
                 reported.unlink()
-                if not _trained(run_dir):  # before the first step: a mistake, exit 2
+                if not has_trained(run_dir):  # before the first step: a mistake, exit 2
                     raise UserError(message) from None
                 # during training (a full disk, say): the run failed; what it wrote stays
                 raise RunFailed(

@@ -34,7 +34,7 @@ TF_PORT_BASE = "DUALTRAIN_TF_PORT_BASE"
 PORT_OFFSET, PORT_NO_JOB = 15000, 12910
 #: Slurm's reserved step ids (batch script, extern, interactive, pending, ...) are 0xfffffff0 and
 #: up.
-_RESERVED_STEP = 0xFFFFFFF0
+FIRST_RESERVED_STEP = 0xFFFFFFF0
 #: Lightning's interactive-job rule: a job named like this is someone's shell, not a training step.
 INTERACTIVE_JOB_NAMES = ("bash", "interactive")
 
@@ -90,7 +90,7 @@ def apply(launcher: Launcher) -> None:
 # torchrun's variables (torchrun, the Kubeflow PyTorchJob operator, a script)
 
 
-def _port(env: Mapping[str, str], name: str) -> int:
+def env_port(env: Mapping[str, str], name: str) -> int:
     value = env[name].strip()
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise UserError(f"{name} must be a port number in 1..65535. Received: {name}={value!r}")
@@ -114,7 +114,7 @@ def torch_env_launcher(env: Mapping[str, str] | None = None) -> Launcher | None:
     rank, world = values["RANK"], values["WORLD_SIZE"]
     if world < 1 or rank >= world:
         raise UserError(f"RANK must be below WORLD_SIZE={world}. Received: RANK={rank}")
-    port, addr = _port(env, "MASTER_PORT"), env["MASTER_ADDR"].strip()
+    port, addr = env_port(env, "MASTER_PORT"), env["MASTER_ADDR"].strip()
     if "TORCHELASTIC_RUN_ID" in env:
         kind, who = "torchrun", "torchrun"
     elif any(k in env for k in ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE")) or (

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from dualtrain.errors import UserError
 from dualtrain.launch.cluster import (
-    _RESERVED_STEP,
+    FIRST_RESERVED_STEP,
     INTERACTIVE_JOB_NAMES,
     PORT_NO_JOB,
     PORT_OFFSET,
@@ -40,7 +40,7 @@ from dualtrain.launch.cluster import (
     TF_PORT_BASE,
     TORCH_KEYS,
     Launcher,
-    _port,
+    env_port,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def _int_var(env: Mapping[str, str], *names: str, minimum: int = 0) -> tuple[str
 def _step_id(env: Mapping[str, str]) -> int | None:
     """The srun step this process belongs to; None for the batch script and the pseudo-steps."""
     found = _first(env, "SLURM_STEP_ID", "SLURM_STEPID")
-    if found is None or not found[1].isdigit() or int(found[1]) >= _RESERVED_STEP:
+    if found is None or not found[1].isdigit() or int(found[1]) >= FIRST_RESERVED_STEP:
         return None
     return int(found[1])
 
@@ -259,7 +259,7 @@ def slurm_port(env: Mapping[str, str], job_id: str | None) -> int:
     """MASTER_PORT if set, else Lightning's rule: 15000 + the last four digits of the job id (so two
     jobs sharing a node rarely pick the same port), 12910 without a job id."""
     if env.get("MASTER_PORT", "").strip():
-        return _port(env, "MASTER_PORT")
+        return env_port(env, "MASTER_PORT")
     digits = re.sub(r"\D", "", job_id or "")
     return PORT_OFFSET + int(digits[-4:]) if digits else PORT_NO_JOB
 
@@ -303,7 +303,7 @@ def slurm_launcher(backend: str, env: Mapping[str, str] | None = None) -> Launch
             line=f"{where}, MASTER_ADDR {addr}:{port}",
         )
     base_var = TF_PORT_BASE if env.get(TF_PORT_BASE, "").strip() else None
-    base = _port(env, TF_PORT_BASE) if base_var else port
+    base = env_port(env, TF_PORT_BASE) if base_var else port
     top = base + max(task.tasks_per_node) - 1
     if top > 65535:
         raise UserError(

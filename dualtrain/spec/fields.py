@@ -13,14 +13,14 @@ def _fail(path: str, requirement: str, value: Any) -> UserError:
     return UserError(f"{path} {requirement}. Received: {value!r}")
 
 
-def _check(cond: bool, path: str, requirement: str, value: Any) -> None:
+def check_field(cond: bool, path: str, requirement: str, value: Any) -> None:
     if not cond:
         raise _fail(path, requirement, value)
 
 
-_SPEC = dict(frozen=True, kw_only=True, slots=True)
+SPEC_DATACLASS = dict(frozen=True, kw_only=True, slots=True)
 
-#: Field policies, declared on the schema (``_tagged``) and read by :func:`paths_with`:
+#: Field policies, declared on the schema (``tagged_field``) and read by :func:`paths_with`:
 COSMETIC = "cosmetic"
 """Cannot change the numbers of a run (names, paths, rendezvous, logging): compare lists a
 difference but never fails on it or names it as a cause."""
@@ -35,7 +35,7 @@ SHOWS_IN_LR = "shows in the learning rate"
 SHOWS_IN_SCALE = "shows in the loss-scale decisions"
 
 
-def _tagged(*tags: str, **kwargs: Any) -> Any:
+def tagged_field(*tags: str, **kwargs: Any) -> Any:
     """A field (``default=`` or ``default_factory=``) carrying the policies ``tags``; on a section,
     they hold for every field in it."""
     return field(metadata={"policy": frozenset(tags)}, **kwargs)

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dualtrain.errors import UserError
-from dualtrain.spec.fields import _SPEC, COSMETIC, _check, _tagged
+from dualtrain.spec.fields import COSMETIC, SPEC_DATACLASS, check_field, tagged_field
 from dualtrain.spec.vocab import LayerType, Loss, Padding
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class LayerSpec:
     type: LayerType
     """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid,
@@ -71,15 +71,15 @@ class LayerSpec:
                 if getattr(self, name) is None:
                     object.__setattr__(self, name, default)
             assert self.momentum is not None and self.eps is not None  # defaults set just above
-            _check(
+            check_field(
                 0.0 <= self.momentum <= 1.0,
                 "layer batchnorm.momentum",
                 "must be in [0, 1]",
                 self.momentum,
             )
-            _check(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
+            check_field(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
         if t is LayerType.RESIDUAL:
-            _check(
+            check_field(
                 bool(self.body),
                 "layer residual.body",
                 "must list at least one layer",
@@ -98,19 +98,21 @@ class LayerSpec:
                 raise UserError(
                     f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}"
                 )
-            _check(0.0 <= self.rate < 1.0, "layer dropout.rate", "must be in [0, 1)", self.rate)
+            check_field(
+                0.0 <= self.rate < 1.0, "layer dropout.rate", "must be in [0, 1)", self.rate
+            )
         for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
             v = getattr(self, name)
             if v is not None and name not in allowed:
                 raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
             if v is not None:
-                _check(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
+                check_field(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
         if self.padding is not Padding.VALID and "padding" not in allowed:
             raise UserError(
                 f"layer type {t.value!r} takes no 'padding'. Received: {self.padding!r}"
             )
         if isinstance(self.padding, int):
-            _check(
+            check_field(
                 self.padding >= 0,
                 f"layer {t.value}.padding",
                 "must be >= 0, valid or same",
@@ -134,7 +136,7 @@ class LayerSpec:
             )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class InputSpec:
     """One model input: its name (the arrays ``{name}_train`` / ``{name}_test`` in the data), the
     shape of one sample, and, in a model with several inputs, the branch of layers that input goes
@@ -148,13 +150,13 @@ class InputSpec:
     """This input's branch (several inputs only); its output must be flat."""
 
     def __post_init__(self) -> None:
-        _check(
+        check_field(
             self.name.isidentifier() and self.name not in ("body", "shortcut"),
             "model.inputs[].name",
             "must be a Python identifier (not body/shortcut)",
             self.name,
         )
-        _check(
+        check_field(
             len(self.shape) in (1, 3) and all(d >= 1 for d in self.shape),
             f"model.inputs[{self.name}].shape",
             "must be [C, H, W] (an image) or [F] (features), every size >= 1",
@@ -162,7 +164,7 @@ class InputSpec:
         )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class ModelSpec:
     inputs: tuple[InputSpec, ...] = (InputSpec(),)
     """The model's inputs, in order: ``[{name: x, shape: [1, 28, 28]}]`` (MNIST's) unless given.
@@ -178,7 +180,7 @@ class ModelSpec:
     exclusive with layers; set ``preset: null`` to use layers."""
     layers: tuple[LayerSpec, ...] = ()
     """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
-    init_from: str | None = _tagged(COSMETIC, default=None)
+    init_from: str | None = tagged_field(COSMETIC, default=None)
     """Canonical-layout .npz with the initial weights; None: generate them from the seed."""
     torch: str | None = None
     """A model pair's PyTorch side: ``"package.module:factory"``, a callable returning an
@@ -190,7 +192,7 @@ class ModelSpec:
     the inputs NHWC (images) or (N, F) and returns (N, outputs)."""
     args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for both factories (e.g. ``{width: 16, blocks: 2}``)."""
-    path: str | None = _tagged(COSMETIC, default=None)
+    path: str | None = tagged_field(COSMETIC, default=None)
     """A folder searched first for the factories' modules (default: the working directory)."""
     weight_map: str | None = None
     """A model pair's explicit weight map (YAML/JSON: ``[{torch: NAME, keras: PATH, transform:
@@ -213,7 +215,7 @@ class ModelSpec:
                     f"{name}={getattr(self, name)!r}"
                 )
         if self.preset is not None:
-            _check(
+            check_field(
                 self.preset in PRESETS,
                 "model.preset",
                 f"must be one of {sorted(PRESETS)}",
@@ -227,27 +229,29 @@ class ModelSpec:
             )
 
         names = [i.name for i in self.inputs]
-        _check(bool(names), "model.inputs", "must list at least one input", [])
-        _check(len(set(names)) == len(names), "model.inputs", "must have distinct names", names)
+        check_field(bool(names), "model.inputs", "must list at least one input", [])
+        check_field(
+            len(set(names)) == len(names), "model.inputs", "must have distinct names", names
+        )
         layers = self.resolved_layers()
         concat = [j for j, layer in enumerate(layers) if layer.type is LayerType.CONCAT]
         if len(self.inputs) == 1:
-            _check(
+            check_field(
                 not self.inputs[0].layers,
                 f"model.inputs[{names[0]}].layers",
                 "is only for models with several inputs (put the layers in model.layers)",
                 len(self.inputs[0].layers),
             )
-            _check(not concat, "model.layers", "has a concat layer but one input", names)
+            check_field(not concat, "model.layers", "has a concat layer but one input", names)
         else:
             for i in self.inputs:
-                _check(
+                check_field(
                     bool(i.layers),
                     f"model.inputs[{i.name}].layers",
                     "must list this input's branch (a model with several inputs)",
                     [],
                 )
-            _check(
+            check_field(
                 concat == [0],
                 "model.layers",
                 "must start with one concat layer (it merges the inputs' branches) and have no "
@@ -256,7 +260,7 @@ class ModelSpec:
             )
         for i in self.inputs:
             for j, layer in enumerate(i.layers):
-                _check(
+                check_field(
                     layer.type is not LayerType.CONCAT,
                     f"model.inputs[{i.name}].layers[{j}]",
                     "cannot be a concat layer",
@@ -279,16 +283,18 @@ class ModelSpec:
             text = getattr(self, side)
             mod, _, attr = text.partition(":")
             ok = bool(mod) and bool(attr) and all(p.isidentifier() for p in mod.split("."))
-            _check(
+            check_field(
                 ok and all(p.isidentifier() for p in attr.split(".")),
                 f"model.{side}",
                 "must be 'package.module:factory'",
                 text,
             )
         names = [i.name for i in self.inputs]
-        _check(len(set(names)) == len(names), "model.inputs", "must have distinct names", names)
+        check_field(
+            len(set(names)) == len(names), "model.inputs", "must have distinct names", names
+        )
         for i in self.inputs:
-            _check(
+            check_field(
                 not i.layers,
                 f"model.inputs[{i.name}].layers",
                 "is for dualtrain layers; a model pair's branches are in its own code",

@@ -10,24 +10,24 @@ from typing import Any
 
 from dualtrain.errors import UserError
 from dualtrain.spec.fields import (
-    _SPEC,
     COSMETIC,
     FREE,
     SHOWS_IN_IDS,
     SHOWS_IN_INIT,
     SHOWS_IN_LR,
     SHOWS_IN_SCALE,
-    _check,
-    _tagged,
+    SPEC_DATACLASS,
+    check_field,
+    tagged_field,
 )
 from dualtrain.spec.model import LayerSpec, ModelSpec
 from dualtrain.spec.optimizers import OPTIMIZERS
 from dualtrain.spec.vocab import (
+    METRICS,
     Dataset,
     Device,
     Every,
     LastBatch,
-    Loss,
     Normalize,
     OptimizerName,
     Precision,
@@ -41,7 +41,7 @@ from dualtrain.spec.vocab import (
 )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class InputStats:
     """Given normalisation values for one input: one mean and std per channel (images) or feature
     (tables), or one value for all."""
@@ -51,13 +51,13 @@ class InputStats:
     std: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        _check(
+        check_field(
             len(self.mean) >= 1 and len(self.mean) == len(self.std),
             f"data.stats[{self.input}]",
             "needs mean and std of the same length (>= 1)",
             {"mean": list(self.mean), "std": list(self.std)},
         )
-        _check(
+        check_field(
             all(s > 0 and s < float("inf") for s in self.std),
             f"data.stats[{self.input}].std",
             "must be finite and > 0",
@@ -65,12 +65,12 @@ class InputStats:
         )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class DataSpec:
     dataset: Dataset = Dataset.MNIST
     """mnist, arrays (your own .npz or .npy folder at ``path``), or a dataset bundled with
     scikit-learn: digits, wine, breast_cancer, diabetes (docs/data.md)."""
-    path: str | None = _tagged(COSMETIC, FREE, default=None)
+    path: str | None = tagged_field(COSMETIC, FREE, default=None)
     """arrays: an .npz file or a folder of .npy files holding ``{input}_train``, ``{input}_test``,
     ``{target}_train`` and ``{target}_test`` (.npy files are memory-mapped). Its content's sha256
     is what the run records and resume and continuation check, not the path."""
@@ -90,10 +90,10 @@ class DataSpec:
     validation_ids: tuple[int, ...] = ()
     """Explicit validation sample ids (rows of the training split); ``validation: [ids...]`` in a
     spec means the same."""
-    data_dir: str | None = _tagged(COSMETIC, FREE, default=None)
+    data_dir: str | None = tagged_field(COSMETIC, FREE, default=None)
     """mnist: a folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None:
     offline copy or cache."""
-    download: bool = _tagged(COSMETIC, FREE, default=True)
+    download: bool = tagged_field(COSMETIC, FREE, default=True)
     """mnist: allow a checksum-verified download into the cache when no local copy is found."""
     batch_size: int = 128
     """Global batch size (all replicas together) of one forward and backward: with
@@ -114,51 +114,51 @@ class DataSpec:
     """Use only the first N test samples."""
 
     def __post_init__(self) -> None:
-        _check(self.batch_size >= 1, "data.batch_size", "must be >= 1", self.batch_size)
-        _check(
+        check_field(self.batch_size >= 1, "data.batch_size", "must be >= 1", self.batch_size)
+        check_field(
             self.eval_batch_size >= 1, "data.eval_batch_size", "must be >= 1", self.eval_batch_size
         )
         for name in ("train_limit", "test_limit"):
             v = getattr(self, name)
-            _check(v is None or v >= 1, f"data.{name}", "must be >= 1 or null", v)
+            check_field(v is None or v >= 1, f"data.{name}", "must be >= 1 or null", v)
         if self.dataset is Dataset.ARRAYS:
-            _check(
+            check_field(
                 bool(self.path),
                 "data.path",
                 "must name an .npz file or a folder of .npy files with dataset: arrays",
                 self.path,
             )
         else:
-            _check(
+            check_field(
                 self.path is None,
                 "data.path",
                 "is only for dataset: arrays",
                 self.path,
             )
-        _check(self.target.isidentifier(), "data.target", "must be an identifier", self.target)
+        check_field(self.target.isidentifier(), "data.target", "must be an identifier", self.target)
         if self.validation is not None:
-            _check(
+            check_field(
                 0.0 < self.validation < 1.0,
                 "data.validation",
                 "must be a fraction in (0, 1) or a list of sample ids",
                 self.validation,
             )
-            _check(
+            check_field(
                 not self.validation_ids,
                 "data.validation_ids",
                 "cannot be given with a validation fraction",
                 list(self.validation_ids),
             )
         ids = self.validation_ids
-        _check(
+        check_field(
             all(i >= 0 for i in ids) and len(set(ids)) == len(ids),
             "data.validation_ids",
             "must be distinct ids >= 0",
             list(ids)[:10],
         )
         names = [s.input for s in self.stats]
-        _check(len(set(names)) == len(names), "data.stats", "names an input twice", names)
-        _check(
+        check_field(len(set(names)) == len(names), "data.stats", "names an input twice", names)
+        check_field(
             not self.stats or self.normalize is Normalize.AUTO,
             "data.stats",
             "gives normalisation values, which data.normalize: none turns off; drop one",
@@ -166,7 +166,7 @@ class DataSpec:
         )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class ScheduleSpec:
     name: ScheduleName = ScheduleName.CONSTANT
     """constant, step (lr * gamma ** (step // step_size)) or cosine (to min_lr over the run)."""
@@ -183,10 +183,14 @@ class ScheduleSpec:
     then count epochs), as torch's StepLR/CosineAnnealingLR stepped after each epoch."""
 
     def __post_init__(self) -> None:
-        _check(self.step_size >= 1, "optimizer.schedule.step_size", "must be >= 1", self.step_size)
-        _check(0 < self.gamma <= 1, "optimizer.schedule.gamma", "must be in (0, 1]", self.gamma)
-        _check(self.min_lr >= 0, "optimizer.schedule.min_lr", "must be >= 0", self.min_lr)
-        _check(
+        check_field(
+            self.step_size >= 1, "optimizer.schedule.step_size", "must be >= 1", self.step_size
+        )
+        check_field(
+            0 < self.gamma <= 1, "optimizer.schedule.gamma", "must be in (0, 1]", self.gamma
+        )
+        check_field(self.min_lr >= 0, "optimizer.schedule.min_lr", "must be >= 0", self.min_lr)
+        check_field(
             self.warmup_steps >= 0,
             "optimizer.schedule.warmup_steps",
             "must be >= 0",
@@ -194,12 +198,12 @@ class ScheduleSpec:
         )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class OptimizerSpec:
     name: OptimizerName = OptimizerName.SGD
     """sgd, adam, adamw, adadelta or rmsprop (torch.optim semantics in both backends; see
     docs/parity.md)."""
-    lr: float = _tagged(SHOWS_IN_LR, default=0.05)
+    lr: float = tagged_field(SHOWS_IN_LR, default=0.05)
     """Peak learning rate."""
     momentum: float = 0.0
     """sgd and rmsprop: momentum (torch form: buf = m*buf + g; p -= lr*buf); other optimizers
@@ -222,14 +226,18 @@ class OptimizerSpec:
     clip_grad_norm: float | None = None
     """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null:
     off."""
-    schedule: ScheduleSpec = _tagged(SHOWS_IN_LR, default_factory=ScheduleSpec)
+    schedule: ScheduleSpec = tagged_field(SHOWS_IN_LR, default_factory=ScheduleSpec)
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, "optimizer.lr", "must be > 0", self.lr)
-        _check(0 <= self.momentum < 1, "optimizer.momentum", "must be in [0, 1)", self.momentum)
+        check_field(self.lr > 0, "optimizer.lr", "must be > 0", self.lr)
+        check_field(
+            0 <= self.momentum < 1, "optimizer.momentum", "must be in [0, 1)", self.momentum
+        )
         if self.nesterov:
-            _check(self.momentum > 0, "optimizer.nesterov", "needs momentum > 0", self.momentum)
-        _check(
+            check_field(
+                self.momentum > 0, "optimizer.nesterov", "needs momentum > 0", self.momentum
+            )
+        check_field(
             len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
             "optimizer.betas",
             "must be two numbers in [0, 1)",
@@ -238,17 +246,19 @@ class OptimizerSpec:
         if self.eps is None:  # torch's default for this optimizer, written into the resolved spec
             object.__setattr__(self, "eps", OPTIMIZERS[self.name].default_eps)
         assert self.eps is not None  # set just above when it was null
-        _check(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
-        _check(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
-        _check(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
+        check_field(self.eps > 0, "optimizer.eps", "must be > 0", self.eps)
+        check_field(0 <= self.rho <= 1, "optimizer.rho", "must be in [0, 1]", self.rho)
+        check_field(0 <= self.alpha <= 1, "optimizer.alpha", "must be in [0, 1]", self.alpha)
         if self.centered and "centered" not in OPTIMIZERS[self.name].options:
             raise UserError(
                 f"optimizer.centered is for rmsprop. Received: centered=true with {self.name.value}"
             )
 
-        _check(self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", self.weight_decay)
+        check_field(
+            self.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", self.weight_decay
+        )
         if self.clip_grad_norm is not None:
-            _check(
+            check_field(
                 self.clip_grad_norm > 0,
                 "optimizer.clip_grad_norm",
                 "must be > 0 or null",
@@ -256,7 +266,7 @@ class OptimizerSpec:
             )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class LossScaleSpec:
     init: float = 65536.0
     """Initial loss scale (torch GradScaler default 2**16; Keras uses 2**15)."""
@@ -266,20 +276,20 @@ class LossScaleSpec:
     """Grow the scale after this many consecutive finite steps."""
 
     def __post_init__(self) -> None:
-        _check(self.init > 0, "precision.loss_scale.init", "must be > 0", self.init)
-        _check(
+        check_field(self.init > 0, "precision.loss_scale.init", "must be > 0", self.init)
+        check_field(
             self.growth_factor >= 1,
             "precision.loss_scale.growth_factor",
             "must be >= 1",
             self.growth_factor,
         )
-        _check(
+        check_field(
             0 < self.backoff_factor < 1,
             "precision.loss_scale.backoff_factor",
             "must be in (0, 1)",
             self.backoff_factor,
         )
-        _check(
+        check_field(
             self.growth_interval >= 1,
             "precision.loss_scale.growth_interval",
             "must be >= 1",
@@ -287,53 +297,55 @@ class LossScaleSpec:
         )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class PrecisionSpec:
     dtype: Precision = Precision.FP32
     """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling), bf16 (no loss scaling) or fp64
     (float64 everywhere: the reference precision ``dualtrain compare`` checks semantics with)."""
-    loss_scale: LossScaleSpec = _tagged(SHOWS_IN_SCALE, default_factory=LossScaleSpec)
+    loss_scale: LossScaleSpec = tagged_field(SHOWS_IN_SCALE, default_factory=LossScaleSpec)
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class DistributionSpec:
     world_size: int = 1
     """Number of replicas (torch: processes; tf: devices or worker processes)."""
     device: Device = Device.CPU
     """cpu (gloo) or gpu (nccl)."""
-    strategy: Strategy = _tagged(COSMETIC, default=Strategy.ALL_REDUCE)
+    strategy: Strategy = tagged_field(COSMETIC, default=Strategy.ALL_REDUCE)
     """all_reduce, or parameter_server: a synchronous parameter server holds the weights and the
     optimizer and applies one update from the sum of every replica's gradient (the same step;
     docs/strategies.md)."""
-    master_addr: str = _tagged(COSMETIC, default="127.0.0.1")
+    master_addr: str = tagged_field(COSMETIC, default="127.0.0.1")
     """Rendezvous address for locally launched workers."""
-    master_port: int | None = _tagged(COSMETIC, default=None)
+    master_port: int | None = tagged_field(COSMETIC, default=None)
     """Rendezvous port; null picks a free one."""
-    timeout_s: float = _tagged(COSMETIC, default=120.0)
+    timeout_s: float = tagged_field(COSMETIC, default=120.0)
     """Bound on startup and on any single collective: a lost peer fails the run instead of
     hanging."""
-    threads_per_worker: int | None = _tagged(COSMETIC, default=None)
+    threads_per_worker: int | None = tagged_field(COSMETIC, default=None)
     """Intra-op threads per worker process; null: cores // local workers."""
-    max_restarts: int = _tagged(COSMETIC, default=0)
+    max_restarts: int = tagged_field(COSMETIC, default=0)
     """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
     the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the
     rank. Without checkpoints a restart begins again at step 1."""
 
     def __post_init__(self) -> None:
-        _check(self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size)
-        _check(
+        check_field(
+            self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size
+        )
+        check_field(
             self.max_restarts >= 0, "distribution.max_restarts", "must be >= 0", self.max_restarts
         )
-        _check(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
+        check_field(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
         if self.master_port is not None:
-            _check(
+            check_field(
                 0 < self.master_port < 65536,
                 "distribution.master_port",
                 "must be in 1..65535",
                 self.master_port,
             )
         if self.threads_per_worker is not None:
-            _check(
+            check_field(
                 self.threads_per_worker >= 1,
                 "distribution.threads_per_worker",
                 "must be >= 1",
@@ -341,13 +353,13 @@ class DistributionSpec:
             )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class TFSpec:
-    strategy: TFStrategy = _tagged(COSMETIC, default=TFStrategy.MIRRORED)
+    strategy: TFStrategy = tagged_field(COSMETIC, default=TFStrategy.MIRRORED)
     """mirrored (one process, N local devices) or multi_worker (N processes, TF_CONFIG)."""
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class EarlyStoppingSpec:
     """Stop when an evaluation metric has not improved for ``patience`` evaluations (Keras's
     EarlyStopping, Lightning's): decided on the chief from the gathered evaluation, at every
@@ -366,18 +378,18 @@ class EarlyStoppingSpec:
 
     def __post_init__(self) -> None:
         if self.patience is not None:
-            _check(
+            check_field(
                 self.patience >= 1,
                 "train.early_stopping.patience",
                 "must be >= 1 or null",
                 self.patience,
             )
-        _check(
+        check_field(
             self.min_delta >= 0, "train.early_stopping.min_delta", "must be >= 0", self.min_delta
         )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class EmaSpec:
     """An exponential moving average of the trainable weights (docs/spec.md)."""
 
@@ -392,12 +404,12 @@ class EmaSpec:
     """Evaluate (test and validation) with the averaged weights instead of the live ones."""
 
     def __post_init__(self) -> None:
-        _check(0 <= self.decay < 1, "train.ema.decay", "must be in [0, 1)", self.decay)
-        _check(self.every >= 1, "train.ema.every", "must be >= 1", self.every)
-        _check(self.start >= 0, "train.ema.start", "must be >= 0", self.start)
+        check_field(0 <= self.decay < 1, "train.ema.decay", "must be in [0, 1)", self.decay)
+        check_field(self.every >= 1, "train.ema.every", "must be >= 1", self.every)
+        check_field(self.start >= 0, "train.ema.start", "must be >= 0", self.start)
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class TrainSpec:
     epochs: int | None = 1
     """Number of epochs (null with max_steps: as many as max_steps needs)."""
@@ -405,13 +417,13 @@ class TrainSpec:
     """Stop after this many optimizer steps (counted across epochs)."""
     eval_every: int = 0
     """Evaluate every N steps; 0: at the end of every epoch. A final evaluation always runs."""
-    log_every: int = _tagged(COSMETIC, FREE, default=50)
+    log_every: int = tagged_field(COSMETIC, FREE, default=50)
     """Progress line and metrics flush every N steps."""
-    checkpoint_every: Every | int | None = _tagged(COSMETIC, FREE, default=None)
+    checkpoint_every: Every | int | None = tagged_field(COSMETIC, FREE, default=None)
     """Write a checkpoint every N steps, or ``epoch``: at the end of every epoch; null: never. A run
     that checkpoints also writes one after its last step (RUN_DIR/checkpoints,
     docs/checkpoints.md)."""
-    keep_checkpoints: int = _tagged(COSMETIC, FREE, default=3)
+    keep_checkpoints: int = tagged_field(COSMETIC, FREE, default=3)
     """Keep the newest K complete checkpoints; older ones are deleted once a newer one is
     complete."""
     accumulate: int = 1
@@ -429,13 +441,13 @@ class TrainSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_every, int):
-            _check(
+            check_field(
                 self.checkpoint_every >= 1,
                 "train.checkpoint_every",
                 "must be >= 1, epoch or null",
                 self.checkpoint_every,
             )
-        _check(
+        check_field(
             self.keep_checkpoints >= 1,
             "train.keep_checkpoints",
             "must be >= 1",
@@ -444,12 +456,12 @@ class TrainSpec:
         if self.epochs is None and self.max_steps is None:
             raise UserError("train: give epochs or max_steps. Received: neither")
         if self.epochs is not None:
-            _check(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
+            check_field(self.epochs >= 1, "train.epochs", "must be >= 1", self.epochs)
         if self.max_steps is not None:
-            _check(self.max_steps >= 1, "train.max_steps", "must be >= 1", self.max_steps)
-        _check(self.eval_every >= 0, "train.eval_every", "must be >= 0", self.eval_every)
-        _check(self.log_every >= 1, "train.log_every", "must be >= 1", self.log_every)
-        _check(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
+            check_field(self.max_steps >= 1, "train.max_steps", "must be >= 1", self.max_steps)
+        check_field(self.eval_every >= 0, "train.eval_every", "must be >= 0", self.eval_every)
+        check_field(self.log_every >= 1, "train.log_every", "must be >= 1", self.log_every)
+        check_field(self.accumulate >= 1, "train.accumulate", "must be >= 1", self.accumulate)
         if self.keep_best and self.early_stopping is None:
             raise UserError(
                 "train.keep_best needs train.early_stopping (its metric and mode say which "
@@ -458,7 +470,7 @@ class TrainSpec:
             )
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class LoggingSpec:
     """Where a run reports besides metrics.jsonl (which is always written). Changing it never
     changes the training: a run may resume or continue with other logging settings."""
@@ -472,11 +484,11 @@ class LoggingSpec:
     otherwise (log files, CI); bar: always the bar; lines: always plain lines."""
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class DebugSpec:
     """Inspection and fault injection, for tests and debugging. Leave empty in real runs."""
 
-    dump_grads: tuple[int, ...] = _tagged(COSMETIC, default=())
+    dump_grads: tuple[int, ...] = tagged_field(COSMETIC, default=())
     """Steps (1-based) whose all-reduced, unscaled, unclipped gradient the chief saves as
     ``grads_step{N}.npz`` (canonical layout)."""
     nonfinite_grad: tuple[tuple[int, int], ...] = ()
@@ -491,37 +503,37 @@ class DebugSpec:
     manifest), in the first attempt only."""
 
 
-@dataclass(**_SPEC)
+@dataclass(**SPEC_DATACLASS)
 class Experiment:
-    name: str = _tagged(COSMETIC, FREE, default="experiment")
+    name: str = tagged_field(COSMETIC, FREE, default="experiment")
     """Run name, used in the default output directory."""
-    seed: int = _tagged(SHOWS_IN_IDS, SHOWS_IN_INIT, default=0)
+    seed: int = tagged_field(SHOWS_IN_IDS, SHOWS_IN_INIT, default=0)
     """Seeds the data order and the initial weights."""
-    data: DataSpec = _tagged(SHOWS_IN_IDS, default_factory=DataSpec)
+    data: DataSpec = tagged_field(SHOWS_IN_IDS, default_factory=DataSpec)
     model: ModelSpec = field(default_factory=lambda: ModelSpec(preset="mlp"))
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     precision: PrecisionSpec = field(default_factory=PrecisionSpec)
-    distribution: DistributionSpec = _tagged(FREE, default_factory=DistributionSpec)
-    tf: TFSpec = _tagged(FREE, default_factory=TFSpec)
+    distribution: DistributionSpec = tagged_field(FREE, default_factory=DistributionSpec)
+    tf: TFSpec = tagged_field(FREE, default_factory=TFSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     determinism: bool = True
     """Deterministic kernels in both frameworks, TF32 off (see docs/parity.md)."""
-    output_dir: str = _tagged(COSMETIC, FREE, default="runs")
+    output_dir: str = tagged_field(COSMETIC, FREE, default="runs")
     """Parent folder of run directories (``--out`` names the run directory itself)."""
-    logging: LoggingSpec = _tagged(COSMETIC, FREE, default_factory=LoggingSpec)
-    debug: DebugSpec = _tagged(FREE, default_factory=DebugSpec)
+    logging: LoggingSpec = tagged_field(COSMETIC, FREE, default_factory=LoggingSpec)
+    debug: DebugSpec = tagged_field(FREE, default_factory=DebugSpec)
 
     def __post_init__(self) -> None:
-        _check(
+        check_field(
             bool(self.name) and "/" not in self.name,
             "name",
             "must be a non-empty name without '/'",
             self.name,
         )
-        _check(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32)", self.seed)
+        check_field(0 <= self.seed < 2**32, "seed", "must be in [0, 2**32)", self.seed)
         stop = self.train.early_stopping
         if stop is not None:
-            metric = "mae" if self.model.loss is Loss.MSE else "accuracy"
+            metric = METRICS[self.model.loss]
             known = ["loss", metric]
             if self.data.validation is not None or self.data.validation_ids:
                 known += ["val_loss", f"val_{metric}"]
@@ -536,14 +548,14 @@ class Experiment:
                     f"{stop.metric!r}"
                 )
         if self.data.sharding is Sharding.TORCH_SAMPLER:
-            _check(
+            check_field(
                 self.data.batch_size % self.distribution.world_size == 0,
                 "data.batch_size",
                 f"must be a multiple of world_size={self.distribution.world_size} with "
                 "sharding=torch_sampler",
                 self.data.batch_size,
             )
-            _check(
+            check_field(
                 self.train.accumulate == 1,
                 "train.accumulate",
                 "must be 1 with sharding=torch_sampler (each rank's DataLoader batches are the "

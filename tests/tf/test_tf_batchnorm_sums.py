@@ -14,12 +14,12 @@ from .conftest import run_python
 
 SCRIPT = r"""
 import json, numpy as np, tensorflow as tf
-from dualtrain.backends.tf.layers import _bn_ops
+from dualtrain.backends.tf.layers import batchnorm_ops
 rng = np.random.default_rng(0)
 x = (rng.standard_normal((64, 28, 28, 16)) * 0.3 + 1.0).astype(np.float32)
 exact = x.astype(np.float64).sum(axis=(0, 1, 2))
 xt = tf.constant(x)
-ops = _bn_ops(xt)
+ops = batchnorm_ops(xt)
 v = tf.Variable(tf.zeros(16, tf.float32))
 with tf.GradientTape() as tape:
     y = tf.reduce_sum(ops.expand(v) * xt)

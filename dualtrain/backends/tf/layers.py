@@ -15,7 +15,7 @@ from dualtrain.core.dropout import IntOps, canonical_elements
 from dualtrain.spec import LayerSpec
 
 
-def _bn_ops(x: tf.Tensor) -> batchnorm.Ops:
+def batchnorm_ops(x: tf.Tensor) -> batchnorm.Ops:
     axes = list(range(len(x.shape) - 1))  # NHWC or (N, F): the channel is the last axis
     dtype = x.dtype
 
@@ -81,7 +81,7 @@ class BatchNorm(keras.layers.Layer):
     ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         dtype = self.weight.value.dtype
         xs = tf.cast(x, dtype)  # the stats dtype, also under mixed precision
-        ops = _bn_ops(xs)
+        ops = batchnorm_ops(xs)
         if training:
             ctx = tf.distribute.get_replica_context()
             sync = self.sync and ctx is not None and ctx.num_replicas_in_sync > 1
@@ -130,7 +130,7 @@ class HashDropout(keras.layers.Layer):
         return tf.where(keep, x * tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
 
 
-def _gelu(x: tf.Tensor) -> tf.Tensor:
+def exact_gelu(x: tf.Tensor) -> tf.Tensor:
     """The exact erf form, written as torch's CPU kernel computes it:
     x * 0.5 * (1 + erf(x * sqrt(1/2))), the constant in the compute dtype. Not
     keras/tf.nn.gelu(approximate=False): in float64 it is only float32-accurate (5e-9 absolute error

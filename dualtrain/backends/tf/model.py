@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.backends.tf.layers import BatchNorm, HashDropout, _gelu, conv2d
+from dualtrain.backends.tf.layers import BatchNorm, HashDropout, conv2d, exact_gelu
 from dualtrain.core.model import ResolvedLayer, conv_flatten_shape, has_layer, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec
@@ -255,8 +255,10 @@ def _activation(
 def _gelu_layer(
     b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor
 ) -> keras.KerasTensor:
-    # inference: Keras's own exact gelu (the export loads without dualtrain); training: _gelu
-    return keras.layers.Activation("gelu" if b.inference else _gelu, name=name, dtype=b.policy)(x)
+    # inference: Keras's own exact gelu (the export loads without dualtrain); training: exact_gelu
+    return keras.layers.Activation(
+        "gelu" if b.inference else exact_gelu, name=name, dtype=b.policy
+    )(x)
 
 
 LAYERS = {

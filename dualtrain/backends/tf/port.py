@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from dualtrain.core import batchnorm
 
-from .layers import _bn_ops
+from .layers import batchnorm_ops
 
 
 @keras.saving.register_keras_serializable(package="dualtrain")
@@ -39,7 +39,7 @@ class TorchBatchNormalization(keras.layers.BatchNormalization):
         low = x.dtype in (tf.float16, tf.bfloat16)
         if low:  # statistics and normalisation in float32, as Keras's BatchNormalization
             x = tf.cast(x, tf.float32)
-        ops = _bn_ops(x)
+        ops = batchnorm_ops(x)
         if training and self.trainable:
             mean, var, unbiased = batchnorm.batch_stats(ops, x, False)
             m = self.torch_momentum

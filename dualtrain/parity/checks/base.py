@@ -60,11 +60,11 @@ def tolerance_of(a: RunRecord, b: RunRecord) -> Tolerance:
     return tolerance_for(precision_of(a.spec), precision_of(b.spec))
 
 
-def _fmt(v: float) -> str:
+def fmt_num(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _steps_note(sa: set[int], sb: set[int], la: str, lb: str) -> str:
+def missing_steps_note(sa: set[int], sb: set[int], la: str, lb: str) -> str:
     if sa == sb:
         return ""
     only_a, only_b = sorted(sa - sb), sorted(sb - sa)
@@ -76,12 +76,12 @@ def _steps_note(sa: set[int], sb: set[int], la: str, lb: str) -> str:
     return "; ".join(parts)
 
 
-def _first_missing(sa: set[int], sb: set[int]) -> int | None:
+def first_missing_step(sa: set[int], sb: set[int]) -> int | None:
     diff = sa ^ sb
     return min(diff) if diff else None
 
 
-def _min_step(*steps: int | None) -> int | None:
+def earliest_step(*steps: int | None) -> int | None:
     real = [s for s in steps if s is not None]
     return min(real) if real else None
 

@@ -13,10 +13,10 @@ from dualtrain.parity.checks.base import (
     NUMERICS,
     Check,
     Reference,
-    _first_missing,
-    _fmt,
-    _min_step,
-    _steps_note,
+    earliest_step,
+    first_missing_step,
+    fmt_num,
+    missing_steps_note,
     tolerance_of,
 )
 from dualtrain.parity.tolerances import (
@@ -90,8 +90,8 @@ def check_trajectory(
     if first is not None:
         i = int(np.argmax(over))
         first_note = (
-            f"; first over at step {first}: |diff| {_fmt(float(cross[i]))} > "
-            f"{_fmt(float(t.allowed[i]))}"
+            f"; first over at step {first}: |diff| {fmt_num(float(cross[i]))} > "
+            f"{fmt_num(float(t.allowed[i]))}"
         )
     if not t.covered.any():
         value = float(cross.max())
@@ -101,8 +101,8 @@ def check_trajectory(
             else "the fp64 reference shares no step with the runs"
         )
         detail = (
-            f"{why}: fixed tolerance {_fmt(tol.traj_fixed)} ({tol.precision}) over {n} steps "
-            f"({span}); max |loss diff| {_fmt(value)}{first_note}"
+            f"{why}: fixed tolerance {fmt_num(tol.traj_fixed)} ({tol.precision}) over {n} steps "
+            f"({span}); max |loss diff| {fmt_num(value)}{first_note}"
         )
         return Check(
             "trajectory",
@@ -124,17 +124,17 @@ def check_trajectory(
     end_b = float(np.nanmax(t.rounding_b[t.covered]))
     detail = (
         f"{n_cov} of {n} steps ({span}) against {tol.factor:g} x max(distance to fp64 "
-        f"(running max, farther backend), {_fmt(tol.traj_abs_floor)}); "
+        f"(running max, farther backend), {fmt_num(tol.traj_abs_floor)}); "
         f"worst step {int(t.steps[worst])}: "
-        f"|diff| {_fmt(float(cross[worst]))}, distance to fp64 "
-        f"{_fmt(float(np.nan_to_num(t.noise[worst])))}; largest distance to fp64: {la} "
-        f"{_fmt(end_a)}, {lb} {_fmt(end_b)}"
+        f"|diff| {fmt_num(float(cross[worst]))}, distance to fp64 "
+        f"{fmt_num(float(np.nan_to_num(t.noise[worst])))}; largest distance to fp64: {la} "
+        f"{fmt_num(end_a)}, {lb} {fmt_num(end_b)}"
     )
     if n_cov < n:
         uncovered = t.steps[~t.covered]
         detail += (
             f"; steps {int(uncovered[0])}-{int(uncovered[-1])} (no fp64 data) against the fixed "
-            f"tolerance {_fmt(tol.traj_fixed)}"
+            f"tolerance {fmt_num(tol.traj_fixed)}"
         )
     detail += first_note
     return Check(
@@ -184,8 +184,8 @@ def check_final_weights(
         bad = [k for k, v in cross.items() if not v <= tol.weights_fixed]
         why = "no fp64 reference" if ref is None else "fp64 reference weights unusable"
         detail = (
-            f"{why}: fixed relative tolerance {_fmt(tol.weights_fixed)}; worst {worst} "
-            f"{_fmt(cross[worst])}"
+            f"{why}: fixed relative tolerance {fmt_num(tol.weights_fixed)}; worst {worst} "
+            f"{fmt_num(cross[worst])}"
         )
         if bad:
             detail += f"; over: {', '.join(bad)}"
@@ -204,7 +204,8 @@ def check_final_weights(
     bad = [k for k, v in ratio.items() if v > tol.factor]
     detail = (
         f"per tensor rel diff vs {tol.factor:g} x max(distance to fp64 (farther backend), "
-        f"{_fmt(tol.weights_floor)}); worst {worst}: {_fmt(cross[worst])} vs {_fmt(noise[worst])}"
+        f"{fmt_num(tol.weights_floor)}); worst {worst}: {fmt_num(cross[worst])} vs "
+        f"{fmt_num(noise[worst])}"
     )
     if bad:
         detail += f"; over: {', '.join(bad)}"
@@ -268,7 +269,7 @@ def check_eval(
     over = [s for s in points if diff[s] > allowed[s]]
     worst = max(points, key=lambda s: diff[s] / allowed[s])
     # the keys besides "final" are the int eval steps
-    note = _steps_note(
+    note = missing_steps_note(
         {k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)}, la, lb
     )
     # both present: "final" in ea and eb above
@@ -308,9 +309,11 @@ def check_eval(
         not over and not note,
         detail,
         unit=unit,
-        first_step=_min_step(
+        first_step=earliest_step(
             steps_over[0] if steps_over else None,
-            _first_missing(set(R.step_map(a, metric, "eval")), set(R.step_map(b, metric, "eval"))),
+            first_missing_step(
+                set(R.step_map(a, metric, "eval")), set(R.step_map(b, metric, "eval"))
+            ),
         ),
         group=NUMERICS,
     )

@@ -8,7 +8,7 @@ import math
 from dualtrain.core import kernels
 from dualtrain.parity import local as L
 from dualtrain.parity import records as R
-from dualtrain.parity.checks.base import NUMERICS, Check, Reference, _fmt, not_run, path_name
+from dualtrain.parity.checks.base import NUMERICS, Check, Reference, fmt_num, not_run, path_name
 from dualtrain.parity.tolerances import (
     LOCAL,
     LocalBound,
@@ -174,7 +174,7 @@ def check_local(
         tensor = by[i][steps[worst]].worst_tensor.get(quantity)
         tensor = f", most in {tensor}" if tensor else ""
         per_backend.append(
-            f"{R.labels(a, b)[i]} {what} {_fmt(agg[i])} (max {_fmt(vals[i][worst])} at "
+            f"{R.labels(a, b)[i]} {what} {fmt_num(agg[i])} (max {fmt_num(vals[i][worst])} at "
             f"step {steps[worst]}{tensor}, {r_prior[worst]:.2g} x a priori{judged}; "
             f"{what} {r_cross:.2g} x cross{path_note})"
         )
@@ -191,7 +191,7 @@ def check_local(
         + f"; bounds: a priori {how} ({bound.precision} u = {bound.u:.3g})"
         f"{' on the median over the probes' if what == 'median' else ' at every probe'}, "
         + (
-            f"cross {bound.ratio:g} x max(other backend's {what}, {_fmt(cross_floor)})"
+            f"cross {bound.ratio:g} x max(other backend's {what}, {fmt_num(cross_floor)})"
             if quantity != "grad"
             else f"cross {bound.ratio:g} x max(the same tensor's median on the other backend, "
             f"{bound.grad_floor:g} u + its accumulation allowance {bound.grad_lambda:g} "

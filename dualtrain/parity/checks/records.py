@@ -14,9 +14,9 @@ from dualtrain.core.update_rules import NUMPY
 from dualtrain.parity import records as R
 from dualtrain.parity.checks.base import (
     Check,
-    _first_missing,
-    _min_step,
-    _steps_note,
+    earliest_step,
+    first_missing_step,
+    missing_steps_note,
     path_name,
     tolerance_of,
 )
@@ -74,7 +74,7 @@ def check_sharding(a: RunRecord, b: RunRecord) -> Check:
         )
     if not ma or not mb:
         notes.append(f"no shard records in {la if not ma else lb}")
-    steps_note = _steps_note(steps_a, steps_b, la, lb)
+    steps_note = missing_steps_note(steps_a, steps_b, la, lb)
     if steps_note:
         notes.append(steps_note)
     passed = not bad and bool(ma) and bool(mb)
@@ -143,8 +143,8 @@ def check_lr(a: RunRecord, b: RunRecord, tol: Tolerance | None = None) -> Check:
         if rel > tol.lr_rel and first is None:
             first = s
         worst = max(worst, rel)
-    missing = _first_missing(set(ma), set(mb))
-    note = _steps_note(set(ma), set(mb), la, lb)
+    missing = first_missing_step(set(ma), set(mb))
+    note = missing_steps_note(set(ma), set(mb), la, lb)
     passed = first is None and not note and bool(steps)
     if first is not None:
         detail = f"first difference at step {first}: {la} {ma[first]:.6g}, {lb} {mb[first]:.6g}"
@@ -153,7 +153,13 @@ def check_lr(a: RunRecord, b: RunRecord, tol: Tolerance | None = None) -> Check:
     if note:
         detail += f"; {note}"
     return Check(
-        "lr", worst, tol.lr_rel, passed, detail, unit="rel", first_step=_min_step(first, missing)
+        "lr",
+        worst,
+        tol.lr_rel,
+        passed,
+        detail,
+        unit="rel",
+        first_step=earliest_step(first, missing),
     )
 
 
@@ -162,7 +168,7 @@ def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
     ma, mb = R.step_map(a, key), R.step_map(b, key)
     steps = R.common_steps(ma, mb)
     bad = [s for s in steps if ma[s] != mb[s]]
-    note = _steps_note(set(ma), set(mb), la, lb)
+    note = missing_steps_note(set(ma), set(mb), la, lb)
     if bad:
         s = bad[0]
         detail = f"{len(bad)} step(s) differ; first at step {s}: {la} {ma[s]:g}, {lb} {mb[s]:g}"
@@ -181,7 +187,7 @@ def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
         not bad and not note and bool(steps),
         detail,
         unit="steps",
-        first_step=_min_step(bad[0] if bad else None, _first_missing(set(ma), set(mb))),
+        first_step=earliest_step(bad[0] if bad else None, first_missing_step(set(ma), set(mb))),
     )
 
 
@@ -294,7 +300,7 @@ def check_loss_scale(a: RunRecord, b: RunRecord) -> Check:
         parted = diffs[0].step
         ma, mb = R.step_map(a, "loss_scale"), R.step_map(b, "loss_scale")
         early = [s for s in R.common_steps(ma, mb) if s <= parted and ma[s] != mb[s]]
-        note = _steps_note(set(ma), set(mb), *R.labels(a, b))
+        note = missing_steps_note(set(ma), set(mb), *R.labels(a, b))
         if not early and not note:
             later = sum(1 for s in R.common_steps(ma, mb) if ma[s] != mb[s])
             c.passed, c.value, c.first_step = True, 0.0, None
@@ -320,7 +326,7 @@ def check_skipped(a: RunRecord, b: RunRecord) -> Check:
     if c.passed or not diffs:
         return c
     off = [d for d in diffs if not d.at_threshold]
-    note = _steps_note(
+    note = missing_steps_note(
         set(R.step_map(a, "skipped")), set(R.step_map(b, "skipped")), *R.labels(a, b)
     )
     c.value = float(len(off))

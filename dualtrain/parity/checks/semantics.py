@@ -11,10 +11,10 @@ from dualtrain.parity.checks.base import (
     SEMANTICS,
     Check,
     Reference,
-    _first_missing,
-    _fmt,
-    _min_step,
-    _steps_note,
+    earliest_step,
+    first_missing_step,
+    fmt_num,
+    missing_steps_note,
 )
 from dualtrain.parity.tolerances import (
     REFERENCE,
@@ -30,7 +30,9 @@ def check_reference_loss(ref: Reference) -> Check:
     steps, _ = R.loss_diff(ref.a, ref.b)
     ma, mb = R.step_map(ref.a, "loss"), R.step_map(ref.b, "loss")
     diff = np.array([R.scaled_diff(ma[s], mb[s]) for s in steps.tolist()], dtype=np.float64)
-    note = _steps_note(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")), la, lb)
+    note = missing_steps_note(
+        set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")), la, lb
+    )
     if steps.size == 0:
         return Check(
             "reference_loss",
@@ -46,12 +48,12 @@ def check_reference_loss(ref: Reference) -> Check:
     worst = int(np.argmax(diff))
     first = int(steps[np.argmax(over)]) if over.any() else None
     detail = (
-        f"fp64 pair, {steps.size} steps: max |loss diff| {_fmt(float(diff[worst]))} at step "
+        f"fp64 pair, {steps.size} steps: max |loss diff| {fmt_num(float(diff[worst]))} at step "
         f"{int(steps[worst])}"
     )
     if first is not None:
         at = float(diff[np.argmax(over)])
-        detail += f"; first over {_fmt(REFERENCE.loss_abs)} at step {first} ({_fmt(at)})"
+        detail += f"; first over {fmt_num(REFERENCE.loss_abs)} at step {first} ({fmt_num(at)})"
     if note:
         detail += f"; {note}"
     return Check(
@@ -61,8 +63,9 @@ def check_reference_loss(ref: Reference) -> Check:
         first is None and not note,
         detail,
         unit="abs",
-        first_step=_min_step(
-            first, _first_missing(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss")))
+        first_step=earliest_step(
+            first,
+            first_missing_step(set(R.step_map(ref.a, "loss")), set(R.step_map(ref.b, "loss"))),
         ),
         group=SEMANTICS,
     )
@@ -97,7 +100,9 @@ def check_reference_weights(ref: Reference) -> Check:
     worst = max(rel, key=rel.__getitem__)
     bad = [k for k, v in rel.items() if v > REFERENCE.weights_rel]
     dtypes = sorted({str(v.dtype) for v in (*wa.values(), *wb.values())})
-    detail = f"fp64 pair, per tensor: worst {worst} {_fmt(rel[worst])} ({'/'.join(dtypes)} weights)"
+    detail = (
+        f"fp64 pair, per tensor: worst {worst} {fmt_num(rel[worst])} ({'/'.join(dtypes)} weights)"
+    )
     if dtypes != ["float64"]:
         detail += "; the reference runs' final weights are not float64"
     if bad:
@@ -126,7 +131,7 @@ def check_reference_eval(ref: Reference) -> Check:
     vm_a = R.step_map(ref.a, f"val_{metric}", "eval", present=True)
     vm_b = R.step_map(ref.b, f"val_{metric}", "eval", present=True)
     steps = R.common_steps(loss_a, loss_b)
-    note = _steps_note(set(loss_a), set(loss_b), la, lb)
+    note = missing_steps_note(set(loss_a), set(loss_b), la, lb)
     if not steps:
         return Check(
             "reference_eval",
@@ -161,7 +166,7 @@ def check_reference_eval(ref: Reference) -> Check:
     verdict = "differs" if not same_acc else ("identical" if metric == "accuracy" else "agrees")
     detail = (
         f"fp64 pair, {len(steps)} evaluation(s) of the {split} split: max |eval loss diff| "
-        f"{_fmt(diff[worst])} at step {worst}; {metric} {verdict} (final {shown})"
+        f"{fmt_num(diff[worst])} at step {worst}; {metric} {verdict} (final {shown})"
     )
     if bad:
         s = bad[0]
@@ -178,6 +183,8 @@ def check_reference_eval(ref: Reference) -> Check:
         not bad and not note,
         detail,
         unit="abs",
-        first_step=_min_step(bad[0] if bad else None, _first_missing(set(loss_a), set(loss_b))),
+        first_step=earliest_step(
+            bad[0] if bad else None, first_missing_step(set(loss_a), set(loss_b))
+        ),
         group=SEMANTICS,
     )

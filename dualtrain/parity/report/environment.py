@@ -46,7 +46,7 @@ def _env_status(v: dict[str, Any]) -> str | None:
     return note.strip() or None
 
 
-def _env_markdown(v: dict[str, Any]) -> list[str]:
+def env_markdown(v: dict[str, Any]) -> list[str]:
     lines = ["", "## Environment", ""]
     table_ = _env_table(v)
     if table_ is not None:
@@ -67,7 +67,7 @@ def _env_markdown(v: dict[str, Any]) -> list[str]:
     return lines if len(lines) > 3 else []
 
 
-def _env_html(v: dict[str, Any]) -> list[str]:
+def env_html(v: dict[str, Any]) -> list[str]:
     e = html.escape
     parts = []
     table_ = _env_table(v)

@@ -7,16 +7,16 @@ from typing import Any
 
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
-from dualtrain.parity.report.environment import _env_html
+from dualtrain.parity.report.environment import env_html
 from dualtrain.parity.report.figures import figures
 from dualtrain.parity.report.tables import (
-    _LOCAL_INTRO,
-    _TOL_HEAD,
-    _local_head,
-    _local_rows,
-    _tolerance_rows,
+    LOCAL_INTRO,
+    TOLERANCE_HEAD,
+    local_table_head,
+    local_table_rows,
+    tolerance_rows,
 )
-from dualtrain.parity.report.verdict import _EXPERIMENT_ROWS, _spec_yaml, fmt_value, status, verdict
+from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, fmt_value, spec_yaml, status, verdict
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;\
@@ -51,11 +51,11 @@ def html_report(
         "<table>"
         + "".join(
             f"<tr><th>{e(label)}</th><td>{e(str(v['experiment'][key]))}</td></tr>"
-            for label, key in _EXPERIMENT_ROWS
+            for label, key in EXPERIMENT_ROWS
         )
         + "</table>",
         "<details><summary>the spec (A's; spec.yaml of its run)</summary><pre>"
-        f"{e(_spec_yaml(v['experiment']['spec']))}</pre></details>",
+        f"{e(spec_yaml(v['experiment']['spec']))}</pre></details>",
         "<table><tr><th>run</th><th>path</th><th>versions</th></tr>",
     ]
     for key, run in v["runs"].items():
@@ -86,11 +86,11 @@ def html_report(
             f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>"
         )
     parts.append("</table>")
-    local_rows = _local_rows(cmp)
+    local_rows = local_table_rows(cmp)
     if local_rows:
         parts.append(
-            f"<h2>Precision path: one-step probes</h2><p>{e(_LOCAL_INTRO)}</p><table><tr>"
-            + "".join(f"<th>{e(h)}</th>" for h in _local_head(cmp))
+            f"<h2>Precision path: one-step probes</h2><p>{e(LOCAL_INTRO)}</p><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in local_table_head(cmp))
             + "</tr>"
         )
         parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
@@ -136,16 +136,16 @@ def html_report(
         )
     if cmp.notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
-    parts += _env_html(v)
+    parts += env_html(v)
     parts.append("<h2>Figures</h2>")
     for title, b64 in figs.items():
         parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
     parts.append(
         "<h2>Tolerance table</h2><table><tr>"
-        + "".join(f"<th>{e(h)}</th>" for h in _TOL_HEAD)
+        + "".join(f"<th>{e(h)}</th>" for h in TOLERANCE_HEAD)
         + "</tr>"
     )
-    for row in _tolerance_rows():
+    for row in tolerance_rows():
         parts.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in row) + "</tr>")
     parts.append("</table></body></html>")
     return "\n".join(parts)

@@ -6,9 +6,9 @@ from typing import Any
 
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
-from dualtrain.parity.report.environment import _env_markdown
-from dualtrain.parity.report.tables import _LOCAL_INTRO, _local_head, _local_rows
-from dualtrain.parity.report.verdict import _EXPERIMENT_ROWS, _spec_yaml, fmt_value, status, verdict
+from dualtrain.parity.report.environment import env_markdown
+from dualtrain.parity.report.tables import LOCAL_INTRO, local_table_head, local_table_rows
+from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, fmt_value, spec_yaml, status, verdict
 
 
 def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
@@ -23,13 +23,13 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
         "| experiment | |",
         "|---|---|",
     ]
-    lines += [f"| {label} | {x[key]} |" for label, key in _EXPERIMENT_ROWS]
+    lines += [f"| {label} | {x[key]} |" for label, key in EXPERIMENT_ROWS]
     lines += [
         "",
         "<details><summary>the spec (A's; spec.yaml of its run)</summary>",
         "",
         "```yaml",
-        _spec_yaml(x["spec"]).rstrip(),
+        spec_yaml(x["spec"]).rstrip(),
         "```",
         "",
         "</details>",
@@ -56,14 +56,14 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
             f"| {c.group} | {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
             f"{c.detail.replace('|', chr(92) + '|')} |"
         )
-    local_rows = _local_rows(cmp)
+    local_rows = local_table_rows(cmp)
     if local_rows:
-        head = _local_head(cmp)
+        head = local_table_head(cmp)
         lines += [
             "",
             "## Precision path: one-step probes",
             "",
-            _LOCAL_INTRO,
+            LOCAL_INTRO,
             "",
             "| " + " | ".join(head) + " |",
             "|" + "---|" * len(head),
@@ -97,7 +97,7 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
     if d.top_gradients:
         lines += ["", f"Gradients at step {d.gradient_step}, most divergent tensors:", ""]
         lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_gradients]
-    lines += _env_markdown(v)
+    lines += env_markdown(v)
     if cmp.notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
     lines += [

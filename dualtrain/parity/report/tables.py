@@ -15,7 +15,7 @@ from dualtrain.parity.tolerances import REFERENCE, TOLERANCES
 # ---- report.md / report.html ---------------------------------------------------------------------
 
 
-def _tolerance_rows() -> list[tuple[str, ...]]:
+def tolerance_rows() -> list[tuple[str, ...]]:
     r = REFERENCE
     rows: list[tuple[str, ...]] = [
         (
@@ -43,7 +43,7 @@ def _tolerance_rows() -> list[tuple[str, ...]]:
     return rows
 
 
-_TOL_HEAD = (
+TOLERANCE_HEAD = (
     "precision",
     "trajectory",
     "trajectory (no reference)",
@@ -61,7 +61,7 @@ def local_data(cmp: Comparison) -> list[tuple[Check, dict[str, Any]]]:
     return [(c, c.data) for c in cmp.checks if c.name.startswith("local_") and c.ran and c.data]
 
 
-_LOCAL_INTRO = (
+LOCAL_INTRO = (
     "One step of the requested precision from the fp64 run's state at each probe step, "
     "on each backend, against the exact step from the same state (docs/parity.md §7). "
     "Errors are relative. A priori bound: from the precision's unit roundoff u (update: "
@@ -73,7 +73,7 @@ _LOCAL_INTRO = (
 )
 
 
-def _local_rows(cmp: Comparison) -> list[list[str]]:
+def local_table_rows(cmp: Comparison) -> list[list[str]]:
     la, lb = R.labels(cmp.a, cmp.b)
     rows = []
     for _c, d in local_data(cmp):
@@ -99,6 +99,6 @@ def _local_rows(cmp: Comparison) -> list[list[str]]:
     return rows
 
 
-def _local_head(cmp: Comparison) -> list[str]:
+def local_table_head(cmp: Comparison) -> list[str]:
     la, lb = R.labels(cmp.a, cmp.b)
     return ["quantity", "probe step", f"{la} error", f"{lb} error", "bound"]

@@ -130,7 +130,7 @@ def experiment(cmp: Comparison) -> dict[str, Any]:
     return out
 
 
-_EXPERIMENT_ROWS = (
+EXPERIMENT_ROWS = (
     ("spec", "name"),
     ("model", "model"),
     ("world size", "world_size"),
@@ -145,7 +145,7 @@ _EXPERIMENT_ROWS = (
 )
 
 
-def _spec_yaml(spec: dict[str, Any]) -> str:
+def spec_yaml(spec: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(spec, sort_keys=False)
