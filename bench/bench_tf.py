@@ -40,7 +40,8 @@ epochs = int(sys.argv[1])
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from dualtrain.core.data import TRAIN, open_data
+from dualtrain.core.data.dataset import open_data
+from dualtrain.core.data.splits import TRAIN
 from dualtrain.spec import load_spec
 
 keras.utils.set_random_seed(0)

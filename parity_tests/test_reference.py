@@ -16,7 +16,7 @@ from dualtrain.parity.checks import (
     check_reference_weights,
     check_sharding,
 )
-from dualtrain.parity.records import loss_diff
+from dualtrain.parity.readings import loss_diff
 
 from .conftest import ROOT
 

@@ -22,7 +22,7 @@ from dualtrain.parity.checks import (
     check_reference_weights,
     check_trajectory,
 )
-from dualtrain.parity.records import loss_diff
+from dualtrain.parity.readings import loss_diff
 from dualtrain.parity.tolerances import TOLERANCES
 from dualtrain.records.record import read_run
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from dualtrain.backends import parse_backend
 from dualtrain.driver.runs import start_run
 from dualtrain.parity import compare_dirs, compare_records
-from dualtrain.parity.records import loss_diff
+from dualtrain.parity.readings import loss_diff
 from dualtrain.records.record import read_run
 from dualtrain.runtime import probes
 from dualtrain.spec import load_spec

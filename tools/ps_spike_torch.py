@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
 from dualtrain.core.weights import load_weights
 from dualtrain.spec import load_spec
-from tools.ps_spike import free_ports, load_replay, normaliser, print_report, server_factor
+from tools.ps_spike_common import free_ports, load_replay, normaliser, print_report, server_factor
 
 
 class ParameterServer:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from dualtrain.backends import check_installed, parse_backend
 from dualtrain.core import pair
-from dualtrain.core.data import read_record
+from dualtrain.core.data.dataset import read_record
 from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.outdir import check_creatable

@@ -16,7 +16,7 @@ from typing import Any
 
 from dualtrain.backends import LaunchModule, launch_module, parse_backend
 from dualtrain.core import pair
-from dualtrain.core.data import Data, write_record
+from dualtrain.core.data.dataset import Data, write_record
 from dualtrain.core.weights import initial_weights, save_weights
 from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.rewind import check_records, copy_records, has_trained, truncate_records

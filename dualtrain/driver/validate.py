@@ -10,7 +10,7 @@ from pathlib import Path
 from dualtrain.backends import check_installed, launch_module
 from dualtrain.core import data as data_mod
 from dualtrain.core.model import batchnorm_layers, cancelled_biases, resolve, walk, where
-from dualtrain.core.pair import Layout
+from dualtrain.core.pair.record import Layout
 from dualtrain.core.plan import ShardPlan, micro_sizes
 from dualtrain.core.weights import initial_weights
 from dualtrain.driver.outdir import check_creatable

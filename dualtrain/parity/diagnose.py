@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks import LOCAL_CHECKS, Check, all_passed
 from dualtrain.records.record import RunRecord
 from dualtrain.spec import SHOWS_IN_IDS, SHOWS_IN_INIT, SHOWS_IN_LR, SHOWS_IN_SCALE, paths_with

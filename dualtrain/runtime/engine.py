@@ -46,8 +46,8 @@ class StepOut:
     abs_loss: float | None = None
     """With abs_grads: the loss's absolute scale, summed over this process's samples: per sample
     the magnitudes of the terms whose difference is its loss (cross-entropy: |logsumexp z| + |z_y|;
-    dualtrain.backends.torch.step), against which the local checks judge a loss error (a loss near
-    zero is a cancellation, whose rounding is relative to its terms, not to itself)."""
+    dualtrain.backends.torch.forward), against which the local checks judge a loss error (a loss
+    near zero is a cancellation, whose rounding is relative to its terms, not to itself)."""
     own_loss: float | None = None
     """With grads (a probe replay): the sum over this process's samples of the exact (float64) loss
     of the outputs this step itself produced: the probes' loss-path check holds ``loss_sum`` to it

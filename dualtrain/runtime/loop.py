@@ -117,22 +117,27 @@ class TrainLoop:
             data_sha256=data.sha256,
             model_sha256=model_sha256,
         )
-        self.history: list[dict[str, Any]] = []
-        if resume is not None:  # the counters continue where the checkpoint left them
+        self.history = self._history(resume)
+        if resume is not None and self.evaluator.stopper is not None:
             loop = resume.state["loop"]
-            if self.evaluator.stopper is not None and "stopping" in loop:
+            if "stopping" in loop:  # early stopping goes on where the checkpoint left it
                 self.evaluator.stopper.load(loop["stopping"])
-            self.history = [
-                *resume.state.get("history", []),
-                {
-                    "from_step": resume.step,
-                    "checkpoint": str(resume.path),
-                    "backend": engine.backend,
-                    "world_size": spec.distribution.world_size,
-                    "checkpoint_backend": resume.state["backend"],
-                    "checkpoint_world_size": resume.state["world_size"],
-                },
-            ]
+
+    def _history(self, resume: Checkpoint | None) -> list[dict[str, Any]]:
+        """summary.json's ``resumed``: the checkpoint's history, then this start."""
+        if resume is None:
+            return []
+        return [
+            *resume.state.get("history", []),
+            {
+                "from_step": resume.step,
+                "checkpoint": str(resume.path),
+                "backend": self.engine.backend,
+                "world_size": self.spec.distribution.world_size,
+                "checkpoint_backend": resume.state["backend"],
+                "checkpoint_world_size": resume.state["world_size"],
+            },
+        ]
 
     def say(self, text: str) -> None:
         self.out.line(text)

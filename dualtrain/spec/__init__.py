@@ -1,13 +1,24 @@
 """The experiment spec: what one run means, framework-free.
 
 The package: ``vocab`` (the closed vocabularies), ``fields`` (checks and field policies),
-``model`` (layers and presets), ``optimizers`` (each optimizer declared once), ``schema`` (the
-Experiment and its other sections), ``load`` (YAML, overrides, shipped configs). Import from
-here: ``from dualtrain.spec import Experiment``.
+``model`` (layers and presets), ``optimizers`` (each optimizer declared once), the sections
+``data`` (dataset, normalisation, validation, batching, sharding), ``optimization`` (the
+optimizer's options and its lr schedule), ``execution`` (precision and loss scaling,
+distribution, TF strategy), ``train`` (train with early stopping and EMA; logging, debug),
+``experiment`` (the Experiment over them all), ``load`` (YAML, overrides, shipped configs).
+Import from here: ``from dualtrain.spec import Experiment``.
 """
 
 from __future__ import annotations
 
+from dualtrain.spec.data import DataSpec, InputStats
+from dualtrain.spec.execution import (
+    DistributionSpec,
+    LossScaleSpec,
+    PrecisionSpec,
+    TFSpec,
+)
+from dualtrain.spec.experiment import Experiment
 from dualtrain.spec.fields import (
     COSMETIC,
     FREE,
@@ -34,21 +45,13 @@ from dualtrain.spec.model import (
     LayerSpec,
     ModelSpec,
 )
+from dualtrain.spec.optimization import OptimizerSpec, ScheduleSpec
 from dualtrain.spec.optimizers import OPTIMIZERS, SLOT_ORDER
-from dualtrain.spec.schema import (
-    DataSpec,
+from dualtrain.spec.train import (
     DebugSpec,
-    DistributionSpec,
     EarlyStoppingSpec,
     EmaSpec,
-    Experiment,
-    InputStats,
     LoggingSpec,
-    LossScaleSpec,
-    OptimizerSpec,
-    PrecisionSpec,
-    ScheduleSpec,
-    TFSpec,
     TrainSpec,
 )
 from dualtrain.spec.vocab import (

@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from dualtrain.errors import UserError
+from dualtrain.spec.experiment import Experiment
 from dualtrain.spec.model import LayerSpec
-from dualtrain.spec.schema import Experiment
 from dualtrain.spec.vocab import LayerType, StrEnum
 
 # --------------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dualtrain.core.data import TEST, open_data
+from dualtrain.core.data.dataset import open_data
+from dualtrain.core.data.splits import TEST
 from dualtrain.spec import load_spec
 from tests.conftest import ROOT, require, run_cli
 

@@ -86,7 +86,7 @@ def test_identical_specs_pass(runs, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert v["passed"] and "verdict: PASS" in res.stdout
     # determinism: the same spec on the same backend reproduces every loss exactly
-    from dualtrain.parity.records import loss_diff
+    from dualtrain.parity.readings import loss_diff
     from dualtrain.records.record import read_run
 
     _, diff = loss_diff(read_run(runs["a"]), read_run(runs["a_again"]))
@@ -123,7 +123,7 @@ def test_another_lr_schedule_is_named_at_the_step_it_changes(runs, tmp_path):
     # the losses are identical before the lr changes (same ids, weights, lr): the runs part there
     cmp = compare_dirs(runs["a"], runs["schedule"])
     assert cmp.check("sharding").passed and cmp.check("init_weights").passed
-    from dualtrain.parity.records import loss_diff
+    from dualtrain.parity.readings import loss_diff
 
     steps, diff = loss_diff(cmp.a, cmp.b)
     assert (diff[steps <= first] == 0).all() and (diff[steps > first] > 0).any()

@@ -101,7 +101,7 @@ os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
 import numpy as np
 from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
 from dualtrain.core.weights import init_weights
-from dualtrain.core.data import normalize
+from dualtrain.core.data.transforms import normalize
 from dualtrain.backends.tf.model import build_model, load_canonical, to_nhwc
 
 # conv (2 channels) -> flatten -> dense: compute torch's answer by hand in NumPy (NCHW, C,H,W

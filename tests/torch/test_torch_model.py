@@ -7,7 +7,9 @@ import numpy as np
 
 from dualtrain.backends.torch.model import build_model, export_canonical, load_canonical
 from dualtrain.backends.torch.tools import forward_logits
-from dualtrain.core.data import TEST, normalize, open_data
+from dualtrain.core.data.dataset import open_data
+from dualtrain.core.data.splits import TEST
+from dualtrain.core.data.transforms import normalize
 from dualtrain.core.weights import init_weights
 from dualtrain.spec import load_spec
 

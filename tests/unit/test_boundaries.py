@@ -3,6 +3,7 @@
 tests/integration/test_boundaries.py)."""
 
 import ast
+import re
 from pathlib import Path
 
 from tests.conftest import ROOT
@@ -212,3 +213,158 @@ def test_both_backends_have_the_same_files():
         for b in ("torch", "tf")
     }
     assert files["torch"] == files["tf"], files["torch"] ^ files["tf"]
+
+
+# ---- an honest graph: no private name crosses a module, no cycle anywhere (tools included) -------
+
+TOOLS = ROOT / "tools"
+
+
+def project_files() -> list[Path]:
+    return sorted([*PKG.rglob("*.py"), *TOOLS.rglob("*.py")])
+
+
+def private_crossings(path: Path, source: str | None = None) -> list[str]:
+    """Each single-underscore name ``path`` takes from another dualtrain or tools module: imported
+    by name, or read as an attribute of a module it imported."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    found, modules = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.split(".")[0] not in ("dualtrain", "tools") or mod == me:
+                continue
+            for a in node.names:
+                if (
+                    is_module(f"{mod}.{a.name}")
+                    or (TOOLS.parent / f"{mod}.{a.name}".replace(".", "/"))
+                    .with_suffix(".py")
+                    .exists()
+                ):
+                    modules[a.asname or a.name] = f"{mod}.{a.name}"
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{me} imports {a.name} from {mod}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in ("dualtrain", "tools") and a.asname:
+                    modules[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{me} reads {modules[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_private_name_crosses_a_module():
+    """A name another module needs is public (or moves to where it is used)."""
+    found = [line for path in project_files() for line in private_crossings(path)]
+    assert not found, "\n".join(found)
+
+
+def test_the_private_check_sees_a_crossing():
+    source = (
+        "from dualtrain.parity.checks.base import _planted\n"
+        "from dualtrain.parity.checks import base\n"
+        "x = base._hidden\n"
+    )
+    assert private_crossings(PKG / "parity" / "checks" / "planted.py", source) == [
+        "dualtrain.parity.checks.planted imports _planted from dualtrain.parity.checks.base",
+        "dualtrain.parity.checks.planted reads dualtrain.parity.checks.base._hidden",
+    ]
+
+
+def tools_imports(path: Path) -> set[str]:
+    """The tools modules ``path`` imports (module level or inside a function)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == "tools"
+        ):
+            found.add(node.module)
+            found |= {
+                f"{node.module}.{a.name}" for a in node.names if (TOOLS / f"{a.name}.py").exists()
+            }
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "tools"}
+    return found - {module_name(path)}
+
+
+def test_no_import_cycle_in_the_tools_either():
+    graph = {module_name(p): tools_imports(p) - {"tools"} for p in sorted(TOOLS.rglob("*.py"))}
+    assert not cycles(graph), cycles(graph)
+
+
+# ---- modules that do one thing: sizes ------------------------------------------------------------
+
+#: The limits (lines, decorators excluded): a module, a class, a function.
+LIMITS = {"module": 400, "class": 250, "function": 80}
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def oversize(path: Path, source: str | None = None) -> dict[tuple[str, str, str], int]:
+    """(file, kind, name) -> lines for everything in ``path`` over its limit."""
+    text = path.read_text() if source is None else source
+    rel = str(path.relative_to(ROOT))
+    out = {}
+    n = len(text.splitlines())
+    if n > LIMITS["module"]:
+        out[(rel, "module", "")] = n
+    for node in ast.walk(ast.parse(text)):
+        kind = (
+            "class"
+            if isinstance(node, ast.ClassDef)
+            else "function"
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            else None
+        )
+        if kind is not None:
+            lines = node.end_lineno - node.lineno + 1
+            if lines > LIMITS[kind]:
+                out[(rel, kind, node.name)] = lines
+    return out
+
+
+def declared_exceptions() -> dict[tuple[str, str, str], int]:
+    """docs/architecture.md's "Size limits" table: (file, kind, name) -> the most lines allowed."""
+    rows = {}
+    pattern = re.compile(r"^\| `([^`]+)` \| (module|class|function)(?: `([^`]+)`)? \| (\d+) \|")
+    for line in ARCHITECTURE.read_text().splitlines():
+        m = pattern.match(line)
+        if m:
+            rows[(m[1], m[2], m[3] or "")] = int(m[4])
+    return rows
+
+
+def test_no_module_class_or_function_over_its_limit():
+    """No module over 400 lines, class over 250, function over 80, except those docs/architecture.md
+    declares (each no longer than it says); a declared exception that no longer exceeds the limit
+    is taken off the list."""
+    found = {k: v for path in sorted(PKG.rglob("*.py")) for k, v in oversize(path).items()}
+    declared = declared_exceptions()
+    undeclared = [
+        f"{f} {kind} {name} has {n} lines (limit {LIMITS[kind]})".replace("  ", " ")
+        for (f, kind, name), n in sorted(found.items())
+        if n > declared.get((f, kind, name), 0)
+    ]
+    stale = sorted(k for k in declared if k not in found)
+    assert not undeclared, "\n".join(undeclared)
+    assert not stale, f"within the limits now, take off docs/architecture.md's list: {stale}"
+
+
+def test_the_size_check_sees_a_long_function():
+    body = "".join(f"    x{i} = {i}\n" for i in range(81))
+    found = oversize(PKG / "core" / "planted.py", f"def f():\n{body}")
+    assert found == {("dualtrain/core/planted.py", "function", "f"): 82}

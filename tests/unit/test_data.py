@@ -152,7 +152,7 @@ def test_normalize():
 def test_uint8_inputs_are_normalised_by_table_to_the_same_bits(mean, std, shape, scale):
     # a step normalises only its own rows (no up-front pass over the data set); 8-bit inputs look
     # their values up in a 256-entry table per channel built by the same float32 formula
-    from dualtrain.core.data import _transform
+    from dualtrain.core.data.transforms import _transform
 
     t = _transform(mean, std, shape, scale)
     x = np.random.default_rng(0).integers(0, 256, (17, *shape), dtype=np.uint8)

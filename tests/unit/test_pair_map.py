@@ -166,7 +166,7 @@ def test_spec_with_a_pair_keeps_its_args():
 
 
 def test_the_locator_tells_activations_apart():
-    from dualtrain.core import locate
+    from dualtrain.core.locate import mistakes as locate
 
     x = np.linspace(-4.0, 4.0, 81)
     for name, fn in locate.ACTIVATIONS.items():
@@ -178,7 +178,7 @@ def test_the_locator_tells_activations_apart():
 
 def test_locator_counts_an_exact_match_as_a_match():
     # rel() is 0.0 for identical arrays: a falsy value that must still mean "the same"
-    from dualtrain.core import locate
+    from dualtrain.core.locate import mistakes as locate
 
     a = np.arange(6.0)
     assert locate._close(a, a.copy())

@@ -40,14 +40,15 @@ from dualtrain.backends.tf.pair import PairConversion, build_keras, named_variab
 from dualtrain.backends.tf.step import TrainStep
 from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair, update_rules
-from dualtrain.core.data import Data
+from dualtrain.core.data.dataset import Data
 from dualtrain.core.model import resolve, walk
-from dualtrain.core.pair import check_identity
+from dualtrain.core.pair.transforms import check_identity
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, Evaluation
+from dualtrain.runtime.engine import Engine
 from dualtrain.spec import Experiment, LayerType, Loss, Precision
 
+from .forward import ForwardPass
 from .model import (
     Conversion,
     build_model,
@@ -59,11 +60,12 @@ from .model import (
 from .ops import OPS
 from .optimizer import OptimizerVariables
 from .precision import policy_name
+from .update import GradientUpdate
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
-class TFEngine(TrainStep, Engine):
+class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     backend = "tf"
     #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on
     #: an instance before __init__ traces the step: tools/mutants.py)
@@ -203,16 +205,7 @@ class TFEngine(TrainStep, Engine):
         )
         self._gather: dict[tf.DType, object] = {}
 
-    # ---- training --------------------------------------------------------------------------------
-
-    # ---- evaluation ------------------------------------------------------------------------------
-    def _evaluate_chunk(self, *batch: tf.Tensor) -> tf.Tensor:
-        """(loss sum, metric sum) of one chunk, float64, on the host: the model in inference
-        reads the variables' (identical) values outside any replica, so evaluation needs no
-        collective until its sums are added over the processes."""
-        logits = tf.cast(self._forward(list(batch[:-1]))[0], self.dtype)
-        loss = tf.cast(self._loss_sum(logits, batch[-1]), tf.float64)
-        return tf.stack([loss, self._metric_sum(logits, batch[-1])])
+    # ---- batches (the step: step.py, forward.py, update.py; evaluation: forward.py) --------------
 
     def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
         """A batch as the traced functions take it: the inputs (images NHWC) in the parameter
@@ -223,19 +216,6 @@ class TFEngine(TrainStep, Engine):
         ]
         y = self.data.targets(split, positions)
         return [*xs, y.astype(np.int32 if y.dtype == np.int64 else self.dtype.name)]
-
-    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
-        if len(ranges) != self.n_local:
-            raise ValueError(f"expected {self.n_local} eval ranges, got {len(ranges)}")
-        sums = np.zeros(3)
-        with tf.device(self.host):
-            for start, stop in ranges:
-                for s in range(start, stop, self._eval_chunk):
-                    e = min(s + self._eval_chunk, stop)
-                    loss, metric = self._eval_fn(*self.feed(split, slice(s, e))).numpy()
-                    sums += (loss, metric, e - s)
-        loss_sum, metric_sum, count = self.gather(sums).sum(axis=0).tolist()
-        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
 
     # ---- gather, weights -------------------------------------------------------------------------
     def _gather_fn(self, dtype: tf.DType) -> tf.types.experimental.PolymorphicFunction:

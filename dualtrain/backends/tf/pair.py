@@ -89,7 +89,7 @@ def build_keras(model: ModelSpec, policy: str) -> Any:
     return net
 
 
-def _path(layer: Any) -> str:
+def layer_path(layer: Any) -> str:
     """A layer's name in the model (Keras 3's path where it has one)."""
     return getattr(layer, "path", None) or layer.name
 
@@ -135,7 +135,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
                     "path": v.path,
                     "shape": [int(d) for d in v.shape],
                     "trainable": bool(v.trainable),
-                    "layer": _path(layer),
+                    "layer": layer_path(layer),
                     "kind": kind(layer),
                     "role": v.name,
                     "cls": type(layer).__name__,
@@ -151,7 +151,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
         )
     layers = [
         {
-            "name": _path(layer),
+            "name": layer_path(layer),
             "cls": type(layer).__name__,
             "kind": kind(layer),
             **{
@@ -219,162 +219,6 @@ class PairConversion(Conversion):
         a = np.asarray(array)
         a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
         return pair.to_canonical(self.entries[name], a)
-
-
-#: one probe vector; an activation is told by what it makes of it (dualtrain.core.locate)
-PROBE = np.linspace(-4.0, 4.0, 81)
-
-
-def _to_torch_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> np.ndarray:
-    """A Keras activation in torch's layout: NHWC -> NCHW; a flat H,W,C vector (a dense layer's
-    input after a Flatten) -> C,H,W order."""
-    a = np.asarray(a, np.float64)
-    if a.ndim == 4:
-        return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
-    if chw is not None and a.ndim == 2:
-        c, h, w = chw
-        return np.ascontiguousarray(
-            a.reshape(-1, h, w, c).transpose(0, 3, 1, 2).reshape(len(a), -1)
-        )
-    return a
-
-
-def _to_keras_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> np.ndarray:
-    a = np.asarray(a, np.float64)
-    if a.ndim == 4:
-        return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
-    if chw is not None and a.ndim == 2:
-        c, h, w = chw
-        return np.ascontiguousarray(
-            a.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(len(a), -1)
-        )
-    return a
-
-
-def _padding_chain(layer: Any) -> list[Any]:
-    """``layer`` with the ZeroPadding2D layers right before it (torch's padding=P is one of those
-    and a 'valid' conv in a faithful port): what one torch module corresponds to."""
-    chain = [layer]
-    while True:
-        try:
-            parents = chain[0]._inbound_nodes[0].parent_nodes
-        except (AttributeError, IndexError):
-            return chain
-        if len(parents) != 1 or not isinstance(parents[0].operation, keras.layers.ZeroPadding2D):
-            return chain
-        chain.insert(0, parents[0].operation)
-
-
-def probe_layers(
-    spec: Experiment,
-    weights: Weights,
-    layout: pair.Layout,
-    inputs: list[np.ndarray],
-    y: np.ndarray,
-    torch_side: dict[str, np.ndarray],
-) -> dict[str, np.ndarray]:
-    """The locator's Keras side, in float64, in torch's layouts: for each mapped layer, its input
-    and output in the Keras forward (``kin/``, ``kout/``) and its output when fed the torch
-    module's input (``fed/``: what the layer itself does); the activation every leaf layer applies
-    to :data:`PROBE` (``act/``); each batchnorm's training-mode output and running statistics when
-    fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
-    inference and in training; the running statistics after the training forward; each
-    parameter's gradient (training mode) in canonical names and layouts."""
-    import tensorflow as tf
-
-    from dualtrain.spec import Loss
-
-    net = build_keras(spec.model, "float64")
-    named = named_variables(net, layout)
-    load_canonical(named, layout, weights)
-    xs = [_to_keras_layout(a) for a in inputs]
-    feed = xs if len(xs) > 1 else xs[0]
-    out: dict[str, np.ndarray] = {}
-    by_path = {_path(layer): layer for layer in leaves(net)}
-    modules: dict[str, tuple[Any, tuple[int, int, int] | None]] = {}
-    entries = layout.by_torch()
-    for a in layout.torch.torch:
-        e = entries[a.name]
-        kv = next(v for v in layout.keras.keras if v.path == e.keras)
-        modules.setdefault(a.module, (by_path[kv.layer], e.chw))
-    chains = {m: _padding_chain(layer) for m, (layer, _) in modules.items()}
-    try:  # a functional or Sequential model exposes each layer's input and output
-        probes = [
-            t for m, (layer, _) in modules.items() for t in (chains[m][0].input, layer.output)
-        ]
-        values = keras.Model(net.inputs, probes)(feed)
-        for k, (module, (_, chw)) in enumerate(modules.items()):
-            out[f"kin/{module}"] = _to_torch_layout(values[2 * k], chw)
-            out[f"kout/{module}"] = _to_torch_layout(values[2 * k + 1])
-    except (AttributeError, ValueError, TypeError):
-        pass  # a subclassed model: no intermediate tensors (only what each layer does, below)
-    for module, (_, chw) in modules.items():
-        x = torch_side.get(f"in/{module}")
-        if x is not None:
-            v = _to_keras_layout(x, chw)
-            for op in chains[module]:  # the padding before a 'valid' conv is part of it
-                v = op(v)
-            out[f"fed/{module}"] = _to_torch_layout(np.asarray(v))
-    for path, layer in by_path.items():
-        fn = getattr(layer, "activation", None)
-        if fn is not None and not isinstance(layer, keras.layers.Activation):
-            v = fn(PROBE[None, :])  # Dense/Conv2D's own activation argument
-        elif not layer.weights:
-            try:
-                v = layer(PROBE[None, :])
-            except Exception:  # a layer that is no activation (flatten, add, padding, ...)
-                continue
-        else:
-            continue
-        out[f"act/{path}"] = np.asarray(v, np.float64).reshape(-1)
-    # training mode: what each batchnorm computes from the torch module's training-mode input
-    # (``tfed/``) and the running statistics that one call leaves (``fedrun/``), from the same
-    # starting values (restored after each call)
-    norms: dict[str, list[str]] = {
-        a.module: [] for a in layout.torch.torch if a.kind == "batchnorm"
-    }
-    for a in layout.torch.torch:
-        if a.module in norms and not a.trainable:
-            norms[a.module].append(a.name)
-    variables = dict(named)
-    for module, running in norms.items():
-        x = torch_side.get(f"tin/{module}")
-        if x is None or module not in modules:
-            continue
-        saved = [np.asarray(keras.ops.convert_to_numpy(variables[n].value)) for n in running]
-        v = _to_keras_layout(x, modules[module][1])
-        for op in chains[module]:
-            v = op(v, training=True)
-        out[f"tfed/{module}"] = _to_torch_layout(np.asarray(v))
-        for n, value in zip(running, saved, strict=True):
-            out[f"fedrun/{n}"] = np.asarray(keras.ops.convert_to_numpy(variables[n].value))
-            variables[n].assign(value)
-    out["output/eval"] = np.asarray(net(feed, training=False), np.float64)
-    ys = tf.constant(y)
-    with tf.GradientTape() as tape:
-        logits = net(feed, training=True)
-        if spec.model.loss is Loss.CROSS_ENTROPY:
-            loss = tf.reduce_sum(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ys, logits=logits)
-            )
-        elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
-            t = tf.cast(ys, tf.float64)
-            per = tf.nn.sigmoid_cross_entropy_with_logits(labels=t, logits=logits)
-            loss = tf.reduce_sum(tf.reduce_mean(per, axis=1))
-        else:
-            loss = tf.reduce_sum(tf.reduce_mean(tf.square(logits - tf.cast(ys, tf.float64)), 1))
-        loss = loss / len(y)
-    grads = tape.gradient(loss, [v.value for _, v in named])
-    # the training forward above updated each batchnorm's moving statistics by its own rule
-    for name, v in named:
-        if not v.trainable:
-            out[f"running/{name}"] = np.asarray(keras.ops.convert_to_numpy(v.value), np.float64)
-    out["output"] = np.asarray(logits, np.float64)
-    conv = PairConversion(layout)
-    for (name, _), g in zip(named, grads, strict=True):
-        if g is not None:
-            out[f"grad/{name}"] = conv.to_canonical(name, np.asarray(g))
-    return out
 
 
 def keras_only(net: Any) -> Any:

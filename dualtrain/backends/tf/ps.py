@@ -11,8 +11,8 @@ gradient of that shard's ``sum(loss) / N_global`` (times the loss scale under fp
 server's variables; ``join`` is the barrier; the gradients are summed replica by replica (micro-
 batches first, as an accumulating replica adds them) and the update is the one an all-reduce step
 makes (unscale and skip, norm, clipping, torch.optim's rule on the TF namespace, GradScaler's rule:
-the same methods of :class:`~dualtrain.backends.tf.step.TrainStep`), applied to the variables on the
-parameter server. Evaluation runs on the chief, reading the server's variables.
+the same methods of :class:`~dualtrain.backends.tf.update.GradientUpdate`), applied to the
+variables on the parameter server. Evaluation runs on the chief, reading the server's variables.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.core.data import TRAIN, Data
+from dualtrain.core.data.dataset import Data
+from dualtrain.core.data.splits import TRAIN
 from dualtrain.core.plan import micro_batches
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.engine import StepOut

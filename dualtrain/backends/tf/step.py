@@ -1,32 +1,26 @@
 """One training step on the tf backend, as one traced function (``strategy.run`` per replica,
-then the update on every device): the forward and the global-batch loss, the SUM all-reduce,
-loss scaling, the norm and clipping, the update rules of dualtrain.core.update_rules, the
-batchnorm running statistics. A mixin of :class:`~dualtrain.backends.tf.engine.TFEngine`,
-which builds the variables and traces this step."""
+then the update on every device): each replica's micro-batches (their forward, loss and gradient:
+forward.py), the SUM all-reduce, what follows it (loss scaling, the norm and clipping: update.py),
+the batchnorm running statistics, then the update rules of dualtrain.core.update_rules on every
+device (update.py). A mixin of :class:`~dualtrain.backends.tf.engine.TFEngine`, which builds the
+variables and traces this step."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.core import batchnorm, losses, update_rules
-from dualtrain.core.data import TRAIN
-from dualtrain.core.pair import Layout
+from dualtrain.core import batchnorm
+from dualtrain.core.data.splits import TRAIN
+from dualtrain.core.pair.record import Layout
 from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
-from dualtrain.spec import Experiment, Loss, OptimizerSpec
 
-from .model import (
-    Conversion,
-    call_model,
-)
-from .ops import LOSS_OPS
-from .optimizer import OptimizerVariables
+from .model import Conversion
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -35,9 +29,6 @@ class TrainStep:
     """The methods of TFEngine this file holds; the engine's state they use, declared:"""
 
     accumulate: int
-    optimizer: OptimizerVariables
-    _dropout: bool
-    _guard_empty: bool
     _norms: list[tuple[float, bool]]
     """(momentum, sync) per batchnorm layer, in canonical order."""
     _poisonable: bool
@@ -46,41 +37,44 @@ class TrainStep:
     conversion: Conversion
     layout: Layout | None
     applied: tf.Variable
-    dtype: tf.DType
     first_replica: int
     fp16: bool
-    good_steps: tf.Variable
     host: str
-    model: keras.Model
     n_local: int
-    ops: update_rules.Ops
-    opt: OptimizerSpec
     param_names: list[str]
     params: list[tf.Variable]
     running: list[tf.Variable]
     scale: tf.Variable
-    spec: Experiment
     strategy: tf.distribute.Strategy
-    loss: Loss
 
-    def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
-        raise NotImplementedError  # TFEngine's
+    if TYPE_CHECKING:  # the engine's own (engine.py) and its other mixins' (forward.py, update.py)
+
+        def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]: ...
+
+        def _micro_step(
+            self,
+            ids: tf.Tensor,
+            x: list[tf.Tensor],
+            y: tf.Tensor,
+            global_count: tf.Tensor,
+            step: tf.Tensor,
+            scale: tf.Tensor,
+            capture: bool = False,
+        ) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor], tf.Tensor | None]: ...
+
+        def _after_reduce(
+            self, grads: list[tf.Tensor], scale: tf.Tensor, *, capture: bool
+        ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor]]: ...
+
+        def _apply_one(
+            self, p: tf.Variable, g: tf.Tensor, apply: tf.Tensor, lr: tf.Tensor, k: int
+        ) -> tf.Operation: ...
+
+        def _bookkeeping(self, applied: tf.Variable, ok: tf.Tensor) -> tf.Operation: ...
 
     def _local_index(self) -> tf.Tensor:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         return tf.cast(rid, tf.int32) - self.first_replica
-
-    def _forward(
-        self,
-        x: list[tf.Tensor],
-        ids: tf.Tensor | None = None,
-        step: tf.Tensor | None = None,
-        training: bool = False,
-    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """(logits, batchnorm statistics); see model.call_model."""
-        return call_model(
-            self.model, x, dropout=self._dropout, ids=ids, step=step, training=training
-        )
 
     def _running_updates(
         self, ctx: tf.distribute.ReplicaContext, stats: Sequence[Sequence[tf.Tensor]]
@@ -175,93 +169,6 @@ class TrainStep:
         running = self._running_updates(ctx, stats) if self.running else []
         return grads, loss_sum, ids, norm, finite, amax, captured, running, own
 
-    def _after_reduce(
-        self, grads: list[tf.Tensor], scale: tf.Tensor, *, capture: bool
-    ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor]]:
-        """What follows the SUM of the gradients, the same in the mirrored step and on the
-        parameter server: fp16's unscale, its finite check and the largest |element| (fp16 skips on
-        every replica when the summed gradient is not finite, GradScaler's check; fp32/bf16 never
-        skip, as torch without a GradScaler); the global norm (torch.nn.utils.clip_grad_norm_: the
-        L2 norm of the per-tensor L2 norms); the captured gradient (``capture``); clipping.
-        Returns (clipped gradient, norm, finite, amax, captured)."""
-        if self.fp16:
-            grads = self._unscale(grads, scale)
-            finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
-            amax = tf.reduce_max(tf.stack([tf.reduce_max(tf.abs(g)) for g in grads]))
-        else:
-            finite, amax = tf.constant(True), tf.constant(0.0, self.dtype)
-        norm = update_rules.global_norm(self.ops, grads)
-        captured = list(grads) if capture else []
-        grads = update_rules.clip(self.ops, grads, norm, self.opt.clip_grad_norm)
-        return grads, norm, finite, amax, captured
-
-    def _micro_step(
-        self,
-        ids: tf.Tensor,
-        x: list[tf.Tensor],
-        y: tf.Tensor,
-        global_count: tf.Tensor,
-        step: tf.Tensor,
-        scale: tf.Tensor,
-        capture: bool = False,
-    ) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor], tf.Tensor | None]:
-        """One micro-batch on this replica: (its loss sum, its batchnorm statistics, the gradient
-        of sum(loss) / global_count, times the loss scale under fp16, and with ``capture`` (a
-        probe) the exact loss of its own outputs: the same losses in float64, which the probes'
-        loss-path check holds the loss sum to; else None)."""
-
-        def forward() -> list[tf.Tensor]:
-            logits, stats = self._forward(x, ids, step, True)
-            own = [tf.stop_gradient(self._loss_exact(logits, y))] if capture else []
-            return [self._loss_sum(logits, y), *own, *(tf.stop_gradient(t) for t in stats)]
-
-        # an empty replica (models without sync batchnorm): no forward at all
-        def skipped() -> list[tf.Tensor]:
-            return [
-                tf.constant(0.0, self.dtype),
-                *([tf.constant(0.0, tf.float64)] if capture else []),
-                *(tf.zeros(r.shape, r.dtype) for r in self.running if self.layout is None),
-            ]
-
-        with tf.GradientTape() as tape:
-            # An empty replica contributes zero loss and zero gradient. Dense layers get there by
-            # themselves (a 0-row matmul); convolutions are not run on an empty batch (oneDNN's
-            # fused conv kernels reject one). The guard is a tf.cond, which costs time in every step
-            # (and its gradient), so only models with convolutions have it.
-            if self._guard_empty:
-                loss_sum, *stats = tf.cond(tf.size(ids) > 0, forward, skipped)
-            else:
-                loss_sum, *stats = forward()
-            own = stats.pop(0) if capture else None
-            loss = loss_sum / tf.cast(global_count, self.dtype)
-            if self.fp16:
-                loss = loss * scale
-        grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return loss_sum, stats, grads, own
-
-    def _loss_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
-        float64 for fp64), whatever precision the logits came out in (docs/parity.md §3)."""
-        return self._losses(tf.cast(logits, self.dtype), y)
-
-    def _loss_exact(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
-        loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
-        return self._losses(tf.cast(logits, tf.float64), y)
-
-    def _losses(self, out: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        return losses.loss_sum(LOSS_OPS, self.loss, out, y)
-
-    def _metric_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
-        """The evaluation metric summed over these samples (dualtrain.core.losses)."""
-        return losses.metric_sum(LOSS_OPS, self.loss, tf.cast(logits, self.dtype), y)
-
-    def _unscale(self, grads: Sequence[tf.Tensor], scale: tf.Tensor) -> list[tf.Tensor]:
-        """fp16: the all-reduced gradient divided by the loss scale (GradScaler's unscale_: a
-        multiplication by the float32 reciprocal)."""
-        inv = tf.constant(1.0, tf.float32) / scale
-        return [g * inv for g in grads]
-
     def _step(
         self,
         ids_flat: tf.Tensor,
@@ -297,35 +204,6 @@ class TrainStep:
             "captured": captured,
             "own_loss": own,
         }
-
-    def _apply_one(
-        self, p: tf.Variable, g: tf.Tensor, apply: tf.Tensor, lr: tf.Tensor, k: int
-    ) -> tf.Operation:
-        """torch.optim's update of parameter k (runs once per device, on that device's copies)."""
-
-        def update() -> list[tf.Operation]:
-            slots = {key: held[k] for key, held in self.optimizer.slots.items() if held}
-            new_p, new_slots = update_rules.update(
-                self.ops, self.opt, p, g, slots, lr=lr, applied=self.applied
-            )
-            return [
-                *(slots[key].assign(value) for key, value in new_slots.items()),
-                p.assign(new_p),
-            ]
-
-        if not self.fp16:  # only fp16 ever skips; a tf.cond per variable and device costs time
-            return tf.group(update())
-        return tf.cond(apply, lambda: tf.group(update()), tf.no_op)
-
-    def _bookkeeping(self, applied: tf.Variable, ok: tf.Tensor) -> tf.Operation:
-        """Applied-step counter and GradScaler's dynamic loss-scale rule (per device copy)."""
-        ops = [applied.assign_add(tf.cast(ok, tf.int64))]
-        if self.fp16:
-            scale, good = update_rules.loss_scale_update(
-                self.ops, self.scale, self.good_steps, ok, self.spec.precision.loss_scale
-            )
-            ops += [self.scale.assign(scale), self.good_steps.assign(good)]
-        return tf.group(ops)
 
     def train_step(
         self,

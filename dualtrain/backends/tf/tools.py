@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return env_main("tf", argv, lambda: env_facts(backend_facts, tf_kernels))
     if argv[:1] == ["probe-layers"]:
-        from dualtrain.backends.tf.pair import probe_layers
+        from dualtrain.backends.tf.locate import probe_layers
         from dualtrain.runtime.entry import probe_layers_main
 
         return probe_layers_main("tf", argv, probe_layers)

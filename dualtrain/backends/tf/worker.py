@@ -273,26 +273,7 @@ def run_worker(
             host_device=tf_.host,
             layout=inputs.layout,
         )
-    facts: dict[str, Any] = {
-        "tf_strategy": (
-            "parameter_server"
-            if spec.distribution.strategy is Strategy.PARAMETER_SERVER
-            else spec.tf.strategy.value
-        ),
-        "parameter_server": (
-            "ParameterServerStrategy"
-            if spec.distribution.strategy is Strategy.PARAMETER_SERVER
-            else None
-        ),
-        "tf_devices": list(tf_.devices),
-        "tf_processes": role.num_processes,
-        "threads_per_worker": tf_.threads,
-        "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
-    }
-    if role.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
-        facts["kernels"] = kernels.for_run(
-            spec.precision.dtype.value, tf_kernels.static_facts(cpu_flags()), tf_kernels.product
-        )
+    facts = worker_facts(spec, role, tf_)
     loop = train_loop(
         spec,
         engine,
@@ -323,6 +304,32 @@ def run_worker(
             timeout_s=spec.distribution.timeout_s,
             step=loop.step,
         ) from None
+
+
+def worker_facts(spec: Experiment, role: Role, tf_: Configured) -> dict[str, Any]:
+    """This process's facts for summary.json: the strategy, the devices and processes, the
+    threads, oneDNN, and on the chief what its CPU's kernels do in the run's precision."""
+    facts: dict[str, Any] = {
+        "tf_strategy": (
+            "parameter_server"
+            if spec.distribution.strategy is Strategy.PARAMETER_SERVER
+            else spec.tf.strategy.value
+        ),
+        "parameter_server": (
+            "ParameterServerStrategy"
+            if spec.distribution.strategy is Strategy.PARAMETER_SERVER
+            else None
+        ),
+        "tf_devices": list(tf_.devices),
+        "tf_processes": role.num_processes,
+        "threads_per_worker": tf_.threads,
+        "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+    }
+    if role.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
+        facts["kernels"] = kernels.for_run(
+            spec.precision.dtype.value, tf_kernels.static_facts(cpu_flags()), tf_kernels.product
+        )
+    return facts
 
 
 def run_server(spec: Experiment) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from dualtrain.backends.torch.forward import ForwardPass
 from dualtrain.backends.torch.model import (
     BatchNorm,
     HashDropout,
@@ -41,14 +42,15 @@ from dualtrain.backends.torch.optimizer import (
 from dualtrain.backends.torch.pair import batchnorms, build_module, canonical_state, load_pair
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import HookState, TrainStep, sum_hook
+from dualtrain.backends.torch.update import GradientUpdate
 from dualtrain.core import ema as ema_rule
-from dualtrain.core.data import Data
+from dualtrain.core.data.dataset import Data
 from dualtrain.core.losses import metric_name
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.launch.local import LISTEN_FD_ENV, open_listener
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, Evaluation
+from dualtrain.runtime.engine import Engine
 from dualtrain.spec import OPTIMIZERS, Device, Experiment, Precision
 
 
@@ -165,7 +167,7 @@ def rendezvous_store(rank: int, world: int, timeout: timedelta) -> dist.Store:
     )
 
 
-class TorchEngine(TrainStep, Engine):
+class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     backend = "torch"
 
     def __init__(
@@ -225,6 +227,24 @@ class TorchEngine(TrainStep, Engine):
             ddp.register_comm_hook(self._hook, sum_hook)
             self.ddp = ddp
         self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
+        self._set_up_batchnorm(world)
+        self.params = [p for _, p in self.module.named_parameters()]
+        self._ema: list[torch.Tensor] | None = None  # train.ema's average (ema())
+        self.names = [n for n, _ in self.module.named_parameters()]
+        self.opt = make_optimizer(spec, self.params)
+        self.applied = 0  # updates applied (skipped fp16 steps excluded): the checkpoints' count
+        self.autocast, self.scaler = precision_setup(spec.precision, device.type)
+        self.clip = spec.optimizer.clip_grad_norm
+        self._eval_bs = max(1, spec.data.eval_batch_size // world)
+        if serve and self.scaler is not None:
+            # the server unscales gradients it never scaled: GradScaler's scale starts on first use
+            self.scaler.scale(torch.zeros((), dtype=self.dtype, device=device))
+        if world > 1 and not (server or serve):
+            self._settle_buckets()
+
+    def _set_up_batchnorm(self, world: int) -> None:
+        """The batchnorm layers' collectives: the sync layers' process group, and the running
+        statistics every replica takes from rank 0 after each step (``_broadcast``: step.py)."""
         # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of
         # their own (never interleaved with DDP's gradient buckets); unsync layers' running
         # statistics are rank 0's, broadcast after every step.
@@ -242,42 +262,8 @@ class TorchEngine(TrainStep, Engine):
                 for m in batchnorms(self.module)
                 for b in (m.running_mean, m.running_var)
             ]
-        self.params = [p for _, p in self.module.named_parameters()]
-        self._ema: list[torch.Tensor] | None = None  # train.ema's average (ema())
-        self.names = [n for n, _ in self.module.named_parameters()]
-        self.opt = make_optimizer(spec, self.params)
-        self.applied = 0  # updates applied (skipped fp16 steps excluded): the checkpoints' count
-        self.autocast, self.scaler = precision_setup(spec.precision, device.type)
-        self.clip = spec.optimizer.clip_grad_norm
-        self._eval_bs = max(1, spec.data.eval_batch_size // world)
-        if serve and self.scaler is not None:
-            # the server unscales gradients it never scaled: GradScaler's scale starts on first use
-            self.scaler.scale(torch.zeros((), dtype=self.dtype, device=device))
-        if world > 1 and not (server or serve):
-            self._settle_buckets()
 
-    # ---- training --------------------------------------------------------------------------------
-
-    # ---- evaluation and collectives --------------------------------------------------------------
-    @torch.no_grad()
-    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
-        self.module.eval()
-        acc = torch.zeros(3, dtype=torch.float64, device=self.device)
-        for start, stop in ranges:
-            for s in range(start, stop, self._eval_bs):
-                e = min(s + self._eval_bs, stop)
-                xs, y = self.batch(split, slice(s, e))
-                with self.autocast:
-                    out = self.module(*xs)
-                out = out.to(self.dtype)
-                acc[0] += self._loss_sum(out, y).double()
-                acc[1] += self._metric_sum(out, y).double()
-                acc[2] += e - s
-        self.module.train()
-        dist.all_reduce(acc, op=dist.ReduceOp.SUM)
-        loss_sum, metric_sum, count = acc.tolist()
-        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
-
+    # ---- batches, collectives (the step: step.py, forward.py, update.py; evaluation: forward.py) -
     def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The inputs (parameter dtype) and targets of these samples, on the device."""
         xs = [

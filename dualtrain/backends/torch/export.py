@@ -157,7 +157,7 @@ def _export_pair(spec: Experiment, weights: Weights, folder: Path, dtype: str) -
     model.py that builds and loads it."""
     import shutil
 
-    from dualtrain.core.pair import import_factory
+    from dualtrain.core.pair.factories import import_factory
 
     assert spec.model.torch is not None
     module, _, attr = spec.model.torch.partition(":")

@@ -103,13 +103,7 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(the side's description as JSON, the initial weights in the canonical layout)."""
     model = spec.model
     module = build_module(model, spec.seed)
-    params = {id(p) for p in module.parameters()}
-    owner = {}
-    for mname, m in module.named_modules():
-        for pname, t in list(m.named_parameters(recurse=False)) + list(
-            m.named_buffers(recurse=False)
-        ):
-            owner[f"{mname}.{pname}" if mname else pname] = (mname, m, id(t) in params)
+    owner = owners(module)
     order: dict[str, int] = {}
     layers: list[dict[str, Any]] = []
 
@@ -154,7 +148,39 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
     output = pair.check_output(tuple(out.shape[1:]), "torch", type(module).__name__)
     state = canonical_state(module)
-    arrays = []
+    arrays = state_arrays(state, owner, order)
+    side = {
+        "factory": model.torch,
+        "cls": f"{type(module).__module__}.{type(module).__name__}",
+        "output": list(output),
+        "torch": arrays,
+        "layers": layers,
+        "digest": pair.source_digest(type(module)),
+    }
+    weights = {k: v.detach().to(torch.float32).numpy().copy() for k, v in state.items()}
+    return side, weights
+
+
+def owners(module: nn.Module) -> dict[str, tuple[str, nn.Module, bool]]:
+    """Each state dict entry's (module name, module, trainable)."""
+    params = {id(p) for p in module.parameters()}
+    owner = {}
+    for mname, m in module.named_modules():
+        for pname, t in list(m.named_parameters(recurse=False)) + list(
+            m.named_buffers(recurse=False)
+        ):
+            owner[f"{mname}.{pname}" if mname else pname] = (mname, m, id(t) in params)
+    return owner
+
+
+def state_arrays(
+    state: dict[str, torch.Tensor],
+    owner: dict[str, tuple[str, nn.Module, bool]],
+    order: dict[str, int],
+) -> list[dict[str, Any]]:
+    """The description's ``torch`` entries: each array of the state dict, its module's, in the
+    order the modules first ran (``order``)."""
+    arrays: list[dict[str, Any]] = []
     for name, t in state.items():
         mname, m, trainable = owner[name]
         arrays.append(
@@ -170,89 +196,4 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     # weighted modules in the order they first ran (the automatic map pairs them in that order)
     first = {a["module"]: order.get(a["module"], len(order) + i) for i, a in enumerate(arrays)}
     arrays.sort(key=lambda a: first[a["module"]])
-    side = {
-        "factory": model.torch,
-        "cls": f"{type(module).__module__}.{type(module).__name__}",
-        "output": list(output),
-        "torch": arrays,
-        "layers": layers,
-        "digest": pair.source_digest(type(module)),
-    }
-    weights = {k: v.detach().to(torch.float32).numpy().copy() for k, v in state.items()}
-    return side, weights
-
-
-def probe_layers(
-    spec: Experiment, weights: dict[str, np.ndarray], inputs: list[np.ndarray], y: np.ndarray
-) -> dict[str, np.ndarray]:
-    """The locator's torch side (dualtrain.core.locate), in float64, on one batch: every leaf
-    module's first call in an inference forward (``in/``, ``out/``: by module name) and in a
-    training forward (``tin/``, ``tout/``), the model's output in both (``output/eval``,
-    ``output``), the running statistics after the training forward (``running/``), and each
-    parameter's gradient of the run's loss (sum over the batch / N) in training mode, as a step
-    computes it."""
-    from dualtrain.spec import Loss
-
-    module = build_module(spec.model, spec.seed).to(torch.float64)
-    load_pair(module, weights)
-    out: dict[str, np.ndarray] = {}
-    leaves = [(n, m) for n, m in module.named_modules() if n and not list(m.children())]
-
-    def forward(tag: str) -> torch.Tensor:
-        def hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
-            def record(m: nn.Module, args: tuple[Any, ...], result: Any) -> None:
-                if f"{tag}in/{name}" in out or not args or not isinstance(args[0], torch.Tensor):
-                    return
-                out[f"{tag}in/{name}"] = args[0].detach().numpy().copy()
-                if isinstance(result, torch.Tensor):
-                    out[f"{tag}out/{name}"] = result.detach().numpy().copy()
-
-            return record
-
-        handles = [m.register_forward_hook(hook(n)) for n, m in leaves]
-        try:
-            return module(*xs)
-        finally:
-            for h in handles:
-                h.remove()
-
-    xs = [torch.from_numpy(np.asarray(a, np.float64)) for a in inputs]
-    module.eval()  # inference: batchnorm normalises with its running statistics
-    with torch.no_grad():
-        out["output/eval"] = forward("").numpy().copy()
-    module.train()  # training, as a step runs it: batch statistics, running statistics move
-    logits = forward("t")
-    for name, b in module.named_buffers():
-        if name.rsplit(".", 1)[-1] in ("running_mean", "running_var"):
-            out[f"running/{name}"] = b.numpy().copy()
-    out["output"] = logits.detach().numpy().copy()
-    probe = torch.from_numpy(np.linspace(-4.0, 4.0, 81)[None, :])
-    with torch.no_grad():
-        for n, m in leaves:
-            if not list(m.parameters(recurse=False)):
-                try:  # what a parameter-free leaf does to the probe vector (activations)
-                    out[f"act/{n}"] = m(probe).numpy().reshape(-1).copy()
-                except Exception:  # flatten, pooling, ...: not an activation
-                    continue
-    target = torch.from_numpy(y)
-    if spec.model.loss is Loss.CROSS_ENTROPY:
-        loss = nn.functional.cross_entropy(logits, target, reduction="sum")
-    elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
-        loss = (
-            nn.functional.binary_cross_entropy_with_logits(
-                logits, target.to(torch.float64), reduction="none"
-            )
-            .mean(dim=1)
-            .sum()
-        )
-    else:
-        loss = (
-            nn.functional.mse_loss(logits, target.to(torch.float64), reduction="none")
-            .mean(dim=1)
-            .sum()
-        )
-    (loss / len(y)).backward()
-    for name, p in module.named_parameters():
-        if p.grad is not None:
-            out[f"grad/{name}"] = p.grad.numpy().copy()
-    return out
+    return arrays

@@ -1,26 +1,24 @@
-"""One training step on the torch backend: the forward under autocast, the global-batch loss, the
-backward whose DDP hook SUMs the gradients, GradScaler's unscale and skip, the norm and clipping,
-torch.optim's update. A mixin of :class:`~dualtrain.backends.torch.engine.TorchEngine`, which
-builds the module, the optimizer and the process group's hooks."""
+"""One training step on the torch backend: its micro-batches (the forward under autocast, the
+global-batch loss, the backward: forward.py), whose last backward's DDP hook SUMs the gradients,
+then the update (GradScaler's unscale and skip, the norm and clipping, torch.optim's update:
+update.py, here or on the parameter server) and batchnorm's running statistics. A mixin of
+:class:`~dualtrain.backends.torch.engine.TorchEngine`, which builds the module, the optimizer and
+the process group's hooks."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from dualtrain.backends.torch.condition import AbsoluteGradient
 from dualtrain.backends.torch.layers import HashDropout
-from dualtrain.backends.torch.ops import LOSS_OPS, NORM_OPS
-from dualtrain.core import losses, update_rules
-from dualtrain.core.data import TRAIN
+from dualtrain.core.data.splits import TRAIN
 from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
-from dualtrain.spec import Loss
 
 
 def _add(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -53,9 +51,6 @@ class TrainStep:
     _broadcast: list[torch.Tensor]
     """Unsync batchnorm's running statistics, rank 0's broadcast after every step."""
     _hook: HookState
-    applied: int
-    autocast: contextlib.AbstractContextManager[Any]
-    clip: float | None
     ddp: torch.nn.Module
     """DistributedDataParallel around ``module``, or the module itself where nothing
     all-reduces."""
@@ -63,17 +58,27 @@ class TrainStep:
     dropouts: list[HashDropout]
     dtype: torch.dtype
     module: torch.nn.Module
-    names: list[str]
     opt: torch.optim.Optimizer
-    params: list[torch.nn.Parameter]
-    scaler: torch.amp.GradScaler | None
-    world: int
-    loss: Loss
     server: bool
-    rank: int
 
-    def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
-        raise NotImplementedError  # TorchEngine's
+    if TYPE_CHECKING:  # the engine's own (engine.py) and its other mixins' (forward.py, update.py)
+
+        def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]: ...
+
+        def _micro_step(
+            self,
+            ids: np.ndarray,
+            step: int,
+            global_count: int,
+            measure_scale: bool,
+            capture: bool = False,
+        ) -> tuple[torch.Tensor, float | None, Any, float | None]: ...
+
+        def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]: ...
+
+        def _through_server(
+            self, lr: float, poison: bool, capture_grads: bool
+        ) -> tuple[float, float | None, Any, float, bool]: ...
 
     def _no_sync(self) -> contextlib.AbstractContextManager[None]:
         """DDP's no_sync (an accumulating micro-batch: no all-reduce in its backward)."""
@@ -175,165 +180,3 @@ class TrainStep:
                 else None
             ),
         )
-
-    def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]:
-        """The step after the gradients are summed: GradScaler's unscale and skip, the global norm,
-        clipping, torch.optim's update, the loss scale's next value. The same code for an
-        all-reduce step (on every replica) and a parameter server's (on the server). Returns (grad
-        norm, grad amax (fp16), the gradient by name if asked, the scale used, skipped)."""
-        scaler = self.scaler
-        if scaler is not None:
-            self._unscale()
-        # backward() gave every parameter a gradient (DDP: every parameter takes part)
-        grads = cast(list[torch.Tensor], [p.grad for p in self.params])
-        norm = update_rules.global_norm(NORM_OPS, grads)
-        amax = (
-            torch.stack(torch._foreach_norm(grads, float("inf"))).max().item()
-            if scaler is not None
-            else None
-        )
-        captured = None
-        if capture_grads:
-            captured = {
-                n: g.detach().to("cpu").numpy().copy()
-                for n, g in zip(self.names, grads, strict=True)
-            }
-        if self.clip is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip, norm)
-        if scaler is not None:
-            scale = scaler.get_scale()
-            scaler.step(self.opt)
-            scaler.update()
-            skipped = scaler.get_scale() < scale  # backoff < 1 happens only on a found inf
-        else:
-            self.opt.step()
-            scale, skipped = 1.0, False
-        self.applied += not skipped
-        self.opt.zero_grad(set_to_none=True)
-        return norm.item(), amax, captured, scale, skipped
-
-    def _through_server(
-        self, lr: float, poison: bool, capture_grads: bool
-    ) -> tuple[float, float | None, Any, float, bool]:
-        """A replica of a parameter-server run: its gradient (flattened) to the server, the
-        server's parameters and outcome back (dualtrain.backends.torch.ps)."""
-        from dualtrain.backends.torch import ps
-
-        flat = torch.cat(
-            [
-                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to("cpu")
-                for p in self.params
-            ]
-        )
-        if poison:  # fault injection: this replica's gradient only, as in the all-reduce hook
-            flat.fill_(float("inf"))
-        out = ps.step(self.rank, flat, lr, capture_grads)
-        with torch.no_grad():
-            offset = 0
-            for p in self.params:
-                p.copy_(out.params[offset : offset + p.numel()].view_as(p))
-                offset += p.numel()
-        self.opt.zero_grad(set_to_none=True)
-        if self.scaler is not None:
-            self.scaler.update(out.next_scale)
-        self.applied += not out.skipped
-        return out.grad_norm, out.grad_amax, out.grads, out.loss_scale, out.skipped
-
-    @torch.no_grad()
-    def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> Any:
-        """The parameter server's update from the replicas' summed gradient (flattened)."""
-        from dualtrain.backends.torch import ps
-
-        offset = 0
-        for p in self.params:
-            p.grad = total[offset : offset + p.numel()].view_as(p).to(p.device).clone()
-            offset += p.numel()
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        norm, amax, captured, scale, skipped = self._update(capture_grads)
-        return ps.Outcome(
-            params=torch.cat([p.detach().reshape(-1).to("cpu") for p in self.params]),
-            grad_norm=norm,
-            grad_amax=amax,
-            loss_scale=scale,
-            next_scale=self.scaler.get_scale() if self.scaler is not None else 1.0,
-            skipped=skipped,
-            grads=captured,
-        )
-
-    def _micro_step(
-        self,
-        ids: np.ndarray,
-        step: int,
-        global_count: int,
-        measure_scale: bool,
-        capture: bool = False,
-    ) -> tuple[torch.Tensor, float | None, Any, float | None]:
-        """One micro-batch's forward under autocast and its backward of sum(loss) / global_count
-        (times the loss scale under fp16; gradients accumulate in .grad). Returns the loss sum,
-        on the fp64 run's probe steps the loss's and the gradient's absolute scales, and with
-        ``capture`` (a probe replay) the exact loss of its own outputs (the same losses in
-        float64, which the probes' loss-path check holds the loss sum to)."""
-        idx = torch.tensor(ids, dtype=torch.int64)
-        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
-            dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
-            step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
-            for m in self.dropouts:
-                m.step, m.ids = step_t, dev_idx
-        xs, y = self.batch(TRAIN, ids)
-        # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
-        absolute = AbsoluteGradient(self.module) if measure_scale else None
-        with self.autocast, absolute or contextlib.nullcontext():
-            logits = self.ddp(*xs)
-        loss_sum = self._loss_sum(logits, y)
-        abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
-        own = self._loss_exact(logits, y).item() if capture else None
-        loss = loss_sum / global_count
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
-        scale = absolute.result(self.world) if absolute is not None else None
-        return loss_sum, abs_loss, scale, own
-
-    def _unscale(self) -> None:
-        """fp16: the all-reduced gradients divided by the loss scale (GradScaler.unscale_, which
-        also records whether any is not finite)."""
-        assert self.scaler is not None  # fp16 only, which has a scaler
-        self.scaler.unscale_(self.opt)
-
-    def _loss_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The sum of per-sample losses as dualtrain.core.losses defines them, computed in the
-        parameter dtype (float32; float64 for fp64) whatever precision the outputs came out in
-        (docs/parity.md §3)."""
-        return self._losses(out.to(self.dtype), y)
-
-    @torch.no_grad()
-    def _loss_exact(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
-        loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
-        return self._losses(out.detach().to(torch.float64), y)
-
-    def _losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return cast(torch.Tensor, losses.loss_sum(LOSS_OPS, self.loss, out, y))
-
-    @torch.no_grad()
-    def _loss_abs(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The loss's absolute scale, summed over the samples (StepOut.abs_loss): per sample the
-        magnitudes of the terms the loss subtracts, so that rounding the outputs by u relative
-        moves the loss by about u times this. cross-entropy: |logsumexp(z)| + |z_y|; binary
-        cross-entropy: max(z, 0) + |z t| + log1p(exp(-|z|)); mse: 2 |o - t| (|o| + |t|) + (o -
-        t)^2 (the last two per column, then their mean)."""
-        out = out.to(self.dtype)
-        if self.loss is Loss.CROSS_ENTROPY:
-            z_y = out.gather(1, y[:, None])[:, 0]
-            return (torch.logsumexp(out, dim=1).abs() + z_y.abs()).sum()
-        if self.loss is Loss.BINARY_CROSS_ENTROPY:
-            terms = out.clamp(min=0) + (out * y).abs() + torch.log1p(torch.exp(-out.abs()))
-            return terms.mean(dim=1).sum()
-        d = out - y
-        return (2 * d.abs() * (out.abs() + y.abs()) + d * d).mean(dim=1).sum()
-
-    def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The evaluation metric summed over these samples (dualtrain.core.losses)."""
-        return cast(torch.Tensor, losses.metric_sum(LOSS_OPS, self.loss, out, y))

@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
 
         return env_main("torch", argv, lambda: env_facts(backend_facts, torch_kernels))
     if argv[:1] == ["probe-layers"]:
-        from dualtrain.backends.torch.pair import probe_layers
+        from dualtrain.backends.torch.locate import probe_layers
         from dualtrain.runtime.entry import probe_layers_main
 
         return probe_layers_main("torch", argv, probe_layers)

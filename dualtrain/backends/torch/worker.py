@@ -79,18 +79,9 @@ def run_worker(
         return run_parameter_server(spec, run_dir, start)
     server = spec.distribution.strategy is Strategy.PARAMETER_SERVER
     env = dist_env()
-    if env.world != spec.distribution.world_size:
-        raise UserError(
-            f"distribution.world_size must match WORLD_SIZE={env.world} from the "
-            f"launcher. Received: {spec.distribution.world_size}"
-        )
+    check_world_size(spec, env)
     run_dir = Path(run_dir) if run_dir is not None else None
-    threads = spec.distribution.threads_per_worker or default_threads(env.local_world)
-    torch.set_num_threads(threads)
-    configure_determinism(spec.determinism)
-    clock.mark("settings")
-    torch.manual_seed(spec.seed)
-    device = select_device(spec, env.local_rank)
+    threads, device = settings(spec, env)
 
     # Before the process group: a test hook that stops a worker (a planted user error) then stops
     # every rank alike, as the checks above do, instead of leaving the others in a collective.
@@ -121,21 +112,7 @@ def run_worker(
             device=device,
             server=server,
         )
-        facts = {
-            "threads_per_worker": threads,
-            "process_group": dist.get_backend(),
-            "process_group_adopted": adopted,
-            "torch_device": str(device),
-            "torch_mkldnn": torch.backends.mkldnn.enabled,
-            "gloo_interface": ifname,
-            "parameter_server": "torch.distributed.rpc" if server else None,
-        }
-        if env.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
-            facts["kernels"] = kernels.for_run(
-                spec.precision.dtype.value,
-                torch_kernels.static_facts(cpu_flags()),
-                torch_kernels.product,
-            )
+        facts = worker_facts(spec, env, threads, device, adopted, ifname, server)
         loop = train_loop(
             spec,
             engine,
@@ -166,6 +143,56 @@ def run_worker(
     if destroy:
         dist.destroy_process_group()
     return summary
+
+
+def check_world_size(spec: Experiment, env: DistEnv) -> None:
+    """The launcher's WORLD_SIZE must be the spec's distribution.world_size."""
+    if env.world != spec.distribution.world_size:
+        raise UserError(
+            f"distribution.world_size must match WORLD_SIZE={env.world} from the "
+            f"launcher. Received: {spec.distribution.world_size}"
+        )
+
+
+def settings(spec: Experiment, env: DistEnv) -> tuple[int, torch.device]:
+    """torch set up for this rank (threads, determinism, the seed): (threads, device)."""
+    threads = spec.distribution.threads_per_worker or default_threads(env.local_world)
+    torch.set_num_threads(threads)
+    configure_determinism(spec.determinism)
+    clock.mark("settings")
+    torch.manual_seed(spec.seed)
+    device = select_device(spec, env.local_rank)
+    return threads, device
+
+
+def worker_facts(
+    spec: Experiment,
+    env: DistEnv,
+    threads: int,
+    device: torch.device,
+    adopted: bool,
+    ifname: str | None,
+    server: bool,
+) -> dict[str, Any]:
+    """This rank's facts for summary.json: threads, the process group, the device, oneDNN, the
+    gloo interface, the parameter server, and on rank 0 what its CPU's kernels do in the run's
+    precision."""
+    facts = {
+        "threads_per_worker": threads,
+        "process_group": dist.get_backend(),
+        "process_group_adopted": adopted,
+        "torch_device": str(device),
+        "torch_mkldnn": torch.backends.mkldnn.enabled,
+        "gloo_interface": ifname,
+        "parameter_server": "torch.distributed.rpc" if server else None,
+    }
+    if env.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
+        facts["kernels"] = kernels.for_run(
+            spec.precision.dtype.value,
+            torch_kernels.static_facts(cpu_flags()),
+            torch_kernels.product,
+        )
+    return facts
 
 
 def run_parameter_server(

@@ -14,9 +14,11 @@ Each check returns a :class:`Check`. ``run_checks`` runs them all. The parity te
 functions, so the report and the tests cannot disagree about what "equal" means. Thresholds come
 from :mod:`dualtrain.parity.tolerances` only.
 
-The package, by group: ``base`` (Check, Reference, formatting), ``records``, ``semantics``,
-``numerics`` (whole-run trajectory, final weights, accuracy), ``probes`` (one-step probes and
-convergence), ``suite`` (the order the report shows them in).
+The package, by group: ``base`` (Check, Reference, formatting); the ``records`` group in
+``inputs`` (spec, sample ids, initial weights, lr), ``loss_scale`` (loss scale and skipped steps,
+GradScaler's rule) and ``early_stopping`` (its decisions); ``semantics``; ``numerics`` (whole-run
+trajectory, final weights, accuracy), ``probes`` (one-step probes and convergence); ``suite`` (the
+order the report shows them in).
 """
 
 from dualtrain.parity.checks.base import (
@@ -29,6 +31,21 @@ from dualtrain.parity.checks.base import (
     not_run,
     path_name,
     tolerance_of,
+)
+from dualtrain.parity.checks.early_stopping import check_early_stopping
+from dualtrain.parity.checks.inputs import (
+    check_init_weights,
+    check_lr,
+    check_sharding,
+    check_spec,
+)
+from dualtrain.parity.checks.loss_scale import (
+    FP16_MAX,
+    SkipDifference,
+    check_loss_scale,
+    check_skipped,
+    scale_rule_violation,
+    skip_differences,
 )
 from dualtrain.parity.checks.numerics import (
     Trajectory,
@@ -44,19 +61,6 @@ from dualtrain.parity.checks.probes import (
     check_local,
     local_checks,
     local_errors,
-)
-from dualtrain.parity.checks.records import (
-    FP16_MAX,
-    SkipDifference,
-    check_early_stopping,
-    check_init_weights,
-    check_loss_scale,
-    check_lr,
-    check_sharding,
-    check_skipped,
-    check_spec,
-    scale_rule_violation,
-    skip_differences,
 )
 from dualtrain.parity.checks.semantics import (
     check_reference_eval,

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dualtrain.jsonio import json_safe
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.tolerances import (
     Tolerance,
     precision_of,

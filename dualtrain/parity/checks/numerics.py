@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
     NUMERICS,
     Check,

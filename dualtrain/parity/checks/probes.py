@@ -7,7 +7,7 @@ import math
 
 from dualtrain.core import kernels
 from dualtrain.parity import local as L
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import NUMERICS, Check, Reference, fmt_num, not_run, path_name
 from dualtrain.parity.tolerances import (
     LOCAL,

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
     SEMANTICS,
     Check,

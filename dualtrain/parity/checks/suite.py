@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
     INFO,
     NUMERICS,
@@ -14,17 +14,11 @@ from dualtrain.parity.checks.base import (
     not_run,
     tolerance_of,
 )
+from dualtrain.parity.checks.early_stopping import check_early_stopping
+from dualtrain.parity.checks.inputs import check_init_weights, check_lr, check_sharding, check_spec
+from dualtrain.parity.checks.loss_scale import check_loss_scale, check_skipped
 from dualtrain.parity.checks.numerics import check_eval, check_final_weights, check_trajectory
 from dualtrain.parity.checks.probes import local_checks
-from dualtrain.parity.checks.records import (
-    check_early_stopping,
-    check_init_weights,
-    check_loss_scale,
-    check_lr,
-    check_sharding,
-    check_skipped,
-    check_spec,
-)
 from dualtrain.parity.checks.semantics import (
     check_reference_eval,
     check_reference_loss,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks import (
     Check,
     Reference,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks import (
     is_fp64_pair,
     trajectory,

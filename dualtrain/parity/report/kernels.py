@@ -7,7 +7,7 @@ import html
 from typing import Any
 
 from dualtrain.core import kernels
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.tolerances import precision_of
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks import (
     Check,
 )

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.parity import records as R
+from dualtrain.parity import readings as R
 from dualtrain.parity.checks import Check
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison

@@ -1,0 +1,140 @@
+"""The forward and the sums taken from it on the tf backend: one micro-batch's forward, loss sum and
+gradient on a replica (what the step's replica function runs per micro-batch: step.py), the loss
+and the metric sums of dualtrain.core.losses, and evaluation (the model in inference, a chunk at a
+time, on the host). A mixin of :class:`~dualtrain.backends.tf.engine.TFEngine`, which traces the
+evaluation chunk."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dualtrain.core import losses
+from dualtrain.core.pair.record import Layout
+from dualtrain.runtime.engine import Evaluation
+from dualtrain.spec import Loss
+
+from .model import call_model
+from .ops import LOSS_OPS
+
+
+class ForwardPass:
+    """The methods of TFEngine this file holds; the engine's state they use, declared:"""
+
+    _dropout: bool
+    _eval_chunk: int
+    _eval_fn: Any  # a traced tf.function (no stubs)
+    _guard_empty: bool
+    dtype: tf.DType
+    fp16: bool
+    host: str
+    layout: Layout | None
+    loss: Loss
+    model: keras.Model
+    n_local: int
+    params: list[tf.Variable]
+    running: list[tf.Variable]
+
+    if TYPE_CHECKING:  # TFEngine's own (engine.py)
+
+        def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]: ...
+
+        def gather(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def _forward(
+        self,
+        x: list[tf.Tensor],
+        ids: tf.Tensor | None = None,
+        step: tf.Tensor | None = None,
+        training: bool = False,
+    ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """(logits, batchnorm statistics); see model.call_model."""
+        return call_model(
+            self.model, x, dropout=self._dropout, ids=ids, step=step, training=training
+        )
+
+    def _micro_step(
+        self,
+        ids: tf.Tensor,
+        x: list[tf.Tensor],
+        y: tf.Tensor,
+        global_count: tf.Tensor,
+        step: tf.Tensor,
+        scale: tf.Tensor,
+        capture: bool = False,
+    ) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor], tf.Tensor | None]:
+        """One micro-batch on this replica: (its loss sum, its batchnorm statistics, the gradient
+        of sum(loss) / global_count, times the loss scale under fp16, and with ``capture`` (a
+        probe) the exact loss of its own outputs: the same losses in float64, which the probes'
+        loss-path check holds the loss sum to; else None)."""
+
+        def forward() -> list[tf.Tensor]:
+            logits, stats = self._forward(x, ids, step, True)
+            own = [tf.stop_gradient(self._loss_exact(logits, y))] if capture else []
+            return [self._loss_sum(logits, y), *own, *(tf.stop_gradient(t) for t in stats)]
+
+        # an empty replica (models without sync batchnorm): no forward at all
+        def skipped() -> list[tf.Tensor]:
+            return [
+                tf.constant(0.0, self.dtype),
+                *([tf.constant(0.0, tf.float64)] if capture else []),
+                *(tf.zeros(r.shape, r.dtype) for r in self.running if self.layout is None),
+            ]
+
+        with tf.GradientTape() as tape:
+            # An empty replica contributes zero loss and zero gradient. Dense layers get there by
+            # themselves (a 0-row matmul); convolutions are not run on an empty batch (oneDNN's
+            # fused conv kernels reject one). The guard is a tf.cond, which costs time in every step
+            # (and its gradient), so only models with convolutions have it.
+            if self._guard_empty:
+                loss_sum, *stats = tf.cond(tf.size(ids) > 0, forward, skipped)
+            else:
+                loss_sum, *stats = forward()
+            own = stats.pop(0) if capture else None
+            loss = loss_sum / tf.cast(global_count, self.dtype)
+            if self.fp16:
+                loss = loss * scale
+        grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return loss_sum, stats, grads, own
+
+    def _loss_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
+        float64 for fp64), whatever precision the logits came out in (docs/parity.md §3)."""
+        return self._losses(tf.cast(logits, self.dtype), y)
+
+    def _loss_exact(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
+        loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
+        return self._losses(tf.cast(logits, tf.float64), y)
+
+    def _losses(self, out: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        return losses.loss_sum(LOSS_OPS, self.loss, out, y)
+
+    def _metric_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        """The evaluation metric summed over these samples (dualtrain.core.losses)."""
+        return losses.metric_sum(LOSS_OPS, self.loss, tf.cast(logits, self.dtype), y)
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    def _evaluate_chunk(self, *batch: tf.Tensor) -> tf.Tensor:
+        """(loss sum, metric sum) of one chunk, float64, on the host: the model in inference
+        reads the variables' (identical) values outside any replica, so evaluation needs no
+        collective until its sums are added over the processes."""
+        logits = tf.cast(self._forward(list(batch[:-1]))[0], self.dtype)
+        loss = tf.cast(self._loss_sum(logits, batch[-1]), tf.float64)
+        return tf.stack([loss, self._metric_sum(logits, batch[-1])])
+
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
+        if len(ranges) != self.n_local:
+            raise ValueError(f"expected {self.n_local} eval ranges, got {len(ranges)}")
+        sums = np.zeros(3)
+        with tf.device(self.host):
+            for start, stop in ranges:
+                for s in range(start, stop, self._eval_chunk):
+                    e = min(s + self._eval_chunk, stop)
+                    loss, metric = self._eval_fn(*self.feed(split, slice(s, e))).numpy()
+                    sums += (loss, metric, e - s)
+        loss_sum, metric_sum, count = self.gather(sums).sum(axis=0).tolist()
+        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)

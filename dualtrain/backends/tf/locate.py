@@ -1,0 +1,202 @@
+"""The locator's Keras side (dualtrain.core.locate): a model pair's Keras model probed on one
+batch in float64, in torch's layouts, layer by layer (what each layer takes and makes, what each
+does fed the torch module's input, its activation, each batchnorm in training mode, the
+gradients), for the driver to find where the two sides first part."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+from dualtrain.core import pair
+from dualtrain.core.weights import Weights
+from dualtrain.spec import Experiment
+
+from .pair import PairConversion, build_keras, layer_path, leaves, load_canonical, named_variables
+
+#: one probe vector; an activation is told by what it makes of it (dualtrain.core.locate)
+PROBE = np.linspace(-4.0, 4.0, 81)
+
+
+def _to_torch_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> np.ndarray:
+    """A Keras activation in torch's layout: NHWC -> NCHW; a flat H,W,C vector (a dense layer's
+    input after a Flatten) -> C,H,W order."""
+    a = np.asarray(a, np.float64)
+    if a.ndim == 4:
+        return np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+    if chw is not None and a.ndim == 2:
+        c, h, w = chw
+        return np.ascontiguousarray(
+            a.reshape(-1, h, w, c).transpose(0, 3, 1, 2).reshape(len(a), -1)
+        )
+    return a
+
+
+def _to_keras_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> np.ndarray:
+    a = np.asarray(a, np.float64)
+    if a.ndim == 4:
+        return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+    if chw is not None and a.ndim == 2:
+        c, h, w = chw
+        return np.ascontiguousarray(
+            a.reshape(-1, c, h, w).transpose(0, 2, 3, 1).reshape(len(a), -1)
+        )
+    return a
+
+
+def _padding_chain(layer: Any) -> list[Any]:
+    """``layer`` with the ZeroPadding2D layers right before it (torch's padding=P is one of those
+    and a 'valid' conv in a faithful port): what one torch module corresponds to."""
+    chain = [layer]
+    while True:
+        try:
+            parents = chain[0]._inbound_nodes[0].parent_nodes
+        except (AttributeError, IndexError):
+            return chain
+        if len(parents) != 1 or not isinstance(parents[0].operation, keras.layers.ZeroPadding2D):
+            return chain
+        chain.insert(0, parents[0].operation)
+
+
+def probe_layers(
+    spec: Experiment,
+    weights: Weights,
+    layout: pair.Layout,
+    inputs: list[np.ndarray],
+    y: np.ndarray,
+    torch_side: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """The locator's Keras side, in float64, in torch's layouts: for each mapped layer, its input
+    and output in the Keras forward (``kin/``, ``kout/``) and its output when fed the torch
+    module's input (``fed/``: what the layer itself does); the activation every leaf layer applies
+    to :data:`PROBE` (``act/``); each batchnorm's training-mode output and running statistics when
+    fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
+    inference and in training; the running statistics after the training forward; each
+    parameter's gradient (training mode) in canonical names and layouts."""
+    import tensorflow as tf
+
+    from dualtrain.spec import Loss
+
+    net = build_keras(spec.model, "float64")
+    named = named_variables(net, layout)
+    load_canonical(named, layout, weights)
+    xs = [_to_keras_layout(a) for a in inputs]
+    feed = xs if len(xs) > 1 else xs[0]
+    out: dict[str, np.ndarray] = {}
+    by_path = {layer_path(layer): layer for layer in leaves(net)}
+    modules: dict[str, tuple[Any, tuple[int, int, int] | None]] = {}
+    entries = layout.by_torch()
+    for a in layout.torch.torch:
+        e = entries[a.name]
+        kv = next(v for v in layout.keras.keras if v.path == e.keras)
+        modules.setdefault(a.module, (by_path[kv.layer], e.chw))
+    chains = {m: _padding_chain(layer) for m, (layer, _) in modules.items()}
+    _record_intermediates(net, feed, modules, chains, out)
+    for module, (_, chw) in modules.items():
+        x = torch_side.get(f"in/{module}")
+        if x is not None:
+            v = _to_keras_layout(x, chw)
+            for op in chains[module]:  # the padding before a 'valid' conv is part of it
+                v = op(v)
+            out[f"fed/{module}"] = _to_torch_layout(np.asarray(v))
+    _record_activations(by_path, out)
+    _record_batchnorms_fed(layout, named, modules, chains, torch_side, out)
+    out["output/eval"] = np.asarray(net(feed, training=False), np.float64)
+    ys = tf.constant(y)
+    with tf.GradientTape() as tape:
+        logits = net(feed, training=True)
+        if spec.model.loss is Loss.CROSS_ENTROPY:
+            loss = tf.reduce_sum(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ys, logits=logits)
+            )
+        elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
+            t = tf.cast(ys, tf.float64)
+            per = tf.nn.sigmoid_cross_entropy_with_logits(labels=t, logits=logits)
+            loss = tf.reduce_sum(tf.reduce_mean(per, axis=1))
+        else:
+            loss = tf.reduce_sum(tf.reduce_mean(tf.square(logits - tf.cast(ys, tf.float64)), 1))
+        loss = loss / len(y)
+    grads = tape.gradient(loss, [v.value for _, v in named])
+    # the training forward above updated each batchnorm's moving statistics by its own rule
+    for name, v in named:
+        if not v.trainable:
+            out[f"running/{name}"] = np.asarray(keras.ops.convert_to_numpy(v.value), np.float64)
+    out["output"] = np.asarray(logits, np.float64)
+    conv = PairConversion(layout)
+    for (name, _), g in zip(named, grads, strict=True):
+        if g is not None:
+            out[f"grad/{name}"] = conv.to_canonical(name, np.asarray(g))
+    return out
+
+
+def _record_intermediates(
+    net: Any,
+    feed: Any,
+    modules: dict[str, tuple[Any, tuple[int, int, int] | None]],
+    chains: dict[str, list[Any]],
+    out: dict[str, np.ndarray],
+) -> None:
+    """probe_layers' ``kin/`` and ``kout/``: each mapped layer's input and output in the Keras
+    forward, where the model exposes them."""
+    try:  # a functional or Sequential model exposes each layer's input and output
+        probes = [
+            t for m, (layer, _) in modules.items() for t in (chains[m][0].input, layer.output)
+        ]
+        values = keras.Model(net.inputs, probes)(feed)
+        for k, (module, (_, chw)) in enumerate(modules.items()):
+            out[f"kin/{module}"] = _to_torch_layout(values[2 * k], chw)
+            out[f"kout/{module}"] = _to_torch_layout(values[2 * k + 1])
+    except (AttributeError, ValueError, TypeError):
+        pass  # a subclassed model: no intermediate tensors (only what each layer does, below)
+
+
+def _record_activations(by_path: dict[str, Any], out: dict[str, np.ndarray]) -> None:
+    """probe_layers' ``act/``: what every leaf layer's activation makes of :data:`PROBE`."""
+    for path, layer in by_path.items():
+        fn = getattr(layer, "activation", None)
+        if fn is not None and not isinstance(layer, keras.layers.Activation):
+            v = fn(PROBE[None, :])  # Dense/Conv2D's own activation argument
+        elif not layer.weights:
+            try:
+                v = layer(PROBE[None, :])
+            except Exception:  # a layer that is no activation (flatten, add, padding, ...)
+                continue
+        else:
+            continue
+        out[f"act/{path}"] = np.asarray(v, np.float64).reshape(-1)
+
+
+def _record_batchnorms_fed(
+    layout: pair.Layout,
+    named: list[tuple[str, Any]],
+    modules: dict[str, tuple[Any, tuple[int, int, int] | None]],
+    chains: dict[str, list[Any]],
+    torch_side: dict[str, np.ndarray],
+    out: dict[str, np.ndarray],
+) -> None:
+    """probe_layers' ``tfed/`` and ``fedrun/``: each batchnorm in training mode, fed the torch
+    module's training-mode input."""
+    # training mode: what each batchnorm computes from the torch module's training-mode input
+    # (``tfed/``) and the running statistics that one call leaves (``fedrun/``), from the same
+    # starting values (restored after each call)
+    norms: dict[str, list[str]] = {
+        a.module: [] for a in layout.torch.torch if a.kind == "batchnorm"
+    }
+    for a in layout.torch.torch:
+        if a.module in norms and not a.trainable:
+            norms[a.module].append(a.name)
+    variables = dict(named)
+    for module, running in norms.items():
+        x = torch_side.get(f"tin/{module}")
+        if x is None or module not in modules:
+            continue
+        saved = [np.asarray(keras.ops.convert_to_numpy(variables[n].value)) for n in running]
+        v = _to_keras_layout(x, modules[module][1])
+        for op in chains[module]:
+            v = op(v, training=True)
+        out[f"tfed/{module}"] = _to_torch_layout(np.asarray(v))
+        for n, value in zip(running, saved, strict=True):
+            out[f"fedrun/{n}"] = np.asarray(keras.ops.convert_to_numpy(variables[n].value))
+            variables[n].assign(value)

@@ -1,0 +1,134 @@
+"""The forward and the sums taken from it on the torch backend: one micro-batch's forward under
+autocast and its backward (what the step runs per micro-batch: step.py), the loss and the metric
+sums of dualtrain.core.losses (and, for the fp64 reference's probe steps, the loss's absolute
+scale), and evaluation (the module in inference, the sums all-reduced). A mixin of
+:class:`~dualtrain.backends.torch.engine.TorchEngine`."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dualtrain.backends.torch.condition import AbsoluteGradient
+from dualtrain.backends.torch.layers import HashDropout
+from dualtrain.backends.torch.ops import LOSS_OPS
+from dualtrain.core import losses
+from dualtrain.core.data.splits import TRAIN
+from dualtrain.runtime.engine import Evaluation
+from dualtrain.spec import Loss
+
+
+class ForwardPass:
+    """The methods of TorchEngine this file holds; the engine's state they use, declared:"""
+
+    _eval_bs: int
+    autocast: contextlib.AbstractContextManager[Any]
+    ddp: torch.nn.Module
+    """DistributedDataParallel around ``module``, or the module itself where nothing
+    all-reduces."""
+    device: torch.device
+    dropouts: list[HashDropout]
+    dtype: torch.dtype
+    loss: Loss
+    module: torch.nn.Module
+    scaler: torch.amp.GradScaler | None
+    world: int
+
+    if TYPE_CHECKING:  # TorchEngine's own (engine.py)
+
+        def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]: ...
+
+    def _micro_step(
+        self,
+        ids: np.ndarray,
+        step: int,
+        global_count: int,
+        measure_scale: bool,
+        capture: bool = False,
+    ) -> tuple[torch.Tensor, float | None, Any, float | None]:
+        """One micro-batch's forward under autocast and its backward of sum(loss) / global_count
+        (times the loss scale under fp16; gradients accumulate in .grad). Returns the loss sum,
+        on the fp64 run's probe steps the loss's and the gradient's absolute scales, and with
+        ``capture`` (a probe replay) the exact loss of its own outputs (the same losses in
+        float64, which the probes' loss-path check holds the loss sum to)."""
+        idx = torch.tensor(ids, dtype=torch.int64)
+        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
+            dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
+            step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
+            for m in self.dropouts:
+                m.step, m.ids = step_t, dev_idx
+        xs, y = self.batch(TRAIN, ids)
+        # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
+        absolute = AbsoluteGradient(self.module) if measure_scale else None
+        with self.autocast, absolute or contextlib.nullcontext():
+            logits = self.ddp(*xs)
+        loss_sum = self._loss_sum(logits, y)
+        abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
+        own = self._loss_exact(logits, y).item() if capture else None
+        loss = loss_sum / global_count
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        scale = absolute.result(self.world) if absolute is not None else None
+        return loss_sum, abs_loss, scale, own
+
+    def _loss_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The sum of per-sample losses as dualtrain.core.losses defines them, computed in the
+        parameter dtype (float32; float64 for fp64) whatever precision the outputs came out in
+        (docs/parity.md §3)."""
+        return self._losses(out.to(self.dtype), y)
+
+    @torch.no_grad()
+    def _loss_exact(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The same sum in float64 on the same outputs (exact to float64 rounding): what the probes'
+        loss-path check holds :meth:`_loss_sum` to (dualtrain.parity.local)."""
+        return self._losses(out.detach().to(torch.float64), y)
+
+    def _losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return cast(torch.Tensor, losses.loss_sum(LOSS_OPS, self.loss, out, y))
+
+    @torch.no_grad()
+    def _loss_abs(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The loss's absolute scale, summed over the samples (StepOut.abs_loss): per sample the
+        magnitudes of the terms the loss subtracts, so that rounding the outputs by u relative
+        moves the loss by about u times this. cross-entropy: |logsumexp(z)| + |z_y|; binary
+        cross-entropy: max(z, 0) + |z t| + log1p(exp(-|z|)); mse: 2 |o - t| (|o| + |t|) + (o -
+        t)^2 (the last two per column, then their mean)."""
+        out = out.to(self.dtype)
+        if self.loss is Loss.CROSS_ENTROPY:
+            z_y = out.gather(1, y[:, None])[:, 0]
+            return (torch.logsumexp(out, dim=1).abs() + z_y.abs()).sum()
+        if self.loss is Loss.BINARY_CROSS_ENTROPY:
+            terms = out.clamp(min=0) + (out * y).abs() + torch.log1p(torch.exp(-out.abs()))
+            return terms.mean(dim=1).sum()
+        d = out - y
+        return (2 * d.abs() * (out.abs() + y.abs()) + d * d).mean(dim=1).sum()
+
+    def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The evaluation metric summed over these samples (dualtrain.core.losses)."""
+        return cast(torch.Tensor, losses.metric_sum(LOSS_OPS, self.loss, out, y))
+
+    # ---- evaluation ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
+        self.module.eval()
+        acc = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for start, stop in ranges:
+            for s in range(start, stop, self._eval_bs):
+                e = min(s + self._eval_bs, stop)
+                xs, y = self.batch(split, slice(s, e))
+                with self.autocast:
+                    out = self.module(*xs)
+                out = out.to(self.dtype)
+                acc[0] += self._loss_sum(out, y).double()
+                acc[1] += self._metric_sum(out, y).double()
+                acc[2] += e - s
+        self.module.train()
+        dist.all_reduce(acc, op=dist.ReduceOp.SUM)
+        loss_sum, metric_sum, count = acc.tolist()
+        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)

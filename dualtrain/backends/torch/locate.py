@@ -1,0 +1,93 @@
+"""The locator's torch side (dualtrain.core.locate): a model pair's torch module probed on one batch
+in float64, module by module (what each leaf module takes and makes, in inference and in training,
+its activation, the running statistics, the gradients), for the driver to find where the two sides
+first part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dualtrain.spec import Experiment
+
+from .pair import build_module, load_pair
+
+
+def probe_layers(
+    spec: Experiment, weights: dict[str, np.ndarray], inputs: list[np.ndarray], y: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The locator's torch side (dualtrain.core.locate), in float64, on one batch: every leaf
+    module's first call in an inference forward (``in/``, ``out/``: by module name) and in a
+    training forward (``tin/``, ``tout/``), the model's output in both (``output/eval``,
+    ``output``), the running statistics after the training forward (``running/``), and each
+    parameter's gradient of the run's loss (sum over the batch / N) in training mode, as a step
+    computes it."""
+    from dualtrain.spec import Loss
+
+    module = build_module(spec.model, spec.seed).to(torch.float64)
+    load_pair(module, weights)
+    out: dict[str, np.ndarray] = {}
+    leaves = [(n, m) for n, m in module.named_modules() if n and not list(m.children())]
+
+    def forward(tag: str) -> torch.Tensor:
+        def hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
+            def record(m: nn.Module, args: tuple[Any, ...], result: Any) -> None:
+                if f"{tag}in/{name}" in out or not args or not isinstance(args[0], torch.Tensor):
+                    return
+                out[f"{tag}in/{name}"] = args[0].detach().numpy().copy()
+                if isinstance(result, torch.Tensor):
+                    out[f"{tag}out/{name}"] = result.detach().numpy().copy()
+
+            return record
+
+        handles = [m.register_forward_hook(hook(n)) for n, m in leaves]
+        try:
+            return module(*xs)
+        finally:
+            for h in handles:
+                h.remove()
+
+    xs = [torch.from_numpy(np.asarray(a, np.float64)) for a in inputs]
+    module.eval()  # inference: batchnorm normalises with its running statistics
+    with torch.no_grad():
+        out["output/eval"] = forward("").numpy().copy()
+    module.train()  # training, as a step runs it: batch statistics, running statistics move
+    logits = forward("t")
+    for name, b in module.named_buffers():
+        if name.rsplit(".", 1)[-1] in ("running_mean", "running_var"):
+            out[f"running/{name}"] = b.numpy().copy()
+    out["output"] = logits.detach().numpy().copy()
+    probe = torch.from_numpy(np.linspace(-4.0, 4.0, 81)[None, :])
+    with torch.no_grad():
+        for n, m in leaves:
+            if not list(m.parameters(recurse=False)):
+                try:  # what a parameter-free leaf does to the probe vector (activations)
+                    out[f"act/{n}"] = m(probe).numpy().reshape(-1).copy()
+                except Exception:  # flatten, pooling, ...: not an activation
+                    continue
+    target = torch.from_numpy(y)
+    if spec.model.loss is Loss.CROSS_ENTROPY:
+        loss = nn.functional.cross_entropy(logits, target, reduction="sum")
+    elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
+        loss = (
+            nn.functional.binary_cross_entropy_with_logits(
+                logits, target.to(torch.float64), reduction="none"
+            )
+            .mean(dim=1)
+            .sum()
+        )
+    else:
+        loss = (
+            nn.functional.mse_loss(logits, target.to(torch.float64), reduction="none")
+            .mean(dim=1)
+            .sum()
+        )
+    (loss / len(y)).backward()
+    for name, p in module.named_parameters():
+        if p.grad is not None:
+            out[f"grad/{name}"] = p.grad.numpy().copy()
+    return out

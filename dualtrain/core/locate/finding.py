@@ -1,0 +1,232 @@
+"""The locator's finding: the first weighted layer where a model pair's sides part (its input, its
+own output, its training-mode output, its running statistics), else the model's output, else a
+parameter gradient, else a parameter that should not move at all; each named with the classic
+mistake the evidence fits (:mod:`.mistakes`), from the rows :mod:`.compare` makes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dualtrain.core.locate.compare import TOL, Row, compare_layer, no_gradient, rel, weighted_layers
+from dualtrain.core.locate.mistakes import (
+    activation_mistake,
+    batchnorm_mistake,
+    flatten_mistake,
+    layer_mistake,
+    softmax,
+)
+from dualtrain.core.pair.record import Layout
+
+
+@dataclass
+class Finding:
+    where: str
+    """The torch module (and Keras layer) where the difference is introduced, or "output"."""
+    what: str
+    """input, output, model output, gradient, or nothing."""
+    size: float
+    mistake: str
+    """The classic mistake the evidence fits ("" when none does)."""
+    detail: str
+    rows: list[Row] = field(default_factory=list)
+
+    def line(self) -> str:
+        if self.what == "nothing":
+            return f"locator: {self.detail}" + (f": {self.mistake}" if self.mistake else "")
+        name = f": {self.mistake}" if self.mistake else ""
+        return (
+            f"locator: first difference at {self.where} ({self.what}, {self.size:.2g}){name}. "
+            f"{self.detail}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def locate(
+    layout: Layout,
+    t: dict[str, np.ndarray],
+    k: dict[str, np.ndarray],
+    weights: dict[str, np.ndarray],
+) -> Finding:
+    rows: list[Row] = []
+    prev_out_ok = True
+    prev = "the model's input"
+    # parameters whose gradient is rounding noise on both sides: their relative difference says
+    # nothing, and they are judged on their own below
+    still = no_gradient(layout, t, k)
+    for module, layer, kind in weighted_layers(layout):
+        row = compare_layer(layout, module, layer, t, k, still)
+        rows.append(row)
+        found = _layer_finding(
+            layout,
+            module,
+            layer,
+            kind,
+            row,
+            rows,
+            t,
+            k,
+            weights,
+            prev=prev,
+            prev_out_ok=prev_out_ok,
+        )
+        if found is not None:
+            return found
+        prev_out_ok = row.own is None or row.own <= TOL
+        prev = f"{module!r}"
+    found = _output_finding(prev, rows, t, k)
+    if found is not None:
+        return found
+    found = _gradient_finding(rows)
+    if found is not None:
+        return found
+    if still:
+        return _still_parameter_finding(layout, still, rows, t, k)
+    return Finding(
+        "",
+        "nothing",
+        0.0,
+        "",
+        f"the two models agree on this batch to {TOL:g} (every layer's input, output and "
+        f"gradient, and the model's output): the difference is not in the models' forward or "
+        f"backward on these samples.",
+        rows,
+    )
+
+
+def _layer_finding(
+    layout: Layout,
+    module: str,
+    layer: str,
+    kind: str,
+    row: Row,
+    rows: list[Row],
+    t: dict[str, np.ndarray],
+    k: dict[str, np.ndarray],
+    weights: dict[str, np.ndarray],
+    *,
+    prev: str,
+    prev_out_ok: bool,
+) -> Finding | None:
+    """A difference this layer introduces (its input, given that the layer before it agreed; its
+    output; its training-mode output; its running statistics), or None."""
+    where = f"torch {module!r} / Keras {layer!r}"
+    if row.input is not None and row.input > TOL and prev_out_ok:
+        mistake = flatten_mistake(layout, module, t, k) or activation_mistake(t, k)
+        return Finding(
+            where,
+            "input",
+            row.input,
+            mistake,
+            f"The layers before it agree (their outputs match), so the parameter-free "
+            f"operations between {prev} and this layer differ (activations, flatten, add, "
+            f"padding, pooling).",
+            rows,
+        )
+    if row.own is not None and row.own > TOL:
+        mistake = layer_mistake(layout, module, layer, kind, t, k, weights)
+        return Finding(
+            where,
+            "output",
+            row.own,
+            mistake,
+            "Fed the torch module's input, the Keras layer computes another output: the "
+            "difference is introduced here, not inherited.",
+            rows,
+        )
+    if row.train is not None and row.train > TOL:
+        mistake = layer_mistake(layout, module, layer, kind, t, k, weights)
+        return Finding(
+            where,
+            "training-mode output",
+            row.train,
+            mistake,
+            "In inference the layer agrees; in training mode (batch statistics), fed the "
+            "torch module's input, it computes another output.",
+            rows,
+        )
+    if row.running is not None and row.running > TOL:
+        mistake = batchnorm_mistake(layout, module, layer, t, k, weights)
+        return Finding(
+            where,
+            "running statistics",
+            row.running,
+            mistake,
+            "Its outputs agree; the running statistics one training step leaves differ, "
+            "which the next evaluation (and every later step's inference) inherits.",
+            rows,
+        )
+    return None
+
+
+def _output_finding(
+    prev: str, rows: list[Row], t: dict[str, np.ndarray], k: dict[str, np.ndarray]
+) -> Finding | None:
+    """A difference in the model's output after every weighted layer agreed, or None."""
+    out = max(
+        (r for r in (rel(k.get(key), t.get(key)) for key in ("output/eval", "output")) if r),
+        default=None,
+    )
+    if out is not None and out > TOL:
+        mistake = ""
+        if rel(k["output"], softmax(t["output"])) < TOL:  # type: ignore[operator]
+            mistake = "softmax inside the model while the loss takes logits"
+        else:
+            mistake = activation_mistake(t, k)
+        return Finding(
+            f"the model's output, after {prev}",
+            "model output",
+            out,
+            mistake,
+            "Every weighted layer agrees; what follows the last one differs.",
+            rows,
+        )
+    return None
+
+
+def _gradient_finding(rows: list[Row]) -> Finding | None:
+    """The first layer whose parameter gradient differs while the forward passes agree, or None."""
+    for row in rows:
+        if row.grad is not None and row.grad > TOL:
+            return Finding(
+                f"torch {row.module!r} / Keras {row.keras!r}",
+                "gradient",
+                row.grad,
+                "",
+                "The forward passes agree; this layer's parameter gradient of the same loss "
+                "differs (a custom gradient, or an operation whose derivative differs).",
+                rows,
+            )
+    return None
+
+
+def _still_parameter_finding(
+    layout: Layout,
+    still: list[str],
+    rows: list[Row],
+    t: dict[str, np.ndarray],
+    k: dict[str, np.ndarray],
+) -> Finding:
+    """A parameter with no gradient in exact arithmetic (``still``), which each side moves by its
+    own rounding noise."""
+    module = next(a.module for a in layout.torch.torch if a.name == still[0])
+    row = next(r for r in rows if r.module == module)
+    return Finding(
+        f"torch {module!r} / Keras {row.keras!r}",
+        "gradient",
+        rel(k.get(f"grad/{still[0]}"), t.get(f"grad/{still[0]}")) or 0.0,
+        f"a parameter with no gradient in exact arithmetic ({', '.join(still[:3])}: its "
+        f"gradient is rounding noise on both sides, as for a bias right before a "
+        f"batchnorm, which subtracts it again); each side moves it by its own noise, and "
+        f"an optimizer that normalises the gradient (adam, rmsprop) scales that noise up to "
+        f"~lr * 1e-9 per step: drop the parameter (bias=False / use_bias=False, as "
+        f"torchvision's ResNets do)",
+        "Every layer's input and output, and every other gradient, agree; the pair's "
+        "weights part through a parameter that should not move at all.",
+        rows,
+    )

@@ -1,0 +1,192 @@
+"""The classic porting mistakes, named where the locator's evidence fits one: asymmetric 'same'
+padding on a strided convolution, flatten order, a transposed kernel, an activation inside the
+last dense layer (softmax with a loss on logits), a different activation (approximate vs exact
+gelu, told apart by what each side makes of one probe vector), Keras's float64 gelu, the
+batchnorm conventions (eps, momentum, running variance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dualtrain.core.locate.compare import TOL, rel
+from dualtrain.core.pair.record import Layout
+
+_PROBE = np.linspace(-4.0, 4.0, 81)
+_ERF = np.vectorize(math.erf)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "identity": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu (exact, erf)": lambda x: 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0))),
+    "gelu (tanh approximation)": lambda x: (
+        0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    ),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": np.tanh,
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "softmax": softmax,
+}
+
+
+def classify(values: np.ndarray) -> tuple[str, float]:
+    """(the activation that maps the probe vector onto ``values``, its largest deviation)."""
+    best, err = "other", math.inf
+    for name, fn in ACTIVATIONS.items():
+        ref = fn(_PROBE)
+        if values.shape != ref.shape:
+            continue
+        e = float(np.max(np.abs(values - ref)))
+        if e < err:
+            best, err = name, e
+    return (best, err) if err < 1e-6 else ("other", err)
+
+
+def _close(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Both present and the same to :data:`TOL`."""
+    r = rel(a, b)
+    return r is not None and r <= TOL
+
+
+def _keras_layer(layout: Layout, name: str) -> dict[str, Any]:
+    return next((d for d in layout.keras.layers if d.get("name") == name), {})
+
+
+def _activations(side: dict[str, np.ndarray]) -> dict[str, tuple[str, float]]:
+    return {k[4:]: classify(v) for k, v in side.items() if k.startswith("act/")}
+
+
+def activation_mistake(t: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> str:
+    ta = {n for n, _ in _activations(t).values() if n not in ("identity", "other")}
+    ka = {n for n, _ in _activations(k).values() if n not in ("identity", "other")}
+    if ta != ka:
+        only_t, only_k = sorted(ta - ka), sorted(ka - ta)
+        if any("gelu" in n for n in only_t + only_k):
+            return (
+                f"approximate vs exact gelu (torch uses {', '.join(only_t) or '-'}, Keras "
+                f"{', '.join(only_k) or '-'})"
+            )
+        return (
+            f"a different activation (torch: {', '.join(only_t) or '-'}; Keras: "
+            f"{', '.join(only_k) or '-'})"
+        )
+    exact = ACTIVATIONS["gelu (exact, erf)"](_PROBE)
+    for name, v in k.items():
+        if name.startswith("act/") and classify(v)[0] == "gelu (exact, erf)":
+            err = float(np.max(np.abs(v - exact)))
+            if err > 1e-12:
+                return (
+                    f"Keras's float64 gelu is only float32-accurate ({err:.1g} off the exact "
+                    f"form at {name[4:]}; compute x * 0.5 * (1 + erf(x * sqrt(1/2))) instead)"
+                )
+    return ""
+
+
+def flatten_mistake(layout: Layout, module: str, t: dict, k: dict) -> str:
+    entry = next((e for e in layout.entries if e.torch == f"{module}.weight"), None)
+    x_t, x_k = t.get(f"in/{module}"), k.get(f"kin/{module}")
+    if entry is None or entry.chw is None or x_t is None or x_k is None:
+        return ""
+    c, h, w = entry.chw
+    n = len(x_t)
+    hwc_as_chw = x_t.reshape(n, h, w, c).transpose(0, 3, 1, 2).reshape(n, -1)
+    chw_as_hwc = x_t.reshape(n, c, h, w).transpose(0, 2, 3, 1).reshape(n, -1)
+    if _close(x_k, hwc_as_chw) or _close(x_k, chw_as_hwc):
+        return (
+            "flatten order: the two sides flatten the (C, H, W) activations in different orders "
+            "(torch flattens C,H,W; a port from Keras often flattens H,W,C)"
+        )
+    return ""
+
+
+def layer_mistake(
+    layout: Layout, module: str, layer: str, kind: str, t: dict, k: dict, weights: dict
+) -> str:
+    cfg = _keras_layer(layout, layer)
+    strides = cfg.get("strides") or [1]
+    if kind == "conv2d" and cfg.get("padding") == "same" and max(strides) > 1:
+        return (
+            "asymmetric 'same' padding: Keras's padding='same' on a strided convolution pads the "
+            "bottom/right only, torch's padding=P both sides (use ZeroPadding2D(P) and 'valid')"
+        )
+    if kind == "batchnorm":
+        return batchnorm_mistake(layout, module, layer, t, k, weights)
+    act = cfg.get("activation")
+    if act == "softmax":
+        return "softmax inside the model while the loss takes logits (the loss applies its own)"
+    if isinstance(act, str) and act not in ("linear", "None", ""):
+        return (
+            f"an activation inside the Keras layer ({act}) that torch applies elsewhere or not "
+            f"at all"
+        )
+    w, b = weights.get(f"{module}.weight"), weights.get(f"{module}.bias")
+    x, fed = t.get(f"in/{module}"), k.get(f"fed/{module}")
+    if kind == "dense" and w is not None and x is not None and fed is not None:
+        if w.shape[0] == w.shape[1]:
+            untransposed = x @ np.asarray(w, np.float64) + (0.0 if b is None else b)
+            if _close(fed, untransposed):
+                return "a transposed kernel: the Keras kernel is the torch weight untransposed"
+    return ""
+
+
+def _torch_layer(layout: Layout, name: str) -> dict[str, Any]:
+    return next((d for d in layout.torch.layers if d.get("name") == name), {})
+
+
+def batchnorm_mistake(
+    layout: Layout, module: str, layer: str, t: dict, k: dict, weights: dict
+) -> str:
+    """The batchnorm conventions the two layers' settings and running statistics show: eps,
+    the momentum convention (torch's weights the new batch statistic, Keras's the old value),
+    the running variance (torch keeps the unbiased batch variance, Keras's BatchNormalization
+    the biased one)."""
+    tc, kc = _torch_layer(layout, module), _keras_layer(layout, layer)
+    if "momentum" not in tc or "momentum" not in kc:
+        return ""
+    torch_style = kc.get("cls") == "TorchBatchNormalization"
+    m_t, eps_t = float(tc["momentum"]), float(tc["eps"])
+    m_k = float(kc["momentum"]) if torch_style else 1.0 - float(kc["momentum"])
+    eps_k = float(kc.get("eps" if torch_style else "epsilon", eps_t))
+    found: list[str] = []
+    if abs(eps_t - eps_k) > 1e-15:
+        found.append(f"BatchNorm eps (torch eps={eps_t:g}, Keras epsilon={eps_k:g})")
+    if abs(m_t - m_k) > 1e-12:
+        if not torch_style and abs(float(kc["momentum"]) - m_t) < 1e-12:
+            found.append(
+                f"BatchNorm momentum convention (torch's momentum={m_t:g} weights the new batch "
+                f"statistic, Keras's momentum={m_t:g} the old value: the port needs "
+                f"momentum={1 - m_t:g})"
+            )
+        elif torch_style:
+            found.append(
+                f"BatchNorm momentum (torch momentum={m_t:g}, TorchBatchNormalization "
+                f"momentum={m_k:g}, both the weight of the new batch statistic)"
+            )
+        else:
+            found.append(
+                f"BatchNorm momentum convention (torch momentum={m_t:g}; Keras "
+                f"momentum={float(kc['momentum']):g}, which is torch's {m_k:g}: Keras's momentum "
+                f"weights the old value, torch's the new batch statistic)"
+            )
+    x = t.get(f"tin/{module}")
+    var_k, var0 = k.get(f"fedrun/{module}.running_var"), weights.get(f"{module}.running_var")
+    if not torch_style and x is not None and var_k is not None and var0 is not None:
+        axes = (0, *range(2, x.ndim))
+        biased = (1.0 - m_k) * np.asarray(var0, np.float64) + m_k * x.var(axis=axes)
+        if _close(var_k, biased) and not _close(var_k, t.get(f"running/{module}.running_var")):
+            found.append(
+                "BatchNorm running-variance convention (Keras's BatchNormalization keeps the "
+                "biased batch variance, torch the unbiased one, n/(n-1) larger; "
+                "dualtrain.backends.tf.port.TorchBatchNormalization keeps torch's)"
+            )
+    return "; ".join(found)

@@ -1,0 +1,16 @@
+"""A run's model pair layout from the two sides' descriptions: the map file when
+``model.weight_map`` names one, else the automatic match; complete either way."""
+
+from __future__ import annotations
+
+from dualtrain.core.pair.mapfile import check_complete, load_map_file
+from dualtrain.core.pair.match import match
+from dualtrain.core.pair.record import Layout, Side
+
+
+def layout(torch: Side, keras: Side, weight_map: str | None) -> Layout:
+    if weight_map is not None:
+        return Layout(torch, keras, load_map_file(weight_map, torch, keras), explicit=True)
+    entries = match(torch, keras)
+    check_complete(entries, torch, keras)
+    return Layout(torch, keras, entries)

@@ -1,0 +1,171 @@
+"""A model pair as recorded (``model_pair.json``): each side's description (:class:`TorchArray`,
+:class:`KerasVar`, :class:`Side`: what its describe child printed), the map's entries
+(:class:`MapEntry`) and the :class:`Layout` that holds them, with their JSON. The canonical layout
+of a pair is the torch module's state dict, less :data:`SKIPPED_BUFFERS`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PAIR_FILE = "model_pair.json"
+#: The torch state dict entries that are no weight (BatchNorm's counter: the run's step count
+#: is the optimizer's, and Keras has no such variable)
+SKIPPED_BUFFERS = ("num_batches_tracked",)
+
+
+@dataclass(frozen=True)
+class TorchArray:
+    name: str
+    shape: tuple[int, ...]
+    trainable: bool
+    module: str
+    """The module path ("" for the top module), as in named_modules()."""
+    kind: str
+    """dense, conv2d, batchnorm or other (the module's class: Linear, Conv2d, BatchNorm*)."""
+    cls: str = ""
+
+
+@dataclass(frozen=True)
+class KerasVar:
+    path: str
+    shape: tuple[int, ...]
+    trainable: bool
+    layer: str
+    kind: str
+    """dense, conv2d, batchnorm or other (the layer's class)."""
+    role: str
+    """The variable's own name in its layer: kernel, bias, gamma, beta, moving_mean, ..."""
+    cls: str = ""
+    flatten_hwc: tuple[int, int, int] | None = None
+    """dense only: the (H, W, C) a Flatten layer right before it flattens."""
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    torch: str
+    keras: str
+    transform: str
+    chw: tuple[int, int, int] | None = None
+    """flatten_chw: the (C, H, W) torch flattens."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One backend's description of its model (what its describe child printed)."""
+
+    factory: str
+    cls: str
+    """The model's class (nn.Module subclass, keras.Model subclass)."""
+    output: tuple[int, ...]
+    """One sample's output shape."""
+    torch: tuple[TorchArray, ...] = ()
+    keras: tuple[KerasVar, ...] = ()
+    layers: tuple[dict[str, Any], ...] = ()
+    """Every leaf layer in call order, with its kind and settings (the locator's input)."""
+    digest: str = ""
+    """sha256 of the factory's source file."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A run's model pair: both sides and the map (``model_pair.json``)."""
+
+    torch: Side
+    keras: Side
+    entries: tuple[MapEntry, ...]
+    explicit: bool = False
+    """The map came from model.weight_map (else: matched automatically)."""
+
+    # -- the canonical layout ------------------------------------------------------------------
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {a.name: a.shape for a in self.torch.torch}
+
+    def trainable(self) -> list[str]:
+        return [a.name for a in self.torch.torch if a.trainable]
+
+    @property
+    def output_width(self) -> int:
+        out = self.torch.output
+        return int(np.prod(out)) if out else 1
+
+    def by_torch(self) -> dict[str, MapEntry]:
+        return {e.torch: e for e in self.entries}
+
+    def digest(self) -> str:
+        """sha256 of the pair as recorded (both sides' code digests, arrays and the map): a
+        checkpoint continues only the model it was trained as."""
+        import hashlib
+
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
+
+    # -- records --------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "torch": asdict(self.torch),
+            "keras": asdict(self.keras),
+            "map": [asdict(e) for e in self.entries],
+            "explicit": self.explicit,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Layout:
+        return Layout(
+            side_from_json(d["torch"]),
+            side_from_json(d["keras"]),
+            tuple(_entry(e) for e in d["map"]),
+            bool(d.get("explicit", False)),
+        )
+
+
+def _entry(e: dict[str, Any]) -> MapEntry:
+    chw = e.get("chw")
+    return MapEntry(e["torch"], e["keras"], e["transform"], tuple(chw) if chw else None)
+
+
+def side_from_json(d: dict[str, Any]) -> Side:
+    return Side(
+        factory=d["factory"],
+        cls=d.get("cls", ""),
+        output=tuple(d["output"]),
+        torch=tuple(
+            TorchArray(
+                a["name"],
+                tuple(a["shape"]),
+                a["trainable"],
+                a["module"],
+                a["kind"],
+                a.get("cls", ""),
+            )
+            for a in d.get("torch", ())
+        ),
+        keras=tuple(
+            KerasVar(
+                v["path"],
+                tuple(v["shape"]),
+                v["trainable"],
+                v["layer"],
+                v["kind"],
+                v["role"],
+                v.get("cls", ""),
+                tuple(v["flatten_hwc"]) if v.get("flatten_hwc") else None,
+            )
+            for v in d.get("keras", ())
+        ),
+        layers=tuple(d.get("layers", ())),
+        digest=d.get("digest", ""),
+    )
+
+
+def write(layout: Layout, run_dir: Path) -> None:
+    (Path(run_dir) / PAIR_FILE).write_text(json.dumps(layout.to_json(), indent=1) + "\n")
+
+
+def read(run_dir: Path | str) -> Layout | None:
+    p = Path(run_dir) / PAIR_FILE
+    return Layout.from_json(json.loads(p.read_text())) if p.is_file() else None

@@ -1,0 +1,109 @@
+"""How a run executes, not what it trains: the precision section (and fp16's dynamic loss
+scaling), the distribution section (replicas, device, strategy, rendezvous, restarts) and the TF
+strategy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dualtrain.spec.fields import (
+    COSMETIC,
+    SHOWS_IN_SCALE,
+    SPEC_DATACLASS,
+    check_field,
+    tagged_field,
+)
+from dualtrain.spec.vocab import Device, Precision, Strategy, TFStrategy
+
+
+@dataclass(**SPEC_DATACLASS)
+class LossScaleSpec:
+    init: float = 65536.0
+    """Initial loss scale (torch GradScaler default 2**16; Keras uses 2**15)."""
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    """Grow the scale after this many consecutive finite steps."""
+
+    def __post_init__(self) -> None:
+        check_field(self.init > 0, "precision.loss_scale.init", "must be > 0", self.init)
+        check_field(
+            self.growth_factor >= 1,
+            "precision.loss_scale.growth_factor",
+            "must be >= 1",
+            self.growth_factor,
+        )
+        check_field(
+            0 < self.backoff_factor < 1,
+            "precision.loss_scale.backoff_factor",
+            "must be in (0, 1)",
+            self.backoff_factor,
+        )
+        check_field(
+            self.growth_interval >= 1,
+            "precision.loss_scale.growth_interval",
+            "must be >= 1",
+            self.growth_interval,
+        )
+
+
+@dataclass(**SPEC_DATACLASS)
+class PrecisionSpec:
+    dtype: Precision = Precision.FP32
+    """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling), bf16 (no loss scaling) or fp64
+    (float64 everywhere: the reference precision ``dualtrain compare`` checks semantics with)."""
+    loss_scale: LossScaleSpec = tagged_field(SHOWS_IN_SCALE, default_factory=LossScaleSpec)
+
+
+@dataclass(**SPEC_DATACLASS)
+class DistributionSpec:
+    world_size: int = 1
+    """Number of replicas (torch: processes; tf: devices or worker processes)."""
+    device: Device = Device.CPU
+    """cpu (gloo) or gpu (nccl)."""
+    strategy: Strategy = tagged_field(COSMETIC, default=Strategy.ALL_REDUCE)
+    """all_reduce, or parameter_server: a synchronous parameter server holds the weights and the
+    optimizer and applies one update from the sum of every replica's gradient (the same step;
+    docs/strategies.md)."""
+    master_addr: str = tagged_field(COSMETIC, default="127.0.0.1")
+    """Rendezvous address for locally launched workers."""
+    master_port: int | None = tagged_field(COSMETIC, default=None)
+    """Rendezvous port; null picks a free one."""
+    timeout_s: float = tagged_field(COSMETIC, default=120.0)
+    """Bound on startup and on any single collective: a lost peer fails the run instead of
+    hanging."""
+    threads_per_worker: int | None = tagged_field(COSMETIC, default=None)
+    """Intra-op threads per worker process; null: cores // local workers."""
+    max_restarts: int = tagged_field(COSMETIC, default=0)
+    """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
+    the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the
+    rank. Without checkpoints a restart begins again at step 1."""
+
+    def __post_init__(self) -> None:
+        check_field(
+            self.world_size >= 1, "distribution.world_size", "must be >= 1", self.world_size
+        )
+        check_field(
+            self.max_restarts >= 0, "distribution.max_restarts", "must be >= 0", self.max_restarts
+        )
+        check_field(self.timeout_s > 0, "distribution.timeout_s", "must be > 0", self.timeout_s)
+        if self.master_port is not None:
+            check_field(
+                0 < self.master_port < 65536,
+                "distribution.master_port",
+                "must be in 1..65535",
+                self.master_port,
+            )
+        if self.threads_per_worker is not None:
+            check_field(
+                self.threads_per_worker >= 1,
+                "distribution.threads_per_worker",
+                "must be >= 1",
+                self.threads_per_worker,
+            )
+
+
+@dataclass(**SPEC_DATACLASS)
+class TFSpec:
+    strategy: TFStrategy = tagged_field(COSMETIC, default=TFStrategy.MIRRORED)
+    """mirrored (one process, N local devices) or multi_worker (N processes, TF_CONFIG)."""
