@@ -1,8 +1,8 @@
 """New layers and optimizers mean the same thing on both backends: the fp64 reference pair of a
 model with every new layer (avgpool2d, global_avgpool, tanh, sigmoid, gelu in the exact erf form,
-dropout with hashed masks) and of adadelta / rmsprop (torch.optim in the torch backend, the same
-formulas written out in the TF one) agrees to the REFERENCE bounds, with uneven shards, mirrored and
-multi_worker. Dropout masks that differed anywhere would put the pair O(1e-2) apart."""
+dropout with hashed masks) and of adadelta / rmsprop / adamax (torch.optim in the torch backend,
+the same formulas written out in the TF one) agrees to the REFERENCE bounds, with uneven shards,
+mirrored and multi_worker. Dropout masks that differed anywhere would put the pair O(1e-2) apart."""
 
 import pytest
 
@@ -43,6 +43,14 @@ CASES = {
         "optimizer.weight_decay=0.0001",
         "distribution.world_size=3",
     ),
+    # added after the redesign of issue 31: a declaration (spec/optimizers.py) and a rule
+    # (core/update_rules.py), nothing in either backend
+    "adamax-w2": (
+        "optimizer.name=adamax",
+        "optimizer.lr=0.002",
+        "optimizer.weight_decay=0.001",
+        "distribution.world_size=2",
+    ),
     "rmsprop-plain-w1": (
         "optimizer.name=rmsprop",
         "optimizer.lr=0.001",
@@ -69,10 +77,11 @@ CASES = {
 }
 
 
-# In the slow set: rmsprop-plain-w1 (rmsprop-centered-momentum-w3 covers the rule) and
+# In the slow set: rmsprop-plain-w1 (rmsprop-centered-momentum-w3 covers the rule), adamax-w2
+# (tests/torch/test_update_rules_torch.py holds its rule to torch.optim in the default suite) and
 # dropout-mlp-w3-multi_worker (dropout-cnn-w2 covers the masks, layers-w3-multi_worker the
 # strategy).
-SLOW_CASES = ("rmsprop-plain-w1", "dropout-mlp-w3-multi_worker")
+SLOW_CASES = ("rmsprop-plain-w1", "dropout-mlp-w3-multi_worker", "adamax-w2")
 
 
 @pytest.mark.parametrize(

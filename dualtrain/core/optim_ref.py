@@ -5,9 +5,9 @@ The one-step probes (dualtrain.runtime.probes) check the update a backend applie
 update applied to *that backend's own gradient* from the same state, so the update check sees only
 the update's arithmetic (a defect in the float32 branch of an update rule, optimizer state held in a
 low precision) and not the gradient's rounding, which the gradient check judges. The formulas are
-dualtrain.core.update_rules (torch.optim's single-tensor paths: sgd, adam, adamw, adadelta, rmsprop;
-the same functions the TF backend computes with, docs/parity.md §4) on its float64 NumPy namespace;
-tests/torch/test_optim_ref.py compares this step with torch.optim in float64.
+dualtrain.core.update_rules (torch.optim's single-tensor paths: sgd, adam, adamw, adamax, adadelta,
+rmsprop; the same functions the TF backend computes with, docs/parity.md §4) on its float64 NumPy
+namespace; tests/torch/test_optim_ref.py compares this step with torch.optim in float64.
 """
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ reference, takes the gradient norm from here (dualtrain/backends/torch/ops.py).
 
 The rules are pure: they return the new parameter and the new slot values, and the caller assigns
 them. They write out torch.optim's single-tensor paths (``_single_tensor_sgd``, ``_adam``,
-``_adadelta``, ``_rmsprop``) op for op, under torch's slot names (``momentum_buffer``, ``exp_avg``,
-...). Scalars (lr, betas, eps, ...) are Python floats or, for lr, a float64 scalar of the namespace:
-a Python number meets an array in the array's dtype (TF's and NumPy's rule), as torch's scalar
-arguments do; where torch computes a factor in double and rounds it once, :attr:`Ops.cast` does that
-rounding. tests/torch/test_update_rules_torch.py compares them, on the NumPy namespace, with
-torch.optim, torch.amp.GradScaler and clip_grad_norm_, and lists where torch's kernels round
-differently (a few eps; float32 SGD is bit for bit).
+``_adamax``, ``_adadelta``, ``_rmsprop``) op for op, under torch's slot names (``momentum_buffer``,
+``exp_avg``, ...). Scalars (lr, betas, eps, ...) are Python floats or, for lr, a float64 scalar of
+the namespace: a Python number meets an array in the array's dtype (TF's and NumPy's rule), as
+torch's scalar arguments do; where torch computes a factor in double and rounds it once,
+:attr:`Ops.cast` does that rounding. tests/torch/test_update_rules_torch.py compares them, on the
+NumPy namespace, with torch.optim, torch.amp.GradScaler and clip_grad_norm_, and lists where torch's
+kernels round differently (a few eps; float32 SGD is bit for bit).
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class Ops(NormOps):
     where: Callable[[Any, Any, Any], Any]
     """(condition, a, b) -> a where condition, else b (a scalar condition picks a whole array)."""
     minimum: Callable[[Any, Any], Any]
+    maximum: Callable[[Any, Any], Any]
+    """Elementwise, NaN-propagating (torch.maximum)."""
     equal: Callable[[Any, Any], Any]
     logical_and: Callable[[Any, Any], Any]
     zeros_like: Callable[[Any], Any]
@@ -130,6 +132,59 @@ def adam(
     step_size = ops.cast(lr / bc1, p)  # torch: lr / bias_correction1 in double
     denom = ops.sqrt(v) / ops.cast(bc2_sqrt, p) + eps  # (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
     return p - step_size * (m / denom), m, v  # param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def adamax(
+    ops: Ops,
+    p: Any,
+    g: Any,
+    exp_avg: Any,
+    exp_inf: Any,
+    *,
+    lr: Any,
+    betas: tuple[float, float],
+    eps: float,
+    weight_decay: float,
+    applied: Any,
+) -> tuple[Any, Any, Any]:
+    """torch.optim.Adamax (_single_tensor_adamax), op for op: (new parameter, new exp_avg, new
+    exp_inf). ``applied``: updates applied before this one (the bias correction uses t = applied +
+    1)."""
+    if weight_decay:
+        g = ops.fma(g, weight_decay, p)  # torch: grad.add(param, alpha=wd)
+    b1, b2 = betas
+    w = 1.0 - b1  # exp_avg.lerp_(grad, 1 - beta1): torch's two lerp forms, by weight
+    m = exp_avg + w * (g - exp_avg) if w < 0.5 else g - (g - exp_avg) * (1.0 - w)
+    # torch.maximum(exp_inf.mul_(beta2), grad.abs().add_(eps))
+    u = ops.maximum(exp_inf * b2, abs(g) + eps)
+    bc1 = 1.0 - ops.power(ops.float64(b1), ops.float64(applied + 1))  # 1 - beta1 ** step, double
+    clr = ops.cast(lr / bc1, p)  # lr / bias_correction in double, rounded for addcdiv
+    return p - clr * (m / u), m, u  # param.addcdiv_(exp_avg, exp_inf, value=-clr)
+
+
+def _adamax_rule(
+    ops: Ops,
+    opt: OptimizerSpec,
+    p: Any,
+    g: Any,
+    slots: Mapping[str, Any],
+    lr: Any,
+    applied: Any,
+) -> tuple[Any, dict[str, Any]]:
+    assert opt.eps is not None  # OptimizerSpec fills in torch's default for a null eps
+    p, m, u = adamax(
+        ops,
+        p,
+        g,
+        slots["exp_avg"],
+        slots["exp_inf"],
+        lr=lr,
+        betas=opt.betas,
+        eps=opt.eps,
+        weight_decay=opt.weight_decay,
+        applied=applied,
+    )
+    return p, {"exp_avg": m, "exp_inf": u}
 
 
 def adadelta(
@@ -284,6 +339,7 @@ RULES: dict[OptimizerName, Rule] = {
     OptimizerName.SGD: _sgd_rule,
     OptimizerName.ADAM: _adam_rule,
     OptimizerName.ADAMW: _adam_rule,
+    OptimizerName.ADAMAX: _adamax_rule,
     OptimizerName.ADADELTA: _adadelta_rule,
     OptimizerName.RMSPROP: _rmsprop_rule,
 }
@@ -371,6 +427,7 @@ NUMPY = Ops(
     sqrt=np.sqrt,
     where=np.where,
     minimum=np.minimum,
+    maximum=np.maximum,
     equal=np.equal,
     logical_and=np.logical_and,
     zeros_like=np.zeros_like,

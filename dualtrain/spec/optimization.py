@@ -46,7 +46,7 @@ class ScheduleSpec:
 @dataclass(**SPEC_DATACLASS)
 class OptimizerSpec:
     name: OptimizerName = OptimizerName.SGD
-    """sgd, adam, adamw, adadelta or rmsprop (torch.optim semantics in both backends; see
+    """sgd, adam, adamw, adamax, adadelta or rmsprop (torch.optim semantics in both backends; see
     docs/parity.md)."""
     lr: float = tagged_field(SHOWS_IN_LR, default=0.05)
     """Peak learning rate."""
@@ -56,10 +56,11 @@ class OptimizerSpec:
     nesterov: bool = False
     """sgd: Nesterov momentum (needs momentum > 0)."""
     betas: tuple[float, float] = (0.9, 0.999)
-    """adam/adamw: (beta1, beta2)."""
+    """adam/adamw/adamax: (beta1, beta2)."""
     eps: float | None = None
-    """adam/adamw: added to sqrt(v_hat); rmsprop: to sqrt(square_avg); adadelta: inside both square
-    roots (torch placements). null: torch's default (1e-8; adadelta 1e-6)."""
+    """adam/adamw: added to sqrt(v_hat); adamax: to |g| in the infinity norm; rmsprop: to
+    sqrt(square_avg); adadelta: inside both square roots (torch placements). null: torch's default
+    (1e-8; adadelta 1e-6)."""
     rho: float = 0.9
     """adadelta: decay of the squared-gradient and squared-update averages."""
     alpha: float = 0.99
@@ -67,7 +68,8 @@ class OptimizerSpec:
     centered: bool = False
     """rmsprop: divide by the centered second moment (square_avg - grad_avg**2)."""
     weight_decay: float = 0.0
-    """sgd/adam/adadelta/rmsprop: L2 added to the gradient; adamw: decoupled (p *= 1 - lr*wd)."""
+    """sgd/adam/adamax/adadelta/rmsprop: L2 added to the gradient; adamw: decoupled
+    (p *= 1 - lr*wd)."""
     clip_grad_norm: float | None = None
     """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null:
     off."""

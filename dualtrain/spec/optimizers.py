@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from dualtrain.spec.vocab import OptimizerName
 
 #: Every slot any optimizer keeps, in the order the engines create and write them.
-SLOT_ORDER = ("momentum_buffer", "exp_avg", "exp_avg_sq", "square_avg", "acc_delta", "grad_avg")
+SLOT_ORDER = (
+    "momentum_buffer",
+    "exp_avg",
+    "exp_avg_sq",
+    "exp_inf",
+    "square_avg",
+    "acc_delta",
+    "grad_avg",
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,15 @@ OPTIMIZERS: dict[OptimizerName, Optimizer] = {
                 name, cls, _ADAM_OPTIONS, 1e-8, _ADAM_SLOTS, normalises=True, counts_steps=True
             )
             for name, cls in ((OptimizerName.ADAM, "Adam"), (OptimizerName.ADAMW, "AdamW"))
+        ),
+        Optimizer(
+            OptimizerName.ADAMAX,
+            "Adamax",
+            _ADAM_OPTIONS,
+            1e-8,
+            (("exp_avg", None), ("exp_inf", None)),
+            normalises=True,
+            counts_steps=True,
         ),
         Optimizer(
             OptimizerName.ADADELTA,

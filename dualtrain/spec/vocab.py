@@ -120,6 +120,7 @@ class OptimizerName(StrEnum):
     SGD = "sgd"
     ADAM = "adam"
     ADAMW = "adamw"
+    ADAMAX = "adamax"
     ADADELTA = "adadelta"
     RMSPROP = "rmsprop"
 

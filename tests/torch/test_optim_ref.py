@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dualtrain.core import optim_ref
-from dualtrain.spec import OptimizerName, OptimizerSpec
+from dualtrain.spec import SLOT_ORDER, OptimizerName, OptimizerSpec
 
 torch = pytest.importorskip("torch")
 
@@ -22,6 +22,7 @@ CASES = [
     dict(name=OptimizerName.ADAM),
     dict(name=OptimizerName.ADAM, weight_decay=0.01, betas=(0.8, 0.99), eps=1e-6),
     dict(name=OptimizerName.ADAMW, weight_decay=0.05),
+    dict(name=OptimizerName.ADAMAX, weight_decay=0.01),
     dict(name=OptimizerName.ADADELTA, weight_decay=0.01),
     dict(name=OptimizerName.RMSPROP),
     dict(name=OptimizerName.RMSPROP, momentum=0.9, centered=True, weight_decay=0.01),
@@ -37,7 +38,7 @@ def _torch_opt(spec: OptimizerSpec, params):
     return make_optimizer(SimpleNamespace(optimizer=spec), params)
 
 
-SLOT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq", "square_avg", "acc_delta", "grad_avg")
+SLOT_KEYS = SLOT_ORDER  # every slot any optimizer keeps (dualtrain.spec.optimizers)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))

@@ -51,6 +51,9 @@ CASES = [
     {"name": N.ADAM, "betas": (0.3, 0.999)},  # torch's lerp in its second form (weight 0.7)
     {"name": N.ADAMW, "weight_decay": 0.05},
     {"name": N.ADAMW, "weight_decay": 0.05, "betas": (0.85, 0.9), "eps": 1e-3},
+    {"name": N.ADAMAX},
+    {"name": N.ADAMAX, "weight_decay": 0.01, "betas": (0.8, 0.99), "eps": 1e-6},
+    {"name": N.ADAMAX, "betas": (0.3, 0.999)},  # torch's lerp in its second form (weight 0.7)
     {"name": N.ADADELTA},
     {"name": N.ADADELTA, "weight_decay": 0.01, "rho": 0.8},
     {"name": N.RMSPROP},

@@ -177,6 +177,7 @@ CASES = [
     OptimizerSpec(name=OptimizerName.SGD, momentum=0.9, nesterov=True, weight_decay=0.01),
     OptimizerSpec(name=OptimizerName.ADAM, weight_decay=0.01),
     OptimizerSpec(name=OptimizerName.ADAMW, weight_decay=0.05),
+    OptimizerSpec(name=OptimizerName.ADAMAX, weight_decay=0.01),
     OptimizerSpec(name=OptimizerName.ADADELTA, lr=1.0, weight_decay=0.01),
     OptimizerSpec(name=OptimizerName.RMSPROP),
     OptimizerSpec(name=OptimizerName.RMSPROP, momentum=0.9, centered=True, weight_decay=0.01),
@@ -185,6 +186,7 @@ SLOTS = {
     OptimizerName.SGD: {"momentum_buffer"},
     OptimizerName.ADAM: {"exp_avg", "exp_avg_sq"},
     OptimizerName.ADAMW: {"exp_avg", "exp_avg_sq"},
+    OptimizerName.ADAMAX: {"exp_avg", "exp_inf"},
     OptimizerName.ADADELTA: {"square_avg", "acc_delta"},
     OptimizerName.RMSPROP: {"square_avg", "grad_avg", "momentum_buffer"},
 }

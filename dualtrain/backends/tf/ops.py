@@ -44,6 +44,7 @@ OPS = Ops(
     sqrt=tf.sqrt,
     where=tf.where,
     minimum=tf.minimum,
+    maximum=tf.maximum,
     equal=tf.equal,
     logical_and=tf.logical_and,
     zeros_like=tf.zeros_like,
