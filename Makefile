@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run compare test test-slow test-slow-ci bench clean
+.PHONY: install run compare test test-unit test-slow test-slow-ci bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not serial"
 	$(BIN)/python -m pytest -m "serial and not slow"
+
+# The unit tests alone, while editing: the folders of tests/ that mirror the package (in this
+# process, no framework, no subprocess; testkit/unit_guard.py), without tests/backends (in this
+# process with a framework), tests/integration and tests/multihost.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests --ignore=tests/backends --ignore=tests/integration --ignore=tests/multihost
 
 # The full sweep: every slow case (docs/testing.md), as the default suite runs: two xdist workers,
 # then the serial cases alone. On demand; its last green run is logged in docs/testing.md.

@@ -15,8 +15,8 @@ the result types load on first use (from :mod:`dualtrain.api`). Backends live in
 ``dualtrain.backends.torch`` and ``dualtrain.backends.tf`` and run in their own processes.
 
 The package is laid out as the pipeline a run goes through, each folder importing only from the
-ones before it (tests/unit/test_boundaries.py): ``spec`` -> ``records`` -> ``core`` -> ``runtime``
--> ``launch`` -> ``backends`` -> ``parity`` -> ``driver`` -> ``api`` -> ``cli``
+ones before it (tests/package/test_boundaries.py): ``spec`` -> ``records`` -> ``core`` ->
+``runtime`` -> ``launch`` -> ``backends`` -> ``parity`` -> ``driver`` -> ``api`` -> ``cli``
 (docs/architecture.md).
 """
 

@@ -18,10 +18,9 @@ from dualtrain.parity.checks import (
 )
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
-from tests.conftest import run_cli
+from testkit.cli import run_cli
+from testkit.parity_runs import MLP, assert_reference_agrees
 from tools.mutants import hook
-
-from .conftest import MLP, assert_reference_agrees
 
 # 1,001 samples, 2 replicas, 2 epochs: 7 steps of 128 and a last one of 105 (53/52 per replica,
 # so K=4 micro-batches of 14/13/13/13 and 13 x 4: uneven); cosine schedule, clipping active

@@ -4,7 +4,7 @@ import pytest
 
 from dualtrain.parity.checks import check_eval
 from dualtrain.records.record import read_run
-from parity_tests.conftest import ROOT
+from testkit.cli import ROOT
 
 
 def test_mlp_two_epochs_world_two(runs):

@@ -15,7 +15,7 @@ from dualtrain.parity import compare_records
 from dualtrain.parity.checks import check_early_stopping
 from dualtrain.records.record import WEIGHTS_BEST, read_run
 from dualtrain.runtime import checkpoint
-from tests.conftest import run_cli
+from testkit.cli import run_cli
 from tools.mutants import hook
 
 # fp64 (the decisions of the fp64 pair must be identical), 6,000 samples at batch 128 over 3

@@ -14,8 +14,8 @@ from dualtrain.core.weights import load_weights
 from dualtrain.parity.checks import Reference, check_reference_weights
 from dualtrain.records.record import WEIGHTS_EMA, read_run
 from dualtrain.runtime import checkpoint
-from tests.conftest import run_cli
-from tests.shared import run_outputs, run_without_dualtrain
+from testkit.cli import run_cli
+from testkit.shared import run_outputs, run_without_dualtrain
 from tools.mutants import hook
 
 from .test_model_pairs import LOADERS

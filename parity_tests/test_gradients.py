@@ -6,8 +6,8 @@ import pytest
 
 from dualtrain.core.weights import load_weights
 from dualtrain.records.record import read_run
-
-from .conftest import MLP, ROOT
+from testkit.cli import ROOT
+from testkit.parity_runs import MLP
 
 BOUND = 1e-6
 CNN = str(ROOT / "configs" / "mnist_cnn.yaml")
@@ -18,7 +18,8 @@ def rel_err(a, b):
 
 
 # (train_limit, world, config): the first (and only) step has this many samples, split over the
-# replicas. Uneven splits without an empty replica are covered per backend (tests/tf, tests/torch).
+# replicas. Uneven splits without an empty replica are covered per backend (tests/integration's
+# test_tf_* and test_torch_* runs).
 CASES = [
     (1, 2, MLP),  # [1, 0]: replica 1 gets nothing
     (2, 3, CNN),

@@ -22,11 +22,10 @@ from dualtrain.parity.checks import (
 from dualtrain.parity.diagnose import SEMANTICS
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
-from tests.conftest import ROOT, run_cli
-from tests.shared import run_outputs, run_without_dualtrain
+from testkit.cli import ROOT, run_cli
+from testkit.parity_runs import assert_reference_agrees
+from testkit.shared import run_outputs, run_without_dualtrain
 from tools.mutants import hook
-
-from .conftest import assert_reference_agrees
 
 PORT = str(ROOT / "configs" / "port_resnet.yaml")
 SHORT = (

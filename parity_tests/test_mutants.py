@@ -9,10 +9,9 @@ import pytest
 from dualtrain.parity import compare_records
 from dualtrain.parity.diagnose import SEMANTICS
 from dualtrain.records.record import read_run
-from tests.conftest import run_cli
+from testkit.cli import run_cli
+from testkit.parity_runs import MLP
 from tools.mutants import MUTANTS, SPECS, hook
-
-from .conftest import MLP
 
 # adam, bce, val, bn, bn_mw and stride2: the slow set (CI) runs them; mse keeps a non-cross-entropy
 # loss in the default, sgd the plain pair

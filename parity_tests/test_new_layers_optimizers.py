@@ -9,8 +9,8 @@ import pytest
 from dualtrain.parity import compare_records
 from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.records.record import read_run
+from testkit.cli import ROOT
 
-from .conftest import ROOT
 from .test_reference import assert_reference
 
 DATA = ("data.train_limit=1001", "data.batch_size=128", "data.test_limit=500", "train.epochs=2")
@@ -78,9 +78,9 @@ CASES = {
 
 
 # In the slow set: rmsprop-plain-w1 (rmsprop-centered-momentum-w3 covers the rule), adamax-w2
-# (tests/torch/test_update_rules_torch.py holds its rule to torch.optim in the default suite) and
-# dropout-mlp-w3-multi_worker (dropout-cnn-w2 covers the masks, layers-w3-multi_worker the
-# strategy).
+# (tests/backends/torch/test_update_rules_torch.py holds its rule to torch.optim in the default
+# suite) and dropout-mlp-w3-multi_worker (dropout-cnn-w2 covers the masks, layers-w3-multi_worker
+# the strategy).
 SLOW_CASES = ("rmsprop-plain-w1", "dropout-mlp-w3-multi_worker", "adamax-w2")
 
 

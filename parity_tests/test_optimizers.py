@@ -40,7 +40,7 @@ CASES = {
 
 # All in the slow set (CI runs it): these whole-run fp32 drift bounds describe, they cannot fail
 # with a reference pair; the default suite judges the precision path with the one-step probes
-# (test_precision_mutants, tests/compare/test_compare_config.py) and the semantics with the fp64
+# (test_precision_mutants, tests/integration/test_compare_config.py) and the semantics with the fp64
 # pairs.
 @pytest.mark.slow
 @pytest.mark.parametrize(  # adam_clip in CI's slow part, the others in the full sweep

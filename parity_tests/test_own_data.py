@@ -23,10 +23,9 @@ from dualtrain.parity.checks import (
 )
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
-from tests.conftest import ROOT, run_cli
-from tests.shared import once, run_outputs, run_without_dualtrain, shared_root
-
-from .conftest import assert_reference_agrees
+from testkit.cli import ROOT, run_cli
+from testkit.parity_runs import assert_reference_agrees
+from testkit.shared import once, run_outputs, run_without_dualtrain, shared_root
 
 TWO = str(ROOT / "configs" / "digits_two_inputs.yaml")
 SHORT = ("train.epochs=2", "train.checkpoint_every=10", "train.keep_checkpoints=5")
@@ -65,7 +64,7 @@ def test_two_inputs_fp64_pair_agrees(runs, arrays):
     assert {"image.0.weight", "ink.0.weight", "1.weight", "4.weight"} <= names
 
 
-@pytest.mark.slow  # the default suite resumes MNIST runs (tests/checkpoints/test_resume.py)
+@pytest.mark.slow  # the default suite resumes MNIST runs (tests/integration/test_resume.py)
 def test_two_inputs_killed_run_resumes_bit_for_bit(runs, arrays, tmp_path):
     full = runs("torch", *sets(arrays), "distribution.world_size=2", config=TWO)
     out = tmp_path / "run"

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, cli_env
+from testkit.cli import ROOT, cli_env
 
 CNN = str(ROOT / "configs" / "mnist_cnn.yaml")
 SETS = (
@@ -107,8 +107,7 @@ def test_both_backends_through_their_servers_are_one_experiment(runs):
     server run and TF's all-reduce run, pass the reference checks compare makes."""
     from dualtrain.parity.checks import Reference
     from dualtrain.records.record import read_run
-
-    from .conftest import assert_reference_agrees
+    from testkit.parity_runs import assert_reference_agrees
 
     torch_ps = read_run(runs("torch", *SETS, PS, config=CNN))
     assert_reference_agrees(Reference(torch_ps, read_run(runs("tf", *SETS, PS, config=CNN))))
@@ -165,7 +164,7 @@ def test_a_killed_parameter_server_run_resumes_bit_for_bit(tmp_path, backend):
     uninterrupted run's weights bit for bit (fp16 with a growing loss scale, adam)."""
     import numpy as np
 
-    from tests.conftest import run_cli
+    from testkit.cli import run_cli
 
     sets = [
         "distribution.strategy=parameter_server",

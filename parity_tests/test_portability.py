@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from testkit.cli import ROOT, run_cli
 
 pytestmark = pytest.mark.slow
 

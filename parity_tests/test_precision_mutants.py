@@ -16,7 +16,7 @@ import json
 import pytest
 
 from dualtrain.runtime import probes
-from tests.conftest import run_cli
+from testkit.cli import run_cli
 from tools.mutants import PRECISION_MUTANTS, PRECISION_SPEC, hook
 
 SPEC = (
@@ -128,7 +128,7 @@ def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backe
     assert not any(other in c.get("culprits", []) for c in v["checks"])
 
 
-# the default suite's unmutated fp32 compare with probes is tests/compare/test_compare_config.py
+# the default suite's unmutated fp32 compare with probes is tests/integration/test_compare_config.py
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_unmutated_precision_paths_pass(runs, tmp_path, precision):

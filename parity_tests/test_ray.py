@@ -14,11 +14,11 @@ import pytest
 
 from dualtrain.core.weights import load_weights
 from dualtrain.records.record import read_run
-from tests.conftest import ROOT
+from testkit.cli import ROOT
 
 pytest.importorskip("ray")
 
-from .conftest import MLP  # noqa: E402
+from testkit.parity_runs import MLP  # noqa: E402
 
 SETS = (
     "train.max_steps=40",

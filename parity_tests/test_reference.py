@@ -17,8 +17,7 @@ from dualtrain.parity.checks import (
     check_sharding,
 )
 from dualtrain.parity.readings import loss_diff
-
-from .conftest import ROOT
+from testkit.cli import ROOT
 
 CNN = str(ROOT / "configs" / "mnist_cnn.yaml")
 # 1,000 samples in global batches of 64: 15 full steps and a 40-sample last step per epoch (uneven

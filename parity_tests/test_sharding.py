@@ -6,7 +6,7 @@ from dualtrain.core.plan import ShardPlan
 from dualtrain.parity.checks import check_sharding
 from dualtrain.records.record import read_run
 from dualtrain.spec import load_spec
-from parity_tests.conftest import MLP
+from testkit.parity_runs import MLP
 
 # 2 epochs of 257 samples in global batches of 64: 4 full steps and a 1-sample last step, so at
 # world 2 and 3 some replicas get nothing on the last step of each epoch.

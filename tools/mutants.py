@@ -649,9 +649,10 @@ def _tf_unscale_factor(path: str, size: float) -> None:
 
 def ce_low_sum(per_sample: np.ndarray) -> float:
     """The ce_low_precision mutant's batch sum, stated once in NumPy (both backends' mutants
-    compute exactly this; tests/unit/test_mutant_arithmetic.py holds them to it): each float32
-    per-sample loss rounded to bfloat16 (to nearest), then summed in sample order with a rounding
-    to bfloat16 after every addition. Its error depends on the values only, not on which kernels
+    compute exactly this; tests/backends/torch/test_torch_kernels.py and
+    tests/integration/test_tf_kernels.py hold them to it): each float32 per-sample loss rounded to
+    bfloat16 (to nearest), then summed in sample order with a rounding to bfloat16 after every
+    addition. Its error depends on the values only, not on which kernels
     the CPU runs."""
     from dualtrain.core.kernels import round_to
 

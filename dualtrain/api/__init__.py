@@ -225,27 +225,7 @@ def compare(
     """
     say = None if quiet else _say
     if run_b is not None:
-        given = sorted(
-            [k for k, v in (("world_size", world_size), ("precision", precision)) if v is not None]
-            + (["set"] if set else [])
-            + list(overrides)
-        )
-        if given:
-            raise UserError(
-                f"spec overrides need a spec; finished runs keep theirs. Received: "
-                f"{', '.join(given)} with two run directories"
-            )
-        if reference is not None:
-            raise UserError(
-                f"reference='fp64'|'none' goes with a spec; for finished runs name "
-                f"their fp64 runs with reference_runs=(ref_a, ref_b). Received: "
-                f"reference={reference!r}"
-            )
-        if reference_runs is not None and len(reference_runs) != 2:
-            raise UserError(
-                f"reference_runs is a pair: the fp64 runs of A's spec on A's and on "
-                f"B's backend. Received: {len(reference_runs)} runs"
-            )
+        _check_runs_call(reference, reference_runs, world_size, precision, set, overrides)
         refs = (
             None
             if reference_runs is None
@@ -274,6 +254,38 @@ def compare(
         )
         cmp, out_dir = _compare_spec(resolved, reference or "fp64", out, say, overwrite)
     return _compare_result(cmp, out_dir, say)
+
+
+def _check_runs_call(
+    reference: str | None,
+    reference_runs: tuple[PathLike | RunResult, PathLike | RunResult] | None,
+    world_size: int | None,
+    precision: str | Mapping[str, Any] | None,
+    set: Sequence[str],
+    overrides: Mapping[str, Any],
+) -> None:
+    """``compare(run_a, run_b, ...)``: the arguments that go with a spec only are refused."""
+    given = sorted(
+        [k for k, v in (("world_size", world_size), ("precision", precision)) if v is not None]
+        + (["set"] if set else [])
+        + list(overrides)
+    )
+    if given:
+        raise UserError(
+            f"spec overrides need a spec; finished runs keep theirs. Received: "
+            f"{', '.join(given)} with two run directories"
+        )
+    if reference is not None:
+        raise UserError(
+            f"reference='fp64'|'none' goes with a spec; for finished runs name "
+            f"their fp64 runs with reference_runs=(ref_a, ref_b). Received: "
+            f"reference={reference!r}"
+        )
+    if reference_runs is not None and len(reference_runs) != 2:
+        raise UserError(
+            f"reference_runs is a pair: the fp64 runs of A's spec on A's and on "
+            f"B's backend. Received: {len(reference_runs)} runs"
+        )
 
 
 def _path(path: PathLike | None) -> Path | None:

@@ -30,7 +30,7 @@ def _last_line(text: str) -> str:
 def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
     """Run ``tools env`` of one backend. Returns {"status": "ok", "facts": {...}} or
     {"status": "missing" | "broken", "detail": one line}."""
-    from dualtrain.launch.local import worker_env
+    from dualtrain.launch.child import worker_env
     from dualtrain.records.envinfo import missing_packages
 
     missing = missing_packages(backend)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dualtrain.core.update_rules import Ops
+from dualtrain.core.ops import Ops
 from dualtrain.spec import EmaSpec
 
 COPY, UPDATE = "copy", "update"

@@ -155,51 +155,11 @@ def _resolve_one(
     new: tuple[int, ...]
     t = layer.type
     if t is LayerType.DENSE:
-        if len(shape) != 1:
-            raise UserError(
-                f"{where} needs a flat input; add a flatten layer before it. "
-                f"Received: input shape {shape}"
-            )
-        assert layer.units is not None  # LayerSpec requires units on a dense layer
-        fan_in = shape[0]
-        params = (
-            (f"{prefix}.weight", (layer.units, fan_in)),
-            *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()),
-        )
-        new = (layer.units,)
+        params, fan_in, new = _dense(layer, shape, where, prefix)
     elif t is LayerType.CONV2D:
-        if len(shape) != 3:
-            raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
-        c, h, w = shape
-        assert layer.filters is not None and layer.kernel_size is not None  # required (LayerSpec)
-        k, s = layer.kernel_size, layer.stride or 1
-        if layer.padding is Padding.SAME:
-            oh, ow = h, w
-        else:
-            pad = layer.padding if isinstance(layer.padding, int) else 0
-            oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
-        if oh < 1 or ow < 1:
-            raise UserError(
-                f"{where}: kernel {k} does not fit the input. Received: input shape {shape}"
-            )
-        fan_in = c * k * k
-        params = (
-            (f"{prefix}.weight", (layer.filters, c, k, k)),
-            *(((f"{prefix}.bias", (layer.filters,)),) if layer.bias else ()),
-        )
-        new = (layer.filters, oh, ow)
+        params, fan_in, new = _conv2d(layer, shape, where, prefix)
     elif t in (LayerType.MAXPOOL2D, LayerType.AVGPOOL2D):
-        if len(shape) != 3:
-            raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
-        c, h, w = shape
-        assert layer.pool_size is not None  # LayerSpec requires pool_size on a pooling layer
-        p, s = layer.pool_size, layer.stride or layer.pool_size
-        oh, ow = (h - p) // s + 1, (w - p) // s + 1
-        if oh < 1 or ow < 1:
-            raise UserError(
-                f"{where}: pool {p} does not fit the input. Received: input shape {shape}"
-            )
-        new = (c, oh, ow)
+        new = _pool2d(layer, shape, where)
     elif t is LayerType.GLOBAL_AVGPOOL:
         if len(shape) != 3:
             raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
@@ -220,20 +180,7 @@ def _resolve_one(
         buffers = ((f"{prefix}.running_mean", (c,)), (f"{prefix}.running_var", (c,)))
         new = shape
     elif t is LayerType.RESIDUAL:
-        body, out_body = _resolve_list(
-            layer.body, shape, f"{where_list}.body", f"{prefix}.body.", (uid, 0)
-        )
-        shortcut, out_short = _resolve_list(
-            layer.shortcut, shape, f"{where_list}.shortcut", f"{prefix}.shortcut.", (uid, 500)
-        )
-        if out_body != out_short:
-            skip = "the shortcut" if layer.shortcut else "the block input (identity shortcut)"
-            raise UserError(
-                f"{where}: the body outputs {out_body} but {skip} is {out_short}; the add "
-                f"needs equal shapes (give a shortcut such as a 1x1 conv2d with the body's "
-                f"stride and filters). Received: body {out_body}, shortcut {out_short}"
-            )
-        new = out_body
+        body, shortcut, new = _residual(layer, shape, where, where_list, prefix, uid)
     elif t is LayerType.CONCAT:  # only model.layers[0] of a model with several inputs
         raise UserError(
             f"{where}: a concat layer merges the branches of several model.inputs and must be "
@@ -244,6 +191,87 @@ def _resolve_one(
     return ResolvedLayer(
         i, layer, shape, new, params, fan_in, prefix, uid, buffers, tuple(body), tuple(shortcut)
     )
+
+
+def _dense(
+    layer: LayerSpec, shape: tuple[int, ...], where: str, prefix: str
+) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], int, tuple[int, ...]]:
+    """A dense layer's (parameters, fan_in, output shape)."""
+    if len(shape) != 1:
+        raise UserError(
+            f"{where} needs a flat input; add a flatten layer before it. "
+            f"Received: input shape {shape}"
+        )
+    assert layer.units is not None  # LayerSpec requires units on a dense layer
+    fan_in = shape[0]
+    params = (
+        (f"{prefix}.weight", (layer.units, fan_in)),
+        *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()),
+    )
+    new = (layer.units,)
+    return params, fan_in, new
+
+
+def _conv2d(
+    layer: LayerSpec, shape: tuple[int, ...], where: str, prefix: str
+) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], int, tuple[int, ...]]:
+    """A conv2d layer's (parameters, fan_in, output shape)."""
+    if len(shape) != 3:
+        raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
+    c, h, w = shape
+    assert layer.filters is not None and layer.kernel_size is not None  # required (LayerSpec)
+    k, s = layer.kernel_size, layer.stride or 1
+    if layer.padding is Padding.SAME:
+        oh, ow = h, w
+    else:
+        pad = layer.padding if isinstance(layer.padding, int) else 0
+        oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
+    if oh < 1 or ow < 1:
+        raise UserError(
+            f"{where}: kernel {k} does not fit the input. Received: input shape {shape}"
+        )
+    fan_in = c * k * k
+    params = (
+        (f"{prefix}.weight", (layer.filters, c, k, k)),
+        *(((f"{prefix}.bias", (layer.filters,)),) if layer.bias else ()),
+    )
+    new = (layer.filters, oh, ow)
+    return params, fan_in, new
+
+
+def _pool2d(layer: LayerSpec, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+    """A maxpool2d or avgpool2d layer's output shape."""
+    if len(shape) != 3:
+        raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
+    c, h, w = shape
+    assert layer.pool_size is not None  # LayerSpec requires pool_size on a pooling layer
+    p, s = layer.pool_size, layer.stride or layer.pool_size
+    oh, ow = (h - p) // s + 1, (w - p) // s + 1
+    if oh < 1 or ow < 1:
+        raise UserError(f"{where}: pool {p} does not fit the input. Received: input shape {shape}")
+    new = (c, oh, ow)
+    return new
+
+
+def _residual(
+    layer: LayerSpec, shape: tuple[int, ...], where: str, where_list: str, prefix: str, uid: int
+) -> tuple[list[ResolvedLayer], list[ResolvedLayer], tuple[int, ...]]:
+    """A residual block's resolved (body, shortcut) and its output shape."""
+    body, out_body = _resolve_list(
+        layer.body, shape, f"{where_list}.body", f"{prefix}.body.", (uid, 0)
+    )
+    shortcut, out_short = _resolve_list(
+        layer.shortcut, shape, f"{where_list}.shortcut", f"{prefix}.shortcut.", (uid, 500)
+    )
+    if out_body != out_short:
+        skip = "the shortcut" if layer.shortcut else "the block input (identity shortcut)"
+        raise UserError(
+            f"{where}: the body outputs {out_body} but {skip} is {out_short}; the add "
+            f"needs equal shapes (give a shortcut such as a 1x1 conv2d with the body's "
+            f"stride and filters). Received: body {out_body}, shortcut {out_short}"
+        )
+    new = out_body
+    return body, shortcut, new
 
 
 def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:

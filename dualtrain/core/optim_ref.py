@@ -7,7 +7,7 @@ the update's arithmetic (a defect in the float32 branch of an update rule, optim
 low precision) and not the gradient's rounding, which the gradient check judges. The formulas are
 dualtrain.core.update_rules (torch.optim's single-tensor paths: sgd, adam, adamw, adamax, adadelta,
 rmsprop; the same functions the TF backend computes with, docs/parity.md §4) on its float64 NumPy
-namespace; tests/torch/test_optim_ref.py compares this step with torch.optim in float64.
+namespace; tests/backends/torch/test_optim_ref.py compares this step with torch.optim in float64.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.core import update_rules
-from dualtrain.core.update_rules import NUMPY
+from dualtrain.core.ops import NUMPY
 from dualtrain.core.weights import Weights
 from dualtrain.spec import OptimizerSpec
 

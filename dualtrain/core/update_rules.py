@@ -1,13 +1,13 @@
 """torch.optim's update rules, GradScaler's dynamic loss scale and the global gradient norm, written
 once.
 
-Every caller hands in a tiny array namespace (:class:`Ops`): a fused multiply-add with torch's
-rounding, a square root, ``where``, ``minimum``, comparisons, casts of a scalar to a dtype, a
-float64 power, and an L2 norm; ``+ - * /`` on the caller's arrays do the rest. The TF backend
-applies these functions to its variables inside its step (dualtrain/backends/tf/ops.py), the
-float64 NumPy namespace here (:data:`NUMPY`) is the exact update the one-step probes judge against
-(dualtrain/core/optim_ref.py), and the torch backend, which keeps torch.optim and GradScaler as the
-reference, takes the gradient norm from here (dualtrain/backends/torch/ops.py).
+Every caller hands in a tiny array namespace (dualtrain.core.ops.Ops): a fused multiply-add
+with torch's rounding, a square root, ``where``, ``minimum``, comparisons, casts of a scalar to a
+dtype, a float64 power, and an L2 norm; ``+ - * /`` on the caller's arrays do the rest. The TF
+backend applies these functions to its variables inside its step (dualtrain/backends/tf/ops.py),
+the float64 NumPy namespace (dualtrain.core.ops.NUMPY) is the exact update the one-step probes
+judge against (dualtrain/core/optim_ref.py), and the torch backend, which keeps torch.optim and
+GradScaler as the reference, takes the gradient norm from here (dualtrain/backends/torch/ops.py).
 
 The rules are pure: they return the new parameter and the new slot values, and the caller assigns
 them. They write out torch.optim's single-tensor paths (``_single_tensor_sgd``, ``_adam``,
@@ -15,59 +15,18 @@ them. They write out torch.optim's single-tensor paths (``_single_tensor_sgd``, 
 ``exp_avg``, ...). Scalars (lr, betas, eps, ...) are Python floats or, for lr, a float64 scalar of
 the namespace: a Python number meets an array in the array's dtype (TF's and NumPy's rule), as
 torch's scalar arguments do; where torch computes a factor in double and rounds it once,
-:attr:`Ops.cast` does that rounding. tests/torch/test_update_rules_torch.py compares them, on the
-NumPy namespace, with torch.optim, torch.amp.GradScaler and clip_grad_norm_, and lists where torch's
-kernels round differently (a few eps; float32 SGD is bit for bit).
+``Ops.cast`` does that rounding. tests/backends/torch/test_update_rules_torch.py compares them, on
+the NumPy namespace, with torch.optim, torch.amp.GradScaler and clip_grad_norm_, and lists where
+torch's kernels round differently (a few eps; float32 SGD is bit for bit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from dualtrain.core.ops import NormOps, Ops
 from dualtrain.spec import OPTIMIZERS, LossScaleSpec, OptimizerName, OptimizerSpec
-
-
-@dataclass(frozen=True)
-class NormOps:
-    """What the global gradient norm needs (the torch backend supplies only this)."""
-
-    norm: Callable[[Any], Any]
-    """x -> the L2 norm of all of x's elements, a scalar of x's dtype."""
-    stack: Callable[[list[Any]], Any]
-    """scalars -> the vector of them."""
-
-
-@dataclass(frozen=True)
-class Ops(NormOps):
-    """The arithmetic a backend supplies for the update rules (arrays of the parameter dtype)."""
-
-    fma: Callable[[Any, Any, Any], Any]
-    """(a, alpha, b) -> ``a + alpha * b`` as torch's ``a.add(b, alpha=alpha)`` computes it on CPU:
-    one rounding in float32 (alpha rounded to float32 first); see the TF and NumPy namespaces for
-    the float64 trick that gets there, and for float64 arrays. alpha: a Python number or a float64
-    scalar."""
-    sqrt: Callable[[Any], Any]
-    where: Callable[[Any, Any, Any], Any]
-    """(condition, a, b) -> a where condition, else b (a scalar condition picks a whole array)."""
-    minimum: Callable[[Any, Any], Any]
-    maximum: Callable[[Any, Any], Any]
-    """Elementwise, NaN-propagating (torch.maximum)."""
-    equal: Callable[[Any, Any], Any]
-    logical_and: Callable[[Any, Any], Any]
-    zeros_like: Callable[[Any], Any]
-    cast: Callable[[Any, Any], Any]
-    """(x, like) -> x in like's dtype, rounded once: x is a Python number (taken as the double it
-    is) or a float64 scalar."""
-    float64: Callable[[Any], Any]
-    """x -> a float64 scalar: a Python number (directly, not through float32) or an integer
-    scalar."""
-    power: Callable[[Any, Any], Any]
-    """(base, exponent), float64 scalars -> base ** exponent in float64 (C's pow)."""
-
 
 # ---- update rules --------------------------------------------------------------------------------
 
@@ -397,43 +356,3 @@ def clip(ops: Ops, grads: Sequence[Any], norm: Any, max_norm: float | None) -> l
         return list(grads)
     coef = clip_coefficient(ops, norm, max_norm)
     return [g * coef for g in grads]
-
-
-# ---- the NumPy namespace -------------------------------------------------------------------------
-
-
-def _np_fma(a: Any, alpha: Any, b: Any) -> np.ndarray:
-    """torch's ``a.add(b, alpha=alpha)`` in NumPy. float32: the float64 product of two float32
-    values is exact, so one float64 add and one rounding to float32 give the fused result (the TF
-    backend's trick, dualtrain/backends/tf/ops.py). float64: ``a + alpha * b``, rounded twice (no
-    wider type to fuse in; torch's CPU kernel fuses: one fp64 ulp at most)."""
-    a = np.asarray(a)
-    if a.dtype == np.float64:
-        return a + np.float64(alpha) * b
-    f64 = np.float64
-    alpha32 = f64(np.float32(alpha))
-    return (a.astype(f64) + alpha32 * np.asarray(b, f64)).astype(a.dtype)
-
-
-def _np_norm(x: Any) -> Any:
-    x = np.asarray(x)
-    return np.sqrt(np.sum(x * x))
-
-
-NUMPY = Ops(
-    norm=_np_norm,
-    stack=np.stack,
-    fma=_np_fma,
-    sqrt=np.sqrt,
-    where=np.where,
-    minimum=np.minimum,
-    maximum=np.maximum,
-    equal=np.equal,
-    logical_and=np.logical_and,
-    zeros_like=np.zeros_like,
-    cast=lambda x, like: np.asarray(x, np.asarray(like).dtype)[()],
-    float64=np.float64,
-    power=np.power,
-)
-"""The rules on NumPy arrays, in the arrays' dtype (float64 for the exact reference; float32 follows
-torch's float32 rounding where the rule says so, fma and casts)."""

@@ -18,29 +18,20 @@ model of the numerics checks (dualtrain.parity.checks).
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dualtrain.driver.outdir import check_creatable
+from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
+from dualtrain.driver.compare_plan import PlannedRun, plan_runs
 from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder
 from dualtrain.parity.diagnose import SEMANTICS
-from dualtrain.parity.report import (
-    REPORT_HTML,
-    REPORT_MD,
-    VERDICT_FILE,
-    Comparison,
-    compare_dirs,
-    write_report,
-)
-from dualtrain.runtime import probes
-from dualtrain.spec import Backend, Experiment, Precision
+from dualtrain.parity.report import Comparison, compare_dirs, write_report
+from dualtrain.spec import Backend, Experiment
 
 REFERENCE_CHOICES = ("fp64", "none")
 
@@ -71,157 +62,6 @@ def _require_backends() -> None:
                 f"in this installation (no {PACKAGES[backend]}.worker). Received: "
                 f"dualtrain {backend.value} backend missing"
             )
-
-
-#: What a compare writes into OUT besides its run folders.
-#: the locator's finding, when a model pair's fp64 pair failed
-LOCATOR_FILE = "locator.json"
-REPORT_FILES = (VERDICT_FILE, REPORT_MD, REPORT_HTML, LOCATOR_FILE)
-
-
-@dataclasses.dataclass
-class Existing:
-    """What OUT already holds for one planned run (a rerun of the same compare)."""
-
-    state: str
-    """``finished`` (reused as it is), ``resumable`` (continued from its latest checkpoint),
-    ``partial`` (stopped before a checkpoint: set aside and run again) or ``absent``."""
-    checkpoint: Path | None = None
-
-
-def _existing(run: PlannedRun) -> Existing:
-    from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
-    from dualtrain.runtime import checkpoint
-    from dualtrain.spec import load_spec
-
-    where = run.where
-    if not where.exists():
-        return Existing("absent")
-    if not (where / SPEC_FILE).is_file():
-        raise UserError(
-            f"--out holds {where.name}, which is not a dualtrain run; choose another "
-            f"folder. Received: {str(where.parent)!r}"
-        )
-    try:
-        same = load_spec(where / SPEC_FILE).to_dict() == run.spec.to_dict()
-    except UserError:
-        same = False
-    if not same:
-        raise UserError(
-            f"--out holds a compare of another spec ({where.name}/{SPEC_FILE} differs "
-            f"from this one); pass --overwrite to replace it, or choose another "
-            f"folder. Received: {str(where.parent)!r}"
-        )
-    if run.spec.model.is_pair:  # the same spec, but the model's code may have changed since
-        from dualtrain.core import pair
-        from dualtrain.driver.pair import pair_layout
-
-        held = pair.read(where)
-        if held is not None and held.to_json() != pair_layout(run.spec)[0].to_json():
-            raise UserError(
-                f"--out holds a compare of another version of the model pair ({where.name}/"
-                f"{pair.PAIR_FILE}: its code or weight map differs from today's); pass "
-                f"--overwrite to replace it, or choose another folder. Received: "
-                f"{str(where.parent)!r}"
-            )
-    if (where / SUMMARY_FILE).is_file() and (where / WEIGHTS_FINAL).is_file():
-        return Existing("finished")
-    latest = checkpoint.latest(where)
-    return Existing("resumable", latest) if latest is not None else Existing("partial")
-
-
-def _claim_out(out: Path, runs: list[PlannedRun], overwrite: bool) -> dict[str, Existing]:
-    """Make OUT ready (reads only until every check has passed): a new or empty folder; or a
-    folder holding an earlier compare of the same spec, whose finished runs are reused and whose
-    interrupted ones continue (``overwrite``: a folder holding an earlier compare, of any spec,
-    whose runs and report are replaced). Returns what OUT holds per planned run."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
-    check_creatable(out)
-    labels = {r.where.name for r in runs} | {"fp64-torch", "fp64-tf", "torch", "tf"}
-    content = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    ours = [n for n in content if n in labels or n in REPORT_FILES or n == PARTIAL]
-    if len(ours) < len(content) or (content and not any(n in labels for n in content)):
-        raise UserError(
-            f"--out must be a new or empty folder, or one an earlier compare wrote "
-            f"(compare writes its runs and the report into it); it holds "
-            f"{', '.join(n for n in content if n not in ours) or ', '.join(content)}. "
-            f"Received: {str(out)!r}"
-        )
-    if overwrite:
-        from dualtrain.records.record import SPEC_FILE
-
-        for name in content:
-            if name in labels and not (out / name / SPEC_FILE).is_file():
-                raise UserError(
-                    f"--overwrite replaces an earlier compare; {name} in --out is not a "
-                    f"dualtrain run. Received: {str(out)!r}"
-                )
-        for name in content:  # an earlier compare's own output, and nothing else
-            path = out / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        existing = {r.label: Existing("absent") for r in runs}
-    else:
-        existing = {r.label: _existing(r) for r in runs}
-    out.mkdir(parents=True, exist_ok=True)
-    return existing
-
-
-#: Where a rerun of a compare sets aside a run that stopped before its first checkpoint.
-PARTIAL = "partial"
-
-
-def _set_aside(run: PlannedRun) -> Path:
-    """Move an interrupted run without a checkpoint out of the way (nothing is deleted)."""
-    shelf = run.where.parent / PARTIAL
-    shelf.mkdir(exist_ok=True)
-    n = 1
-    while (shelf / f"{run.label}-{n}").exists():
-        n += 1
-    target = shelf / f"{run.label}-{n}"
-    run.where.rename(target)
-    return target
-
-
-def reference_spec(spec: Experiment) -> Experiment:
-    """The spec's fp64 reference: the same experiment with float64 parameters, activations, loss and
-    optimizer state (and no loss scaling, which fp64 never needs)."""
-    return spec.replace(precision=dataclasses.replace(spec.precision, dtype=Precision.FP64))
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedRun:
-    label: str
-    """The run's folder under OUT: torch, tf, fp64-torch, fp64-tf."""
-    spec: Experiment
-    backend: Backend
-    where: Path
-    probe: probes.Role | None = None
-    """The run's part in the one-step probes: record (the fp64 torch run), replay, or none."""
-
-    @property
-    def what(self) -> str:
-        return f"{self.backend.value} {self.spec.precision.dtype.value}"
-
-
-def plan_runs(spec: Experiment, out: Path, reference: str) -> list[PlannedRun]:
-    """The runs compare makes, in order: (reference fp64, spec not fp64) the fp64 pair first, then
-    torch and tf. The fp64 torch run records the states the one-step probes start from
-    (dualtrain.runtime.probes); the requested-precision runs replay them after their training."""
-    runs = []
-    probe = None
-    if reference == "fp64" and spec.precision.dtype is not Precision.FP64:
-        ref = reference_spec(spec)
-        runs += [
-            PlannedRun("fp64-torch", ref, Backend.TORCH, out / "fp64-torch", probes.RECORD),
-            PlannedRun("fp64-tf", ref, Backend.TF, out / "fp64-tf"),
-        ]
-        probe = probes.replay(out / "fp64-torch")
-    runs += [
-        PlannedRun("torch", spec, Backend.TORCH, out / "torch", probe),
-        PlannedRun("tf", spec, Backend.TF, out / "tf", probe),
-    ]
-    return runs
 
 
 class Progress:
@@ -315,13 +155,9 @@ def compare_backends(
     validate(spec, Backend.TF)
     out = Path(out)
     runs = plan_runs(spec, out, reference)
-    existing = _claim_out(out, runs, overwrite)
+    existing = claim_out(out, runs, overwrite)
     with_ref = len(runs) == 4
-    what = (
-        "both in fp64 (the reference pair, which records the probe states), then torch and tf"
-        if with_ref
-        else "torch and tf"
-    )
+    what = _what_runs(with_ref)
     say = progress or (lambda text: None)
     say(f"{Progress.PREFIX} {spec.name}: {len(runs)} runs, {what} -> {out}")
     tracker = Progress(runs, progress, overlap)
@@ -340,7 +176,7 @@ def compare_backends(
         if have.state == "partial":
             say(
                 f"{Progress.PREFIX} {tracker._tag(i)}: {run.what} stopped before a checkpoint; "
-                f"it runs again (the stopped run is kept in {_set_aside(run)})"
+                f"it runs again (the stopped run is kept in {set_aside(run)})"
             )
         tracker.start(i)
         run_dir: Path | None  # start_run returns None for a worker of an external launcher
@@ -357,6 +193,25 @@ def compare_backends(
         return run_dir
 
     notes: list[str] = []
+    dirs = _run_all(one, runs, overlap, notes)
+    _add_run_notes(notes, reference, with_ref, runs, existing, took, t0)
+    return _judge(spec, out, runs, dirs, with_ref, notes, progress)
+
+
+def _what_runs(with_ref: bool) -> str:
+    """What the first progress line says compare runs."""
+    what = (
+        "both in fp64 (the reference pair, which records the probe states), then torch and tf"
+        if with_ref
+        else "torch and tf"
+    )
+    return what
+
+
+def _run_all(
+    one: Callable[[int], Path], runs: list[PlannedRun], overlap: bool, notes: list[str]
+) -> list[Path]:
+    """Every planned run by ``one``, in order (``overlap``: two at a time); their run folders."""
     if overlap:
         # Two at a time, pair by pair: the fp64 pair must have finished (its recorded probe states)
         # before the requested-precision runs replay them.
@@ -371,6 +226,19 @@ def compare_backends(
         notes.append("runs overlapped two at a time: throughput is not comparable")
     else:
         dirs = [one(i) for i in range(len(runs))]
+    return dirs
+
+
+def _add_run_notes(
+    notes: list[str],
+    reference: str,
+    with_ref: bool,
+    runs: list[PlannedRun],
+    existing: dict[str, Existing],
+    took: dict[int, float],
+    t0: float,
+) -> None:
+    """The comparison's notes on how the runs ran: without a reference pair, and their times."""
     if reference == "none":
         notes.append(
             "no fp64 reference pair (--reference none): the semantic check did not run; "
@@ -384,6 +252,18 @@ def compare_backends(
         for i, run in enumerate(runs)
     )
     notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({timings})")
+
+
+def _judge(
+    spec: Experiment,
+    out: Path,
+    runs: list[PlannedRun],
+    dirs: list[Path],
+    with_ref: bool,
+    notes: list[str],
+    progress: Callable[[str], None] | None,
+) -> Comparison:
+    """Compare the finished runs, locate a model pair's fp64 disagreement, write the report."""
     by = {run.label: d for run, d in zip(runs, dirs, strict=True)}
     cmp = compare_dirs(
         by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None, notes

@@ -125,23 +125,7 @@ def export_run(
     spec = run_spec(run_dir)
     weights = load_weights(source)
     check_layout(weights, spec.model, source=str(source))
-    target = Path(out) if out is not None else run_dir / "export" / fmt
-    if target.exists() and not target.is_dir():
-        raise UserError(f"--out exists and is not a folder. Received: {str(target)!r}")
-    replace = False
-    if target.is_dir() and any(target.iterdir()):
-        if not overwrite:
-            raise UserError(
-                f"--out is not empty; choose another folder, or --overwrite to replace "
-                f"a previous export there. Received: {str(target)!r}"
-            )
-        if not (target / "export.json").is_file():
-            raise UserError(
-                f"--overwrite replaces a previous export only (a folder with "
-                f"export.json); {str(target)!r} holds something else. Received: "
-                f"{str(target)!r}"
-            )
-        replace = True
+    target, replace = _export_target(run_dir, fmt, out, overwrite)
     check_creatable(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -167,22 +151,49 @@ def export_run(
         }
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
         _publish_modes(tmp)
-        if replace:  # the previous export (checked above: ours) goes only once the new one is whole
-            old = Path(
-                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
-            )
-            old.rmdir()
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            if target.exists():
-                target.rmdir()  # empty (checked above)
-            tmp.rename(target)
+        _put_in_place(tmp, target, replace)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def _export_target(
+    run_dir: Path, fmt: str, out: str | Path | None, overwrite: bool
+) -> tuple[Path, bool]:
+    """The folder the export goes to, checked, and whether it replaces a previous export there."""
+    target = Path(out) if out is not None else run_dir / "export" / fmt
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--out exists and is not a folder. Received: {str(target)!r}")
+    replace = False
+    if target.is_dir() and any(target.iterdir()):
+        if not overwrite:
+            raise UserError(
+                f"--out is not empty; choose another folder, or --overwrite to replace "
+                f"a previous export there. Received: {str(target)!r}"
+            )
+        if not (target / "export.json").is_file():
+            raise UserError(
+                f"--overwrite replaces a previous export only (a folder with "
+                f"export.json); {str(target)!r} holds something else. Received: "
+                f"{str(target)!r}"
+            )
+        replace = True
+    return target, replace
+
+
+def _put_in_place(tmp: Path, target: Path, replace: bool) -> None:
+    """The finished export (in ``tmp``, beside the target) becomes the target folder."""
+    if replace:  # the previous export (checked above: ours) goes only once the new one is whole
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+        old.rmdir()
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if target.exists():
+            target.rmdir()  # empty (checked above)
+        tmp.rename(target)
 
 
 # ---- each backend writes its own form, in its own process ------------------------------------
@@ -201,7 +212,7 @@ def _width(spec, run_dir: Path) -> int:
 
 
 def _write(fmt: str, run_dir: Path, folder: Path, source: Path) -> None:
-    from dualtrain.launch.local import worker_env
+    from dualtrain.launch.child import worker_env
 
     backend = BACKEND_OF[fmt]
     cmd = [

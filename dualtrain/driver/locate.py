@@ -26,7 +26,7 @@ TIMEOUT_S = 600
 
 
 def _child(backend: Backend, args: list[str]) -> None:
-    from dualtrain.launch.local import worker_env
+    from dualtrain.launch.child import worker_env
 
     proc = subprocess.run(
         [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "probe-layers", *args],

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,15 @@ from dualtrain.backends import LaunchModule, launch_module, parse_backend
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data, write_record
 from dualtrain.core.weights import initial_weights, save_weights
+from dualtrain.driver.launching import launch_with_restarts
 from dualtrain.driver.pair import pair_layout
-from dualtrain.driver.rewind import check_records, copy_records, has_trained, truncate_records
+from dualtrain.driver.rewind import check_records, copy_records, truncate_records
 from dualtrain.driver.validate import check_out_dir, validate
-from dualtrain.errors import RunFailed, UserError
+from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder, write_atomic
 from dualtrain.launch import cluster
-from dualtrain.launch.local import run_workers
-from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT, read_run
+from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT
 from dualtrain.runtime import checkpoint, probes
-from dualtrain.runtime.entry import WORKER_ERROR
 from dualtrain.runtime.start import (
     Start,
     check_continuation,
@@ -220,7 +218,7 @@ def start_run(
     try:
         if plan.resume is not None:
             copy_records(plan.resume, run_dir)
-        return run_dir, _launch(
+        return run_dir, launch_with_restarts(
             plan.spec,
             backend,
             run_dir,
@@ -292,7 +290,7 @@ def resume_run(
     write_atomic(run_dir / SPEC_FILE, dump_spec(spec))
     truncate_records(run_dir, ckpt)
     attempt = len(ckpt.state.get("history", [])) + 1
-    return run_dir, _launch(
+    return run_dir, launch_with_restarts(
         spec,
         ckpt_backend,
         run_dir,
@@ -301,85 +299,6 @@ def resume_run(
         attempt=attempt,
         extra_env=probe.env() if probe is not None else None,
     )
-
-
-def _launch(
-    spec: Experiment,
-    backend: Backend,
-    run_dir: Path,
-    launch: LaunchModule,
-    ckpt: Path | None,
-    *,
-    attempt: int,
-    extra_env: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
-    ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
-    print(
-        f"dualtrain: {backend.value} run -> {run_dir}"
-        + (f" (continuing from {ckpt})" if ckpt is not None else ""),
-        flush=True,
-    )
-    restarts = 0
-    while True:
-        workers = launch.workers(spec)
-        env = {**Start(resume=ckpt, attempt=attempt).env(), **(extra_env or {})}
-        for w in workers:
-            w.env.update(env)
-        try:
-            run_workers(
-                launch.MODULE,
-                [str(run_dir)],
-                workers,
-                unit=launch.UNIT,
-                grace_s=spec.distribution.timeout_s,
-                run_dir=run_dir,
-                stderr_noise=launch.STDERR_NOISE,
-            )
-            break
-        except RunFailed as exc:
-            reported = run_dir / WORKER_ERROR
-            if exc.code == 2 and reported.is_file():  # a worker's user error, said once
-                message = reported.read_text()
-                reported.unlink()
-                if not has_trained(run_dir):  # before the first step: a mistake, exit 2
-                    raise UserError(message) from None
-                # during training (a full disk, say): the run failed; what it wrote stays
-                raise RunFailed(
-                    f"{backend.value} run failed: {message} (partial run left in {run_dir})",
-                    rank=exc.rank,
-                    code=exc.code,
-                ) from None
-            if restarts >= spec.distribution.max_restarts or exc.code == 2:
-                more = f" after {restarts} restart(s)" if restarts else ""
-                raise RunFailed(
-                    f"{backend.value} run failed{more}: {exc} (partial run left in {run_dir})",
-                    rank=exc.rank,
-                    code=exc.code,
-                ) from None
-            restarts += 1
-            attempt += 1
-            latest = checkpoint.latest(run_dir)
-            if latest is not None:
-                ckpt_obj = checkpoint.load(latest)  # a tampered latest checkpoint stops the run
-                truncate_records(run_dir, ckpt_obj)
-            ckpt = latest
-            print(
-                f"dualtrain: {exc}; restart {restarts}/{spec.distribution.max_restarts} of every "
-                f"{launch.UNIT} from {latest or 'step 0 (no checkpoint yet)'}",
-                file=sys.stderr,
-                flush=True,
-            )
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
-            print(
-                f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise
-    if not (run_dir / SUMMARY_FILE).is_file():
-        raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
-    return read_run(run_dir).summary
 
 
 def _run_as_external_worker(

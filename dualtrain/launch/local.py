@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.launch.child import worker_env
 from dualtrain.runtime.clock import SPAWNED_ENV
-from dualtrain.spec import Device
 
 
 @dataclass
@@ -78,46 +78,6 @@ def describe_exit(code: int) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
-
-
-def worker_env(extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(extra)
-    env["PYTHONUNBUFFERED"] = "1"
-    # Workers must find this package even when it is run from a source checkout.
-    root = str(Path(__file__).resolve().parents[2])  # the folder that holds dualtrain/
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
-
-
-def count_in_child(code: str, timeout_s: float = 120.0) -> int | None:
-    """Run ``python -c code`` (which prints one integer) in a child process, so the framework it
-    imports never loads into this one; None if it fails."""
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=worker_env({}),
-        )
-        return int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
-
-
-def require_gpu(device: Device, count_code: str, nothing_seen: str) -> None:
-    """``distribution.device: gpu`` needs a GPU the framework can see. Asked in a child process
-    (``count_code`` prints how many; the launcher never imports the framework) before any worker
-    starts, so ``--dry-run`` says it too; only for gpu runs (the question costs a framework
-    import)."""
-    if device is not Device.GPU:
-        return
-    if not count_in_child(count_code):
-        raise UserError(
-            f"distribution.device is 'gpu' but {nothing_seen} on this machine; use "
-            f"distribution.device: cpu. Received: 'gpu'"
-        )
 
 
 LISTEN_FD_ENV = "DUALTRAIN_LISTEN_FD"
@@ -233,82 +193,15 @@ def run_workers(
     forwarders: list[threading.Thread] = []
     listeners = {id(w): open_listener(*w.listen) for w in workers if w.listen is not None}
     try:
-        for w in workers:
-            sock = listeners.get(id(w))
-            env = {**w.env} if sock is None else {**w.env, LISTEN_FD_ENV: str(sock.fileno())}
-            # preexec_fn runs before any forwarder thread exists (they start below): no fork with
-            # another thread holding a lock.
-            env[SPAWNED_ENV] = f"{time.time():.6f}"  # the worker's start-up clock (summary.json)
-            w.proc = subprocess.Popen(
-                [sys.executable, "-m", module, *args],
-                env=worker_env(env),
-                stderr=subprocess.PIPE if stderr_noise else None,
-                preexec_fn=_worker_signals if main else None,
-                pass_fds=() if sock is None else (sock.fileno(),),
-            )
+        _start_processes(module, args, workers, listeners, stderr_noise, main)
         for sock in listeners.values():  # the workers hold them now
             sock.close()
         listeners = {}
         if stderr_noise is not None:
-            for w in workers:
-                t = threading.Thread(
-                    target=_forward_stderr,
-                    args=(_started(w).stderr, stderr_noise),
-                    name=f"stderr-{unit}{w.rank}",
-                    daemon=True,
-                )
-                t.start()
-                forwarders.append(t)
+            _start_forwarders(workers, stderr_noise, unit, forwarders)
         if run_dir is not None:
-            (Path(run_dir) / "launch.json").write_text(
-                json.dumps(
-                    {
-                        "module": module,
-                        "workers": [
-                            {unit: w.rank, "pid": _started(w).pid}
-                            | ({"role": w.role} if w.role else {})
-                            for w in workers
-                        ],
-                    },
-                    indent=2,
-                )
-                + "\n"
-            )
-        first_done: float | None = None
-        while True:
-            running = []
-            for w in workers:
-                code = _started(w).poll()
-                if code is None:
-                    running.append(w)
-                elif code != 0:
-                    w, code = _root_cause(workers, w, code)
-                    others = [o for o in workers if o is not w and _started(o).poll() is None]
-                    _stop(others)
-                    stopped = f"; stopped the other {len(others)} {unit}(s)" if others else ""
-                    raise RunFailed(
-                        f"{w.name(unit)} (pid {_started(w).pid}) {describe_exit(code)}{stopped}",
-                        rank=w.rank,
-                        code=code,
-                    )
-            if not running:
-                return
-            if all(w.role is not None for w in running):
-                # what is left serves the others (tf.distribute.Servers, a parameter server):
-                # everything it served finished cleanly, so it is stopped, and the run is done
-                _stop(running)
-                return
-            if len(running) < len(workers):
-                first_done = first_done or time.monotonic()
-                if time.monotonic() - first_done > grace_s:
-                    _dump_stacks(running)
-                    _stop(running)
-                    names = ", ".join(str(w.rank) for w in running)
-                    raise RunFailed(
-                        f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
-                        f"others; stopped them"
-                    )
-            time.sleep(poll_s)
+            _write_launch_json(run_dir, module, workers, unit)
+        _watch(workers, unit, grace_s, poll_s)
     except (
         BaseException
     ) as exc:  # Ctrl-C, Terminated, or a launcher error: no worker is left running
@@ -327,6 +220,106 @@ def run_workers(
             signal.signal(signal.SIGTERM, previous)
         for t in forwarders:  # the workers are gone: their last lines are in the pipes
             t.join(timeout=5.0)
+
+
+def _start_processes(
+    module: str,
+    args: list[str],
+    workers: list[Worker],
+    listeners: dict[int, socket.socket],
+    stderr_noise: re.Pattern[bytes] | None,
+    main: bool,
+) -> None:
+    """Start every worker's process (``listeners``: the rendezvous sockets handed to their
+    workers, by ``id(worker)``)."""
+    for w in workers:
+        sock = listeners.get(id(w))
+        env = {**w.env} if sock is None else {**w.env, LISTEN_FD_ENV: str(sock.fileno())}
+        # preexec_fn runs before any forwarder thread exists (they start below): no fork with
+        # another thread holding a lock.
+        env[SPAWNED_ENV] = f"{time.time():.6f}"  # the worker's start-up clock (summary.json)
+        w.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            env=worker_env(env),
+            stderr=subprocess.PIPE if stderr_noise else None,
+            preexec_fn=_worker_signals if main else None,
+            pass_fds=() if sock is None else (sock.fileno(),),
+        )
+
+
+def _start_forwarders(
+    workers: list[Worker],
+    stderr_noise: re.Pattern[bytes],
+    unit: str,
+    forwarders: list[threading.Thread],
+) -> None:
+    """A thread per worker copying its stderr to ours (each in ``forwarders`` once started)."""
+    for w in workers:
+        t = threading.Thread(
+            target=_forward_stderr,
+            args=(_started(w).stderr, stderr_noise),
+            name=f"stderr-{unit}{w.rank}",
+            daemon=True,
+        )
+        t.start()
+        forwarders.append(t)
+
+
+def _write_launch_json(run_dir: Path, module: str, workers: list[Worker], unit: str) -> None:
+    """RUN_DIR/launch.json: the module and every worker's pid (and role)."""
+    (Path(run_dir) / "launch.json").write_text(
+        json.dumps(
+            {
+                "module": module,
+                "workers": [
+                    {unit: w.rank, "pid": _started(w).pid} | ({"role": w.role} if w.role else {})
+                    for w in workers
+                ],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def _watch(workers: list[Worker], unit: str, grace_s: float, poll_s: float) -> None:
+    """Poll the started workers until every replica has finished cleanly; on a failure stop the
+    others and raise :class:`RunFailed` naming the cause (or the stragglers after ``grace_s``)."""
+    first_done: float | None = None
+    while True:
+        running = []
+        for w in workers:
+            code = _started(w).poll()
+            if code is None:
+                running.append(w)
+            elif code != 0:
+                w, code = _root_cause(workers, w, code)
+                others = [o for o in workers if o is not w and _started(o).poll() is None]
+                _stop(others)
+                stopped = f"; stopped the other {len(others)} {unit}(s)" if others else ""
+                raise RunFailed(
+                    f"{w.name(unit)} (pid {_started(w).pid}) {describe_exit(code)}{stopped}",
+                    rank=w.rank,
+                    code=code,
+                )
+        if not running:
+            return
+        if all(w.role is not None for w in running):
+            # what is left serves the others (tf.distribute.Servers, a parameter server):
+            # everything it served finished cleanly, so it is stopped, and the run is done
+            _stop(running)
+            return
+        if len(running) < len(workers):
+            first_done = first_done or time.monotonic()
+            if time.monotonic() - first_done > grace_s:
+                _dump_stacks(running)
+                _stop(running)
+                names = ", ".join(str(w.rank) for w in running)
+                raise RunFailed(
+                    f"{unit}(s) {names} did not finish within {grace_s:.0f}s of the "
+                    f"others; stopped them"
+                )
+        time.sleep(poll_s)
 
 
 def _root_cause(

@@ -186,55 +186,12 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     steps = [c.first_step for c in per_step if c.first_step is not None and c.first_step >= 1]
     d.first_divergent_step = min(steps) if steps else None
 
-    wa, wb = R.load_final(a), R.load_final(b)
-    if wa is not None and wb is not None:
-        d.top_parameters = _ranked(wa, wb, top)
-    common = sorted(set(R.grad_steps(a)) & set(R.grad_steps(b)))
-    if common:
-        s = common[0]
-        ga = R.load(a, f"grads_step{s}.npz")
-        gb = R.load(b, f"grads_step{s}.npz")
-        if ga is not None and gb is not None:
-            d.gradient_step = s
-            d.top_gradients = _ranked(ga, gb, top)
+    _add_evidence(d, a, b, top)
     if d.passed:
         return d
 
-    causes: list[Cause] = []
-    init = _init_difference(a, b)
-    if init:
-        causes.append(Cause(INIT, 0, init))
-    shard = _first_shard_difference(a, b)
-    if shard:
-        causes.append(Cause(IDS, shard[0], shard[1]))
-    lr = _first_series_difference(a, b, "lr", rel=1e-12)
-    if lr:
-        causes.append(Cause(LR, lr[0], lr[1]))
-    scale = [
-        x
-        for x in (
-            _first_series_difference(a, b, "loss_scale"),
-            _first_series_difference(a, b, "skipped"),
-        )
-        if x
-    ]
-    if scale:
-        first = min(scale, key=lambda x: x[0])
-        causes.append(Cause(SCALE, first[0], first[1]))
-    seen = {c.kind for c in causes}
-    unexplained = [
-        (k, va, vb)
-        for k, va, vb in diffs
-        if not R.is_cosmetic(k) and not (set(_explained_by(k)) & seen)
-    ]
-    if unexplained:
-        causes.append(
-            Cause(
-                SPEC,
-                0,
-                "spec differs: " + ", ".join(f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained),
-            )
-        )
+    causes = _recorded_causes(a, b)
+    _add_spec_cause(causes, diffs)
     ref_failed, ref_ran = _reference_causes(checks)
     if ref_failed:
         c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
@@ -270,21 +227,98 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         d.cause, d.category = PATH, NUMERICS
         return d
     if not causes:
-        if ref_ran:
-            why = (
-                "same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 "
-                "reference pair agrees: the runs differ only in arithmetic (op order, kernels, "
-                "reductions)"
-            )
-        else:
-            why = (
-                "same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference "
-                "ran, so a semantic difference is not ruled out (compare --config runs one unless "
-                "--reference none; two run folders take theirs with --reference-runs)"
-            )
+        why = _numerics_why(ref_ran)
         causes.append(Cause(NUMERICS, d.first_divergent_step, why))
     # A cause only explains a divergence it precedes: keep those at or before the first divergent
     # step (all of them when no per-step check failed).
+    causes = _before_divergence(causes, d)
+    causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.kind)))
+    d.causes = causes
+    d.cause = causes[0].kind
+    d.category = CATEGORY[d.cause]
+    return d
+
+
+def _add_evidence(d: Diagnosis, a: RunRecord, b: RunRecord, top: int) -> None:
+    """The most divergent final weights and, at the first step both dumped, gradients."""
+    wa, wb = R.load_final(a), R.load_final(b)
+    if wa is not None and wb is not None:
+        d.top_parameters = _ranked(wa, wb, top)
+    common = sorted(set(R.grad_steps(a)) & set(R.grad_steps(b)))
+    if common:
+        s = common[0]
+        ga = R.load(a, f"grads_step{s}.npz")
+        gb = R.load(b, f"grads_step{s}.npz")
+        if ga is not None and gb is not None:
+            d.gradient_step = s
+            d.top_gradients = _ranked(ga, gb, top)
+
+
+def _recorded_causes(a: RunRecord, b: RunRecord) -> list[Cause]:
+    """What the records show differs: initial weights, sample ids, lr, loss-scale decisions."""
+    causes: list[Cause] = []
+    init = _init_difference(a, b)
+    if init:
+        causes.append(Cause(INIT, 0, init))
+    shard = _first_shard_difference(a, b)
+    if shard:
+        causes.append(Cause(IDS, shard[0], shard[1]))
+    lr = _first_series_difference(a, b, "lr", rel=1e-12)
+    if lr:
+        causes.append(Cause(LR, lr[0], lr[1]))
+    scale = [
+        x
+        for x in (
+            _first_series_difference(a, b, "loss_scale"),
+            _first_series_difference(a, b, "skipped"),
+        )
+        if x
+    ]
+    if scale:
+        first = min(scale, key=lambda x: x[0])
+        causes.append(Cause(SCALE, first[0], first[1]))
+    return causes
+
+
+def _add_spec_cause(causes: list[Cause], diffs: list[tuple[str, Any, Any]]) -> None:
+    """The spec differences that change the run and no recorded cause explains, as a cause."""
+    seen = {c.kind for c in causes}
+    unexplained = [
+        (k, va, vb)
+        for k, va, vb in diffs
+        if not R.is_cosmetic(k) and not (set(_explained_by(k)) & seen)
+    ]
+    if unexplained:
+        causes.append(
+            Cause(
+                SPEC,
+                0,
+                "spec differs: " + ", ".join(f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained),
+            )
+        )
+
+
+def _numerics_why(ref_ran: bool) -> str:
+    """Why the runs differ when nothing recorded does: arithmetic (or, without a reference pair,
+    not ruled out semantics)."""
+    if ref_ran:
+        why = (
+            "same spec, ids, initial weights, lr and loss-scale decisions, and the fp64 "
+            "reference pair agrees: the runs differ only in arithmetic (op order, kernels, "
+            "reductions)"
+        )
+    else:
+        why = (
+            "same spec, ids, initial weights, lr and loss-scale decisions; no fp64 reference "
+            "ran, so a semantic difference is not ruled out (compare --config runs one unless "
+            "--reference none; two run folders take theirs with --reference-runs)"
+        )
+    return why
+
+
+def _before_divergence(causes: list[Cause], d: Diagnosis) -> list[Cause]:
+    """The causes at or before the first divergent step first (all of them when no per-step check
+    failed)."""
     if d.first_divergent_step is not None:
         before = [c for c in causes if c.step is None or c.step <= d.first_divergent_step]
         if not before:  # everything recorded differs only later: arithmetic parted them first
@@ -296,8 +330,4 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
                 )
             ]
         causes = before + [c for c in causes if c not in before]
-    causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.kind)))
-    d.causes = causes
-    d.cause = causes[0].kind
-    d.category = CATEGORY[d.cause]
-    return d
+    return causes

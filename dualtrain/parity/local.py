@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -145,26 +146,13 @@ def measure(
         update = _diff(exact, pre, keys)
         upd_err = _diff(mine["post"], exact, keys)
         grad_err = _diff(g, g64, keys)
-        absgrad, n = (
-            ref.get("absgrad", {}),
-            {k: float(v[0]) for k, v in ref.get("absterms", {}).items()},
-        )
-        scaled = [k for k in keys if k in absgrad and k in n and bound is not None]
-        scale = {k: g64[k] for k in keys}
-        if bound is not None:  # else scaled is empty
-            scale.update({k: absgrad[k] * bound.grad_scale(n[k]) for k in scaled})
-        tensors = {k: _rel(_norm(grad_err, [k]), _norm(scale, [k])) for k in keys}
-        floors = {k: bound.grad_cross_floor(n[k]) for k in scaled} if bound is not None else {}
+        scale, tensors, floors = _grad_errors(ref, g64, keys, grad_err, bound)
         den = _norm(update, keys)
         loss_scale = abs(float(ref_row["loss"]))
         if bound is not None and "loss_abs" in ref_row:
             loss_scale += bound.loss_terms(float(ref_row["loss_abs"]))
         loss_signed = float(row["loss"]) - float(ref_row["loss"])
-        path, path_bound = math.nan, math.nan
-        if "own_loss" in row and bound is not None:
-            own = float(row["own_loss"])
-            path = _rel(abs(float(row["loss"]) - own), abs(own) + float(ref_row.get("loss_abs", 0)))
-            path_bound = bound.loss_path(int(row.get("count") or ref_row.get("count") or 1))
+        path, path_bound = _loss_path(row, ref_row, bound)
         errors = {
             "loss": _rel(abs(loss_signed), loss_scale),
             "grad": max(tensors.values()),
@@ -189,6 +177,40 @@ def measure(
             )
         )
     return out
+
+
+def _grad_errors(
+    ref: dict[str, Weights],
+    g64: Weights,
+    keys: list[str],
+    grad_err: Weights,
+    bound: LocalBound | None,
+) -> tuple[Weights, dict[str, float], dict[str, float]]:
+    """Each gradient tensor's scale (its fp64 value, or its absolute scale x the accumulation
+    allowance), its relative error against it, and its cross floor: (scale, errors, floors)."""
+    absgrad, n = (
+        ref.get("absgrad", {}),
+        {k: float(v[0]) for k, v in ref.get("absterms", {}).items()},
+    )
+    scaled = [k for k in keys if k in absgrad and k in n and bound is not None]
+    scale = {k: g64[k] for k in keys}
+    if bound is not None:  # else scaled is empty
+        scale.update({k: absgrad[k] * bound.grad_scale(n[k]) for k in scaled})
+    tensors = {k: _rel(_norm(grad_err, [k]), _norm(scale, [k])) for k in keys}
+    floors = {k: bound.grad_cross_floor(n[k]) for k in scaled} if bound is not None else {}
+    return scale, tensors, floors
+
+
+def _loss_path(
+    row: dict[str, Any], ref_row: dict[str, Any], bound: LocalBound | None
+) -> tuple[float, float]:
+    """The loss of the run's own outputs against its exact loss, and its bound (NaN without)."""
+    path, path_bound = math.nan, math.nan
+    if "own_loss" in row and bound is not None:
+        own = float(row["own_loss"])
+        path = _rel(abs(float(row["loss"]) - own), abs(own) + float(ref_row.get("loss_abs", 0)))
+        path_bound = bound.loss_path(int(row.get("count") or ref_row.get("count") or 1))
+    return path, path_bound
 
 
 def rms(values: list[float]) -> float:

@@ -67,32 +67,9 @@ class LayerSpec:
         if not self.bias and t not in (LayerType.DENSE, LayerType.CONV2D):
             raise UserError(f"layer type {t.value!r} takes no 'bias'. Received: bias=False")
         if t is LayerType.BATCHNORM:
-            for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
-                if getattr(self, name) is None:
-                    object.__setattr__(self, name, default)
-            assert self.momentum is not None and self.eps is not None  # defaults set just above
-            check_field(
-                0.0 <= self.momentum <= 1.0,
-                "layer batchnorm.momentum",
-                "must be in [0, 1]",
-                self.momentum,
-            )
-            check_field(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
+            self._batchnorm_defaults()
         if t is LayerType.RESIDUAL:
-            check_field(
-                bool(self.body),
-                "layer residual.body",
-                "must list at least one layer",
-                list(self.body),
-            )
-            for part in ("body", "shortcut"):
-                for j, inner in enumerate(getattr(self, part)):
-                    if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN, LayerType.CONCAT):
-                        raise UserError(
-                            f"layer residual.{part}[{j}]: a residual block cannot hold a "
-                            f"{inner.type.value} layer (blocks do not nest; flatten changes "
-                            f"the shape the add needs). Received: {inner.type.value}"
-                        )
+            self._check_residual()
         if self.rate is not None:
             if "rate" not in allowed:
                 raise UserError(
@@ -134,6 +111,37 @@ class LayerSpec:
                 f"differently; an integer padding such as 1 pads every side equally on both). "
                 f"Received: stride={self.stride}"
             )
+
+    def _batchnorm_defaults(self) -> None:
+        """A batchnorm layer's momentum, eps and sync: torch's defaults where null, checked."""
+        for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
+        assert self.momentum is not None and self.eps is not None  # defaults set just above
+        check_field(
+            0.0 <= self.momentum <= 1.0,
+            "layer batchnorm.momentum",
+            "must be in [0, 1]",
+            self.momentum,
+        )
+        check_field(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
+
+    def _check_residual(self) -> None:
+        """A residual block holds at least one layer, and no block, flatten or concat."""
+        check_field(
+            bool(self.body),
+            "layer residual.body",
+            "must list at least one layer",
+            list(self.body),
+        )
+        for part in ("body", "shortcut"):
+            for j, inner in enumerate(getattr(self, part)):
+                if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN, LayerType.CONCAT):
+                    raise UserError(
+                        f"layer residual.{part}[{j}]: a residual block cannot hold a "
+                        f"{inner.type.value} layer (blocks do not nest; flatten changes "
+                        f"the shape the add needs). Received: {inner.type.value}"
+                    )
 
 
 @dataclass(**SPEC_DATACLASS)

@@ -12,7 +12,7 @@ import math
 import pytest
 import yaml
 
-from tests.conftest import ROOT, require, run_cli
+from testkit.cli import ROOT, require, run_cli
 
 require("torch", "tensorflow", "keras")
 

@@ -1,7 +1,7 @@
 """The local launcher (dualtrain.launch.local.run_workers) never waits forever and names the worker
 at fault.
 
-Real subprocesses (tests/integration/launch_stub.py), no framework."""
+Real subprocesses (testkit/launch_stub.py), no framework."""
 
 import json
 import os
@@ -20,7 +20,7 @@ from dualtrain.launch.local import SHOW_ALL_LOGS, Worker, run_workers
 # Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
 pytestmark = pytest.mark.serial
 
-STUB = "tests.integration.launch_stub"
+STUB = "testkit.launch_stub"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -106,7 +106,7 @@ role = sys.argv[2] if len(sys.argv) > 2 else "hang"
 ws = [Worker(rank=r, env={"STUB_ROLE": role, "STUB_READY": sys.argv[1] + f"/ready{r}"})
       for r in range(2)]
 try:
-    run_workers("tests.integration.launch_stub", [], ws, run_dir=sys.argv[1])
+    run_workers("testkit.launch_stub", [], ws, run_dir=sys.argv[1])
 except Terminated:
     sys.exit(143)
 except KeyboardInterrupt:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, one_line_error, require, run_cli
+from testkit.cli import ROOT, one_line_error, require, run_cli
 
 require("torch", "tensorflow", "keras")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, one_line_error, require, run_cli
+from testkit.cli import ROOT, one_line_error, require, run_cli
 
 RNG = np.random.default_rng(1)
 

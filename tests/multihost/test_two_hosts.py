@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, cli_env, require, run_cli
+from testkit.cli import ROOT, cli_env, require, run_cli
 
 # Signals, kills, torchrun or timing: make test runs these alone, after the parallel part.
 pytestmark = pytest.mark.serial

@@ -39,9 +39,10 @@ from dualtrain.backends.tf import pair as pair_tf
 from dualtrain.backends.tf.pair import PairConversion, build_keras, named_variables
 from dualtrain.backends.tf.step import TrainStep
 from dualtrain.core import ema as ema_rule
-from dualtrain.core import pair, update_rules
+from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
 from dualtrain.core.model import resolve, walk
+from dualtrain.core.ops import Ops
 from dualtrain.core.pair.transforms import check_identity
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
@@ -69,7 +70,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     backend = "tf"
     #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on
     #: an instance before __init__ traces the step: tools/mutants.py)
-    ops: update_rules.Ops = OPS
+    ops: Ops = OPS
 
     def __init__(
         self,

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 
 from dualtrain.errors import UserError
 from dualtrain.launch import cluster, slurm
+from dualtrain.launch.child import require_gpu
 from dualtrain.launch.cluster import TFTask
-from dualtrain.launch.local import Worker, free_ports, require_gpu
+from dualtrain.launch.local import Worker, free_ports
 from dualtrain.launch.peers import Peer
 from dualtrain.spec import Experiment, Precision, Strategy, TFStrategy
 
@@ -171,7 +172,7 @@ def server_cluster(spec: Experiment) -> list[Worker]:
 
 
 def check_devices(spec: Experiment) -> None:
-    """A gpu run needs a GPU TensorFlow sees (dualtrain.launch.local.require_gpu)."""
+    """A gpu run needs a GPU TensorFlow sees (dualtrain.launch.child.require_gpu)."""
     require_gpu(
         spec.distribution.device,
         "import os; os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3'); "

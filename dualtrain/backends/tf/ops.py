@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from dualtrain.core.losses import LossOps
-from dualtrain.core.update_rules import Ops
+from dualtrain.core.ops import Ops
 
 
 def fma(a: tf.Tensor, alpha: float | tf.Tensor, b: tf.Tensor) -> tf.Tensor:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from dualtrain.core import update_rules
+from dualtrain.core.ops import Ops
 from dualtrain.spec import Experiment, OptimizerSpec
 
 from .optimizer import OptimizerVariables
@@ -23,7 +24,7 @@ class GradientUpdate:
     dtype: tf.DType
     fp16: bool
     good_steps: tf.Variable
-    ops: update_rules.Ops
+    ops: Ops
     opt: OptimizerSpec
     optimizer: OptimizerVariables
     scale: tf.Variable

@@ -8,7 +8,8 @@ One training step follows docs/architecture.md "One step, defined once":
 * DDP all-reduces the gradients with a **SUM** comm hook. With a comm hook registered the reducer
   copies gradients into its buckets without dividing by the world size (reducer.cpp
   ``mark_variable_ready_dense``), so the result is the gradient of the global-batch mean even for a
-  partial batch or an empty replica (tests/torch/test_grad_average.py checks it against world 1);
+  partial batch or an empty replica (tests/integration/test_torch_grad_average.py checks it
+  against world 1);
 * the scaler unscales the all-reduced gradient and decides skip/apply (every rank sees the same
   gradient, so the same verdict); grad_norm and clipping use the all-reduced, unscaled gradient.
 """

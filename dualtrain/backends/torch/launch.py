@@ -6,7 +6,8 @@ import os
 from collections.abc import Mapping
 
 from dualtrain.launch import cluster, slurm
-from dualtrain.launch.local import Worker, free_ports, require_gpu
+from dualtrain.launch.child import require_gpu
+from dualtrain.launch.local import Worker, free_ports
 from dualtrain.spec import Experiment, Strategy
 
 ENV_KEYS = cluster.TORCH_KEYS
@@ -65,7 +66,7 @@ def workers(spec: Experiment) -> list[Worker]:
 
 
 def check_devices(spec: Experiment) -> None:
-    """A gpu run needs a GPU torch sees (dualtrain.launch.local.require_gpu)."""
+    """A gpu run needs a GPU torch sees (dualtrain.launch.child.require_gpu)."""
     require_gpu(
         spec.distribution.device,
         "import torch; print(torch.cuda.device_count())",

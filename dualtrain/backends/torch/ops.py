@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from dualtrain.core.losses import LossOps
-from dualtrain.core.update_rules import NormOps
+from dualtrain.core.ops import NormOps
 
 
 def _l2(x: torch.Tensor) -> torch.Tensor:

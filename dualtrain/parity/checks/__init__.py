@@ -17,8 +17,8 @@ from :mod:`dualtrain.parity.tolerances` only.
 The package, by group: ``base`` (Check, Reference, formatting); the ``records`` group in
 ``inputs`` (spec, sample ids, initial weights, lr), ``loss_scale`` (loss scale and skipped steps,
 GradScaler's rule) and ``early_stopping`` (its decisions); ``semantics``; ``numerics`` (whole-run
-trajectory, final weights, accuracy), ``probes`` (one-step probes and convergence); ``suite`` (the
-order the report shows them in).
+trajectory, final weights, accuracy), ``probes`` (one-step probes), ``convergence`` (each run's
+final metric against its fp64 run's); ``suite`` (the order the report shows them in).
 """
 
 from dualtrain.parity.checks.base import (
@@ -32,6 +32,7 @@ from dualtrain.parity.checks.base import (
     path_name,
     tolerance_of,
 )
+from dualtrain.parity.checks.convergence import SKIPPED_SHARE, check_convergence
 from dualtrain.parity.checks.early_stopping import check_early_stopping
 from dualtrain.parity.checks.inputs import (
     check_init_weights,
@@ -56,8 +57,6 @@ from dualtrain.parity.checks.numerics import (
 )
 from dualtrain.parity.checks.probes import (
     LOCAL_CHECKS,
-    SKIPPED_SHARE,
-    check_convergence,
     check_local,
     local_checks,
     local_errors,

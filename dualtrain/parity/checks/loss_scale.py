@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dualtrain.core import update_rules
-from dualtrain.core.update_rules import NUMPY
+from dualtrain.core.ops import NUMPY
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
     Check,

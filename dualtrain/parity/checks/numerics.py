@@ -251,21 +251,7 @@ def check_eval(
     points = [s for s in sorted(k for k in ea if k != "final") if s in eb] + (
         ["final"] if final else []
     )
-    ra, rb = (
-        (R.metric_points(ref.a, scale), R.metric_points(ref.b, scale))
-        if ref is not None
-        else ({}, {})
-    )
-    diff, allowed = {}, {}
-    for s in points:
-        d = abs(ea[s] - eb[s])
-        diff[s] = math.inf if math.isnan(d) else d
-        allowed[s] = tol.eval_pp
-        if s in ra and s in rb:
-            dist = max(abs(ea[s] - ra[s]), abs(eb[s] - rb[s]))
-            allowed[s] = (
-                max(tol.eval_pp, tol.factor * dist) if not math.isnan(dist) else tol.eval_pp
-            )
+    diff, allowed = _eval_bounds(ea, eb, points, ref, scale, tol)
     over = [s for s in points if diff[s] > allowed[s]]
     worst = max(points, key=lambda s: diff[s] / allowed[s])
     # the keys besides "final" are the int eval steps
@@ -273,12 +259,7 @@ def check_eval(
         {k for k in ea if isinstance(k, int)}, {k for k in eb if isinstance(k, int)}, la, lb
     )
     # both present: "final" in ea and eb above
-    fa, fb = float(a.summary[f"test_{metric}"]), float(b.summary[f"test_{metric}"])
-    shown = (
-        f"{100 * fa:.2f}% vs {lb} {100 * fb:.2f}%"
-        if metric == "accuracy"
-        else f"{metric} {fa:.6g} vs {lb} {fb:.6g}"
-    )
+    shown = _final_shown(a, b, metric, lb)
     detail = (
         f"final {la} {shown} ({diff['final']:.3f} {unit})"
         if final
@@ -317,3 +298,45 @@ def check_eval(
         ),
         group=NUMERICS,
     )
+
+
+Points = dict[int | str, float]
+
+
+def _eval_bounds(
+    ea: Points,
+    eb: Points,
+    points: list[int | str],
+    ref: Reference | None,
+    scale: float,
+    tol: Tolerance,
+) -> tuple[Points, Points]:
+    """At each point: the backends' metric difference, and what it is allowed (eval_pp, or
+    ``factor`` x the farther backend's distance to its fp64 run)."""
+    ra, rb = (
+        (R.metric_points(ref.a, scale), R.metric_points(ref.b, scale))
+        if ref is not None
+        else ({}, {})
+    )
+    diff, allowed = {}, {}
+    for s in points:
+        d = abs(ea[s] - eb[s])
+        diff[s] = math.inf if math.isnan(d) else d
+        allowed[s] = tol.eval_pp
+        if s in ra and s in rb:
+            dist = max(abs(ea[s] - ra[s]), abs(eb[s] - rb[s]))
+            allowed[s] = (
+                max(tol.eval_pp, tol.factor * dist) if not math.isnan(dist) else tol.eval_pp
+            )
+    return diff, allowed
+
+
+def _final_shown(a: RunRecord, b: RunRecord, metric: str, lb: str) -> str:
+    """The two runs' final test metric, as the detail shows it."""
+    fa, fb = float(a.summary[f"test_{metric}"]), float(b.summary[f"test_{metric}"])
+    shown = (
+        f"{100 * fa:.2f}% vs {lb} {100 * fb:.2f}%"
+        if metric == "accuracy"
+        else f"{metric} {fa:.6g} vs {lb} {fb:.6g}"
+    )
+    return shown

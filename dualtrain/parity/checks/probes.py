@@ -1,14 +1,18 @@
 """The ``numerics`` group, one step at a time: the one-step probes judge each backend's
-precision path (loss, gradient, update) against fp64, and convergence against the fp64 run."""
+precision path (loss, gradient, update) against fp64; with them runs the convergence check
+(dualtrain.parity.checks.convergence)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from dualtrain.core import kernels
 from dualtrain.parity import local as L
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import NUMERICS, Check, Reference, fmt_num, not_run, path_name
+from dualtrain.parity.checks.convergence import check_convergence
 from dualtrain.parity.tolerances import (
     LOCAL,
     LocalBound,
@@ -132,16 +136,58 @@ def check_local(
     agg = [summary(row) for row in vals]
     cross_floor = bound.cross_floor(quantity, L.rms(floors))
     cross = [bound.ratio * max(agg[1 - i], cross_floor) for i in range(2)]
-    kernel_note, translated = "", None
-    if quantity == "loss":  # the other backend's errors on this backend's kernels
-        shift, kernel_note = kernel_shift(a, b, bound.precision)
-        if any(v != 0.0 for d in shift for v in d.values()):
-            translated = [_translated(by[1 - i], steps, shift[i], bound.u) for i in range(2)]
-            cross = [bound.ratio * max(L.rms(translated[i]), cross_floor) for i in range(2)]
-    if quantity == "grad":  # tensor by tensor, each against the same tensor of the other backend
-        cross = [
-            _grad_cross(by[i], by[1 - i], steps, cross_floor, bound.ratio, agg[i]) for i in range(2)
-        ]
+    kernel_note, translated, cross = _cross_bounds(
+        quantity, a, b, by, steps, bound, cross, cross_floor, agg
+    )
+    ratio, culprits, first, per_backend = _judge_backends(
+        quantity, a, b, runs, by, steps, vals, prior, summary, what, agg, cross
+    )
+    how = _bound_how(quantity, bound)
+    detail = _local_detail(
+        quantity,
+        steps,
+        per_backend,
+        how,
+        bound,
+        what,
+        cross_floor,
+        translated,
+        kernel_note,
+        culprits,
+    )
+    data = _local_data(
+        quantity, steps, vals, prior, what, agg, cross, floors, translated, kernel_note, how, bound
+    )
+    return Check(
+        name,
+        ratio,
+        1.0,
+        not culprits,
+        detail,
+        unit="x bound",
+        first_step=first,
+        group=NUMERICS,
+        culprits=culprits,
+        data=data,
+    )
+
+
+def _judge_backends(
+    quantity: str,
+    a: RunRecord,
+    b: RunRecord,
+    runs: tuple[RunRecord, RunRecord],
+    by: list[dict[int, L.Probe]],
+    steps: list[int],
+    vals: list[list[float]],
+    prior: list[float],
+    summary: Callable[[list[float]], float],
+    what: str,
+    agg: list[float],
+    cross: list[float],
+) -> tuple[float, list[str], int | None, list[str]]:
+    """Each backend against the a priori bound at every probe and against its cross bound:
+    (the largest ratio to a bound, the backends off, the first step off, a line per backend)."""
     ratio, culprits, first = 0.0, [], None
     per_backend = []
     for i, rec in enumerate(runs):
@@ -154,16 +200,7 @@ def check_local(
             over = [steps[k] for k, r in enumerate(r_prior) if r > 1.0]
         r_cross = agg[i] / cross[i]
         worst = max(range(len(steps)), key=lambda k: r_prior[k])
-        path_note, r_path = "", 0.0
-        if quantity == "loss":  # the loss path on the backend's own outputs (kernel-free)
-            path = [(by[i][s].loss_path, by[i][s].loss_path_bound) for s in steps]
-            path = [(v, b) for v, b in path if not math.isnan(b)]
-            if path:
-                r_path = max(v / b if not math.isnan(v) else math.inf for v, b in path)
-                over += [
-                    s for s, (v, b) in zip(steps, path, strict=True) if not v <= b and s not in over
-                ]
-                path_note = f"; loss path on its own outputs {r_path:.2g} x its bound"
+        path_note, r_path = _loss_path(quantity, by, i, steps, over)
         bad = bool(over) or r_cross > 1.0
         if bad:
             culprits.append(path_name(rec))
@@ -178,12 +215,78 @@ def check_local(
             f"step {steps[worst]}{tensor}, {r_prior[worst]:.2g} x a priori{judged}; "
             f"{what} {r_cross:.2g} x cross{path_note})"
         )
+    return ratio, culprits, first, per_backend
+
+
+def _cross_bounds(
+    quantity: str,
+    a: RunRecord,
+    b: RunRecord,
+    by: list[dict[int, L.Probe]],
+    steps: list[int],
+    bound: LocalBound,
+    cross: list[float],
+    cross_floor: float,
+    agg: list[float],
+) -> tuple[str, list[list[float]] | None, list[float]]:
+    """The cross bounds where the quantity needs more than the other backend's aggregate: the loss
+    on this backend's kernels (the kernels' note, the translated errors), the gradient tensor by
+    tensor. Returns (kernel note, translated errors or None, cross bounds)."""
+    kernel_note, translated = "", None
+    if quantity == "loss":  # the other backend's errors on this backend's kernels
+        shift, kernel_note = kernel_shift(a, b, bound.precision)
+        if any(v != 0.0 for d in shift for v in d.values()):
+            translated = [_translated(by[1 - i], steps, shift[i], bound.u) for i in range(2)]
+            cross = [bound.ratio * max(L.rms(translated[i]), cross_floor) for i in range(2)]
+    if quantity == "grad":  # tensor by tensor, each against the same tensor of the other backend
+        cross = [
+            _grad_cross(by[i], by[1 - i], steps, cross_floor, bound.ratio, agg[i]) for i in range(2)
+        ]
+    return kernel_note, translated, cross
+
+
+def _loss_path(
+    quantity: str, by: list[dict[int, L.Probe]], i: int, steps: list[int], over: list[int]
+) -> tuple[str, float]:
+    """The loss path on backend ``i``'s own outputs: (its note, its ratio to the bound); the probe
+    steps over the bound are added to ``over``."""
+    path_note, r_path = "", 0.0
+    if quantity == "loss":  # the loss path on the backend's own outputs (kernel-free)
+        path = [(by[i][s].loss_path, by[i][s].loss_path_bound) for s in steps]
+        path = [(v, b) for v, b in path if not math.isnan(b)]
+        if path:
+            r_path = max(v / b if not math.isnan(v) else math.inf for v, b in path)
+            over += [
+                s for s, (v, b) in zip(steps, path, strict=True) if not v <= b and s not in over
+            ]
+            path_note = f"; loss path on its own outputs {r_path:.2g} x its bound"
+    return path_note, r_path
+
+
+def _bound_how(quantity: str, bound: LocalBound) -> str:
+    """The a priori bound of ``quantity``, as the detail names it."""
     how = {
         "update": f"rounding floor + {bound.update_c:g} u_param",
         "loss": f"{bound.loss_c:g} u, and the loss of its own outputs within "
         f"({bound.loss_path_c:g} + {bound.grad_lambda:g} sqrt(n)) u_param of their exact loss",
         "grad": f"{bound.grad_c:g} u",
     }[quantity]
+    return how
+
+
+def _local_detail(
+    quantity: str,
+    steps: list[int],
+    per_backend: list[str],
+    how: str,
+    bound: LocalBound,
+    what: str,
+    cross_floor: float,
+    translated: list[list[float]] | None,
+    kernel_note: str,
+    culprits: list[str],
+) -> str:
+    """The check's detail line: the probes, each backend's numbers, the bounds, the kernels."""
     detail = (
         f"{L.WHAT[quantity]}, one step from the fp64 state at {len(steps)} probe steps "
         f"({', '.join(map(str, steps))}): "
@@ -209,6 +312,24 @@ def check_local(
         detail += f"; {kernel_note}"
     if culprits:
         detail += f"; off: {', '.join(culprits)}"
+    return detail
+
+
+def _local_data(
+    quantity: str,
+    steps: list[int],
+    vals: list[list[float]],
+    prior: list[float],
+    what: str,
+    agg: list[float],
+    cross: list[float],
+    floors: list[float],
+    translated: list[list[float]] | None,
+    kernel_note: str,
+    how: str,
+    bound: LocalBound,
+) -> dict[str, Any]:
+    """The check's data (the report's table and figure): every number behind the verdict."""
     per_tensor = (
         (
             " (tensor by tensor; each tensor's error against its absolute scale x its "
@@ -233,93 +354,7 @@ def check_local(
         f"({'median over the probes' if what == 'median' else 'every probe'}); "
         f"cross {bound.ratio:g} x the other backend's {what}{per_tensor}",
     }
-    return Check(
-        name,
-        ratio,
-        1.0,
-        not culprits,
-        detail,
-        unit="x bound",
-        first_step=first,
-        group=NUMERICS,
-        culprits=culprits,
-        data=data,
-    )
-
-
-#: convergence: when both fp16 runs skipped at least this share of their steps by the loss-scale
-#: rule (a spec whose initial scale overflows for many steps), they applied materially fewer
-#: updates than their fp64 runs, so each is judged against the other backend's run instead.
-SKIPPED_SHARE = 0.1
-
-
-def _skipped_share(rec: RunRecord) -> float:
-    skipped = R.step_map(rec, "skipped")
-    return sum(1 for v in skipped.values() if v) / len(skipped) if skipped else 0.0
-
-
-def check_convergence(a: RunRecord, b: RunRecord, ref: Reference, bound: LocalBound) -> Check:
-    """Each run's final test accuracy against its own fp64 run's: at most ``accuracy_pp`` below
-    (against the other backend's run when both skipped a large share of their steps by the
-    loss-scale rule, :data:`SKIPPED_SHARE`)."""
-    drops, culprits, parts = [], [], []
-    shares = [_skipped_share(a), _skipped_share(b)]
-    cross = min(shares) >= SKIPPED_SHARE
-    metric = R.metric_name(a)
-    unit = "pp" if metric == "accuracy" else f"% of fp64 {metric}"
-    for rec, r64 in ((a, b), (b, a)) if cross else ((a, ref.a), (b, ref.b)):
-        scale = R.metric_scale(r64)
-        got, want = (
-            R.metric_points(rec, scale).get("final"),
-            R.metric_points(r64, scale).get("final"),
-        )
-        label = R.label(rec, "A")
-        if got is None or want is None:
-            return Check(
-                "convergence",
-                None,
-                bound.accuracy_pp,
-                False,
-                f"no final test {metric} in {label}'s run or its fp64 run",
-                unit=unit,
-                group=NUMERICS,
-            )
-        drop = want - got  # higher is better in points (an error metric counts negative)
-        drop = math.inf if math.isnan(drop) else drop
-        drops.append(drop)
-        if drop > bound.accuracy_pp:
-            culprits.append(path_name(rec))
-        against = f"{R.label(r64, 'B')}'s run" if cross else "its fp64 run"
-        # both present: metric_points found "final" in each
-        v, v64 = rec.summary[f"test_{metric}"], r64.summary[f"test_{metric}"]
-        parts.append(
-            f"{label} {100 * float(v):.2f}% vs {against} {100 * float(v64):.2f}%"
-            if metric == "accuracy"
-            else f"{label} {metric} {float(v):.6g} vs {against} {float(v64):.6g}"
-        )
-    worse = "below" if metric == "accuracy" else "worse than"
-    detail = "; ".join(parts) + (
-        f"; a run may end at most {bound.accuracy_pp:g} {unit} {worse} its own fp64 "
-        f"run ({bound.precision})"
-    )
-    if cross:
-        detail += (
-            f"; both runs skipped {100 * shares[0]:.0f}% / {100 * shares[1]:.0f}% of their "
-            f"steps by the loss-scale rule (the fp64 runs applied every update), so each is "
-            f"judged against the other backend's run"
-        )
-    if culprits:
-        detail += f"; off: {', '.join(culprits)}"
-    return Check(
-        "convergence",
-        max(drops),
-        bound.accuracy_pp,
-        not culprits,
-        detail,
-        unit=f"{unit} {worse} fp64",
-        group=NUMERICS,
-        culprits=culprits,
-    )
+    return data
 
 
 LOCAL_CHECKS = ("local_loss", "local_grad", "local_update", "convergence")

@@ -10,6 +10,8 @@ import numpy as np
 
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks import (
+    Check,
+    Reference,
     is_fp64_pair,
     trajectory,
 )
@@ -51,6 +53,33 @@ def figures(cmp: Comparison) -> dict[str, str]:
         runs += [(ref.a, f"{la} fp64", ":", 1.0), (ref.b, f"{lb} fp64", "-.", 1.0)]
     out: dict[str, str] = {}
 
+    _training_loss(plt, runs, out)
+
+    if ref is not None:  # the semantic check: the fp64 pair against its bound
+        _reference_pair(plt, ref, la, lb, out)
+
+    if not is_fp64_pair(cmp.a, cmp.b):
+        _trajectory(plt, cmp, ref, la, lb, out)
+
+    local = local_data(cmp)
+    if local:
+        _one_step_errors(plt, cmp, local, la, lb, out)
+
+    _evaluation(plt, runs, out)
+
+    _loss_scale(plt, runs, out)
+
+    _throughput(plt, runs, out)
+    return out
+
+
+def pos(v: np.ndarray) -> np.ndarray:  # log scale: exact zeros are not drawn
+    return np.where(v > 0, v, np.nan)
+
+
+def _training_loss(
+    plt: Any, runs: list[tuple[RunRecord, str, str, float]], out: dict[str, str]
+) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for rec, name, style, lw in runs:
         x, y = _series(rec, "loss")
@@ -60,76 +89,91 @@ def figures(cmp: Comparison) -> dict[str, str]:
     ax.grid(alpha=0.3)
     out["Training loss"] = _png(fig)
 
-    def pos(v: np.ndarray) -> np.ndarray:  # log scale: exact zeros are not drawn
-        return np.where(v > 0, v, np.nan)
 
-    if ref is not None:  # the semantic check: the fp64 pair against its bound
-        steps, diff = R.loss_diff(ref.a, ref.b)
-        fig, ax = plt.subplots(figsize=(8, 3.2))
-        ax.plot(steps, pos(diff), ".", ms=2.5, label=f"|{la} fp64 - {lb} fp64|")
-        ax.axhline(REFERENCE.loss_abs, color="k", ls="--", lw=0.9, label="bound (semantics)")
+def _reference_pair(plt: Any, ref: Reference, la: str, lb: str, out: dict[str, str]) -> None:
+    """The semantic check: the fp64 pair's per-step loss difference against its bound."""
+    steps, diff = R.loss_diff(ref.a, ref.b)
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    ax.plot(steps, pos(diff), ".", ms=2.5, label=f"|{la} fp64 - {lb} fp64|")
+    ax.axhline(REFERENCE.loss_abs, color="k", ls="--", lw=0.9, label="bound (semantics)")
+    ax.set_yscale("log")
+    ax.set(
+        xlabel="step",
+        ylabel="|loss difference|",
+        title="Reference pair (fp64): per-step |loss difference| (exact zeros not drawn)",
+    )
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    out["Reference pair (fp64): per-step |loss difference| (log scale)"] = _png(fig)
+
+
+def _trajectory(
+    plt: Any, cmp: Comparison, ref: Reference | None, la: str, lb: str, out: dict[str, str]
+) -> None:
+    """The per-step loss difference against each backend's distance to fp64 and the tolerance."""
+    t = trajectory(cmp.a, cmp.b, ref, cmp.tolerance)
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
+    if t.noise is not None:
+        # trajectory() sets the noise model and both distances to fp64 together
+        assert t.rounding_a is not None and t.rounding_b is not None
+        ax.plot(t.steps, pos(t.rounding_a), lw=0.8, alpha=0.7, label=f"|{la} - {la} fp64|")
+        ax.plot(t.steps, pos(t.rounding_b), lw=0.8, alpha=0.7, label=f"|{lb} - {lb} fp64|")
+    ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance (numerics)")
+    ax.set_yscale("log")
+    ax.set(
+        xlabel="step",
+        ylabel="|loss difference|",
+        title=f"{cmp.tolerance.precision}: per-step loss difference vs distance to fp64",
+    )
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    out["Per-step |loss difference| (log scale)"] = _png(fig)
+
+
+def _one_step_errors(
+    plt: Any,
+    cmp: Comparison,
+    local: list[tuple[Check, dict[str, Any]]],
+    la: str,
+    lb: str,
+    out: dict[str, str],
+) -> None:
+    """The one-step probes' errors per check, against their a priori and cross bounds."""
+    fig, axes = plt.subplots(1, len(local), figsize=(3.2 * len(local) + 1, 3.4), squeeze=False)
+    for ax, (c, dd) in zip(axes[0], local, strict=True):
+        steps = np.array(dd["steps"])
+        ax.plot(steps, pos(np.array(dd["a"], float)), "o", ms=5, label=la)
+        ax.plot(steps, pos(np.array(dd["b"], float)), "x", ms=6, label=lb)
+        ax.plot(steps, dd["a_priori"], "k--", lw=0.9, label="a priori bound")
+        ax.axhline(
+            dd["cross"][0],
+            color="C0",
+            ls=":",
+            lw=0.9,
+            label=f"cross bound ({la} {dd['summary']})",
+        )
+        ax.axhline(
+            dd["cross"][1],
+            color="C1",
+            ls=":",
+            lw=0.9,
+            label=f"cross bound ({lb} {dd['summary']})",
+        )
         ax.set_yscale("log")
-        ax.set(
-            xlabel="step",
-            ylabel="|loss difference|",
-            title="Reference pair (fp64): per-step |loss difference| (exact zeros not drawn)",
-        )
-        ax.legend(fontsize=8)
+        ax.set(xlabel="probe step", title=f"{c.name} ({'PASS' if c.passed else 'FAIL'})")
         ax.grid(alpha=0.3, which="both")
-        out["Reference pair (fp64): per-step |loss difference| (log scale)"] = _png(fig)
+    axes[0][0].set_ylabel("relative error vs the fp64 step")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle(
+        f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)", y=1.03
+    )
+    out["One-step errors against the fp64 step (log scale)"] = _png(fig)
 
-    if not is_fp64_pair(cmp.a, cmp.b):
-        t = trajectory(cmp.a, cmp.b, ref, cmp.tolerance)
-        fig, ax = plt.subplots(figsize=(8, 3.6))
-        ax.plot(t.steps, pos(t.cross), lw=1.2, label=f"|{la} - {lb}|")
-        if t.noise is not None:
-            # trajectory() sets the noise model and both distances to fp64 together
-            assert t.rounding_a is not None and t.rounding_b is not None
-            ax.plot(t.steps, pos(t.rounding_a), lw=0.8, alpha=0.7, label=f"|{la} - {la} fp64|")
-            ax.plot(t.steps, pos(t.rounding_b), lw=0.8, alpha=0.7, label=f"|{lb} - {lb} fp64|")
-        ax.plot(t.steps, t.allowed, "k--", lw=0.9, label="tolerance (numerics)")
-        ax.set_yscale("log")
-        ax.set(
-            xlabel="step",
-            ylabel="|loss difference|",
-            title=f"{cmp.tolerance.precision}: per-step loss difference vs distance to fp64",
-        )
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3, which="both")
-        out["Per-step |loss difference| (log scale)"] = _png(fig)
 
-    local = local_data(cmp)
-    if local:
-        fig, axes = plt.subplots(1, len(local), figsize=(3.2 * len(local) + 1, 3.4), squeeze=False)
-        for ax, (c, dd) in zip(axes[0], local, strict=True):
-            steps = np.array(dd["steps"])
-            ax.plot(steps, pos(np.array(dd["a"], float)), "o", ms=5, label=la)
-            ax.plot(steps, pos(np.array(dd["b"], float)), "x", ms=6, label=lb)
-            ax.plot(steps, dd["a_priori"], "k--", lw=0.9, label="a priori bound")
-            ax.axhline(
-                dd["cross"][0],
-                color="C0",
-                ls=":",
-                lw=0.9,
-                label=f"cross bound ({la} {dd['summary']})",
-            )
-            ax.axhline(
-                dd["cross"][1],
-                color="C1",
-                ls=":",
-                lw=0.9,
-                label=f"cross bound ({lb} {dd['summary']})",
-            )
-            ax.set_yscale("log")
-            ax.set(xlabel="probe step", title=f"{c.name} ({'PASS' if c.passed else 'FAIL'})")
-            ax.grid(alpha=0.3, which="both")
-        axes[0][0].set_ylabel("relative error vs the fp64 step")
-        axes[0][-1].legend(fontsize=7, loc="best")
-        fig.suptitle(
-            f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)", y=1.03
-        )
-        out["One-step errors against the fp64 step (log scale)"] = _png(fig)
-
+def _evaluation(
+    plt: Any, runs: list[tuple[RunRecord, str, str, float]], out: dict[str, str]
+) -> None:
     metric = R.metric_name(runs[0][0])
     pct = metric == "accuracy"
     fig, ax = plt.subplots(figsize=(8, 3.2))
@@ -145,6 +189,10 @@ def figures(cmp: Comparison) -> dict[str, str]:
     ax.grid(alpha=0.3)
     out[f"Evaluation {metric}"] = _png(fig)
 
+
+def _loss_scale(
+    plt: Any, runs: list[tuple[RunRecord, str, str, float]], out: dict[str, str]
+) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.0))
     for rec, name, style, lw in runs[:2]:
         x, y = _series(rec, "loss_scale")
@@ -162,6 +210,10 @@ def figures(cmp: Comparison) -> dict[str, str]:
     ax.grid(alpha=0.3)
     out["Loss scale"] = _png(fig)
 
+
+def _throughput(
+    plt: Any, runs: list[tuple[RunRecord, str, str, float]], out: dict[str, str]
+) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.0))
     for rec, name, style, lw in runs[:2]:
         x, y = _series(rec, "samples_per_s")
@@ -171,4 +223,3 @@ def figures(cmp: Comparison) -> dict[str, str]:
     ax.legend()
     ax.grid(alpha=0.3)
     out["Throughput"] = _png(fig)
-    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.environment import env_html
@@ -65,6 +66,38 @@ def html_report(
             f"<td>{e(vers)}</td></tr>"
         )
     parts.append("</table>")
+    _checks_html(parts, cmp)
+    local_rows = local_table_rows(cmp)
+    if local_rows:
+        parts.append(
+            f"<h2>Precision path: one-step probes</h2><p>{e(LOCAL_INTRO)}</p><table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in local_table_head(cmp))
+            + "</tr>"
+        )
+        parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
+        parts.append("</table>")
+    parts += kernels_report.html_parts(v.get("kernels"))
+    _diagnosis_html(parts, d)
+    if cmp.notes:
+        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
+    parts += env_html(v)
+    parts.append("<h2>Figures</h2>")
+    for title, b64 in figs.items():
+        parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
+    parts.append(
+        "<h2>Tolerance table</h2><table><tr>"
+        + "".join(f"<th>{e(h)}</th>" for h in TOLERANCE_HEAD)
+        + "</tr>"
+    )
+    for row in tolerance_rows():
+        parts.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in row) + "</tr>")
+    parts.append("</table></body></html>")
+    return "\n".join(parts)
+
+
+def _checks_html(parts: list[str], cmp: Comparison) -> None:
+    """The checks table, with its tolerance row and groups."""
+    e = html.escape
     parts.append(f"<h2>Checks</h2><p>Tolerance row: <b>{e(cmp.tolerance.precision)}</b>.</p>")
     parts.append(
         "<p>Groups: <b>records</b> (the inputs of the arithmetic, exact), <b>semantics</b> "
@@ -86,16 +119,12 @@ def html_report(
             f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>"
         )
     parts.append("</table>")
-    local_rows = local_table_rows(cmp)
-    if local_rows:
-        parts.append(
-            f"<h2>Precision path: one-step probes</h2><p>{e(LOCAL_INTRO)}</p><table><tr>"
-            + "".join(f"<th>{e(h)}</th>" for h in local_table_head(cmp))
-            + "</tr>"
-        )
-        parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
-        parts.append("</table>")
-    parts += kernels_report.html_parts(v.get("kernels"))
+
+
+def _diagnosis_html(parts: list[str], d: Diagnosis) -> None:
+    """The diagnosis: category, first divergent step and causes, spec differences, the most
+    divergent tensors."""
+    e = html.escape
     parts.append("<h2>Diagnosis</h2>")
     if d.passed:
         parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")
@@ -134,18 +163,3 @@ def html_report(
             + ", ".join(f"<code>{e(p['name'])}</code> {p['rel_diff']:.3g}" for p in d.top_gradients)
             + "</p>"
         )
-    if cmp.notes:
-        parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
-    parts += env_html(v)
-    parts.append("<h2>Figures</h2>")
-    for title, b64 in figs.items():
-        parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
-    parts.append(
-        "<h2>Tolerance table</h2><table><tr>"
-        + "".join(f"<th>{e(h)}</th>" for h in TOLERANCE_HEAD)
-        + "</tr>"
-    )
-    for row in tolerance_rows():
-        parts.append("<tr>" + "".join(f"<td>{e(x)}</td>" for x in row) + "</tr>")
-    parts.append("</table></body></html>")
-    return "\n".join(parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.environment import env_markdown
@@ -70,6 +71,21 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
         ]
         lines += ["| " + " | ".join(r) + " |" for r in local_rows]
     lines += kernels_report.markdown(v.get("kernels"))
+    _diagnosis_markdown(lines, d)
+    lines += env_markdown(v)
+    if cmp.notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
+    lines += [
+        "",
+        ("Figures: see report.html (self-contained). How to read this report: docs/report.md."),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _diagnosis_markdown(lines: list[str], d: Diagnosis) -> None:
+    """The diagnosis: first divergent step, category and causes, spec differences, the most
+    divergent tensors."""
     lines += ["", "## Diagnosis", ""]
     if d.passed:
         lines.append("All checks pass: the two runs agree within the tolerances.")
@@ -97,12 +113,3 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
     if d.top_gradients:
         lines += ["", f"Gradients at step {d.gradient_step}, most divergent tensors:", ""]
         lines += [f"- `{p['name']}`: {p['rel_diff']:.3g}" for p in d.top_gradients]
-    lines += env_markdown(v)
-    if cmp.notes:
-        lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
-    lines += [
-        "",
-        ("Figures: see report.html (self-contained). How to read this report: docs/report.md."),
-        "",
-    ]
-    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""A run's workers launched and watched (dualtrain.launch.local.run_workers), and restarted from
+the latest checkpoint when one fails, up to ``distribution.max_restarts`` times; a worker's user
+error is said once, by the launcher. The run directory is written before (dualtrain.driver.runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from dualtrain.backends import LaunchModule
+from dualtrain.driver.rewind import has_trained, truncate_records
+from dualtrain.errors import RunFailed, UserError
+from dualtrain.launch.local import run_workers
+from dualtrain.records.record import SUMMARY_FILE, read_run
+from dualtrain.runtime import checkpoint
+from dualtrain.runtime.entry import WORKER_ERROR
+from dualtrain.runtime.start import Start
+from dualtrain.spec import Backend, Experiment
+
+
+def launch_with_restarts(
+    spec: Experiment,
+    backend: Backend,
+    run_dir: Path,
+    launch: LaunchModule,
+    ckpt: Path | None,
+    *,
+    attempt: int,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
+    ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
+    print(
+        f"dualtrain: {backend.value} run -> {run_dir}"
+        + (f" (continuing from {ckpt})" if ckpt is not None else ""),
+        flush=True,
+    )
+    restarts = 0
+    while True:
+        workers = launch.workers(spec)
+        env = {**Start(resume=ckpt, attempt=attempt).env(), **(extra_env or {})}
+        for w in workers:
+            w.env.update(env)
+        try:
+            run_workers(
+                launch.MODULE,
+                [str(run_dir)],
+                workers,
+                unit=launch.UNIT,
+                grace_s=spec.distribution.timeout_s,
+                run_dir=run_dir,
+                stderr_noise=launch.STDERR_NOISE,
+            )
+            break
+        except RunFailed as exc:
+            reported = run_dir / WORKER_ERROR
+            if exc.code == 2 and reported.is_file():  # a worker's user error, said once
+                message = reported.read_text()
+                reported.unlink()
+                if not has_trained(run_dir):  # before the first step: a mistake, exit 2
+                    raise UserError(message) from None
+                # during training (a full disk, say): the run failed; what it wrote stays
+                raise RunFailed(
+                    f"{backend.value} run failed: {message} (partial run left in {run_dir})",
+                    rank=exc.rank,
+                    code=exc.code,
+                ) from None
+            if restarts >= spec.distribution.max_restarts or exc.code == 2:
+                more = f" after {restarts} restart(s)" if restarts else ""
+                raise RunFailed(
+                    f"{backend.value} run failed{more}: {exc} (partial run left in {run_dir})",
+                    rank=exc.rank,
+                    code=exc.code,
+                ) from None
+            restarts += 1
+            attempt += 1
+            latest = checkpoint.latest(run_dir)
+            if latest is not None:
+                ckpt_obj = checkpoint.load(latest)  # a tampered latest checkpoint stops the run
+                truncate_records(run_dir, ckpt_obj)
+            ckpt = latest
+            print(
+                f"dualtrain: {exc}; restart {restarts}/{spec.distribution.max_restarts} of every "
+                f"{launch.UNIT} from {latest or 'step 0 (no checkpoint yet)'}",
+                file=sys.stderr,
+                flush=True,
+            )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
+            print(
+                f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise
+    if not (run_dir / SUMMARY_FILE).is_file():
+        raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
+    return read_run(run_dir).summary

@@ -1,0 +1,54 @@
+"""The checkout's root, and running the real CLI in a subprocess as a user would."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def require(*modules: str) -> None:
+    """Skip the calling test module unless ``modules`` are installed, without importing them: the
+    frameworks run in the backends' worker processes, and the pytest process never loads TF."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}", allow_module_level=True)
+
+
+def run_cli(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``python -m dualtrain ARGS`` as a user would, capturing output."""
+    return subprocess.run(
+        [sys.executable, "-m", "dualtrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(env),
+        cwd=cwd or ROOT,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    """The CLI's error convention for a user mistake: exit 2 and exactly one ``dualtrain: error:``
+    line on stderr, no traceback; returns that line."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+    errors = [line for line in proc.stderr.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("dualtrain: error: "), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    return errors[0]
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a CLI subprocess gets: this checkout first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(extra or {})
+    return env

@@ -1,0 +1,3 @@
+"""tests/package: unit tests, in this process and framework-free (testkit.unit_guard)."""
+
+from testkit.unit_guard import *  # noqa: F403 (its fixtures and hooks, for this folder)
