@@ -22,6 +22,8 @@ ones before it (tests/package/test_boundaries.py): ``spec`` -> ``records`` -> ``
 
 from __future__ import annotations
 
+import importlib
+
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.version import __version__
 
@@ -47,8 +49,6 @@ _API = ("CompareResult", "RunResult", "compare", "experiment", "resume", "run")
 
 
 def __getattr__(name: str) -> object:
-    import importlib
-
     if name in _API:
         return getattr(importlib.import_module("dualtrain.api"), name)
     if name == "Experiment":

@@ -21,8 +21,8 @@ def main() -> int:
     if os.environ.get("KERAS_BACKEND") != "torch":
         print("run with KERAS_BACKEND=torch", file=sys.stderr)
         return 2
-    import keras
-    import torch
+    import keras  # lazy: framework (KERAS_BACKEND checked first)
+    import torch  # lazy: framework
 
     keras.config.set_floatx("float64")
     keras.config.set_dtype_policy("float64")

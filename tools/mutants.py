@@ -27,6 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from dualtrain.core import batchnorm, stopping
+from dualtrain.core import data as data_mod
+from dualtrain.core.kernels import round_to
+from dualtrain.runtime.entry import TEST_HOOK
+
 
 @dataclass(frozen=True)
 class Mutant:
@@ -346,8 +351,6 @@ BACKEND_MUTANTS = {
 def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
     """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at
     ``size``)."""
-    from dualtrain.runtime.entry import TEST_HOOK
-
     root = str(Path(__file__).resolve().parent.parent)
     arg = name if size is None else f"{name}:{size!r}"
     if backend != "tf":
@@ -386,7 +389,7 @@ def apply(backend: str, argument: str) -> None:
 
 
 def _engine():
-    from dualtrain.backends.tf import engine
+    from dualtrain.backends.tf import engine  # lazy: framework
 
     return engine.TFEngine
 
@@ -428,7 +431,7 @@ def _lr_scale(size: float) -> None:
 
 
 def _keras_momentum(size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
 
@@ -442,7 +445,7 @@ def _keras_momentum(size: float) -> None:
 
 
 def _mean_of_means(size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     step = cls._replica_step
@@ -458,7 +461,7 @@ def _mean_of_means(size: float) -> None:
 
 
 def _clip_before_allreduce(size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     init, step = cls.__init__, cls._replica_step
@@ -495,8 +498,6 @@ def _clip_before_allreduce(size: float) -> None:
 
 
 def _swap_id(size: float) -> None:
-    import numpy as np
-
     cls = _engine()
     step = cls.train_step
     calls = {"n": 0}
@@ -514,9 +515,9 @@ def _swap_id(size: float) -> None:
 
 
 def _same_padding_asym(size: float) -> None:
-    import keras
+    import keras  # lazy: framework
 
-    from dualtrain.backends.tf import model
+    from dualtrain.backends.tf import model  # lazy: framework
 
     conv2d = model.conv2d
 
@@ -531,8 +532,6 @@ def _same_padding_asym(size: float) -> None:
 
 
 def _keras_bn_variance(size: float) -> None:
-    from dualtrain.core import batchnorm
-
     stats = batchnorm.batch_stats
 
     def mutated(ops, x, sync):
@@ -543,8 +542,6 @@ def _keras_bn_variance(size: float) -> None:
 
 
 def _keras_bn_replica_stats(size: float) -> None:
-    from dualtrain.core import batchnorm
-
     cls = _engine()
 
     def mutated(self, ctx, stats):
@@ -563,7 +560,7 @@ def _keras_bn_replica_stats(size: float) -> None:
 
 
 def _mse_half(size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     loss_sum = cls._loss_sum
@@ -585,10 +582,6 @@ def _bce_label_smoothing(size: float) -> None:
 
 
 def _validation_tail(size: float) -> None:
-    import numpy as np
-
-    from dualtrain.core import data as data_mod
-
     cls = _engine()
     evaluate = cls.evaluate
 
@@ -615,7 +608,7 @@ def _active(spec, path: str) -> bool:
 
 
 def _torch_engine():
-    from dualtrain.backends.torch import engine
+    from dualtrain.backends.torch import engine  # lazy: framework
 
     return engine
 
@@ -654,8 +647,6 @@ def ce_low_sum(per_sample: np.ndarray) -> float:
     bfloat16 (to nearest), then summed in sample order with a rounding to bfloat16 after every
     addition. Its error depends on the values only, not on which kernels
     the CPU runs."""
-    from dualtrain.core.kernels import round_to
-
     total = np.float32(0.0)
     for v in round_to(np.asarray(per_sample, np.float32), "bf16"):
         total = round_to(np.array([total + v], np.float32), "bf16")[0]
@@ -663,8 +654,8 @@ def ce_low_sum(per_sample: np.ndarray) -> float:
 
 
 def _torch_ce_low_precision(path: str, size: float) -> None:
-    import torch
-    import torch.nn.functional as F
+    import torch  # lazy: framework
+    import torch.nn.functional as F  # lazy: framework
 
     cls = _torch_engine().TorchEngine
     loss_sum = cls._loss_sum
@@ -684,7 +675,7 @@ def _torch_ce_low_precision(path: str, size: float) -> None:
 
 
 def _tf_ce_low_precision(path: str, size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     loss_sum = cls._loss_sum
@@ -706,8 +697,8 @@ def _tf_ce_low_precision(path: str, size: float) -> None:
 
 
 def _torch_allreduce_low(path: str, size: float) -> None:
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: framework
+    import torch.distributed as dist  # lazy: framework
 
     engine = _torch_engine()
     init = engine.TorchEngine.__init__
@@ -737,7 +728,7 @@ def _torch_allreduce_low(path: str, size: float) -> None:
 
 
 def _tf_allreduce_low(path: str, size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     step = cls._replica_step
@@ -762,7 +753,7 @@ def _tf_allreduce_low(path: str, size: float) -> None:
 
 
 def _torch_optimizer_state_low(path: str, size: float) -> None:
-    import torch
+    import torch  # lazy: framework
 
     cls = _torch_engine().TorchEngine
     step = cls.train_step
@@ -780,7 +771,7 @@ def _torch_optimizer_state_low(path: str, size: float) -> None:
 
 
 def _tf_optimizer_state_low(path: str, size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     apply_one = cls._apply_one
@@ -814,7 +805,7 @@ def _torch_fp32_update_branch(path: str, size: float) -> None:
 
 
 def _tf_fp32_update_branch(path: str, size: float) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     init = cls.__init__
@@ -862,7 +853,7 @@ def _torch_pair_bn_own_stats() -> None:
 
 
 def _tf_accumulate_micro_mean() -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     cls = _engine()
     micro_step = cls._micro_step
@@ -899,9 +890,9 @@ def _torch_ps_mean_of_means() -> None:
 
 
 def _tf_ps_mean_of_means() -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
-    from dualtrain.backends.tf import ps
+    from dualtrain.backends.tf import ps  # lazy: framework
 
     cls = ps.PSEngine
     micro_step = cls._micro_step
@@ -914,8 +905,6 @@ def _tf_ps_mean_of_means() -> None:
 
 
 def _early_stop_late() -> None:
-    from dualtrain.core import stopping
-
     update = stopping.Stopper.update
 
     def mutated(self, value, step):

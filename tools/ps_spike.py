@@ -44,12 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
+from dualtrain.core import update_rules
 from dualtrain.core.weights import load_weights
 from tools.ps_spike_common import free_ports, load_replay, normaliser, print_report, server_factor
 
 
 def _tf_server(cluster_json: str, job: str, index: int) -> None:
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     server = tf.distribute.Server(
         tf.train.ClusterSpec(json.loads(cluster_json)),
@@ -87,16 +88,15 @@ def run_tf(run_dir: Path, n_ps: int, plant: str | None = None) -> None:
 
 def _tf_coordinator(spec, data, steps, lrs, cluster, run_dir, plant) -> None:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework (TF_CPP_MIN_LOG_LEVEL first)
 
-    from dualtrain.backends.tf.model import (
+    from dualtrain.backends.tf.model import (  # lazy: framework
         build_model,
         export_canonical,
         load_canonical,
         to_nhwc,
     )
-    from dualtrain.backends.tf.ops import OPS
-    from dualtrain.core import update_rules
+    from dualtrain.backends.tf.ops import OPS  # lazy: framework
 
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc"
@@ -159,7 +159,7 @@ def _tf_coordinator(spec, data, steps, lrs, cluster, run_dir, plant) -> None:
 
 
 def run_torch(run_dir: Path, plant: str | None = None) -> None:
-    from tools import ps_spike_torch  # imports torch: only for the torch half
+    from tools import ps_spike_torch  # lazy: framework (imports torch: only for the torch half)
 
     ps_spike_torch.run(run_dir, plant)
 

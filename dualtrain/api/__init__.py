@@ -26,15 +26,25 @@ import io
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
 from dualtrain.api.overrides import merge_override, to_plain
 from dualtrain.api.results import CompareResult, RunResult, build_run_result, finished_line
+from dualtrain.backends import parse_backend
+from dualtrain.driver.compare import check_reference, compare_backends, default_out
+from dualtrain.driver.runs import resume_run, start_run
 from dualtrain.errors import RunFailed, UserError
-
-if TYPE_CHECKING:  # annotations only: importing them at run time would load numpy and more
-    from dualtrain.parity.report import Comparison
-    from dualtrain.spec import Backend, Experiment
+from dualtrain.parity.report import (
+    REPORT_HTML,
+    REPORT_MD,
+    VERDICT_FILE,
+    Comparison,
+    compare_dirs,
+    terminal_summary,
+    verdict_line,
+    write_report,
+)
+from dualtrain.spec import Backend, Experiment, apply_overrides, from_dict, read_yaml
 
 __all__ = [
     "CompareResult",
@@ -70,8 +80,6 @@ def experiment(
     module docstring. Raises UserError (one line, naming the field) for an unknown key or a bad
     value.
     """
-    from dualtrain.spec import Experiment, apply_overrides, from_dict, read_yaml
-
     strings = [set] if isinstance(set, str) else list(set)
     if isinstance(spec, Experiment):
         if not (overrides or strings or world_size is not None or precision is not None):
@@ -100,8 +108,6 @@ def experiment(
 
 
 def _backend(backend: str) -> Backend:
-    from dualtrain.backends import parse_backend
-
     return parse_backend(str(backend))  # a dualtrain.spec.Backend is a str too
 
 
@@ -149,8 +155,6 @@ def run(
         UserError: a mistake in the spec, the overrides or the paths; nothing was written.
         RunFailed: a worker failed (the partial run directory stays, named in the message).
     """
-    from dualtrain.driver.runs import start_run
-
     b = _backend(backend)
     resolved = experiment(spec, world_size=world_size, precision=precision, set=set, **overrides)
     with _silenced(quiet):
@@ -170,8 +174,6 @@ def resume(
     """Continue a stopped or killed run from its latest complete checkpoint, in its own folder and
     with its own spec, like ``dualtrain run --resume RUN_DIR``; ``world_size`` may change (sharding
     exact). ``backend``, if given, must be the checkpoint's."""
-    from dualtrain.driver.runs import resume_run
-
     b = _backend(backend) if backend is not None else None
     with _silenced(quiet):
         path, summary = resume_run(Path(run_dir), b, world_size)
@@ -246,7 +248,6 @@ def compare(
                 f"compare finished runs, give two run directories). Received: the "
                 f"folder {str(_dir_of(spec_or_run_a))!r}"
             )
-        from dualtrain.driver.compare import check_reference
 
         check_reference(reference or "fp64")
         resolved = experiment(
@@ -310,8 +311,6 @@ def _compare_spec(
     overwrite: bool = False,
 ) -> tuple[Comparison, Path]:
     """``dualtrain compare --config``: the four runs (two with reference "none") and the report."""
-    from dualtrain.driver.compare import compare_backends, default_out
-
     out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
     with _silenced(say is None):
         return compare_backends(
@@ -323,9 +322,6 @@ def _compare_dirs_report(
     run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None, out: PathLike | None
 ) -> tuple[Comparison, Path]:
     """``dualtrain compare A B``: compare finished runs and write the report."""
-    from dualtrain.driver.compare import default_out
-    from dualtrain.parity.report import compare_dirs, write_report
-
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
     cmp = compare_dirs(run_a, run_b, reference_runs)
@@ -342,14 +338,6 @@ def _compare_result(
     cmp: Comparison, out_dir: Path, say: Callable[[str], None] | None
 ) -> CompareResult:
     """Print the table, the verdict and where the report is (unless ``say`` is None); the result."""
-    from dualtrain.parity.report import (
-        REPORT_HTML,
-        REPORT_MD,
-        VERDICT_FILE,
-        terminal_summary,
-        verdict_line,
-    )
-
     reports = {
         "json": out_dir / VERDICT_FILE,
         "md": out_dir / REPORT_MD,

@@ -6,16 +6,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dualtrain.core.weights import load_weights
 from dualtrain.errors import UserError
+from dualtrain.records.record import SPEC_FILE, WEIGHTS_FINAL, RunRecord, read_run
+from dualtrain.spec import Backend, Experiment, load_spec
 
-if TYPE_CHECKING:  # annotations only: importing them at run time would load numpy and more
+if TYPE_CHECKING:  # annotations only
     import numpy as np
 
     from dualtrain.parity.checks import Check
     from dualtrain.parity.diagnose import Diagnosis
     from dualtrain.parity.report import Comparison
-    from dualtrain.records.record import RunRecord
-    from dualtrain.spec import Backend, Experiment
 
 
 @dataclass(frozen=True)
@@ -53,16 +54,11 @@ class RunResult:
     def metrics(self) -> RunRecord:
         """Load the run's records: ``.train`` and ``.eval`` (the rows of metrics.jsonl),
         ``.shards``, ``.spec`` and ``.summary`` (:class:`dualtrain.records.record.RunRecord`)."""
-        from dualtrain.records.record import read_run
-
         return read_run(self._dir())
 
     def final_weights(self) -> dict[str, np.ndarray]:
         """The trained weights (weights_final.npz): canonical names (torch ``state_dict`` keys) to
         NumPy arrays in torch's layout, whichever backend trained them."""
-        from dualtrain.core.weights import load_weights
-        from dualtrain.records.record import WEIGHTS_FINAL
-
         return load_weights(self._dir() / WEIGHTS_FINAL)
 
     def _dir(self) -> Path:
@@ -136,9 +132,6 @@ def _num(value: Any) -> float | None:
 def build_run_result(
     backend: Backend, run_dir: Path | None, summary: dict[str, Any] | None, spec: Experiment | None
 ) -> RunResult:
-    from dualtrain.records.record import SPEC_FILE
-    from dualtrain.spec import load_spec
-
     if run_dir is not None:  # what ran: spec.yaml (an external launcher's world size included)
         spec = load_spec(Path(run_dir) / SPEC_FILE)
     assert spec is not None

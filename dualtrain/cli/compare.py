@@ -87,7 +87,7 @@ def compare(
       dualtrain compare --config configs/mnist_cnn.yaml --reference none
       dualtrain compare runs/a runs/b --reference-runs runs/a-fp64 runs/b-fp64 --out runs/a-vs-b
     """
-    from dualtrain.api import compare as compare_api
+    from dualtrain.api import compare as compare_api  # lazy: heavy (+120 ms on dualtrain --help)
 
     if config is not None:
         if run_dirs:

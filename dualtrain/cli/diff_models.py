@@ -7,6 +7,7 @@ import json
 import click
 
 from dualtrain.cli.options import build_spec, spec_options
+from dualtrain.errors import UserError
 
 
 @click.command("diff-models")
@@ -33,9 +34,8 @@ def diff_models(
       dualtrain diff-models --config configs/port_resnet.yaml \\
           --set model.keras=mistaken_keras:same_padding_strided
     """
-    from dualtrain.driver.locate import locate_pair, table
-    from dualtrain.driver.pair import pair_layout
-    from dualtrain.errors import UserError
+    from dualtrain.driver.locate import locate_pair, table  # lazy: heavy (+45 ms on --help)
+    from dualtrain.driver.pair import pair_layout  # lazy: heavy (+20 ms on --help)
 
     spec = build_spec(config, world_size, precision, overrides)
     if not spec.model.is_pair:

@@ -17,6 +17,7 @@ import click
 
 from dualtrain.core import kernels
 from dualtrain.errors import UserError
+from dualtrain.launch.child import worker_env
 
 BACKENDS = ("torch", "tf")
 CHOICES = (*BACKENDS, "all", "none")
@@ -30,8 +31,7 @@ def _last_line(text: str) -> str:
 def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
     """Run ``tools env`` of one backend. Returns {"status": "ok", "facts": {...}} or
     {"status": "missing" | "broken", "detail": one line}."""
-    from dualtrain.launch.child import worker_env
-    from dualtrain.records.envinfo import missing_packages
+    from dualtrain.records.envinfo import missing_packages  # lazy: heavy (+25 ms on --help)
 
     missing = missing_packages(backend)
     if missing:
@@ -70,7 +70,7 @@ def probe_backend(backend: str, timeout_s: float) -> dict[str, Any]:
 def collect(backends: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
     """Core facts plus every named backend's, probed in parallel. The layout of summary.json's
     ``env`` ("core", "torch", "tf"), plus "backends": status per backend."""
-    from dualtrain.records.envinfo import core_facts
+    from dualtrain.records.envinfo import core_facts  # lazy: heavy (+25 ms on --help)
 
     probes: dict[str, dict[str, Any]] = {}
 
@@ -97,7 +97,7 @@ _SELF_NAMED = {"torch", "tensorflow", "keras"}
 def _rows(
     group: dict[str, Any], prefix: str = "", skip: tuple[str, ...] = ()
 ) -> list[tuple[str, str]]:
-    from dualtrain.records.envinfo import show
+    from dualtrain.records.envinfo import show  # lazy: heavy (+25 ms on --help)
 
     rows = []
     for key, value in group.items():
@@ -112,7 +112,12 @@ def _rows(
 
 def render(facts: dict[str, Any]) -> str:
     """The human-readable report: versions, devices, kernel settings; backends after the core."""
-    from dualtrain.records.envinfo import BACKEND_PACKAGES, GROUPS, WATCHED_ENV, show
+    from dualtrain.records.envinfo import (  # lazy: heavy (+25 ms on --help)
+        BACKEND_PACKAGES,
+        GROUPS,
+        WATCHED_ENV,
+        show,
+    )
 
     core = facts["core"]
     status = facts.get("backends", {})

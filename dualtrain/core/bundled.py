@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core import arrays as arrays_mod
+from dualtrain.core.mnist import cache_dir
 from dualtrain.errors import UserError
 
 #: content digest (dualtrain.core.arrays.digest) of each materialised dataset
@@ -35,7 +36,7 @@ TEST_EVERY = 5
 
 def _from_sklearn(name: str) -> dict[str, np.ndarray]:
     try:
-        from sklearn import datasets
+        from sklearn import datasets  # lazy: optional (dualtrain[datasets]; ~1 s)
     except ImportError:
         raise UserError(
             f"data.dataset {name} is read from scikit-learn's package: pip install "
@@ -64,8 +65,6 @@ def _from_sklearn(name: str) -> dict[str, np.ndarray]:
 
 
 def cache_path(name: str) -> Path:
-    from dualtrain.core.mnist import cache_dir
-
     return cache_dir() / "bundled" / f"{name}.npz"
 
 

@@ -36,6 +36,7 @@ so a defect in a backend's path cannot widen its own bound.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -174,8 +175,6 @@ def has_instructions(flags: set[str], dtype: str) -> bool:
 
 def isa_allows(dtype: str, environ: Any = None) -> bool:
     """Whether ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) leaves oneDNN ``dtype``'s instructions."""
-    import os
-
     environ = os.environ if environ is None else environ
     cap = (environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA") or "").strip()
     return not cap or cap.upper() in _ISA_CAPS[dtype]

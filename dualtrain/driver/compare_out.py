@@ -9,10 +9,15 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+from dualtrain.core import pair
 from dualtrain.driver.compare_plan import PlannedRun
 from dualtrain.driver.outdir import check_creatable
+from dualtrain.driver.pair import pair_layout
 from dualtrain.errors import UserError
 from dualtrain.parity.report import REPORT_HTML, REPORT_MD, VERDICT_FILE
+from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
+from dualtrain.runtime import checkpoint
+from dualtrain.spec import load_spec
 
 #: What a compare writes into OUT besides its run folders.
 #: the locator's finding, when a model pair's fp64 pair failed
@@ -31,10 +36,6 @@ class Existing:
 
 
 def _existing(run: PlannedRun) -> Existing:
-    from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
-    from dualtrain.runtime import checkpoint
-    from dualtrain.spec import load_spec
-
     where = run.where
     if not where.exists():
         return Existing("absent")
@@ -54,9 +55,6 @@ def _existing(run: PlannedRun) -> Existing:
             f"folder. Received: {str(where.parent)!r}"
         )
     if run.spec.model.is_pair:  # the same spec, but the model's code may have changed since
-        from dualtrain.core import pair
-        from dualtrain.driver.pair import pair_layout
-
         held = pair.read(where)
         if held is not None and held.to_json() != pair_layout(run.spec)[0].to_json():
             raise UserError(
@@ -90,8 +88,6 @@ def claim_out(out: Path, runs: list[PlannedRun], overwrite: bool) -> dict[str, E
             f"Received: {str(out)!r}"
         )
     if overwrite:
-        from dualtrain.records.record import SPEC_FILE
-
         for name in content:
             if name in labels and not (out / name / SPEC_FILE).is_file():
                 raise UserError(

@@ -33,6 +33,7 @@ from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
+from dualtrain.launch.child import worker_env
 from dualtrain.records.record import (
     SPEC_FILE,
     SUMMARY_FILE,
@@ -40,6 +41,7 @@ from dualtrain.records.record import (
     WEIGHTS_EMA,
     WEIGHTS_FINAL,
 )
+from dualtrain.runtime.entry import run_spec
 
 FORMATS = ("torch", "keras")
 
@@ -102,8 +104,6 @@ def export_run(
     """Export the finished run in ``run_dir``; returns the folder written. ``overwrite``: replace a
     previous export in ``out`` (a folder holding export.json), nothing else. ``which``: the run's
     final weights, or its best (train.keep_best)."""
-    from dualtrain.runtime.entry import run_spec
-
     if fmt not in FORMATS:
         raise UserError(f"--format must be one of {list(FORMATS)}. Received: {fmt!r}")
     # Each format is written by its framework (as its reader needs it): installed, or one line.
@@ -212,8 +212,6 @@ def _width(spec, run_dir: Path) -> int:
 
 
 def _write(fmt: str, run_dir: Path, folder: Path, source: Path) -> None:
-    from dualtrain.launch.child import worker_env
-
     backend = BACKEND_OF[fmt]
     cmd = [
         sys.executable,

@@ -19,6 +19,7 @@ from dualtrain.core import data as data_mod
 from dualtrain.core import locate, pair
 from dualtrain.core.weights import Weights, save_weights
 from dualtrain.errors import UserError
+from dualtrain.launch.child import worker_env
 from dualtrain.spec import Backend, Experiment
 from dualtrain.spec.load import dump_spec
 
@@ -26,8 +27,6 @@ TIMEOUT_S = 600
 
 
 def _child(backend: Backend, args: list[str]) -> None:
-    from dualtrain.launch.child import worker_env
-
     proc = subprocess.run(
         [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "probe-layers", *args],
         capture_output=True,

@@ -8,6 +8,7 @@ behind.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import shutil
 from pathlib import Path
@@ -26,6 +27,7 @@ from dualtrain.jsonio import new_folder, write_atomic
 from dualtrain.launch import cluster
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_INIT
 from dualtrain.runtime import checkpoint, probes
+from dualtrain.runtime.entry import run_spec
 from dualtrain.runtime.start import (
     Start,
     check_continuation,
@@ -253,8 +255,6 @@ def resume_run(
 ) -> tuple[Path, dict[str, Any]]:
     """``dualtrain run --resume RUN_DIR``: continue a stopped or killed run from its latest complete
     checkpoint, on the checkpoint's backend, optionally at another world size (sharding exact)."""
-    from dualtrain.runtime.entry import run_spec
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"--resume needs a run directory. Received: {str(run_dir)!r}")
@@ -304,8 +304,6 @@ def resume_run(
 def _run_as_external_worker(
     plan: RunPlan, launch: LaunchModule
 ) -> tuple[Path | None, dict[str, Any]]:
-    import importlib
-
     assert plan.launcher is not None
     cluster.apply(plan.launcher)
     if plan.spec_world_size != plan.spec.distribution.world_size:
@@ -347,6 +345,4 @@ def _external_restart_point(out: str | Path | None) -> Path | None:
 
 
 def _with(section: Any, **changes: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(section, **changes)

@@ -9,6 +9,7 @@ others get ``grace_s`` seconds to finish too.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch.child import worker_env
+from dualtrain.launch.netif import listen_address
 from dualtrain.runtime.clock import SPAWNED_ENV
 
 
@@ -87,8 +89,6 @@ LISTEN_FD_ENV = "DUALTRAIN_LISTEN_FD"
 def open_listener(addr: str, port: int) -> socket.socket:
     """A socket listening on ``addr``:``port`` (only on the address named, where it is this
     host's: dualtrain.launch.netif.listen_address), inheritable, for Worker.listen."""
-    from dualtrain.launch.netif import listen_address
-
     bind = listen_address(addr)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -153,8 +153,6 @@ def _worker_signals() -> None:  # pragma: no cover - runs in the child between f
       (~90 lines from TF)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

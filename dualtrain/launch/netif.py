@@ -32,7 +32,7 @@ def route_source(addr: str, port: int = 9) -> str | None:
 def interface_addresses() -> dict[str, str]:
     """{interface name: its IPv4 address} for the interfaces that have one (Linux ioctl)."""
     try:
-        import fcntl
+        import fcntl  # lazy: optional (Unix only)
     except ImportError:  # not Unix
         return {}
     out: dict[str, str] = {}

@@ -19,6 +19,8 @@ import os
 import platform
 from typing import Any
 
+import numpy as np
+
 from dualtrain.jsonio import flatten
 from dualtrain.version import __version__
 
@@ -163,10 +165,6 @@ def _cpu_model(info: dict[str, str]) -> str:
 
 
 def _numpy() -> tuple[str | None, str | None]:
-    try:
-        import numpy as np
-    except ImportError:
-        return None, None
     blas = None
     try:
         deps = np.show_config(mode="dicts").get("Build Dependencies", {})  # numpy >= 1.25

@@ -24,6 +24,7 @@ import yaml
 
 from dualtrain.errors import UserError
 from dualtrain.jsonio import json_safe, write_atomic
+from dualtrain.records.tbevents import EventLog
 
 SPEC_FILE = "spec.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -52,8 +53,6 @@ class RunWriter:
         self._shards = open(self.dir / SHARDS_FILE, mode, buffering=1)
         self._events = None
         if tensorboard:
-            from dualtrain.records.tbevents import EventLog
-
             self._events = EventLog(self.dir)
 
     def offsets(self) -> dict[str, int]:

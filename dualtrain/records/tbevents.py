@@ -14,7 +14,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +52,8 @@ class EventLog:
     def __init__(self, run_dir: str | Path):
         # tensorboard's own EventFileWriter opens files through tensorboard.compat.tf, which imports
         # TensorFlow when it is installed; its record framing (RecordWriter) does not.
-        from tensorboard.compat.proto import event_pb2
-        from tensorboard.summary.writer.record_writer import RecordWriter
+        from tensorboard.compat.proto import event_pb2  # lazy: heavy (~100 ms)
+        from tensorboard.summary.writer.record_writer import RecordWriter  # lazy: heavy (~100 ms)
 
         self.dir = Path(run_dir) / DIR
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,7 @@ class EventLog:
         self._records.write(event.SerializeToString())
 
     def write(self, step: int, tags: dict[str, str], fields: dict[str, Any]) -> None:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.compat.proto import event_pb2, summary_pb2  # lazy: heavy (~100 ms)
 
         values = [
             summary_pb2.Summary.Value(tag=tag, simple_value=float(fields[key]))
@@ -112,9 +114,6 @@ def _number(value: Any) -> bool:
 def _no_tensorflow() -> None:
     """tensorboard's no-TensorFlow switch (its Bazel target //tensorboard/compat:no_tensorflow): its
     readers then use the bundled TF stub for file access instead of importing TensorFlow."""
-    import sys
-    import types
-
     sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
 
 
@@ -123,8 +122,10 @@ def read_logdir(logdir: str | Path) -> dict[str, dict[str, list[tuple[int, float
     ``tensorboard --logdir`` finds and names them (tensorboard's EventMultiplexer: a run is a folder
     holding event files, named by its path relative to ``logdir``)."""
     _no_tensorflow()
-    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
-    from tensorboard.util import tensor_util
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import (  # lazy: framework
+        EventMultiplexer,
+    )
+    from tensorboard.util import tensor_util  # lazy: framework (after _no_tensorflow())
 
     mux = EventMultiplexer(tensor_size_guidance={"scalars": 0})
     mux.AddRunsFromDirectory(str(logdir))
@@ -146,7 +147,9 @@ def read_scalars(path: str | Path) -> dict[str, list[tuple[int, float]]]:
     """{tag: [(step, value), ...]} from the event files in one folder (a run's tensorboard
     folder)."""
     _no_tensorflow()
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import (  # lazy: framework
+        EventAccumulator,
+    )
 
     acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
     acc.Reload()

@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,8 +167,6 @@ def save(
         for name, write in files:
             write(tmp / name)
             if crash_after == name:
-                import signal
-
                 print(
                     f"fault injection: killed while writing the checkpoint of step {step}",
                     flush=True,

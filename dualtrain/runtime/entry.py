@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
+import importlib
+import json
 import os
 import signal
 import sys
@@ -19,11 +21,14 @@ from typing import Any, NoReturn
 import numpy as np
 import yaml
 
-from dualtrain.core.weights import Weights
+from dualtrain.core import kernels, pair
+from dualtrain.core.data import TEST, open_data
+from dualtrain.core.weights import Weights, check_layout, load_weights, save_weights
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.records.envinfo import cpu_flags
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import Start
-from dualtrain.spec import Experiment, from_dict
+from dualtrain.spec import Experiment, from_dict, load_spec
 
 
 def run_spec(run_dir: Path) -> Experiment:
@@ -49,8 +54,6 @@ TEST_HOOK = "DUALTRAIN_TEST_HOOK"
 
 def run_test_hook(backend: str) -> dict[str, str]:
     """Run the DUALTRAIN_TEST_HOOK, if any; return what summary.json should record about it."""
-    import importlib
-
     text = os.environ.get(TEST_HOOK, "").strip()
     if not text:
         return {}
@@ -130,10 +133,6 @@ def forward_main(
     """``python -m dualtrain.backends.<backend>.tools forward SPEC_YAML WEIGHTS_NPZ N OUT_NPZ``:
     float32 outputs (logits) of the first N test samples under the canonical weights (key
     "logits")."""
-    from dualtrain.core.data import TEST, open_data
-    from dualtrain.core.weights import check_layout, load_weights
-    from dualtrain.spec import load_spec
-
     if len(argv) != 5 or argv[0] != "forward":
         print(
             f"usage: python -m dualtrain.backends.{backend}.tools forward SPEC_YAML WEIGHTS_NPZ N "
@@ -166,8 +165,6 @@ def forward_main(
 def _pair_beside(spec: Experiment, spec_path: str) -> Any:
     """A model pair's map, which lies beside the run's spec (model_pair.json); None for
     dualtrain's own layers."""
-    from dualtrain.core import pair
-
     if not spec.model.is_pair:
         return None
     layout = pair.read(Path(spec_path).parent)
@@ -181,9 +178,6 @@ def export_main(
 ) -> int:
     """``python -m dualtrain.backends.<backend>.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER``: the
     backend's export of those weights, written into OUT_FOLDER (dualtrain.driver.export)."""
-    from dualtrain.core.weights import check_layout, load_weights
-    from dualtrain.spec import load_spec
-
     if len(argv) != 4:
         print(
             f"usage: python -m dualtrain.backends.{backend}.tools export SPEC_YAML WEIGHTS_NPZ "
@@ -207,8 +201,6 @@ def env_main(backend: str, argv: list[str], facts: Callable[[], dict[str, Any]])
     """``python -m dualtrain.backends.<backend>.tools env``: this backend's facts (versions,
     devices, kernel settings) as one JSON object on stdout; ``dualtrain env`` runs it
     (docs/env.md)."""
-    import json
-
     if len(argv) != 1:
         print(f"usage: python -m dualtrain.backends.{backend}.tools env", file=sys.stderr)
         return 2
@@ -221,9 +213,6 @@ def env_facts(backend_facts: Callable[[], dict[str, Any]], backend_kernels: Any)
     kernels (implementation, native or emulated, and the calibration of bf16 and fp16 measured
     now; dualtrain.core.kernels). ``backend_kernels``: the backend's kernels module (its
     ``static_facts`` and ``product``)."""
-    from dualtrain.core import kernels
-    from dualtrain.records.envinfo import cpu_flags
-
     facts = backend_facts()
     static = backend_kernels.static_facts(cpu_flags())
     return {**facts, "kernels": kernels.facts(static, backend_kernels.product, kernels.DTYPES)}
@@ -237,11 +226,6 @@ def describe_main(
     """``python -m dualtrain.backends.<backend>.tools describe SPEC_YAML OUT_FOLDER``: this
     backend's side of a model pair (dualtrain.core.pair) as OUT_FOLDER/side.json, and the torch
     side's initial weights as OUT_FOLDER/weights.npz (dualtrain.driver.pair reads both)."""
-    import json
-
-    from dualtrain.core.weights import save_weights
-    from dualtrain.spec import load_spec
-
     if len(argv) != 3:
         print(
             f"usage: python -m dualtrain.backends.{backend}.tools describe SPEC_YAML OUT_FOLDER",
@@ -265,12 +249,6 @@ def probe_layers_main(backend: str, argv: list[str], probe: Callable[..., dict[s
     [PAIR_JSON TORCH_NPZ] OUT_NPZ``: the locator's record of this backend's side of a model pair
     on one batch (dualtrain.core.locate; the TF side also takes the pair's map and the torch
     side's record)."""
-    import json
-
-    from dualtrain.core import pair
-    from dualtrain.core.weights import load_weights
-    from dualtrain.spec import load_spec
-
     want = 5 if backend == "torch" else 7
     if len(argv) != want:
         print(

@@ -307,6 +307,68 @@ def test_no_import_cycle_in_the_tools_either():
     assert not cycles(graph), cycles(graph)
 
 
+# ---- imports inside a function: only for a reason, and the reason named ------------------------
+
+#: Why an import may sit inside a function, named on its first line as ``# lazy: <reason> ...``:
+#: framework (torch, TensorFlow or Keras, kept out of a module that must stay framework-free at
+#: import time), heavy (a slow import kept off the CLI's start-up path), optional (a package that
+#: may be absent), user code (the user's own module), cycle (an import cycle, to be fixed).
+LAZY_MARKER = re.compile(r"#\s*lazy:\s*(framework|heavy|optional|user code|cycle)\b")
+
+
+def unmarked_function_imports(path: Path, source: str | None = None) -> list[str]:
+    """Each import inside a function of ``path`` (methods and nested functions included) whose
+    first line has no ``# lazy: <reason>`` marker, as ``file:line statement``."""
+    text = path.read_text() if source is None else source
+    lines = text.splitlines()
+    found = {}
+    for fn in ast.walk(ast.parse(text)):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    first = lines[node.lineno - 1]
+                    if not LAZY_MARKER.search(first):
+                        found[node.lineno] = first.strip()
+    rel = path.relative_to(ROOT)
+    return [f"{rel}:{n} {line}" for n, line in sorted(found.items())]
+
+
+def test_an_import_inside_a_function_says_why():
+    """An import is at module level (the module's real dependencies, read at a glance) unless a
+    marker on its first line says why not."""
+    found = [line for path in project_files() for line in unmarked_function_imports(path)]
+    assert not found, (
+        "an import inside a function without a `# lazy: framework|heavy|optional|user code|cycle` "
+        "marker: move it to the module's imports, or say why it waits:\n" + "\n".join(found)
+    )
+
+
+def test_the_lazy_import_check_sees_an_unmarked_import():
+    source = (
+        "import os\n"
+        "def f():\n"
+        "    import json\n"
+        "    import torch  # lazy: framework\n"
+        "    from dualtrain import (  # lazy: because\n"
+        "        api,\n"
+        "    )\n"
+        "    def g():\n"
+        "        from dualtrain.core import pair\n"
+        "class C:\n"
+        "    def m(self):\n"
+        "        import matplotlib  # lazy: heavy (~300 ms)\n"
+        "        from sklearn import (\n"
+        "            datasets,  # lazy: optional\n"
+        "        )\n"
+    )
+    assert unmarked_function_imports(PKG / "core" / "planted.py", source) == [
+        "dualtrain/core/planted.py:3 import json",
+        "dualtrain/core/planted.py:5 from dualtrain import (  # lazy: because",
+        "dualtrain/core/planted.py:9 from dualtrain.core import pair",
+        "dualtrain/core/planted.py:13 from sklearn import (",
+    ]
+
+
 # ---- modules that do one thing: sizes ------------------------------------------------------------
 
 #: The limits (lines, decorators excluded): a module, a class, a function.

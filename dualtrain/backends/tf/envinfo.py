@@ -15,7 +15,7 @@ from typing import Any
 def onednn_enabled() -> bool | None:
     """TensorFlow's own answer (it reads TF_ENABLE_ONEDNN_OPTS and the platform default)."""
     try:
-        from tensorflow.python.util import _pywrap_util_port
+        from tensorflow.python.util import _pywrap_util_port  # lazy: framework
 
         return bool(_pywrap_util_port.IsMklEnabled())
     except Exception:  # a private module: absent in some build, say "unknown"
@@ -24,7 +24,7 @@ def onednn_enabled() -> bool | None:
 
 def _op_determinism() -> bool | None:
     try:
-        from tensorflow.python.framework import config
+        from tensorflow.python.framework import config  # lazy: framework
 
         return bool(config.is_op_determinism_enabled())
     except Exception:
@@ -51,8 +51,8 @@ def _gpus(tf: Any) -> list[dict[str, Any]]:
 def backend_facts() -> dict[str, Any]:
     """TensorFlow and Keras versions, devices and kernel settings, as this process has them now."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import keras
-    import tensorflow as tf
+    import keras  # lazy: framework
+    import tensorflow as tf  # lazy: framework
 
     build = dict(tf.sysconfig.get_build_info())
     threading = tf.config.threading

@@ -22,11 +22,11 @@ def export_keras(
     user's own Keras model with the run's weights through the map (it opens without dualtrain
     where the model's layers are Keras's own or registered by the user's code)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .model import build_inference_model, load_canonical
+    from .model import build_inference_model, load_canonical  # lazy: framework
 
     dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
     if layout is not None:
-        from . import pair as pair_tf
+        from . import pair as pair_tf  # lazy: framework
 
         net = pair_tf.build_keras(spec.model, dtype)
         pair_tf.load_canonical(pair_tf.named_variables(net, layout), layout, weights)

@@ -14,7 +14,7 @@ from dualtrain.core import kernels
 def product(kind: str, a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
     """The product as a Keras layer under the mixed policy computes it (the inputs in ``dtype``,
     the output too): tf.matmul, and tf.nn.conv2d in NHWC / HWIO."""
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework
 
     d = {"bf16": tf.bfloat16, "fp16": tf.float16}[dtype]
     if kind == "matmul":

@@ -9,10 +9,11 @@ from typing import Any
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from dualtrain.core import pair
 from dualtrain.core.weights import Weights
-from dualtrain.spec import Experiment
+from dualtrain.spec import Experiment, Loss
 
 from .pair import PairConversion, build_keras, layer_path, leaves, load_canonical, named_variables
 
@@ -75,10 +76,6 @@ def probe_layers(
     fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
     inference and in training; the running statistics after the training forward; each
     parameter's gradient (training mode) in canonical names and layouts."""
-    import tensorflow as tf
-
-    from dualtrain.spec import Loss
-
     net = build_keras(spec.model, "float64")
     named = named_variables(net, layout)
     load_canonical(named, layout, weights)

@@ -15,6 +15,7 @@ from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
 from .model import Conversion
+from .port import TorchBatchNormalization
 
 _KINDS = (
     (keras.layers.Dense, "dense"),
@@ -225,8 +226,6 @@ def keras_only(net: Any) -> Any:
     """``net`` with dualtrain's port layers (TorchBatchNormalization) replaced by Keras's own,
     which are the same in inference, so the saved model opens without dualtrain; a model that is
     not functional is saved as it is."""
-    from .port import TorchBatchNormalization
-
     if not any(isinstance(layer, TorchBatchNormalization) for layer in leaves(net)):
         return net
 

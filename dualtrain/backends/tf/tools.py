@@ -25,7 +25,19 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core.weights import Weights
+from dualtrain.runtime.entry import (
+    describe_main,
+    env_facts,
+    env_main,
+    export_main,
+    forward_main,
+    probe_layers_main,
+)
 from dualtrain.spec import Experiment
+
+from . import kernels as tf_kernels
+from .envinfo import backend_facts
+from .export import export_keras
 
 
 def forward_logits(
@@ -37,13 +49,19 @@ def forward_logits(
 ) -> np.ndarray:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see worker.configure_tf)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework (the environment first)
 
-    from .model import build_model, call_model, has_dropout, load_canonical, to_nhwc
+    from .model import (  # lazy: framework
+        build_model,
+        call_model,
+        has_dropout,
+        load_canonical,
+        to_nhwc,
+    )
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
     if layout is not None:  # a model pair: the user's Keras model, weights through the map
-        from . import pair as pair_tf
+        from . import pair as pair_tf  # lazy: framework
 
         model = pair_tf.build_keras(spec.model, "float32")
         pair_tf.load_canonical(pair_tf.named_variables(model, layout), layout, weights)
@@ -66,27 +84,18 @@ def forward_logits(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dualtrain.runtime.entry import env_facts, env_main, export_main, forward_main
-
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["env"]:
-        from . import kernels as tf_kernels
-        from .envinfo import backend_facts
-
         return env_main("tf", argv, lambda: env_facts(backend_facts, tf_kernels))
     if argv[:1] == ["probe-layers"]:
-        from dualtrain.backends.tf.locate import probe_layers
-        from dualtrain.runtime.entry import probe_layers_main
+        from dualtrain.backends.tf.locate import probe_layers  # lazy: framework
 
         return probe_layers_main("tf", argv, probe_layers)
     if argv[:1] == ["describe"]:
-        from dualtrain.backends.tf.pair import describe
-        from dualtrain.runtime.entry import describe_main
+        from dualtrain.backends.tf.pair import describe  # lazy: framework
 
         return describe_main("tf", argv, lambda spec: (describe(spec), None))
     if argv[:1] == ["export"]:
-        from .export import export_keras
-
         return export_main("tf", argv, export_keras)
     return forward_main("tf", argv, forward_logits)
 

@@ -24,10 +24,12 @@ from dualtrain.launch.peers import is_comm_error, lost_peer
 from dualtrain.records.envinfo import cpu_flags
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime import clock
+from dualtrain.runtime.entry import worker_main
 from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
 from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
 
+from .envinfo import backend_facts
 from .launch import (
     LOCAL_ONLY,
     ROLE_ENV,
@@ -116,14 +118,14 @@ def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
 def configure_tf(spec: Experiment, role: Role) -> Configured:
     """Everything that must happen before TensorFlow initialises its runtime."""
     threads = settings(spec, role.local_workers)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework (settings() first)
 
     tf.config.set_soft_device_placement(False)
     world = spec.distribution.world_size
     gpus = tf.config.list_physical_devices("GPU")
     timeout = spec.distribution.timeout_s
     if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
-        from .ps import strategy_for
+        from .ps import strategy_for  # lazy: framework
 
         # functions the chief sends to the workers name "/device:CPU:0" somewhere (Keras), which
         # a cluster of several tasks resolves only with soft placement
@@ -214,7 +216,7 @@ def settings(spec: Experiment, local_workers: int) -> int:
             )
         for key, value in late.items():
             os.environ[key] = value
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework (the environment first)
 
     clock.mark("framework")
     threads = spec.distribution.threads_per_worker or default_threads(local_workers)
@@ -238,11 +240,10 @@ def run_worker(
     spec, role = plan_process(spec)
     tf_ = configure_tf(spec, role)
     clock.mark("rendezvous")  # the strategy (its cluster, for multi_worker) is up
-    import keras
-    import tensorflow as tf
+    import keras  # lazy: framework
+    import tensorflow as tf  # lazy: framework
 
-    from .engine import TFEngine
-    from .envinfo import backend_facts
+    from .engine import TFEngine  # lazy: framework
 
     keras.utils.set_random_seed(spec.seed)
     tf.random.set_seed(spec.seed)
@@ -257,7 +258,7 @@ def run_worker(
     inputs = worker_inputs(spec, run_dir, start, "tf")
     engine: TFEngine
     if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
-        from .ps import PSEngine
+        from .ps import PSEngine  # lazy: framework
 
         engine = PSEngine(
             spec, tf_.strategy, tf_.coordinator, inputs.data, inputs.weights, host_device=tf_.host
@@ -339,9 +340,9 @@ def run_server(spec: Experiment) -> dict[str, Any]:
     # the W worker tasks compute the replicas' gradients side by side: each gets the threads an
     # all-reduce worker would (cores // W), so its kernels split their sums alike
     threads = settings(spec, spec.distribution.world_size)
-    import tensorflow as tf
+    import tensorflow as tf  # lazy: framework (settings() first)
 
-    from .ps import serve
+    from .ps import serve  # lazy: framework
 
     if tf.config.list_physical_devices("GPU"):
         tf.config.set_visible_devices([], "GPU")
@@ -351,8 +352,6 @@ def run_server(spec: Experiment) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dualtrain.runtime.entry import worker_main
-
     return worker_main("tf", sys.argv[1:] if argv is None else argv, run_worker)
 
 

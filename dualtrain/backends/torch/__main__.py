@@ -16,10 +16,11 @@ from dualtrain.runtime import clock  # noqa: E402
 
 clock.mark("entry")
 
+from dualtrain.runtime.entry import exit_now, worker_main  # noqa: E402
+
 
 def main(argv: list[str]) -> int:
-    from dualtrain.backends.torch.worker import run_worker
-    from dualtrain.runtime.entry import worker_main
+    from dualtrain.backends.torch.worker import run_worker  # lazy: framework
 
     clock.mark("framework")  # torch is imported (worker.py)
 
@@ -30,6 +31,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from dualtrain.runtime.entry import exit_now
-
     exit_now(main(sys.argv[1:]))  # no interpreter teardown, the process group left as it is

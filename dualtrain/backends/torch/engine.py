@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from dualtrain.backends.torch import ps
 from dualtrain.backends.torch.forward import ForwardPass
 from dualtrain.backends.torch.model import (
     BatchNorm,
@@ -322,16 +323,12 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:
         if self.server:  # the optimizer that updates is the parameter server's
-            from dualtrain.backends.torch import ps
-
             return ps.call("optimizer_state")
         return optimizer_state(self.opt, self.names, self.params, self.applied, self.scaler)
 
     def load_weights(self, weights: Weights) -> None:
         self.load_weights_into(self.module, weights)
         if self.server and self.rank == 0:  # the server's copy, which the next update starts from
-            from dualtrain.backends.torch import ps
-
             ps.call("load_weights", weights)
 
     def load_weights_into(self, module: torch.nn.Module, weights: Weights) -> None:
@@ -350,6 +347,4 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         )
         self.applied = state.applied
         if self.server and self.rank == 0:  # the optimizer that updates is the server's
-            from dualtrain.backends.torch import ps
-
             ps.call("load_optimizer_state", state)

@@ -9,15 +9,18 @@ as plain torch code (``build_model()``, ``load()``), each layer's source from th
 from __future__ import annotations
 
 import inspect
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from dualtrain.backends.torch.layers import Concat, MultiInput
 from dualtrain.backends.torch.model import layer_source
 from dualtrain.core.model import ResolvedLayer, resolve, walk
+from dualtrain.core.pair.factories import import_factory
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment, LayerType
 
@@ -155,10 +158,6 @@ def load(path=Path(__file__).with_name("model.safetensors")) -> torch.nn.Module:
 def _export_pair(spec: Experiment, weights: Weights, folder: Path, dtype: str) -> None:
     """A model pair's torch side: its state dict, the file that defines the factory, and a
     model.py that builds and loads it."""
-    import shutil
-
-    from dualtrain.core.pair.factories import import_factory
-
     assert spec.model.torch is not None
     module, _, attr = spec.model.torch.partition(":")
     factory = import_factory(spec.model.torch, spec.model.path, "model.torch")
@@ -181,8 +180,6 @@ def _export_pair(spec: Experiment, weights: Weights, folder: Path, dtype: str) -
 
 def export_torch(spec: Experiment, weights: Weights, out: str, layout: Any = None) -> None:
     """Write model.safetensors and model.py into the folder ``out`` (dualtrain.driver.export)."""
-    from safetensors.numpy import save_file
-
     folder = Path(out)
     dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
     if spec.model.is_pair:

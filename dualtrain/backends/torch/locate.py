@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dualtrain.spec import Experiment
+from dualtrain.spec import Experiment, Loss
 
 from .pair import build_module, load_pair
 
@@ -26,8 +26,6 @@ def probe_layers(
     ``output``), the running statistics after the training forward (``running/``), and each
     parameter's gradient of the run's loss (sum over the batch / N) in training mode, as a step
     computes it."""
-    from dualtrain.spec import Loss
-
     module = build_module(spec.model, spec.seed).to(torch.float64)
     load_pair(module, weights)
     out: dict[str, np.ndarray] = {}

@@ -23,8 +23,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from dualtrain.backends.torch import kernels as torch_kernels
+from dualtrain.backends.torch.envinfo import backend_facts
+from dualtrain.backends.torch.export import export_torch
+from dualtrain.backends.torch.locate import probe_layers
 from dualtrain.backends.torch.model import build_model, load_canonical
+from dualtrain.backends.torch.pair import build_module, describe, load_pair
 from dualtrain.core.weights import Weights, check_layout
+from dualtrain.runtime.entry import (
+    describe_main,
+    env_facts,
+    env_main,
+    export_main,
+    forward_main,
+    probe_layers_main,
+)
 from dualtrain.spec import Experiment
 
 
@@ -35,8 +48,6 @@ def forward_logits(
     gives them (float32, images N,C,H,W)."""
     check_layout(weights, spec.model)
     if spec.model.is_pair:
-        from dualtrain.backends.torch.pair import build_module, load_pair
-
         model = build_module(spec.model, spec.seed)
         load_pair(model, weights)
     else:
@@ -49,26 +60,13 @@ def forward_logits(
 
 
 def main(argv: list[str]) -> int:
-    from dualtrain.runtime.entry import env_facts, env_main, export_main, forward_main
-
     if argv[:1] == ["env"]:
-        from dualtrain.backends.torch import kernels as torch_kernels
-        from dualtrain.backends.torch.envinfo import backend_facts
-
         return env_main("torch", argv, lambda: env_facts(backend_facts, torch_kernels))
     if argv[:1] == ["probe-layers"]:
-        from dualtrain.backends.torch.locate import probe_layers
-        from dualtrain.runtime.entry import probe_layers_main
-
         return probe_layers_main("torch", argv, probe_layers)
     if argv[:1] == ["describe"]:
-        from dualtrain.backends.torch.pair import describe
-        from dualtrain.runtime.entry import describe_main
-
         return describe_main("torch", argv, describe)
     if argv[:1] == ["export"]:
-        from dualtrain.backends.torch.export import export_torch
-
         return export_main("torch", argv, export_torch)
     return forward_main("torch", argv, forward_logits)
 

@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import torch
 
+from dualtrain.backends.torch import ps
 from dualtrain.backends.torch.ops import NORM_OPS
 from dualtrain.core import update_rules
 
@@ -66,8 +67,6 @@ class GradientUpdate:
     ) -> tuple[float, float | None, Any, float, bool]:
         """A replica of a parameter-server run: its gradient (flattened) to the server, the
         server's parameters and outcome back (dualtrain.backends.torch.ps)."""
-        from dualtrain.backends.torch import ps
-
         flat = torch.cat(
             [
                 (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to("cpu")
@@ -91,8 +90,6 @@ class GradientUpdate:
     @torch.no_grad()
     def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> Any:
         """The parameter server's update from the replicas' summed gradient (flattened)."""
-        from dualtrain.backends.torch import ps
-
         offset = 0
         for p in self.params:
             p.grad = total[offset : offset + p.numel()].view_as(p).to(p.device).clone()

@@ -5,6 +5,10 @@ output they build checked. Each backend calls these in its own processes.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,6 @@ def import_factory(text: str, folder: str | None, field_name: str) -> Any:
     """The callable ``"package.module:factory"`` names (``model.torch`` or ``model.keras``),
     imported with ``folder`` (model.path; default: the working directory) first on sys.path. Each
     backend calls it in its own processes; a module or name that is not there is one line."""
-    import importlib
-    import sys
-
     root = str(Path(folder).expanduser().resolve()) if folder else str(Path.cwd())
     if folder and not Path(root).is_dir():
         raise UserError(f"model.path: no such folder. Received: {folder!r}")
@@ -50,9 +51,6 @@ def import_factory(text: str, folder: str | None, field_name: str) -> Any:
 
 def source_digest(factory: Any) -> str:
     """sha256 of the file that defines ``factory`` (a model's code, recorded with the run)."""
-    import hashlib
-    import inspect
-
     try:
         path = inspect.getsourcefile(factory)
     except TypeError:
@@ -63,8 +61,6 @@ def source_digest(factory: Any) -> str:
 def call_factory(factory: Any, args: dict[str, Any], field_name: str) -> Any:
     """``factory(**args)``; arguments it does not take are one line (the factory's own errors
     keep their traceback: they are the user's code)."""
-    import inspect
-
     try:
         inspect.signature(factory).bind(**args)
     except TypeError as exc:

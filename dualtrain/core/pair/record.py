@@ -6,6 +6,7 @@ of a pair is the torch module's state dict, less :data:`SKIPPED_BUFFERS`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -100,8 +101,6 @@ class Layout:
     def digest(self) -> str:
         """sha256 of the pair as recorded (both sides' code digests, arrays and the map): a
         checkpoint continues only the model it was trained as."""
-        import hashlib
-
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
 
     # -- records --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualtrain.core.stopping import Stopper
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import Check
 from dualtrain.records.record import RunRecord
@@ -16,8 +17,6 @@ def check_early_stopping(a: RunRecord, b: RunRecord, exact: bool = False) -> Che
     (the fp64 pair): their decisions must be identical; otherwise they may part only where their
     values part (rounding moves a value across the threshold), which the eval and trajectory
     checks judge; after it each run decides on its own."""
-    from dualtrain.core.stopping import Stopper
-
     la, lb = R.labels(a, b)
     sa = a.summary.get("early_stopping") or {}
     sb = b.summary.get("early_stopping") or {}

@@ -21,6 +21,7 @@ from dualtrain.parity.checks.base import (
 )
 from dualtrain.parity.tolerances import precision_of
 from dualtrain.records.record import RunRecord
+from dualtrain.spec import from_dict
 
 
 def _sequence_check(name: str, key: str, a: RunRecord, b: RunRecord) -> Check:
@@ -56,8 +57,6 @@ def scale_rule_violation(rec: RunRecord) -> str | None:
     decisions (fp16: x backoff after a skipped step, x growth after ``growth_interval`` applied
     ones; otherwise 1.0 throughout), or None. The rule is defined once, so a run that breaks it is
     the one whose loss scaling is off, whatever the other run did."""
-    from dualtrain.spec import from_dict
-
     try:
         ls = from_dict(rec.spec).precision.loss_scale
     except Exception:  # noqa: BLE001 - a spec this version cannot read: no verdict on the rule
@@ -109,8 +108,6 @@ def skip_differences(a: RunRecord, b: RunRecord) -> list[SkipDifference] | None:
     2,600 samples): torch overflowed at step 20, where tf's gradient stood at 0.85 of the fp16
     maximum (0.25-0.43 at every other step; the two runs' values 12% apart at most before it).
     None where the runs are not both fp16 or did not record ``grad_amax`` (older runs)."""
-    from dualtrain.spec import from_dict
-
     if precision_of(a.spec) != "fp16" or precision_of(b.spec) != "fp16":
         return None
     amax = [R.step_map(r, "grad_amax") for r in (a, b)]

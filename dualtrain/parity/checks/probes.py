@@ -19,6 +19,7 @@ from dualtrain.parity.tolerances import (
     precision_of,
 )
 from dualtrain.records.record import RunRecord
+from dualtrain.spec import from_dict
 
 # ---- numerics: the requested precision's path, judged by one-step probes -------------------------
 
@@ -30,8 +31,6 @@ def local_errors(
     fp64 torch run, for ``compare --config``); None when the runs did not replay probes or neither
     reference run recorded them. The reference pair is the compared spec in fp64 (compare_dirs
     checks it), so its recorded states are the ones the runs replayed, to fp64 rounding."""
-    from dualtrain.spec import from_dict
-
     if not all((rec.summary.get("probes") or {}).get("mode") == "replay" for rec in (a, b)):
         return None
     source = next(

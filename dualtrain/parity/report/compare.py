@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dualtrain.errors import UserError
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks import (
     Check,
@@ -15,7 +16,7 @@ from dualtrain.parity.checks import (
     tolerance_of,
 )
 from dualtrain.parity.diagnose import Diagnosis, diagnose
-from dualtrain.parity.tolerances import Tolerance
+from dualtrain.parity.tolerances import Tolerance, precision_of
 from dualtrain.records.record import RunRecord, read_run
 
 VERDICT_FILE = "verdict.json"
@@ -55,9 +56,6 @@ def compare_records(
 
 def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:
     """A reference run is ``of``'s spec in fp64: anything else would make it no yardstick."""
-    from dualtrain.errors import UserError
-    from dualtrain.parity.tolerances import precision_of
-
     if precision_of(rec.spec) != "fp64":
         raise UserError(
             f"a reference run must be fp64 (precision.dtype). Received: {str(ref_dir)!r} "

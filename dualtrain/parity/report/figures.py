@@ -26,7 +26,7 @@ from dualtrain.records.record import RunRecord
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: heavy (~300 ms)
 
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
@@ -40,10 +40,10 @@ def _series(rec: RunRecord, key: str, kind: str = "train") -> tuple[np.ndarray, 
 
 def figures(cmp: Comparison) -> dict[str, str]:
     """Title -> base64 PNG."""
-    import matplotlib
+    import matplotlib  # lazy: heavy (~300 ms)
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: heavy (~300 ms)
 
     la, lb = R.labels(cmp.a, cmp.b)
     runs = [(cmp.a, la, "-", 1.6), (cmp.b, lb, "--", 1.2)]

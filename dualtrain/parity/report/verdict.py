@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import numpy as np
+import yaml
 
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks import Check
@@ -146,8 +147,6 @@ EXPERIMENT_ROWS = (
 
 
 def spec_yaml(spec: dict[str, Any]) -> str:
-    import yaml
-
     return yaml.safe_dump(spec, sort_keys=False)
 
 
