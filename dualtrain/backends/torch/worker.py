@@ -128,7 +128,7 @@ def run_worker(
         # (On an exception there is no teardown: the process exits; a launcher stops the others.)
         leave_together(env.rank, env.world, spec.distribution.timeout_s)
         if server:
-            ps.shutdown()
+            ps.shutdown(f"rank {env.rank}")
     except RuntimeError as exc:  # torch.distributed's DistError is one
         if env.world == 1 or not (isinstance(exc, dist.DistError) or is_comm_error(str(exc))):
             raise
