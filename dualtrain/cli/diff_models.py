@@ -17,7 +17,9 @@ from dualtrain.errors import UserError
     "--samples", type=int, default=16, show_default=True, help="Training samples in the batch."
 )
 @click.option("--json", "as_json", is_flag=True, default=False, help="The finding as JSON.")
+@click.pass_context
 def diff_models(
+    ctx: click.Context,
     config: str | None,
     world_size: int | None,
     precision: str | None,
@@ -28,6 +30,9 @@ def diff_models(
     """Run a model pair's torch module and Keras port layer by layer on the same batch in
     float64, from the same initial weights, and name the first layer that introduces a
     difference (its input, its own output, its gradient) and the porting mistake it fits.
+
+    Exit code: 0 if the two sides agree to float64 rounding, 1 if they differ, 2 for a usage
+    mistake (so it can gate CI).
 
     \b
     Example:
@@ -49,6 +54,7 @@ def diff_models(
     finding = locate_pair(spec, layout, weights, samples)
     if as_json:
         click.echo(json.dumps(finding.to_json(), indent=1))
-        return
-    click.echo(table(finding))
-    click.echo(finding.line())
+    else:
+        click.echo(table(finding))
+        click.echo(finding.line())
+    ctx.exit(0 if finding.agrees else 1)

@@ -33,8 +33,9 @@ import click
     "which",
     default="final",
     show_default=True,
-    metavar="final|best",
-    help="The run's final weights, or the best evaluation's (weights_best.npz, train.keep_best).",
+    metavar="final|best|ema",
+    help="The run's final weights, the best evaluation's (weights_best.npz, train.keep_best), or "
+    "the averaged ones (weights_ema.npz, train.ema).",
 )
 def export(run_dir: str, fmt: str, out: str | None, overwrite: bool, which: str) -> None:
     """Write a finished run's trained model so that torch or Keras loads it without dualtrain.
@@ -42,7 +43,9 @@ def export(run_dir: str, fmt: str, out: str | None, overwrite: bool, which: str)
     \b
     torch: model.safetensors (the state dict) and model.py (build_model(), load()).
     keras: model.keras (keras.saving.load_model opens it).
-    Inputs are normalised as (x / 255 - 0.1307) / 0.3081; outputs are logits (export.json says so).
+    The model takes its inputs normalised as the run normalised them (export.json records how:
+    MNIST's (x / 255 - 0.1307) / 0.3081, or the mean and std per input of your data) and returns
+    logits, or values for an mse model (export.json says which).
     """
     from dualtrain.driver.export import export_run  # lazy: heavy (+55 ms on dualtrain --help)
 

@@ -83,7 +83,7 @@ def run(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Train on MNIST with one backend and write a run directory.
+    """Train the spec's model on its data with one backend and write a run directory.
 
     \b
     The torch backend launches WORLD_SIZE DDP processes (gloo on cpu, nccl on gpu), or runs as one

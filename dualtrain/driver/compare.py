@@ -178,10 +178,13 @@ def compare_backends(
         tracker.start(i)
         run_dir: Path | None  # start_run returns None for a worker of an external launcher
         try:
+            again = f"the same dualtrain compare command with --out {out}"
             if have.state == "resumable":
-                run_dir, _ = resume_run(run.where, run.backend, probe=run.probe)
+                run_dir, _ = resume_run(run.where, run.backend, probe=run.probe, resume_with=again)
             else:
-                run_dir, _ = start_run(run.spec, run.backend, run.where, probe=run.probe)
+                run_dir, _ = start_run(
+                    run.spec, run.backend, run.where, probe=run.probe, resume_with=again
+                )
         except BaseException as exc:
             tracker.end(i, ok=False, interrupted=isinstance(exc, KeyboardInterrupt))
             raise

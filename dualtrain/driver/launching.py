@@ -4,6 +4,7 @@ error is said once, by the launcher. The run directory is written before (dualtr
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,12 @@ def launch_with_restarts(
     *,
     attempt: int,
     extra_env: dict[str, str] | None = None,
+    resume_with: str | None = None,
 ) -> dict[str, Any]:
     """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
-    ``distribution.max_restarts`` times (a user error, exit code 2, is never retried)."""
+    ``distribution.max_restarts`` times (a user error, exit code 2, is never retried). A stopped or
+    failed run says how to continue it: ``resume_with`` (compare: the same compare command), else
+    ``dualtrain run --resume RUN_DIR``."""
     print(
         f"dualtrain: {backend.value} run -> {run_dir}"
         + (f" (continuing from {ckpt})" if ckpt is not None else ""),
@@ -54,22 +58,12 @@ def launch_with_restarts(
             )
             break
         except RunFailed as exc:
-            reported = run_dir / WORKER_ERROR
-            if exc.code == 2 and reported.is_file():  # a worker's user error, said once
-                message = reported.read_text()
-                reported.unlink()
-                if not has_trained(run_dir):  # before the first step: a mistake, exit 2
-                    raise UserError(message) from None
-                # during training (a full disk, say): the run failed; what it wrote stays
-                raise RunFailed(
-                    f"{backend.value} run failed: {message} (partial run left in {run_dir})",
-                    rank=exc.rank,
-                    code=exc.code,
-                ) from None
+            raise_worker_user_error(exc, backend, run_dir, resume_with)
             if restarts >= spec.distribution.max_restarts or exc.code == 2:
                 more = f" after {restarts} restart(s)" if restarts else ""
                 raise RunFailed(
-                    f"{backend.value} run failed{more}: {exc} (partial run left in {run_dir})",
+                    f"{backend.value} run failed{more}: {exc} (partial run left in {run_dir}; "
+                    f"{resume_hint(run_dir, resume_with)})",
                     rank=exc.rank,
                     code=exc.code,
                 ) from None
@@ -88,7 +82,8 @@ def launch_with_restarts(
             )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (launch.Terminated): the workers are stopped
             print(
-                f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}",
+                f"dualtrain: {backend.value} run stopped; partial run left in {run_dir}; "
+                f"{resume_hint(run_dir, resume_with)}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -96,3 +91,35 @@ def launch_with_restarts(
     if not (run_dir / SUMMARY_FILE).is_file():
         raise RunFailed(f"{backend.value} run finished without writing {run_dir / SUMMARY_FILE}")
     return read_run(run_dir).summary
+
+
+def raise_worker_user_error(
+    exc: RunFailed, backend: Backend, run_dir: Path, resume_with: str | None
+) -> None:
+    """A worker's user error (exit 2, its message in the run directory) is said once: before the
+    first step as the user's mistake (UserError, exit 2); during training (a full disk, say) as the
+    run's failure, what it wrote left in place. Returns for any other failure."""
+    reported = run_dir / WORKER_ERROR
+    if exc.code != 2 or not reported.is_file():
+        return
+    message = reported.read_text()
+    reported.unlink()
+    if not has_trained(run_dir):  # before the first step: a mistake, exit 2
+        raise UserError(message) from None
+    raise RunFailed(
+        f"{backend.value} run failed: {message} (partial run left in {run_dir}; "
+        f"{resume_hint(run_dir, resume_with)})",
+        rank=exc.rank,
+        code=exc.code,
+    ) from None
+
+
+def resume_hint(run_dir: Path, resume_with: str | None = None) -> str:
+    """What to type to go on from where a stopped or failed run left off: ``resume_with`` (compare:
+    the same compare command, which reruns a run without a checkpoint), else the exact --resume
+    command where a checkpoint was written, else why there is none."""
+    if resume_with is not None:
+        return f"continue it with: {resume_with}"
+    if checkpoint.latest(run_dir) is None:
+        return "no checkpoint to resume from (train.checkpoint_every writes them)"
+    return f"continue it with: dualtrain run --resume {shlex.quote(str(run_dir))}"

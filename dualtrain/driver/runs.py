@@ -194,6 +194,7 @@ def start_run(
     overwrite: bool = False,
     resume_from: str | Path | None = None,
     probe: probes.Role | None = None,
+    resume_with: str | None = None,
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run ``spec`` on ``backend``; return (run_dir, summary).
 
@@ -207,7 +208,7 @@ def start_run(
     records up to the checkpoint are copied in, so the run reads as one run of ``spec``.
 
     ``probe``: the run's part in compare's one-step probes (dualtrain.runtime.probes), passed to the
-    workers.
+    workers. ``resume_with``: what continues the run if it stops (launch_with_restarts).
     """
     plan = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
     launch = launch_module(backend)
@@ -228,6 +229,7 @@ def start_run(
             plan.resume.path if plan.resume else None,
             attempt=0,
             extra_env=probe.env() if probe is not None else None,
+            resume_with=resume_with,
         )
     except UserError:
         # A worker stopped on a user mistake before training: nothing of this call's run stays.
@@ -252,6 +254,7 @@ def resume_run(
     backend: Backend | None = None,
     world_size: int | None = None,
     probe: probes.Role | None = None,
+    resume_with: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """``dualtrain run --resume RUN_DIR``: continue a stopped or killed run from its latest complete
     checkpoint, on the checkpoint's backend, optionally at another world size (sharding exact)."""
@@ -298,6 +301,7 @@ def resume_run(
         ckpt.path,
         attempt=attempt,
         extra_env=probe.env() if probe is not None else None,
+        resume_with=resume_with,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -186,11 +187,14 @@ def test_external_kill_9_after_a_checkpoint(tmp_path, reference):
         time.sleep(0.005)
     pid = json.loads((out / "launch.json").read_text())["workers"][2]["pid"]
     os.kill(pid, signal.SIGKILL)
-    proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     if proc.returncode == 0:
         pytest.skip("the run finished before the kill landed")
     assert proc.returncode == 1
-    resumed = run_cli("run", "--resume", str(out), timeout=300)
+    # the failure says the exact command that continues the run; it is the one used here
+    command = err.split("continue it with: ", 1)[1].split(")")[0]
+    assert command == f"dualtrain run --resume {out}", err[-2000:]
+    resumed = run_cli(*shlex.split(command)[1:], timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert_same_run(reference["torch-w3"], out)
 

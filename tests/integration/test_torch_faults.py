@@ -97,6 +97,7 @@ def test_sigterm_stops_the_run_and_its_workers(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert "dualtrain: stopped by SIGTERM" in err and f"partial run left in {out}" in err, err
+    assert "no checkpoint to resume from (train.checkpoint_every writes them)" in err, err
     assert "Traceback" not in err, err
     for pid in pids:  # the launcher stopped (and reaped) its workers before exiting
         assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived the run"

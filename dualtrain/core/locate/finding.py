@@ -34,6 +34,11 @@ class Finding:
     detail: str
     rows: list[Row] = field(default_factory=list)
 
+    @property
+    def agrees(self) -> bool:
+        """The two sides agree to float64 rounding at every layer (``what`` is "nothing")."""
+        return self.what == "nothing"
+
     def line(self) -> str:
         if self.what == "nothing":
             return f"locator: {self.detail}" + (f": {self.mistake}" if self.mistake else "")
