@@ -43,6 +43,48 @@ def test_faithful_port_fp64_pair_agrees(runs):
     assert ref.a.summary["test_accuracy"] > 0.8
 
 
+#: an MLP as teams write it (Linear, LayerNorm, GELU) and its port with Keras's own layers
+GELU_MLP = (
+    f"model.path={ROOT / 'examples' / 'ports'}",
+    "model.torch=gelu_mlp_torch:gelu_mlp",
+    "model.keras=gelu_mlp_keras:gelu_mlp",
+    "model.args.width=32",
+    "train.max_steps=12",
+    "train.epochs=null",
+)
+
+
+def test_keras_own_gelu_port_passes_the_fp64_pair(runs):
+    # Keras's gelu is float32-accurate in float64 (core.limits); the fp64 run computes it exactly,
+    # says where and how far Keras's own op is from the exact form, and the pair agrees
+    ref = runs.reference(*GELU_MLP, config=PORT)
+    assert_reference_agrees(ref)
+    (limit,) = ref.b.summary["exact_ops"]
+    assert limit["op"] == "gelu" and limit["error"] > 1e-10
+    assert [w.split("/")[-1] for w in limit["where"]] == ["act1 (32 wide)", "act2 (32 wide)"]
+    assert "exact_ops" not in ref.a.summary  # torch's float64 gelu is exact
+
+
+@pytest.mark.slow
+def test_tanh_gelu_on_one_side_fails_named_at_that_layer(tmp_path):
+    # the same pair with the tanh approximation on the torch side: a real mistake at the layer
+    # whose Keras op is substituted still fails, and the verdict leads with the locator's finding
+    sets = (*GELU_MLP, "model.torch=gelu_mlp_torch:gelu_mlp_tanh")
+    args = [a for s in sets for a in ("--set", s)]
+    out = tmp_path / "cmp"
+    proc = run_cli("compare", "--config", PORT, *args, "--out", str(out), timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("verdict:"))
+    print(line)
+    assert line.startswith(
+        "verdict: FAIL, semantics differ: the input of torch 'fc2' / Keras 'fc2': approximate "
+        "vs exact gelu"
+    )
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == line and verdict["diagnosis"]["finding"] in line
+    assert [e["op"] for e in verdict["framework_limits"]] == ["gelu"]
+
+
 #: each mistaken port: the overrides that make it (the side that carries the mistake, and what
 #: the faithful other side needs: the exact gelu, batchnorm layers); the slow set runs SLOW
 GELU, BN = ("model.args.act=gelu",), ("model.args.bn=true",)
@@ -56,6 +98,7 @@ MISTAKES = {
     "keras_batchnorm_defaults": ("model.keras=mistaken_keras:keras_batchnorm_defaults", *BN),
     "keras_numbers_batchnorm (torch)": ("model.torch=mistaken_torch:keras_numbers_batchnorm", *BN),
 }
+MISTAKES["layernorm_keras_eps"] = (*GELU_MLP[:3], "model.keras=gelu_mlp_keras:gelu_mlp_keras_eps")
 SLOW = (  # flatten_hwc stays in the default suite for each kind of check
     "same_padding_strided",
     "keras_batchnorm",
@@ -64,6 +107,7 @@ SLOW = (  # flatten_hwc stays in the default suite for each kind of check
     "gelu_approximate (keras)",
     "keras_batchnorm_defaults",
     "keras_numbers_batchnorm (torch)",
+    "layernorm_keras_eps",
 )
 
 
@@ -242,6 +286,7 @@ LOCATED = {
     ),
     "keras_batchnorm_defaults": ("'block1.bn1'", "output", "BatchNorm eps"),
     "keras_numbers_batchnorm (torch)": ("'block1.bn1'", "output", "BatchNorm eps"),
+    "layernorm_keras_eps": ("'norm1'", "output", "LayerNorm eps (torch eps=1e-05, Keras"),
 }
 
 

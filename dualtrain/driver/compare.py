@@ -289,5 +289,7 @@ def locate_into(
         cmp.notes.append(f"locator: could not run ({exc})")
         return
     cmp.notes.append(finding.line())
+    if not finding.agrees:  # the layer and the mistake lead the verdict and the Diagnosis
+        cmp.diagnosis.finding = finding.lead()
     doc = {**finding.to_json(), "table": table(finding)}
     (out / LOCATOR_FILE).write_text(json.dumps(doc, indent=1) + "\n")

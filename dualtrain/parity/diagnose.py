@@ -89,19 +89,25 @@ class Diagnosis:
     culprits: list[str] = field(default_factory=list)
     """The precision paths the numerics checks found off ("tf fp16 path"), when that is the
     cause."""
+    finding: str | None = None
+    """A model pair's locator finding (the layer, the mistake, what to do), when the locator ran
+    after the fp64 pair disagreed: it leads the verdict line and the Diagnosis."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def summary(self) -> str:
-        if self.passed:
-            return "all checks pass"
-        where = (
+    def where(self) -> str:
+        return (
             f"first divergent step {self.first_divergent_step}"
             if self.first_divergent_step is not None
             else "no per-step divergence"
         )
-        cause = f"likely cause: {self.cause}"
+
+    def summary(self) -> str:
+        if self.passed:
+            return "all checks pass"
+        where = self.where()
+        cause = f"likely cause: {self.finding or self.cause}"
         if self.culprits:
             cause += f" ({', '.join(self.culprits)})"
         if self.cause != self.category:

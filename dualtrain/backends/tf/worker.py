@@ -326,6 +326,10 @@ def worker_facts(spec: Experiment, role: Role, tf_: Configured) -> dict[str, Any
         "threads_per_worker": tf_.threads,
         "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
     }
+    from . import exact  # lazy: framework
+
+    if exact.installed():  # a pair's fp64 run: where Keras's own op ran exactly (core.limits)
+        facts["exact_ops"] = exact.report()
     if role.rank == 0:  # what this CPU's kernels do in the run's precision (summary.json)
         facts["kernels"] = kernels.for_run(
             spec.precision.dtype.value, tf_kernels.static_facts(cpu_flags()), tf_kernels.product

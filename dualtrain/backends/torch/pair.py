@@ -116,7 +116,9 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                     "name": name,
                     "cls": type(m).__name__,
                     "kind": kind(m),
-                    **({"momentum": m.momentum, "eps": m.eps} if bn else {}),
+                    **({"momentum": m.momentum} if bn else {}),
+                    # every normalisation's epsilon (batch, layer, group, instance norm)
+                    **({"eps": eps} if isinstance(eps := getattr(m, "eps", None), float) else {}),
                     "in": [list(x.shape[1:]) for x in inputs if isinstance(x, torch.Tensor)],
                     "out": list(out.shape[1:]) if isinstance(out, torch.Tensor) else None,
                 }

@@ -39,6 +39,18 @@ class Finding:
         """The two sides agree to float64 rounding at every layer (``what`` is "nothing")."""
         return self.what == "nothing"
 
+    def lead(self) -> str:
+        """The finding in a few words, for the verdict line: the layer and the mistake (or what
+        differs there, and by how much)."""
+        if self.what == "nothing":
+            return "the models agree layer by layer on the locator's batch" + (
+                f" ({self.mistake})" if self.mistake else ""
+            )
+        if self.mistake:
+            at = f"the input of {self.where}" if self.what == "input" else self.where
+            return f"{at}: {self.mistake}"
+        return f"{self.where}: its {self.what} differs ({self.size:.2g}; no classic mistake fits)"
+
     def line(self) -> str:
         if self.what == "nothing":
             return f"locator: {self.detail}" + (f": {self.mistake}" if self.mistake else "")

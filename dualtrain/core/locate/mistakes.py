@@ -74,7 +74,8 @@ def activation_mistake(t: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> st
         if any("gelu" in n for n in only_t + only_k):
             return (
                 f"approximate vs exact gelu (torch uses {', '.join(only_t) or '-'}, Keras "
-                f"{', '.join(only_k) or '-'})"
+                f"{', '.join(only_k) or '-'}; one form on both sides: nn.GELU() is Keras's "
+                f"gelu(approximate=False), nn.GELU(approximate='tanh') its approximate=True)"
             )
         return (
             f"a different activation (torch: {', '.join(only_t) or '-'}; Keras: "
@@ -121,6 +122,9 @@ def layer_mistake(
         )
     if kind == "batchnorm":
         return batchnorm_mistake(layout, module, layer, t, k, weights)
+    eps = norm_eps_mistake(_torch_layer(layout, module), cfg)
+    if eps:
+        return eps
     act = cfg.get("activation")
     if act == "softmax":
         return "softmax inside the model while the loss takes logits (the loss applies its own)"
@@ -137,6 +141,22 @@ def layer_mistake(
             if _close(fed, untransposed):
                 return "a transposed kernel: the Keras kernel is the torch weight untransposed"
     return ""
+
+
+def norm_eps_mistake(tc: dict[str, Any], kc: dict[str, Any]) -> str:
+    """A normalisation layer's epsilon that differs between the sides (LayerNorm, GroupNorm,
+    ...: torch's eps, Keras's epsilon; Keras's defaults are often 1e-3 where torch's are 1e-5)."""
+    eps_k = kc.get("epsilon", kc.get("eps"))
+    if "eps" not in tc or eps_k is None:
+        return ""
+    eps_t, eps_k = float(tc["eps"]), float(eps_k)
+    if abs(eps_t - eps_k) <= 1e-15 * max(abs(eps_t), 1e-30) + 1e-300:
+        return ""
+    what = str(tc.get("cls", "normalisation")).removesuffix("2d").removesuffix("1d")
+    return (
+        f"{what} eps (torch eps={eps_t:g}, Keras {kc.get('cls', 'layer')} epsilon={eps_k:g}; "
+        f"set the Keras layer's epsilon={eps_t:g})"
+    )
 
 
 def _torch_layer(layout: Layout, name: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
+from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.environment import env_html
 from dualtrain.parity.report.figures import figures
@@ -77,6 +78,7 @@ def html_report(
         parts += ["<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in local_rows]
         parts.append("</table>")
     parts += kernels_report.html_parts(v.get("kernels"))
+    parts += limits_report.html_parts(v.get("framework_limits"))
     _diagnosis_html(parts, d)
     if cmp.notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
@@ -130,6 +132,8 @@ def _diagnosis_html(parts: list[str], d: Diagnosis) -> None:
         parts.append("<p>All checks pass: the two runs agree within the tolerances.</p>")
     else:
         step = d.first_divergent_step if d.first_divergent_step is not None else "none"
+        if d.finding:
+            parts.append(f"<p>Finding (the locator): <b>{e(d.finding)}</b></p>")
         parts.append(
             f"<p>Category: <b>{e(str(d.category))}</b>. First divergent step: "
             f"<b>{e(str(step))}</b>. Likely cause: <b>{e(str(d.cause))}</b>.</p><ul>"

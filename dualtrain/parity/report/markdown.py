@@ -6,6 +6,7 @@ from typing import Any
 
 from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
+from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.environment import env_markdown
 from dualtrain.parity.report.tables import LOCAL_INTRO, local_table_head, local_table_rows
@@ -71,6 +72,7 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
         ]
         lines += ["| " + " | ".join(r) + " |" for r in local_rows]
     lines += kernels_report.markdown(v.get("kernels"))
+    lines += limits_report.markdown(v.get("framework_limits"))
     _diagnosis_markdown(lines, d)
     lines += env_markdown(v)
     if cmp.notes:
@@ -91,6 +93,8 @@ def _diagnosis_markdown(lines: list[str], d: Diagnosis) -> None:
         lines.append("All checks pass: the two runs agree within the tolerances.")
     else:
         step = d.first_divergent_step
+        if d.finding:
+            lines.append(f"- **finding** (the locator, docs/own-models.md): **{d.finding}**")
         lines.append(
             f"- first divergent step: "
             f"{step if step is not None else 'none (no per-step check failed)'}"

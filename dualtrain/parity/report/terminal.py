@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dualtrain.parity.report import kernels as kernels_report
+from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.verdict import environment, fmt_value, status, verdict_line
 
@@ -52,6 +53,7 @@ def terminal_summary(cmp: Comparison) -> str:
     differ = kernels_report.line(kernels_report.model(cmp))
     if differ:
         out.append(f"  kernels: {differ}")
+    out += [f"  {line}" for line in limits_report.lines(limits_report.model(cmp))]
     for n in cmp.notes:
         out.append(f"  note: {n}")
     out.append(verdict_line(cmp))

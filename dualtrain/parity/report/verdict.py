@@ -14,6 +14,7 @@ import yaml
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks import Check
 from dualtrain.parity.report import kernels as kernels_report
+from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.tolerances import LOCAL, REFERENCE, precision_of
 from dualtrain.records.envinfo import env_differences
@@ -57,6 +58,11 @@ def verdict_line(cmp: Comparison) -> str:
     category = cmp.diagnosis.category
     if cmp.diagnosis.culprits:
         category = f"{category}: {', '.join(cmp.diagnosis.culprits)}"
+    if cmp.diagnosis.finding:  # the locator's layer and mistake lead
+        return (
+            f"verdict: FAIL, {category}: {cmp.diagnosis.finding} ({n_pass}/{len(scored)} checks; "
+            f"failed: {failed}); {cmp.diagnosis.where()}"
+        )
     return (
         f"verdict: FAIL, {category} ({n_pass}/{len(scored)} checks; failed: {failed}); "
         f"{cmp.diagnosis.summary()}"
@@ -190,6 +196,7 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
         },
         "environment": environment(cmp),
         "kernels": kernels_report.model(cmp),
+        "framework_limits": limits_report.model(cmp),
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
