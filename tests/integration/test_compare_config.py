@@ -62,6 +62,11 @@ def test_compare_config_tiny(tmp_path):
         assert (out / name).is_file(), name
     v = json.loads((out / "verdict.json").read_text())
     assert v["runs"]["a"]["label"] == "torch" and v["runs"]["b"]["label"] == "tf"
+    # the README's table says how many checks this compare passes: the number is this run's
+    scored = [c for c in v["checks"] if not c["informational"]]
+    readme = (ROOT / "README.md").read_text()
+    assert f"all {len(scored)} checks pass" in readme, len(scored)
+    assert f"({len(scored)}/{len(scored)} checks;" in v["verdict"]
     assert v["runs"]["reference_b"]["path"] == str(out / "fp64-tf")
     steps = json.loads((out / "torch/summary.json").read_text())["steps"]
     checks = {c["name"]: c for c in v["checks"]}
