@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from dualtrain.core.weights import load_weights
+from dualtrain.driver.export_check import load_back
+from dualtrain.errors import UserError
 from dualtrain.parity import compare_records
 from dualtrain.parity.checks import (
     Reference,
@@ -22,6 +24,7 @@ from dualtrain.parity.checks import (
 from dualtrain.parity.diagnose import SEMANTICS
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
+from dualtrain.runtime.entry import run_spec
 from testkit.cli import ROOT, run_cli
 from testkit.parity_runs import assert_reference_agrees
 from testkit.shared import run_outputs, run_without_dualtrain
@@ -227,6 +230,44 @@ def test_pair_exports_load_without_dualtrain(runs, tmp_path, fmt, sets):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(np.abs(np.load(out) - expected).max()) < 1e-4
+
+
+def test_an_export_is_loaded_back_before_it_is_done(runs, tmp_path):
+    # the torch side imports its neighbour module (mistaken_torch imports small_resnet_torch): the
+    # export copies both, and dualtrain export loads it back without dualtrain before it says done
+    steps = ("train.max_steps=2", "train.epochs=null")
+    run = runs("torch", SHORT[0], "model.torch=mistaken_torch:flatten_hwc", *steps, config=PORT)
+    folder = tmp_path / "torch"
+    proc = run_cli("export", str(run), "--format", "torch", "--out", str(folder), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "(loaded back without dualtrain)" in proc.stdout
+    assert {"mistaken_torch.py", "small_resnet_torch.py"} <= {p.name for p in folder.iterdir()}
+    # the check fails on a defect of the class it guards: a module the export needs, missing
+    (folder / "small_resnet_torch.py").unlink()
+    with pytest.raises(UserError, match="No module named 'small_resnet_torch'. Nothing was"):
+        load_back("torch", folder, run_spec(run), 10)
+
+
+@pytest.mark.slow
+def test_keras_export_with_the_users_own_activation_says_how_to_load(runs, tmp_path):
+    # Activation(erf_gelu), a function of the user's module: a bare load_model cannot find it, so
+    # the export says the exact lines that load it, and those lines work without dualtrain
+    sets = (
+        SHORT[0],
+        "model.torch=gelu_mlp_torch:gelu_mlp",
+        "model.keras=gelu_mlp_keras:gelu_mlp_own_activation",
+        "train.max_steps=2",
+        "train.epochs=null",
+    )
+    run = runs("tf", *sets, config=PORT)
+    folder = tmp_path / "keras"
+    proc = run_cli("export", str(run), "--format", "keras", "--out", str(folder), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    how = json.loads((folder / "export.json").read_text())["load"]
+    assert "custom_objects={'erf_gelu': gelu_mlp_keras.erf_gelu}" in how and how in proc.stdout
+    code = f"import keras\n{how.replace('; ', chr(10))}\n"
+    loaded = run_without_dualtrain(code, cwd=folder)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
 
 
 #: CI's slow part runs the hardest case (3 workers, batchnorm, one TF process per replica); the full

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 
@@ -50,4 +52,9 @@ def export(run_dir: str, fmt: str, out: str | None, overwrite: bool, which: str)
     from dualtrain.driver.export import export_run  # lazy: heavy (+55 ms on dualtrain --help)
 
     folder = export_run(run_dir, fmt, out, overwrite=overwrite, which=which)
-    click.echo(f"dualtrain: exported {run_dir} as {fmt} -> {folder}")
+    click.echo(
+        f"dualtrain: exported {run_dir} as {fmt} -> {folder} (loaded back without dualtrain)"
+    )
+    how = json.loads((folder / "export.json").read_text()).get("load")
+    if how:  # a pair whose Keras model needs the user's module to open
+        click.echo(f"dualtrain: model.keras needs your code to load: {how}")

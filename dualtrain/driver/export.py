@@ -31,6 +31,7 @@ from dualtrain.core import pair
 from dualtrain.core.data.dataset import read_record
 from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
+from dualtrain.driver.export_check import load_back
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
 from dualtrain.launch.child import worker_env
@@ -149,6 +150,10 @@ def export_run(
             "output": f"(N, {_width(spec, run_dir)}): "
             + ("values" if spec.model.loss.value == "mse" else "logits"),
         }
+        # loaded back in a fresh process without dualtrain before it is reported done
+        how = load_back(fmt, tmp, spec, _width(spec, run_dir))
+        if how is not None:
+            meta["load"] = how
         (tmp / "export.json").write_text(json.dumps(meta, indent=2) + "\n")
         _publish_modes(tmp)
         _put_in_place(tmp, target, replace)

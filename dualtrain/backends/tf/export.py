@@ -5,14 +5,35 @@ without dualtrain. Run by ``python -m dualtrain.backends.tf.tools export``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dualtrain.core import pair
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
+
+
+def _own(obj: Any) -> bool:
+    module = getattr(obj, "__module__", "") or ""
+    return not module.startswith(("keras", "tensorflow", "dualtrain", "builtins", "numpy"))
+
+
+def custom_objects(net: Any) -> dict[str, list[str]]:
+    """The user's own layer classes and activation functions in ``net`` (defined outside Keras,
+    TensorFlow and dualtrain), which keras.saving.load_model must be given unless the user's code
+    registered them: {name: [module, attribute]}."""
+    found: dict[str, list[str]] = {}
+    for layer in net._flatten_layers(include_self=True, recursive=True):
+        for obj in (type(layer), getattr(layer, "activation", None)):
+            if obj is not None and callable(obj) and _own(obj):
+                name = getattr(obj, "__name__", "")
+                if name and "<" not in name:  # a lambda has no name to load it by
+                    found[name] = [obj.__module__, getattr(obj, "__qualname__", name)]
+    return found
 
 
 def export_keras(
@@ -31,6 +52,9 @@ def export_keras(
         net = pair_tf.build_keras(spec.model, dtype)
         pair_tf.load_canonical(pair_tf.named_variables(net, layout), layout, weights)
         pair_tf.keras_only(net).save(str(Path(out) / "model.keras"))
+        custom = custom_objects(net)
+        if custom:  # what load_model needs from the user's code (dualtrain.driver.export_check)
+            (Path(out) / pair.CUSTOM_OBJECTS_FILE).write_text(json.dumps(custom, indent=1) + "\n")
         return
     model, named = build_inference_model(spec.model, dtype)
     load_canonical(named, weights)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,17 @@ def load(path=Path(__file__).with_name("model.safetensors")) -> torch.nn.Module:
 '''
 
 
+def _local_modules(where: Path) -> list[Path]:
+    """The top-level modules loaded from the folder ``where`` (the user's factory module and the
+    ones it imports from beside it), which the exported model.py imports."""
+    out = []
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if f and f.endswith(".py") and Path(f).resolve().parent == where.resolve():
+            out.append(Path(f))
+    return sorted(set(out))
+
+
 def _export_pair(spec: Experiment, weights: Weights, folder: Path, dtype: str) -> None:
     """A model pair's torch side: its state dict, the file that defines the factory, and a
     model.py that builds and loads it."""
@@ -162,8 +174,9 @@ def _export_pair(spec: Experiment, weights: Weights, folder: Path, dtype: str) -
     module, _, attr = spec.model.torch.partition(":")
     factory = import_factory(spec.model.torch, spec.model.path, "model.torch")
     source = inspect.getsourcefile(factory)
-    if source is not None and "." not in module:  # a top-level module: one file to copy
-        shutil.copy(source, folder / Path(source).name)
+    if source is not None and "." not in module:  # a top-level module: its file, and the files
+        for path in _local_modules(Path(source).parent):  # of its folder it imported
+            shutil.copy(path, folder / path.name)
     (folder / "model.py").write_text(
         _PAIR.format(
             model=spec.name,

@@ -32,6 +32,7 @@ from dualtrain.core.pair.factories import (
 )
 from dualtrain.core.pair.mapfile import read_map_file
 from dualtrain.core.pair.record import (
+    CUSTOM_OBJECTS_FILE,
     PAIR_FILE,
     SKIPPED_BUFFERS,
     KerasVar,
@@ -46,6 +47,7 @@ from dualtrain.core.pair.record import (
 from dualtrain.core.pair.transforms import keras_shape, to_canonical, to_keras
 
 __all__ = [
+    "CUSTOM_OBJECTS_FILE",
     "PAIR_FILE",
     "SKIPPED_BUFFERS",
     "KerasVar",

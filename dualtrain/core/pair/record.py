@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 
 PAIR_FILE = "model_pair.json"
+#: in a Keras export being written: the user's objects model.keras refers to, {name: [module,
+#: attribute]} (backends/tf/export.py writes it; driver/export_check.py reads it into export.json)
+CUSTOM_OBJECTS_FILE = "custom_objects.json"
 #: The torch state dict entries that are no weight (BatchNorm's counter: the run's step count
 #: is the optimizer's, and Keras has no such variable)
 SKIPPED_BUFFERS = ("num_batches_tracked",)
