@@ -6,3 +6,20 @@ from dualtrain.errors import UserError
 def user_error(backend: str, argument: str) -> None:
     """Stop the worker on a user error, as a mistake only a worker can see would."""
     raise UserError(argument)
+
+
+def probe_state_does_not_load(backend: str, argument: str) -> None:
+    """The ``argument`` backend's requested-precision run cannot load the probe states the other
+    backend recorded (as an optimizer state with a slot this side does not keep would): its
+    replay stops on a user error naming it."""
+    if backend != argument:
+        return
+    from dualtrain.runtime import probes  # lazy: cycle
+
+    def load(run_dir, step):
+        raise UserError(
+            f"the probe state at step {step} holds optimizer slot 'velocity', which this "
+            f"backend's optimizer does not keep"
+        )
+
+    probes.load = load

@@ -27,16 +27,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dualtrain.backends import PACKAGES, launch_module
+from dualtrain.driver.compare_failed import judge_partial, write_failed_only
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
 from dualtrain.driver.locate import locate_pair, table
 from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.runs import resume_run, start_run
 from dualtrain.driver.validate import validate
-from dualtrain.errors import UserError
+from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder
 from dualtrain.parity.diagnose import SEMANTICS
-from dualtrain.parity.report import Comparison, compare_dirs, write_report
+from dualtrain.parity.report import VERDICT_FILE, Comparison, compare_dirs, write_report
 from dualtrain.spec import Backend, Experiment
 
 REFERENCE_CHOICES = ("fp64", "none")
@@ -159,10 +160,14 @@ def compare_backends(
     say(f"{Progress.PREFIX} {spec.name}: {len(runs)} runs, {what} -> {out}")
     tracker = Progress(runs, progress, overlap)
     took: dict[int, float] = {}
+    failed: dict[str, str] = {}  # label -> why: the runs that could not finish
     t0 = time.perf_counter()
 
-    def one(i: int) -> Path:
+    def one(i: int) -> Path | None:
         run, have = runs[i], existing[runs[i].label]
+        if run.probe is not None and run.probe.source is not None and "fp64-torch" in failed:
+            failed[run.label] = "not run: the fp64 torch run that records its probe states failed"
+            return None
         if have.state == "finished":
             say(
                 f"{Progress.PREFIX} {tracker._tag(i)}: {run.what}: finished earlier, reused "
@@ -185,6 +190,10 @@ def compare_backends(
                 run_dir, _ = start_run(
                     run.spec, run.backend, run.where, probe=run.probe, resume_with=again
                 )
+        except RunFailed as exc:  # judged with what finished (compare_failed)
+            took[i] = tracker.end(i, ok=False)
+            failed[run.label] = str(exc)
+            return None
         except BaseException as exc:
             tracker.end(i, ok=False, interrupted=isinstance(exc, KeyboardInterrupt))
             raise
@@ -195,7 +204,28 @@ def compare_backends(
     notes: list[str] = []
     dirs = _run_all(one, runs, overlap, notes)
     _add_run_notes(notes, reference, with_ref, runs, existing, took, t0)
-    return _judge(spec, out, runs, dirs, with_ref, notes, progress)
+    if failed:
+        return _judge_failed(out, runs, dirs, failed, notes)
+    return _judge(spec, out, runs, dirs, with_ref, notes, progress)  # type: ignore[arg-type]
+
+
+def _judge_failed(
+    out: Path,
+    runs: list[PlannedRun],
+    dirs: list[Path | None],
+    failed: dict[str, str],
+    notes: list[str],
+) -> Comparison:
+    """Some runs could not finish: judge what the others allow (compare_failed); with no two runs
+    left to compare, the verdict says which failed and the first failure is raised."""
+    (out / LOCATOR_FILE).unlink(missing_ok=True)
+    cmp = judge_partial(runs, dirs, failed, notes)
+    if cmp is None:
+        write_failed_only(out, runs, failed)
+        first = next(iter(failed.values()))
+        raise RunFailed(f"{first} ({out / VERDICT_FILE} names every run that did not finish)")
+    write_report(cmp, out)
+    return cmp
 
 
 def _what_runs(with_ref: bool) -> str:
@@ -209,8 +239,8 @@ def _what_runs(with_ref: bool) -> str:
 
 
 def _run_all(
-    one: Callable[[int], Path], runs: list[PlannedRun], overlap: bool, notes: list[str]
-) -> list[Path]:
+    one: Callable[[int], Path | None], runs: list[PlannedRun], overlap: bool, notes: list[str]
+) -> list[Path | None]:
     """Every planned run by ``one``, in order (``overlap``: two at a time); their run folders."""
     if overlap:
         # Two at a time, pair by pair: the fp64 pair must have finished (its recorded probe states)

@@ -11,6 +11,7 @@ import yaml
 
 from dualtrain.core.weights import load_weights
 from dualtrain.records.tbevents import EVAL_TAGS, TRAIN_TAGS, read_logdir
+from dualtrain.runtime.entry import TEST_HOOK
 from testkit.cli import ROOT, require, run_cli
 
 require("torch", "tensorflow", "keras")  # both backends' frameworks (skip only if not installed)
@@ -216,3 +217,33 @@ def test_a_compare_is_taken_up_where_it_stopped(tmp_path):
         "verdict.json",
     ]
     assert yaml.safe_load((out / "torch/spec.yaml").read_text())["optimizer"]["lr"] == 0.02
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_finish_still_gets_a_verdict(tmp_path):
+    # the tf run cannot load the probe states torch recorded (a test hook makes its replay stop on
+    # the user error an optimizer slot it does not keep would give): compare still judges what
+    # finished (the fp64 pair), and the verdict leads with the run, the reason and what it means
+    out = tmp_path / "cmp"
+    sets = ("train.epochs=1", "data.train_limit=1280", "data.test_limit=500")
+    res = run_cli(
+        "compare",
+        "--config",
+        str(ROOT / "configs/mnist_mlp.yaml"),
+        *[a for s in sets for a in ("--set", s)],
+        "--out",
+        str(out),
+        timeout=300,
+        env={TEST_HOOK: "testkit.worker_hooks:probe_state_does_not_load=tf"},
+    )
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["category"] == "run failed" and not v["passed"]
+    assert v["verdict"].startswith(
+        "verdict: FAIL, run failed: tf fp32 could not finish: tf run failed: the probe state at "
+        "step 1 holds optimizer slot 'velocity'"
+    )
+    assert "the requested-precision checks" in v["verdict"] and v["verdict"] in res.stdout
+    checks = {c["name"]: c for c in v["checks"]}
+    assert checks["reference_loss"]["passed"] and checks["reference_weights"]["passed"]
+    assert "run failed" in (out / "report.md").read_text()
