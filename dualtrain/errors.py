@@ -29,3 +29,39 @@ class RunFailed(Exception):
     ):
         super().__init__(message)
         self.rank, self.code, self.hard_exit = rank, code, hard_exit
+
+
+#: the longest value a ``Received:`` shows, in characters
+SHOWN_CHARS = 300
+
+
+def shown(value: object) -> str:
+    """``value`` as an error's ``Received:`` shows it, on one line: plain values (numbers, strings,
+    lists and dicts of them) as their repr, cut at SHOWN_CHARS; anything else (a pandas DataFrame,
+    a NumPy array, a tensor) by its type and shape, never its content, which would print the whole
+    frame into a message meant to be one line."""
+    text = _plain(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
+
+
+def _plain(value: object) -> str:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_plain(v) for v in value)
+        if isinstance(value, list):
+            return f"[{inner}]"
+        return f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_plain(k)}: {_plain(v)}" for k, v in value.items()) + "}"
+    shape = getattr(value, "shape", None)
+    kind = type(value).__name__
+    if shape == ():  # a NumPy scalar
+        return repr(value)
+    a = "an" if kind[:1].lower() in "aeiou" or kind == "ndarray" else "a"
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        if hasattr(value, "columns") and len(shape) == 2:  # a DataFrame
+            return f"{a} {kind} of {shape[0]} rows x {shape[1]} columns"
+        dtype = getattr(value, "dtype", None)
+        return f"{a} {kind} ({dtype}, shape {shape})" if dtype is not None else f"{a} {kind}"
+    return f"{a} {kind}"

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Union
 
+from dualtrain.api import inmemory
 from dualtrain.api.overrides import merge_override, to_plain
 from dualtrain.api.results import CompareResult, RunResult, build_run_result, finished_line
 from dualtrain.backends import parse_backend
@@ -74,11 +75,13 @@ def experiment(
     set: Sequence[str] = (),
     **overrides: Any,
 ) -> Experiment:
-    """The spec :func:`run` would run, validated; nothing is started or written.
+    """The spec :func:`run` would run, validated; nothing is started, and nothing is written but
+    the cache a DataFrame or NumPy arrays given as ``data`` go into.
 
     ``spec``: a path to a YAML file, a dict (the YAML schema) or an Experiment. Overrides: see the
-    module docstring. Raises UserError (one line, naming the field) for an unknown key or a bad
-    value.
+    module docstring; ``data`` may also be a pandas DataFrame or a dict of NumPy arrays
+    (:mod:`dualtrain.api.inmemory`: written into dualtrain's cache, the one thing this writes).
+    Raises UserError (one line, naming the field) for an unknown key or a bad value.
     """
     strings = [set] if isinstance(set, str) else list(set)
     if isinstance(spec, Experiment):
@@ -96,6 +99,8 @@ def experiment(
         )
     raw = apply_overrides(raw, [])  # the loader's short forms (precision: fp16) first
     for key, value in overrides.items():
+        if key == "data":  # a DataFrame or NumPy arrays: the section's path (api/inmemory.py)
+            value = inmemory.data_section(value)
         raw = merge_override(raw, key, value)
     raw = apply_overrides(raw, strings)
     if world_size is not None:
@@ -104,7 +109,8 @@ def experiment(
         raw = merge_override(
             raw, "precision", {"dtype": precision} if isinstance(precision, str) else precision
         )
-    return from_dict(raw)
+    raw, held = inmemory.hold(raw)  # validated with placeholders, then written into the cache
+    return inmemory.materialise(from_dict(raw), held)
 
 
 def _backend(backend: str) -> Backend:

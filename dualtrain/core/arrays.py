@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dualtrain.core import filekinds
 from dualtrain.errors import UserError
 
 SPLITS = ("train", "test")
@@ -61,6 +62,8 @@ def read(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
     where = str(path)
     out: dict[str, np.ndarray] = {}
     if p.is_dir():
+        if not any(p.glob("*.npy")):
+            raise UserError(filekinds.refusal(p, where, "arrays"))
         missing = [k for k in names if not (p / f"{k}.npy").is_file()]
         if missing:
             have = sorted(f.stem for f in p.glob("*.npy"))
@@ -76,6 +79,8 @@ def read(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
             f"{', '.join(k + '.npy' for k in names)}. Received: data.path={where!r}"
         )
     elif p.is_file():
+        if not filekinds.reads(filekinds.file_kind(p), "arrays"):
+            raise UserError(filekinds.refusal(p, where, "arrays"))
         try:
             with np.load(p, allow_pickle=False) as z:
                 missing = [k for k in names if k not in z.files]
@@ -93,8 +98,11 @@ def read(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
                         ) from None
         except (OSError, zipfile.BadZipFile, EOFError, TypeError) as exc:
             raise UserError(f"{where}: not a readable .npz file ({exc})") from None
-        except ValueError as exc:  # np.load on something that is neither npz nor npy
-            raise UserError(f"{where}: not an .npz file ({exc})") from None
+        except ValueError:  # np.load on something that is neither npz nor npy: it tried a pickle
+            raise UserError(
+                f"{where}: not an .npz file (neither a zip of .npy arrays nor an .npy array); save "
+                f"the arrays with numpy.savez. Received: data.path={where!r}"
+            ) from None
     else:
         raise UserError(f"data.path does not exist. Received: {where!r}")
     for k, a in out.items():

@@ -149,6 +149,8 @@ def export_run(
             "inputs": _inputs(spec, run_dir, fmt),
             "output": f"(N, {_width(spec, run_dir)}): "
             + ("values" if spec.model.loss.value == "mse" else "logits"),
+            # a table's text target: output i is class_names[i]
+            "class_names": ((read_record(run_dir) or {}).get("table") or {}).get("class_names"),
         }
         # loaded back in a fresh process without dualtrain before it is reported done
         how = load_back(fmt, tmp, spec, _width(spec, run_dir))

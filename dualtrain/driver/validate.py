@@ -32,13 +32,7 @@ of one spec: the data's content is read and hashed once)."""
 def checked_data(spec: Experiment, width: int | None = None) -> data_mod.Data:
     """:func:`dualtrain.core.data.check`, once per process for the same data and model (a file
     changed since, by size or mtime, is checked again)."""
-    source = data_mod.locate(spec)
-    kind, _, where = source.partition(":")
-    stamp = ""
-    if kind == "arrays":
-        p = Path(where).expanduser()
-        files = sorted(p.glob("*.npy")) if p.is_dir() else [p]
-        stamp = ";".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    stamp = data_mod.stamp(spec, data_mod.locate(spec))
     key = repr((spec.data, spec.model, spec.seed, stamp))
     if key not in _CHECKED:
         _CHECKED[key] = data_mod.check(spec, width=width)

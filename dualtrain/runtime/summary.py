@@ -71,6 +71,9 @@ def summary(
         "model_sha256": model_sha256 or None,
         "weights_final_digest": weights_digest(weights),
         "data_source": data.source,
+        # a table's: its file's sha256 and the class names its text target was encoded to
+        "table_sha256": (data.facts.get("table") or {}).get("sha256"),
+        "class_names": data.class_names,
         "sharding": spec.data.sharding.value,
         "steps_per_epoch": steps_per_epoch,
         "determinism": spec.determinism,

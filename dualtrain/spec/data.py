@@ -4,7 +4,7 @@ dataclasses whose ``__post_init__`` range-checks every value with a one-line Use
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dualtrain.spec.fields import COSMETIC, FREE, SPEC_DATACLASS, check_field, tagged_field
 from dualtrain.spec.vocab import Dataset, LastBatch, Normalize, Sharding
@@ -37,14 +37,25 @@ class InputStats:
 @dataclass(**SPEC_DATACLASS)
 class DataSpec:
     dataset: Dataset = Dataset.MNIST
-    """mnist, arrays (your own .npz or .npy folder at ``path``), or a dataset bundled with
-    scikit-learn: digits, wine, breast_cancer, diabetes (docs/data.md)."""
+    """mnist, arrays (your own .npz or .npy folder at ``path``), table (your own CSV or Parquet
+    file at ``path``), or a dataset bundled with scikit-learn: digits, wine, breast_cancer, diabetes
+    (docs/data.md)."""
     path: str | None = tagged_field(COSMETIC, FREE, default=None)
     """arrays: an .npz file or a folder of .npy files holding ``{input}_train``, ``{input}_test``,
-    ``{target}_train`` and ``{target}_test`` (.npy files are memory-mapped). Its content's sha256
-    is what the run records and resume and continuation check, not the path."""
+    ``{target}_train`` and ``{target}_test`` (.npy files are memory-mapped). table: a .csv (.tsv,
+    .csv.gz) or .parquet file with a header row, one sample a row. Its content's sha256 is what the
+    run records and resume and continuation check, not the path."""
     target: str = "y"
-    """arrays: the target's name (its arrays are ``{target}_train`` and ``{target}_test``)."""
+    """arrays: the target's name (its arrays are ``{target}_train`` and ``{target}_test``). table:
+    the target column's name."""
+    columns: dict[str, list[str]] = field(default_factory=dict)
+    """table: each model input's columns, ``{x: [c1, c2, ...]}``, in that order. Empty: the
+    model's one input takes every column but the target, in the table's order."""
+    test_path: str | None = tagged_field(COSMETIC, FREE, default=None)
+    """table: the test split, a second table with the same columns (or give ``test_fraction``)."""
+    test_fraction: float | None = None
+    """table: the test split drawn from the table's rows, a fraction in (0, 1): that many rows by a
+    permutation of the seed, identical on both backends (or give ``test_path``)."""
     normalize: Normalize = Normalize.AUTO
     """auto: every input as (x - mean) / std per channel (images) or feature (tables), the values
     from ``stats`` where given, else computed once from the training split (validation excluded)
@@ -97,14 +108,21 @@ class DataSpec:
                 "must name an .npz file or a folder of .npy files with dataset: arrays",
                 self.path,
             )
+        elif self.dataset is Dataset.TABLE:
+            check_field(
+                bool(self.path),
+                "data.path",
+                "must name a .csv or .parquet file with dataset: table",
+                self.path,
+            )
         else:
             check_field(
                 self.path is None,
                 "data.path",
-                "is only for dataset: arrays",
+                "is only for dataset: arrays or table",
                 self.path,
             )
-        check_field(self.target.isidentifier(), "data.target", "must be an identifier", self.target)
+        self._check_table()
         if self.validation is not None:
             check_field(
                 0.0 < self.validation < 1.0,
@@ -133,3 +151,48 @@ class DataSpec:
             "gives normalisation values, which data.normalize: none turns off; drop one",
             names,
         )
+
+    def _check_table(self) -> None:
+        """The table fields: a target column, the inputs' columns, one test split."""
+        if self.dataset is not Dataset.TABLE:
+            check_field(
+                self.target.isidentifier(), "data.target", "must be an identifier", self.target
+            )
+            for name in ("columns", "test_path", "test_fraction"):
+                value = getattr(self, name)
+                check_field(not value, f"data.{name}", "is only for dataset: table", value)
+            return
+        check_field(bool(self.target), "data.target", "must name the target column", self.target)
+        for name, cols in self.columns.items():
+            check_field(
+                name.isidentifier()
+                and isinstance(cols, list)
+                and bool(cols)
+                and all(isinstance(c, str) and c for c in cols),
+                f"data.columns[{name}]",
+                "must map a model input to a list of column names, e.g. {x: [c1, c2]}",
+                cols,
+            )
+            check_field(
+                len(set(cols)) == len(cols), f"data.columns[{name}]", "names a column twice", cols
+            )
+            check_field(
+                self.target not in cols,
+                f"data.columns[{name}]",
+                f"names the target column {self.target!r} as an input",
+                cols,
+            )
+        check_field(
+            (self.test_path is None) != (self.test_fraction is None),
+            "data.dataset table",
+            "needs one test split: data.test_fraction (a fraction of its rows) or data.test_path "
+            "(a second table), not both",
+            {"test_fraction": self.test_fraction, "test_path": self.test_path},
+        )
+        if self.test_fraction is not None:
+            check_field(
+                0.0 < self.test_fraction < 1.0,
+                "data.test_fraction",
+                "must be a fraction in (0, 1)",
+                self.test_fraction,
+            )

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from dualtrain.errors import UserError
+from dualtrain.errors import UserError, shown
 
 
 def _fail(path: str, requirement: str, value: Any) -> UserError:
-    return UserError(f"{path} {requirement}. Received: {value!r}")
+    return UserError(f"{path} {requirement}. Received: {shown(value)}")
 
 
 def check_field(cond: bool, path: str, requirement: str, value: Any) -> None:

@@ -7,7 +7,7 @@ import difflib
 import enum
 from typing import Any, TypeVar
 
-from dualtrain.errors import UserError
+from dualtrain.errors import UserError, shown
 
 _E = TypeVar("_E", bound="StrEnum")
 
@@ -44,7 +44,7 @@ class StrEnum(str, enum.Enum):
                     f"{path} must be one of {cls.values()}; did you mean {hint}? "
                     f"Received: {value!r}"
                 )
-        raise UserError(f"{path} must be one of {cls.values()}. Received: {value!r}")
+        raise UserError(f"{path} must be one of {cls.values()}. Received: {shown(value)}")
 
 
 #: Names users bring from the frameworks, per vocabulary (keys lower case, "-" read as "_").
@@ -198,13 +198,15 @@ class Padding(StrEnum):
 
 
 class Dataset(StrEnum):
-    """``mnist``; ``arrays`` (your own .npz or folder of .npy files, docs/data.md); or a dataset
+    """``mnist``; ``arrays`` (your own .npz or folder of .npy files, docs/data.md); ``table`` (your
+    own CSV or Parquet table, one sample a row, converted once into cached arrays); or a dataset
     bundled inside scikit-learn's package (offline): ``digits`` (8x8 images, 10 classes), ``wine``
     (13 features, 3 classes), ``breast_cancer`` (30 features, 2 classes), ``diabetes`` (10
     features, a float target)."""
 
     MNIST = "mnist"
     ARRAYS = "arrays"
+    TABLE = "table"
     DIGITS = "digits"
     WINE = "wine"
     BREAST_CANCER = "breast_cancer"

@@ -8,7 +8,8 @@ backends, computed here once, so neither framework normalises or casts anything 
 widen these float32 values exactly).
 
 Sources: MNIST (:mod:`dualtrain.core.mnist`, content pinned), your arrays
-(:mod:`dualtrain.core.arrays`), scikit-learn's bundled datasets (:mod:`dualtrain.core.bundled`,
+(:mod:`dualtrain.core.arrays`), your table (:mod:`.tables`, converted once into cached arrays),
+scikit-learn's bundled datasets (:mod:`dualtrain.core.bundled`,
 content pinned). The sample ids the plan deals in are positions in the training split: with no
 validation split and no limit they are the rows.
 
@@ -18,6 +19,8 @@ Modules:
 * ``splits``: the train / validation / test splits as row ids, the validation split's seed;
 * ``transforms``: each input's normalisation (:class:`Transform`), its statistics, MNIST's;
 * ``sources``: where the data comes from, its stored arrays, their shapes against the model;
+* ``tables``: a CSV or Parquet table (or a DataFrame) checked and converted into arrays;
+* ``tablecache``: those arrays written once into the cache (and the Python API's in-memory data);
 * ``checks``: :func:`check`, the driver's one check of the data's content against the model.
 
 The names other modules use as ``data.<name>`` are re-exported here.
@@ -25,7 +28,7 @@ The names other modules use as ``data.<name>`` are re-exported here.
 
 from dualtrain.core.data.checks import check
 from dualtrain.core.data.dataset import Data, open_data
-from dualtrain.core.data.sources import locate
+from dualtrain.core.data.sources import locate, stamp
 from dualtrain.core.data.splits import TEST, TRAIN, VALIDATION, Split, validation_seed
 from dualtrain.core.data.transforms import normalize
 
@@ -39,5 +42,6 @@ __all__ = [
     "locate",
     "normalize",
     "open_data",
+    "stamp",
     "validation_seed",
 ]

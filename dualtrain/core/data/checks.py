@@ -11,7 +11,7 @@ import numpy as np
 
 from dualtrain.core import arrays as arrays_mod
 from dualtrain.core import mnist
-from dualtrain.core.data.dataset import Data, open_data
+from dualtrain.core.data.dataset import Data, open_data, where_of
 from dualtrain.core.losses import LOSSES
 from dualtrain.core.model import output_width
 from dualtrain.errors import UserError
@@ -20,12 +20,14 @@ from dualtrain.spec import Dataset, Experiment, Loss
 
 def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
     target = data.target_name
+    table = data.facts.get("table")
     loss = data.loss
     facts: dict[str, Any] = {}
     lo, hi = np.inf, -np.inf
     for split in ("train", "test"):
-        key = f"{target}_{split}"
-        a = data.stored[key]
+        a = data.stored[f"{target}_{split}"]
+        # a table's target is its column (the stored key is dualtrain's own)
+        key = f"{target}_{split}" if table is None else f"target column {table['target']!r}"
         if loss is Loss.CROSS_ENTROPY:
             if a.dtype.kind not in "iub" or a.ndim != 1:
                 raise UserError(
@@ -46,6 +48,13 @@ def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
                 lo, hi = min(lo, float(chunk.min())), max(hi, float(chunk.max()))
     if loss is Loss.CROSS_ENTROPY:
         classes = int(hi) + 1
+        names = data.class_names
+        if table is not None and names is not None and len(names) > width:
+            raise UserError(
+                f"{where}: the target column {table['target']!r} has {len(names)} classes "
+                f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}), the model outputs "
+                f"{width}: the last layer needs {len(names)} units. Received: {width} outputs"
+            )
         if lo < 0 or classes > width:
             bad = int(lo) if lo < 0 else int(hi)
             raise UserError(
@@ -53,10 +62,11 @@ def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
                 f"must be 0..{width - 1}; the last layer needs units >= {classes}). Received: "
                 f"labels {int(lo)}..{int(hi)}"
             )
-        facts["classes"] = classes
+        facts["classes"] = classes if names is None else max(classes, len(names))
     elif loss is Loss.BINARY_CROSS_ENTROPY and (lo < 0 or hi > 1):
         raise UserError(
-            f"{where}: {target} must lie in [0, 1] for model.loss binary_cross_entropy. Received: "
+            f"{where}: {target if table is None else key} must lie in [0, 1] for model.loss "
+            "binary_cross_entropy. Received: "
             f"values {lo:g}..{hi:g}"
         )
     return facts
@@ -67,7 +77,7 @@ def check(spec: Experiment, *, digest: bool = True, width: int | None = None) ->
     row counts, finite values, target types and ranges against the model's output width. Returns
     the data with its content digest (``digest``) and facts (classes) filled in."""
     data = open_data(spec)
-    where = data.source.partition(":")[2] if data.source.startswith("arrays:") else data.source
+    where = where_of(data.source)
     width = output_width(spec.model) if width is None else width  # a model pair's: its own
     if spec.data.dataset is Dataset.MNIST:
         mnist.verify(spec.data)
@@ -79,4 +89,4 @@ def check(spec: Experiment, *, digest: bool = True, width: int | None = None) ->
         facts = _check_targets(data, width, where)
         sha = arrays_mod.digest(data.stored) if digest else ""
     LOSSES[spec.model.loss].check_width(width)
-    return dataclasses.replace(data, sha256=sha, facts=facts)
+    return dataclasses.replace(data, sha256=sha, facts={**data.facts, **facts})

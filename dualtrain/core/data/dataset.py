@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core import arrays as arrays_mod
-from dualtrain.core.data.sources import check_shapes, input_names, locate, read_stored
+from dualtrain.core.data.sources import (
+    check_shapes,
+    input_names,
+    locate,
+    read_stored,
+    stored_target,
+)
 from dualtrain.core.data.splits import TEST, TRAIN, VALIDATION, Split, make_splits
 from dualtrain.core.data.transforms import Transform, input_transforms
 from dualtrain.spec import Dataset, DataSpec, Experiment, Loss, ModelSpec
@@ -81,7 +87,14 @@ class Data:
 
     @property
     def target_name(self) -> str:
-        return "y" if self.spec.dataset is not Dataset.ARRAYS else self.spec.target
+        """The key the target's arrays are stored under (``y``, or data.target for arrays)."""
+        return stored_target(self.spec, tuple(i.name for i in self.model.inputs))
+
+    @property
+    def class_names(self) -> list[str] | None:
+        """A table's class names, class i first (its target was text or a categorical)."""
+        table = self.facts.get("table")
+        return None if table is None else table.get("class_names")
 
     def record(self) -> dict[str, Any]:
         val = self.splits.get(VALIDATION)
@@ -109,14 +122,14 @@ def open_data(spec: Experiment, run_dir: Path | None = None) -> Data:
     ``run_dir`` whose data.json the driver wrote, the statistics are read from it, not computed
     again."""
     source = locate(spec)
-    stored = read_stored(spec, source)
+    stored, facts = read_stored(spec, source)
     inputs, target = input_names(spec)
     splits = make_splits(spec, len(stored[f"{target}_train"]), len(stored[f"{target}_test"]))
     record = read_record(run_dir) if run_dir is not None else None
     recorded = record.get("normalize") if record else None
     if spec.data.dataset is not Dataset.MNIST:  # before the statistics, which reshape rows
-        where = source.partition(":")[2] if source.startswith("arrays:") else source
-        check_shapes(spec.model, stored, target, where)
+        columns = facts["table"]["inputs"] if "table" in facts else None
+        check_shapes(spec.model, stored, target, where_of(source), columns)
     return Data(
         spec=spec.data,
         model=spec.model,
@@ -125,7 +138,14 @@ def open_data(spec: Experiment, run_dir: Path | None = None) -> Data:
         transforms=input_transforms(spec, stored, splits, recorded),
         source=source,
         sha256=record.get("sha256", "") if record else "",
+        facts=facts,
     )
+
+
+def where_of(source: str) -> str:
+    """How an error names the data: your file or folder as given, else the source."""
+    kind, _, where = source.partition(":")
+    return where if kind in ("arrays", "table") else source
 
 
 def write_record(data: Data, run_dir: Path) -> None:
