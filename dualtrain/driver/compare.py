@@ -181,15 +181,8 @@ def compare_backends(
                 f"it runs again (the stopped run is kept in {set_aside(run)})"
             )
         tracker.start(i)
-        run_dir: Path | None  # start_run returns None for a worker of an external launcher
         try:
-            again = f"the same dualtrain compare command with --out {out}"
-            if have.state == "resumable":
-                run_dir, _ = resume_run(run.where, run.backend, probe=run.probe, resume_with=again)
-            else:
-                run_dir, _ = start_run(
-                    run.spec, run.backend, run.where, probe=run.probe, resume_with=again
-                )
+            run_dir = _launch(run, have, out)
         except RunFailed as exc:  # judged with what finished (compare_failed)
             took[i] = tracker.end(i, ok=False)
             failed[run.label] = str(exc)
@@ -198,7 +191,6 @@ def compare_backends(
             tracker.end(i, ok=False, interrupted=isinstance(exc, KeyboardInterrupt))
             raise
         took[i] = tracker.end(i, ok=True)
-        assert run_dir is not None  # dualtrain launched the workers (refuse_external_launch)
         return run_dir
 
     notes: list[str] = []
@@ -207,6 +199,18 @@ def compare_backends(
     if failed:
         return _judge_failed(out, runs, dirs, failed, notes)
     return _judge(spec, out, runs, dirs, with_ref, notes, progress)  # type: ignore[arg-type]
+
+
+def _launch(run: PlannedRun, have: Existing, out: Path) -> Path:
+    """Start one planned run, or continue it from its latest checkpoint; its folder."""
+    again = f"the same dualtrain compare command with --out {out}"
+    run_dir: Path | None  # start_run returns None for a worker of an external launcher
+    if have.state == "resumable":
+        run_dir, _ = resume_run(run.where, run.backend, probe=run.probe, resume_with=again)
+    else:
+        run_dir, _ = start_run(run.spec, run.backend, run.where, probe=run.probe, resume_with=again)
+    assert run_dir is not None  # dualtrain launched the workers (refuse_external_launch)
+    return run_dir
 
 
 def _judge_failed(

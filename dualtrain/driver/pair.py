@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dualtrain.backends import PACKAGES, check_installed
 from dualtrain.core import pair
+from dualtrain.core.pair.precheck import precheck
 from dualtrain.core.weights import Weights, check_shapes, load_weights
 from dualtrain.errors import UserError
 from dualtrain.spec import Backend, Experiment
@@ -35,7 +36,8 @@ def pair_layout(spec: Experiment) -> tuple[pair.Layout, Weights]:
 
 
 def _describe(spec: Experiment) -> tuple[pair.Layout, Weights]:
-    if spec.model.weight_map is not None:  # a missing or malformed map: before the frameworks load
+    precheck(spec.model)  # the mistakes that need no framework, before one loads
+    if spec.model.weight_map is not None:  # a malformed map: before the frameworks load
         pair.read_map_file(spec.model.weight_map)
     for backend in (Backend.TORCH, Backend.TF):
         check_installed(backend)  # a pair needs both frameworks, whichever runs

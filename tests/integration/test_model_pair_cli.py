@@ -29,7 +29,7 @@ def _run(tmp_path: Path, *sets: str, backend: str = "torch"):
 
 USER_MISTAKES = {
     "module not found": (("model.torch=no_such_module:f",), "module 'no_such_module' not found"),
-    "factory not found": (("model.keras=small_resnet_keras:nope",), "has no 'nope'"),
+    "factory not found": (("model.keras=small_resnet_keras:nope",), "defines no 'nope'"),
     "not an nn.Module": (("model.torch=small_resnet_keras:small_resnet",), "nn.Module"),
     "not a Keras model": (("model.keras=small_resnet_torch:small_resnet",), "keras.Model"),
     "args it does not take": (("model.args.depth=3",), "does not take model.args"),
@@ -70,6 +70,34 @@ def test_a_pair_mistake_is_one_line_and_writes_nothing(tmp_path, case):
     line = one_line_error(proc)
     assert text in line, line
     assert not out.exists()
+
+
+#: the mistakes dualtrain refuses from the files alone, before any framework loads
+NO_FRAMEWORK = (
+    "module not found",
+    "factory not found",
+    "args it does not take",
+    "explicit map file",
+)
+
+
+def test_path_and_factory_mistakes_are_refused_before_any_framework_loads(tmp_path):
+    # torch, tensorflow and keras that fail on import: each refusal still comes, with the absolute
+    # path it looked at, so no framework was loaded for it (in the CLI or a child process)
+    poison = tmp_path / "poison"
+    for name in ("torch", "tensorflow", "keras"):
+        (poison / name).mkdir(parents=True)
+        (poison / name / "__init__.py").write_text(f"raise ImportError('{name} was imported')\n")
+    env = {"PYTHONPATH": f"{ROOT}:{poison}"}
+    for case in (*NO_FRAMEWORK, "missing model.path"):
+        sets, text = USER_MISTAKES.get(case, (("model.path=no/such",), "no such folder: /"))
+        args = [a for s in sets for a in ("--set", s)]
+        proc = run_cli(
+            "compare", "--config", CONFIG, *SHORT, *args, "--out", str(tmp_path / "o"), env=env
+        )
+        line = one_line_error(proc)
+        assert text in line and "was imported" not in proc.stderr, (case, proc.stderr[-2000:])
+        assert not (tmp_path / "o").exists()
 
 
 def test_a_faithful_pair_trains_and_records_its_map(tmp_path):

@@ -49,7 +49,6 @@ from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine
 from dualtrain.spec import Experiment, LayerType, Loss, Precision
 
-from . import exact
 from .forward import ForwardPass
 from .model import (
     Conversion,
@@ -128,8 +127,6 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
 
         with strategy.scope():
             if layout is not None:  # the user's Keras model, its variables by the pair's map
-                if spec.precision.dtype is Precision.FP64:
-                    exact.install()  # Keras's float32-accurate float64 ops, exact (core.limits)
                 self.model = build_keras(spec.model, policy_name(spec.precision.dtype))
                 self.named = named_variables(self.model, layout)
                 self._dropout = False

@@ -15,7 +15,6 @@ from dualtrain.core import pair
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment, Loss
 
-from . import exact
 from .pair import PairConversion, build_keras, layer_path, leaves, load_canonical, named_variables
 
 #: one probe vector; an activation is told by what it makes of it (dualtrain.core.locate)
@@ -77,7 +76,6 @@ def probe_layers(
     fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
     inference and in training; the running statistics after the training forward; each
     parameter's gradient (training mode) in canonical names and layouts."""
-    exact.install()  # as the fp64 run computes them (core.limits)
     net = build_keras(spec.model, "float64")
     named = named_variables(net, layout)
     load_canonical(named, layout, weights)

@@ -14,6 +14,7 @@ from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
+from . import exact
 from .model import Conversion
 from .port import TorchBatchNormalization
 
@@ -45,8 +46,11 @@ def leaves(model: Any) -> list[Any]:
 
 def build_keras(model: ModelSpec, policy: str) -> Any:
     """The user's Keras model under ``policy`` (the run's: float64 for fp64, mixed_float16, ...),
-    built on a zero batch of the data's input shapes."""
+    built on a zero batch of the data's input shapes. In float64, Keras's float32-accurate ops run
+    exactly (exact.py, core.limits): the fp64 runs and the locator compute them alike."""
     assert model.keras is not None
+    if policy == "float64":
+        exact.install()
     factory = pair.import_factory(model.keras, model.path, "model.keras")
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
