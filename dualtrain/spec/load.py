@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from dualtrain.errors import UserError
+from dualtrain.errors import UserError, shown
 from dualtrain.spec.experiment import Experiment
 from dualtrain.spec.model import LayerSpec
 from dualtrain.spec.paths import resolve_beside
@@ -39,25 +39,27 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 is_vocab = isinstance(other, type) and issubclass(other, StrEnum)
                 names = other.values() if is_vocab else []
                 raise UserError(
-                    f"{path} must be one of {names} or an integer. Received: {value!r}"
+                    f"{path} must be one of {names} or an integer. Received: {shown(value)}"
                 ) from None
         return _convert(non_none[0], value, path)
     if value is None:
         raise UserError(f"{path} must not be null. Received: None")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise UserError(f"{path} must be a mapping. Received: {value!r}")
+            raise UserError(f"{path} must be a mapping. Received: {shown(value)}")
         return _build(typing.cast(type, tp), value, path)  # tp: a type hint, so a class
     if origin is dict:  # model.args: keyword arguments for the user's factories, as written
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise UserError(f"{path} must be a mapping of names to values. Received: {value!r}")
+            raise UserError(
+                f"{path} must be a mapping of names to values. Received: {shown(value)}"
+            )
         return dict(value)
     if isinstance(tp, type) and issubclass(tp, StrEnum):
         return tp.parse(value, path)
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)):
-            raise UserError(f"{path} must be a list. Received: {value!r}")
+            raise UserError(f"{path} must be a list. Received: {shown(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
@@ -68,13 +70,13 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise UserError(f"{path} must be true or false. Received: {value!r}")
+        raise UserError(f"{path} must be true or false. Received: {shown(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise UserError(f"{path} must be an integer. Received: {value!r}")
+        raise UserError(f"{path} must be an integer. Received: {shown(value)}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -83,11 +85,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        raise UserError(f"{path} must be a number. Received: {value!r}")
+        raise UserError(f"{path} must be a number. Received: {shown(value)}")
     if tp is str:
         if isinstance(value, str):
             return value
-        raise UserError(f"{path} must be a string. Received: {value!r}")
+        raise UserError(f"{path} must be a string. Received: {shown(value)}")
     raise TypeError(f"unsupported spec type {tp!r} at {path}")  # programming error
 
 
@@ -111,7 +113,7 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
             hint = f"; did you mean '{close[0]}'?" if close else ""
             errors.append(
                 f"unknown key '{where}' (valid keys{' in ' + path if path else ''}: "
-                f"{', '.join(names)}){hint} Received: {key}={data[key]!r}"
+                f"{', '.join(names)}){hint} Received: {key}={shown(data[key])}"
             )
     hints = _hints(cls)
     kwargs = {}
@@ -133,7 +135,7 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
         raise UserError(f"{count} mistakes in the spec: " + "; ".join(errors))
     if cls is LayerSpec and "type" not in kwargs:
         raise UserError(
-            f"{path} needs a 'type' ({', '.join(LayerType.values())}). Received: {data!r}"
+            f"{path} needs a 'type' ({', '.join(LayerType.values())}). Received: {shown(data)}"
         )
     try:
         return cls(**kwargs)
@@ -142,7 +144,7 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
             raise UserError(f"{path}: {exc}") from None
         raise
     except TypeError as exc:  # a missing required field
-        raise UserError(f"{path or 'spec'}: {exc}. Received: {data!r}") from None
+        raise UserError(f"{path or 'spec'}: {exc}. Received: {shown(data)}") from None
 
 
 def _normalise(raw: dict[str, Any]) -> dict[str, Any]:
