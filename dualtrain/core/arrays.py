@@ -104,7 +104,7 @@ def read(path: str | Path, names: list[str]) -> dict[str, np.ndarray]:
                 f"the arrays with numpy.savez. Received: data.path={where!r}"
             ) from None
     else:
-        raise UserError(f"data.path does not exist. Received: {where!r}")
+        raise UserError(f"data.path does not exist: {p.resolve()}. Received: {where!r}")
     for k, a in out.items():
         _check_array(a, k, where)
     return out

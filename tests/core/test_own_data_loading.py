@@ -4,6 +4,7 @@ the losses' reference values, and every bad input refused in one line."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -206,6 +207,12 @@ BAD = {
         {},
         "x_test holds NaN or inf (first at row 2)",
     ),
+    # an inf in the training split: its statistics (inf - inf) must not warn before the refusal
+    "an inf in the training split": (
+        lambda a: a["x_train"].__setitem__((4, 2), np.inf),
+        {},
+        "x_train holds NaN or inf (first at row 4)",
+    ),
     "float labels for cross-entropy": (
         lambda a: a.update(y_train=a["y_train"].astype(np.float32)),
         {},
@@ -233,10 +240,13 @@ def test_bad_arrays_are_one_line_errors(tmp_path, case, layout):
     path = write_npz(tmp_path, a) if layout == "npz" else write_folder(tmp_path, a)
     if layout == "npy" and case == "a missing key":
         words = "missing y_test.npy"
-    with pytest.raises(UserError) as err:
+    with warnings.catch_warnings(record=True) as seen, pytest.raises(UserError) as err:
+        warnings.simplefilter("always")
         data.check(spec_for(path, data_extra=extra))
     message = str(err.value)
     assert "\n" not in message and words in message, message
+    # the refusal is its one line: no NumPy warning from the statistics before it
+    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], seen
 
 
 def test_object_arrays_are_refused_without_loading_a_pickle(tmp_path):
@@ -248,7 +258,7 @@ def test_object_arrays_are_refused_without_loading_a_pickle(tmp_path):
 
 
 def test_missing_path_and_unreadable_file(tmp_path):
-    with pytest.raises(UserError, match="data.path does not exist"):
+    with pytest.raises(UserError, match=f"data.path does not exist: {tmp_path / 'nope.npz'}."):
         data.check(spec_for(tmp_path / "nope.npz"))
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(UserError, match="not a readable .npz file|not an .npz file"):

@@ -53,13 +53,16 @@ def locate(spec: Experiment) -> str:
     if d.dataset is Dataset.ARRAYS:
         assert d.path is not None  # DataSpec requires it
         if not Path(d.path).expanduser().exists():
-            raise UserError(f"data.path does not exist. Received: {d.path!r}")
+            raise UserError(
+                f"data.path does not exist: {Path(d.path).expanduser().resolve()}. Received: "
+                f"{d.path!r}"
+            )
         return f"arrays:{d.path}"
     if d.dataset is Dataset.TABLE:
         for field, given in (("data.path", d.path), ("data.test_path", d.test_path)):
             p = Path(given).expanduser() if given else None
             if p is not None and not p.exists():
-                raise UserError(f"{field} does not exist. Received: {given!r}")
+                raise UserError(f"{field} does not exist: {p.resolve()}. Received: {given!r}")
             if p is not None and (p.is_dir() or filekinds.file_kind(p) not in tables.TABLE_KINDS):
                 raise UserError(filekinds.refusal(p, str(given), "table"))
         return f"table:{d.path}"

@@ -51,7 +51,7 @@ def table_folder(spec: Experiment) -> Path:
     test_path = Path(d.test_path).expanduser() if d.test_path else None
     for p, field in ((path, "data.path"), (test_path, "data.test_path")):
         if p is not None and not p.exists():
-            raise UserError(f"{field} does not exist. Received: {str(p)!r}")
+            raise UserError(f"{field} does not exist: {p.resolve()}. Received: {str(p)!r}")
     layout = tables.Layout.of(spec)
     sha = tables.file_sha256(path)
     test_sha = tables.file_sha256(test_path) if test_path is not None else None

@@ -67,7 +67,13 @@ class Transform:
 def _auto_stats(a: np.ndarray, rows: Split, shape: tuple[int, ...]) -> Transform:
     """Per-channel (images) or per-feature (tables) mean and population std over the split's rows,
     accumulated in float64 a chunk at a time (Chan et al.'s pairwise update), stored float32; a
-    constant channel gets std 1."""
+    constant channel gets std 1. A NaN or inf in the data makes them NaN without a NumPy warning:
+    the data's finite check refuses it in one line (core.arrays)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _stats(a, rows, shape)
+
+
+def _stats(a: np.ndarray, rows: Split, shape: tuple[int, ...]) -> Transform:
     axis = 1  # channels of (N, C, H, W), features of (N, F)
     count = 0
     mean = np.zeros(shape[0])
