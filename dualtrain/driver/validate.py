@@ -55,6 +55,7 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
         )
     if spec.model.is_pair:  # the user's modules, described by each backend (driver.pair)
         layout, _ = pair_layout(spec)
+        check_strategy(spec, backend, layout)  # what the pair holds decides it too
         data = checked_data(spec, layout.output_width)
     else:
         resolve(spec.model)
@@ -73,17 +74,23 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
     return data
 
 
-def check_strategy(spec: Experiment, backend: Backend) -> None:
+def check_strategy(spec: Experiment, backend: Backend, layout: Layout | None = None) -> None:
     """distribution.strategy: parameter_server is built for CPU runs (docs/strategies.md says
-    what is left): on TF without batchnorm and model pairs so far; anything else is refused
-    here."""
+    what is left): on TF without batchnorm so far (a model pair's: known from its ``layout``, once
+    described); anything else is refused here."""
     if spec.distribution.strategy is not Strategy.PARAMETER_SERVER:
         return
     what = None
-    if backend is Backend.TF and spec.model.is_pair:
-        what = "a model pair on the tf backend (not built yet)"
-    elif backend is Backend.TF and any(
-        r.spec.type is LayerType.BATCHNORM for r in walk(resolve(spec.model))
+    norms = pair_batchnorms(layout) if layout is not None else []
+    if backend is Backend.TF and norms:
+        what = (
+            f"a model pair's batchnorm on the tf backend ({norms[0][0]}: replica 0's statistics "
+            f"are not sent back yet)"
+        )
+    elif (
+        backend is Backend.TF
+        and not spec.model.is_pair
+        and any(r.spec.type is LayerType.BATCHNORM for r in walk(resolve(spec.model)))
     ):
         what = "batchnorm on the tf backend (replica 0's statistics are not sent back yet)"
     elif spec.distribution.device is Device.GPU:

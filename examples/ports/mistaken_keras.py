@@ -56,10 +56,28 @@ def keras_batchnorm_defaults(
 
 
 def with_dropout(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False):
-    """keras.layers.Dropout before the last layer: refused in a pair (Keras draws its own
-    masks)."""
+    """keras.layers.Dropout before the last layer where the torch side has none: refused before
+    launch (the two sides' dropouts are matched in forward order)."""
     import keras
 
     base = build(width, classes, side, channels, act, blocks=blocks)
     x = keras.layers.Dropout(0.1, name="drop")(base.get_layer("flatten").output)
     return keras.Model(base.inputs, base.get_layer("fc")(x))
+
+
+def dropout_rate(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, drop=0.25):
+    """The dense layer's dropout at another rate than torch's (a number mistyped in the port):
+    refused before launch, naming both layers."""
+    import keras
+
+    base = build(width, classes, side, channels, act, blocks=blocks, drop=drop)
+    x = keras.layers.Dropout(drop / 2, name="drop_fc")(base.get_layer("flatten").output)
+    return keras.Model(base.inputs, base.get_layer("fc")(x))
+
+
+def dropout_misplaced(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, drop=0.25):
+    """The feature-map dropout before the first residual block where torch has it after: the same
+    shape there, so the pair is accepted, and the fp64 pair fails at step 1."""
+    return build(
+        width, classes, side, channels, act, blocks=blocks, drop=drop, drop_before_block1=True
+    )

@@ -46,7 +46,8 @@ def keras_numbers_batchnorm(width=8, classes=10, side=8, channels=1, act="relu",
 
 
 def with_dropout(width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False):
-    """nn.Dropout before the last layer: refused in a pair (torch draws its own masks)."""
+    """nn.Dropout before the last layer where the Keras side has none: refused before launch (the
+    two sides' dropouts are matched in forward order)."""
     model = SmallResNet(width, classes, side, channels, act=ACTIVATIONS[act], blocks=blocks, bn=bn)
     model.flatten = nn.Sequential(nn.Flatten(), nn.Dropout(0.1))
     return model

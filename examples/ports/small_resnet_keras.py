@@ -3,7 +3,9 @@ faithful one: inputs NHWC; torch's ``padding=1`` is Keras's ``padding="same"`` f
 3x3 convolutions, and an explicit ZeroPadding2D(1) before a ``valid`` convolution for the
 stride-2 one (Keras's ``same`` pads a strided convolution on the bottom/right only); the
 residual add takes (body, shortcut) in the order torch computes them, so the layers'
-order matches the torch forward's and the automatic weight map pairs them.
+order matches the torch forward's and the automatic weight map pairs them. Dropout (``drop`` >
+0) where the torch side has it: Keras's Dropout (SpatialDropout2D with ``spatial``), which
+dualtrain gives the torch side's masks in training.
 """
 
 import keras
@@ -44,26 +46,56 @@ def build(
     blocks=1,
     bn=None,
     bn_bias=False,
+    drop=0.0,
+    spatial=False,
+    drop_before_block1=False,
 ):
     # Keras's "gelu" is the exact erf form by default (approximate=False), as torch's nn.GELU
     inp = keras.Input((side, side, channels), name="x")
     x = layers.Conv2D(width, 3, padding="same", name="stem")(inp)
     x = layers.Activation(act, name="stem_act")(x)
+    drop_maps = (layers.SpatialDropout2D if spatial else layers.Dropout)(drop, name="drop_maps")
+    if drop_before_block1:  # mistaken_keras.dropout_misplaced
+        x = drop_maps(x)
     x = _block(x, width, 1, "block1", act, bn=bn, bn_bias=bn_bias)
+    if drop and not drop_before_block1:
+        x = drop_maps(x)
     for j in range(blocks - 1):
         x = _block(x, width, 1, f"more{j}", act, bn=bn, bn_bias=bn_bias)
     x = _block(x, 2 * width, 2, "block2", act, same_strided, bn=bn, bn_bias=bn_bias)
     x = layers.Flatten(name="flatten")(x)
+    if drop:
+        x = layers.Dropout(drop, name="drop_fc")(x)
     x = layers.Dense(classes, activation=head, name="fc")(x)
     return keras.Model(inp, x, name="small_resnet")
 
 
 def small_resnet(
-    width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False, bn_bias=False
+    width=8,
+    classes=10,
+    side=8,
+    channels=1,
+    act="relu",
+    blocks=1,
+    bn=False,
+    bn_bias=False,
+    drop=0.0,
+    spatial=False,
 ):
     # torch's BatchNorm2d as a Keras layer: torch's momentum convention and its unbiased running
     # variance (Keras's BatchNormalization has neither: mistaken_keras.keras_batchnorm)
     from dualtrain.backends.tf.port import TorchBatchNormalization
 
     norm = (lambda name: TorchBatchNormalization(momentum=0.1, eps=1e-5, name=name)) if bn else None
-    return build(width, classes, side, channels, act, blocks=blocks, bn=norm, bn_bias=bn_bias)
+    return build(
+        width,
+        classes,
+        side,
+        channels,
+        act,
+        blocks=blocks,
+        bn=norm,
+        bn_bias=bn_bias,
+        drop=drop,
+        spatial=spatial,
+    )

@@ -2,7 +2,8 @@
 configs/port_resnet.yaml; its Keras port is small_resnet_keras.py).
 
 stem conv 3x3 -> residual block -> strided residual block (1x1 stride-2 shortcut) -> flatten ->
-dense. Inputs NCHW, outputs one logit per class.
+dense. Inputs NCHW, outputs one logit per class. With ``drop`` > 0: nn.Dropout(drop) after the
+first block (nn.Dropout2d with ``spatial``: whole channels) and before the dense layer.
 """
 
 from torch import nn
@@ -49,6 +50,8 @@ class SmallResNet(nn.Module):
         blocks=1,
         bn=False,
         bn_bias=False,
+        drop=0.0,
+        spatial=False,
     ):
         super().__init__()
         self.stem = nn.Conv2d(channels, width, 3, padding=1)
@@ -60,17 +63,40 @@ class SmallResNet(nn.Module):
         )
         self.block2 = Block(width, 2 * width, stride=2, act=act, bn=bn, bn_bias=bn_bias)
         self.flatten = flatten()
+        # dropout (drop > 0): on the first block's feature maps, and on the dense layer's input
+        self.drop_maps = (nn.Dropout2d if spatial else nn.Dropout)(drop) if drop else None
+        self.drop_fc = nn.Dropout(drop) if drop else None
         self.fc = nn.Linear(2 * width * (side // 2) ** 2, classes)
 
     def forward(self, x):
-        x = self.act(self.stem(x))
-        x = self.block2(self.more(self.block1(x)))
-        return self.fc(self.flatten(x))
+        x = self.block1(self.act(self.stem(x)))
+        if self.drop_maps is not None:
+            x = self.drop_maps(x)
+        x = self.flatten(self.block2(self.more(x)))
+        return self.fc(x if self.drop_fc is None else self.drop_fc(x))
 
 
 def small_resnet(
-    width=8, classes=10, side=8, channels=1, act="relu", blocks=1, bn=False, bn_bias=False
+    width=8,
+    classes=10,
+    side=8,
+    channels=1,
+    act="relu",
+    blocks=1,
+    bn=False,
+    bn_bias=False,
+    drop=0.0,
+    spatial=False,
 ):
     return SmallResNet(
-        width, classes, side, channels, act=ACTIVATIONS[act], blocks=blocks, bn=bn, bn_bias=bn_bias
+        width,
+        classes,
+        side,
+        channels,
+        act=ACTIVATIONS[act],
+        blocks=blocks,
+        bn=bn,
+        bn_bias=bn_bias,
+        drop=drop,
+        spatial=spatial,
     )

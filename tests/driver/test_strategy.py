@@ -32,7 +32,6 @@ def test_all_reduce_is_the_default_and_cosmetic():
     [
         (Backend.TF, ("model.preset=null", "model.layers=" + BN_LAYERS), "batchnorm on the tf"),
         (Backend.TORCH, ("distribution.device=gpu",), "device: gpu"),
-        (Backend.TF, ("model.torch=m:f", "model.keras=m:g", "model.preset=null"), "model pair"),
     ],
 )
 def test_where_the_server_is_not_built_it_is_refused(backend, sets, says):
@@ -41,6 +40,27 @@ def test_where_the_server_is_not_built_it_is_refused(backend, sets, says):
         check_strategy(spec, backend)
     text = str(err.value)
     assert says in text and "use all_reduce" in text and "\n" not in text
+
+
+def test_a_model_pair_through_tfs_server_is_refused_only_with_batchnorm():
+    from dualtrain.core import pair
+
+    spec = load_spec(CONFIG, [PS, "model.torch=m:f", "model.keras=m:g", "model.preset=null"])
+    check_strategy(spec, Backend.TF)  # before the pair is described: its layers are not known
+
+    def layout(kind: str) -> pair.Layout:
+        layers = ({"name": "bn", "cls": "BatchNorm1d", "kind": kind, "in": [[8]]},)
+        return pair.Layout(
+            pair.Side("m:f", "M", (10,), layers=layers), pair.Side("m:g", "K", (10,)), ()
+        )
+
+    check_strategy(spec, Backend.TF, layout("dense"))
+    check_strategy(spec, Backend.TORCH, layout("batchnorm"))
+    with pytest.raises(UserError) as err:
+        check_strategy(spec, Backend.TF, layout("batchnorm"))
+    text = str(err.value)
+    assert "a model pair's batchnorm on the tf backend (model.torch's 'bn' (BatchNorm1d)" in text
+    assert "use all_reduce" in text and "\n" not in text
 
 
 def test_on_cpu_without_checkpoints_it_is_accepted():

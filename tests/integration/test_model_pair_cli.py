@@ -42,8 +42,20 @@ USER_MISTAKES = {
         ("model.weight_map=nope.yaml", "model.torch=no_such_module:f"),
         "model.weight_map: file not found",
     ),
-    "dropout (torch)": (("model.torch=mistaken_torch:with_dropout",), "dropout layers"),
-    "dropout (keras)": (("model.keras=mistaken_keras:with_dropout",), "dropout layers"),
+    # dropout is carried (parity_tests/test_pair_dropout.py) when both sides have it alike
+    "dropout on one side (torch)": (
+        ("model.torch=mistaken_torch:with_dropout",),
+        "dropout layers differ: the torch forward calls 1 with a rate above 0 and the Keras one 0",
+    ),
+    "dropout on one side (keras)": (
+        ("model.keras=mistaken_keras:with_dropout",),
+        "Keras 'drop' (Dropout, rate 0.1) has no counterpart",
+    ),
+    "dropout at another rate": (
+        ("model.args.drop=0.25", "model.keras=mistaken_keras:dropout_rate"),
+        "dropout 2 differs in its rate: torch 'drop_fc' (Dropout, rate 0.25) vs Keras 'drop_fc' "
+        "(Dropout, rate 0.125)",
+    ),
     # 129 samples at batch 64: the last step holds 1, so replica 1 of 2 holds none
     "batchnorm on an empty replica": (
         ("model.args.bn=true", "data.train_limit=129", "distribution.world_size=2"),
@@ -54,7 +66,7 @@ USER_MISTAKES = {
 
 # slow: the Keras side's mirror of a torch-side mistake the default suite keeps (each of these
 # imports TensorFlow in two child processes)
-SLOW_MISTAKES = ("not a Keras model", "dropout (keras)")
+SLOW_MISTAKES = ("not a Keras model", "dropout on one side (keras)")
 
 
 MISTAKES = list(USER_MISTAKES)

@@ -13,9 +13,10 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.core import losses
+from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.core.pair.record import Layout
 from dualtrain.runtime.engine import Evaluation
-from dualtrain.spec import Loss
+from dualtrain.spec import Experiment, Loss
 
 from .model import call_model
 from .ops import LOSS_OPS
@@ -37,6 +38,7 @@ class ForwardPass:
     n_local: int
     params: list[tf.Variable]
     running: list[tf.Variable]
+    spec: Experiment
 
     if TYPE_CHECKING:  # TFEngine's own (engine.py)
 
@@ -51,7 +53,19 @@ class ForwardPass:
         step: tf.Tensor | None = None,
         training: bool = False,
     ) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """(logits, batchnorm statistics); see model.call_model."""
+        """(logits, batchnorm statistics); see model.call_model. A model pair's training forward
+        gives its dropout layers the pair's masks of this step and these sample ids
+        (dualtrain.core.pair.dropout: traced here, in this replica's thread)."""
+        if training and self.layout is not None and self.layout.dropouts:
+            assert ids is not None and step is not None  # a training forward has both
+            with pair_dropout.training_forward(
+                "keras",
+                self.layout.dropouts,
+                self.spec.seed,
+                tf.cast(step, tf.int64),
+                tf.cast(ids, tf.int64),
+            ):
+                return call_model(self.model, x, dropout=False, training=True)
         return call_model(
             self.model, x, dropout=self._dropout, ids=ids, step=step, training=training
         )

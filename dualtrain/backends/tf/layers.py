@@ -1,10 +1,11 @@
 """dualtrain's own layers in Keras: BatchNorm (dualtrain.core.batchnorm on keras.ops, sync over the
 strategy's replicas), HashDropout (dualtrain.core.dropout's masks), the exact gelu, and the
-conv2d with torch's padding. The model builder (model.py) places them."""
+conv2d with torch's padding. The model builder (model.py) places them. pair_dropout_call: a model
+pair's dropout layers in training (dualtrain.core.pair.dropout; pair.py puts it in place)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -12,6 +13,7 @@ import tensorflow as tf
 
 from dualtrain.core import batchnorm, dropout
 from dualtrain.core.dropout import IntOps, canonical_elements
+from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.spec import LayerSpec
 
 
@@ -128,6 +130,51 @@ class HashDropout(keras.layers.Layer):
             keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
         # tf.constant, not tf.cast: a Python float cast to float64 goes through float32 first
         return tf.where(keep, x * tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
+
+
+def pair_mask(x: tf.Tensor, mask: pair_dropout.Mask) -> tf.Tensor:
+    """A model pair's dropout of ``x`` with ``mask`` (dualtrain.core.pair.dropout): the torch
+    side's mask, bit for bit, laid out as the Keras activation is (an NHWC activation takes the
+    NCHW mask transposed, a Flatten's output of one that mask flattened as Keras flattens; a
+    channel's mask covers its feature map, its channel first or last)."""
+    e = mask.entry
+    elements = tf.constant(pair_dropout.elements(e))
+    keep = dropout.keep(_OPS, mask.seed, mask.step, mask.ids, mask.layer, elements, e.rate)
+    rank, last = len(e.shape), e.keras_layout == pair_dropout.CHANNELS_LAST
+    if e.kind == pair_dropout.CHANNEL:
+        ones = [1] * (rank - 1)
+        keep = tf.reshape(keep, [-1, *ones, e.shape[0]] if last else [-1, e.shape[0], *ones])
+    elif last:  # (N, C*H*W) canonical -> (N, H, W, C)
+        keep = tf.transpose(tf.reshape(keep, [-1, *e.shape]), [0, *range(2, rank + 1), 1])
+    elif e.keras_layout == pair_dropout.FLATTEN_HWC and e.chw is not None:  # flattened H, W, C
+        keep = tf.reshape(tf.transpose(tf.reshape(keep, [-1, *e.chw]), [0, 2, 3, 1]), tf.shape(x))
+    else:
+        keep = tf.reshape(keep, tf.shape(x))
+    return tf.where(keep, _scaled(x, 1.0 / (1.0 - e.rate)), tf.zeros_like(x))
+
+
+def _scaled(x: tf.Tensor, scale: float) -> tf.Tensor:
+    """``x * scale`` as torch computes a tensor times a Python float: float16 and bfloat16 in
+    float32, rounded once (torch's opmath; the scale in x's own dtype would be 4/3 -> 1.336 in
+    bfloat16, every kept unit 0.2% high). tf.constant, not tf.cast: a Python float cast to
+    float64 goes through float32 first."""
+    wide = x.dtype if x.dtype in (tf.float32, tf.float64) else tf.float32
+    return tf.cast(tf.cast(x, wide) * tf.constant(scale, wide), x.dtype)
+
+
+def pair_dropout_call(
+    layer: Any, path: Callable[[], str], on_call: Callable[[tf.Tensor], None]
+) -> Callable[..., tf.Tensor]:
+    """The ``call`` a model pair's Keras dropout layer runs instead of its own: the pair's mask
+    inside a training forward (dualtrain.core.pair.dropout.training_forward), the identity
+    otherwise; ``on_call`` sees every input (the describe child records the calls)."""
+
+    def call(inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        on_call(inputs)
+        mask = pair_dropout.mask_for("keras", path(), float(layer.rate)) if training else None
+        return inputs if mask is None else pair_mask(inputs, mask)
+
+    return call
 
 
 def exact_gelu(x: tf.Tensor) -> tf.Tensor:

@@ -4,17 +4,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import keras
 import numpy as np
 
 from dualtrain.core import pair
+from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
 from . import exact
+from .layers import pair_dropout_call
 from .model import Conversion
 from .port import TorchBatchNormalization
 
@@ -23,7 +27,8 @@ _KINDS = (
     (keras.layers.Conv2D, "conv2d"),
     (keras.layers.BatchNormalization, "batchnorm"),
 )
-_REFUSED = ((keras.layers.Dropout, "dropout"),)
+#: the dropout calls of the forwards inside dropout_calls() (describe), innermost last
+_CALLS: list[list[dict[str, Any]]] = []
 
 
 def kind(layer: Any) -> str:
@@ -63,16 +68,7 @@ def build_keras(model: ModelSpec, policy: str) -> Any:
             f"model.keras: {model.keras} must return a keras.Model (Keras 3). Received: "
             f"{type(net).__module__}.{type(net).__name__}"
         )
-    for layer in leaves(net):
-        for cls, what in _REFUSED:
-            if isinstance(layer, cls):
-                raise UserError(
-                    f"model.keras: layer {layer.name!r} is a {type(layer).__name__}: {what} "
-                    f"layers are not supported in model pairs yet (Keras and torch draw their "
-                    f"own masks, so the two sides would drop different units; "
-                    f"docs/own-models.md); use dualtrain's own layers (model.layers) for a "
-                    f"model with {what}. Received: {type(layer).__name__}"
-                )
+    install_dropouts(net)
     xs = [np.zeros((2, *nhwc(i.shape)), "float32") for i in model.inputs]
     try:
         out = net(xs if len(xs) > 1 else xs[0], training=False)
@@ -94,6 +90,60 @@ def build_keras(model: ModelSpec, policy: str) -> Any:
     return net
 
 
+def install_dropouts(net: Any) -> None:
+    """Each dropout layer of ``net`` takes the pair's masks (:func:`_install_dropout`)."""
+    for layer in leaves(net):
+        _install_dropout(layer)
+
+
+def _install_dropout(layer: Any) -> None:
+    """A dropout layer of the user's model takes the pair's masks in a training forward
+    (dualtrain.core.pair.dropout; its own ``call`` replaced on this instance only: the class, its
+    config and a saved model are Keras's); a random layer the pair cannot carry is one line."""
+    names = [c.__name__ for c in type(layer).__mro__ if c.__module__.startswith("keras")]
+    kind, why = pair_dropout.classify("keras", names)
+    if why is not None or (kind == pair_dropout.ELEMENT and layer.noise_shape is not None):
+        why = why or f"a noise_shape ({layer.noise_shape}) has no torch counterpart"
+        raise UserError(
+            f"model.keras: layer {layer.name!r} is a {type(layer).__name__}, which a model pair "
+            f"does not carry ({why}; docs/own-models.md). Received: {type(layer).__name__}"
+        )
+    if kind is None:
+        return
+    last = kind == pair_dropout.CHANNEL and (
+        getattr(layer, "data_format", "channels_last") == "channels_last"
+    )
+
+    def record(x: Any) -> None:
+        if _CALLS:
+            path = layer_path(layer)
+            node = sum(c["name"] == path for c in _CALLS[-1])  # this call's node, in call order
+            _CALLS[-1].append(
+                pair_dropout.call_record(
+                    path,
+                    type(layer).__name__,
+                    kind,
+                    float(layer.rate),
+                    [int(d) for d in x.shape[1:]],
+                    channels_last=last,
+                    flatten_hwc=_flatten_hwc(layer, node),
+                )
+            )
+
+    layer.call = pair_dropout_call(layer, lambda: layer_path(layer), record)
+
+
+@contextmanager
+def dropout_calls() -> Iterator[list[dict[str, Any]]]:
+    """The dropout calls of the forwards run inside, in order (describe)."""
+    calls: list[dict[str, Any]] = []
+    _CALLS.append(calls)
+    try:
+        yield calls
+    finally:
+        _CALLS.pop()
+
+
 def layer_path(layer: Any) -> str:
     """A layer's name in the model (Keras 3's path where it has one)."""
     return getattr(layer, "path", None) or layer.name
@@ -110,10 +160,13 @@ def _plain(v: Any) -> Any:
     return getattr(v, "__name__", type(v).__name__)
 
 
-def _flatten_hwc(layer: Any) -> list[int] | None:
-    """A Dense layer fed by a Flatten of an (N, H, W, C) tensor: that (H, W, C)."""
+def _flatten_hwc(layer: Any, node: int = 0) -> list[int] | None:
+    """A Dense (or dropout) layer fed by a Flatten of an (N, H, W, C) tensor (its ``node``-th
+    call): that (H, W, C). A dropout between them keeps each feature in its place."""
     try:
-        parents = layer._inbound_nodes[0].parent_nodes
+        parents = layer._inbound_nodes[node].parent_nodes
+        while len(parents) == 1 and isinstance(parents[0].operation, keras.layers.Dropout):
+            parents = parents[0].parent_nodes
     except (AttributeError, IndexError):
         return None
     if len(parents) != 1 or not isinstance(parents[0].operation, keras.layers.Flatten):
@@ -168,11 +221,12 @@ def describe(spec: Experiment) -> dict[str, Any]:
         }
         for layer in leaves(net)
     ]
-    out = net(
-        [np.zeros((1, *nhwc(i.shape)), "float32") for i in spec.model.inputs]
-        if len(spec.model.inputs) > 1
-        else np.zeros((1, *nhwc(spec.model.inputs[0].shape)), "float32")
-    )
+    with dropout_calls() as drops:  # inference: each dropout's call, in forward order
+        out = net(
+            [np.zeros((1, *nhwc(i.shape)), "float32") for i in spec.model.inputs]
+            if len(spec.model.inputs) > 1
+            else np.zeros((1, *nhwc(spec.model.inputs[0].shape)), "float32")
+        )
     return {
         "factory": spec.model.keras,
         "cls": f"{type(net).__module__}.{type(net).__name__}",
@@ -180,6 +234,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
         "keras": variables,
         "layers": layers,
         "digest": pair.source_digest(type(net)),
+        **({"dropouts": drops} if drops else {}),
     }
 
 

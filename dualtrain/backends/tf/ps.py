@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
 from dualtrain.core.data.splits import TRAIN
 from dualtrain.core.plan import micro_batches
@@ -73,10 +74,20 @@ class PSEngine(TFEngine):
         init_weights: Weights,
         *,
         host_device: str,
+        layout: pair.Layout | None = None,
     ) -> None:
+        """``layout``: a model pair's (model_pair.json): the user's Keras model, its variables on
+        the parameter server, its dropout layers the pair's masks on the workers."""
         self.coordinator = coordinator
         super().__init__(
-            spec, strategy, data, init_weights, rank=0, num_processes=1, host_device=host_device
+            spec,
+            strategy,
+            data,
+            init_weights,
+            rank=0,
+            num_processes=1,
+            host_device=host_device,
+            layout=layout,
         )
 
     def _trace(self) -> None:

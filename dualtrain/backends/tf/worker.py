@@ -15,7 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dualtrain.backends.tf import kernels as tf_kernels
 from dualtrain.core import kernels
@@ -26,7 +26,7 @@ from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime import clock
 from dualtrain.runtime.entry import worker_main
 from dualtrain.runtime.start import Start, default_threads
-from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
+from dualtrain.runtime.worker import Begun, Inputs, train_loop, worker_inputs
 from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
 
 from .envinfo import backend_facts
@@ -39,6 +39,9 @@ from .launch import (
     parse_tf_config,
     preimport_env,
 )
+
+if TYPE_CHECKING:  # the engine imports TensorFlow, which configure_tf must set up first
+    from .engine import TFEngine
 
 
 def _say(text: str, rank: int = 0) -> None:
@@ -243,8 +246,6 @@ def run_worker(
     import keras  # lazy: framework
     import tensorflow as tf  # lazy: framework
 
-    from .engine import TFEngine  # lazy: framework
-
     keras.utils.set_random_seed(spec.seed)
     tf.random.set_seed(spec.seed)
     run_dir = Path(run_dir) if run_dir is not None else None
@@ -256,24 +257,7 @@ def run_worker(
     ):
         (run_dir / SPEC_FILE).write_text(dump_spec(spec))  # record the strategy actually used
     inputs = worker_inputs(spec, run_dir, start, "tf")
-    engine: TFEngine
-    if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
-        from .ps import PSEngine  # lazy: framework
-
-        engine = PSEngine(
-            spec, tf_.strategy, tf_.coordinator, inputs.data, inputs.weights, host_device=tf_.host
-        )
-    else:
-        engine = TFEngine(
-            spec,
-            tf_.strategy,
-            inputs.data,
-            inputs.weights,
-            rank=role.rank,
-            num_processes=role.num_processes,
-            host_device=tf_.host,
-            layout=inputs.layout,
-        )
+    engine = make_engine(spec, role, tf_, inputs)
     facts = worker_facts(spec, role, tf_)
     loop = train_loop(
         spec,
@@ -305,6 +289,35 @@ def run_worker(
             timeout_s=spec.distribution.timeout_s,
             step=loop.step,
         ) from None
+
+
+def make_engine(spec: Experiment, role: Role, tf_: Configured, inputs: Inputs) -> TFEngine:
+    """This process's engine: the chief's of the parameter server (its replicas' gradients summed
+    and applied on the server), else the strategy's replica engine."""
+    from .engine import TFEngine  # lazy: framework
+
+    if spec.distribution.strategy is Strategy.PARAMETER_SERVER:
+        from .ps import PSEngine  # lazy: framework
+
+        return PSEngine(
+            spec,
+            tf_.strategy,
+            tf_.coordinator,
+            inputs.data,
+            inputs.weights,
+            host_device=tf_.host,
+            layout=inputs.layout,
+        )
+    return TFEngine(
+        spec,
+        tf_.strategy,
+        inputs.data,
+        inputs.weights,
+        rank=role.rank,
+        num_processes=role.num_processes,
+        host_device=tf_.host,
+        layout=inputs.layout,
+    )
 
 
 def worker_facts(spec: Experiment, role: Role, tf_: Configured) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import HookState, TrainStep, sum_hook
 from dualtrain.backends.torch.update import GradientUpdate
 from dualtrain.core import ema as ema_rule
+from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
 from dualtrain.core.losses import metric_name
 from dualtrain.core.weights import Weights
@@ -183,10 +184,12 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         device: torch.device,
         server: bool = False,
         serve: bool = False,
+        layout: pair.Layout | None = None,
     ):
         """``server``: a replica of distribution.strategy: parameter_server (its gradients go to
         the server, not into an all-reduce: dualtrain.backends.torch.ps); ``serve``: the server's
-        own engine (no process group, no data: it only updates)."""
+        own engine (no process group, no data: it only updates); ``layout``: a model pair's
+        (model_pair.json: its dropout calls take the pair's masks)."""
         self.spec = spec
         self.server = server
         self.rank = rank
@@ -212,6 +215,8 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
             else build_model(spec.model, spec.seed)
         ).to(self.dtype)
         self._pair = spec.model.is_pair
+        self.pair_dropouts = layout.dropouts if layout is not None else ()
+        self.seed = spec.seed  # the dropout masks' (dualtrain.core.dropout)
         self.load_weights_into(module, weights)
         self.module = module.to(device)
         self._hook = HookState()

@@ -18,6 +18,8 @@ from dualtrain.backends.torch.layers import HashDropout
 from dualtrain.backends.torch.ops import LOSS_OPS
 from dualtrain.core import losses
 from dualtrain.core.data.splits import TRAIN
+from dualtrain.core.pair import dropout as pair_dropout
+from dualtrain.core.pair.dropout import DropoutEntry
 from dualtrain.runtime.engine import Evaluation
 from dualtrain.spec import Loss
 
@@ -35,7 +37,10 @@ class ForwardPass:
     dtype: torch.dtype
     loss: Loss
     module: torch.nn.Module
+    pair_dropouts: tuple[DropoutEntry, ...]
+    """A model pair's dropout calls (model_pair.json), in forward order."""
     scaler: torch.amp.GradScaler | None
+    seed: int
     world: int
 
     if TYPE_CHECKING:  # TorchEngine's own (engine.py)
@@ -56,15 +61,17 @@ class ForwardPass:
         ``capture`` (a probe replay) the exact loss of its own outputs (the same losses in
         float64, which the probes' loss-path check holds the loss sum to)."""
         idx = torch.tensor(ids, dtype=torch.int64)
-        if self.dropouts:  # the masks hash (seed, step, sample id, layer, element)
+        masks: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.dropouts or self.pair_dropouts:  # the masks hash (seed, step, id, layer, element)
             dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
             step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
             for m in self.dropouts:
                 m.step, m.ids = step_t, dev_idx
+            masks = self.pair_masks(step_t, dev_idx)
         xs, y = self.batch(TRAIN, ids)
         # The fp64 reference's probe steps also measure the gradient's scale (the local checks).
         absolute = AbsoluteGradient(self.module) if measure_scale else None
-        with self.autocast, absolute or contextlib.nullcontext():
+        with self.autocast, absolute or contextlib.nullcontext(), masks:
             logits = self.ddp(*xs)
         loss_sum = self._loss_sum(logits, y)
         abs_loss = self._loss_abs(logits, y).item() if measure_scale else None
@@ -76,6 +83,15 @@ class ForwardPass:
             loss.backward()
         scale = absolute.result(self.world) if absolute is not None else None
         return loss_sum, abs_loss, scale, own
+
+    def pair_masks(
+        self, step: torch.Tensor, ids: torch.Tensor
+    ) -> contextlib.AbstractContextManager[Any]:
+        """A training forward of a model pair's module: its dropout calls take the pair's masks
+        of ``step`` and these sample ids (dualtrain.core.pair.dropout)."""
+        if not self.pair_dropouts:
+            return contextlib.nullcontext()
+        return pair_dropout.training_forward("torch", self.pair_dropouts, self.seed, step, ids)
 
     def _loss_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The sum of per-sample losses as dualtrain.core.losses defines them, computed in the

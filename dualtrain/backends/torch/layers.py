@@ -1,6 +1,7 @@
 """dualtrain's own layers in torch: BatchNorm (dualtrain.core.batchnorm on torch tensors, sync over
 a process group), HashDropout (dualtrain.core.dropout's masks), GlobalAvgPool and Residual. The
-model builder (model.py) places them."""
+model builder (model.py) places them. PairDropout: a model pair's dropout modules in training
+(dualtrain.core.pair.dropout; pair.py places it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import nn
 
 from dualtrain.core import batchnorm, dropout
 from dualtrain.core.dropout import IntOps, canonical_elements
+from dualtrain.core.pair import dropout as pair_dropout
 
 
 class GlobalAvgPool(nn.Module):
@@ -50,6 +52,35 @@ class HashDropout(nn.Module):
         keep = keep.reshape(x.shape)  # canonical (C, H, W) order is torch's own layout
         return torch.where(
             keep, x * (1.0 / (1.0 - self.rate)), torch.zeros((), dtype=x.dtype, device=x.device)
+        )
+
+
+class PairDropout(nn.Module):
+    """A model pair's dropout module in training, in place of the user's ``nn.Dropout`` (or
+    ``Dropout1d/2d/3d``: whole channels) with its rate: inside a training forward the engine opens
+    (dualtrain.core.pair.dropout.training_forward) the pair's hash mask of its call, bit-identical
+    to the Keras side's; the identity otherwise (evaluation, the locator)."""
+
+    def __init__(self, path: str, p: float, kind: str, cls: str):
+        super().__init__()
+        self.path, self.p, self.kind, self.cls = path, p, kind, cls
+
+    def extra_repr(self) -> str:
+        return f"{self.cls}(p={self.p}) at {self.path!r}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = pair_dropout.mask_for("torch", self.path, self.p) if self.training else None
+        if mask is None:
+            return x
+        e = mask.entry
+        elements = torch.arange(e.elements, dtype=torch.int64, device=x.device)
+        keep = dropout.keep(_OPS, mask.seed, mask.step, mask.ids, mask.layer, elements, e.rate)
+        # canonical order is torch's own layout; a channel's mask covers its whole feature map
+        keep = keep.reshape(
+            (x.shape[0], -1, *(1,) * (x.dim() - 2)) if e.kind == pair_dropout.CHANNEL else x.shape
+        )
+        return torch.where(
+            keep, x * (1.0 / (1.0 - e.rate)), torch.zeros((), dtype=x.dtype, device=x.device)
         )
 
 

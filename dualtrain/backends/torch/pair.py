@@ -11,7 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from dualtrain.backends.torch.layers import PairDropout
 from dualtrain.core import pair
+from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
@@ -20,15 +22,10 @@ _KINDS: tuple[tuple[type[nn.Module], str], ...] = (
     (nn.Conv2d, "conv2d"),
     (nn.modules.batchnorm._BatchNorm, "batchnorm"),
 )
-#: Layers whose semantics a pair cannot carry yet, and why: dropout draws torch's own masks
-#: (dualtrain's hash masks are for its own layers); SyncBatchNorm's global statistics (dualtrain's
-#: own batchnorm layer has them: model.layers with sync: true)
+#: Layers whose semantics a pair cannot carry yet, and why: SyncBatchNorm's global statistics
+#: (dualtrain's own batchnorm layer has them: model.layers with sync: true). Dropout is carried
+#: (dualtrain.core.pair.dropout), save the kinds that module refuses.
 _REFUSED: tuple[tuple[type[nn.Module], str, str], ...] = (
-    (
-        nn.modules.dropout._DropoutNd,
-        "dropout",
-        "torch and Keras draw their own masks, so the two sides would drop different units",
-    ),
     (
         nn.SyncBatchNorm,
         "SyncBatchNorm",
@@ -41,7 +38,45 @@ def kind(m: nn.Module) -> str:
     return next((k for cls, k in _KINDS if isinstance(m, cls)), "other")
 
 
+def dropout_kind(m: nn.Module) -> tuple[str | None, str | None]:
+    """dualtrain.core.pair.dropout.classify for a torch module: (kind, why refused)."""
+    if not isinstance(m, nn.modules.dropout._DropoutNd):
+        return None, None
+    names = [c.__name__ for c in type(m).__mro__ if c.__module__.startswith("torch.nn")]
+    return pair_dropout.classify("torch", names)
+
+
+def _rate(m: nn.Module) -> float:
+    assert isinstance(m, nn.modules.dropout._DropoutNd)  # dropout_kind said so
+    return float(m.p)
+
+
 def build_module(model: ModelSpec, seed: int) -> nn.Module:
+    """The user's module (:func:`user_module`), its dropout modules dualtrain's
+    (:func:`install_dropouts`)."""
+    return install_dropouts(user_module(model, seed))
+
+
+def install_dropouts(module: nn.Module) -> nn.Module:
+    """``module`` with each dropout module in it replaced by a :class:`PairDropout` of its rate
+    (dualtrain.core.pair.dropout: the pair's masks inside a training forward, the identity
+    elsewhere); a module used in two places stays one."""
+    names = {id(m): n for n, m in module.named_modules()}  # a shared module's first name
+    made: dict[int, PairDropout] = {}
+    for parent in list(module.modules()):
+        for cname, child in list(parent.named_children()):
+            kind, _ = dropout_kind(child)
+            if kind is None:
+                continue
+            if id(child) not in made:
+                made[id(child)] = PairDropout(
+                    names[id(child)], _rate(child), kind, type(child).__name__
+                )
+            setattr(parent, cname, made[id(child)])
+    return module
+
+
+def user_module(model: ModelSpec, seed: int) -> nn.Module:
     """The user's ``nn.Module``, its parameters drawn by its own initialisers under
     ``torch.manual_seed(seed)`` (the pair's initial weights: the driver records them once, and
     every run loads the recorded arrays)."""
@@ -64,6 +99,7 @@ def build_module(model: ModelSpec, seed: int) -> nn.Module:
                     f"BatchNormalization holds). Received: momentum={m.momentum}, "
                     f"track_running_stats={m.track_running_stats}, affine={m.affine}"
                 )
+        _check_dropout(name, m)
         for cls, what, why in _REFUSED:
             if isinstance(m, cls):
                 raise UserError(
@@ -74,6 +110,24 @@ def build_module(model: ModelSpec, seed: int) -> nn.Module:
                     f"{type(m).__name__} at {name!r}"
                 )
     return module
+
+
+def _check_dropout(name: str, m: nn.Module) -> None:
+    """One line for a random layer the pair cannot give its masks."""
+    _, why = dropout_kind(m)
+    if why is not None:
+        raise UserError(
+            f"model.torch: {name or 'the model'} is a {type(m).__name__}, which a model pair does "
+            f"not carry ({why}; docs/own-models.md). Received: {type(m).__name__} at {name!r}"
+        )
+    if isinstance(m, nn.MultiheadAttention) and m.dropout > 0:
+        raise UserError(
+            f"model.torch: {name or 'the model'} is a MultiheadAttention with dropout="
+            f"{m.dropout}: its attention dropout is torch's functional dropout inside the "
+            f"attention, which dualtrain cannot give the pair's masks; use dropout=0.0 there "
+            f"(and in the Keras MultiHeadAttention) and nn.Dropout modules elsewhere "
+            f"(docs/own-models.md). Received: dropout={m.dropout} at {name!r}"
+        )
 
 
 def batchnorms(module: nn.Module) -> list[nn.Module]:
@@ -102,15 +156,22 @@ def canonical_state(module: nn.Module) -> dict[str, torch.Tensor]:
 def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """(the side's description as JSON, the initial weights in the canonical layout)."""
     model = spec.model
-    module = build_module(model, spec.seed)
+    module = user_module(model, spec.seed)  # its own dropout modules: their calls recorded
     owner = owners(module)
     order: dict[str, int] = {}
     layers: list[dict[str, Any]] = []
+    drops: list[dict[str, Any]] = []
 
     def hook(name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
         def record(m: nn.Module, inputs: tuple[Any, ...], out: Any) -> None:
             order.setdefault(name, len(order))
             bn = isinstance(m, nn.modules.batchnorm._BatchNorm)
+            drop, _ = dropout_kind(m)
+            if drop is not None and isinstance(inputs[0], torch.Tensor):
+                shape = inputs[0].shape[1:]
+                drops.append(
+                    pair_dropout.call_record(name, type(m).__name__, drop, _rate(m), shape)
+                )
             layers.append(
                 {
                     "name": name,
@@ -158,6 +219,7 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "torch": arrays,
         "layers": layers,
         "digest": pair.source_digest(type(module)),
+        **({"dropouts": drops} if drops else {}),
     }
     weights = {k: v.detach().to(torch.float32).numpy().copy() for k, v in state.items()}
     return side, weights

@@ -76,6 +76,10 @@ class TrainStep:
 
         def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]: ...
 
+        def pair_masks(
+            self, step: torch.Tensor, ids: torch.Tensor
+        ) -> contextlib.AbstractContextManager[Any]: ...
+
         def _through_server(
             self, lr: float, poison: bool, capture_grads: bool
         ) -> tuple[float, float | None, Any, float, bool]: ...
@@ -98,10 +102,12 @@ class TrainStep:
         run in the last bit. Parameters, optimizer state and batchnorm statistics are untouched."""
         buffers = {k: v.clone() for k, v in self.module.named_buffers()}
         idx = torch.zeros(1, dtype=torch.int64, device=self.device)
+        step = torch.zeros((), dtype=torch.int64, device=self.device)
         for m in self.dropouts:
-            m.step, m.ids = torch.zeros((), dtype=torch.int64, device=self.device), idx
+            m.step, m.ids = step, idx
         xs, _ = self.batch(TRAIN, np.zeros(1, dtype=np.int64))
-        logits = self.ddp(*xs)
+        with self.pair_masks(step, idx):
+            logits = self.ddp(*xs)
         (logits.sum() * 0.0).backward()
         self.opt.zero_grad(set_to_none=True)
         with torch.no_grad():

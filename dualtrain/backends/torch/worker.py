@@ -31,7 +31,7 @@ from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
 from dualtrain.records.envinfo import cpu_flags
 from dualtrain.runtime import clock
 from dualtrain.runtime.start import Start, default_threads
-from dualtrain.runtime.worker import Begun, train_loop, worker_inputs
+from dualtrain.runtime.worker import Begun, Inputs, train_loop, worker_inputs
 from dualtrain.spec import Experiment, Strategy
 
 
@@ -103,15 +103,7 @@ def run_worker(
         peers = exchange_peers(env.rank, env.world, route[1] if route else None)
         if server:  # the replicas' RPC group with the parameter server
             ps.init(env.rank, env.world, spec.distribution.timeout_s, server=False)
-        engine = TorchEngine(
-            spec,
-            inputs.data,
-            inputs.weights,
-            rank=env.rank,
-            world=env.world,
-            device=device,
-            server=server,
-        )
+        engine = make_engine(spec, inputs, env, device, server)
         facts = worker_facts(spec, env, threads, device, adopted, ifname, server)
         loop = train_loop(
             spec,
@@ -143,6 +135,23 @@ def run_worker(
     if destroy:
         dist.destroy_process_group()
     return summary
+
+
+def make_engine(
+    spec: Experiment, inputs: Inputs, env: DistEnv, device: torch.device, server: bool
+) -> TorchEngine:
+    """This replica's engine (``server``: its gradients go to the parameter server); a model
+    pair's takes its layout (its dropout calls)."""
+    return TorchEngine(
+        spec,
+        inputs.data,
+        inputs.weights,
+        rank=env.rank,
+        world=env.world,
+        device=device,
+        server=server,
+        layout=inputs.layout,
+    )
 
 
 def check_world_size(spec: Experiment, env: DistEnv) -> None:

@@ -18,7 +18,9 @@ Modules:
 * ``match``: the automatic map (weighted layers paired in order);
 * ``mapfile``: the explicit map (``model.weight_map``'s file), and the completeness check;
 * ``build``: a run's Layout from both sides, by the map file or the automatic match;
-* ``factories``: importing and calling the user's factories, and checking what they build.
+* ``factories``: importing and calling the user's factories, and checking what they build;
+* ``dropout``: the sides' dropout calls matched in forward order, and their hash masks in a
+  training forward.
 
 The names other modules use as ``pair.<name>`` are re-exported here.
 """

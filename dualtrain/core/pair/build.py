@@ -1,8 +1,10 @@
 """A run's model pair layout from the two sides' descriptions: the map file when
-``model.weight_map`` names one, else the automatic match; complete either way."""
+``model.weight_map`` names one, else the automatic match; complete either way; and the two sides'
+dropout calls matched in forward order (:mod:`.dropout`)."""
 
 from __future__ import annotations
 
+from dualtrain.core.pair import dropout
 from dualtrain.core.pair.mapfile import check_complete, load_map_file
 from dualtrain.core.pair.match import match
 from dualtrain.core.pair.record import Layout, Side
@@ -10,7 +12,9 @@ from dualtrain.core.pair.record import Layout, Side
 
 def layout(torch: Side, keras: Side, weight_map: str | None) -> Layout:
     if weight_map is not None:
-        return Layout(torch, keras, load_map_file(weight_map, torch, keras), explicit=True)
-    entries = match(torch, keras)
-    check_complete(entries, torch, keras)
-    return Layout(torch, keras, entries)
+        entries = load_map_file(weight_map, torch, keras)
+    else:
+        entries = match(torch, keras)
+        check_complete(entries, torch, keras)
+    drops = dropout.match(torch.dropouts, keras.dropouts)
+    return Layout(torch, keras, entries, explicit=weight_map is not None, dropouts=drops)

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.pair.dropout import DropoutEntry, entry_from_json
+
 PAIR_FILE = "model_pair.json"
 #: in a Keras export being written: the user's objects model.keras refers to, {name: [module,
 #: attribute]} (backends/tf/export.py writes it; driver/export_check.py reads it into export.json)
@@ -74,6 +76,8 @@ class Side:
     """Every leaf layer in call order, with its kind and settings (the locator's input)."""
     digest: str = ""
     """sha256 of the factory's source file."""
+    dropouts: tuple[dict[str, Any], ...] = ()
+    """Every dropout call in forward order (dualtrain.core.pair.dropout.call_record)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,9 @@ class Layout:
     entries: tuple[MapEntry, ...]
     explicit: bool = False
     """The map came from model.weight_map (else: matched automatically)."""
+    dropouts: tuple[DropoutEntry, ...] = ()
+    """The dropout calls with a rate above 0, matched in forward order (the k-th is hash layer
+    k: dualtrain.core.pair.dropout)."""
 
     # -- the canonical layout ------------------------------------------------------------------
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -108,12 +115,14 @@ class Layout:
 
     # -- records --------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {
-            "torch": asdict(self.torch),
-            "keras": asdict(self.keras),
+        # a pair without dropout is written as before dropout was carried (its digest unchanged)
+        d = {
+            "torch": _side_json(self.torch),
+            "keras": _side_json(self.keras),
             "map": [asdict(e) for e in self.entries],
             "explicit": self.explicit,
         }
+        return {**d, "dropouts": [asdict(e) for e in self.dropouts]} if self.dropouts else d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> Layout:
@@ -122,7 +131,15 @@ class Layout:
             side_from_json(d["keras"]),
             tuple(_entry(e) for e in d["map"]),
             bool(d.get("explicit", False)),
+            tuple(entry_from_json(e) for e in d.get("dropouts", ())),
         )
+
+
+def _side_json(side: Side) -> dict[str, Any]:
+    d = asdict(side)
+    if not side.dropouts:
+        del d["dropouts"]
+    return d
 
 
 def _entry(e: dict[str, Any]) -> MapEntry:
@@ -161,6 +178,7 @@ def side_from_json(d: dict[str, Any]) -> Side:
         ),
         layers=tuple(d.get("layers", ())),
         digest=d.get("digest", ""),
+        dropouts=tuple(d.get("dropouts", ())),
     )
 
 
