@@ -128,8 +128,8 @@ class HashDropout(keras.layers.Layer):
         )
         if len(self.in_shape) == 3:  # (N, C*H*W) canonical -> (N, H, W, C)
             keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
-        # tf.constant, not tf.cast: a Python float cast to float64 goes through float32 first
-        return tf.where(keep, x * tf.constant(1.0 / (1.0 - self.rate), x.dtype), tf.zeros_like(x))
+        # scaled as torch scales (in float32 for fp16/bf16; _scaled)
+        return tf.where(keep, _scaled(x, 1.0 / (1.0 - self.rate)), tf.zeros_like(x))
 
 
 def pair_mask(x: tf.Tensor, mask: pair_dropout.Mask) -> tf.Tensor:
