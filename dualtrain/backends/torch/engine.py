@@ -16,6 +16,7 @@ One training step follows docs/architecture.md "One step, defined once":
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from collections.abc import Sequence
@@ -63,6 +64,18 @@ class DeviceUnavailable(UserError):
 
 #: DUALTRAIN_TORCH_MKLDNN=0 turns torch's oneDNN (mkldnn) CPU kernels off (a portability setting).
 MKLDNN_ENV = "DUALTRAIN_TORCH_MKLDNN"
+
+
+#: DDP without its buffer broadcast before every forward (replica 0's batchnorm statistics are
+#: dualtrain's own rule, docs/parity.md §9): torch 2.13's forward_sync_buffers=False (buffers
+#: synced once at construction); before 2.13 broadcast_buffers=False, which also skips that first
+#: sync, a no-op here since every rank loads the same recorded weights and buffers. Found on a GPU
+#: machine whose torch 2.11 refused the newer keyword, inside pyproject's torch>=2.3 range.
+NO_FORWARD_BUFFER_SYNC: dict[str, bool] = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def configure_determinism(on: bool) -> None:
@@ -225,8 +238,8 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
             ddp = DDP(
                 self.module,
                 device_ids=[device.index] if device.type == "cuda" else None,
-                forward_sync_buffers=False,
                 gradient_as_bucket_view=True,
+                **NO_FORWARD_BUFFER_SYNC,
             )
             # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient
             # still comes out divided by the world size (measured on torch 2.13), with a Python
