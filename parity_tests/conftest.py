@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.cli import isolate_pair_cache
 from testkit.parity_runs import Runs
 from testkit.shared import shared_root
+
+isolate_pair_cache()  # every session describes each model pair itself
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -52,3 +55,13 @@ def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.update(extra or {})
     return env
+
+
+def isolate_pair_cache() -> None:
+    """A pair-description cache of this test process's own (dualtrain.driver.pair_cache): a
+    session describes every pair at least once, whatever earlier sessions cached; within the
+    session, runs of the same pair reuse it, as a user's would."""
+    if not os.environ.get("DUALTRAIN_PAIR_CACHE"):
+        folder = tempfile.mkdtemp(prefix="dualtrain-test-pairs-")
+        atexit.register(shutil.rmtree, folder, True)
+        os.environ["DUALTRAIN_PAIR_CACHE"] = folder

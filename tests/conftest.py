@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.cli import run_cli
+from testkit.cli import isolate_pair_cache, run_cli
+
+isolate_pair_cache()  # every session describes each model pair itself
 
 
 @pytest.fixture

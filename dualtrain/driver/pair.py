@@ -15,6 +15,7 @@ from dualtrain.backends import PACKAGES, check_installed
 from dualtrain.core import pair
 from dualtrain.core.pair.precheck import precheck
 from dualtrain.core.weights import Weights, check_shapes, load_weights
+from dualtrain.driver import pair_cache
 from dualtrain.errors import UserError
 from dualtrain.spec import Backend, Experiment
 from dualtrain.spec.load import dump_spec
@@ -42,53 +43,68 @@ def _describe(spec: Experiment) -> tuple[pair.Layout, Weights]:
     for backend in (Backend.TORCH, Backend.TF):
         check_installed(backend)  # a pair needs both frameworks, whichever runs
     with tempfile.TemporaryDirectory(prefix="dualtrain-pair-") as tmp:
-        spec_path = Path(tmp) / "spec.yaml"
-        spec_path.write_text(dump_spec(spec))
-        procs = {}
-        for backend in (Backend.TORCH, Backend.TF):
-            out = Path(tmp) / backend.value
-            out.mkdir()
-            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-            procs[backend] = (
-                subprocess.Popen(
-                    [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "describe", str(spec_path)]
-                    + [str(out)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=env,
-                ),
-                out,
-            )
-        sides = {}
-        for backend, (proc, out) in procs.items():
-            try:
-                _, err = proc.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                for p, _ in procs.values():
-                    p.kill()
-                raise UserError(
-                    f"model.{backend.value}: building the model took over {TIMEOUT_S} s. Received: "
-                    f"{getattr(spec.model, backend.value if backend is Backend.TORCH else 'keras')}"
-                ) from None
-            field = "model.torch" if backend is Backend.TORCH else "model.keras"
-            given = spec.model.torch if backend is Backend.TORCH else spec.model.keras
-            if proc.returncode != 0:
-                for p, _ in procs.values():
-                    p.kill()
-                lines = [ln for ln in err.splitlines() if ln.strip()]
-                ours = [ln for ln in lines if ln.startswith("dualtrain: error: ")]
-                if proc.returncode == 2 and ours:
-                    raise UserError(ours[-1].removeprefix("dualtrain: error: "))
-                # the user's own code raised: its traceback is theirs to read
-                sys.stderr.write("\n".join(lines[-30:]) + "\n")
-                last = lines[-1] if lines else f"exit code {proc.returncode}"
-                raise UserError(
-                    f"{field}: building or running the model raised (its traceback above): "
-                    f"{last}. Received: {field}={given!r}"
-                )
-            sides[backend] = pair.side_from_json(json.loads((out / "side.json").read_text()))
+        cached = pair_cache.key(spec)
+        if not pair_cache.fetch(cached, Path(tmp)):
+            _run_children(spec, Path(tmp))
+            pair_cache.store(cached, Path(tmp))
+        sides = {
+            b: pair.side_from_json(json.loads((Path(tmp) / b.value / "side.json").read_text()))
+            for b in (Backend.TORCH, Backend.TF)
+        }
         weights = load_weights(Path(tmp) / Backend.TORCH.value / "weights.npz")
+    return _layout(spec, sides, weights)
+
+
+def _run_children(spec: Experiment, tmp: Path) -> None:
+    """Each backend's describe child, both at once, writing into ``tmp``/torch and ``tmp``/tf;
+    a child that fails is one line (its own, or the user's traceback and its last line)."""
+    spec_path = tmp / "spec.yaml"
+    spec_path.write_text(dump_spec(spec))
+    procs = {}
+    for backend in (Backend.TORCH, Backend.TF):
+        out = tmp / backend.value
+        out.mkdir()
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+        procs[backend] = subprocess.Popen(
+            [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "describe", str(spec_path)]
+            + [str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+    for backend, proc in procs.items():
+        try:
+            _, err = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+            raise UserError(
+                f"model.{backend.value}: building the model took over {TIMEOUT_S} s. Received: "
+                f"{getattr(spec.model, backend.value if backend is Backend.TORCH else 'keras')}"
+            ) from None
+        field = "model.torch" if backend is Backend.TORCH else "model.keras"
+        given = spec.model.torch if backend is Backend.TORCH else spec.model.keras
+        if proc.returncode != 0:
+            for p in procs.values():
+                p.kill()
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            ours = [ln for ln in lines if ln.startswith("dualtrain: error: ")]
+            if proc.returncode == 2 and ours:
+                raise UserError(ours[-1].removeprefix("dualtrain: error: "))
+            # the user's own code raised: its traceback is theirs to read
+            sys.stderr.write("\n".join(lines[-30:]) + "\n")
+            last = lines[-1] if lines else f"exit code {proc.returncode}"
+            raise UserError(
+                f"{field}: building or running the model raised (its traceback above): "
+                f"{last}. Received: {field}={given!r}"
+            )
+
+
+def _layout(
+    spec: Experiment, sides: dict[Backend, pair.Side], weights: Weights
+) -> tuple[pair.Layout, Weights]:
+    """The map of the two described sides, the initial weights (model.init_from's, if given)."""
     layout = pair.layout(sides[Backend.TORCH], sides[Backend.TF], spec.model.weight_map)
     if spec.model.init_from is not None:
         weights = load_weights(spec.model.init_from)

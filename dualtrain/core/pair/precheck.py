@@ -20,7 +20,7 @@ from dualtrain.errors import UserError
 from dualtrain.spec import ModelSpec
 
 
-def _source(module: str, root: Path) -> Path | None:
+def module_source(module: str, root: Path) -> Path | None:
     """The module's source file under ``root`` (a file or a package's __init__), or None."""
     base = root.joinpath(*module.split("."))
     for p in (base.with_suffix(".py"), base / "__init__.py"):
@@ -77,7 +77,7 @@ def _params(node: ast.AST) -> tuple[set[str], bool] | None:
 
 def _check_factory(field: str, text: str, root: Path, args: dict[str, Any]) -> None:
     module, _, attr = text.partition(":")
-    path = _source(module, root)
+    path = module_source(module, root)
     if path is None:
         if not _installed(module):
             raise UserError(
