@@ -71,7 +71,7 @@ MKLDNN_ENV = "DUALTRAIN_TORCH_MKLDNN"
 #: synced once at construction); before 2.13 broadcast_buffers=False, which also skips that first
 #: sync, a no-op here since every rank loads the same recorded weights and buffers. Found on a GPU
 #: machine whose torch 2.11 refused the newer keyword, inside pyproject's torch>=2.3 range.
-NO_FORWARD_BUFFER_SYNC: dict[str, bool] = (
+NO_FORWARD_BUFFER_SYNC: dict[str, Any] = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
     else {"broadcast_buffers": False}
