@@ -9,6 +9,7 @@ import pytest
 from dualtrain.parity import compare_records
 from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.records.record import read_run
+from dualtrain.runtime.entry import TEST_HOOK
 from testkit.cli import ROOT
 
 from .test_reference import assert_reference
@@ -66,6 +67,16 @@ CASES = {
         "distribution.world_size=3",
         "tf.strategy=multi_worker",
     ),
+    # layernorm (torch's nn.LayerNorm; Keras's LayerNormalization with torch's eps), with gelu and
+    # dropout between dense layers, as in a transformer's MLP block
+    "layernorm-w2": (
+        "model.preset=null",
+        "model.layers=[{type: flatten}, {type: dense, units: 64}, {type: layernorm}, "
+        "{type: gelu}, {type: dropout, rate: 0.1}, {type: dense, units: 64}, "
+        "{type: layernorm, eps: 0.001}, {type: relu}, {type: dense, units: 10}]",
+        "optimizer.lr=0.003",
+        "distribution.world_size=2",
+    ),
     "dropout-cnn-w2": (
         "model.preset=null",
         "model.layers=[{type: conv2d, filters: 8, kernel_size: 3}, "
@@ -92,6 +103,18 @@ def test_reference_pair_agrees(runs, case):
     assert_reference(ref)
     losses = [r["loss"] for r in ref.a.train]
     assert losses[-1] < losses[0], losses  # it trains (16 steps: only a little for some)
+
+
+@pytest.mark.slow
+def test_a_layernorm_eps_off_on_one_side_fails_the_pair(runs):
+    # the check can fail: the TF side's layernorm at Keras's default eps (1e-3, a test hook)
+    overrides = (*DATA, *CASES["layernorm-w2"], "precision.dtype=fp64")
+    a = read_run(runs("torch", *overrides))
+    hook = {TEST_HOOK: "testkit.worker_hooks:layernorm_eps=0.001"}
+    b = read_run(runs("tf", *overrides, env=hook))
+    check = check_reference_loss(Reference(a, b))
+    print(check.detail)
+    assert not check.passed and check.first_step == 1
 
 
 def test_epoch_schedule_changes_the_lr_once_per_epoch(runs):

@@ -23,3 +23,22 @@ def probe_state_does_not_load(backend: str, argument: str) -> None:
         )
 
     probes.load = load
+
+
+def layernorm_eps(backend: str, argument: str) -> None:
+    """The TF backend's layernorm layers at another eps (``argument``): Keras's LayerNormalization
+    default (1e-3) where torch's nn.LayerNorm has 1e-5, the classic porting slip."""
+    if backend != "tf":
+        return
+    import dataclasses  # lazy: cycle
+
+    from dualtrain.backends.tf import model  # lazy: framework
+    from dualtrain.spec import LayerType  # lazy: cycle
+
+    build = model.LAYERS[LayerType.LAYERNORM]
+
+    def other_eps(b, r, name, x):
+        spec = dataclasses.replace(r.spec, eps=float(argument))
+        return build(b, dataclasses.replace(r, spec=spec), name, x)
+
+    model.LAYERS[LayerType.LAYERNORM] = other_eps

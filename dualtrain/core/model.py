@@ -179,6 +179,14 @@ def _resolve_one(
         params = ((f"{prefix}.weight", (c,)), (f"{prefix}.bias", (c,)))
         buffers = ((f"{prefix}.running_mean", (c,)), (f"{prefix}.running_var", (c,)))
         new = shape
+    elif t is LayerType.LAYERNORM:  # over the features: elementwise weight and bias
+        if len(shape) != 1:
+            raise UserError(
+                f"{where} normalises a vector of features (after a dense layer or a flatten). "
+                f"Received: input shape {list(shape)}"
+            )
+        params = ((f"{prefix}.weight", shape), (f"{prefix}.bias", shape))
+        new = shape
     elif t is LayerType.RESIDUAL:
         body, shortcut, new = _residual(layer, shape, where, where_list, prefix, uid)
     elif t is LayerType.CONCAT:  # only model.layers[0] of a model with several inputs

@@ -33,7 +33,8 @@ def init_weights(model: ModelSpec, seed: int) -> Weights:
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _WEIGHTS_STREAM])))
     out: Weights = {}
     for layer in walk(resolve(model)):
-        if layer.spec.type is LayerType.BATCHNORM:  # torch's BatchNorm reset: no random draw
+        # torch's BatchNorm and LayerNorm reset: no random draw
+        if layer.spec.type in (LayerType.BATCHNORM, LayerType.LAYERNORM):
             for name, shape in layer.arrays:
                 fill = 1.0 if name.endswith((".weight", ".running_var")) else 0.0
                 out[name] = np.full(shape, fill, np.float32)

@@ -14,7 +14,7 @@ from dualtrain.spec.vocab import LayerType, Loss, Padding
 class LayerSpec:
     type: LayerType
     """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid,
-    gelu (exact erf form), dropout, batchnorm, residual."""
+    gelu (exact erf form), dropout, batchnorm, layernorm, residual."""
     units: int | None = None
     """dense: output features."""
     filters: int | None = None
@@ -38,7 +38,8 @@ class LayerSpec:
     """batchnorm: torch's momentum (default 0.1): running = (1 - momentum) * running + momentum *
     batch statistic (the unbiased variance for running_var)."""
     eps: float | None = None
-    """batchnorm: added to the biased batch variance before the square root (default 1e-5)."""
+    """batchnorm, layernorm: added to the biased variance before the square root (default 1e-5,
+    torch's; Keras's LayerNormalization defaults to 1e-3)."""
     sync: bool | None = None
     """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
     count (torch SyncBatchNorm); false (default): each replica's own batch, and the running
@@ -58,6 +59,7 @@ class LayerSpec:
             LayerType.AVGPOOL2D: {"pool_size", "stride"},
             LayerType.DROPOUT: {"rate"},
             LayerType.BATCHNORM: {"momentum", "eps", "sync"},
+            LayerType.LAYERNORM: {"eps"},
             LayerType.RESIDUAL: {"body", "shortcut"},
         }.get(t, set())
         for name in ("momentum", "eps", "sync", "body", "shortcut"):
@@ -68,6 +70,10 @@ class LayerSpec:
             raise UserError(f"layer type {t.value!r} takes no 'bias'. Received: bias=False")
         if t is LayerType.BATCHNORM:
             self._batchnorm_defaults()
+        if t is LayerType.LAYERNORM:
+            if self.eps is None:
+                object.__setattr__(self, "eps", 1e-5)  # torch's nn.LayerNorm default
+            check_field(self.eps > 0.0, "layer layernorm.eps", "must be > 0", self.eps)
         if t is LayerType.RESIDUAL:
             self._check_residual()
         if self.rate is not None:

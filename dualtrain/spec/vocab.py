@@ -75,6 +75,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "batchnorm2d": "batchnorm",
         "batchnorm1d": "batchnorm",
         "syncbatchnorm": "batchnorm",
+        "layernormalization": "layernorm",
     },
     "ScheduleName": {
         "cosineannealing": "cosine",
@@ -172,6 +173,7 @@ class LayerType(StrEnum):
     GELU = "gelu"
     DROPOUT = "dropout"
     BATCHNORM = "batchnorm"
+    LAYERNORM = "layernorm"
     RESIDUAL = "residual"
     CONCAT = "concat"
 

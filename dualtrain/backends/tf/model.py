@@ -193,6 +193,16 @@ def _dropout(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> 
     )
 
 
+def _layernorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+    """Keras's LayerNormalization with torch's eps: the same function (in float32 for fp16/bf16
+    inputs, as torch's autocast runs layer_norm; Keras casts the output back to the compute dtype,
+    which the next dense layer's autocast does on torch)."""
+    layer = keras.layers.LayerNormalization(axis=-1, epsilon=r.spec.eps, name=name, dtype=b.policy)
+    x = layer(x)
+    b.named += list(zip([n for n, _ in r.params], (layer.gamma, layer.beta), strict=True))
+    return x
+
+
 def _batchnorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     s = r.spec
     if b.inference:  # Keras's BatchNormalization with torch's eps and momentum convention
@@ -280,6 +290,7 @@ LAYERS = {
     LayerType.GELU: _gelu_layer,
     LayerType.DROPOUT: _dropout,
     LayerType.BATCHNORM: _batchnorm,
+    LayerType.LAYERNORM: _layernorm,
     LayerType.CONCAT: _concat,
 }
 

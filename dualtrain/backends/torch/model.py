@@ -118,6 +118,10 @@ LAYERS: dict[LayerType, TorchLayer] = {
         lambda r, seed: BatchNorm(r.in_shape[0], r.spec.momentum, r.spec.eps, r.spec.sync),
         _batchnorm_source,
     ),
+    LayerType.LAYERNORM: TorchLayer(
+        lambda r, seed: nn.LayerNorm(r.in_shape[0], eps=r.spec.eps),
+        lambda r, indent: f"nn.LayerNorm({r.in_shape[0]}, eps={r.spec.eps})",
+    ),
     LayerType.RESIDUAL: TorchLayer(
         lambda r, seed: Residual(_build(r.body, seed), _build(r.shortcut, seed)), _residual_source
     ),
