@@ -73,6 +73,7 @@ class LayerSpec:
         if t is LayerType.LAYERNORM:
             if self.eps is None:
                 object.__setattr__(self, "eps", 1e-5)  # torch's nn.LayerNorm default
+            assert self.eps is not None  # the default, set just above
             check_field(self.eps > 0.0, "layer layernorm.eps", "must be > 0", self.eps)
         if t is LayerType.RESIDUAL:
             self._check_residual()
