@@ -73,7 +73,7 @@ CASES = {
         "model.preset=null",
         "model.layers=[{type: flatten}, {type: dense, units: 64}, {type: layernorm}, "
         "{type: gelu}, {type: dropout, rate: 0.1}, {type: dense, units: 64}, "
-        "{type: layernorm, eps: 0.001}, {type: relu}, {type: dense, units: 10}]",
+        "{type: layernorm, eps: 0.001}, {type: gelu, approximate: tanh}, {type: dense, units: 10}]",
         "optimizer.lr=0.003",
         "distribution.world_size=2",
     ),

@@ -57,6 +57,7 @@ from dualtrain.spec.train import (
 from dualtrain.spec.vocab import (
     ALIASES,
     METRICS,
+    Approximate,
     Backend,
     Dataset,
     Device,
@@ -110,6 +111,7 @@ __all__ = [
     "SHOWS_IN_INIT",
     "SHOWS_IN_LR",
     "SHOWS_IN_SCALE",
+    "Approximate",
     "Padding",
     "Precision",
     "PrecisionSpec",

@@ -7,7 +7,7 @@ from typing import Any
 
 from dualtrain.errors import UserError
 from dualtrain.spec.fields import COSMETIC, SPEC_DATACLASS, check_field, tagged_field
-from dualtrain.spec.vocab import LayerType, Loss, Padding
+from dualtrain.spec.vocab import Approximate, LayerType, Loss, Padding
 
 
 @dataclass(**SPEC_DATACLASS)
@@ -40,6 +40,8 @@ class LayerSpec:
     eps: float | None = None
     """batchnorm, layernorm: added to the biased variance before the square root (default 1e-5,
     torch's; Keras's LayerNormalization defaults to 1e-3)."""
+    approximate: Approximate | None = None
+    """gelu: none (the exact erf form, the default) or tanh (torch's approximate="tanh")."""
     sync: bool | None = None
     """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
     count (torch SyncBatchNorm); false (default): each replica's own batch, and the running
@@ -60,9 +62,10 @@ class LayerSpec:
             LayerType.DROPOUT: {"rate"},
             LayerType.BATCHNORM: {"momentum", "eps", "sync"},
             LayerType.LAYERNORM: {"eps"},
+            LayerType.GELU: {"approximate"},
             LayerType.RESIDUAL: {"body", "shortcut"},
         }.get(t, set())
-        for name in ("momentum", "eps", "sync", "body", "shortcut"):
+        for name in ("momentum", "eps", "sync", "approximate", "body", "shortcut"):
             v = getattr(self, name)
             if v not in (None, ()) and name not in allowed:
                 raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
@@ -70,6 +73,8 @@ class LayerSpec:
             raise UserError(f"layer type {t.value!r} takes no 'bias'. Received: bias=False")
         if t is LayerType.BATCHNORM:
             self._batchnorm_defaults()
+        if t is LayerType.GELU and self.approximate is None:
+            object.__setattr__(self, "approximate", Approximate.NONE)
         if t is LayerType.LAYERNORM:
             if self.eps is None:
                 object.__setattr__(self, "eps", 1e-5)  # torch's nn.LayerNorm default

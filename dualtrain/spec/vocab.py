@@ -194,6 +194,14 @@ class Progress(StrEnum):
     LINES = "lines"
 
 
+class Approximate(StrEnum):
+    """gelu's form: the exact erf form (torch's nn.GELU() and Keras's gelu default) or the tanh
+    approximation (nn.GELU(approximate="tanh"), keras.activations.gelu(approximate=True))."""
+
+    NONE = "none"
+    TANH = "tanh"
+
+
 class Padding(StrEnum):
     VALID = "valid"
     SAME = "same"

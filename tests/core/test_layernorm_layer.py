@@ -46,3 +46,12 @@ def test_layernorm_normalises_features_with_torch_defaults():
 def test_layernorm_mistakes_are_one_line(layers, shape, message):
     with pytest.raises(UserError, match=message):
         resolve(_model(layers, shape))
+
+
+def test_gelu_form_is_exact_unless_tanh_is_asked_for():
+    m = _model([{"type": "gelu"}, {"type": "gelu", "approximate": "tanh"}])
+    assert [layer.approximate.value for layer in m.layers] == ["none", "tanh"]
+    with pytest.raises(UserError, match="takes no 'approximate'"):
+        _model([{"type": "relu", "approximate": "tanh"}])
+    with pytest.raises(UserError, match="approximate"):
+        _model([{"type": "gelu", "approximate": "sigmoid"}])

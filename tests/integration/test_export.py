@@ -28,6 +28,7 @@ LAYERS = (
     "padding: 1}, {type: gelu}], shortcut: [{type: conv2d, filters: 12, kernel_size: 1, "
     "stride: 2}]}, {type: avgpool2d, pool_size: 2}, {type: dropout, rate: 0.3}, {type: flatten}, "
     "{type: dense, units: 32}, {type: batchnorm, sync: true}, {type: tanh}, "
+    "{type: dense, units: 16}, {type: layernorm}, {type: gelu, approximate: tanh}, "
     "{type: dense, units: 10}]"
 )
 

@@ -177,6 +177,16 @@ def pair_dropout_call(
     return call
 
 
+def tanh_gelu(x: tf.Tensor) -> tf.Tensor:
+    """gelu's tanh form as torch's kernel computes it: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x +
+    0.044715 * x^3))), the constants in the compute dtype (tf.nn.gelu's own tanh form casts
+    0.044715 through float32: core.limits)."""
+    beta = keras.ops.convert_to_tensor(0.7978845608028654, dtype=x.dtype)
+    kappa = keras.ops.convert_to_tensor(0.044715, dtype=x.dtype)
+    half = keras.ops.convert_to_tensor(0.5, dtype=x.dtype)
+    return half * x * (1.0 + keras.ops.tanh(beta * (x + kappa * x * x * x)))
+
+
 def exact_gelu(x: tf.Tensor) -> tf.Tensor:
     """The exact erf form, written as torch's CPU kernel computes it:
     x * 0.5 * (1 + erf(x * sqrt(1/2))), the constant in the compute dtype. Not

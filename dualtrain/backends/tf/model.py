@@ -16,10 +16,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.backends.tf.layers import BatchNorm, HashDropout, conv2d, exact_gelu
+from dualtrain.backends.tf.layers import BatchNorm, HashDropout, conv2d, exact_gelu, tanh_gelu
 from dualtrain.core.model import ResolvedLayer, conv_flatten_shape, has_layer, resolve
 from dualtrain.core.weights import Weights
-from dualtrain.spec import LayerType, ModelSpec
+from dualtrain.spec import Approximate, LayerType, ModelSpec
 
 
 def keras_inputs(spec: ModelSpec, dtype: str) -> list[keras.KerasTensor]:
@@ -265,10 +265,25 @@ def _activation(
 def _gelu_layer(
     b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor
 ) -> keras.KerasTensor:
-    # inference: Keras's own exact gelu (the export loads without dualtrain); training: exact_gelu
-    return keras.layers.Activation(
-        "gelu" if b.inference else exact_gelu, name=name, dtype=b.policy
-    )(x)
+    """training: torch's formula (exact_gelu, tanh_gelu); inference (the export, which loads
+    without dualtrain): Keras's own layers, its gelu for the erf form, the tanh form spelled out in
+    Multiply, Rescaling and tanh (Keras has no tanh-gelu by name)."""
+    tanh = r.spec.approximate is Approximate.TANH
+    if not b.inference:
+        fn = tanh_gelu if tanh else exact_gelu
+        return keras.layers.Activation(fn, name=name, dtype=b.policy)(x)
+    if not tanh:
+        return keras.layers.Activation("gelu", name=name, dtype=b.policy)(x)
+    L, p = keras.layers, b.policy
+    x3 = L.Multiply(name=f"{name}_x3", dtype=p)([x, x, x])
+    inner = L.Add(name=f"{name}_in", dtype=p)(
+        [x, L.Rescaling(0.044715, name=f"{name}_k", dtype=p)(x3)]
+    )
+    t = L.Activation("tanh", name=f"{name}_tanh", dtype=p)(
+        L.Rescaling(0.7978845608028654, name=f"{name}_b", dtype=p)(inner)
+    )
+    half = L.Rescaling(0.5, offset=0.5, name=f"{name}_half", dtype=p)(t)
+    return L.Multiply(name=name, dtype=p)([x, half])
 
 
 LAYERS = {

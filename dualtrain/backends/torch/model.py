@@ -109,7 +109,10 @@ LAYERS: dict[LayerType, TorchLayer] = {
     LayerType.RELU: _activation(nn.ReLU),
     LayerType.TANH: _activation(nn.Tanh),
     LayerType.SIGMOID: _activation(nn.Sigmoid),
-    LayerType.GELU: _activation(nn.GELU),
+    LayerType.GELU: TorchLayer(
+        lambda r, seed: nn.GELU(approximate=r.spec.approximate.value),
+        lambda r, indent: f'nn.GELU(approximate="{r.spec.approximate.value}")',
+    ),
     LayerType.DROPOUT: TorchLayer(
         lambda r, seed: HashDropout(r.spec.rate, r.uid, r.in_shape, seed),
         lambda r, indent: f"nn.Dropout({r.spec.rate})",
