@@ -113,7 +113,7 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
             hint = f"; did you mean '{close[0]}'?" if close else ""
             errors.append(
                 f"unknown key '{where}' (valid keys{' in ' + path if path else ''}: "
-                f"{', '.join(names)}){hint} Received: {key}={shown(data[key])}"
+                f"{', '.join(names)}){hint or '.'} Received: {key}={shown(data[key])}"
             )
     hints = _hints(cls)
     kwargs = {}

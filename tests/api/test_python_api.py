@@ -174,3 +174,13 @@ def test_errors_are_exported():
     from dualtrain import errors
 
     assert dualtrain.UserError is errors.UserError and dualtrain.RunFailed is errors.RunFailed
+
+
+def test_the_docs_example_errors_are_what_the_api_raises():
+    # docs/python-api.md shows three mistakes and their one-line errors: they stay the real ones
+    doc = (ROOT / "docs" / "python-api.md").read_text()
+    spec = str(ROOT / "configs" / "mnist_mlp.yaml")
+    for kw in ({"train": {"epochz": 1}}, {"epochs": 1}, {"optimizer": {"lr": -1}}):
+        with pytest.raises(dualtrain.UserError) as err:
+            dualtrain.experiment(spec, **kw)
+        assert f"dualtrain.errors.UserError: {err.value}\n" in doc, str(err.value)
