@@ -23,6 +23,8 @@ from testkit.cli import ROOT, run_cli
 from testkit.parity_runs import assert_reference_agrees
 from testkit.shared import run_outputs, run_without_dualtrain
 
+from .test_model_pairs import LOADERS as PAIR_LOADERS
+
 PORT = str(ROOT / "configs" / "port_resnet.yaml")
 PORTS = ROOT / "examples" / "ports"
 #: 6 steps of 64 at world 2 (1 epoch), checkpoints after steps 3 and 6
@@ -103,28 +105,13 @@ def test_dropout_pair_resumes_bit_for_bit(runs, backend):
     assert read_run(again).summary["resumed"][0]["from_step"] == 3
 
 
-#: each export loaded without dualtrain: its outputs on the samples, and the dropout layers in it
+#: each export loaded without dualtrain (test_model_pairs's loaders): its outputs on the samples,
+#: then the dropout layers in it
 LOADERS = {
-    "torch": """
-import importlib.util, sys
-import numpy as np, torch
-folder, data, out = sys.argv[1:4]
-spec = importlib.util.spec_from_file_location("exported", folder + "/model.py")
-mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-model = mod.load()
-with torch.no_grad():
-    np.save(out, model(torch.from_numpy(np.load(data)).to(mod.DTYPE)).double().numpy())
-print(sorted(type(m).__name__ for m in model.modules() if "Dropout" in type(m).__name__))
-""",
-    "keras": """
-import os, sys; os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-import numpy as np, keras
-folder, data, out = sys.argv[1:4]
-model = keras.saving.load_model(folder + "/model.keras")
-x = np.load(data).transpose(0, 2, 3, 1)
-np.save(out, np.asarray(model(x, training=False), dtype=np.float64))
-print(sorted(type(m).__name__ for m in model.layers if "Dropout" in type(m).__name__))
-""",
+    "torch": PAIR_LOADERS["torch"]
+    + 'print(sorted(type(m).__name__ for m in model.modules() if "Dropout" in type(m).__name__))\n',
+    "keras": PAIR_LOADERS["keras"]
+    + 'print(sorted(type(m).__name__ for m in model.layers if "Dropout" in type(m).__name__))\n',
 }
 
 
