@@ -61,6 +61,7 @@ LAYERS = [
     {"core"},  # what both backends compute, defined once
     {"runtime"},  # one worker's training loop, the engine contract, checkpoints
     {"launch"},  # starting and watching workers, cluster conventions
+    {"audit"},  # recorded runs of users' own scripts: format, sample identity, checks
     {"backends"},  # torch and tf: engines, models, their launch modules
     {"parity"},  # checks, diagnosis and report on finished runs
     {"driver"},  # run / compare / export in the launcher process

@@ -1,0 +1,58 @@
+"""Audit the training scripts a team already has: record a hand-written PyTorch (DDP) loop and a
+Keras ``fit`` (MirroredStrategy), then ``dualtrain compare RUN_A RUN_B`` on the two records says
+whether they train the same way and names the classic differences (docs/audit.md).
+
+Framework-free: the recorders live in dualtrain.backends.torch.audit and
+dualtrain.backends.tf.audit and are imported only when asked for, so importing this package
+imports neither framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from dualtrain.audit.record import is_recorded
+
+__all__ = ["is_recorded", "keras_recorder", "torch_recorder"]
+
+#: the recorders' modules, by framework (loaded by name: they sit in the backends, above this
+#: package in the pipeline, and import the record format from here)
+RECORDERS = {"torch": "dualtrain.backends.torch.audit", "tf": "dualtrain.backends.tf.audit"}
+
+
+def torch_recorder(
+    run_dir: str | Path,
+    *,
+    model: Any,
+    optimizer: Any,
+    scaler: Any = None,
+    loader: Any = None,
+    sampler: Any = None,
+    scheduler: Any = None,
+) -> Any:
+    """A recorder for a PyTorch loop (a context manager; ``rec.batch(inputs)`` at each optimizer
+    step's start, ``rec.step(loss)`` after it, ``rec.close()`` or the ``with`` block's end to
+    write ``run_dir``). ``loader``/``sampler``: where the sample indices come from (a
+    DistributedSampler's); ``scaler``: a GradScaler; ``scheduler``: recorded for the report.
+    Every DDP process makes one, after ``init_process_group``."""
+    module = importlib.import_module(RECORDERS["torch"])
+    return module.TorchRecorder(
+        run_dir,
+        model=model,
+        optimizer=optimizer,
+        scaler=scaler,
+        loader=loader,
+        sampler=sampler,
+        scheduler=scheduler,
+    )
+
+
+def keras_recorder(run_dir: str | Path, *, model: Any) -> Any:
+    """A Keras callback recording ``model.fit`` (pass it in ``callbacks=[...]``; the record is
+    written when fit ends). ``model``: the compiled model, built under a MirroredStrategy or
+    MultiWorkerMirroredStrategy scope; the recorder wraps its train step and its optimizer's
+    ``apply_gradients`` to see each replica's rows, the gradient norm and the loss scale."""
+    module = importlib.import_module(RECORDERS["tf"])
+    return module.KerasRecorder(run_dir, model=model)

@@ -1,0 +1,246 @@
+"""The record of an audited run: the files a recorder leaves, written once at the end, whole.
+
+A recorded run directory holds what a dualtrain run directory holds (``metrics.jsonl``,
+``shards.jsonl``, ``summary.json``, ``spec.yaml``, ``weights_init.npz``, ``weights_final.npz``,
+TensorBoard scalars under ``tensorboard/``), so TensorBoard and the run-directory readers read it,
+plus:
+
+* ``audit.json``: what was recorded (framework, world size, steps), the script (path and text),
+  and the configuration read from the script's objects (optimizer, scheduler, loss scaling,
+  sampler or dataset, batchnorm layers); ``state`` is ``complete`` only once everything else is
+  written (``recording`` before: compare refuses such a directory as half-written);
+* ``replicas.jsonl``: per optimizer step and replica: ``step``, ``epoch``, ``replica``, ``count``,
+  ``loss`` (the replica's mean over its rows), ``exact`` and ``pattern`` (each row's digest,
+  dualtrain.audit.identity) and ``indices`` (the dataset indices, when a sampler said them).
+
+Every file goes through a temporary name and a rename; ``audit.json`` is renamed into place last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from dualtrain.errors import UserError
+from dualtrain.jsonio import json_safe, write_atomic
+from dualtrain.records import tbevents
+from dualtrain.records.envinfo import core_facts
+from dualtrain.records.record import (
+    METRICS_FILE,
+    SHARDS_FILE,
+    SPEC_FILE,
+    SUMMARY_FILE,
+    WEIGHTS_FINAL,
+    WEIGHTS_INIT,
+)
+
+AUDIT_FILE = "audit.json"
+REPLICAS_FILE = "replicas.jsonl"
+FORMAT = "dualtrain-audit/1"
+PARTS = "parts"
+#: what a recorder may replace in a directory it recorded before
+OWN = {
+    AUDIT_FILE,
+    REPLICAS_FILE,
+    METRICS_FILE,
+    SHARDS_FILE,
+    SPEC_FILE,
+    SUMMARY_FILE,
+    WEIGHTS_INIT,
+    WEIGHTS_FINAL,
+    PARTS,
+    tbevents.DIR,
+}
+
+_ACTIVE: list[str] = []
+
+
+def claim(kind: str) -> None:
+    """One recorder per process: a second one (before the first is closed) is a UserError."""
+    if _ACTIVE:
+        raise UserError(
+            f"one audit recorder per process: a {_ACTIVE[0]} recorder is still open (close it, "
+            f"or leave its `with` block, before starting another). Received: a second {kind} "
+            f"recorder"
+        )
+    _ACTIVE.append(kind)
+
+
+def release() -> None:
+    _ACTIVE.clear()
+
+
+def is_recorded(run_dir: str | Path) -> bool:
+    """``run_dir`` was written by an audit recorder (finished or not)."""
+    return (Path(run_dir) / AUDIT_FILE).is_file()
+
+
+def prepare(run_dir: str | Path, framework: str) -> Path:
+    """The chief's first act: ``run_dir`` new, empty or an earlier record (whose files it
+    clears); anything else is refused. Writes audit.json with state ``recording``."""
+    d = Path(run_dir)
+    if d.exists() and not d.is_dir():
+        raise UserError(f"the audit run directory is a file. Received: {str(d)!r}")
+    if d.is_dir() and any(d.iterdir()):
+        if not is_recorded(d):
+            raise UserError(
+                f"{d} is not an audit record (no {AUDIT_FILE}) and not empty; the recorder "
+                f"writes only into a new or empty folder or one it recorded before. Received: "
+                f"{str(d)!r}"
+            )
+        foreign = sorted(p.name for p in d.iterdir() if p.name not in OWN)
+        if foreign:
+            raise UserError(
+                f"{d} holds files no recorder wrote ({', '.join(foreign[:3])}); give a folder "
+                f"of its own. Received: {str(d)!r}"
+            )
+        for p in d.iterdir():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    (d / PARTS).mkdir(parents=True, exist_ok=True)
+    _write_json(d / AUDIT_FILE, {"format": FORMAT, "state": "recording", "framework": framework})
+    return d
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(json_safe(obj), indent=2) + "\n")
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    write_atomic(path, "".join(json.dumps(json_safe(r)) + "\n" for r in rows))
+
+
+def write_part(run_dir: Path, rank: int, rows: list[dict[str, Any]]) -> None:
+    """One process's replica rows (every process writes its own; the chief merges them)."""
+    _write_jsonl(run_dir / PARTS / f"rank-{rank}.jsonl", rows)
+
+
+def read_parts(run_dir: Path, ranks: int, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """Every process's part (waiting for the other processes' to appear), merged by step and
+    replica."""
+    deadline = time.monotonic() + timeout_s
+    rows: list[dict[str, Any]] = []
+    for r in range(ranks):
+        path = run_dir / PARTS / f"rank-{r}.jsonl"
+        while not path.is_file():
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"process {r} wrote no record into {run_dir / PARTS} in {timeout_s:.0f}s: "
+                    f"every process must close its recorder. Received: {ranks} processes"
+                )
+            time.sleep(0.05)
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return sorted(rows, key=lambda r: (r["step"], r["replica"]))
+
+
+def script_info() -> dict[str, Any]:
+    """The script that records (``sys.argv[0]``): its path, arguments and text (the diagnoses
+    quote its lines)."""
+    path = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    text = None
+    if path is not None and path.suffix == ".py" and path.is_file():
+        text = path.read_text(errors="replace")
+    return {"path": str(path) if path else None, "argv": sys.argv[1:], "text": text}
+
+
+def _save_npz(path: Path, weights: dict[str, np.ndarray]) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **weights)  # type: ignore[arg-type]  # numpy stubs: names -> arrays
+    os.replace(tmp, path)
+
+
+def _metrics_rows(steps: list[dict[str, Any]], replicas: list[dict[str, Any]]) -> list[dict]:
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in replicas:
+        by_step.setdefault(r["step"], []).append(r)
+    out = []
+    for s in steps:
+        rows = by_step.get(s["step"], [])
+        n = sum(r["count"] for r in rows)
+        known = n and all(r["loss"] is not None for r in rows)
+        loss = sum(r["loss"] * r["count"] for r in rows) / n if known else float("nan")
+        out.append({"kind": "train", **s, "loss": loss, "samples": n})
+    return out
+
+
+def _shard_rows(replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "step": r["step"],
+            "epoch": r["epoch"],
+            "replica": r["replica"],
+            "digest": hashlib.sha256(",".join(r["exact"]).encode()).hexdigest()[:16],
+            "count": r["count"],
+        }
+        for r in replicas
+    ]
+
+
+def finish(
+    run_dir: Path,
+    *,
+    framework: str,
+    world_size: int,
+    steps: list[dict[str, Any]],
+    ranks: int,
+    config: dict[str, Any],
+    weights_init: dict[str, np.ndarray],
+    weights_final: dict[str, np.ndarray],
+    env: dict[str, Any],
+    wall_s: float,
+) -> None:
+    """The chief's last act: merge the processes' parts, write every file, audit.json last."""
+    replicas = read_parts(run_dir, ranks)
+    metrics = _metrics_rows(steps, replicas)
+    _write_jsonl(run_dir / REPLICAS_FILE, replicas)
+    _write_jsonl(run_dir / METRICS_FILE, metrics)
+    _write_jsonl(run_dir / SHARDS_FILE, _shard_rows(replicas))
+    _save_npz(run_dir / WEIGHTS_INIT, weights_init)
+    _save_npz(run_dir / WEIGHTS_FINAL, weights_final)
+    name = f"audit-{framework}"
+    write_atomic(
+        run_dir / SPEC_FILE,
+        yaml.safe_dump({"name": name, "backend": framework, "audit": True}, sort_keys=False),
+    )
+    facts = core_facts()
+    summary = {
+        "backend": framework,
+        "world_size": world_size,
+        "steps": len(steps),
+        "wall_s": wall_s,
+        "audit": True,
+        "versions": {**facts["versions"], **env.get("versions", {})},
+        "env": {**facts, **env},
+    }
+    _write_json(run_dir / SUMMARY_FILE, summary)
+    if tbevents.available():
+        events = tbevents.EventLog(run_dir)
+        for row in metrics:
+            events.train(row)
+        events.close()
+    shutil.rmtree(run_dir / PARTS, ignore_errors=True)
+    _write_json(
+        run_dir / AUDIT_FILE,
+        {
+            "format": FORMAT,
+            "state": "complete",
+            "framework": framework,
+            "world_size": world_size,
+            "steps": len(steps),
+            "script": script_info(),
+            "config": config,
+        },
+    )
+
+
+def abandon(run_dir: Path) -> None:
+    """A recording that ended in an exception: the directory says so (compare refuses it)."""
+    _write_json(run_dir / AUDIT_FILE, {"format": FORMAT, "state": "failed"})

@@ -1,0 +1,278 @@
+"""The audit recorder for Keras ``fit`` under a tf.distribute strategy (MirroredStrategy,
+MultiWorkerMirroredStrategy): a callback, plus a thin wrapper of the model's train step and of its
+optimizer's ``apply_gradients`` for what a callback cannot see::
+
+    rec = dualtrain.audit.keras_recorder("runs/audit_keras", model=model)
+    model.fit(train_ds, epochs=..., callbacks=[rec])      # the record is written as fit ends
+
+Per step: the lr and loss scale at the step's start and whether the optimizer applied the step
+(its ``iterations`` moved: a LossScaleOptimizer that skips leaves it) from the callback; the step's
+global loss from the loss tracker's sums (their change over the step); each replica's rows (their
+digests, dualtrain.audit.identity, computed in the replica's train step) and the norm of the
+summed gradient (one extra all-reduce of the gradients per step) from the wrappers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dualtrain.audit import record
+from dualtrain.audit.identity import MASK32, hexes, multipliers
+from dualtrain.backends.tf.envinfo import backend_facts
+from dualtrain.errors import UserError, shown
+
+#: Keras variable name -> torch's, for the canonical (state-dict) names
+NAMES = {
+    "kernel": "weight",
+    "bias": "bias",
+    "gamma": "weight",
+    "beta": "bias",
+    "moving_mean": "running_mean",
+    "moving_variance": "running_var",
+    "embeddings": "weight",
+}
+
+
+def canonical_weights(model: Any) -> dict[str, np.ndarray]:
+    """The model's variables in torch's layout and state-dict style names (``conv2d.weight``):
+    conv kernels HWIO -> OIHW, dense kernels (in, out) -> (out, in)."""
+    out = {}
+    for v in model.weights:
+        layer, _, leaf = v.path.rpartition("/")
+        if leaf not in NAMES:
+            continue  # seed generators' states and the like
+        a = np.asarray(keras.ops.convert_to_numpy(v))
+        if leaf == "kernel" and a.ndim >= 3:
+            a = np.transpose(a, (a.ndim - 1, a.ndim - 2, *range(a.ndim - 2)))
+        elif leaf == "kernel" and a.ndim == 2:
+            a = a.T
+        out[f"{layer.rpartition('/')[2]}.{NAMES[leaf]}"] = np.ascontiguousarray(a)
+    return out
+
+
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float, bool, str, type(None)))}
+
+
+def _config(model: Any) -> dict[str, Any]:
+    opt = model.optimizer
+    cfg: dict[str, Any] = {
+        "batchnorm": [
+            {
+                "name": layer.name,
+                "momentum": layer.momentum,
+                "eps": layer.epsilon,
+                "convention": "keras",
+            }
+            for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.BatchNormalization)
+        ],
+        "strategy": type(model.distribute_strategy).__name__,
+    }
+    if isinstance(opt, keras.optimizers.LossScaleOptimizer):
+        c = opt.get_config()
+        cfg["loss_scale"] = {
+            "type": "LossScaleOptimizer",
+            "initial_scale": float(c.get("initial_scale", 2.0**15)),
+            "growth_interval": int(c.get("dynamic_growth_steps", 2000)),
+            "growth_factor": 2.0,
+            "backoff_factor": 0.5,
+        }
+        opt = opt.inner_optimizer
+    oc = _plain(opt.get_config())
+    if not isinstance(opt.get_config().get("learning_rate"), (int, float)):
+        oc["learning_rate"] = type(opt._learning_rate).__name__
+    cfg["optimizer"] = {"type": type(opt).__name__, **oc}
+    return cfg
+
+
+class KerasRecorder(keras.callbacks.Callback):
+    """See the module docstring; made by dualtrain.audit.keras_recorder."""
+
+    def __init__(self, run_dir: str | Path, *, model: Any):
+        super().__init__()
+        if not isinstance(model, keras.Model):
+            raise UserError(
+                f"keras_recorder's model must be a keras.Model. Received: {shown(model)}"
+            )
+        strategy = model.distribute_strategy
+        if not isinstance(
+            strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+        ):
+            raise UserError(
+                "keras_recorder needs a model built under a MirroredStrategy or "
+                "MultiWorkerMirroredStrategy scope (`with strategy.scope(): model = ...`). "
+                f"Received: a model under {type(strategy).__name__}"
+            )
+        record.claim("keras")
+        try:
+            resolver = getattr(strategy, "cluster_resolver", None)
+            self.rank = int(getattr(resolver, "task_id", 0) or 0)
+            self.ranks = (
+                max(1, int(strategy.extended._num_workers))
+                if hasattr(strategy.extended, "_num_workers")
+                else 1
+            )
+            self.dir = Path(run_dir)
+            if self.rank == 0:
+                record.prepare(self.dir, "tf")
+        except BaseException:
+            record.release()
+            raise
+        self.replicas = strategy.num_replicas_in_sync
+        self.lock = threading.Lock()
+        self.steps: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.norms: dict[int, float] = {}
+        self.epoch = 1
+        self.closed = False
+        self._wrap(model)
+
+    # ---- the wrappers (traced into fit's train function) -----------------------------------------
+    def _wrap(self, model: Any) -> None:
+        original_step = model.train_step
+        mults: dict[int, tf.Tensor] = {}
+
+        def digests(x: Any) -> tuple[Any, Any]:
+            width = int(np.prod(x.shape[1:]))
+            x = tf.cast(tf.reshape(x, (-1, width)), tf.float32)
+            if width not in mults:
+                mults[width] = tf.constant(multipliers(width))
+            mult = mults[width]
+            bits = tf.bitwise.bitwise_and(tf.cast(tf.bitcast(x, tf.int32), tf.int64), MASK32)
+            prod = tf.bitwise.bitwise_and(bits[:, :, None] * mult[None], MASK32)
+            exact = tf.bitwise.bitwise_and(tf.reduce_sum(prod, axis=1), MASK32)
+            mask = tf.cast(x > tf.reduce_min(x, axis=1, keepdims=True), tf.int64)
+            pattern = tf.bitwise.bitwise_and(
+                tf.reduce_sum(mask[:, :, None] * mult[None], 1), MASK32
+            )
+            return exact, pattern
+
+        def train_step(data: Any) -> Any:
+            x = data[0] if isinstance(data, (tuple, list)) else data
+            x = next(iter(x.values())) if isinstance(x, dict) else x
+            x = x[0] if isinstance(x, (tuple, list)) else x
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            exact, pattern = digests(x)
+            logs = original_step(data)
+            tf.py_function(self._host_rows, [rid, exact, pattern], [])
+            return logs
+
+        model.train_step = train_step
+        model.train_function = None  # rebuilt by fit with the wrapper
+        self._wrap_optimizer(model)
+
+    def _wrap_optimizer(self, model: Any) -> None:
+        opt = model.optimizer
+        if opt is None:
+            raise UserError("keras_recorder needs a compiled model (call model.compile first)")
+        original_apply = opt.apply_gradients
+        scaled = isinstance(opt, keras.optimizers.LossScaleOptimizer)
+
+        def apply_gradients(grads_and_vars: Any) -> Any:
+            pairs = list(grads_and_vars)
+            grads = [g for g, _ in pairs if g is not None]
+            ctx = tf.distribute.get_replica_context()
+            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads) if ctx else grads
+            norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in summed])
+            if scaled:
+                norm = norm / tf.cast(opt.dynamic_scale, tf.float32)
+            rid = ctx.replica_id_in_sync_group if ctx else 0
+            tf.py_function(self._host_norm, [rid, norm], [])
+            return original_apply(pairs)
+
+        opt.apply_gradients = apply_gradients
+
+    def _host_rows(self, rid: Any, exact: Any, pattern: Any) -> None:
+        row = {
+            "step": len(self.steps),
+            "epoch": self.epoch,
+            "replica": int(rid),
+            "count": int(exact.shape[0]),
+            "exact": hexes(exact.numpy()),
+            "pattern": hexes(pattern.numpy()),
+            "indices": None,
+        }
+        with self.lock:
+            self.rows.append(row)
+
+    def _host_norm(self, rid: Any, norm: Any) -> None:
+        if int(rid) == 0:
+            self.norms[len(self.steps)] = float(norm)
+
+    # ---- the callback ----------------------------------------------------------------------------
+    def _iterations(self) -> int:
+        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+
+    def _loss_sums(self) -> tuple[float, float]:
+        tracker = next((m for m in self.model.metrics if m.name == "loss"), None)
+        if tracker is None:
+            return float("nan"), float("nan")
+        return float(tracker.total.numpy()), float(tracker.count.numpy())
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        if self.closed:
+            raise UserError("this audit recorder is closed; make a new one for another fit")
+        spe = getattr(self.model, "steps_per_execution", 1)
+        if int(keras.ops.convert_to_numpy(spe)) != 1:
+            raise UserError(
+                "keras_recorder records each step: compile with steps_per_execution=1. "
+                f"Received: steps_per_execution={int(keras.ops.convert_to_numpy(spe))}"
+            )
+        self.started = time.perf_counter()
+        self.init = canonical_weights(self.model) if self.rank == 0 else {}
+        self.config = _config(self.model)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.epoch = epoch + 1
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        opt = self.model.optimizer
+        scale = None
+        if isinstance(opt, keras.optimizers.LossScaleOptimizer):
+            scale = float(keras.ops.convert_to_numpy(opt.dynamic_scale))
+        lr = float(keras.ops.convert_to_numpy(opt.learning_rate))
+        self.before = (self._iterations(), self._loss_sums())
+        self.steps.append(
+            {"step": len(self.steps) + 1, "epoch": self.epoch, "lr": lr, "loss_scale": scale}
+        )
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        its, (total, count) = self._iterations(), self._loss_sums()
+        (its0, (total0, count0)), step = self.before, self.steps[-1]
+        if count < count0:  # the tracker was reset at the epoch's start
+            total0, count0 = 0.0, 0.0
+        step["skipped"] = its == its0
+        step["grad_norm"] = self.norms.get(step["step"], float("nan"))
+        step["loss"] = (total - total0) / (count - count0) if count > count0 else float("nan")
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.closed = True
+        try:
+            losses = {s["step"]: s.pop("loss") for s in self.steps}
+            rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
+            for r in rows:
+                r["loss"] = losses.get(r["step"])  # Keras shows the step's global loss only
+            record.write_part(self.dir, self.rank, rows)
+            if self.rank == 0:
+                record.finish(
+                    self.dir,
+                    framework="tf",
+                    world_size=self.replicas,
+                    steps=self.steps,
+                    ranks=self.ranks,
+                    config=self.config,
+                    weights_init=self.init,
+                    weights_final=canonical_weights(self.model),
+                    env={"tf": backend_facts()},
+                    wall_s=time.perf_counter() - self.started,
+                )
+        finally:
+            record.release()

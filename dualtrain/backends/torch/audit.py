@@ -1,0 +1,312 @@
+"""The audit recorder for a hand-written PyTorch loop (DDP or one process): a few lines in the
+user's own script record each optimizer step (dualtrain.audit.record says the files)::
+
+    with dualtrain.audit.torch_recorder("runs/audit_torch", model=model, optimizer=opt,
+                                        scaler=scaler, loader=train_loader) as rec:
+        for epoch in ...:
+            for data, target in train_loader:
+                rec.batch(data)          # the rows this replica feeds (its sampler's indices too)
+                ...forward, backward, optimizer (or scaler) step...
+                rec.step(loss)           # this replica's loss of the step
+
+Per step: the lr and loss scale at the step's start, the gradient norm the optimizer sees (a
+pre-step hook: after DDP's all-reduce and GradScaler's unscale), whether the optimizer stepped (a
+post-step hook that did not fire: GradScaler skipped it), the replica's loss and rows. Values stay
+tensors until ``close()`` (no host sync per step); each process writes its own part and the chief
+merges them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dualtrain.audit import record
+from dualtrain.audit.identity import MASK32, hexes, multipliers
+from dualtrain.backends.torch.envinfo import backend_facts
+from dualtrain.errors import UserError, shown
+
+_SCALAR = (int, float, bool, str, type(None))
+
+
+def _options(obj: Any) -> dict[str, Any]:
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in vars(obj).items()
+        if not k.startswith("_") and (isinstance(v, _SCALAR) or isinstance(v, tuple))
+    }
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(
+            f"torch_recorder's model must be a torch.nn.Module. Received: {shown(model)}"
+        )
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise UserError(
+            f"torch_recorder's optimizer must be a torch.optim.Optimizer. Received: "
+            f"{shown(optimizer)}"
+        )
+    rank, world = _world()
+    if isinstance(sampler, torch.utils.data.DistributedSampler) and sampler.num_replicas != world:
+        group = "no process group is initialised" if world == 1 else f"the group has {world}"
+        raise UserError(
+            f"the DistributedSampler splits the data over {sampler.num_replicas} replicas but "
+            f"{group} (call torch.distributed.init_process_group before the recorder). Received: "
+            f"num_replicas={sampler.num_replicas}"
+        )
+
+
+def canonical_weights(model: Any) -> dict[str, np.ndarray]:
+    """The state dict (DDP's ``module.`` unwrapped) as float32/64 NumPy, without counters."""
+    inner = model.module if hasattr(model, "module") else model
+    return {
+        k: v.detach().cpu().numpy().copy()
+        for k, v in inner.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
+
+
+def _config(
+    model: Any, optimizer: Any, scaler: Any, loader: Any, sampler: Any, sched: Any
+) -> dict[str, Any]:
+    inner = model.module if hasattr(model, "module") else model
+    group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    cfg: dict[str, Any] = {
+        "optimizer": {"type": type(optimizer).__name__, **record_safe(group)},
+        "batchnorm": [
+            {"name": n, "momentum": m.momentum, "eps": m.eps, "convention": "torch"}
+            for n, m in inner.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ],
+        "ddp": type(model).__name__ == "DistributedDataParallel",
+    }
+    if scaler is not None and scaler.is_enabled():
+        state = scaler.state_dict()
+        cfg["loss_scale"] = {
+            "type": "GradScaler",
+            "initial_scale": float(state["scale"]),
+            "growth_interval": int(state["growth_interval"]),
+            "growth_factor": float(state["growth_factor"]),
+            "backoff_factor": float(state["backoff_factor"]),
+        }
+    if sched is not None:
+        cfg["scheduler"] = {"type": type(sched).__name__, **_options(sched)}
+    if loader is not None:
+        cfg["loader"] = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
+        cfg["loader"]["batches"] = len(loader)
+    if sampler is not None:
+        cfg["sampler"] = {"type": type(sampler).__name__, **_options(sampler)}
+        cfg["sampler"]["dataset_size"] = (
+            len(sampler.dataset) if hasattr(sampler, "dataset") else None
+        )
+    return cfg
+
+
+def record_safe(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in d.items()
+        if isinstance(v, _SCALAR) or isinstance(v, tuple)
+    }
+
+
+class TorchRecorder:
+    """See the module docstring; made by dualtrain.audit.torch_recorder."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        model: Any,
+        optimizer: Any,
+        scaler: Any = None,
+        loader: Any = None,
+        sampler: Any = None,
+        scheduler: Any = None,
+    ):
+        record.claim("torch")
+        try:
+            sampler = sampler if sampler is not None else getattr(loader, "sampler", None)
+            _check_setup(model, optimizer, sampler)
+            self.rank, self.world = _world()
+            self.dir = Path(run_dir)
+            if self.rank == 0:
+                record.prepare(self.dir, "torch")
+            if self.world > 1:
+                dist.barrier()  # every rank sees a prepared folder
+        except BaseException:
+            record.release()
+            raise
+        self.model, self.optimizer, self.scaler, self.sampler = model, optimizer, scaler, sampler
+        self.batches = len(loader) if loader is not None else None
+        self.batch_size = getattr(loader, "batch_size", None)
+        self.config = _config(model, optimizer, scaler, loader, sampler, scheduler)
+        self.init = canonical_weights(model) if self.rank == 0 else {}
+        self.steps: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.order: list[int] | None = None
+        self.calls = 0
+        self.stepped = False
+        self.norm: torch.Tensor | None = None
+        self.mult: dict[tuple[int, str], torch.Tensor] = {}
+        self.started = time.perf_counter()
+        self.closed = False
+        self.hooks = [
+            optimizer.register_step_pre_hook(self._pre),
+            optimizer.register_step_post_hook(self._post),
+        ]
+
+    # ---- hooks -----------------------------------------------------------------------------------
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if grads:
+            self.norm = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])
+            )
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.stepped = True
+
+    # ---- the user's calls ------------------------------------------------------------------------
+    def _digests(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.detach().reshape(x.shape[0], -1).float()
+        key = (x.shape[1], str(x.device))
+        if key not in self.mult:
+            self.mult[key] = torch.from_numpy(multipliers(x.shape[1])).to(x.device)
+        mult = self.mult[key]
+        bits = x.contiguous().view(torch.int32).long() & MASK32
+        exact = ((bits.unsqueeze(-1) * mult) & MASK32).sum(1) & MASK32
+        mask = (x > x.min(1, keepdim=True).values).long()
+        pattern = (mask.unsqueeze(-1) * mult).sum(1) & MASK32
+        return exact, pattern
+
+    def _sampler_indices(self, n: int) -> list[int] | None:
+        if self.sampler is None or self.batches is None or self.batch_size is None:
+            return None
+        pos = (self.calls - 1) % self.batches
+        if pos == 0 or self.order is None:
+            self.order = [int(i) for i in iter(self.sampler)]
+        got = self.order[pos * self.batch_size : pos * self.batch_size + n]
+        return got if len(got) == n else None
+
+    def _close_step(self) -> None:
+        if self.steps:
+            last = self.steps[-1]
+            last["skipped"] = not self.stepped
+            last["grad_norm"] = self.norm if self.stepped else float("nan")
+        self.stepped, self.norm = False, None
+
+    def batch(self, inputs: Any, indices: Any = None) -> None:
+        """The rows this replica feeds at the start of an optimizer step (a tensor, or a tuple or
+        dict whose first tensor is the input). ``indices``: the dataset indices, when the script
+        knows them (else the sampler's, when the recorder was given its loader or sampler)."""
+        self._open()
+        if isinstance(inputs, dict):
+            inputs = next(iter(inputs.values()))
+        if isinstance(inputs, (list, tuple)):
+            inputs = inputs[0]
+        if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:
+            raise UserError(
+                f"rec.batch takes the step's input tensor (rows first). Received: {shown(inputs)}"
+            )
+        self._close_step()
+        self.calls += 1
+        n = int(inputs.shape[0])
+        exact, pattern = self._digests(inputs)
+        idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
+        step = len(self.steps) + 1
+        epoch = (self.calls - 1) // self.batches + 1 if self.batches else 1
+        self.rows.append(
+            {
+                "step": step,
+                "epoch": epoch,
+                "replica": self.rank,
+                "count": n,
+                "loss": None,
+                "exact": exact,
+                "pattern": pattern,
+                "indices": idx,
+            }
+        )
+        scale = None
+        if self.scaler is not None and self.scaler.is_enabled():
+            scale = self.scaler.get_scale()
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.steps.append({"step": step, "epoch": epoch, "lr": lr, "loss_scale": scale})
+
+    def step(self, loss: Any) -> None:
+        """This replica's loss of the step (its mean over its rows, as the script computed it)."""
+        self._open()
+        if not self.rows or self.rows[-1]["step"] != len(self.steps):
+            raise UserError("rec.step(loss) needs rec.batch(inputs) first, once per optimizer step")
+        self.rows[-1]["loss"] = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
+
+    def _open(self) -> None:
+        if self.closed:
+            raise UserError("this audit recorder is closed; start a new one for another run")
+
+    def close(self) -> None:
+        """Write the record (every process calls it; the chief writes the run directory)."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._close_step()
+            for h in self.hooks:
+                h.remove()
+            rows = [_plain_row(r) for r in self.rows]
+            record.write_part(self.dir, self.rank, rows)
+            if self.rank == 0:
+                record.finish(
+                    self.dir,
+                    framework="torch",
+                    world_size=self.world,
+                    steps=[_plain(s) for s in self.steps],
+                    ranks=self.world,
+                    config=self.config,
+                    weights_init=self.init,
+                    weights_final=canonical_weights(self.model),
+                    env={"torch": backend_facts(gpu_details=False)},
+                    wall_s=time.perf_counter() - self.started,
+                )
+            if self.world > 1:
+                dist.barrier()
+        finally:
+            record.release()
+
+    def __enter__(self) -> TorchRecorder:
+        return self
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> None:
+        if kind is None:
+            self.close()
+            return
+        self.closed = True
+        for h in self.hooks:
+            h.remove()
+        if self.rank == 0:
+            record.abandon(self.dir)
+        record.release()
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (float(v) if isinstance(v, torch.Tensor) else v) for k, v in row.items()}
+
+
+def _plain_row(row: dict[str, Any]) -> dict[str, Any]:
+    out = _plain({k: v for k, v in row.items() if k not in ("exact", "pattern")})
+    out["exact"] = hexes(row["exact"].cpu().numpy())
+    out["pattern"] = hexes(row["pattern"].cpu().numpy())
+    return out
