@@ -1,13 +1,15 @@
 """``dualtrain compare``: run both backends and compare them, or compare two finished runs.
 
 The work (and everything it prints) is :func:`dualtrain.api.compare`'s; this command maps its flags
-onto that function's arguments and the verdict onto the exit code.
+onto that function's arguments and the verdict onto the exit code. Two audit records
+(dualtrain.audit: runs of the user's own scripts) get the recorded-run checks instead.
 """
 
 from __future__ import annotations
 
 import click
 
+from dualtrain.audit import is_recorded
 from dualtrain.cli.options import spec_options
 from dualtrain.errors import UserError
 
@@ -131,5 +133,32 @@ def compare(
                 "--reference fp64|none goes with --config; for finished runs name the fp64 "
                 f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}"
             )
+        if is_recorded(run_dirs[0]) or is_recorded(run_dirs[1]):
+            ctx.exit(_compare_recorded(run_dirs, reference_runs, out))
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
     ctx.exit(0 if result.passed else 1)
+
+
+def _compare_recorded(
+    run_dirs: tuple[str, ...], reference_runs: tuple[str, str] | None, out: str | None
+) -> int:
+    """Two audit records (dualtrain.audit): the recorded-run checks and diagnoses; exit code."""
+    from dualtrain.audit.report import compare_recorded, terminal  # lazy: heavy (numpy)
+
+    if not (is_recorded(run_dirs[0]) and is_recorded(run_dirs[1])):
+        kind = ["an audit record" if is_recorded(d) else "not an audit record" for d in run_dirs]
+        raise UserError(
+            f"compare two audit records or two dualtrain runs, not one of each. Received: "
+            f"{run_dirs[0]} ({kind[0]}) and {run_dirs[1]} ({kind[1]})"
+        )
+    if reference_runs is not None:
+        raise UserError(
+            "--reference-runs is for dualtrain runs; recorded runs have no fp64 reference. "
+            f"Received: --reference-runs {' '.join(reference_runs)}"
+        )
+    cmp = compare_recorded(run_dirs[0], run_dirs[1], out)
+    click.echo(terminal(cmp))
+    click.echo(
+        f"dualtrain compare: report: {cmp.reports['html']} (verdict.json, report.md beside it)"
+    )
+    return 0 if cmp.passed else 1

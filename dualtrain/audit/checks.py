@@ -1,0 +1,309 @@
+"""The checks that apply to two recorded runs (scripts dualtrain did not drive), each saying what
+it judged and what it could not:
+
+* ``steps``: the same optimizer steps per epoch;
+* ``samples``: every replica fed the same rows at every step (by content digest);
+* ``initial weights``: the same arrays (paired in order, torch's layout) with the same values;
+* ``learning rate``: the same lr at every step;
+* ``loss scaling``: the same loss scale at every step and the same skipped steps;
+* ``loss trajectory``: the loss over windows of steps within the stated bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from dualtrain.audit.read import Recorded
+
+PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
+
+#: the lr's relative tolerance: a float32 lr (Keras keeps it in a float32 variable) is within
+#: 2**-24 ~ 6e-8 of torch's float64 one; 1e-6 leaves room for a float32 schedule's arithmetic
+LR_RTOL = 1e-6
+#: the loss trajectory's bound per window of steps: LOSS_RTOL of the window's mean loss plus
+#: LOSS_SIGMAS standard errors of the window's mean step-by-step difference (docs/audit.md)
+LOSS_RTOL = 0.05
+LOSS_SIGMAS = 3.0
+WINDOWS = 8
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    judged: str
+    not_judged: str
+    first_step: int | None = None
+    value: float | None = None
+    bound: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status != FAIL
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_steps(a: Recorded, b: Recorded) -> Check:
+    ea, eb = a.epochs(), b.epochs()
+    per_a = {e: len(s) for e, s in ea.items()}
+    per_b = {e: len(s) for e, s in eb.items()}
+    judged = "the number of optimizer steps in each epoch"
+    not_judged = "steps the scripts took outside the recorder (before it started, after close)"
+    if per_a == per_b:
+        return Check(
+            "steps", PASS, f"{len(a.steps)} steps, {len(ea)} epoch(s) in both", judged, not_judged
+        )
+    diff = [e for e in sorted(set(per_a) | set(per_b)) if per_a.get(e) != per_b.get(e)]
+    e = diff[0]
+    first = min(ea.get(e, [0]) + eb.get(e, [0])) if (ea.get(e) or eb.get(e)) else None
+    return Check(
+        "steps",
+        FAIL,
+        f"epoch {e}: {per_a.get(e, 0)} steps in A, {per_b.get(e, 0)} in B "
+        f"({len(a.steps)} and {len(b.steps)} in all)",
+        judged,
+        not_judged,
+        first_step=first,
+    )
+
+
+def check_samples(a: Recorded, b: Recorded) -> Check:
+    judged = "the rows each replica fed at each common step, as multisets of content digests"
+    not_judged = (
+        "the labels (not recorded), the order of rows inside a replica's batch, augmentation "
+        "inside the model"
+    )
+    if a.world_size != b.world_size:
+        return Check(
+            "samples",
+            FAIL,
+            f"{a.world_size} replicas in A, {b.world_size} in B: no replica has a counterpart",
+            judged,
+            not_judged,
+            first_step=1,
+        )
+    n = min(len(a.steps), len(b.steps))
+    first_exact = first_pattern = None
+    for s in range(1, n + 1):
+        for ra, rb in zip(a.rows(s), b.rows(s), strict=False):
+            if first_exact is None and sorted(ra["exact"]) != sorted(rb["exact"]):
+                first_exact = s
+            if first_pattern is None and sorted(ra["pattern"]) != sorted(rb["pattern"]):
+                first_pattern = s
+        if first_pattern is not None:
+            break
+    if first_exact is None:
+        return Check(
+            "samples",
+            PASS,
+            f"the same rows on every replica at all {n} common steps",
+            judged,
+            not_judged,
+        )
+    if first_pattern is None:
+        return Check(
+            "samples",
+            FAIL,
+            f"the same samples on every replica at all {n} common steps, but fed with different "
+            f"values from step {first_exact} (the inputs are normalised differently)",
+            judged,
+            not_judged,
+            first_step=first_exact,
+        )
+    return Check(
+        "samples",
+        FAIL,
+        f"step {first_pattern}: the replicas fed different samples",
+        judged,
+        not_judged,
+        first_step=first_pattern,
+    )
+
+
+def paired_weights(a: Recorded, b: Recorded) -> list[tuple[str, str]] | str:
+    """A's and B's initial arrays paired in order (shapes equal), or why they cannot be."""
+    na, nb = list(a.weights_init), list(b.weights_init)
+    if len(na) != len(nb):
+        return f"A has {len(na)} arrays, B has {len(nb)}"
+    for x, y in zip(na, nb, strict=True):
+        if a.weights_init[x].shape != b.weights_init[y].shape:
+            return (
+                f"A's {x} {tuple(a.weights_init[x].shape)} against B's {y} "
+                f"{tuple(b.weights_init[y].shape)}"
+            )
+    return list(zip(na, nb, strict=True))
+
+
+def check_init(a: Recorded, b: Recorded) -> Check:
+    judged = "every initial array, paired in order (torch's layout, Keras's converted), exactly"
+    not_judged = (
+        "what the layers compute (activations, dropout, the flatten order): arrays only; "
+        "buffers Keras does not expose"
+    )
+    pairs = paired_weights(a, b)
+    if isinstance(pairs, str):
+        return Check(
+            "initial weights",
+            FAIL,
+            f"different architectures: {pairs}",
+            judged,
+            not_judged,
+            first_step=0,
+        )
+    worst, where = 0.0, ""
+    for x, y in pairs:
+        d = float(np.max(np.abs(a.weights_init[x].astype(np.float64) - b.weights_init[y])))
+        if d > worst:
+            worst, where = d, f"{x} / {y}"
+    if worst == 0.0:
+        return Check(
+            "initial weights",
+            PASS,
+            f"{len(pairs)} arrays, bit-identical values",
+            judged,
+            not_judged,
+            value=0.0,
+            bound=0.0,
+        )
+    return Check(
+        "initial weights",
+        FAIL,
+        f"values differ (max |diff| {worst:.3g} in {where})",
+        judged,
+        not_judged,
+        first_step=0,
+        value=worst,
+        bound=0.0,
+    )
+
+
+def check_lr(a: Recorded, b: Recorded) -> Check:
+    judged = f"the lr at each common step, relative tolerance {LR_RTOL:g}"
+    not_judged = "per-parameter-group lrs beyond the first group"
+    la, lb = a.series("lr"), b.series("lr")
+    for s, (x, y) in enumerate(zip(la, lb, strict=False), 1):
+        if x is None or y is None:
+            continue
+        if abs(x - y) > LR_RTOL * max(abs(x), abs(y)):
+            return Check(
+                "learning rate",
+                FAIL,
+                f"step {s}: lr {x:.6g} in A, {y:.6g} in B",
+                judged,
+                not_judged,
+                first_step=s,
+            )
+    return Check(
+        "learning rate",
+        PASS,
+        f"the same lr at all {min(len(la), len(lb))} common steps",
+        judged,
+        not_judged,
+    )
+
+
+def check_scaling(a: Recorded, b: Recorded) -> Check:
+    judged = "the loss scale at each step's start and which steps were skipped"
+    not_judged = "why a step overflowed (the gradients themselves are not recorded)"
+    sa, sb = a.series("loss_scale"), b.series("loss_scale")
+    on_a, on_b = any(x is not None for x in sa), any(x is not None for x in sb)
+    if not on_a and not on_b:
+        return Check("loss scaling", PASS, "neither run scales the loss", judged, not_judged)
+    if on_a != on_b:
+        who = "A" if on_a else "B"
+        return Check(
+            "loss scaling", FAIL, f"only {who} scales the loss", judged, not_judged, first_step=1
+        )
+    ka, kb = a.series("skipped"), b.series("skipped")
+    for s, (x, y, p, q) in enumerate(zip(sa, sb, ka, kb, strict=False), 1):
+        if x != y or bool(p) != bool(q):
+            return Check(
+                "loss scaling",
+                FAIL,
+                f"step {s}: scale {x:g} {'(skipped) ' if p else ''}in A, {y:g} "
+                f"{'(skipped) ' if q else ''}in B",
+                judged,
+                not_judged,
+                first_step=s,
+            )
+    return Check(
+        "loss scaling", PASS, "the same scale and skips at every common step", judged, not_judged
+    )
+
+
+def loss_windows(a: Recorded, b: Recorded) -> list[dict[str, float]]:
+    """Per window of common steps: both means, their difference and its bound."""
+    la = [x for x in a.series("loss") if x is not None]
+    lb = [x for x in b.series("loss") if x is not None]
+    n = min(len(la), len(lb))
+    size = max(1, math.ceil(n / WINDOWS))
+    out = []
+    for start in range(0, n, size):
+        xa, xb = np.array(la[start : start + size]), np.array(lb[start : start + size])
+        k = len(xa)
+        se = float(np.std(xa - xb, ddof=1) / math.sqrt(k)) if k > 1 else 0.0
+        mean = (xa.mean() + xb.mean()) / 2
+        out.append(
+            {
+                "first": start + 1,
+                "last": start + k,
+                "a": float(xa.mean()),
+                "b": float(xb.mean()),
+                "diff": float(abs(xa.mean() - xb.mean())),
+                "bound": float(LOSS_RTOL * abs(mean) + LOSS_SIGMAS * se),
+            }
+        )
+    return out
+
+
+def check_loss(a: Recorded, b: Recorded) -> Check:
+    judged = (
+        f"the mean loss over {WINDOWS} windows of common steps: |A - B| <= {LOSS_RTOL:g} x the "
+        f"window's mean + {LOSS_SIGMAS:g} standard errors of its mean step-by-step difference"
+    )
+    not_judged = "single steps (dropout masks and rounding differ per step), evaluation"
+    windows = loss_windows(a, b)
+    if not windows:
+        return Check(
+            "loss trajectory", NOT_JUDGED, "no common step with a loss", judged, not_judged
+        )
+    bad = [w for w in windows if not w["diff"] <= w["bound"]]
+    worst = max(windows, key=lambda w: w["diff"] / w["bound"] if w["bound"] else math.inf)
+    detail = (
+        f"steps {worst['first']}-{worst['last']}: mean loss {worst['a']:.4g} in A, "
+        f"{worst['b']:.4g} in B (bound {worst['bound']:.3g})"
+    )
+    if bad:
+        return Check(
+            "loss trajectory",
+            FAIL,
+            detail,
+            judged,
+            not_judged,
+            first_step=int(bad[0]["first"]),
+            value=worst["diff"],
+            bound=worst["bound"],
+        )
+    return Check(
+        "loss trajectory",
+        PASS,
+        f"all windows within their bound; closest: {detail}",
+        judged,
+        not_judged,
+        value=worst["diff"],
+        bound=worst["bound"],
+    )
+
+
+CHECKS = (check_steps, check_samples, check_init, check_lr, check_scaling, check_loss)
+
+
+def run_checks(a: Recorded, b: Recorded) -> list[Check]:
+    return [c(a, b) for c in CHECKS]

@@ -1,0 +1,29 @@
+"""A diagnosis of two recorded runs: a classic difference, its evidence and the line to change."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dualtrain.audit.read import Recorded
+
+
+@dataclass
+class Finding:
+    name: str
+    """The difference, named (``set_epoch forgotten``)."""
+    evidence: str
+    """What in the records shows it."""
+    fixes: list[str] = field(default_factory=list)
+    """The line(s) to change: ``A ddp_mnist.py:88: <line> -> <what to write>``."""
+    step: int | None = None
+    """The first step it shows at (0: before training; None: the configuration shows it)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fix(run: Recorded, tag: str, needles: tuple[str, ...], change: str) -> str:
+    """``A (torch) ddp_mnist.py:88: <the line> -> change`` (the script's line when found)."""
+    where = run.line_of(*needles)
+    return f"{tag} ({run.framework}) {where or run.script_name} -> {change}"

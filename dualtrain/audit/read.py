@@ -1,0 +1,119 @@
+"""Reading a finished audit record (dualtrain.audit.record wrote it) for compare."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dualtrain.audit.record import (
+    AUDIT_FILE,
+    METRICS_FILE,
+    REPLICAS_FILE,
+    WEIGHTS_FINAL,
+    WEIGHTS_INIT,
+)
+from dualtrain.errors import UserError
+from dualtrain.records.record import as_float
+
+
+@dataclass
+class Recorded:
+    path: Path
+    framework: str
+    world_size: int
+    config: dict[str, Any]
+    script: dict[str, Any]
+    steps: list[dict[str, Any]]
+    """metrics.jsonl's train rows, in step order."""
+    replicas: dict[tuple[int, int], dict[str, Any]]
+    """(step, replica) -> replicas.jsonl's row."""
+    weights_init: dict[str, np.ndarray] = field(repr=False)
+    weights_final: dict[str, np.ndarray] = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework} ({self.script_name})"
+
+    @property
+    def script_name(self) -> str:
+        return Path(self.script.get("path") or "script").name
+
+    def rows(self, step: int) -> list[dict[str, Any]]:
+        return [
+            self.replicas[(step, r)] for r in range(self.world_size) if (step, r) in self.replicas
+        ]
+
+    def global_rows(self, step: int, kind: str = "exact") -> Counter[str]:
+        return Counter(d for row in self.rows(step) for d in row[kind])
+
+    def epochs(self) -> dict[int, list[int]]:
+        """epoch -> its steps, in order."""
+        out: dict[int, list[int]] = {}
+        for s in self.steps:
+            out.setdefault(int(s["epoch"]), []).append(int(s["step"]))
+        return out
+
+    def series(self, key: str) -> list[float | None]:
+        return [None if s.get(key) is None else as_float(s[key]) for s in self.steps]
+
+    def line_of(self, *needles: str) -> str | None:
+        """``script.py:LINE: text`` of the first line of the recorded script holding a needle."""
+        code = code_lines(self.script.get("text") or "")
+        for needle in needles:
+            for n, line in code:
+                if needle in line:
+                    return f"{self.script_name}:{n}: {line.strip()}"
+        return None
+
+
+def code_lines(text: str) -> list[tuple[int, str]]:
+    """(number, line) of a script's statements: no docstrings, comments or imports."""
+    out, quoted = [], False
+    for n, line in enumerate(text.splitlines(), 1):
+        bare = line.strip()
+        toggles = bare.count('"""') + bare.count("'''")
+        if quoted or toggles:
+            quoted = quoted != (toggles % 2 == 1)
+            continue
+        if bare and not bare.startswith(("#", "import ", "from ")):
+            out.append((n, line))
+    return out
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def read_recorded(run_dir: str | Path) -> Recorded:
+    """A finished audit record, or a one-line UserError (not one, or half-written)."""
+    d = Path(run_dir)
+    if not (d / AUDIT_FILE).is_file():
+        raise UserError(f"{d} is not an audit record (no {AUDIT_FILE}). Received: {str(d)!r}")
+    meta = json.loads((d / AUDIT_FILE).read_text())
+    if meta.get("state") != "complete":
+        raise UserError(
+            f"{d} is a half-written audit record (state {meta.get('state')!r}: the script "
+            f"stopped before its recorder closed); record the run again. Received: {str(d)!r}"
+        )
+    metrics = [m for m in _jsonl(d / METRICS_FILE) if m.get("kind") == "train"]
+    return Recorded(
+        path=d,
+        framework=meta["framework"],
+        world_size=int(meta["world_size"]),
+        config=meta.get("config") or {},
+        script=meta.get("script") or {},
+        steps=sorted(metrics, key=lambda m: m["step"]),
+        replicas={(r["step"], r["replica"]): r for r in _jsonl(d / REPLICAS_FILE)},
+        weights_init=_npz(d / WEIGHTS_INIT),
+        weights_final=_npz(d / WEIGHTS_FINAL),
+    )

@@ -1,0 +1,280 @@
+"""The diagnoses the sample digests support: which rows each replica fed at each step tells the
+data pipelines' classic differences apart."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.read import Recorded
+
+KIND = "pattern"  # the same sample under any normalisation
+
+
+def _epoch_rows(run: Recorded, epoch: int) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for s in run.epochs().get(epoch, []):
+        total += run.global_rows(s, KIND)
+    return total
+
+
+def repeats_epochs(run: Recorded) -> bool:
+    """Every later epoch feeds exactly epoch 1's global batches in epoch 1's order."""
+    ep = run.epochs()
+    if len(ep) < 2:
+        return False
+    first = [run.global_rows(s, KIND) for s in ep[1]]
+    return all(
+        [run.global_rows(s, KIND) for s in steps] == first for e, steps in ep.items() if e > 1
+    )
+
+
+def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
+    out = []
+    for run, other, tag in ((a, b, "A"), (b, a, "B")):
+        if repeats_epochs(run) and not repeats_epochs(other):
+            if run.framework == "torch":
+                change = "call `sampler.set_epoch(epoch)` at the start of every epoch"
+                needles: tuple[str, ...] = ("set_epoch", "for epoch")
+            else:
+                change = "shuffle with `reshuffle_each_iteration=True` (the default)"
+                needles = (".shuffle(",)
+            out.append(
+                Finding(
+                    "set_epoch forgotten (every epoch the same order)",
+                    f"{tag} feeds epoch 1's batches again in the same order in every later epoch; "
+                    f"the other run reshuffles",
+                    [fix(run, tag, needles, change)],
+                    step=run.epochs()[2][0],
+                )
+            )
+    return out
+
+
+def padding(a: Recorded, b: Recorded) -> list[Finding]:
+    out = []
+    for run, tag in ((a, "A"), (b, "B")):
+        cfg = run.config.get("sampler", {})
+        size, total = cfg.get("dataset_size"), cfg.get("total_size")
+        twice = sum(n - 1 for n in _epoch_rows(run, 1).values() if n > 1)
+        if size and total and total > size:
+            out.append(
+                Finding(
+                    "DistributedSampler padding",
+                    f"{tag}'s DistributedSampler pads {size} samples to {total} (a multiple of "
+                    f"{cfg.get('num_replicas')} replicas): {twice} row(s) fed twice in epoch 1; "
+                    f"tf.data's auto-shard never repeats a row",
+                    [
+                        fix(
+                            run,
+                            tag,
+                            ("DistributedSampler(",),
+                            "DistributedSampler(..., "
+                            "drop_last=True), or a dataset size divisible by the replicas",
+                        )
+                    ],
+                )
+            )
+    return out
+
+
+def batches(a: Recorded, b: Recorded) -> list[Finding]:
+    """The global batch size, and drop_remainder (a last partial batch in one run only)."""
+    out = []
+    na, nb = a.steps[0]["samples"] if a.steps else 0, b.steps[0]["samples"] if b.steps else 0
+    if na != nb:
+        out.append(
+            Finding(
+                "different global batch size",
+                f"step 1 feeds {na} rows in A and {nb} in B (A: {a.world_size} replicas, B: "
+                f"{b.world_size})",
+                [
+                    fix(a, "A", ("batch_size", "batch("), f"a global batch of {nb}"),
+                    fix(b, "B", ("batch_size", ".batch("), f"a global batch of {na}"),
+                ],
+                step=1,
+            )
+        )
+        return out
+    ea, eb = a.epochs(), b.epochs()
+    la, lb = len(ea.get(1, [])), len(eb.get(1, []))
+    if abs(la - lb) == 1:
+        longer, tag, shorter, stag = (a, "A", b, "B") if la > lb else (b, "B", a, "A")
+        last = longer.steps[len(longer.epochs()[1]) - 1]["samples"]
+        if last < na:
+            change_long = (
+                "`.batch(GLOBAL_BATCH, drop_remainder=True)`"
+                if longer.framework == "tf"
+                else "`DataLoader(..., drop_last=True)` (and DistributedSampler(drop_last=True))"
+            )
+            change_short = (
+                "`.batch(GLOBAL_BATCH, drop_remainder=False)`"
+                if shorter.framework == "tf"
+                else "`DataLoader(..., drop_last=False)`"
+            )
+            out.append(
+                Finding(
+                    "drop_remainder",
+                    f"{tag} ends epoch 1 with a partial batch of {last} rows (step "
+                    f"{len(longer.epochs()[1])}); {stag} drops it",
+                    [
+                        fix(
+                            longer,
+                            tag,
+                            ("drop_last", "drop_remainder", ".batch(", "DataLoader("),
+                            change_long,
+                        ),
+                        fix(
+                            shorter,
+                            stag,
+                            ("drop_last", "drop_remainder", ".batch(", "DataLoader("),
+                            change_short,
+                        ),
+                    ],
+                    step=len(longer.epochs()[1]),
+                )
+            )
+    return out
+
+
+def order(a: Recorded, b: Recorded) -> list[Finding]:
+    """Different data, a different shuffle, or the same global batches split differently over
+    the replicas (DistributedSampler's interleaving against MirroredStrategy's blocks)."""
+    n = min(len(a.steps), len(b.steps))
+    if not n or a.steps[0]["samples"] != b.steps[0]["samples"]:
+        return []
+    first_global = next(
+        (s for s in range(1, n + 1) if a.global_rows(s, KIND) != b.global_rows(s, KIND)), None
+    )
+    if first_global is not None:
+        if first_global > 1 and (repeats_epochs(a) or repeats_epochs(b)):
+            return []  # set_epoch's finding says it
+        if _epoch_rows(a, 1) != _epoch_rows(b, 1):
+            return [
+                Finding(
+                    "different data",
+                    "epoch 1 feeds different samples in A and B (another subset, split or dataset)",
+                    [],
+                    step=first_global,
+                )
+            ]
+        return [
+            *_sharding_convention(a, b),
+            Finding(
+                "shuffle seeds",
+                f"epoch 1 feeds the same samples in A and B but in another order from step "
+                f"{first_global} (the shuffles differ: a seed, a sampler against tf.data's buffer)",
+                [
+                    fix(
+                        a,
+                        "A",
+                        ("DistributedSampler(", ".shuffle(", "seed"),
+                        "feed one permutation both scripts read, e.g. "
+                        "`np.random.default_rng(SEED).permutation(N)` (a Sampler over it)",
+                    ),
+                    fix(
+                        b,
+                        "B",
+                        (".shuffle(", "DistributedSampler(", "seed"),
+                        "the same permutation: index the arrays with it, no `.shuffle`",
+                    ),
+                ],
+                step=first_global,
+            ),
+        ]
+    for s in range(1, n + 1):
+        for ra, rb in zip(a.rows(s), b.rows(s), strict=False):
+            if sorted(ra[KIND]) != sorted(rb[KIND]):
+                return [_sharding(a, b, s)]
+    return []
+
+
+def _sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
+    """The split's convention, named from the configurations while the orders differ anyway."""
+    kinds = {run.framework: run for run in (a, b)}
+    torch_run, tf_run = kinds.get("torch"), kinds.get("tf")
+    if torch_run is None or tf_run is None:
+        return []
+    if torch_run.config.get("sampler", {}).get("type") != "DistributedSampler":
+        return []
+    found = _sharding(a, b, 0)
+    found.evidence = (
+        "not yet seen in the rows (the global orders differ first), but set up: "
+        + found.evidence.partition(": ")[2]
+    )
+    found.step = None
+    return [found]
+
+
+def _sharding(a: Recorded, b: Recorded, step: int) -> Finding:
+    fixes = []
+    for run, tag in ((a, "A"), (b, "B")):
+        if run.framework == "torch":
+            fixes.append(
+                fix(
+                    run,
+                    tag,
+                    ("DistributedSampler(",),
+                    "give rank r the contiguous "
+                    "block r of each global batch (a batch sampler over the global "
+                    "order), as MirroredStrategy splits a batch",
+                )
+            )
+        else:
+            fixes.append(
+                fix(
+                    run,
+                    tag,
+                    ("experimental_distribute_dataset", ".batch("),
+                    "or feed replica r the rows r, r+W, ... of each global batch "
+                    "(`strategy.distribute_datasets_from_function`)",
+                )
+            )
+    return Finding(
+        "DistributedSampler interleaving vs tf.data auto-shard",
+        f"step {step}: the same global batch, split differently over the replicas "
+        f"(DistributedSampler hands replica r the rows r, r+W, ... of the order; "
+        f"MirroredStrategy splits each global batch into contiguous blocks)",
+        fixes,
+        step=step,
+    )
+
+
+def _values(run: Recorded) -> dict[str, str]:
+    """pattern digest -> exact digest, over the run's rows."""
+    return {
+        p: e for row in run.replicas.values() for p, e in zip(row[KIND], row["exact"], strict=True)
+    }
+
+
+def normalisation(a: Recorded, b: Recorded) -> list[Finding]:
+    va, vb = _values(a), _values(b)
+    shared = set(va) & set(vb)
+    differ = sum(va[p] != vb[p] for p in shared)
+    if not shared or differ < len(shared) / 2:
+        return []
+    return [
+        Finding(
+            "input normalisation",
+            f"{differ} of the {len(shared)} samples both runs fed have different values (the pixel "
+            f"patterns match, the numbers do not: the scripts normalise their inputs differently)",
+            [
+                fix(
+                    a,
+                    "A",
+                    ("Normalize", "0.1307", "/ 255", "/= 255", "255"),
+                    "the same normalisation as B",
+                ),
+                fix(
+                    b,
+                    "B",
+                    ("Normalize", "0.1307", "/ 255", "/= 255", "255"),
+                    "the same normalisation as A",
+                ),
+            ],
+            step=1,
+        )
+    ]
+
+
+SAMPLE_DIAGNOSES = (set_epoch, padding, batches, order, normalisation)
