@@ -149,11 +149,13 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     if first_global is not None:
         if first_global > 1 and (repeats_epochs(a) or repeats_epochs(b)):
             return []  # set_epoch's finding says it
-        if _epoch_rows(a, 1) != _epoch_rows(b, 1):
+        epoch = int(a.steps[first_global - 1]["epoch"])
+        if _epoch_rows(a, epoch) != _epoch_rows(b, epoch):
             return [
                 Finding(
                     "different data",
-                    "epoch 1 feeds different samples in A and B (another subset, split or dataset)",
+                    f"epoch {epoch} feeds different samples in A and B (another subset, split or "
+                    f"dataset)",
                     [],
                     step=first_global,
                 )
@@ -162,7 +164,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
             *_sharding_convention(a, b),
             Finding(
                 "shuffle seeds",
-                f"epoch 1 feeds the same samples in A and B but in another order from step "
+                f"epoch {epoch} feeds the same samples in A and B but in another order from step "
                 f"{first_global} (the shuffles differ: a seed, a sampler against tf.data's buffer)",
                 [
                     fix(

@@ -193,8 +193,9 @@ class TorchRecorder:
         return exact, pattern
 
     def _sampler_indices(self, n: int) -> list[int] | None:
-        if self.sampler is None or self.batches is None or self.batch_size is None:
-            return None
+        deterministic = (torch.utils.data.DistributedSampler, torch.utils.data.SequentialSampler)
+        if not isinstance(self.sampler, deterministic) or not self.batches or not self.batch_size:
+            return None  # iterating another sampler could draw from the script's RNG
         pos = (self.calls - 1) % self.batches
         if pos == 0 or self.order is None:
             self.order = [int(i) for i in iter(self.sampler)]

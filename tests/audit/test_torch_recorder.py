@@ -1,0 +1,124 @@
+"""The torch recorder in this process (world 1, no DDP): what it records, and its one-line errors
+for a recorder used wrongly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import dualtrain.audit as audit
+from dualtrain.audit.identity import row_digests
+from dualtrain.audit.read import read_recorded
+from dualtrain.audit.report import compare_recorded
+from dualtrain.errors import UserError
+
+
+def _train(out, *, steps=6, lr=0.1, scaler=None, loss_fn=None, seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    data = torch.utils.data.TensorDataset(torch.rand(24, 1, 4, 4), torch.randint(0, 4, (24,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    with audit.torch_recorder(out, model=model, optimizer=opt, loader=loader, scaler=scaler) as rec:
+        for i, (x, y) in enumerate(loader):
+            if i == steps:
+                break
+            rec.batch(x)
+            opt.zero_grad()
+            loss = (loss_fn or torch.nn.functional.cross_entropy)(model(x), y)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            else:
+                loss.backward()
+                opt.step()
+            rec.step(loss)
+    return data
+
+
+def test_recording_the_same_loop_twice_passes(tmp_path):
+    data = _train(tmp_path / "a")
+    _train(tmp_path / "b")
+    run = read_recorded(tmp_path / "a")
+    assert [s["step"] for s in run.steps] == [1, 2, 3, 4, 5, 6]
+    assert run.replicas[(1, 0)]["indices"] == [0, 1, 2, 3]  # the SequentialSampler's
+    exact, pattern = row_digests(data.tensors[0][:4].numpy())  # torch's digests are NumPy's
+    assert run.replicas[(1, 0)]["exact"] == exact and run.replicas[(1, 0)]["pattern"] == pattern
+    assert all(s["grad_norm"] > 0 and s["skipped"] is False for s in run.steps)
+    assert set(run.weights_init) == {"1.weight", "1.bias"}
+    cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
+    assert cmp.passed, [c.detail for c in cmp.checks]
+    assert cmp.findings == []
+    verdict = json.loads((tmp_path / "cmp" / "verdict.json").read_text())
+    assert verdict["passed"] and verdict["verdict"].startswith("verdict: PASS")
+    assert (tmp_path / "cmp" / "report.html").is_file()
+
+
+def test_a_gradscaler_skip_is_recorded(tmp_path):
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+
+    def overflow_once(out, y, calls=[]):  # noqa: B006 (a counter across calls)
+        calls.append(1)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        return loss * float("inf") if len(calls) == 2 else loss
+
+    _train(tmp_path / "a", steps=4, scaler=scaler, loss_fn=overflow_once)
+    steps = read_recorded(tmp_path / "a").steps
+    assert [s["skipped"] for s in steps] == [False, True, False, False]
+    assert [s["loss_scale"] for s in steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
+    assert np.isnan(float(steps[1]["grad_norm"]))
+
+
+def test_a_different_lr_is_named_with_the_line(tmp_path):
+    _train(tmp_path / "a")
+    _train(tmp_path / "b", lr=0.05)
+    cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
+    assert not cmp.passed
+    assert cmp.checks[3].name == "learning rate" and cmp.checks[3].status == "FAIL"
+    assert "different optimizer settings" not in [f.name for f in cmp.findings]  # lr is its own
+    assert "different base learning rate" in [f.name for f in cmp.findings]
+
+
+def test_two_recorders_in_one_process_are_refused(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt)
+    with pytest.raises(UserError, match="one audit recorder per process"):
+        audit.torch_recorder(tmp_path / "b", model=model, optimizer=opt)
+    rec.close()
+    audit.torch_recorder(tmp_path / "b", model=model, optimizer=opt).close()  # free again
+
+
+def test_a_folder_that_is_not_its_own_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(UserError, match="is not an audit record .* and not empty"):
+        audit.torch_recorder(tmp_path, model=model, optimizer=opt)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing written
+    audit.torch_recorder(tmp_path / "new", model=model, optimizer=opt).close()  # not left claimed
+
+
+def test_a_distributed_sampler_without_a_process_group_is_refused(tmp_path):
+    data = torch.utils.data.TensorDataset(torch.rand(8, 2))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=2, rank=0)
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(UserError, match="no process group is initialised"):
+        audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, sampler=sampler)
+
+
+def test_misuse_is_one_line_and_a_failed_script_leaves_no_record(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(UserError, match=r"needs rec.batch\(inputs\) first"):
+        with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+            rec.step(torch.tensor(1.0))
+    with pytest.raises(UserError, match="half-written audit record"):
+        read_recorded(tmp_path / "a")
+    with pytest.raises(UserError, match="optimizer must be a torch.optim.Optimizer"):
+        audit.torch_recorder(tmp_path / "b", model=model, optimizer="sgd")
