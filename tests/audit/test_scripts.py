@@ -1,0 +1,104 @@
+"""examples/audit's scripts recorded and compared: the same script twice PASSes; each planted
+difference is named (the slow ones run with -m slow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dualtrain.audit.report import compare_recorded
+from tests.audit.scripts import record
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory):
+    return record("ddp_mnist.py", tmp_path_factory.mktemp("audit") / "torch")
+
+
+@pytest.fixture(scope="module")
+def keras_run(tmp_path_factory):
+    return record("keras_mnist.py", tmp_path_factory.mktemp("audit") / "keras")
+
+
+def names(a, b, tmp_path):
+    cmp = compare_recorded(a, b, tmp_path / "cmp")
+    return cmp, [f.name for f in cmp.findings]
+
+
+def test_the_ddp_script_recorded_twice_passes(torch_run, tmp_path):
+    again = record("ddp_mnist.py", tmp_path / "again")
+    cmp, found = names(torch_run, again, tmp_path)
+    assert cmp.passed and found == [], cmp.verdict
+    assert [c.status for c in cmp.checks] == ["PASS"] * 6
+    rows = cmp.a.rows(1)
+    assert [len(r["exact"]) for r in rows] == [64, 64]  # two replicas, 64 rows each
+    assert rows[0]["indices"][:2] != rows[1]["indices"][:2]  # the DistributedSampler's
+
+
+def test_the_keras_script_recorded_twice_passes(keras_run, tmp_path):
+    again = record("keras_mnist.py", tmp_path / "again")
+    cmp, found = names(keras_run, again, tmp_path)
+    assert cmp.passed and found == [], cmp.verdict
+    assert [len(r["exact"]) for r in cmp.a.rows(1)] == [64, 64]
+    assert len(cmp.a.steps) == 16 and all(s["grad_norm"] > 0 for s in cmp.a.steps)
+
+
+TORCH_PLANTS = [
+    (("--no-set-epoch",), "set_epoch forgotten (every epoch the same order)"),
+    (("--scheduler-per-step",), "scheduler stepped per epoch vs per step"),
+    (("--reduction", "sum"), "per-replica loss reduction (sum vs mean)"),
+    (("--seed", "2"), "shuffle seeds"),
+    (("--train-size", "1025"), "DistributedSampler padding"),
+    (("--amp",), "loss scaling in one run only"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,name", TORCH_PLANTS, ids=[n for _, n in TORCH_PLANTS])
+def test_a_difference_planted_in_the_ddp_script_is_named(torch_run, tmp_path, flags, name):
+    planted = record("ddp_mnist.py", tmp_path / "planted", *flags)
+    cmp, found = names(torch_run, planted, tmp_path)
+    assert not cmp.passed
+    assert name in found, found
+    finding = next(f for f in cmp.findings if f.name == name)
+    assert finding.fixes and all("->" in line for line in finding.fixes)
+
+
+@pytest.mark.slow
+def test_drop_remainder_planted_in_the_keras_script_is_named(keras_run, tmp_path):
+    planted = record(
+        "keras_mnist.py", tmp_path / "planted", "--drop-remainder", "--train-size", "1000"
+    )
+    full = record("keras_mnist.py", tmp_path / "full", "--train-size", "1000")
+    cmp, found = names(full, planted, tmp_path)
+    assert "drop_remainder" in found, found
+    assert any("drop_remainder" in line for f in cmp.findings for line in f.fixes)
+
+
+@pytest.mark.slow
+def test_loss_scale_and_batchnorm_conventions_across_the_frameworks(tmp_path):
+    t = record("ddp_mnist.py", tmp_path / "t", "--amp", "--batchnorm", "0.1")
+    k = record("keras_mnist.py", tmp_path / "k", "--mixed", "--batchnorm", "0.99")
+    cmp, found = names(t, k, tmp_path)
+    assert "loss-scale defaults (LossScaleOptimizer 2**15 vs GradScaler 2**16)" in found, found
+    assert "BatchNorm momentum convention" in found, found
+
+
+@pytest.mark.slow
+def test_the_scripts_as_written_differ_and_the_corrected_pair_passes(
+    torch_run, keras_run, tmp_path
+):
+    cmp, found = names(torch_run, keras_run, tmp_path)
+    assert {
+        "different models",
+        "different optimizers",
+        "different base learning rate",
+        "input normalisation",
+        "shuffle seeds",
+        "DistributedSampler interleaving vs tf.data auto-shard",
+    } <= set(found), found
+    t = record("corrected/ddp_mnist.py", tmp_path / "ct")
+    k = record(
+        "corrected/keras_mnist.py", tmp_path / "ck", "--init-from", str(t / "weights_init.npz")
+    )
+    cmp, found = names(t, k, tmp_path / "c")
+    assert cmp.passed and found == [], (cmp.verdict, [c.detail for c in cmp.checks])
