@@ -42,3 +42,19 @@ def layernorm_eps(backend: str, argument: str) -> None:
         return build(b, dataclasses.replace(r, spec=spec), name, x)
 
     model.LAYERS[LayerType.LAYERNORM] = other_eps
+
+
+def attention_heads_transposed(backend: str, argument: str) -> None:
+    """The TF backend's attention splits the packed projection's rows into heads in the other
+    order (head_dim x heads where torch has heads x head_dim), a classic porting slip; the
+    parameters and every shape stay the same."""
+    if backend != "tf":
+        return
+    import tensorflow as tf  # lazy: framework
+
+    from dualtrain.backends.tf import tokens  # lazy: framework
+
+    def split(a, n, t, h, hd):
+        return tf.transpose(tf.reshape(a, [n, t, hd, h]), [0, 3, 1, 2])
+
+    tokens.SelfAttention.split_heads = staticmethod(split)

@@ -9,10 +9,11 @@ docs/weights.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dualtrain.errors import UserError
-from dualtrain.spec import LayerSpec, LayerType, ModelSpec, Padding
+from dualtrain.spec import LayerSpec, LayerType, ModelSpec
+from dualtrain.spec.layers import KINDS, Array
 
 #: uid base of input k's branch layers: (k + 1) * BRANCH_UID + j for layer j
 BRANCH_UID = 100_000
@@ -27,7 +28,6 @@ class ResolvedLayer:
     out_shape: tuple[int, ...]
     params: tuple[tuple[str, tuple[int, ...]], ...]
     """(canonical name, shape) of this layer's trainable parameters, weight first."""
-    fan_in: int = 0
     prefix: str = ""
     """Canonical name prefix: ``"3"`` for top-level layer 3, ``"3.body.1"`` / ``"3.shortcut.0"``
     inside residual block 3 (torch's module path)."""
@@ -43,6 +43,9 @@ class ResolvedLayer:
     branches: tuple[tuple[ResolvedLayer, ...], ...] = ()
     """concat: each model input's resolved branch, in model.inputs order (canonical names
     ``"{input}.{j}.weight"``)."""
+    declared: tuple[Array, ...] = ()
+    """This layer's arrays as its type declares them (dualtrain.spec.layers), named in full
+    (``"3.weight"``): their init and Keras layout."""
 
     @property
     def arrays(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -89,7 +92,9 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
             f"dense layer). Received: output shape {shape}"
         )
     if not any(r.params for r in walk(out)):
-        raise UserError("model: needs at least one dense or conv2d layer. Received: none")
+        raise UserError(
+            "model: needs at least one layer with weights (dense, conv2d). Received: none"
+        )
     return out
 
 
@@ -147,118 +152,38 @@ def _resolve_one(
     first: bool = False,
 ) -> ResolvedLayer:
     where = f"{where_list} ({layer.type.value})"
-    params: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    buffers: tuple[tuple[str, tuple[int, ...]], ...] = ()
     body: list[ResolvedLayer] = []
     shortcut: list[ResolvedLayer] = []
-    fan_in = 0
+    declared: tuple[Array, ...] = ()
     new: tuple[int, ...]
     t = layer.type
-    if t is LayerType.DENSE:
-        params, fan_in, new = _dense(layer, shape, where, prefix)
-    elif t is LayerType.CONV2D:
-        params, fan_in, new = _conv2d(layer, shape, where, prefix)
-    elif t in (LayerType.MAXPOOL2D, LayerType.AVGPOOL2D):
-        new = _pool2d(layer, shape, where)
-    elif t is LayerType.GLOBAL_AVGPOOL:
-        if len(shape) != 3:
-            raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
-        new = (shape[0],)
-    elif t is LayerType.FLATTEN:
-        n = 1
-        for d in shape:
-            n *= d
-        new = (n,)
-    elif t is LayerType.BATCHNORM:
-        if first:
-            raise UserError(
-                f"{where} normalises the output of the layer before it; put it after a "
-                f"dense or conv2d layer. Received: batchnorm as the first layer"
-            )
-        c = shape[0]  # (F,) after dense: F features; (C, H, W) after conv: C channels
-        params = ((f"{prefix}.weight", (c,)), (f"{prefix}.bias", (c,)))
-        buffers = ((f"{prefix}.running_mean", (c,)), (f"{prefix}.running_var", (c,)))
-        new = shape
-    elif t is LayerType.LAYERNORM:  # over the features: elementwise weight and bias
-        if len(shape) != 1:
-            raise UserError(
-                f"{where} normalises a vector of features (after a dense layer or a flatten). "
-                f"Received: input shape {list(shape)}"
-            )
-        params = ((f"{prefix}.weight", shape), (f"{prefix}.bias", shape))
-        new = shape
-    elif t is LayerType.RESIDUAL:
+    rule = KINDS[t].rule
+    if t is LayerType.RESIDUAL:
         body, shortcut, new = _residual(layer, shape, where, where_list, prefix, uid)
-    elif t is LayerType.CONCAT:  # only model.layers[0] of a model with several inputs
+    elif rule is None:  # concat: only model.layers[0] of a model with several inputs
         raise UserError(
             f"{where}: a concat layer merges the branches of several model.inputs and must be "
             f"model.layers[0]. Received: concat here"
         )
-    else:  # element-wise activations, dropout
-        new = shape
-    return ResolvedLayer(
-        i, layer, shape, new, params, fan_in, prefix, uid, buffers, tuple(body), tuple(shortcut)
-    )
-
-
-def _dense(
-    layer: LayerSpec, shape: tuple[int, ...], where: str, prefix: str
-) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], int, tuple[int, ...]]:
-    """A dense layer's (parameters, fan_in, output shape)."""
-    if len(shape) != 1:
-        raise UserError(
-            f"{where} needs a flat input; add a flatten layer before it. "
-            f"Received: input shape {shape}"
-        )
-    assert layer.units is not None  # LayerSpec requires units on a dense layer
-    fan_in = shape[0]
-    params = (
-        (f"{prefix}.weight", (layer.units, fan_in)),
-        *(((f"{prefix}.bias", (layer.units,)),) if layer.bias else ()),
-    )
-    new = (layer.units,)
-    return params, fan_in, new
-
-
-def _conv2d(
-    layer: LayerSpec, shape: tuple[int, ...], where: str, prefix: str
-) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], int, tuple[int, ...]]:
-    """A conv2d layer's (parameters, fan_in, output shape)."""
-    if len(shape) != 3:
-        raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
-    c, h, w = shape
-    assert layer.filters is not None and layer.kernel_size is not None  # required (LayerSpec)
-    k, s = layer.kernel_size, layer.stride or 1
-    if layer.padding is Padding.SAME:
-        oh, ow = h, w
     else:
-        pad = layer.padding if isinstance(layer.padding, int) else 0
-        oh, ow = (h + 2 * pad - k) // s + 1, (w + 2 * pad - k) // s + 1
-    if oh < 1 or ow < 1:
-        raise UserError(
-            f"{where}: kernel {k} does not fit the input. Received: input shape {shape}"
-        )
-    fan_in = c * k * k
-    params = (
-        (f"{prefix}.weight", (layer.filters, c, k, k)),
-        *(((f"{prefix}.bias", (layer.filters,)),) if layer.bias else ()),
+        shaped = rule(layer, shape, where, first)
+        new = shaped.out
+        declared = tuple(replace(a, name=f"{prefix}.{a.name}") for a in shaped.arrays)
+    params = tuple((a.name, a.shape) for a in declared if a.trainable)
+    buffers = tuple((a.name, a.shape) for a in declared if not a.trainable)
+    return ResolvedLayer(
+        i,
+        layer,
+        shape,
+        new,
+        params,
+        prefix,
+        uid,
+        buffers,
+        tuple(body),
+        tuple(shortcut),
+        declared=declared,
     )
-    new = (layer.filters, oh, ow)
-    return params, fan_in, new
-
-
-def _pool2d(layer: LayerSpec, shape: tuple[int, ...], where: str) -> tuple[int, ...]:
-    """A maxpool2d or avgpool2d layer's output shape."""
-    if len(shape) != 3:
-        raise UserError(f"{where} needs a C,H,W input. Received: input shape {shape}")
-    c, h, w = shape
-    assert layer.pool_size is not None  # LayerSpec requires pool_size on a pooling layer
-    p, s = layer.pool_size, layer.stride or layer.pool_size
-    oh, ow = (h - p) // s + 1, (w - p) // s + 1
-    if oh < 1 or ow < 1:
-        raise UserError(f"{where}: pool {p} does not fit the input. Received: input shape {shape}")
-    new = (c, oh, ow)
-    return new
 
 
 def _residual(
@@ -285,6 +210,12 @@ def _residual(
 def param_shapes(model: ModelSpec) -> dict[str, tuple[int, ...]]:
     """Every array of a weights file: trainable parameters and batchnorm running statistics."""
     return {name: shp for layer in walk(resolve(model)) for name, shp in layer.arrays}
+
+
+def keras_layouts(model: ModelSpec) -> dict[str, str]:
+    """Every array's Keras layout by canonical name (identity, transpose, oihw_hwio), as its
+    layer type declares it."""
+    return {a.name: a.keras for r in walk(resolve(model)) for a in r.declared}
 
 
 def where(prefix: str) -> str:

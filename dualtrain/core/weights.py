@@ -6,7 +6,9 @@ weights file holds float32 or float64 arrays (an fp64 run's final weights and gr
 float64). Distribution: PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
 for weights and biases, drawn from ``numpy.random.Generator(PCG64(SeedSequence([seed, 0x57])))`` in
 layer order, weight before bias, in float64 then rounded to float32 (a residual block's layers in
-canonical order: body, then shortcut). BatchNorm starts as torch's does and draws nothing: weight 1,
+canonical order: body, then shortcut); each layer type declares its arrays' init
+(dualtrain.spec.layers: attention's as torch's nn.MultiheadAttention, a position embedding
+N(0, 0.02^2)). BatchNorm and LayerNorm start as torch's do and draw nothing: weight 1,
 bias 0, running_mean 0, running_var 1. Neither framework's RNG is involved, so the
 same seed gives bit-identical starting points in PyTorch and TensorFlow.
 """
@@ -22,7 +24,7 @@ import numpy as np
 from dualtrain.core.model import param_shapes, resolve, walk
 from dualtrain.errors import UserError
 from dualtrain.records.record import WEIGHTS_INIT
-from dualtrain.spec import LayerType, ModelSpec
+from dualtrain.spec import ModelSpec
 
 _WEIGHTS_STREAM = 0x57  # keeps the weight stream independent of any other use of the seed
 
@@ -30,18 +32,19 @@ Weights = dict[str, np.ndarray]
 
 
 def init_weights(model: ModelSpec, seed: int) -> Weights:
+    """Every array as its layer type declares it (dualtrain.spec.layers): drawn from the weight
+    stream in canonical order, or a constant (no draw)."""
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, _WEIGHTS_STREAM])))
     out: Weights = {}
     for layer in walk(resolve(model)):
-        # torch's BatchNorm and LayerNorm reset: no random draw
-        if layer.spec.type in (LayerType.BATCHNORM, LayerType.LAYERNORM):
-            for name, shape in layer.arrays:
-                fill = 1.0 if name.endswith((".weight", ".running_var")) else 0.0
-                out[name] = np.full(shape, fill, np.float32)
-            continue
-        bound = 1.0 / np.sqrt(layer.fan_in) if layer.fan_in else 0.0
-        for name, shape in layer.params:
-            out[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+        for a in layer.declared:
+            how, value = a.init
+            if how == "const":
+                out[a.name] = np.full(a.shape, value, np.float32)
+            elif how == "uniform":
+                out[a.name] = rng.uniform(-value, value, size=a.shape).astype(np.float32)
+            else:  # normal
+                out[a.name] = rng.normal(0.0, value, size=a.shape).astype(np.float32)
     return out
 
 

@@ -77,6 +77,7 @@ from dualtrain.spec.vocab import (
     Strategy,
     StrEnum,
     TFStrategy,
+    TokenPool,
 )
 
 __all__ = [
@@ -123,6 +124,7 @@ __all__ = [
     "Sharding",
     "StrEnum",
     "TFSpec",
+    "TokenPool",
     "Strategy",
     "TFStrategy",
     "TrainSpec",

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dualtrain.errors import UserError
 from dualtrain.spec.fields import COSMETIC, SPEC_DATACLASS, check_field, tagged_field
-from dualtrain.spec.vocab import Approximate, LayerType, Loss, Padding
+from dualtrain.spec.layers import KINDS, RANGES, REQUIRED
+from dualtrain.spec.vocab import Approximate, LayerType, Loss, Padding, TokenPool
 
 
 @dataclass(**SPEC_DATACLASS)
 class LayerSpec:
+    """One layer of ``model.layers``: its type and the fields that type takes (each type's
+    fields, defaults and shape rule are declared once in dualtrain.spec.layers.KINDS; a field the
+    type does not take is refused)."""
+
     type: LayerType
     """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid,
-    gelu (exact erf form), dropout, batchnorm, layernorm, residual."""
+    gelu, dropout, batchnorm, layernorm, patches, position, attention, token_pool, embedding,
+    residual."""
     units: int | None = None
-    """dense: output features."""
+    """dense: output features (on tokens (T, D): per token, D -> units)."""
     filters: int | None = None
     """conv2d: output channels."""
     kernel_size: int | None = None
@@ -32,8 +38,8 @@ class LayerSpec:
     """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer
     P: P zeros on every side (torch's ``padding=P``), with any stride."""
     bias: bool = True
-    """dense, conv2d: add a bias (torch's ``bias=False`` / Keras's ``use_bias=False`` when false, as
-    before a batchnorm, whose mean subtraction cancels it)."""
+    """dense, conv2d, patches, attention: add a bias (torch's ``bias=False`` / Keras's
+    ``use_bias=False`` when false, as before a batchnorm, whose mean subtraction cancels it)."""
     momentum: float | None = None
     """batchnorm: torch's momentum (default 0.1): running = (1 - momentum) * running + momentum *
     batch statistic (the unbiased variance for running_var)."""
@@ -46,6 +52,19 @@ class LayerSpec:
     """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
     count (torch SyncBatchNorm); false (default): each replica's own batch, and the running
     statistics are replica 0's (DDP's buffer broadcast), on both backends. docs/parity.md §9."""
+    size: int | None = None
+    """patches: the patch side (a stride = kernel = size convolution; it must divide H and W)."""
+    dim: int | None = None
+    """patches, embedding: the token width D."""
+    heads: int | None = None
+    """attention: the number of heads (it divides the token width; head_dim = width / heads, the
+    scores scaled by 1/sqrt(head_dim), torch's)."""
+    causal: bool | None = None
+    """attention: true: token t attends to tokens <= t only (default false)."""
+    pool: TokenPool | None = None
+    """token_pool: mean (the mean over the tokens, the default) or first (the first token)."""
+    vocab: int | None = None
+    """embedding: how many ids (the input's values are whole numbers in [0, vocab))."""
     body: tuple[LayerSpec, ...] = ()
     """residual: the layers of the residual branch; the block outputs body(x) + shortcut(x)."""
     shortcut: tuple[LayerSpec, ...] = ()
@@ -53,107 +72,31 @@ class LayerSpec:
     the identity."""
 
     def __post_init__(self) -> None:
+        """Refuse the fields this type does not take, require and default the ones it does
+        (KINDS), check each value's range (RANGES), then the type's own check."""
         t = self.type
-        allowed = {
-            LayerType.DENSE: {"units"},
-            LayerType.CONV2D: {"filters", "kernel_size", "stride", "padding"},
-            LayerType.MAXPOOL2D: {"pool_size", "stride"},
-            LayerType.AVGPOOL2D: {"pool_size", "stride"},
-            LayerType.DROPOUT: {"rate"},
-            LayerType.BATCHNORM: {"momentum", "eps", "sync"},
-            LayerType.LAYERNORM: {"eps"},
-            LayerType.GELU: {"approximate"},
-            LayerType.RESIDUAL: {"body", "shortcut"},
-        }.get(t, set())
-        for name in ("momentum", "eps", "sync", "approximate", "body", "shortcut"):
-            v = getattr(self, name)
-            if v not in (None, ()) and name not in allowed:
-                raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
-        if not self.bias and t not in (LayerType.DENSE, LayerType.CONV2D):
-            raise UserError(f"layer type {t.value!r} takes no 'bias'. Received: bias=False")
-        if t is LayerType.BATCHNORM:
-            self._batchnorm_defaults()
-        if t is LayerType.GELU and self.approximate is None:
-            object.__setattr__(self, "approximate", Approximate.NONE)
-        if t is LayerType.LAYERNORM:
-            if self.eps is None:
-                object.__setattr__(self, "eps", 1e-5)  # torch's nn.LayerNorm default
-            assert self.eps is not None  # the default, set just above
-            check_field(self.eps > 0.0, "layer layernorm.eps", "must be > 0", self.eps)
-        if t is LayerType.RESIDUAL:
-            self._check_residual()
-        if self.rate is not None:
-            if "rate" not in allowed:
-                raise UserError(
-                    f"layer type {t.value!r} takes no 'rate'. Received: rate={self.rate!r}"
-                )
-            check_field(
-                0.0 <= self.rate < 1.0, "layer dropout.rate", "must be in [0, 1)", self.rate
-            )
-        for name in ("units", "filters", "kernel_size", "pool_size", "stride"):
-            v = getattr(self, name)
-            if v is not None and name not in allowed:
-                raise UserError(f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}")
-            if v is not None:
-                check_field(v >= 1, f"layer {t.value}.{name}", "must be >= 1", v)
-        if self.padding is not Padding.VALID and "padding" not in allowed:
-            raise UserError(
-                f"layer type {t.value!r} takes no 'padding'. Received: {self.padding!r}"
-            )
-        if isinstance(self.padding, int):
-            check_field(
-                self.padding >= 0,
-                f"layer {t.value}.padding",
-                "must be >= 0, valid or same",
-                self.padding,
-            )
-        required = {
-            LayerType.DENSE: ("units",),
-            LayerType.CONV2D: ("filters", "kernel_size"),
-            LayerType.MAXPOOL2D: ("pool_size",),
-            LayerType.AVGPOOL2D: ("pool_size",),
-            LayerType.DROPOUT: ("rate",),
-        }.get(t, ())
-        for name in required:
-            if getattr(self, name) is None:
-                raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
-        if t is LayerType.CONV2D and self.padding is Padding.SAME and (self.stride or 1) != 1:
-            raise UserError(
-                f"conv2d padding 'same' needs stride 1 (torch and Keras pad strided convs "
-                f"differently; an integer padding such as 1 pads every side equally on both). "
-                f"Received: stride={self.stride}"
-            )
-
-    def _batchnorm_defaults(self) -> None:
-        """A batchnorm layer's momentum, eps and sync: torch's defaults where null, checked."""
-        for name, default in (("momentum", 0.1), ("eps", 1e-5), ("sync", False)):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, default)
-        assert self.momentum is not None and self.eps is not None  # defaults set just above
-        check_field(
-            0.0 <= self.momentum <= 1.0,
-            "layer batchnorm.momentum",
-            "must be in [0, 1]",
-            self.momentum,
-        )
-        check_field(self.eps > 0.0, "layer batchnorm.eps", "must be > 0", self.eps)
-
-    def _check_residual(self) -> None:
-        """A residual block holds at least one layer, and no block, flatten or concat."""
-        check_field(
-            bool(self.body),
-            "layer residual.body",
-            "must list at least one layer",
-            list(self.body),
-        )
-        for part in ("body", "shortcut"):
-            for j, inner in enumerate(getattr(self, part)):
-                if inner.type in (LayerType.RESIDUAL, LayerType.FLATTEN, LayerType.CONCAT):
+        kind = KINDS[t]
+        for f in fields(self):
+            name, v = f.name, getattr(self, f.name)
+            if name == "type":
+                continue
+            unset = v == f.default
+            if name not in kind.fields:
+                if not unset:
                     raise UserError(
-                        f"layer residual.{part}[{j}]: a residual block cannot hold a "
-                        f"{inner.type.value} layer (blocks do not nest; flatten changes "
-                        f"the shape the add needs). Received: {inner.type.value}"
+                        f"layer type {t.value!r} takes no '{name}'. Received: {name}={v!r}"
                     )
+                continue
+            default = kind.fields[name]
+            if unset and default is REQUIRED:
+                raise UserError(f"layer type {t.value!r} needs '{name}'. Received: {name}=None")
+            if unset and default is not None:
+                object.__setattr__(self, name, default)
+            holds = RANGES.get(name)
+            if holds is not None and getattr(self, name) is not None:
+                check_field(holds[0](getattr(self, name)), f"layer {t.value}.{name}", holds[1], v)
+        if kind.check is not None:
+            kind.check(self)
 
 
 @dataclass(**SPEC_DATACLASS)

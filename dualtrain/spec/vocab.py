@@ -76,7 +76,15 @@ ALIASES: dict[str, dict[str, str]] = {
         "batchnorm1d": "batchnorm",
         "syncbatchnorm": "batchnorm",
         "layernormalization": "layernorm",
+        "multiheadattention": "attention",
+        "multihead_attention": "attention",
+        "self_attention": "attention",
+        "patch_embedding": "patches",
+        "position_embedding": "position",
+        "positional_embedding": "position",
+        "tokenpool": "token_pool",
     },
+    "TokenPool": {"cls": "first", "average": "mean"},
     "ScheduleName": {
         "cosineannealing": "cosine",
         "cosineannealinglr": "cosine",
@@ -174,6 +182,11 @@ class LayerType(StrEnum):
     DROPOUT = "dropout"
     BATCHNORM = "batchnorm"
     LAYERNORM = "layernorm"
+    PATCHES = "patches"
+    POSITION = "position"
+    ATTENTION = "attention"
+    TOKEN_POOL = "token_pool"
+    EMBEDDING = "embedding"
     RESIDUAL = "residual"
     CONCAT = "concat"
 
@@ -200,6 +213,13 @@ class Approximate(StrEnum):
 
     NONE = "none"
     TANH = "tanh"
+
+
+class TokenPool(StrEnum):
+    """token_pool: the mean over the tokens, or the first token (a class token's place)."""
+
+    MEAN = "mean"
+    FIRST = "first"
 
 
 class Padding(StrEnum):

@@ -38,7 +38,7 @@ def test_layernorm_normalises_features_with_torch_defaults():
 @pytest.mark.parametrize(
     "layers, shape, message",
     [
-        ([{"type": "layernorm"}], (1, 8, 8), "normalises a vector of features"),
+        ([{"type": "layernorm"}], (1, 8, 8), r"last axis of a flat \(F,\) or tokens"),
         ([{"type": "layernorm", "eps": 0.0}], (4,), "layernorm.eps must be > 0"),
         ([{"type": "layernorm", "momentum": 0.1}], (4,), "takes no 'momentum'"),
     ],

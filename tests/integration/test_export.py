@@ -32,6 +32,16 @@ LAYERS = (
     "{type: dense, units: 10}]"
 )
 
+# tokens: patches, position, pre-LN attention (causal) and MLP blocks, the first token; exported
+# as torch's nn.MultiheadAttention and Keras's MultiHeadAttention, EinsumDense, Cropping1D
+TOKENS = (
+    "[{type: patches, size: 7, dim: 16}, {type: position}, {type: residual, body: [{type: "
+    "layernorm}, {type: attention, heads: 4, causal: true}, {type: dropout, rate: 0.1}]}, "
+    "{type: residual, body: [{type: layernorm}, {type: dense, units: 32}, {type: gelu}, "
+    "{type: dense, units: 16}]}, {type: layernorm}, {type: token_pool, pool: first}, "
+    "{type: dense, units: 10}]"
+)
+
 # The loaders: no dualtrain anywhere (any import of it raises), only the framework and the files.
 BLOCK = "import sys; sys.modules['dualtrain'] = None\n"
 TORCH_LOAD = (
@@ -60,8 +70,8 @@ np.save(out, np.asarray(model(x, training=False), dtype=np.float64))
 )
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=[LAYERS, TOKENS], ids=["cnn", "tokens"])
+def trained(tmp_path_factory, request) -> Path:
     out = tmp_path_factory.mktemp("export") / "run"
     args = [
         "run",
@@ -74,7 +84,7 @@ def trained(tmp_path_factory) -> Path:
     ]
     for s in (
         "model.preset=null",
-        f"model.layers={LAYERS}",
+        f"model.layers={request.param}",
         "data.train_limit=1000",
         "data.test_limit=500",
         "distribution.world_size=2",

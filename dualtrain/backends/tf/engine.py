@@ -41,7 +41,7 @@ from dualtrain.backends.tf.step import TrainStep
 from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
-from dualtrain.core.model import resolve, walk
+from dualtrain.core.model import keras_layouts, resolve, walk
 from dualtrain.core.ops import Ops
 from dualtrain.core.pair.transforms import check_identity
 from dualtrain.core.weights import Weights
@@ -87,7 +87,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         self.spec = spec
         self.layout = layout
         # canonical <-> Keras layouts of weights, gradients and slots (by name, or the pair's map)
-        self.conversion = Conversion() if layout is None else PairConversion(layout)
+        self.conversion = Conversion.of(spec.model) if layout is None else PairConversion(layout)
         self.strategy = strategy
         self.rank = rank
         self.num_processes = num_processes
@@ -253,7 +253,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     def weights(self) -> Weights:
         if self.layout is not None:
             return pair_tf.export_canonical(self.named, self.layout)
-        return export_canonical(self.named)
+        return export_canonical(self.named, keras_layouts(self.spec.model))
 
     def versions(self) -> dict[str, str]:
         return {"tensorflow": tf.__version__, "keras": keras.__version__}
@@ -304,7 +304,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         if self.layout is not None:
             pair_tf.load_canonical(self.named, self.layout, weights)
         else:
-            load_canonical(self.named, weights)
+            load_canonical(self.named, weights, keras_layouts(self.spec.model))
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
         self.optimizer.load(state, self.param_names)

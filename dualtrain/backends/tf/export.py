@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core import pair
+from dualtrain.core.model import keras_layouts
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
 
@@ -57,5 +58,5 @@ def export_keras(
             (Path(out) / pair.CUSTOM_OBJECTS_FILE).write_text(json.dumps(custom, indent=1) + "\n")
         return
     model, named = build_inference_model(spec.model, dtype)
-    load_canonical(named, weights)
+    load_canonical(named, weights, keras_layouts(spec.model))
     model.save(str(Path(out) / "model.keras"))

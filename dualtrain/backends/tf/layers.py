@@ -128,8 +128,10 @@ class HashDropout(keras.layers.Layer):
         )
         if len(self.in_shape) == 3:  # (N, C*H*W) canonical -> (N, H, W, C)
             keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
-        # scaled as torch scales (in float32 for fp16/bf16; _scaled)
-        return tf.where(keep, _scaled(x, 1.0 / (1.0 - self.rate)), tf.zeros_like(x))
+        else:  # features (N, F) or tokens (N, T, D): the canonical order is the layout
+            keep = tf.reshape(keep, [-1, *self.in_shape])
+        # scaled as torch scales (in float32 for fp16/bf16; scaled)
+        return tf.where(keep, scaled(x, 1.0 / (1.0 - self.rate)), tf.zeros_like(x))
 
 
 def pair_mask(x: tf.Tensor, mask: pair_dropout.Mask) -> tf.Tensor:
@@ -150,10 +152,10 @@ def pair_mask(x: tf.Tensor, mask: pair_dropout.Mask) -> tf.Tensor:
         keep = tf.reshape(tf.transpose(tf.reshape(keep, [-1, *e.chw]), [0, 2, 3, 1]), tf.shape(x))
     else:
         keep = tf.reshape(keep, tf.shape(x))
-    return tf.where(keep, _scaled(x, 1.0 / (1.0 - e.rate)), tf.zeros_like(x))
+    return tf.where(keep, scaled(x, 1.0 / (1.0 - e.rate)), tf.zeros_like(x))
 
 
-def _scaled(x: tf.Tensor, scale: float) -> tf.Tensor:
+def scaled(x: tf.Tensor, scale: float) -> tf.Tensor:
     """``x * scale`` as torch computes a tensor times a Python float: float16 and bfloat16 in
     float32, rounded once (torch's opmath; the scale in x's own dtype would be 4/3 -> 1.336 in
     bfloat16, every kept unit 0.2% high). tf.constant, not tf.cast: a Python float cast to

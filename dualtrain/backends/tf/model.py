@@ -16,8 +16,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from dualtrain.backends.tf import tokens
 from dualtrain.backends.tf.layers import BatchNorm, HashDropout, conv2d, exact_gelu, tanh_gelu
-from dualtrain.core.model import ResolvedLayer, conv_flatten_shape, has_layer, resolve
+from dualtrain.core.model import (
+    ResolvedLayer,
+    conv_flatten_shape,
+    has_layer,
+    keras_layouts,
+    resolve,
+)
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Approximate, LayerType, ModelSpec
 
@@ -128,6 +135,12 @@ class _Builder:
         self.inference = inference
         self.named: list[tuple[str, keras.Variable]] = []
         self.stats: list[keras.KerasTensor] = []
+        self.mixed = policy.startswith("mixed_")
+        #: the token stream is float32 where torch's autocast leaves it float32 (backends/tf/tokens)
+        self.wide = False
+
+    def dtype(self) -> str:  # a layer computing in its input's dtype: float32 on a float32 stream
+        return "float32" if self.wide and self.mixed else self.policy
 
     def model(
         self, layers: Sequence[ResolvedLayer], inputs: Sequence[keras.KerasTensor]
@@ -153,6 +166,7 @@ class _Builder:
         """``layer(x)``; the layer's kernel (and bias, if it has one) named as the canonical
         ones."""
         x = layer(x)
+        self.wide = False  # a matmul's output: the compute dtype
         if r.params:
             # without a bias, r.params names the kernel only (and layer.bias is None)
             self.named += list(
@@ -167,9 +181,12 @@ class _Builder:
 
 
 def _residual(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+    wide = b.wide
     body = b.apply(r.body, x)
+    wide, b.wide = b.wide, wide
     skip = b.apply(r.shortcut, x)
-    return keras.layers.Add(name=name, dtype=b.policy)([body, skip])
+    b.wide = b.wide or wide  # torch's add promotes to the wider side
+    return keras.layers.Add(name=name, dtype=b.dtype())([body, skip])
 
 
 def _conv(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
@@ -188,7 +205,7 @@ def _flatten(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> 
 def _dropout(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     if b.inference:  # Keras's Dropout: the identity in inference
         return keras.layers.Dropout(r.spec.rate, name=name, dtype=b.policy)(x)
-    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.policy)(  # type: ignore[arg-type]  # a dropout's rate is required
+    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.dtype())(  # type: ignore[arg-type]  # a dropout's rate is required
         [x, b.ids, b.steps]
     )
 
@@ -197,7 +214,7 @@ def _layernorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -
     """Keras's LayerNormalization with torch's eps: the same function (in float32 for fp16/bf16
     inputs, as torch's autocast runs layer_norm; Keras casts the output back to the compute dtype,
     which the next dense layer's autocast does on torch)."""
-    layer = keras.layers.LayerNormalization(axis=-1, epsilon=r.spec.eps, name=name, dtype=b.policy)
+    layer = keras.layers.LayerNormalization(axis=-1, epsilon=r.spec.eps, name=name, dtype=b.dtype())
     x = layer(x)
     b.named += list(zip([n for n, _ in r.params], (layer.gamma, layer.beta), strict=True))
     return x
@@ -257,7 +274,7 @@ def _activation(
     fn: str,
 ) -> Callable[[_Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
     def apply(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
-        return keras.layers.Activation(fn, name=name, dtype=b.policy)(x)
+        return keras.layers.Activation(fn, name=name, dtype=b.dtype())(x)
 
     return apply
 
@@ -271,7 +288,7 @@ def _gelu_layer(
     tanh = r.spec.approximate is Approximate.TANH
     if not b.inference:
         fn = tanh_gelu if tanh else exact_gelu
-        return keras.layers.Activation(fn, name=name, dtype=b.policy)(x)
+        return keras.layers.Activation(fn, name=name, dtype=b.dtype())(x)
     if not tanh:
         return keras.layers.Activation("gelu", name=name, dtype=b.policy)(x)
     L, p = keras.layers, b.policy
@@ -299,7 +316,7 @@ LAYERS = {
         name=name, dtype=b.policy
     )(x),
     LayerType.FLATTEN: _flatten,
-    LayerType.RELU: lambda b, r, name, x: keras.layers.ReLU(name=name, dtype=b.policy)(x),
+    LayerType.RELU: lambda b, r, name, x: keras.layers.ReLU(name=name, dtype=b.dtype())(x),
     LayerType.TANH: _activation("tanh"),
     LayerType.SIGMOID: _activation("sigmoid"),
     LayerType.GELU: _gelu_layer,
@@ -307,55 +324,76 @@ LAYERS = {
     LayerType.BATCHNORM: _batchnorm,
     LayerType.LAYERNORM: _layernorm,
     LayerType.CONCAT: _concat,
+    LayerType.PATCHES: tokens.patches,
+    LayerType.POSITION: tokens.position,
+    LayerType.ATTENTION: tokens.attention,
+    LayerType.TOKEN_POOL: tokens.token_pool,
+    LayerType.EMBEDDING: tokens.embedding,
 }
 
 
-def to_keras(name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
-    """Canonical array -> Keras layout (dense (out,in) -> (in,out); conv OIHW -> HWIO), as
+def to_keras(layout: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
+    """Canonical array -> Keras ``layout`` (dualtrain.spec.layers: ``transpose`` a dense weight
+    (out,in) -> (in,out); ``oihw_hwio`` a convolution's OIHW -> HWIO; ``identity``), as
     ``dtype``."""
     a = np.asarray(array, dtype=dtype)
-    if name.endswith(".weight") and a.ndim in (2, 4):  # not a batchnorm weight
-        a = a.T if a.ndim == 2 else a.transpose(2, 3, 1, 0)
+    if layout == "transpose":
+        a = a.T
+    elif layout == "oihw_hwio":
+        a = a.transpose(2, 3, 1, 0)
     return np.ascontiguousarray(a)
 
 
-def to_canonical(name: str, array: np.ndarray) -> np.ndarray:
-    """Keras layout -> canonical (the inverse of :func:`to_keras`); float64 stays float64."""
+def to_canonical(layout: str, array: np.ndarray) -> np.ndarray:  # to_keras's inverse; float64 kept
     a = np.asarray(array)
     a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
-    if name.endswith(".weight") and a.ndim in (2, 4):
-        a = a.T if a.ndim == 2 else a.transpose(3, 2, 0, 1)
+    if layout == "transpose":
+        a = a.T
+    elif layout == "oihw_hwio":
+        a = a.transpose(3, 2, 0, 1)
     return np.ascontiguousarray(a)
 
 
 class Conversion:
     """Canonical <-> Keras layout of every array by its canonical name (weights, gradients,
-    optimizer slots): dualtrain's own layers by the name's suffix and rank
-    (:func:`to_keras`, :func:`to_canonical`); a model pair by its weight map
+    optimizer slots): dualtrain's own layers as their types declare (``layouts``,
+    dualtrain.core.model.keras_layouts); a model pair by its weight map
     (dualtrain.backends.tf.pair.PairConversion)."""
 
+    def __init__(self, layouts: dict[str, str]) -> None:
+        self.layouts = layouts
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> Conversion:  # dualtrain's own layers, as declared
+        return cls(keras_layouts(model))
+
     def to_keras(self, name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
-        return to_keras(name, array, dtype)
+        return to_keras(self.layouts[name], array, dtype)
 
     def to_canonical(self, name: str, array: np.ndarray) -> np.ndarray:
-        return to_canonical(name, array)
+        return to_canonical(self.layouts[name], array)
 
 
-def load_canonical(named: list[tuple[str, keras.Variable]], weights: Weights) -> None:
+def load_canonical(
+    named: list[tuple[str, keras.Variable]], weights: Weights, layouts: dict[str, str]
+) -> None:
     missing = [n for n, _ in named if n not in weights]
     if missing or len(weights) != len(named):
         raise ValueError(
             f"weights do not match the model: need {[n for n, _ in named]}, got {sorted(weights)}"
         )
     for name, var in named:
-        value = to_keras(name, weights[name], var.dtype)
+        value = to_keras(layouts[name], weights[name], var.dtype)
         if tuple(var.shape) != value.shape:
             raise ValueError(f"{name}: Keras shape {tuple(var.shape)} != converted {value.shape}")
         var.assign(value)
 
 
-def export_canonical(named: list[tuple[str, keras.Variable]]) -> Weights:
-    return {name: to_canonical(name, keras.ops.convert_to_numpy(var.value)) for name, var in named}
+def export_canonical(named: list[tuple[str, keras.Variable]], layouts: dict[str, str]) -> Weights:
+    return {
+        name: to_canonical(layouts[name], keras.ops.convert_to_numpy(var.value))
+        for name, var in named
+    }
 
 
 def to_nhwc(images_nchw: np.ndarray, dtype: str = "float32") -> np.ndarray:

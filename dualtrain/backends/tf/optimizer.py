@@ -28,10 +28,10 @@ class OptimizerVariables:
         *,
         fp16: bool,
         loss_scale: LossScaleSpec,
-        conversion: Conversion | None = None,
+        conversion: Conversion,
     ):
         self.fp16 = fp16
-        self.conversion = conversion or Conversion()
+        self.conversion = conversion
         need = update_rules.slot_names(opt)
         self.slots: dict[str, list[tf.Variable]] = {
             key: [tf.Variable(tf.zeros(p.shape, p.dtype), trainable=False) for p in params]

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.model import keras_layouts
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.entry import (
     describe_main,
@@ -68,7 +69,7 @@ def forward_logits(
         dropout = False
     else:
         model, named = build_model(spec.model, "float32", seed=spec.seed)
-        load_canonical(named, weights)
+        load_canonical(named, weights, keras_layouts(spec.model))
         dropout = has_dropout(spec.model)
     xs = [to_nhwc(a) if a.ndim == 4 else np.asarray(a, np.float32) for a in inputs]
 

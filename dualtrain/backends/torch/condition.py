@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dualtrain.backends.torch.layers import BatchNorm
+from dualtrain.backends.torch.tokens import Patches
 
 
 class AbsoluteGradient:
@@ -86,17 +87,21 @@ class AbsoluteGradient:
             g = self._grad.get(name)
             if g is None:
                 continue
+            # a dense layer's and the patches' (tokens) outputs on the last axis, a convolution's
+            # channels on axis 1
+            last = isinstance(m, (nn.Linear, Patches))
             if not isinstance(m, BatchNorm):
                 bias = getattr(m, "bias", None)
                 kind = "matmul" if isinstance(m, nn.Linear) else "conv"
                 if bias is None:
                     prod = y
-                else:  # a dense layer's bias on the last axis, a convolution's on the channels
+                else:
                     b = bias.detach()
-                    prod = y - (b if kind == "matmul" else b.view(1, -1, *([1] * (y.dim() - 2))))
+                    prod = y - (b if last else b.view(1, -1, *([1] * (y.dim() - 2))))
                 sens[kind] = sens[kind] + (g * prod).sum().to("cpu", torch.float64).reshape(1)
             g = g.abs()
-            n = g.new_full((1,), float(g.numel() // g.shape[1]))  # batch x output positions
+            # batch x output positions (x tokens)
+            n = g.new_full((1,), float(g.numel() // g.shape[-1 if last else 1]))
             terms.update({f"{name}.{k}": n for k, _ in m.named_parameters()})
             if isinstance(m, BatchNorm):
                 dims = (0, 2, 3) if y.dim() == 4 else (0,)

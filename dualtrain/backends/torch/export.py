@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
+from dualtrain.backends.torch import tokens
 from dualtrain.backends.torch.layers import Concat, MultiInput
 from dualtrain.backends.torch.model import layer_source
 from dualtrain.core.model import ResolvedLayer, resolve, walk
@@ -38,6 +39,7 @@ import torch
 from torch import nn
 
 DTYPE = torch.{dtype}
+{tokens}
 
 
 class Residual(nn.Module):
@@ -81,6 +83,15 @@ _MULTI_INPUT = "\n\n".join(
     inspect.getsource(c).replace("{", "{{").replace("}", "}}") for c in (Concat, MultiInput)
 ).rstrip()
 
+#: the token layers (tokens.py uses torch only), exported as they are, when the model has them
+_TOKENS = (
+    inspect.getsource(tokens)
+    .split("from torch import nn\n", 1)[1]
+    .replace("{", "{{")
+    .replace("}", "}}")
+    .strip()
+)
+
 
 def _list(layers: Sequence[ResolvedLayer], indent: str) -> str:
     return "".join(f"\n{indent}    {layer_source(r, indent + '    ')}," for r in layers)
@@ -111,7 +122,24 @@ def torch_source(spec: Experiment, dtype: str, run: str) -> str:
         dtype=dtype,
         body=body,
         classes=_MULTI_INPUT,
+        tokens=_token_source(layers),
     )
+
+
+def _token_source(layers: list[ResolvedLayer]) -> str:
+    """The token layers' classes (and the imports they need), for a model that has them."""
+    if not any(r.spec.type in TOKEN_TYPES for r in walk(layers)):
+        return ""
+    return "import math\n\nimport torch.nn.functional as F\n\n\n" + _TOKENS + "\n"
+
+
+TOKEN_TYPES = (
+    LayerType.PATCHES,
+    LayerType.POSITION,
+    LayerType.ATTENTION,
+    LayerType.TOKEN_POOL,
+    LayerType.EMBEDDING,
+)
 
 
 def torch_state(spec: Experiment, weights: Weights) -> dict[str, np.ndarray]:

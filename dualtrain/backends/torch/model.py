@@ -22,9 +22,17 @@ from dualtrain.backends.torch.layers import (
     MultiInput,
     Residual,
 )
+from dualtrain.backends.torch.tokens import (
+    Embedding,
+    Patches,
+    Position,
+    SelfAttention,
+    TokenPool,
+)
 from dualtrain.core.model import ResolvedLayer, param_shapes, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec, Padding
+from dualtrain.spec import TokenPool as Pool
 
 
 @dataclass(frozen=True)
@@ -87,8 +95,8 @@ def _activation(module: type[nn.Module]) -> TorchLayer:
 LAYERS: dict[LayerType, TorchLayer] = {
     LayerType.FLATTEN: TorchLayer(lambda r, seed: nn.Flatten(), lambda r, indent: "nn.Flatten()"),
     LayerType.DENSE: TorchLayer(
-        lambda r, seed: nn.Linear(r.in_shape[0], r.spec.units, bias=r.spec.bias),
-        lambda r, indent: f"nn.Linear({r.in_shape[0]}, {r.spec.units}, bias={r.spec.bias})",
+        lambda r, seed: nn.Linear(r.in_shape[-1], r.spec.units, bias=r.spec.bias),
+        lambda r, indent: f"nn.Linear({r.in_shape[-1]}, {r.spec.units}, bias={r.spec.bias})",
     ),
     LayerType.CONV2D: TorchLayer(_conv, _conv_source),
     LayerType.MAXPOOL2D: TorchLayer(
@@ -122,8 +130,30 @@ LAYERS: dict[LayerType, TorchLayer] = {
         _batchnorm_source,
     ),
     LayerType.LAYERNORM: TorchLayer(
-        lambda r, seed: nn.LayerNorm(r.in_shape[0], eps=r.spec.eps),
-        lambda r, indent: f"nn.LayerNorm({r.in_shape[0]}, eps={r.spec.eps})",
+        lambda r, seed: nn.LayerNorm(r.in_shape[-1], eps=r.spec.eps),
+        lambda r, indent: f"nn.LayerNorm({r.in_shape[-1]}, eps={r.spec.eps})",
+    ),
+    LayerType.PATCHES: TorchLayer(
+        lambda r, seed: Patches(r.in_shape[0], r.spec.dim, r.spec.size, r.spec.bias),
+        lambda r, indent: f"Patches({r.in_shape[0]}, {r.spec.dim}, {r.spec.size}, {r.spec.bias})",
+    ),
+    LayerType.POSITION: TorchLayer(
+        lambda r, seed: Position(*r.in_shape), lambda r, indent: f"Position{r.in_shape}"
+    ),
+    LayerType.ATTENTION: TorchLayer(
+        lambda r, seed: SelfAttention(r.in_shape[1], r.spec.heads, r.spec.causal, r.spec.bias),
+        lambda r, indent: (
+            f"SelfAttentionExport({r.in_shape[1]}, {r.spec.heads}, causal={r.spec.causal}, "
+            f"bias={r.spec.bias})"
+        ),
+    ),
+    LayerType.TOKEN_POOL: TorchLayer(
+        lambda r, seed: TokenPool(r.spec.pool is Pool.FIRST),
+        lambda r, indent: f"TokenPool({r.spec.pool is Pool.FIRST})",
+    ),
+    LayerType.EMBEDDING: TorchLayer(
+        lambda r, seed: Embedding(r.spec.vocab, r.spec.dim),
+        lambda r, indent: f"Embedding({r.spec.vocab}, {r.spec.dim})",
     ),
     LayerType.RESIDUAL: TorchLayer(
         lambda r, seed: Residual(_build(r.body, seed), _build(r.shortcut, seed)), _residual_source
