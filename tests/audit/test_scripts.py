@@ -49,6 +49,7 @@ TORCH_PLANTS = [
     (("--seed", "2"), "shuffle seeds"),
     (("--train-size", "1025"), "DistributedSampler padding"),
     (("--amp",), "loss scaling in one run only"),
+    (("--batch-size", "32"), "different global batch size"),
 ]
 
 
@@ -83,9 +84,17 @@ def test_loss_scale_and_batchnorm_conventions_across_the_frameworks(tmp_path):
     assert "BatchNorm momentum convention" in found, found
 
 
+@pytest.fixture(scope="module")
+def corrected(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corrected")
+    t = record("corrected/ddp_mnist.py", d / "torch")
+    k = record("corrected/keras_mnist.py", d / "keras", "--init-from", str(t / "weights_init.npz"))
+    return t, k
+
+
 @pytest.mark.slow
 def test_the_scripts_as_written_differ_and_the_corrected_pair_passes(
-    torch_run, keras_run, tmp_path
+    torch_run, keras_run, corrected, tmp_path
 ):
     cmp, found = names(torch_run, keras_run, tmp_path)
     assert {
@@ -96,9 +105,33 @@ def test_the_scripts_as_written_differ_and_the_corrected_pair_passes(
         "shuffle seeds",
         "DistributedSampler interleaving vs tf.data auto-shard",
     } <= set(found), found
-    t = record("corrected/ddp_mnist.py", tmp_path / "ct")
-    k = record(
-        "corrected/keras_mnist.py", tmp_path / "ck", "--init-from", str(t / "weights_init.npz")
-    )
-    cmp, found = names(t, k, tmp_path / "c")
+    cmp, found = names(*corrected, tmp_path / "c")
     assert cmp.passed and found == [], (cmp.verdict, [c.detail for c in cmp.checks])
+
+
+CORRECTED_PLANTS = [
+    ("torch", ("--interleave",), "DistributedSampler interleaving vs tf.data auto-shard"),
+    ("torch", ("--sum-replicas",), "per-replica loss reduction (local mean vs global batch)"),
+    ("keras", ("--epsilon", "1e-7"), "optimizer conventions (momentum, epsilon, weight decay)"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("side,flags,name", CORRECTED_PLANTS, ids=[n for *_, n in CORRECTED_PLANTS])
+def test_a_difference_planted_in_the_corrected_pair_is_named(
+    corrected, tmp_path, side, flags, name
+):
+    t, k = corrected
+    if side == "torch":
+        t = record("corrected/ddp_mnist.py", tmp_path / "t", *flags)
+    else:
+        k = record(
+            "corrected/keras_mnist.py",
+            tmp_path / "k",
+            "--init-from",
+            str(t / "weights_init.npz"),
+            *flags,
+        )
+    cmp, found = names(t, k, tmp_path)
+    assert name in found, found
+    assert not cmp.passed or name.startswith("optimizer conventions")

@@ -222,6 +222,10 @@ class KerasRecorder(keras.callbacks.Callback):
             raise UserError("this audit recorder is closed; make a new one for another fit")
         spe = getattr(self.model, "steps_per_execution", 1)
         if int(keras.ops.convert_to_numpy(spe)) != 1:
+            self.closed = True
+            if self.rank == 0:
+                record.abandon(self.dir)
+            record.release()
             raise UserError(
                 "keras_recorder records each step: compile with steps_per_execution=1. "
                 f"Received: steps_per_execution={int(keras.ops.convert_to_numpy(spe))}"

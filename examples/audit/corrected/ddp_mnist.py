@@ -66,9 +66,9 @@ class BlockSampler(Sampler):
     in an order ``np.random.default_rng(seed + epoch).permutation(n)``; the last partial global
     batch is dropped (drop_remainder=True on the Keras side)."""
 
-    def __init__(self, n: int, batch: int, rank: int, world: int, seed: int):
+    def __init__(self, n: int, batch: int, rank: int, world: int, seed: int, interleave=False):
         self.n, self.batch, self.rank, self.world, self.seed = n, batch, rank, world, seed
-        self.epoch = 0
+        self.epoch, self.interleave = 0, interleave
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -77,6 +77,9 @@ class BlockSampler(Sampler):
         order = np.random.default_rng(self.seed + self.epoch).permutation(self.n)
         g = self.batch * self.world
         for start in range(0, self.n - g + 1, g):
+            if self.interleave:  # DistributedSampler's way: rows rank, rank + world, ...
+                yield from order[start + self.rank : start + g : self.world].tolist()
+                continue
             lo = start + self.rank * self.batch
             yield from order[lo : lo + self.batch].tolist()
 
@@ -89,7 +92,7 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(args.seed)
     dataset = mnist_train(args.train_size)
-    sampler = BlockSampler(len(dataset), args.batch_size, rank, world, args.seed)
+    sampler = BlockSampler(len(dataset), args.batch_size, rank, world, args.seed, args.interleave)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     model = DDP(Net(args.batchnorm))
     optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
@@ -118,7 +121,7 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
                 scaler.step(optimizer)
                 scaler.update()
             else:
-                loss.backward()
+                (loss * world if args.sum_replicas else loss).backward()
                 optimizer.step()
             rec.step(loss)  # AUDIT
             if args.scheduler_per_step:
@@ -149,6 +152,8 @@ def main() -> None:
     p.add_argument("--amp", action="store_true", help="GradScaler")
     p.add_argument("--init-scale", type=float, default=2.0**16)
     p.add_argument("--batchnorm", type=float, default=None, help="BatchNorm2d momentum")
+    p.add_argument("--interleave", action="store_true", help="split a batch as DistributedSampler")
+    p.add_argument("--sum-replicas", action="store_true", help="sum the replicas' gradients")
     args = p.parse_args()
     if "RANK" in os.environ:  # torchrun
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)

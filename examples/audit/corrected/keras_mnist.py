@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--drop-remainder", action="store_true")
     p.add_argument("--batchnorm", type=float, default=None, help="BatchNormalization momentum")
     p.add_argument("--init-from", default="runs/audit_torch/weights_init.npz")
+    p.add_argument("--epsilon", type=float, default=1e-6, help="Adadelta's (Keras's default 1e-7)")
     args = p.parse_args()
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -95,7 +96,7 @@ def main() -> None:
         ]
         model = tf.keras.Sequential(layers)
         torch_weights(model, args.init_from)
-        optimizer = tf.keras.optimizers.Adadelta(learning_rate=1.0, rho=0.9, epsilon=1e-6)
+        optimizer = tf.keras.optimizers.Adadelta(learning_rate=1.0, rho=0.9, epsilon=args.epsilon)
         if args.mixed:
             optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
         model.compile(

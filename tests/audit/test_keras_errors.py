@@ -1,0 +1,49 @@
+"""The Keras recorder's one-line errors for a recorder used wrongly (in a child process: a model
+under no strategy, two recorders, steps_per_execution)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from testkit.cli import ROOT
+
+SCRIPT = """
+import keras, tensorflow as tf
+import dualtrain.audit as audit
+from dualtrain.errors import UserError
+def say(fn):
+    try:
+        fn()
+        print("no error")
+    except UserError as e:
+        print("UserError:", e)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+say(lambda: audit.keras_recorder(OUT + "/a", model=model))
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse", steps_per_execution=2)
+rec = audit.keras_recorder(OUT + "/b", model=m)
+say(lambda: audit.keras_recorder(OUT + "/c", model=m))
+say(lambda: m.fit(tf.zeros((4, 3)), tf.zeros((4, 2)), callbacks=[rec], verbose=0))
+"""
+
+
+def test_keras_recorder_misuse_is_one_line(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-c", f"OUT = {str(tmp_path)!r}\n" + SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=ROOT,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("UserError", "no "))]
+    assert len(lines) == 3, proc.stdout + proc.stderr[-2000:]
+    assert "needs a model built under a MirroredStrategy" in lines[0]
+    assert "one audit recorder per process" in lines[1]
+    assert "steps_per_execution=1" in lines[2]
+    assert not (tmp_path / "a").exists()  # refused before writing
