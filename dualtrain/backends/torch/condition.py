@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dualtrain.backends.torch.layers import BatchNorm
-from dualtrain.backends.torch.tokens import Patches
+from dualtrain.backends.torch.tokens import Patches, Position, SelfAttention
 
 
 class AbsoluteGradient:
@@ -41,7 +41,12 @@ class AbsoluteGradient:
         self.layers = [
             (name, m)
             for name, m in module.named_modules()
-            if isinstance(m, (nn.Linear, nn.Conv2d, BatchNorm))
+            if isinstance(m, (nn.Linear, nn.Conv2d, BatchNorm, nn.LayerNorm, Position))
+        ]
+        # an attention's packed q/k/v projection is a matmul inside its forward: its tap hands
+        # over the projection's input and output
+        self.attention = [
+            (name, m) for name, m in module.named_modules() if isinstance(m, SelfAttention)
         ]
         self._handles: list[Any] = []
         self._seen: dict[str, tuple[nn.Module, torch.Tensor, torch.Tensor]] = {}
@@ -49,12 +54,16 @@ class AbsoluteGradient:
 
     def __enter__(self) -> AbsoluteGradient:
         self._handles = [m.register_forward_hook(self._hook(name)) for name, m in self.layers]
+        for name, m in self.attention:
+            m.tap = self._tap(f"{name}.in_proj", m)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []
+        for _, m in self.attention:
+            m.tap = None
 
     def _hook(
         self, name: str
@@ -66,6 +75,14 @@ class AbsoluteGradient:
             out.register_hook(lambda g: self._grad.__setitem__(name, g.detach()))
 
         return hook
+
+    def _tap(self, name: str, m: SelfAttention) -> Callable[[torch.Tensor, torch.Tensor], None]:
+        def tap(x: torch.Tensor, qkv: torch.Tensor) -> None:
+            if qkv.requires_grad:
+                self._seen[name] = (m, x.detach().clone(), qkv.detach().clone())
+                qkv.register_hook(lambda g: self._grad.__setitem__(name, g.detach()))
+
+        return tap
 
     def result(
         self, world: int
@@ -87,10 +104,16 @@ class AbsoluteGradient:
             g = self._grad.get(name)
             if g is None:
                 continue
-            # a dense layer's and the patches' (tokens) outputs on the last axis, a convolution's
-            # channels on axis 1
-            last = isinstance(m, (nn.Linear, Patches))
-            if not isinstance(m, BatchNorm):
+            if isinstance(m, SelfAttention):  # its packed projection: F.linear(x, W, b)
+                sens["matmul"] = sens["matmul"] + _in_proj(m, x, y, g, name, out, terms)
+                continue
+            if isinstance(m, nn.LayerNorm):
+                _layernorm(m, x, g, name, out, terms)
+                continue
+            # a dense layer's, the patches' and the position's (tokens) outputs on the last axis,
+            # a convolution's channels on axis 1
+            last = isinstance(m, (nn.Linear, Patches, Position))
+            if not isinstance(m, (BatchNorm, Position)):
                 bias = getattr(m, "bias", None)
                 kind = "matmul" if isinstance(m, nn.Linear) else "conv"
                 if bias is None:
@@ -100,8 +123,9 @@ class AbsoluteGradient:
                     prod = y - (b if last else b.view(1, -1, *([1] * (y.dim() - 2))))
                 sens[kind] = sens[kind] + (g * prod).sum().to("cpu", torch.float64).reshape(1)
             g = g.abs()
-            # batch x output positions (x tokens)
-            n = g.new_full((1,), float(g.numel() // g.shape[-1 if last else 1]))
+            # batch x output positions (x tokens); a position embedding's element: the batch
+            per = g.shape[0] if isinstance(m, Position) else g.numel() // g.shape[-1 if last else 1]
+            n = g.new_full((1,), float(per))
             terms.update({f"{name}.{k}": n for k, _ in m.named_parameters()})
             if isinstance(m, BatchNorm):
                 dims = (0, 2, 3) if y.dim() == 4 else (0,)
@@ -138,3 +162,47 @@ class AbsoluteGradient:
             dict(zip(names, arrays[k : 2 * k], strict=True)),
             dict(zip(kinds, arrays[2 * k :], strict=True)),
         )
+
+
+def _in_proj(
+    m: SelfAttention,
+    x: torch.Tensor,
+    qkv: torch.Tensor,
+    g: torch.Tensor,
+    name: str,
+    out: dict[str, torch.Tensor],
+    terms: dict[str, torch.Tensor],
+) -> torch.Tensor:
+    """An attention's packed projection: sum |x| |g| and sum |g| as a dense layer's, under the
+    canonical names (``in_proj_weight``, ``in_proj_bias``); its sensitivity <g, x W^T>."""
+    base = name.removesuffix(".in_proj")
+    w = m.in_proj_weight.detach().requires_grad_()
+    params = {"in_proj_weight": w}
+    if m.in_proj_bias is not None:
+        params["in_proj_bias"] = m.in_proj_bias.detach().requires_grad_()
+    with torch.enable_grad():
+        z = torch.nn.functional.linear(x.abs(), w, params.get("in_proj_bias"))
+        grads = torch.autograd.grad(z, list(params.values()), grad_outputs=g.abs())
+    n = g.new_full((1,), float(g.numel() // g.shape[-1]))
+    for k, a in zip(params, grads, strict=True):
+        out[f"{base}.{k}"], terms[f"{base}.{k}"] = a, n
+    prod = torch.nn.functional.linear(x, m.in_proj_weight.detach())
+    return (g * prod).sum().to("cpu", torch.float64).reshape(1)
+
+
+def _layernorm(
+    m: nn.LayerNorm,
+    x: torch.Tensor,
+    g: torch.Tensor,
+    name: str,
+    out: dict[str, torch.Tensor],
+    terms: dict[str, torch.Tensor],
+) -> None:
+    """A layernorm's weight and bias, as a batchnorm's: sum |x_hat| |g| and sum |g| over every
+    row (x_hat from the layer's input)."""
+    x_hat = torch.nn.functional.layer_norm(x, m.normalized_shape, None, None, m.eps)
+    dims = tuple(range(g.dim() - 1))
+    out[f"{name}.weight"] = (x_hat.abs() * g.abs()).sum(dim=dims)
+    out[f"{name}.bias"] = g.abs().sum(dim=dims)
+    n = g.new_full((1,), float(g.numel() // g.shape[-1]))
+    terms[f"{name}.weight"] = terms[f"{name}.bias"] = n

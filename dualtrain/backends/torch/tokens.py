@@ -18,6 +18,7 @@ softmax in the low dtype, computing inside in float32)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -80,6 +81,8 @@ class SelfAttention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim)) if bias else None
         self.out_proj = nn.Linear(dim, dim, bias=bias)
+        #: called with the packed projection's input and output (backends/torch/condition.py)
+        self.tap: Callable[[torch.Tensor, torch.Tensor], None] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, t, d = x.shape
@@ -87,7 +90,10 @@ class SelfAttention(nn.Module):
         b = self.in_proj_bias
         # the key's bias left out: it shifts a query's scores alike
         bias = None if b is None else torch.cat([b[:d], b.new_zeros(d), b[2 * d :]])
-        q, k, v = F.linear(x, self.in_proj_weight, bias).split(d, dim=-1)
+        qkv = F.linear(x, self.in_proj_weight, bias)
+        if self.tap is not None:
+            self.tap(x, qkv)
+        q, k, v = qkv.split(d, dim=-1)
         q, k, v = (a.reshape(n, t, h, d // h).transpose(1, 2) for a in (q, k, v))
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))
         if self.causal:

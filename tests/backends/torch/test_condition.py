@@ -116,3 +116,33 @@ def test_sensitivity_is_the_loss_derivative_along_scaled_products():
         fd = (loss_with(cls, e) - loss_with(cls, -e)) / (2 * e)
         assert abs(sens[kind][0]) > 1e-2  # not a vacuous comparison
         np.testing.assert_allclose(sens[kind][0], fd, rtol=1e-4)
+
+
+TOKENS = (
+    "model.layers=[{type: patches, size: 7, dim: 8}, {type: position}, {type: residual, body: "
+    "[{type: layernorm}, {type: attention, heads: 2}]}, {type: residual, body: [{type: layernorm}, "
+    "{type: dense, units: 16}, {type: gelu}, {type: dense, units: 8}]}, {type: layernorm}, "
+    "{type: token_pool}, {type: dense, units: 10}]"
+)
+
+
+def test_every_token_layer_parameter_has_an_absolute_scale_that_bounds_its_gradient():
+    # patches, position, layernorm and attention's packed projection (a tap inside its forward)
+    # have their sum of |products|, with the number of terms each element sums
+    from dualtrain.backends.torch.condition import AbsoluteGradient
+
+    model, x, y = _model_and_batch(TOKENS)
+    with AbsoluteGradient(model) as absolute:
+        loss = torch.nn.functional.cross_entropy(model(x), y, reduction="sum")
+        loss.backward()
+    scale, terms, _ = absolute.result(world=1)
+    grads = {n: p.grad.numpy() for n, p in model.named_parameters()}
+    assert sorted(scale) == sorted(grads) == sorted(terms)
+    for name, g in grads.items():
+        assert scale[name].shape == g.shape, name
+        assert np.all(np.abs(g) <= scale[name] * (1 + 1e-12) + 1e-300), name
+    assert terms["1.weight"] == 12  # the position embedding: one term per sample
+    assert terms["2.body.1.in_proj_weight"] == 12 * 16  # samples x tokens
+    assert terms["0.weight"] == 12 * 16
+    # the key's bias has an exactly zero gradient (left out of the arithmetic)
+    assert not np.any(grads["2.body.1.in_proj_bias"][8:16])
