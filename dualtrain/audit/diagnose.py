@@ -28,23 +28,64 @@ def _change_points(run: Recorded) -> tuple[list[int], bool]:
 def schedule(a: Recorded, b: Recorded) -> list[Finding]:
     pa, epoch_a = _change_points(a)
     pb, epoch_b = _change_points(b)
-    if not pa or not pb or epoch_a == epoch_b:
-        if a.steps and b.steps and not C.same_value(a.steps[0]["lr"], b.steps[0]["lr"]):
-            return [
-                Finding(
-                    "different base learning rate",
-                    f"step 1: lr {a.steps[0]['lr']:.6g} in A, {b.steps[0]['lr']:.6g} in B (each "
-                    f"optimizer's own default or setting: A {_opt(a)}, B {_opt(b)})",
-                    [
-                        fix(a, "A", OPT_LINES, f"lr={b.steps[0]['lr']:.6g}"),
-                        fix(b, "B", OPT_LINES, f"learning_rate={a.steps[0]['lr']:.6g}"),
-                    ],
-                    step=1,
-                )
-            ]
+    if pa and pb and epoch_a != epoch_b:
+        return _granularity(a, b, pa, pb, epoch_a)
+    return _base_lr(a, b) + _shape(a, b, pa, pb)
+
+
+def _base_lr(a: Recorded, b: Recorded) -> list[Finding]:
+    if not a.steps or not b.steps or C.same_value(a.steps[0]["lr"], b.steps[0]["lr"]):
         return []
+    la, lb = a.steps[0]["lr"], b.steps[0]["lr"]
+    return [
+        Finding(
+            "different base learning rate",
+            f"step 1: lr {la:.6g} in A, {lb:.6g} in B (each optimizer's own default or "
+            f"setting: A {_opt(a)}, B {_opt(b)})",
+            [
+                fix(a, "A", OPT_LINES, f"lr={lb:.6g}"),
+                fix(b, "B", OPT_LINES, f"learning_rate={la:.6g}"),
+            ],
+            step=1,
+        )
+    ]
+
+
+def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Finding]:
+    """The same granularity, another schedule: the lr relative to step 1's parts."""
+    ra, rb = a.series("lr"), b.series("lr")
+    if not ra or not rb or not ra[0] or not rb[0]:
+        return []
+    rel_a = [float(x or 0) / float(ra[0]) for x in ra]
+    rel_b = [float(x or 0) / float(rb[0]) for x in rb]
+    pairs = zip(rel_a, rel_b, strict=False)
+    first = next((i + 1 for i, (x, y) in enumerate(pairs) if not C.same_value(x, y)), None)
+    if first is None:
+        return []
+    return [
+        Finding(
+            "different lr schedules",
+            f"relative to step 1, the lr parts at step {first}: {rel_a[first - 1]:.4g}x in A "
+            f"(changes at steps {pa[:6]}), {rel_b[first - 1]:.4g}x in B (changes at steps "
+            f"{pb[:6]})",
+            [
+                fix(a, "A", ("StepLR", "lr_scheduler", "scheduler"), "the schedule B follows"),
+                fix(
+                    b,
+                    "B",
+                    ("LearningRateScheduler", "schedules.", "def decay"),
+                    "the schedule A follows",
+                ),
+            ],
+            step=first,
+        )
+    ]
+
+
+def _granularity(
+    a: Recorded, b: Recorded, pa: list[int], pb: list[int], epoch_a: bool
+) -> list[Finding]:
     per_epoch, per_step = (a, "A") if epoch_a else (b, "B"), (b, "B") if epoch_a else (a, "A")
-    first = min(pa[0], pb[0])
     fixes = []
     for (run, tag), how in ((per_epoch, "per epoch"), (per_step, "per step")):
         if run.framework == "torch":
@@ -64,11 +105,11 @@ def schedule(a: Recorded, b: Recorded) -> list[Finding]:
     return [
         Finding(
             "scheduler stepped per epoch vs per step",
-            f"{per_epoch[1]}'s lr changes only at epoch starts (steps {pa if epoch_a else pb}"[:120]
-            + f"); {per_step[1]}'s inside epochs (first at step "
+            f"{per_epoch[1]}'s lr changes only at epoch starts (steps "
+            f"{(pa if epoch_a else pb)[:6]}); {per_step[1]}'s inside epochs (first at step "
             f"{(pb if epoch_a else pa)[0]})",
             fixes,
-            step=first,
+            step=min(pa[0], pb[0]),
         )
     ]
 

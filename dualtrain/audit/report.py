@@ -97,7 +97,10 @@ def markdown(cmp: AuditComparison) -> str:
         "|---|---|---|---|---|",
     ]
     out += [
-        f"| {c.name} | {c.status} | {c.detail} | {c.judged} | {c.not_judged} |" for c in cmp.checks
+        "| "
+        + " | ".join(cell(x) for x in (c.name, c.status, c.detail, c.judged, c.not_judged))
+        + " |"
+        for c in cmp.checks
     ]
     out += ["", "## Differences found", ""]
     if not cmp.findings:
@@ -122,6 +125,11 @@ def markdown(cmp: AuditComparison) -> str:
         for w in loss_windows(a, b)
     ]
     return "\n".join(out) + "\n"
+
+
+def cell(text: str) -> str:
+    """A Markdown table cell: its pipes escaped."""
+    return text.replace("|", "\\|")
 
 
 def html_report(text: str) -> str:
