@@ -54,6 +54,15 @@ LIMITS: dict[str, Limit] = {
             "slope is the float32 nearest to the one given",
             "where(x > 0, x, x * alpha), alpha in float64",
         ),
+        Limit(
+            "attention_scale",
+            "tf",
+            "keras.layers.MultiHeadAttention / keras.ops.dot_product_attention",
+            "Keras's TensorFlow dot_product_attention casts its scale 1/sqrt(key_dim), a Python "
+            "float, with tf.cast, which goes through float32, so in float64 the attention "
+            "scores are scaled by the float32 nearest to it",
+            "the scores times 1/sqrt(key_dim) as a float64 constant",
+        ),
     )
 }
 

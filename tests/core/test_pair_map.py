@@ -183,14 +183,3 @@ def test_locator_counts_an_exact_match_as_a_match():
     a = np.arange(6.0)
     assert locate._close(a, a.copy())
     assert not locate._close(a, a + 1e-6) and not locate._close(a, None)
-
-
-def test_packed_attention_is_refused_naming_the_module():
-    # nn.MultiheadAttention's packed q/k/v projection has no one-to-one Keras counterpart yet
-    t = _torch(
-        ("enc.attn.in_proj_weight", (96, 32), True, "enc.attn", "other", "MultiheadAttention"),
-        ("enc.attn.in_proj_bias", (96,), True, "enc.attn", "other", "MultiheadAttention"),
-    )
-    k = _keras(("attn/query/kernel", (32, 4, 8), True, "attn/query", "other", "kernel"))
-    with pytest.raises(UserError, match="torch 'enc.attn' is an nn.MultiheadAttention: its query"):
-        pair.layout(t, k, None)

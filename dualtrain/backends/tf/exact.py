@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from keras.src.backend.tensorflow import nn as keras_nn
 
 _ORIGINAL: dict[str, Callable[..., Any]] = {}
 #: op -> {name scope: width} of each float64 call since install
@@ -71,6 +72,16 @@ def _leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> t
     return exact_leaky_relu(x, alpha)
 
 
+def _attention(query: Any, key: Any, value: Any, bias: Any, mask: Any, is_causal: Any, scale: Any):  # type: ignore[no-untyped-def]
+    """Keras's TensorFlow dot_product_attention (MultiHeadAttention's) with its scale, a Python
+    float, as a float64 constant for float64 inputs (its own tf.cast of the float goes through
+    float32)."""
+    if query.dtype == tf.float64 and isinstance(scale, float):
+        _record("attention_scale", value)
+        scale = _f64(scale)
+    return _ORIGINAL["attention_scale"](query, key, value, bias, mask, is_causal, scale)
+
+
 _REPLACEMENTS: dict[str, Callable[..., Any]] = {"gelu": _gelu, "leaky_relu": _leaky_relu}
 
 
@@ -80,6 +91,9 @@ def install() -> None:
         if op not in _ORIGINAL:
             _ORIGINAL[op] = getattr(tf.nn, op)
             setattr(tf.nn, op, fn)
+    if "attention_scale" not in _ORIGINAL:  # a module-level function the backend calls by name
+        _ORIGINAL["attention_scale"] = keras_nn._dot_product_attention_xla
+        keras_nn._dot_product_attention_xla = _attention
 
 
 def installed() -> bool:
@@ -89,6 +103,12 @@ def installed() -> bool:
 def measured_error(op: str) -> float:
     """Max |TensorFlow's own op - the exact form| on the probe, in float64 (both gelu forms;
     leaky_relu at Keras's default slope 0.2)."""
+    if op == "attention_scale":  # one head of 8 over 4 positions, the scale 1/sqrt(8)
+        q = tf.reshape(tf.constant(_PROBE[:32], tf.float64), (1, 4, 1, 8))
+        fn = _ORIGINAL.get(op, keras_nn._dot_product_attention_xla)
+        a = fn(q, q, q, None, None, False, 1.0 / math.sqrt(8.0))
+        b = fn(q, q, q, None, None, False, _f64(1.0 / math.sqrt(8.0)))
+        return float(tf.reduce_max(tf.abs(a - b)))
     x = tf.constant(_PROBE, tf.float64)
     original = _ORIGINAL.get(op, getattr(tf.nn, op))
     if op == "gelu":

@@ -15,7 +15,15 @@ from dualtrain.core import pair
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment, Loss
 
-from .pair import PairConversion, build_keras, layer_path, leaves, load_canonical, named_variables
+from .pair import (
+    PairConversion,
+    build_keras,
+    canonical,
+    layer_path,
+    leaves,
+    load_canonical,
+    named_variables,
+)
 
 #: one probe vector; an activation is told by what it makes of it (dualtrain.core.locate)
 PROBE = np.linspace(-4.0, 4.0, 81)
@@ -87,7 +95,7 @@ def probe_layers(
     entries = layout.by_torch()
     for a in layout.torch.torch:
         e = entries[a.name]
-        kv = next(v for v in layout.keras.keras if v.path == e.keras)
+        kv = next(v for v in layout.keras.keras if v.path == e.targets[0])
         modules.setdefault(a.module, (by_path[kv.layer], e.chw))
     chains = {m: _padding_chain(layer) for m, (layer, _) in modules.items()}
     _record_intermediates(net, feed, modules, chains, out)
@@ -121,10 +129,9 @@ def probe_layers(
         if not v.trainable:
             out[f"running/{name}"] = np.asarray(keras.ops.convert_to_numpy(v.value), np.float64)
     out["output"] = np.asarray(logits, np.float64)
-    conv = PairConversion(layout)
-    for (name, _), g in zip(named, grads, strict=True):
-        if g is not None:
-            out[f"grad/{name}"] = conv.to_canonical(name, np.asarray(g))
+    present = [(n, np.asarray(g)) for (n, _), g in zip(named, grads, strict=True) if g is not None]
+    for name, g in canonical(PairConversion(layout), present).items():
+        out[f"grad/{name}"] = g
     return out
 
 

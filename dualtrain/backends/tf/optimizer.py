@@ -14,6 +14,7 @@ from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.spec import SLOT_ORDER, LossScaleSpec, OptimizerSpec
 
 from .model import Conversion
+from .pair import canonical, engine_names
 
 
 class OptimizerVariables:
@@ -54,9 +55,11 @@ class OptimizerVariables:
         slots = {}
         if applied:
             for slot, variables in self.slots.items():
-                # a slot this optimizer does not use is an empty list
-                for name, var in zip(param_names, variables, strict=False):
-                    slots[f"{slot}/{name}"] = self.conversion.to_canonical(name, var.numpy())
+                # a slot this optimizer does not use is an empty list; a model pair's parts of
+                # one array (its packed attention projection) are joined into the canonical one
+                items = [(n, v.numpy()) for n, v in zip(param_names, variables, strict=False)]
+                for name, value in canonical(self.conversion, items).items():
+                    slots[f"{slot}/{name}"] = value
         return OptimizerState(
             slots=slots,
             applied=applied,
@@ -69,16 +72,18 @@ class OptimizerVariables:
             for var in variables:
                 var.assign(tf.zeros(var.shape, var.dtype))
         names = list(param_names)
-        for key, value in state.slots.items():
-            slot, _, name = key.partition("/")
+        for key, whole in state.slots.items():
+            slot, _, canonical_name = key.partition("/")
             held = self.slots.get(slot)
-            if not held or name not in names:
+            parts = engine_names(self.conversion, {canonical_name: whole})
+            if not held or any(name not in names for name in parts):
                 raise UserError(
                     f"the checkpoint's optimizer state does not fit this optimizer and "
                     f"model. Received: {key}"
                 )
-            var = held[names.index(name)]
-            var.assign(self.conversion.to_keras(name, value, var.dtype.name))
+            for name, value in parts.items():
+                var = held[names.index(name)]
+                var.assign(self.conversion.to_keras(name, value, var.dtype.name))
         self.applied.assign(state.applied)
         if self.fp16:
             self.scale.assign(state.loss_scale)

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,6 +33,39 @@ _CALLS: list[list[dict[str, Any]]] = []
 
 def kind(layer: Any) -> str:
     return next((k for cls, k in _KINDS if isinstance(layer, cls)), "other")
+
+
+def attention_parts(net: Any) -> dict[int, tuple[Any, int]]:
+    """Each MultiHeadAttention projection sublayer of ``net`` (by id): (its attention layer, its
+    place in query, key, value, attention_output)."""
+    out: dict[int, tuple[Any, int]] = {}
+    for layer in net._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, keras.layers.MultiHeadAttention):
+            subs = (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)
+            for i, sub in enumerate(subs):
+                out[id(sub)] = (layer, i)
+    return out
+
+
+def weighted_leaves(net: Any) -> list[Any]:
+    """:func:`leaves`, each MultiHeadAttention's projections in the order it applies them (query,
+    key, value, attention_output; Keras tracks them the other way round), where its first one
+    was."""
+    parts = attention_parts(net)
+    ordered = leaves(net)
+    first: dict[int, int] = {}
+    for i, layer in enumerate(ordered):
+        if id(layer) in parts:
+            first.setdefault(id(parts[id(layer)][0]), i)
+
+    def key(item: tuple[int, Any]) -> tuple[int, int]:
+        i, layer = item
+        if id(layer) in parts:
+            mha, place = parts[id(layer)]
+            return (first[id(mha)], place)
+        return (i, 0)
+
+    return [layer for _, layer in sorted(enumerate(ordered), key=key)]
 
 
 def nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -185,7 +218,8 @@ def _flatten_hwc(layer: Any, node: int = 0) -> list[int] | None:
 def describe(spec: Experiment) -> dict[str, Any]:
     net = build_keras(spec.model, "float32")
     variables = []
-    for layer in leaves(net):
+    parts = attention_parts(net)
+    for layer in weighted_leaves(net):
         hwc = _flatten_hwc(layer) if kind(layer) == "dense" else None
         for v in layer.weights:
             variables.append(
@@ -194,7 +228,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
                     "shape": [int(d) for d in v.shape],
                     "trainable": bool(v.trainable),
                     "layer": layer_path(layer),
-                    "kind": kind(layer),
+                    "kind": "attention" if id(layer) in parts else kind(layer),
                     "role": v.name,
                     "cls": type(layer).__name__,
                     "flatten_hwc": hwc,
@@ -239,46 +273,105 @@ def describe(spec: Experiment) -> dict[str, Any]:
 
 
 def named_variables(net: Any, layout: pair.Layout) -> list[tuple[str, Any]]:
-    """[(canonical name, Keras variable)] in the canonical (torch state dict) order."""
+    """[(name, Keras variable)] in the canonical (torch state dict) order: the canonical name, or
+    for an array split across several variables (torch's packed in_proj_weight onto the query,
+    key and value kernels) each part's name (``MapEntry.part``), whose canonical form is its
+    rows of the array (:class:`PairConversion`)."""
     by_path = {v.path: v for v in net.weights}
     entries = layout.by_torch()
-    return [(a.name, by_path[entries[a.name].keras]) for a in layout.torch.torch]
+    out = []
+    for a in layout.torch.torch:
+        e = entries[a.name]
+        if len(e.targets) == 1:
+            out.append((a.name, by_path[e.targets[0]]))
+        else:
+            out += [(e.part(i), by_path[k]) for i, k in enumerate(e.targets)]
+    return out
 
 
 def load_canonical(named: list[tuple[str, Any]], layout: pair.Layout, weights: Weights) -> None:
-    entries = layout.by_torch()
-    if set(weights) != {n for n, _ in named}:
+    conv = PairConversion(layout)
+    if set(weights) != set(layout.shapes()):
         raise ValueError(f"weights do not match the pair: {sorted(weights)}")
+    parts = conv.split(weights)
     for name, var in named:
-        value = pair.to_keras(entries[name], weights[name]).astype(var.dtype)
+        value = conv.to_keras(name, parts[name], var.dtype)
         if tuple(var.shape) != value.shape:
             raise ValueError(f"{name}: Keras shape {tuple(var.shape)} != mapped {value.shape}")
         var.assign(value)
 
 
 def export_canonical(named: list[tuple[str, Any]], layout: pair.Layout) -> Weights:
-    entries = layout.by_torch()
-    out = {}
-    for name, var in named:
-        a = np.asarray(keras.ops.convert_to_numpy(var.value))
-        a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
-        out[name] = pair.to_canonical(entries[name], a)
-    return out
+    conv = PairConversion(layout)
+    return conv.join(
+        (name, conv.to_canonical(name, keras.ops.convert_to_numpy(var.value)))
+        for name, var in named
+    )
 
 
 class PairConversion(Conversion):
-    """A model pair's canonical <-> Keras layout, by its weight map's transforms."""
+    """A model pair's canonical <-> Keras layout, by its weight map's transforms. A part's name
+    (an array split across several variables: ``MapEntry.part``) converts its own rows of the
+    canonical array; :meth:`join` and :meth:`split` go between the parts and the array."""
 
     def __init__(self, layout: pair.Layout):
         self.entries = layout.by_torch()
 
+    def _entry(self, name: str) -> pair.MapEntry:
+        base, sep, _ = name.rpartition(pair.PART)
+        if sep and base in self.entries:
+            return pair.part_entry(self.entries[base])
+        return self.entries[name]
+
     def to_keras(self, name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
-        return pair.to_keras(self.entries[name], np.asarray(array, dtype=dtype))
+        return pair.to_keras(self._entry(name), np.asarray(array, dtype=dtype))
 
     def to_canonical(self, name: str, array: np.ndarray) -> np.ndarray:
         a = np.asarray(array)
         a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
-        return pair.to_canonical(self.entries[name], a)
+        return pair.to_canonical(self._entry(name), a)
+
+    def join(self, items: Iterable[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Canonical arrays by name from canonical arrays and parts (in part order)."""
+        out: dict[str, np.ndarray] = {}
+        parts: dict[str, list[np.ndarray]] = {}
+        for name, a in items:
+            base, sep, _ = name.rpartition(pair.PART)
+            if sep and base in self.entries:
+                parts.setdefault(base, []).append(a)
+                out.setdefault(base, a)  # its place in the order
+            else:
+                out[name] = a
+        for base, arrays in parts.items():
+            out[base] = pair.join_canonical(arrays)
+        return out
+
+    def split(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inverse of :meth:`join`: a split entry's array as its parts' rows."""
+        out: dict[str, np.ndarray] = {}
+        for name, a in arrays.items():
+            e = self.entries.get(name)
+            if e is not None and len(e.targets) > 1:
+                for i, p in enumerate(pair.split_canonical(e, a)):
+                    out[e.part(i)] = p
+            else:
+                out[name] = a
+        return out
+
+
+def canonical(conversion: Conversion, items: Iterable[tuple[str, Any]]) -> dict[str, np.ndarray]:
+    """Arrays in the Keras layout by the engine's names (weights, gradients, optimizer slots) as
+    canonical arrays by canonical name: a pair's split parts joined."""
+    converted = ((n, conversion.to_canonical(n, np.asarray(a))) for n, a in items)
+    if isinstance(conversion, PairConversion):
+        return conversion.join(converted)
+    return dict(converted)
+
+
+def engine_names(conversion: Conversion, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Canonical arrays by the engine's names (a pair's split arrays as their parts), still in the
+    canonical layout (the inverse of :func:`canonical`'s join)."""
+    return conversion.split(arrays) if isinstance(conversion, PairConversion) else arrays
 
 
 def keras_only(net: Any) -> Any:

@@ -32,6 +32,7 @@ from dualtrain.runtime.engine import StepOut
 from dualtrain.spec import Experiment
 
 from .engine import TFEngine
+from .pair import canonical
 
 
 def serve(cluster: dict[str, list[str]], job: str, index: int, threads: int) -> None:
@@ -182,10 +183,13 @@ class PSEngine(TFEngine):
         finite = bool(out["finite"])
         grads_out = None
         if capture_grads:
-            grads_out = {
-                name: self.conversion.to_canonical(name, g.numpy())
-                for name, g in zip(self.param_names, out["captured"], strict=True)
-            }
+            grads_out = canonical(
+                self.conversion,
+                (
+                    (name, g.numpy())
+                    for name, g in zip(self.param_names, out["captured"], strict=True)
+                ),
+            )
         return StepOut(
             loss_sum=loss_sum,
             grad_norm=float(out["norm"]),

@@ -21,6 +21,7 @@ from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
 
 from .model import Conversion
+from .pair import canonical
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -245,10 +246,13 @@ class TrainStep:
         finite = bool(local(out["finite"])[0])
         grads = None
         if capture_grads:
-            grads = {
-                name: self.conversion.to_canonical(name, local(g)[0].numpy())
-                for name, g in zip(self.param_names, out["captured"], strict=True)
-            }
+            grads = canonical(
+                self.conversion,
+                (
+                    (name, local(g)[0].numpy())
+                    for name, g in zip(self.param_names, out["captured"], strict=True)
+                ),
+            )
         amax = float(local(out["amax"])[0]) if self.fp16 else None
         own = float(sum(float(t) for t in local(out["own_loss"]))) if capture_grads else None
         return StepOut(

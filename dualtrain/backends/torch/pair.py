@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from dualtrain.backends.torch.layers import PairDropout
 from dualtrain.core import pair
@@ -18,6 +19,7 @@ from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
 _KINDS: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.MultiheadAttention, "attention"),
     (nn.Linear, "dense"),
     (nn.Conv2d, "conv2d"),
     (nn.modules.batchnorm._BatchNorm, "batchnorm"),
@@ -81,6 +83,10 @@ def user_module(model: ModelSpec, seed: int) -> nn.Module:
     ``torch.manual_seed(seed)`` (the pair's initial weights: the driver records them once, and
     every run loads the recorded arrays)."""
     assert model.torch is not None
+    # nn.MultiheadAttention's (and TransformerEncoderLayer's) inference fast path is a fused
+    # kernel around the modules: the same arithmetic as training's path, in another order, and
+    # no module of the block runs (the locator sees none of them). A pair runs the modules.
+    torch.backends.mha.set_fastpath_enabled(False)
     factory = pair.import_factory(model.torch, model.path, "model.torch")
     torch.manual_seed(seed)
     module = pair.call_factory(factory, model.args, "model.torch")
@@ -192,7 +198,7 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     xs = [torch.zeros((2, *i.shape)) for i in model.inputs]
     module.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), FirstUse(module) as used:
             out = module(*xs)
     except Exception as exc:  # the user's forward on the spec's input shapes
         shapes = ", ".join(f"{i.name} (N, {', '.join(map(str, i.shape))})" for i in model.inputs)
@@ -211,7 +217,7 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         )
     output = pair.check_output(tuple(out.shape[1:]), "torch", type(module).__name__)
     state = canonical_state(module)
-    arrays = state_arrays(state, owner, order)
+    arrays = state_arrays(state, owner, {**order, **used.order})
     side = {
         "factory": model.torch,
         "cls": f"{type(module).__module__}.{type(module).__name__}",
@@ -223,6 +229,31 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     }
     weights = {k: v.detach().to(torch.float32).numpy().copy() for k, v in state.items()}
     return side, weights
+
+
+class FirstUse(TorchFunctionMode):
+    """The order in which a forward first uses each module's parameters and buffers, as an order
+    of the modules (``order``: module name -> position). Leaf modules' forward hooks give the same
+    order for the modules they see; this sees the rest: a parameter of the model itself (a
+    position embedding), nn.MultiheadAttention's in_proj and out_proj, which its functional forward
+    uses without calling a module."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.owner: dict[int, str] = {}
+        for mname, m in module.named_modules():
+            for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
+                self.owner.setdefault(id(t), mname)
+        self.order: dict[str, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        for a in (*args, *kwargs.values()):
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                name = self.owner.get(id(t)) if isinstance(t, torch.Tensor) else None
+                if name is not None:
+                    self.order.setdefault(name, len(self.order))
+        return func(*args, **kwargs)
 
 
 def owners(module: nn.Module) -> dict[str, tuple[str, nn.Module, bool]]:
@@ -245,8 +276,12 @@ def state_arrays(
     """The description's ``torch`` entries: each array of the state dict, its module's, in the
     order the modules first ran (``order``)."""
     arrays: list[dict[str, Any]] = []
+    mods = {mname: m for mname, m, _ in owner.values()}
     for name, t in state.items():
         mname, m, trainable = owner[name]
+        # an attention's arrays and its out_proj's: its number of heads (the map's layouts)
+        mha = m if isinstance(m, nn.MultiheadAttention) else mods.get(mname.rpartition(".")[0])
+        heads = mha.num_heads if isinstance(mha, nn.MultiheadAttention) else None
         arrays.append(
             {
                 "name": name,
@@ -255,6 +290,7 @@ def state_arrays(
                 "module": mname,
                 "kind": kind(m),
                 "cls": type(m).__name__,
+                **({"heads": heads} if heads is not None else {}),
             }
         )
     # weighted modules in the order they first ran (the automatic map pairs them in that order)

@@ -48,7 +48,7 @@ def weighted_layers(layout: Layout) -> list[tuple[str, str, str]]:
     for a in layout.torch.torch:
         if out and out[-1][0] == a.module:
             continue
-        out.append((a.module, keras[entries[a.name].keras].layer, a.kind))
+        out.append((a.module, keras[entries[a.name].targets[0]].layer, a.kind))
     return out
 
 

@@ -15,6 +15,7 @@ Modules:
 
 * ``record``: each side's description, the map's entries, the Layout and ``model_pair.json``;
 * ``transforms``: the layout transforms between the canonical (torch) layout and Keras's;
+* ``attention``: nn.MultiheadAttention's packed projections against Keras's MultiHeadAttention;
 * ``match``: the automatic map (weighted layers paired in order);
 * ``mapfile``: the explicit map (``model.weight_map``'s file), and the completeness check;
 * ``build``: a run's Layout from both sides, by the map file or the automatic match;
@@ -36,6 +37,7 @@ from dualtrain.core.pair.mapfile import read_map_file
 from dualtrain.core.pair.record import (
     CUSTOM_OBJECTS_FILE,
     PAIR_FILE,
+    PART,
     SKIPPED_BUFFERS,
     KerasVar,
     Layout,
@@ -46,7 +48,17 @@ from dualtrain.core.pair.record import (
     side_from_json,
     write,
 )
-from dualtrain.core.pair.transforms import keras_shape, to_canonical, to_keras
+from dualtrain.core.pair.transforms import (
+    join_canonical,
+    keras_shape,
+    keras_shapes,
+    part_entry,
+    split_canonical,
+    to_canonical,
+    to_canonical_parts,
+    to_keras,
+    to_keras_parts,
+)
 
 __all__ = [
     "CUSTOM_OBJECTS_FILE",
@@ -54,19 +66,26 @@ __all__ = [
     "SKIPPED_BUFFERS",
     "KerasVar",
     "Layout",
+    "PART",
     "MapEntry",
     "Side",
     "TorchArray",
     "call_factory",
     "check_output",
     "import_factory",
+    "join_canonical",
     "keras_shape",
+    "keras_shapes",
+    "part_entry",
     "layout",
     "read",
     "read_map_file",
     "side_from_json",
     "source_digest",
+    "split_canonical",
     "to_canonical",
+    "to_canonical_parts",
     "to_keras",
+    "to_keras_parts",
     "write",
 ]

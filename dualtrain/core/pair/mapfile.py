@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from dualtrain.core.pair.record import MapEntry, Side
-from dualtrain.core.pair.transforms import TRANSFORMS, keras_shape
+from dualtrain.core.pair.transforms import SPLIT, TRANSFORMS, keras_shapes
 from dualtrain.errors import UserError
 
 
@@ -46,7 +46,7 @@ def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
     entries: list[MapEntry] = []
     for i, e in enumerate(raw):
         where = f"model.weight_map[{i}]"
-        unknown = sorted(set(e) - {"torch", "keras", "transform", "chw"})
+        unknown = sorted(set(e) - {"torch", "keras", "transform", "chw", "heads"})
         if unknown or "torch" not in e or "keras" not in e:
             raise UserError(
                 f"{where} needs torch and keras (and a transform: {', '.join(TRANSFORMS)}). "
@@ -60,28 +60,53 @@ def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
                 f"{where}.torch: no such array in the torch model. Received: {e['torch']!r} "
                 f"(the model's: {sorted(t_arrays)})"
             )
-        if e["keras"] not in k_vars:
-            raise UserError(
-                f"{where}.keras: no such variable in the Keras model. Received: {e['keras']!r} "
-                f"(the model's: {sorted(k_vars)})"
-            )
+        targets = [e["keras"]] if isinstance(e["keras"], str) else e["keras"]
+        if (t in SPLIT) != (isinstance(targets, list) and len(targets) > 1) or not all(
+            isinstance(k, str) for k in targets
+        ):
+            want = f"a list of {SPLIT[t][0]} variables" if t in SPLIT else "one variable"
+            raise UserError(f"{where}.keras: {t} maps onto {want}. Received: {e['keras']!r}")
+        for k in targets:
+            if k not in k_vars:
+                raise UserError(
+                    f"{where}.keras: no such variable in the Keras model. Received: {k!r} "
+                    f"(the model's: {sorted(k_vars)})"
+                )
+        a, vs = t_arrays[e["torch"]], [k_vars[k] for k in targets]
         chw = e.get("chw")
-        entry = MapEntry(e["torch"], e["keras"], t, tuple(chw) if chw else None)
-        a, v = t_arrays[entry.torch], k_vars[entry.keras]
-        if keras_shape(entry, a.shape) != v.shape:
+        entry = MapEntry(
+            e["torch"],
+            targets[0] if t not in SPLIT else tuple(targets),
+            t,
+            tuple(chw) if chw else None,
+            e.get("heads", _heads(t, vs[0].shape)),
+        )
+        got = keras_shapes(entry, a.shape)
+        if got != tuple(v.shape for v in vs):
             raise UserError(
-                f"{where}: {t} makes {list(keras_shape(entry, a.shape) or ['nothing'])} of torch "
-                f"{a.name} {list(a.shape)}, not Keras {v.path}'s {list(v.shape)}: a reshape "
-                f"dualtrain cannot justify. Received: {e!r}"
-            )
-        if a.trainable != v.trainable:
-            raise UserError(
-                f"{where}: torch {a.name} and Keras {v.path} differ in trainability. Received: "
+                f"{where}: {t} makes {[list(s) for s in got or ()] or ['nothing']} of torch "
+                f"{a.name} {list(a.shape)}, not Keras {', '.join(v.path for v in vs)}'s "
+                f"{[list(v.shape) for v in vs]}: a reshape dualtrain cannot justify. Received: "
                 f"{e!r}"
+            )
+        if any(a.trainable != v.trainable for v in vs):
+            raise UserError(
+                f"{where}: torch {a.name} and Keras {vs[0].path} differ in trainability. "
+                f"Received: {e!r}"
             )
         entries.append(entry)
     check_complete(entries, torch, keras)
     return tuple(entries)
+
+
+def _heads(transform: str, shape: tuple[int, ...]) -> int | None:
+    """The number of heads an attention transform's Keras shape says (kernel (E, heads, dim) or
+    bias (heads, dim) for the input projections, kernel (heads, dim, E) for the output)."""
+    if transform in ("heads_in", "qkv_heads"):
+        return shape[1] if len(shape) == 3 else shape[0] if len(shape) == 2 else None
+    if transform == "heads_out":
+        return shape[0] if len(shape) == 3 else None
+    return None
 
 
 def check_complete(entries: Iterable[MapEntry], torch: Side, keras: Side) -> None:
@@ -89,7 +114,7 @@ def check_complete(entries: Iterable[MapEntry], torch: Side, keras: Side) -> Non
     entries = list(entries)
     for side, names, used in (
         ("torch", [a.name for a in torch.torch], [e.torch for e in entries]),
-        ("Keras", [v.path for v in keras.keras], [e.keras for e in entries]),
+        ("Keras", [v.path for v in keras.keras], [k for e in entries for k in e.targets]),
     ):
         twice = sorted({n for n in used if used.count(n) > 1})
         if twice:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import dualtrain.core.pair.attention as attention
 from dualtrain.core.pair.record import KerasVar, MapEntry, Side, TorchArray
 from dualtrain.core.pair.transforms import keras_shape
 from dualtrain.errors import UserError
@@ -38,7 +39,9 @@ def _groups(items: Iterable[Any], key: str) -> list[tuple[str, list[Any]]]:
 def _transform(a: TorchArray, v: KerasVar) -> MapEntry:
     """The transform that takes torch array ``a`` to Keras variable ``v`` when their kinds and
     shapes justify one; UserError otherwise."""
-    if a.kind == "dense" and a.name.endswith("weight") and len(a.shape) == 2:
+    if v.kind == "attention":  # out_proj onto a MultiHeadAttention's attention_output
+        e = attention.output_entry(a, v)
+    elif a.kind in ("dense", "attention") and a.name.endswith("weight") and len(a.shape) == 2:
         if v.flatten_hwc is not None and len(v.flatten_hwc) == 3:
             h, w, c = v.flatten_hwc
             if c > 1 and h * w > 1:
@@ -68,11 +71,14 @@ def match(torch: Side, keras: Side) -> tuple[MapEntry, ...]:
     sides have the same sequence of weighted layers of the same kinds with shapes a layout
     transform explains: anything else is one line naming the first pair that fails."""
     t_groups = _groups(torch.torch, "module")
-    k_groups = _groups(keras.keras, "layer")
+    k_groups = attention.merge_qkv(_groups(keras.keras, "layer"))
     entries: list[MapEntry] = []
     for i, ((mod, arrays), (lay, variables)) in enumerate(zip(t_groups, k_groups, strict=False)):
         kinds = (arrays[0].kind, variables[0].kind)
-        if kinds[0] != kinds[1] or len(arrays) != len(variables):
+        if attention.is_qkv(variables) and kinds[0] == "attention":
+            entries += attention.qkv_entries(mod, arrays, lay, variables)
+            continue
+        if not _kinds_pair(*kinds) or len(arrays) != len(variables):
             what = _describe_mismatch(arrays, variables)
             raise UserError(
                 f"model pair: weighted layer {i + 1} differs: torch {mod!r} ({arrays[0].cls}: "
@@ -103,6 +109,13 @@ def match(torch: Side, keras: Side) -> tuple[MapEntry, ...]:
             f"{[g for g, _ in k_groups]}"
         )
     return tuple(entries)
+
+
+def _kinds_pair(t: str, k: str) -> bool:
+    """Layers of these kinds can hold the same arrays: the same kind, a packed attention
+    projection (MultiheadAttention's in_proj) against a Dense of 3 x width, an out_proj (Linear)
+    against a MultiHeadAttention's attention_output."""
+    return t == k or (t, k) in (("attention", "dense"), ("dense", "attention"))
 
 
 def _describe_mismatch(arrays: list[TorchArray], variables: list[KerasVar]) -> str:

@@ -33,8 +33,11 @@ class TorchArray:
     module: str
     """The module path ("" for the top module), as in named_modules()."""
     kind: str
-    """dense, conv2d, batchnorm or other (the module's class: Linear, Conv2d, BatchNorm*)."""
+    """dense, conv2d, batchnorm, attention or other (the module's class: Linear, Conv2d,
+    BatchNorm*, MultiheadAttention)."""
     cls: str = ""
+    heads: int | None = None
+    """An nn.MultiheadAttention's arrays (and its out_proj's): its num_heads."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,8 @@ class KerasVar:
     trainable: bool
     layer: str
     kind: str
-    """dense, conv2d, batchnorm or other (the layer's class)."""
+    """dense, conv2d, batchnorm, attention (a MultiHeadAttention's query, key, value and
+    attention_output projections) or other (the layer's class)."""
     role: str
     """The variable's own name in its layer: kernel, bias, gamma, beta, moving_mean, ..."""
     cls: str = ""
@@ -55,10 +59,28 @@ class KerasVar:
 @dataclass(frozen=True)
 class MapEntry:
     torch: str
-    keras: str
+    keras: str | tuple[str, ...]
+    """The Keras variable, or the variables one torch array is split across, in order (torch's
+    packed in_proj_weight: the query, key and value kernels)."""
     transform: str
     chw: tuple[int, int, int] | None = None
     """flatten_chw: the (C, H, W) torch flattens."""
+    heads: int | None = None
+    """qkv_heads, heads_in, heads_out: the attention's number of heads."""
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The Keras variables this entry maps onto (one, or the parts in order)."""
+        return (self.keras,) if isinstance(self.keras, str) else tuple(self.keras)
+
+    def part(self, i: int) -> str:
+        """The name of the array's ``i``-th part, as a split entry's TF side names its variable
+        (``blocks.0.self_attn.in_proj_weight#1``: the key part)."""
+        return f"{self.torch}{PART}{i}"
+
+
+#: the separator of a split entry's part names (torch names hold no '#')
+PART = "#"
 
 
 @dataclass(frozen=True)
@@ -119,7 +141,7 @@ class Layout:
         d = {
             "torch": _side_json(self.torch),
             "keras": _side_json(self.keras),
-            "map": [asdict(e) for e in self.entries],
+            "map": [_entry_json(e) for e in self.entries],
             "explicit": self.explicit,
         }
         return {**d, "dropouts": [asdict(e) for e in self.dropouts]} if self.dropouts else d
@@ -139,12 +161,30 @@ def _side_json(side: Side) -> dict[str, Any]:
     d = asdict(side)
     if not side.dropouts:
         del d["dropouts"]
+    for a in d["torch"]:  # an array of no attention is written as before (the pair's digest)
+        if a["heads"] is None:
+            del a["heads"]
+    return d
+
+
+def _entry_json(e: MapEntry) -> dict[str, Any]:
+    d = asdict(e)
+    if e.heads is None:  # written as before attention was carried (the pair's digest)
+        del d["heads"]
+    if not isinstance(e.keras, str):
+        d["keras"] = list(e.keras)
     return d
 
 
 def _entry(e: dict[str, Any]) -> MapEntry:
-    chw = e.get("chw")
-    return MapEntry(e["torch"], e["keras"], e["transform"], tuple(chw) if chw else None)
+    chw, keras = e.get("chw"), e["keras"]
+    return MapEntry(
+        e["torch"],
+        keras if isinstance(keras, str) else tuple(keras),
+        e["transform"],
+        tuple(chw) if chw else None,
+        e.get("heads"),
+    )
 
 
 def side_from_json(d: dict[str, Any]) -> Side:
@@ -160,6 +200,7 @@ def side_from_json(d: dict[str, Any]) -> Side:
                 a["module"],
                 a["kind"],
                 a.get("cls", ""),
+                a.get("heads"),
             )
             for a in d.get("torch", ())
         ),
