@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from dualtrain.audit.record import is_recorded
+from dualtrain.audit.report import AuditComparison, compare_recorded
 
-__all__ = ["is_recorded", "keras_recorder", "torch_recorder"]
+__all__ = [
+    "AuditComparison",
+    "compare_recorded",
+    "is_recorded",
+    "keras_recorder",
+    "torch_recorder",
+]
 
 #: the recorders' modules, by framework (loaded by name: they sit in the backends, above this
 #: package in the pipeline, and import the record format from here)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import click
 
-from dualtrain.audit import is_recorded
 from dualtrain.cli.options import spec_options
 from dualtrain.errors import UserError
 
@@ -133,6 +132,8 @@ def compare(
                 "--reference fp64|none goes with --config; for finished runs name the fp64 "
                 f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}"
             )
+        from dualtrain.audit import is_recorded  # lazy: heavy (numpy, off dualtrain --help)
+
         if is_recorded(run_dirs[0]) or is_recorded(run_dirs[1]):
             ctx.exit(_compare_recorded(run_dirs, reference_runs, out))
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
@@ -143,6 +144,7 @@ def _compare_recorded(
     run_dirs: tuple[str, ...], reference_runs: tuple[str, str] | None, out: str | None
 ) -> int:
     """Two audit records (dualtrain.audit): the recorded-run checks and diagnoses; exit code."""
+    from dualtrain.audit import is_recorded  # lazy: heavy (numpy, off dualtrain --help)
     from dualtrain.audit.report import compare_recorded, terminal  # lazy: heavy (numpy)
 
     if not (is_recorded(run_dirs[0]) and is_recorded(run_dirs[1])):

@@ -14,6 +14,7 @@ from dualtrain.audit.identity import row_digests
 from dualtrain.audit.read import read_recorded
 from dualtrain.audit.report import compare_recorded
 from dualtrain.errors import UserError
+from testkit.cli import one_line_error
 
 
 def _train(out, *, steps=6, lr=0.1, scaler=None, loss_fn=None, seed=0):
@@ -122,3 +123,16 @@ def test_misuse_is_one_line_and_a_failed_script_leaves_no_record(tmp_path):
         read_recorded(tmp_path / "a")
     with pytest.raises(UserError, match="optimizer must be a torch.optim.Optimizer"):
         audit.torch_recorder(tmp_path / "b", model=model, optimizer="sgd")
+
+
+def test_the_cli_compares_two_records_and_refuses_a_mixed_pair(cli, tmp_path):
+    _train(tmp_path / "a")
+    _train(tmp_path / "b", lr=0.05)
+    proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 0 and "verdict: PASS (6/6" in proc.stdout, proc.stderr[-2000:]
+    proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "d"))
+    assert proc.returncode == 1 and "different base learning rate" in proc.stdout
+    assert (tmp_path / "d" / "report.md").is_file()
+    (tmp_path / "run").mkdir()
+    line = one_line_error(cli("compare", str(tmp_path / "a"), str(tmp_path / "run")))
+    assert "not one of each" in line
