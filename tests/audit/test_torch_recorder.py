@@ -136,3 +136,28 @@ def test_the_cli_compares_two_records_and_refuses_a_mixed_pair(cli, tmp_path):
     (tmp_path / "run").mkdir()
     line = one_line_error(cli("compare", str(tmp_path / "a"), str(tmp_path / "run")))
     assert "not one of each" in line
+
+
+def test_micro_batches_of_one_step_add_up_and_the_epoch_can_be_given(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.rand(16, 4)
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+        for epoch in (1, 2):
+            for half in (x[:8], x[8:]):
+                opt.zero_grad()
+                for micro in (half[:4], half[4:]):  # accumulate two micro-batches
+                    rec.batch(micro, epoch=epoch)
+                    (model(micro).pow(2).mean() / 2).backward()
+                opt.step()
+                rec.step(0.5)
+    run = read_recorded(tmp_path / "a")
+    assert [(s["step"], s["epoch"], s["samples"]) for s in run.steps] == [
+        (1, 1, 8),
+        (2, 1, 8),
+        (3, 2, 8),
+        (4, 2, 8),
+    ]
+    assert run.replicas[(1, 0)]["exact"] == row_digests(x[:8].numpy())[0]
+    assert not any(s["skipped"] for s in run.steps)

@@ -48,12 +48,13 @@ def canonical_weights(model: Any) -> dict[str, np.ndarray]:
         layer, _, leaf = v.path.rpartition("/")
         if leaf not in NAMES:
             continue  # seed generators' states and the like
+        inner = layer.split("/")[1:] or [layer]  # without the model's own name
         a = np.asarray(keras.ops.convert_to_numpy(v))
         if leaf == "kernel" and a.ndim >= 3:
             a = np.transpose(a, (a.ndim - 1, a.ndim - 2, *range(a.ndim - 2)))
         elif leaf == "kernel" and a.ndim == 2:
             a = a.T
-        out[f"{layer.rpartition('/')[2]}.{NAMES[leaf]}"] = np.ascontiguousarray(a)
+        out[".".join([*inner, NAMES[leaf]])] = np.ascontiguousarray(a)
     return out
 
 
@@ -167,6 +168,9 @@ class KerasRecorder(keras.callbacks.Callback):
 
         model.train_step = train_step
         model.train_function = None  # rebuilt by fit with the wrapper
+        # the wrapper hands values to Python (tf.py_function), which XLA cannot compile: fit's
+        # train function runs without jit_compile while recorded (docs/audit.md)
+        model.jit_compile = False
         self._wrap_optimizer(model)
 
     def _wrap_optimizer(self, model: Any) -> None:

@@ -71,6 +71,7 @@ def _check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
 def canonical_weights(model: Any) -> dict[str, np.ndarray]:
     """The state dict (DDP's ``module.`` unwrapped) as float32/64 NumPy, without counters."""
     inner = model.module if hasattr(model, "module") else model
+    inner = getattr(inner, "_orig_mod", inner)  # torch.compile's wrapper
     return {
         k: v.detach().cpu().numpy().copy()
         for k, v in inner.state_dict().items()
@@ -157,7 +158,8 @@ class TorchRecorder:
         self.steps: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
         self.order: list[int] | None = None
-        self.calls = 0
+        self.current: dict[str, Any] | None = None
+        self.epoch_now, self.pos, self.calls = 0, 0, 0
         self.stepped = False
         self.norm: torch.Tensor | None = None
         self.mult: dict[tuple[int, str], torch.Tensor] = {}
@@ -194,13 +196,21 @@ class TorchRecorder:
 
     def _sampler_indices(self, n: int) -> list[int] | None:
         deterministic = (torch.utils.data.DistributedSampler, torch.utils.data.SequentialSampler)
-        if not isinstance(self.sampler, deterministic) or not self.batches or not self.batch_size:
+        if not isinstance(self.sampler, deterministic) or not self.batch_size:
             return None  # iterating another sampler could draw from the script's RNG
-        pos = (self.calls - 1) % self.batches
-        if pos == 0 or self.order is None:
+        if self.pos == 0 or self.order is None:
             self.order = [int(i) for i in iter(self.sampler)]
-        got = self.order[pos * self.batch_size : pos * self.batch_size + n]
+        start = self.pos * self.batch_size
+        got = self.order[start : start + n]
         return got if len(got) == n else None
+
+    def _epoch(self, epoch: int | None) -> int:
+        """The epoch of this batch (the script's, else counted from the loader's length)."""
+        if epoch is None:
+            epoch = (self.calls - 1) // self.batches + 1 if self.batches else 1
+        if epoch != self.epoch_now:
+            self.epoch_now, self.pos, self.order = epoch, 0, None
+        return epoch
 
     def _close_step(self) -> None:
         if self.steps:
@@ -209,10 +219,19 @@ class TorchRecorder:
             last["grad_norm"] = self.norm if self.stepped else float("nan")
         self.stepped, self.norm = False, None
 
-    def batch(self, inputs: Any, indices: Any = None) -> None:
-        """The rows this replica feeds at the start of an optimizer step (a tensor, or a tuple or
-        dict whose first tensor is the input). ``indices``: the dataset indices, when the script
-        knows them (else the sampler's, when the recorder was given its loader or sampler)."""
+    def _scale(self) -> Any:
+        """The loss scale this step starts with (GradScaler's tensor: no host sync)."""
+        if self.scaler is None or not self.scaler.is_enabled():
+            return None
+        live = getattr(self.scaler, "_scale", None)
+        return live.detach().clone() if isinstance(live, torch.Tensor) else self.scaler.get_scale()
+
+    def batch(self, inputs: Any, indices: Any = None, epoch: int | None = None) -> None:
+        """The rows this replica feeds in the current optimizer step (a tensor, or a tuple or
+        dict whose first tensor is the input); called again before ``rec.step``, it adds a
+        micro-batch to the same step. ``indices``: the dataset indices, when the script knows
+        them (else the sampler's, when the recorder was given its loader or sampler); ``epoch``:
+        the script's epoch (else counted from the loader's length)."""
         self._open()
         if isinstance(inputs, dict):
             inputs = next(iter(inputs.values()))
@@ -222,37 +241,44 @@ class TorchRecorder:
             raise UserError(
                 f"rec.batch takes the step's input tensor (rows first). Received: {shown(inputs)}"
             )
-        self._close_step()
         self.calls += 1
         n = int(inputs.shape[0])
+        if self.current is None:  # a new optimizer step
+            self._close_step()
+            now = self._epoch(epoch)
+            step = len(self.steps) + 1
+            self.current = {
+                "step": step,
+                "epoch": now,
+                "replica": self.rank,
+                "count": 0,
+                "loss": None,
+                "exact": [],
+                "pattern": [],
+                "indices": [],
+            }
+            self.rows.append(self.current)
+            lr = float(self.optimizer.param_groups[0]["lr"])
+            self.steps.append({"step": step, "epoch": now, "lr": lr, "loss_scale": self._scale()})
+        else:
+            self._epoch(epoch)
         exact, pattern = self._digests(inputs)
         idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
-        step = len(self.steps) + 1
-        epoch = (self.calls - 1) // self.batches + 1 if self.batches else 1
-        self.rows.append(
-            {
-                "step": step,
-                "epoch": epoch,
-                "replica": self.rank,
-                "count": n,
-                "loss": None,
-                "exact": exact,
-                "pattern": pattern,
-                "indices": idx,
-            }
-        )
-        scale = None
-        if self.scaler is not None and self.scaler.is_enabled():
-            scale = self.scaler.get_scale()
-        lr = float(self.optimizer.param_groups[0]["lr"])
-        self.steps.append({"step": step, "epoch": epoch, "lr": lr, "loss_scale": scale})
+        self.pos += 1
+        row = self.current
+        row["count"] += n
+        row["exact"].append(exact)
+        row["pattern"].append(pattern)
+        row["indices"] = None if idx is None or row["indices"] is None else row["indices"] + idx
 
     def step(self, loss: Any) -> None:
-        """This replica's loss of the step (its mean over its rows, as the script computed it)."""
+        """This replica's loss of the step (its mean over its rows, as the script computed it);
+        once per optimizer step, after ``rec.batch``."""
         self._open()
-        if not self.rows or self.rows[-1]["step"] != len(self.steps):
+        if self.current is None:
             raise UserError("rec.step(loss) needs rec.batch(inputs) first, once per optimizer step")
-        self.rows[-1]["loss"] = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
+        self.current["loss"] = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
+        self.current = None
 
     def _open(self) -> None:
         if self.closed:
@@ -308,6 +334,6 @@ def _plain(row: dict[str, Any]) -> dict[str, Any]:
 
 def _plain_row(row: dict[str, Any]) -> dict[str, Any]:
     out = _plain({k: v for k, v in row.items() if k not in ("exact", "pattern")})
-    out["exact"] = hexes(row["exact"].cpu().numpy())
-    out["pattern"] = hexes(row["pattern"].cpu().numpy())
+    out["exact"] = hexes(torch.cat(row["exact"]).cpu().numpy())
+    out["pattern"] = hexes(torch.cat(row["pattern"]).cpu().numpy())
     return out
