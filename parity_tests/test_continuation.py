@@ -34,8 +34,23 @@ CNN = (
     "optimizer.lr=0.002",
 )
 MLP_SGD = ("optimizer.momentum=0.9", "optimizer.nesterov=true", "optimizer.schedule.name=cosine")
-CASES = {"cnn-bn-adam": CNN, "mlp-sgd-nesterov": MLP_SGD}
-CASE_PARAMS = ["cnn-bn-adam", pytest.param("mlp-sgd-nesterov", marks=pytest.mark.slow)]
+# tokens: patches, position, attention (packed q/k/v), layernorm, gelu and dropout on tokens, AdamW
+VIT = (
+    "model.preset=null",
+    "model.layers=[{type: patches, size: 7, dim: 16}, {type: position}, {type: residual, body: "
+    "[{type: layernorm}, {type: attention, heads: 4}, {type: dropout, rate: 0.1}]}, "
+    "{type: residual, body: [{type: layernorm}, {type: dense, units: 32}, {type: gelu}, "
+    "{type: dense, units: 16}]}, {type: layernorm}, {type: token_pool}, {type: dense, units: 10}]",
+    "optimizer.name=adamw",
+    "optimizer.lr=0.003",
+    "optimizer.weight_decay=0.01",
+)
+CASES = {"cnn-bn-adam": CNN, "mlp-sgd-nesterov": MLP_SGD, "vit-adamw": VIT}
+CASE_PARAMS = [
+    "cnn-bn-adam",
+    pytest.param("mlp-sgd-nesterov", marks=pytest.mark.slow),
+    pytest.param("vit-adamw", marks=pytest.mark.slow),
+]
 
 
 def continued(runs, source: str, target: str, overrides: tuple[str, ...], step: int = 10):

@@ -26,6 +26,7 @@ from testkit.cli import ROOT, cli_env, require, run_cli
 
 require("torch", "tensorflow")
 
+MLP = ROOT / "configs" / "mnist_mlp.yaml"
 BASE = (
     "data.train_limit=2600",
     "data.test_limit=1000",
@@ -38,9 +39,21 @@ CASES = {
     "tf-mirrored-w2": ("tf", ("distribution.world_size=2",)),
     "tf-multi_worker-w2": ("tf", ("distribution.world_size=2", "tf.strategy=multi_worker")),
 }
+# configs/mnist_vit.yaml's layers (patches, position, attention, layernorm, gelu, dropout on
+# tokens), narrower, under AdamW: the state a checkpoint must carry for a transformer
+VIT = ROOT / "configs" / "mnist_vit.yaml"
+VIT_SETS = ("distribution.world_size=2",)
+CASES |= {"torch-vit-w2": ("torch", VIT_SETS), "tf-vit-w2": ("tf", VIT_SETS)}
+CONFIGS = {"torch-vit-w2": VIT, "tf-vit-w2": VIT}  # the others: configs/mnist_mlp.yaml
 SLOW = pytest.mark.slow
 # The default suite covers each mechanism once per backend; the slow set (CI runs it) every case.
-RESUME_CASES = ["torch-w3", "tf-mirrored-w2", pytest.param("tf-multi_worker-w2", marks=SLOW)]
+RESUME_CASES = [
+    "torch-w3",
+    "tf-mirrored-w2",
+    pytest.param("tf-multi_worker-w2", marks=SLOW),
+    pytest.param("torch-vit-w2", marks=SLOW),
+    pytest.param("tf-vit-w2", marks=SLOW),
+]
 RESTART_CASES = [
     "torch-w3",
     pytest.param("tf-mirrored-w2", marks=SLOW),
@@ -53,8 +66,9 @@ def run(
     out: Path,
     *sets: str,
     extra: tuple[str, ...] = (),
-    config: Path = ROOT / "configs" / "mnist_mlp.yaml",
+    config: Path | None = None,
 ) -> subprocess.CompletedProcess:
+    config = config or MLP
     args = [
         "run",
         *(("--backend", backend) if backend else ()),
@@ -99,7 +113,7 @@ class Uninterrupted(dict):
 
     def __missing__(self, name: str) -> Path:
         backend, sets = CASES[name]
-        proc = run(backend, self.base / name, *sets)
+        proc = run(backend, self.base / name, *sets, config=CONFIGS.get(name, MLP))
         assert proc.returncode == 0, proc.stderr[-3000:]
         self[name] = self.base / name
         return self[name]
@@ -115,8 +129,9 @@ def test_killed_worker_then_resume_is_bit_identical(tmp_path, reference, case):
     backend, sets = CASES[case]
     out = tmp_path / "run"
     # rank 1 (tf mirrored: the only worker, 0) is SIGKILLed at step 25, after the step-20 checkpoint
-    rank = 0 if "mirrored" in case else 1
-    proc = run(backend, out, *sets, f"debug.exit_rank=[25, {rank}]")
+    rank = 0 if "mirrored" in case or case == "tf-vit-w2" else 1
+    config = CONFIGS.get(case, MLP)
+    proc = run(backend, out, *sets, f"debug.exit_rank=[25, {rank}]", config=config)
     assert proc.returncode == 1 and "SIGKILL" in proc.stderr, proc.stderr[-2000:]
     assert checkpoint.complete_steps(out) == [10, 20]
     proc = run_cli("run", "--resume", str(out), timeout=300)
