@@ -1,11 +1,13 @@
 """Sample identity for recorded runs: a digest of each input row that both frameworks compute
-with exact integer arithmetic (so a torch script and a Keras script name the same sample alike).
+exactly (so a torch script and a Keras script name the same sample alike).
 
-Two digests per row, each two 32-bit sums of the row's words times fixed odd multipliers, modulo
-2**32 (addition modulo 2**32 is exact and order-free, so any reduction order gives the same):
+Each digest is two sums of the row's 16-bit words times fixed multipliers below 2**16, reduced
+modulo 2**32. Every product and partial sum is an integer below 2**53 (rows of at most
+``CHUNK / 2`` values per chunk; longer rows are summed chunk by chunk in int64), so one float64
+matrix product computes it exactly in any summation order, on any device:
 
 * ``exact``: of the float32 bit patterns of the row's values (the input as fed, after the script's
-  own normalisation);
+  own normalisation), each split into its low and high 16 bits;
 * ``pattern``: of the row's mask ``value > min(row)`` (the same for any positive affine
   normalisation: ``x/255`` and ``(x/255-0.1307)/0.3081`` of one MNIST image give one pattern).
 
@@ -18,13 +20,16 @@ from __future__ import annotations
 import numpy as np
 
 MASK32 = 0xFFFFFFFF
+#: columns per float64 product: CHUNK * 2**16 * 2**16 < 2**53
+CHUNK = 2**20
 
 
 def multipliers(width: int) -> np.ndarray:
-    """``(width, 2)`` int64 odd multipliers below 2**31, fixed for a row width (both recorders
-    build the same ones)."""
+    """``(2 * width, 2)`` float64 multipliers in [1, 2**16), fixed for a row width (both
+    recorders build the same ones): rows ``[:width]`` weigh the low 16-bit words (and the
+    pattern), rows ``[width:]`` the high ones."""
     rng = np.random.default_rng(0x5EED + width)
-    return (rng.integers(1, 2**30, size=(width, 2), dtype=np.int64) * 2 + 1).astype(np.int64)
+    return rng.integers(1, 2**16, size=(2 * width, 2)).astype(np.float64)
 
 
 def hexes(pairs: np.ndarray) -> list[str]:
@@ -33,18 +38,19 @@ def hexes(pairs: np.ndarray) -> list[str]:
     return [f"{int(a):08x}{int(b):08x}" for a, b in pairs]
 
 
-def _sums(words: np.ndarray) -> np.ndarray:
-    mult = multipliers(words.shape[1])
+def _dot(words: np.ndarray, mult: np.ndarray) -> np.ndarray:
     out = np.zeros((words.shape[0], 2), dtype=np.int64)
-    for k in range(2):
-        out[:, k] = ((words * mult[:, k]) & MASK32).sum(axis=1) & MASK32
-    return out
+    for lo in range(0, words.shape[1], CHUNK):
+        out += (words[:, lo : lo + CHUNK] @ mult[lo : lo + CHUNK]).astype(np.int64)
+    return out & MASK32
 
 
 def row_digests(rows: np.ndarray) -> tuple[list[str], list[str]]:
     """NumPy reference of what both recorders compute: (exact, pattern) digests of each row of
     ``rows`` (first axis: the samples; any dtype, read as float32)."""
     x = np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)
-    bits = x.view(np.int32).astype(np.int64) & MASK32
-    pattern = (x > x.min(axis=1, keepdims=True)).astype(np.int64)
-    return hexes(_sums(bits)), hexes(_sums(pattern))
+    mult = multipliers(x.shape[1])
+    bits = x.view(np.uint32)
+    words = np.concatenate([bits & 0xFFFF, bits >> 16], axis=1).astype(np.float64)
+    mask = (x > x.min(axis=1, keepdims=True)).astype(np.float64)
+    return hexes(_dot(words, mult)), hexes(_dot(mask, mult[: x.shape[1]]))

@@ -1,5 +1,5 @@
 """The Keras recorder's one-line errors for a recorder used wrongly (in a child process: a model
-under no strategy, two recorders, steps_per_execution)."""
+under no strategy, two recorders, steps_per_execution), and its row digests against NumPy's."""
 
 from __future__ import annotations
 
@@ -28,6 +28,18 @@ with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
 rec = audit.keras_recorder(OUT + "/b", model=m)
 say(lambda: audit.keras_recorder(OUT + "/c", model=m))
 say(lambda: m.fit(tf.zeros((4, 3)), tf.zeros((4, 2)), callbacks=[rec], verbose=0))
+import json, numpy as np
+from dualtrain.audit.identity import row_digests
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+    m = keras.Sequential([keras.Input((2, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse")
+x = np.random.default_rng(0).normal(size=(8, 2, 3)).astype("float32")
+rec = audit.keras_recorder(OUT + "/d", model=m)
+data = tf.data.Dataset.from_tensor_slices((x, np.zeros((8, 2), "float32"))).batch(4)
+m.fit(data, callbacks=[rec], verbose=0)
+rows = [json.loads(line) for line in open(OUT + "/d/replicas.jsonl")]
+exact, pattern = row_digests(x[4:])
+print("digests", rows[1]["exact"] == exact, rows[1]["pattern"] == pattern)
 """
 
 
@@ -47,3 +59,4 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     assert "one audit recorder per process" in lines[1]
     assert "steps_per_execution=1" in lines[2]
     assert not (tmp_path / "a").exists()  # refused before writing
+    assert "digests True True" in proc.stdout, proc.stdout  # Keras's digests are NumPy's

@@ -161,3 +161,29 @@ def test_micro_batches_of_one_step_add_up_and_the_epoch_can_be_given(tmp_path):
     ]
     assert run.replicas[(1, 0)]["exact"] == row_digests(x[:8].numpy())[0]
     assert not any(s["skipped"] for s in run.steps)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_digests_are_numpys_and_a_gradscaler_skip_is_recorded(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 4)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    xs = torch.rand(4, 8, 1, 4, 4)
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, scaler=scaler) as rec:
+        for i, x in enumerate(xs):
+            x = x.cuda()
+            rec.batch(x)
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x).float().pow(2).mean()
+            scaler.scale(loss * (float("inf") if i == 1 else 1.0)).backward()
+            scaler.step(opt)
+            scaler.update()
+            rec.step(loss)
+    run = read_recorded(tmp_path / "a")
+    assert run.replicas[(1, 0)]["exact"] == row_digests(xs[0].numpy())[0]
+    assert run.replicas[(1, 0)]["pattern"] == row_digests(xs[0].numpy())[1]
+    assert [s["skipped"] for s in run.steps] == [False, True, False, False]
+    assert [s["loss_scale"] for s in run.steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.audit import record
-from dualtrain.audit.identity import MASK32, hexes, multipliers
+from dualtrain.audit.identity import CHUNK, MASK32, hexes, multipliers
 from dualtrain.backends.tf.envinfo import backend_facts
 from dualtrain.errors import UserError, shown
 
@@ -94,6 +94,15 @@ def _config(model: Any) -> dict[str, Any]:
     return cfg
 
 
+def _dot(words: Any, mult: Any) -> Any:
+    """dualtrain.audit.identity's exact sums: float64 products of integers below 2**53."""
+    out = None
+    for lo in range(0, int(words.shape[1]), CHUNK):
+        part = tf.cast(tf.matmul(words[:, lo : lo + CHUNK], mult[lo : lo + CHUNK]), tf.int64)
+        out = part if out is None else out + part
+    return tf.bitwise.bitwise_and(out, MASK32)
+
+
 class KerasRecorder(keras.callbacks.Callback):
     """See the module docstring; made by dualtrain.audit.keras_recorder."""
 
@@ -148,12 +157,10 @@ class KerasRecorder(keras.callbacks.Callback):
                 mults[width] = tf.constant(multipliers(width))
             mult = mults[width]
             bits = tf.bitwise.bitwise_and(tf.cast(tf.bitcast(x, tf.int32), tf.int64), MASK32)
-            prod = tf.bitwise.bitwise_and(bits[:, :, None] * mult[None], MASK32)
-            exact = tf.bitwise.bitwise_and(tf.reduce_sum(prod, axis=1), MASK32)
-            mask = tf.cast(x > tf.reduce_min(x, axis=1, keepdims=True), tf.int64)
-            pattern = tf.bitwise.bitwise_and(
-                tf.reduce_sum(mask[:, :, None] * mult[None], 1), MASK32
-            )
+            low, high = tf.bitwise.bitwise_and(bits, 0xFFFF), tf.bitwise.right_shift(bits, 16)
+            words = tf.cast(tf.concat([low, high], axis=1), tf.float64)
+            mask = tf.cast(x > tf.reduce_min(x, axis=1, keepdims=True), tf.float64)
+            exact, pattern = _dot(words, mult), _dot(mask, mult[:width])
             return exact, pattern
 
         def train_step(data: Any) -> Any:

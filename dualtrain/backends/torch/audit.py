@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from dualtrain.audit import record
-from dualtrain.audit.identity import MASK32, hexes, multipliers
+from dualtrain.audit.identity import CHUNK, MASK32, hexes, multipliers
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.errors import UserError, shown
 
@@ -123,6 +123,54 @@ def record_safe(d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class Digests:
+    """Each row's digests (dualtrain.audit.identity), computed for many steps at once: the
+    inputs wait as float32 copies (one kernel per step) until ``STEPS`` steps or ``BYTES`` are
+    pending, then a few float64 matrix products digest them all."""
+
+    STEPS, BYTES = 32, 64 * 2**20
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[dict[str, Any], torch.Tensor]] = []
+        self.bytes = 0
+        self.mult: dict[tuple[int, str], torch.Tensor] = {}
+
+    def add(self, row: dict[str, Any], x: torch.Tensor) -> None:
+        x = x.detach().reshape(x.shape[0], -1).to(torch.float32, copy=True)
+        self.pending.append((row, x))
+        self.bytes += x.numel() * 4
+        if len(self.pending) >= self.STEPS or self.bytes >= self.BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        groups: dict[tuple[int, str], list[tuple[dict[str, Any], torch.Tensor]]] = {}
+        for row, x in self.pending:
+            groups.setdefault((x.shape[1], str(x.device)), []).append((row, x))
+        for key, items in groups.items():
+            exact, pattern = self._compute(key, torch.cat([x for _, x in items]))
+            sizes = [x.shape[0] for _, x in items]
+            for (row, _), e, p in zip(items, exact.split(sizes), pattern.split(sizes), strict=True):
+                row["exact"].append(e)
+                row["pattern"].append(p)
+        self.pending, self.bytes = [], 0
+
+    def _compute(self, key: tuple[int, str], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if key not in self.mult:
+            self.mult[key] = torch.from_numpy(multipliers(key[0])).to(x.device)
+        mult = self.mult[key]
+        bits = x.view(torch.int32).long() & MASK32
+        words = torch.cat([bits & 0xFFFF, bits >> 16], dim=1).double()
+        mask = (x > x.min(1, keepdim=True).values).double()
+        return _dot(words, mult), _dot(mask, mult[: key[0]])
+
+
+def _dot(words: torch.Tensor, mult: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(words.shape[0], 2, dtype=torch.int64, device=words.device)
+    for lo in range(0, words.shape[1], CHUNK):
+        out += (words[:, lo : lo + CHUNK] @ mult[lo : lo + CHUNK]).long()
+    return out & MASK32
+
+
 class TorchRecorder:
     """See the module docstring; made by dualtrain.audit.torch_recorder."""
 
@@ -162,7 +210,7 @@ class TorchRecorder:
         self.epoch_now, self.pos, self.calls = 0, 0, 0
         self.stepped = False
         self.norm: torch.Tensor | None = None
-        self.mult: dict[tuple[int, str], torch.Tensor] = {}
+        self.digests = Digests()
         self.started = time.perf_counter()
         self.closed = False
         self.hooks = [
@@ -173,27 +221,13 @@ class TorchRecorder:
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if grads:
-            self.norm = torch.linalg.vector_norm(
-                torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])
-            )
+        if grads:  # foreach norms: a few kernels, whatever the number of parameters
+            self.norm = torch.nn.utils.get_total_norm(grads, foreach=grads[0].device.type != "cpu")
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.stepped = True
 
     # ---- the user's calls ------------------------------------------------------------------------
-    def _digests(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = x.detach().reshape(x.shape[0], -1).float()
-        key = (x.shape[1], str(x.device))
-        if key not in self.mult:
-            self.mult[key] = torch.from_numpy(multipliers(x.shape[1])).to(x.device)
-        mult = self.mult[key]
-        bits = x.contiguous().view(torch.int32).long() & MASK32
-        exact = ((bits.unsqueeze(-1) * mult) & MASK32).sum(1) & MASK32
-        mask = (x > x.min(1, keepdim=True).values).long()
-        pattern = (mask.unsqueeze(-1) * mult).sum(1) & MASK32
-        return exact, pattern
-
     def _sampler_indices(self, n: int) -> list[int] | None:
         deterministic = (torch.utils.data.DistributedSampler, torch.utils.data.SequentialSampler)
         if not isinstance(self.sampler, deterministic) or not self.batch_size:
@@ -262,13 +296,11 @@ class TorchRecorder:
             self.steps.append({"step": step, "epoch": now, "lr": lr, "loss_scale": self._scale()})
         else:
             self._epoch(epoch)
-        exact, pattern = self._digests(inputs)
         idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
         self.pos += 1
         row = self.current
         row["count"] += n
-        row["exact"].append(exact)
-        row["pattern"].append(pattern)
+        self.digests.add(row, inputs)
         row["indices"] = None if idx is None or row["indices"] is None else row["indices"] + idx
 
     def step(self, loss: Any) -> None:
@@ -293,6 +325,7 @@ class TorchRecorder:
             self._close_step()
             for h in self.hooks:
                 h.remove()
+            self.digests.flush()
             rows = [_plain_row(r) for r in self.rows]
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:
