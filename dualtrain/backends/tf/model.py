@@ -17,7 +17,13 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.backends.tf import tokens
-from dualtrain.backends.tf.layers import BatchNorm, HashDropout, conv2d, exact_gelu, tanh_gelu
+from dualtrain.backends.tf.layers import (
+    BatchNorm,
+    Dense,
+    HashDropout,
+    conv2d,
+    gelu_layer,
+)
 from dualtrain.core.model import (
     ResolvedLayer,
     conv_flatten_shape,
@@ -26,7 +32,7 @@ from dualtrain.core.model import (
     resolve,
 )
 from dualtrain.core.weights import Weights
-from dualtrain.spec import Approximate, LayerType, ModelSpec
+from dualtrain.spec import LayerType, ModelSpec
 
 
 def keras_inputs(spec: ModelSpec, dtype: str) -> list[keras.KerasTensor]:
@@ -279,34 +285,14 @@ def _activation(
     return apply
 
 
-def _gelu_layer(
-    b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor
-) -> keras.KerasTensor:
-    """training: torch's formula (exact_gelu, tanh_gelu); inference (the export, which loads
-    without dualtrain): Keras's own layers, its gelu for the erf form, the tanh form spelled out in
-    Multiply, Rescaling and tanh (Keras has no tanh-gelu by name)."""
-    tanh = r.spec.approximate is Approximate.TANH
-    if not b.inference:
-        fn = tanh_gelu if tanh else exact_gelu
-        return keras.layers.Activation(fn, name=name, dtype=b.dtype())(x)
-    if not tanh:
-        return keras.layers.Activation("gelu", name=name, dtype=b.policy)(x)
-    L, p = keras.layers, b.policy
-    x3 = L.Multiply(name=f"{name}_x3", dtype=p)([x, x, x])
-    inner = L.Add(name=f"{name}_in", dtype=p)(
-        [x, L.Rescaling(0.044715, name=f"{name}_k", dtype=p)(x3)]
-    )
-    t = L.Activation("tanh", name=f"{name}_tanh", dtype=p)(
-        L.Rescaling(0.7978845608028654, name=f"{name}_b", dtype=p)(inner)
-    )
-    half = L.Rescaling(0.5, offset=0.5, name=f"{name}_half", dtype=p)(t)
-    return L.Multiply(name=name, dtype=p)([x, half])
-
-
 LAYERS = {
     LayerType.RESIDUAL: _residual,
     LayerType.DENSE: lambda b, r, name, x: b.weighted(
-        r, keras.layers.Dense(r.spec.units, use_bias=r.spec.bias, name=name, dtype=b.policy), x
+        r,
+        (keras.layers.Dense if b.inference else Dense)(
+            r.spec.units, use_bias=r.spec.bias, name=name, dtype=b.policy
+        ),
+        x,
     ),
     LayerType.CONV2D: _conv,
     LayerType.MAXPOOL2D: _pool(keras.layers.MaxPooling2D),
@@ -319,7 +305,7 @@ LAYERS = {
     LayerType.RELU: lambda b, r, name, x: keras.layers.ReLU(name=name, dtype=b.dtype())(x),
     LayerType.TANH: _activation("tanh"),
     LayerType.SIGMOID: _activation("sigmoid"),
-    LayerType.GELU: _gelu_layer,
+    LayerType.GELU: gelu_layer,
     LayerType.DROPOUT: _dropout,
     LayerType.BATCHNORM: _batchnorm,
     LayerType.LAYERNORM: _layernorm,
