@@ -4,6 +4,7 @@ dropout with hashed masks) and of adadelta / rmsprop / adamax (torch.optim in th
 the same formulas written out in the TF one) agrees to the REFERENCE bounds, with uneven shards,
 mirrored and multi_worker. Dropout masks that differed anywhere would put the pair O(1e-2) apart."""
 
+import numpy as np
 import pytest
 
 from dualtrain.parity import compare_records
@@ -213,3 +214,31 @@ def test_reference_configs_mean_the_same_on_both_backends(runs, config):
         config=str(ROOT / "configs" / f"{config}.yaml"),
     )
     assert_reference(ref)
+
+
+def test_embedding_of_integer_ids_agrees(runs, tmp_path):
+    # integer ids (T = 10 per sample, vocab 12) through an embedding, a causal attention block and
+    # the mean over tokens: a sequence task (more 3s than 7s), your own arrays, not normalised
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 12, size=(1200, 10))
+    y = ((x == 3).sum(1) > (x == 7).sum(1)).astype(np.int64)
+    path = tmp_path / "ids.npz"
+    np.savez(path, x_train=x[:1000], y_train=y[:1000], x_test=x[1000:], y_test=y[1000:])
+    ref = runs.reference(
+        "data.dataset=arrays",
+        f"data.path={path}",
+        "data.normalize=none",
+        "data.batch_size=128",
+        "train.epochs=2",
+        "model.inputs=[{name: x, shape: [10]}]",
+        "model.preset=null",
+        "model.layers=[{type: embedding, vocab: 12, dim: 16}, {type: position}, {type: residual, "
+        "body: [{type: layernorm}, {type: attention, heads: 2, causal: true}]}, "
+        "{type: token_pool}, {type: dense, units: 2}]",
+        "optimizer.name=adam",
+        "optimizer.lr=0.01",
+        "distribution.world_size=2",
+    )
+    assert_reference(ref)
+    losses = [r["loss"] for r in ref.a.train]
+    assert losses[-1] < losses[0], losses

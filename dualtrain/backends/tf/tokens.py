@@ -44,6 +44,31 @@ class TokenPool(keras.layers.Layer):
         return x[:, 0] if self.first else tf.reduce_mean(x, axis=1)
 
 
+class Embedding(keras.layers.Layer):
+    """Ids (N, T), whole numbers in any dtype, -> (N, T, D) rows of ``embeddings`` (V, D), with a
+    dense gradient: the rows' gradients summed per id (tf.gather's own gradient is IndexedSlices,
+    which the all-reduce and the update rule do not take)."""
+
+    def __init__(self, vocab: int, dim: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.vocab = vocab
+        self.embeddings = self.add_weight(shape=(vocab, dim), name="embeddings")
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        ids = tf.cast(x, tf.int32)
+        vocab = self.vocab
+
+        @tf.custom_gradient
+        def lookup(w: tf.Tensor) -> Any:
+            def grad(g: tf.Tensor) -> tf.Tensor:
+                flat = tf.reshape(g, [-1, tf.shape(g)[-1]])
+                return tf.math.unsorted_segment_sum(flat, tf.reshape(ids, [-1]), vocab)
+
+            return tf.gather(w, ids), grad
+
+        return lookup(tf.cast(self.embeddings, self.compute_dtype))
+
+
 def _wide(dtype: tf.DType) -> tf.DType:
     return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
 
@@ -197,10 +222,11 @@ def token_pool(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTe
 
 
 def embedding(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
-    """Keras's Embedding (it casts the ids to int32); float32 tokens under mixed precision, as
-    torch's embedding lookup (no autocast) gives."""
+    """Embedding (Keras's own in the export; it casts the ids to int32); float32 tokens under
+    mixed precision, as torch's embedding lookup (no autocast) gives."""
     b.wide = b.mixed
-    layer = keras.layers.Embedding(r.spec.vocab, r.spec.dim, name=name, dtype=b.dtype())
+    kind = keras.layers.Embedding if b.inference else Embedding
+    layer = kind(r.spec.vocab, r.spec.dim, name=name, dtype=b.dtype())
     x = layer(x)
     b.named.append((r.params[0][0], layer.embeddings))
     return x

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dualtrain.backends.torch.layers import BatchNorm
-from dualtrain.backends.torch.tokens import Patches, Position, SelfAttention
+from dualtrain.backends.torch.tokens import Embedding, Patches, Position, SelfAttention
 
 
 class AbsoluteGradient:
@@ -41,7 +41,7 @@ class AbsoluteGradient:
         self.layers = [
             (name, m)
             for name, m in module.named_modules()
-            if isinstance(m, (nn.Linear, nn.Conv2d, BatchNorm, nn.LayerNorm, Position))
+            if isinstance(m, (nn.Linear, nn.Conv2d, BatchNorm, nn.LayerNorm, Position, Embedding))
         ]
         # an attention's packed q/k/v projection is a matmul inside its forward: its tap hands
         # over the projection's input and output
@@ -112,8 +112,8 @@ class AbsoluteGradient:
                 continue
             # a dense layer's, the patches' and the position's (tokens) outputs on the last axis,
             # a convolution's channels on axis 1
-            last = isinstance(m, (nn.Linear, Patches, Position))
-            if not isinstance(m, (BatchNorm, Position)):
+            last = isinstance(m, (nn.Linear, Patches, Position, Embedding))
+            if not isinstance(m, (BatchNorm, Position, Embedding)):  # no product: a sum or lookup
                 bias = getattr(m, "bias", None)
                 kind = "matmul" if isinstance(m, nn.Linear) else "conv"
                 if bias is None:
