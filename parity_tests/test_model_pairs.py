@@ -331,11 +331,11 @@ LOCATED = {
 }
 
 
-def _diff_models(*sets: str, agree: bool = False) -> dict:
+def _diff_models(*sets: str, agree: bool = False, config: str = PORT) -> dict:
     """diff-models' finding; its exit code says whether the sides agree (0) or differ (1), so it
     can gate CI."""
     args = [a for s in (f"model.path={ROOT / 'examples' / 'ports'}", *sets) for a in ("--set", s)]
-    proc = run_cli("diff-models", "--config", PORT, *args, "--json", timeout=600)
+    proc = run_cli("diff-models", "--config", config, *args, "--json", timeout=600)
     assert proc.returncode == (0 if agree else 1), proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

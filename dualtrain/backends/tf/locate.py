@@ -17,6 +17,7 @@ from dualtrain.spec import Experiment, Loss
 
 from .pair import (
     PairConversion,
+    attention_parts,
     build_keras,
     canonical,
     layer_path,
@@ -90,13 +91,22 @@ def probe_layers(
     xs = [_to_keras_layout(a) for a in inputs]
     feed = xs if len(xs) > 1 else xs[0]
     out: dict[str, np.ndarray] = {}
-    by_path = {layer_path(layer): layer for layer in leaves(net)}
+    parts = attention_parts(net)
+    by_path = {layer_path(layer): layer for layer in leaves(net) if id(layer) not in parts}
+    by_path.update({layer_path(layer): layer for layer in leaves(net) if id(layer) in parts})
     modules: dict[str, tuple[Any, tuple[int, int, int] | None]] = {}
+    attention: dict[str, Any] = {}  # torch MultiheadAttention -> the Keras MultiHeadAttention
     entries = layout.by_torch()
     for a in layout.torch.torch:
         e = entries[a.name]
         kv = next(v for v in layout.keras.keras if v.path == e.targets[0])
-        modules.setdefault(a.module, (by_path[kv.layer], e.chw))
+        layer = by_path[kv.layer]
+        if id(layer) in parts:  # the whole attention is the unit (its output projection inside)
+            mha, place = parts[id(layer)]
+            if place == 0:
+                attention.setdefault(a.module, mha)
+            continue
+        modules.setdefault(a.module, (layer, e.chw))
     chains = {m: _padding_chain(layer) for m, (layer, _) in modules.items()}
     _record_intermediates(net, feed, modules, chains, out)
     for module, (_, chw) in modules.items():
@@ -106,7 +116,8 @@ def probe_layers(
             for op in chains[module]:  # the padding before a 'valid' conv is part of it
                 v = op(v)
             out[f"fed/{module}"] = _to_torch_layout(np.asarray(v))
-    _record_activations(by_path, out)
+    _record_attention(net, feed, attention, torch_side, out)
+    _record_activations({p: la for p, la in by_path.items() if id(la) not in parts}, out)
     _record_batchnorms_fed(layout, named, modules, chains, torch_side, out)
     out["output/eval"] = np.asarray(net(feed, training=False), np.float64)
     ys = tf.constant(y)
@@ -133,6 +144,46 @@ def probe_layers(
     for name, g in canonical(PairConversion(layout), present).items():
         out[f"grad/{name}"] = g
     return out
+
+
+def _record_attention(
+    net: Any,
+    feed: Any,
+    attention: dict[str, Any],
+    torch_side: dict[str, np.ndarray],
+    out: dict[str, np.ndarray],
+) -> None:
+    """probe_layers' ``kin/``, ``kout/`` and ``fed/`` of each MultiHeadAttention paired with a
+    torch MultiheadAttention: its query and output in the Keras forward (its own ``call`` wrapped
+    on this instance for that forward), and its output fed the torch module's input as query,
+    key and value, with the mask the Keras forward gave it."""
+    calls: dict[str, tuple[Any, dict[str, Any], Any]] = {}
+
+    def wrap(module: str, mha: Any) -> Any:
+        def call(query: Any, value: Any, key: Any = None, **kwargs: Any) -> Any:
+            result = type(mha).call(mha, query, value, key, **kwargs)
+            calls.setdefault(module, (query, kwargs, result))
+            return result
+
+        return call
+
+    for module, mha in attention.items():
+        mha.call = wrap(module, mha)
+    try:
+        net(feed, training=False)
+    finally:
+        for mha in attention.values():
+            del mha.call  # the class's own again
+    for module, mha in attention.items():
+        if module not in calls:
+            continue
+        query, kwargs, result = calls[module]
+        out[f"kin/{module}"] = np.asarray(query, np.float64)
+        out[f"kout/{module}"] = np.asarray(result[0] if isinstance(result, tuple) else result)
+        x = torch_side.get(f"in/{module}")
+        if x is not None:
+            mask = {k: kwargs[k] for k in ("attention_mask", "use_causal_mask") if k in kwargs}
+            out[f"fed/{module}"] = np.asarray(mha(x, x, **mask), np.float64)
 
 
 def _record_intermediates(

@@ -17,6 +17,46 @@ from dualtrain.spec import Experiment, Loss
 from .pair import build_module, load_pair
 
 
+def _attention_hook(
+    name: str, tag: str, out: dict[str, np.ndarray]
+) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
+    """An nn.MultiheadAttention's first self-attention call, as torch computes it: its input
+    (``in/``), output (``out/``), the attention mask it was given (``mask/``, True = masked), its
+    packed projection x W^T + b (``proj/``: what a port's Dense of 3 x width makes) and the heads'
+    context before out_proj (``in/NAME.out_proj``; ``out/NAME.out_proj`` is the output). Its
+    functional forward calls no module: these are computed here, with torch's own ops, from its
+    weights."""
+
+    def record(m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        assert isinstance(m, nn.MultiheadAttention)
+        x = args[0] if args else kwargs.get("query")
+        if f"{tag}in/{name}" in out or not isinstance(x, torch.Tensor):
+            return
+        mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+        with torch.no_grad():
+            proj = nn.functional.linear(x, m.in_proj_weight, m.in_proj_bias)
+            n, t, e = proj.shape[0], proj.shape[1], m.embed_dim
+            q, k, v = (
+                a.reshape(n, t, m.num_heads, e // m.num_heads).transpose(1, 2)
+                for a in proj.split(e, dim=-1)
+            )
+            keep = None
+            if mask is not None:  # torch's polarity: True (or -inf) = masked
+                keep = ~mask if mask.dtype == torch.bool else mask
+            ctx = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            ctx = ctx.transpose(1, 2).reshape(n, t, e)
+        y = result[0] if isinstance(result, tuple) else result
+        out[f"{tag}in/{name}"] = x.detach().numpy().copy()
+        out[f"{tag}out/{name}"] = y.detach().numpy().copy()
+        out[f"{tag}proj/{name}"] = proj.numpy().copy()
+        out[f"{tag}in/{name}.out_proj"] = ctx.numpy().copy()
+        out[f"{tag}out/{name}.out_proj"] = out[f"{tag}out/{name}"]
+        if mask is not None:
+            out[f"{tag}mask/{name}"] = mask.detach().numpy().copy()
+
+    return record
+
+
 def probe_layers(
     spec: Experiment, weights: dict[str, np.ndarray], inputs: list[np.ndarray], y: np.ndarray
 ) -> dict[str, np.ndarray]:
@@ -43,6 +83,11 @@ def probe_layers(
             return record
 
         handles = [m.register_forward_hook(hook(n)) for n, m in leaves]
+        handles += [
+            m.register_forward_hook(_attention_hook(n, tag, out), with_kwargs=True)
+            for n, m in module.named_modules()
+            if isinstance(m, nn.MultiheadAttention)
+        ]
         try:
             return module(*xs)
         finally:

@@ -48,7 +48,11 @@ def weighted_layers(layout: Layout) -> list[tuple[str, str, str]]:
     for a in layout.torch.torch:
         if out and out[-1][0] == a.module:
             continue
-        out.append((a.module, keras[entries[a.name].targets[0]].layer, a.kind))
+        v = keras[entries[a.name].targets[0]]
+        # a MultiHeadAttention's projections: the attention layer is the unit
+        out.append(
+            (a.module, v.layer.rsplit("/", 1)[0] if v.kind == "attention" else v.layer, a.kind)
+        )
     return out
 
 
@@ -61,11 +65,15 @@ def compare_layer(
     still: list[str],
 ) -> Row:
     """The row of one weighted layer (``still``: the parameters whose gradient is judged apart)."""
+    fed, made = k.get(f"fed/{module}"), t.get(f"out/{module}")
+    proj = t.get(f"proj/{module}")  # an attention's packed projection, against a port's Dense
+    if proj is not None and fed is not None and fed.shape == proj.shape:
+        made = proj
     row = Row(
         module,
         layer,
         rel(k.get(f"kin/{module}"), t.get(f"in/{module}")),
-        rel(k.get(f"fed/{module}"), t.get(f"out/{module}")),
+        rel(fed, made),
         _worst(layout, module, True, "grad/", "grad/", t, k, skip=still),
         rel(k.get(f"tfed/{module}"), t.get(f"tout/{module}")),
         _worst(layout, module, False, "fedrun/", "running/", t, k),

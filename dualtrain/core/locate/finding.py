@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.locate.attention import attention_mistake
 from dualtrain.core.locate.compare import TOL, Row, compare_layer, no_gradient, rel, weighted_layers
 from dualtrain.core.locate.mistakes import (
     activation_mistake,
@@ -134,7 +135,11 @@ def _layer_finding(
     output; its training-mode output; its running statistics), or None."""
     where = f"torch {module!r} / Keras {layer!r}"
     if row.input is not None and row.input > TOL and prev_out_ok:
-        mistake = flatten_mistake(layout, module, t, k) or activation_mistake(t, k)
+        mistake = (
+            _attention(layout, module, t, k, weights, inside=True)
+            or flatten_mistake(layout, module, t, k)
+            or activation_mistake(t, k)
+        )
         return Finding(
             where,
             "input",
@@ -146,7 +151,9 @@ def _layer_finding(
             rows,
         )
     if row.own is not None and row.own > TOL:
-        mistake = layer_mistake(layout, module, layer, kind, t, k, weights)
+        mistake = _attention(layout, module, t, k, weights) or layer_mistake(
+            layout, module, layer, kind, t, k, weights
+        )
         return Finding(
             where,
             "output",
@@ -179,6 +186,32 @@ def _layer_finding(
             rows,
         )
     return None
+
+
+def _attention(
+    layout: Layout,
+    module: str,
+    t: dict[str, np.ndarray],
+    k: dict[str, np.ndarray],
+    weights: dict[str, np.ndarray],
+    *,
+    inside: bool = False,
+) -> str:
+    """An attention mistake (:mod:`.attention`): ``inside``, in what reaches an attention's
+    output projection (the heads' context a hand-written port computes); else in what a Keras
+    MultiHeadAttention fed torch's input makes."""
+    mha = module.removesuffix(".out_proj") if inside else module
+    heads = next((a.heads for a in layout.torch.torch if a.module == mha and a.heads), None)
+    if (inside and mha == module) or heads is None:
+        return ""
+    proj, mask = t.get(f"proj/{mha}"), t.get(f"mask/{mha}")
+    if inside:
+        return attention_mistake(k.get(f"kin/{module}"), proj, heads, mask)
+    fed, out = k.get(f"fed/{module}"), t.get(f"out/{module}")
+    if fed is None or out is None or fed.shape != out.shape:
+        return ""
+    w, b = weights.get(f"{mha}.out_proj.weight"), weights.get(f"{mha}.out_proj.bias")
+    return attention_mistake(fed, proj, heads, mask, w, b)
 
 
 def _output_finding(

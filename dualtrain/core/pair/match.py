@@ -120,6 +120,16 @@ def _kinds_pair(t: str, k: str) -> bool:
 
 def _describe_mismatch(arrays: list[TorchArray], variables: list[KerasVar]) -> str:
     """The classic reason two paired layers hold different arrays, when it is one."""
+    t_norm = arrays[0].cls == "LayerNorm"
+    k_norm = variables[0].cls == "LayerNormalization"
+    if t_norm != k_norm and {arrays[0].kind, variables[0].kind} & {"attention", "dense"}:
+        first, then = ("torch", "Keras") if t_norm else ("Keras", "torch")
+        return (
+            f" (a LayerNorm on the {first} side where the {then} side has its next sublayer: "
+            f"pre-LN against post-LN? nn.TransformerEncoderLayer(norm_first=True) computes "
+            f"x + attn(norm1(x)) and x + ff(norm2(x)), norm_first=False norm1(x + attn(x)) and "
+            f"norm2(x + ff(x)): write both sides' blocks in the same order)"
+        )
     t_bias = any(a.name.endswith(".bias") for a in arrays)
     k_bias = any(v.role == "bias" for v in variables)
     if arrays[0].kind == variables[0].kind and t_bias != k_bias:

@@ -1,0 +1,45 @@
+"""The locator's attention mistakes (dualtrain.core.locate.attention), framework-free: each mistaken
+attention, computed from a packed projection, is named as that mistake and no other; torch's own
+attention is no mistake, and one that is off in another way is named as none."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dualtrain.core.locate.attention import attention_mistake, context
+
+RNG = np.random.default_rng(0)
+N, T, E, H = 2, 5, 12, 3
+PROJ = RNG.normal(size=(N, T, 3 * E))
+CAUSAL = np.triu(np.ones((T, T), bool), 1)  # torch's polarity: True = masked
+
+#: (the mistaken attention's arguments, the start of its name)
+MISTAKES = {
+    "qkv order": ({"order": (1, 0, 2)}, "q, k, v taken from the packed projection in another"),
+    "heads (D, H)": ({"dh": True}, "the heads split in the other order"),
+    "heads (D, H), merged (H, D)": ({"dh": True, "merge_dh": False}, "the heads split in the"),
+    "softmax axis": ({"axis": -2}, "softmax over the wrong axis"),
+    "scale twice": ({"scale": 1.0 / (E // H)}, "the scale applied twice"),
+    "no scale": ({"scale": 1.0}, "the scale not applied"),
+    "mask polarity": ({"polarity": "inverted"}, "the attention mask with the other polarity"),
+    "mask left out": ({"polarity": "none"}, "the attention mask left out"),
+}
+
+
+@pytest.mark.parametrize("name", MISTAKES)
+def test_each_mistake_is_named(name):
+    kwargs, expected = MISTAKES[name]
+    observed = context(PROJ, H, CAUSAL, **kwargs)
+    assert attention_mistake(observed, PROJ, H, CAUSAL).startswith(expected)
+    # through the output projection too (a Keras MultiHeadAttention fed torch's input)
+    w, b = RNG.normal(size=(E, E)), RNG.normal(size=E)
+    assert attention_mistake(observed @ w.T + b, PROJ, H, CAUSAL, w, b).startswith(expected)
+
+
+def test_torchs_attention_and_other_differences_are_no_named_mistake():
+    faithful = context(PROJ, H, CAUSAL)
+    assert attention_mistake(faithful, PROJ, H, CAUSAL) == ""
+    assert attention_mistake(faithful * (1 + 1e-6), PROJ, H, CAUSAL) == ""  # off another way
+    # without a mask, no mask mistake is offered
+    assert attention_mistake(context(PROJ, H, None), PROJ, H, None) == ""
