@@ -31,6 +31,7 @@ from typing import Any, Union
 from dualtrain.api import inmemory
 from dualtrain.api.overrides import merge_override, to_plain
 from dualtrain.api.results import CompareResult, RunResult, build_run_result, finished_line
+from dualtrain.audit.record import is_recorded
 from dualtrain.backends import parse_backend
 from dualtrain.driver.compare import check_reference, compare_backends, default_out
 from dualtrain.driver.runs import resume_run, start_run
@@ -328,6 +329,11 @@ def _compare_dirs_report(
     run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None, out: PathLike | None
 ) -> tuple[Comparison, Path]:
     """``dualtrain compare A B``: compare finished runs and write the report."""
+    if is_recorded(run_a) or is_recorded(run_b):
+        raise UserError(
+            "audit records (dualtrain.audit) are compared by dualtrain.audit.compare_recorded "
+            f"(or `dualtrain compare A B`). Received: {str(run_a)!r} and {str(run_b)!r}"
+        )
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
     cmp = compare_dirs(run_a, run_b, reference_runs)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import dualtrain
 import dualtrain.audit as audit
 from dualtrain.audit.identity import row_digests
 from dualtrain.audit.read import read_recorded
@@ -187,3 +188,9 @@ def test_on_cuda_the_digests_are_numpys_and_a_gradscaler_skip_is_recorded(tmp_pa
     assert run.replicas[(1, 0)]["pattern"] == row_digests(xs[0].numpy())[1]
     assert [s["skipped"] for s in run.steps] == [False, True, False, False]
     assert [s["loss_scale"] for s in run.steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
+
+
+def test_the_python_api_points_audit_records_to_their_compare(tmp_path):
+    _train(tmp_path / "a")
+    with pytest.raises(UserError, match="dualtrain.audit.compare_recorded"):
+        dualtrain.compare(tmp_path / "a", tmp_path / "a")
