@@ -97,6 +97,16 @@ LOCATED = {
         "the attention mask with the other polarity",
     ),
 }
+TORCH = "model.torch=transformer_torch:"
+#: the same mistakes made on the torch side (a Keras model written again in torch)
+LOCATED_TORCH = {
+    "keras_eps": ("'blocks.0.norm1'", "output", "LayerNorm eps (torch eps=0.001, Keras"),
+    "gelu_tanh": (
+        "'blocks.0.linear2'",
+        "input",
+        "approximate vs exact gelu (torch uses gelu (tanh",
+    ),
+}
 #: the default suite keeps one finding inside a hand-written attention and one in Keras's own
 FAST = ("qkv_order", "mask_polarity")
 
@@ -108,6 +118,15 @@ def test_locator_names_each_transformer_mistake_at_its_layer(name):
     sets, layer, what, mistake = LOCATED[name]
     finding = _diff_models(*TINY[1:], f"{KERAS}{name}", *sets, config=TRANSFORMER)
     print(finding["where"], finding["what"], finding["mistake"])
+    assert layer in finding["where"] and finding["what"] == what
+    assert finding["mistake"].startswith(mistake), finding["mistake"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LOCATED_TORCH)
+def test_locator_names_a_torch_side_mistake(name):
+    layer, what, mistake = LOCATED_TORCH[name]
+    finding = _diff_models(*TINY[1:], f"{TORCH}{name}", config=TRANSFORMER)
     assert layer in finding["where"] and finding["what"] == what
     assert finding["mistake"].startswith(mistake), finding["mistake"]
 
@@ -127,16 +146,18 @@ def test_locator_finds_nothing_in_the_faithful_transformer_ports(sets):
 #: the mistakes that change the layers' shapes or order: the map refuses them before launch, in
 #: one line that names the fix
 REFUSED = {
-    "key_dim_width": "its key_dim is 32, the model width, where torch's head_dim is 32 / 4 = 8; "
-    "give MultiHeadAttention(num_heads=4, key_dim=8)",
-    "post_ln": "(a LayerNorm on the torch side where the Keras side has its next sublayer: "
-    "pre-LN against post-LN?",
+    f"{KERAS}key_dim_width": "its key_dim is 32, the model width, where torch's head_dim is 32 / "
+    "4 = 8; give MultiHeadAttention(num_heads=4, key_dim=8)",
+    f"{KERAS}post_ln": "(a LayerNorm on the torch side where the Keras side has its next "
+    "sublayer: pre-LN against post-LN?",
+    f"{TORCH}post_ln": "(a LayerNorm on the Keras side where the torch side has its next "
+    "sublayer: pre-LN against post-LN?",
 }
 
 
 @pytest.mark.parametrize("name", REFUSED)
 def test_a_port_with_other_shapes_or_order_is_refused_naming_it(name):
-    sets = [a for s in (*TINY, f"{KERAS}{name}") for a in ("--set", s)]
+    sets = [a for s in (*TINY, name) for a in ("--set", s)]
     proc = run_cli("diff-models", "--config", TRANSFORMER, *sets, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("dualtrain: error:")]

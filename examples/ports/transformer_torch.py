@@ -17,7 +17,18 @@ from torch import nn
 
 class PatchTransformer(nn.Module):
     def __init__(
-        self, width, heads, depth, classes, side, patch, mlp, causal, norm_first, approximate
+        self,
+        width,
+        heads,
+        depth,
+        classes,
+        side,
+        patch,
+        mlp,
+        causal,
+        norm_first,
+        approximate,
+        eps=1e-5,
     ):
         super().__init__()
         tokens = (side // patch) ** 2
@@ -32,6 +43,7 @@ class PatchTransformer(nn.Module):
                 activation=nn.GELU(approximate=approximate),
                 batch_first=True,
                 norm_first=norm_first,
+                layer_norm_eps=eps,
             )
             for _ in range(depth)
         )
@@ -63,3 +75,25 @@ def transformer(
     return PatchTransformer(
         width, heads, depth, classes, side, patch, mlp, causal, norm_first, approximate
     )
+
+
+def _mistake(what, doc):
+    def factory(**kw):
+        return PatchTransformer(**_settings(kw, what))
+
+    factory.__doc__ = doc
+    return factory
+
+
+def _settings(kw, what):
+    """transformer()'s defaults, the model.args given, then the mistake's own settings."""
+    defaults = dict(width=32, heads=4, depth=1, classes=10, side=28, patch=7, mlp=2)
+    defaults.update(causal=False, norm_first=True, approximate="none")
+    return {**defaults, **kw, **what}
+
+
+# Ports made the other way round (a Keras model written again in torch): the mistake on the
+# torch side, paired with the faithful Keras port (--set model.torch=transformer_torch:<factory>)
+keras_eps = _mistake({"eps": 1e-3}, "Keras's LayerNormalization epsilon (1e-3) copied over.")
+gelu_tanh = _mistake({"approximate": "tanh"}, "nn.GELU(approximate='tanh') against exact.")
+post_ln = _mistake({"norm_first": False}, "post-LN blocks (norm_first=False) against pre-LN.")
