@@ -1,5 +1,6 @@
 """The Keras recorder's one-line errors for a recorder used wrongly (in a child process: a model
-under no strategy, two recorders, steps_per_execution), and its row digests against NumPy's."""
+under no strategy, two recorders, steps_per_execution), its row digests against NumPy's, and a
+LossScaleOptimizer's skipped step."""
 
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ m.fit(data, callbacks=[rec], verbose=0)
 rows = [json.loads(line) for line in open(OUT + "/d/replicas.jsonl")]
 exact, pattern = row_digests(x[4:])
 print("digests", rows[1]["exact"] == exact, rows[1]["pattern"] == pattern)
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    calls = tf.Variable(0, trainable=False)
+    def loss(y, p):  # an overflow at the second step
+        calls.assign_add(1)
+        return tf.reduce_mean((y - p) ** 2) * tf.where(calls == 2, np.inf, 1.0)
+    m.compile(optimizer=keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1)), loss=loss)
+rec = audit.keras_recorder(OUT + "/e", model=m)
+x = np.ones((16, 3), "float32")
+m.fit(x, x[:, :2], batch_size=4, callbacks=[rec], verbose=0, shuffle=False)
+steps = [json.loads(line) for line in open(OUT + "/e/metrics.jsonl")]
+print("scale", [s["loss_scale"] for s in steps], [s["skipped"] for s in steps])
 """
 
 
@@ -60,3 +73,5 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     assert "steps_per_execution=1" in lines[2]
     assert not (tmp_path / "a").exists()  # refused before writing
     assert "digests True True" in proc.stdout, proc.stdout  # Keras's digests are NumPy's
+    # a LossScaleOptimizer's skip: the scale halves, the optimizer's iterations stay
+    assert "scale [32768.0, 32768.0, 16384.0, 16384.0] [False, True, False, False]" in proc.stdout
