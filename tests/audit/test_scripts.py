@@ -34,6 +34,7 @@ def test_the_ddp_script_recorded_twice_passes(torch_run, tmp_path):
     assert rows[0]["indices"][:2] != rows[1]["indices"][:2]  # the DistributedSampler's
 
 
+@pytest.mark.slow  # the Keras recorder's default test is test_keras_errors.py (one process)
 def test_the_keras_script_recorded_twice_passes(keras_run, tmp_path):
     again = record("keras_mnist.py", tmp_path / "again")
     cmp, found = names(keras_run, again, tmp_path)
