@@ -164,7 +164,10 @@ def _conventions(
         tv, kv = C.torch_option(t, tname), k.get(kname)
         if not C.same_value(tv, kv):
             out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
-    if t["type"] in ("Adam", "SGD", "RMSprop", "Adagrad") and (t.get("weight_decay") or 0) > 0:
+    if (
+        t["type"] in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta")
+        and (t.get("weight_decay") or 0) > 0
+    ):
         out.append(
             f"weight decay: torch {t['type']}'s weight_decay={t['weight_decay']} is an L2 term "
             f"in the gradient; Keras's weight_decay is decoupled (AdamW-style)"

@@ -114,11 +114,18 @@ CORRECTED_PLANTS = [
     ("torch", ("--interleave",), "DistributedSampler interleaving vs tf.data auto-shard"),
     ("torch", ("--sum-replicas",), "per-replica loss reduction (local mean vs global batch)"),
     ("keras", ("--epsilon", "1e-7"), "optimizer conventions (momentum, epsilon, weight decay)"),
+    (
+        "torch",
+        ("--weight-decay", "1e-4"),
+        "optimizer conventions (momentum, epsilon, weight decay)",
+    ),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("side,flags,name", CORRECTED_PLANTS, ids=[n for *_, n in CORRECTED_PLANTS])
+@pytest.mark.parametrize(
+    "side,flags,name", CORRECTED_PLANTS, ids=[f"{s}{f[0]}" for s, f, _ in CORRECTED_PLANTS]
+)
 def test_a_difference_planted_in_the_corrected_pair_is_named(
     corrected, tmp_path, side, flags, name
 ):

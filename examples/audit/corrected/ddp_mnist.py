@@ -95,7 +95,7 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
     sampler = BlockSampler(len(dataset), args.batch_size, rank, world, args.seed, args.interleave)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
     model = DDP(Net(args.batchnorm))
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
     scaler = torch.amp.GradScaler("cpu", init_scale=args.init_scale) if args.amp else None
     rec = dualtrain.audit.torch_recorder(  # AUDIT
@@ -154,6 +154,7 @@ def main() -> None:
     p.add_argument("--batchnorm", type=float, default=None, help="BatchNorm2d momentum")
     p.add_argument("--interleave", action="store_true", help="split a batch as DistributedSampler")
     p.add_argument("--sum-replicas", action="store_true", help="sum the replicas' gradients")
+    p.add_argument("--weight-decay", type=float, default=0.0, help="Adadelta's (an L2 term)")
     args = p.parse_args()
     if "RANK" in os.environ:  # torchrun
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
