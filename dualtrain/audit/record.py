@@ -166,7 +166,7 @@ def _metrics_rows(steps: list[dict[str, Any]], replicas: list[dict[str, Any]]) -
         rows = by_step.get(s["step"], [])
         n = sum(r["count"] for r in rows)
         known = n and all(r["loss"] is not None for r in rows)
-        loss = sum(r["loss"] * r["count"] for r in rows) / n if known else float("nan")
+        loss = sum(float(r["loss"]) * r["count"] for r in rows) / n if known else float("nan")
         out.append({"kind": "train", **s, "loss": loss, "samples": n})
     return out
 
