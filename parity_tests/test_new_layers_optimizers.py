@@ -85,11 +85,13 @@ CASES = {
     ),
     # tokens (issue 33): patches, a learned position embedding, pre-LN blocks of self-attention
     # (torch's nn.MultiheadAttention parameters) and an MLP on (T, D) tokens, dropout on tokens,
-    # the first token or the mean
+    # the first token or the mean; silu (added with the layer declarations: one Kind, one entry
+    # per backend)
     "tokens-w2": (
         "model.preset=null",
         f"model.layers=[{{type: patches, size: 7, dim: 16}}, {{type: position}}, {BLOCK}, "
-        "{type: layernorm}, {type: token_pool, pool: first}, {type: dense, units: 10}]",
+        "{type: layernorm}, {type: token_pool, pool: first}, {type: silu}, "
+        "{type: dense, units: 10}]",
         "optimizer.name=adamw",
         "optimizer.lr=0.003",
         "distribution.world_size=2",

@@ -287,6 +287,7 @@ KINDS: dict[LayerType, Kind] = {
     LayerType.RELU: Kind({}, _same),
     LayerType.TANH: Kind({}, _same),
     LayerType.SIGMOID: Kind({}, _same),
+    LayerType.SILU: Kind({}, _same),
     LayerType.GELU: Kind({"approximate": Approximate.NONE}, _same),
     LayerType.DROPOUT: Kind({"rate": REQUIRED}, _same),
     LayerType.BATCHNORM: Kind({"momentum": 0.1, "eps": 1e-5, "sync": False}, _batchnorm),

@@ -19,7 +19,7 @@ class LayerSpec:
 
     type: LayerType
     """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid,
-    gelu, dropout, batchnorm, layernorm, patches, position, attention, token_pool, embedding,
+    silu, gelu, dropout, batchnorm, layernorm, patches, position, attention, token_pool, embedding,
     residual."""
     units: int | None = None
     """dense: output features (on tokens (T, D): per token, D -> units)."""

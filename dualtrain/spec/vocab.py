@@ -83,6 +83,7 @@ ALIASES: dict[str, dict[str, str]] = {
         "position_embedding": "position",
         "positional_embedding": "position",
         "tokenpool": "token_pool",
+        "swish": "silu",
     },
     "TokenPool": {"cls": "first", "average": "mean"},
     "ScheduleName": {
@@ -178,6 +179,7 @@ class LayerType(StrEnum):
     RELU = "relu"
     TANH = "tanh"
     SIGMOID = "sigmoid"
+    SILU = "silu"
     GELU = "gelu"
     DROPOUT = "dropout"
     BATCHNORM = "batchnorm"

@@ -194,6 +194,14 @@ class Dense(keras.layers.Dense):
         return x
 
 
+def silu(x: tf.Tensor) -> tf.Tensor:
+    """x * sigmoid(x), in float32 for float16 and bfloat16 inputs and rounded once (torch's
+    opmath); tf.nn.silu rounds the sigmoid and the product separately."""
+    wide = tf.float32 if x.dtype in (tf.float16, tf.bfloat16) else x.dtype
+    w = tf.cast(x, wide)
+    return tf.cast(w * tf.sigmoid(w), x.dtype)
+
+
 def tanh_gelu(x: tf.Tensor) -> tf.Tensor:
     """gelu's tanh form as torch's kernel computes it: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x +
     0.044715 * x^3))), the constants in the compute dtype (tf.nn.gelu's own tanh form casts

@@ -23,6 +23,7 @@ from dualtrain.backends.tf.layers import (
     HashDropout,
     conv2d,
     gelu_layer,
+    silu,
 )
 from dualtrain.core.model import (
     ResolvedLayer,
@@ -305,6 +306,11 @@ LAYERS = {
     LayerType.RELU: lambda b, r, name, x: keras.layers.ReLU(name=name, dtype=b.dtype())(x),
     LayerType.TANH: _activation("tanh"),
     LayerType.SIGMOID: _activation("sigmoid"),
+    # x * sigmoid(x) computed in float32 for fp16/bf16 and rounded once, as torch's kernel;
+    # Keras's own silu in the export
+    LayerType.SILU: lambda b, r, name, x: keras.layers.Activation(
+        "silu" if b.inference else silu, name=name, dtype=b.dtype()
+    )(x),
     LayerType.GELU: gelu_layer,
     LayerType.DROPOUT: _dropout,
     LayerType.BATCHNORM: _batchnorm,

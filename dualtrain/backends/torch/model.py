@@ -117,6 +117,7 @@ LAYERS: dict[LayerType, TorchLayer] = {
     LayerType.RELU: _activation(nn.ReLU),
     LayerType.TANH: _activation(nn.Tanh),
     LayerType.SIGMOID: _activation(nn.Sigmoid),
+    LayerType.SILU: _activation(nn.SiLU),
     LayerType.GELU: TorchLayer(
         lambda r, seed: nn.GELU(approximate=r.spec.approximate.value),
         lambda r, indent: f'nn.GELU(approximate="{r.spec.approximate.value}")',
