@@ -114,7 +114,10 @@ def transformer(
             x, width, heads, mlp, f"block{i}", eps, approximate == "tanh", norm_first, mistake, mask
         )
     x = layers.LayerNormalization(epsilon=1e-5, name="norm")(x)
-    x = layers.GlobalAveragePooling1D(name="mean")(x)
+    if mistake == "first_token":  # a ViT's class-token habit, where torch averages the tokens
+        x = layers.Lambda(lambda t: t[:, 0], name="mean")(x)
+    else:
+        x = layers.GlobalAveragePooling1D(name="mean")(x)
     x = layers.Dense(classes, name="head")(x)
     return keras.Model(inp, x, name="transformer")
 
@@ -140,6 +143,7 @@ qkv_order = _mistake({"mistake": "qkv_order"}, "the packed projection split as k
 heads_dh = _mistake({"mistake": "heads_dh"}, "heads split as (head_dim, heads).")
 softmax_axis = _mistake({"mistake": "softmax_axis"}, "softmax over the queries.")
 scale_twice = _mistake({"mistake": "scale_twice"}, "scores scaled by 1/head_dim.")
+first_token = _mistake({"mistake": "first_token"}, "the first token, where torch averages them.")
 scale_none = _mistake({"mistake": "scale_none"}, "scores not scaled.")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dualtrain.core.locate.attention import attention_mistake, context
+from dualtrain.core.locate.attention import attention_mistake, context, pool_mistake
 
 RNG = np.random.default_rng(0)
 N, T, E, H = 2, 5, 12, 3
@@ -43,3 +43,13 @@ def test_torchs_attention_and_other_differences_are_no_named_mistake():
     assert attention_mistake(faithful * (1 + 1e-6), PROJ, H, CAUSAL) == ""  # off another way
     # without a mask, no mask mistake is offered
     assert attention_mistake(context(PROJ, H, None), PROJ, H, None) == ""
+
+
+def test_tokens_pooled_another_way_are_named():
+    tokens = RNG.normal(size=(N, T, E))
+    t = {"out/norm": tokens, "in/head": tokens.mean(axis=1)}
+    got = pool_mistake(t, "head", tokens[:, 0])
+    assert got.startswith("the tokens pooled another way (torch takes the mean over the tokens")
+    assert "Keras the first token" in got
+    assert pool_mistake(t, "head", tokens.mean(axis=1)) == ""  # pooled alike
+    assert pool_mistake(t, "head", tokens[:, 0] + 1.0) == ""  # no pooling makes it

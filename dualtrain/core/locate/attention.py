@@ -4,7 +4,8 @@ x W^T + b, its mask), once as torch computes it and once per mistake, and each c
 the Keras side made (the heads' context before the output projection, or the attention's output
 after it). The one the Keras side matches to float64 rounding is the finding: q/k/v taken from the
 packed projection in another order, the heads split (head_dim, heads), the scale applied twice or
-not at all, the softmax over the queries, the mask with the other polarity or left out.
+not at all, the softmax over the queries, the mask with the other polarity or left out; and the
+tokens pooled another way (the first token where torch averages them).
 """
 
 from __future__ import annotations
@@ -147,3 +148,33 @@ def attention_mistake(
 def _fits(a: np.ndarray, b: np.ndarray) -> bool:
     r = rel(a, b)
     return r is not None and r <= TOL
+
+
+#: how a port may pool the tokens (N, T, E) -> (N, E), against torch's
+POOLS = {
+    "the mean over the tokens": lambda a: a.mean(axis=1),
+    "the first token": lambda a: a[:, 0],
+    "the last token": lambda a: a[:, -1],
+    "the max over the tokens": lambda a: a.max(axis=1),
+    "the sum over the tokens": lambda a: a.sum(axis=1),
+}
+
+
+def pool_mistake(t: dict[str, np.ndarray], module: str, observed: np.ndarray | None) -> str:
+    """A layer fed pooled tokens: which pooling of torch's tokens (a module output of shape
+    (N, T, E)) makes torch's input and which the Keras side's (``observed``), when they differ."""
+    x = t.get(f"in/{module}")
+    if observed is None or x is None or x.ndim != 2:
+        return ""
+    for key, tokens in t.items():
+        if not key.startswith("out/") or tokens.ndim != 3 or tokens.shape[::2] != x.shape:
+            continue
+        made = {name: f(tokens) for name, f in POOLS.items()}
+        torch_pool = next((n for n, a in made.items() if _fits(x, a)), None)
+        keras_pool = next((n for n, a in made.items() if _fits(observed, a)), None)
+        if torch_pool and keras_pool and torch_pool != keras_pool:
+            return (
+                f"the tokens pooled another way (torch takes {torch_pool} of the output of "
+                f"{key[4:]!r}, Keras {keras_pool}: pool the same way on both sides)"
+            )
+    return ""

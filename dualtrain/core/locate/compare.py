@@ -102,13 +102,32 @@ def _worst(
     return max(present) if present else None
 
 
+#: the parts of an array split across several Keras variables (torch's packed in_proj)
+PARTS = ("query", "key", "value")
+
+
+def gradient(side: dict, name: str) -> np.ndarray | None:
+    """A recorded gradient by name, or one part of it (``in_proj_bias[key]``: its key third)."""
+    base, _, part = name.partition("[")
+    g = side.get(f"grad/{base}")
+    if g is None or not part:
+        return g
+    return np.split(g, len(PARTS))[PARTS.index(part.rstrip("]"))]
+
+
+def _norm(a: np.ndarray | None) -> float:
+    return 0.0 if a is None else float(np.linalg.norm(a))
+
+
 def no_gradient(layout: Layout, t: dict, k: dict) -> list[str]:
-    """Trainable arrays whose gradient is rounding noise (under 1e-12 of the largest) on both
-    sides."""
-    norms = {
-        a.name: (np.linalg.norm(t[f"grad/{a.name}"]), np.linalg.norm(k[f"grad/{a.name}"]))
-        for a in layout.torch.torch
-        if a.trainable and f"grad/{a.name}" in t and f"grad/{a.name}" in k
-    }
+    """Trainable arrays, or parts of a packed one (the key projection's bias has no gradient in
+    exact arithmetic: a softmax does not change when every score of a query moves alike), whose
+    gradient is rounding noise (under 1e-12 of the largest) on both sides."""
+    split = {a.name for a in layout.torch.torch if a.name.endswith("in_proj_bias")}
+    names = []
+    for a in layout.torch.torch:
+        if a.trainable and f"grad/{a.name}" in t and f"grad/{a.name}" in k:
+            names += [a.name] + ([f"{a.name}[{p}]" for p in PARTS] if a.name in split else [])
+    norms = {n: (_norm(gradient(t, n)), _norm(gradient(k, n))) for n in names}
     top = max((max(v) for v in norms.values()), default=0.0)
     return [n for n, (a, b) in norms.items() if top > 0 and max(a, b) < 1e-12 * top]
