@@ -98,6 +98,12 @@ LOCATED = {
         "output",
         "the attention mask with the other polarity",
     ),
+    "mask_missing": (
+        ("model.args.causal=true",),
+        "'blocks.0.self_attn'",
+        "output",
+        "the attention mask left out on the Keras side",
+    ),
 }
 TORCH = "model.torch=transformer_torch:"
 #: the same mistakes made on the torch side (a Keras model written again in torch)

@@ -144,6 +144,7 @@ heads_dh = _mistake({"mistake": "heads_dh"}, "heads split as (head_dim, heads)."
 softmax_axis = _mistake({"mistake": "softmax_axis"}, "softmax over the queries.")
 scale_twice = _mistake({"mistake": "scale_twice"}, "scores scaled by 1/head_dim.")
 first_token = _mistake({"mistake": "first_token"}, "the first token, where torch averages them.")
+mask_missing = _mistake({"causal": False}, "no attention mask where torch's is causal.")
 scale_none = _mistake({"mistake": "scale_none"}, "scores not scaled.")
 
 

@@ -76,7 +76,12 @@ def _mistakes(heads: int, has_mask: bool) -> list[tuple[str, dict]]:
                 "mask, or use_causal_mask=True for a causal one)",
                 {"polarity": "inverted"},
             ),
-            ("the attention mask left out on the Keras side", {"polarity": "none"}),
+            (
+                "the attention mask left out on the Keras side (torch's attention is masked: "
+                "give Keras's attention_mask the logical not of torch's mask, or "
+                "use_causal_mask=True for a causal one)",
+                {"polarity": "none"},
+            ),
         ]
     out += [
         (
