@@ -92,6 +92,8 @@ LOCATED = {
     "scale_twice": ((), "'blocks.0.self_attn.out_proj'", "input", "the scale applied twice"),
     "scale_none": ((), "'blocks.0.self_attn.out_proj'", "input", "the scale not applied"),
     "first_token": ((), "'head'", "input", "the tokens pooled another way (torch takes the mean"),
+    "scale_width": ((), "'blocks.0.self_attn.out_proj'", "input", "the scale 1/sqrt(width)"),
+    "no_residual": ((), "'blocks.0.norm2'", "input", "the residual connection left out"),
     "mask_polarity": (
         ("model.args.causal=true",),
         "'blocks.0.self_attn'",

@@ -59,7 +59,8 @@ def _attention(x, width, heads, name, mistake, mask):
         return ops.transpose(ops.reshape(t, (-1, t.shape[1], heads, d)), (0, 2, 1, 3))
 
     q, k, v = split_heads(q), split_heads(k), split_heads(v)
-    scale = {"scale_none": 1.0, "scale_twice": 1.0 / d}.get(mistake, 1.0 / math.sqrt(d))
+    scale = {"scale_none": 1.0, "scale_twice": 1.0 / d, "scale_width": 1.0 / math.sqrt(width)}
+    scale = scale.get(mistake, 1.0 / math.sqrt(d))
     scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2))) * scale
     weights = ops.softmax(scores, axis=-2 if mistake == "softmax_axis" else -1)
     out = ops.reshape(ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3)), (-1, x.shape[1], width))
@@ -75,6 +76,9 @@ def _block(x, width, heads, mlp, name, eps, approximate, norm_first, mistake, ma
         y = layers.Activation(tanh_gelu if approximate else "gelu", name=f"{name}_act")(y)
         return layers.Dense(width, name=f"{name}_linear2")(y)
 
+    if mistake == "no_residual":  # the attention's residual add left out
+        x = _attention(norm(1, x), width, heads, name, "keras", mask)
+        return layers.Add(name=f"{name}_add2")([x, ff(norm(2, x))])
     if norm_first:  # x + sa(norm1(x)); x + ff(norm2(x))
         x = layers.Add(name=f"{name}_add1")(
             [x, _attention(norm(1, x), width, heads, name, mistake, mask)]
@@ -145,6 +149,8 @@ softmax_axis = _mistake({"mistake": "softmax_axis"}, "softmax over the queries."
 scale_twice = _mistake({"mistake": "scale_twice"}, "scores scaled by 1/head_dim.")
 first_token = _mistake({"mistake": "first_token"}, "the first token, where torch averages them.")
 mask_missing = _mistake({"causal": False}, "no attention mask where torch's is causal.")
+scale_width = _mistake({"mistake": "scale_width"}, "scores scaled by 1/sqrt(width).")
+no_residual = _mistake({"mistake": "no_residual"}, "the attention's residual add left out.")
 scale_none = _mistake({"mistake": "scale_none"}, "scores not scaled.")
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dualtrain.core.locate.attention import attention_mistake, context, pool_mistake
+from dualtrain.core.locate.attention import (
+    attention_mistake,
+    context,
+    pool_mistake,
+    residual_mistake,
+)
 
 RNG = np.random.default_rng(0)
 N, T, E, H = 2, 5, 12, 3
@@ -22,6 +27,8 @@ MISTAKES = {
     "softmax axis": ({"axis": -2}, "softmax over the wrong axis"),
     "scale twice": ({"scale": 1.0 / (E // H)}, "the scale applied twice"),
     "no scale": ({"scale": 1.0}, "the scale not applied"),
+    "scale of the width": ({"scale": 1.0 / np.sqrt(E)}, "the scale 1/sqrt(width)"),
+    "heads merged (D, H)": ({"merge_dh": True}, "the heads merged back in the other order"),
     "mask polarity": ({"polarity": "inverted"}, "the attention mask with the other polarity"),
     "mask left out": ({"polarity": "none"}, "the attention mask left out"),
 }
@@ -53,3 +60,11 @@ def test_tokens_pooled_another_way_are_named():
     assert "Keras the first token" in got
     assert pool_mistake(t, "head", tokens.mean(axis=1)) == ""  # pooled alike
     assert pool_mistake(t, "head", tokens[:, 0] + 1.0) == ""  # no pooling makes it
+
+
+def test_a_residual_add_left_out_or_made_twice_is_named():
+    x, y = RNG.normal(size=(N, T, E)), RNG.normal(size=(N, T, E))
+    t = {"out/attn": y, "in/norm2": x + y}
+    assert residual_mistake(t, "norm2", y).startswith("the residual connection left out")
+    assert residual_mistake(t, "norm2", x + 2 * y).startswith("a residual add torch does not")
+    assert residual_mistake(t, "norm2", x + y) == "" and residual_mistake(t, "norm2", x) == ""

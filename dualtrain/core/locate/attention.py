@@ -99,7 +99,15 @@ def _mistakes(heads: int, has_mask: bool) -> list[tuple[str, dict]]:
             "the scale not applied (torch divides q k^T by sqrt(head_dim))",
             {"scale": 1.0},
         ),
+        (
+            "the scale 1/sqrt(width) where torch's is 1/sqrt(head_dim) (head_dim = width / heads)",
+            {"scale": "width"},
+        ),
         (f"the heads split in the other order (head_dim, heads) {d_hint}", {"dh": True}),
+        (
+            f"the heads merged back in the other order (head_dim, heads) {d_hint}",
+            {"dh": False, "merge_dh": True},
+        ),
         (
             f"the heads split in the other order (head_dim, heads) {d_hint}",
             {"dh": True, "merge_dh": False},
@@ -135,8 +143,8 @@ def attention_mistake(
     d = proj.shape[-1] // 3 // heads
 
     def made(kw: dict) -> np.ndarray:
-        if kw.get("scale") == "twice":
-            kw = {**kw, "scale": 1.0 / d}
+        if kw.get("scale") in ("twice", "width"):
+            kw = {**kw, "scale": 1.0 / d if kw["scale"] == "twice" else 1.0 / math.sqrt(d * heads)}
         ctx = context(proj, heads, mask, **kw)
         if out_weight is None:
             return ctx
@@ -181,5 +189,27 @@ def pool_mistake(t: dict[str, np.ndarray], module: str, observed: np.ndarray | N
             return (
                 f"the tokens pooled another way (torch takes {torch_pool} of the output of "
                 f"{key[4:]!r}, Keras {keras_pool}: pool the same way on both sides)"
+            )
+    return ""
+
+
+def residual_mistake(t: dict[str, np.ndarray], module: str, observed: np.ndarray | None) -> str:
+    """A layer whose Keras input is an earlier torch module's output alone where torch's is that
+    output plus the block's input (a residual add left out), or torch's input plus such an output
+    once more (an extra add)."""
+    x = t.get(f"in/{module}")
+    if observed is None or x is None:
+        return ""
+    outs = {k[4:]: v for k, v in t.items() if k.startswith("out/") and v.shape == x.shape}
+    for name, y in outs.items():
+        if _fits(observed, y) and not _fits(x, y):
+            return (
+                f"the residual connection left out (the Keras layer takes the output of "
+                f"{name!r} alone, torch that output plus the block's input: add the input back)"
+            )
+        if _fits(observed, x + y):
+            return (
+                f"a residual add torch does not make (the Keras layer takes torch's input plus "
+                f"the output of {name!r} once more)"
             )
     return ""

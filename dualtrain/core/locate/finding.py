@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core.locate.attention import attention_mistake, pool_mistake
+from dualtrain.core.locate.attention import attention_mistake, pool_mistake, residual_mistake
 from dualtrain.core.locate.compare import (
     TOL,
     Row,
@@ -156,6 +156,7 @@ def _layer_finding(
         mistake = (
             _attention(layout, module, t, k, weights, inside=True)
             or pool_mistake(t, module, k.get(f"kin/{module}"))
+            or residual_mistake(t, module, k.get(f"kin/{module}"))
             or flatten_mistake(layout, module, t, k)
             or activation_mistake(t, k)
         )
