@@ -2,6 +2,12 @@
 "Distributed training with Keras": two logical CPU devices, tf.data (scale, cache, shuffle,
 batch), Adam, the tutorial's ``decay`` through LearningRateScheduler.
 
+``--multi-worker N`` runs it as the tutorial "Multi-worker training with Keras" does instead:
+MultiWorkerMirroredStrategy, one replica per worker process, N workers on localhost ports (the
+script starts them, each with its TF_CONFIG; started with a TF_CONFIG of its own it is one worker
+of that cluster), tf.data's auto-shard splitting each global batch over the workers. Keras 3's
+``fit`` needs two fixes there (multi_worker.py beside this script; docs/audit.md).
+
 The two lines marked AUDIT are all dualtrain adds. Then ``dualtrain compare`` on this record and
 ddp_mnist.py's (see that script's docstring). The flags after ``--seed`` each plant one classic
 difference (tests/audit uses them).
@@ -16,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from multi_worker import launch_workers, multi_worker_fixes  # noqa: E402  (examples/audit)
 
 import dualtrain.audit  # noqa: E402  # AUDIT
 from dualtrain.core import mnist  # noqa: E402
@@ -41,14 +48,21 @@ def main() -> None:
     p.add_argument("--mixed", action="store_true", help="LossScaleOptimizer")
     p.add_argument("--drop-remainder", action="store_true")
     p.add_argument("--batchnorm", type=float, default=None, help="BatchNormalization momentum")
+    p.add_argument("--multi-worker", type=int, default=0, help="N MWMS workers on localhost")
     args = p.parse_args()
 
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas
-    )
+    if args.multi_worker and not os.environ.get("TF_CONFIG"):
+        return launch_workers(args.multi_worker)
     tf.keras.utils.set_random_seed(args.seed)
-    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
+    if args.multi_worker:  # the tutorial: one replica per worker, the cluster from TF_CONFIG
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        multi_worker_fixes(strategy)
+    else:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * args.replicas
+        )
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.replicas)])
     print(f"Number of devices: {strategy.num_replicas_in_sync}")
 
     arrays = mnist.read_source(mnist.locate(DataSpec()))  # real MNIST, offline

@@ -143,3 +143,18 @@ def test_a_difference_planted_in_the_corrected_pair_is_named(
     cmp, found = names(t, k, tmp_path)
     assert name in found, found
     assert not cmp.passed or name.startswith("optimizer conventions")
+
+
+@pytest.mark.slow  # two TF worker processes (~25 s)
+def test_the_keras_script_under_multi_worker_mirrored_records_what_mirrored_does(
+    keras_run, tmp_path
+):
+    """Two localhost MultiWorkerMirroredStrategy workers (one replica each, the tutorial's
+    auto-shard) feed each replica the rows MirroredStrategy's two replicas get, from the same
+    initial weights: the two records PASS against each other."""
+    workers = record("keras_mnist.py", tmp_path / "mwms", "--multi-worker", "2")
+    cmp, found = names(workers, keras_run, tmp_path)
+    assert cmp.passed and found == [], cmp.verdict
+    assert cmp.a.config["strategy"] == "MultiWorkerMirroredStrategy"
+    assert [len(r["exact"]) for r in cmp.a.rows(1)] == [64, 64]
+    assert len(cmp.a.steps) == 16 and all(s["grad_norm"] > 0 for s in cmp.a.steps)

@@ -62,6 +62,14 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if isinstance(v, (int, float, bool, str, type(None)))}
 
 
+def strategy_name(strategy: Any) -> str:
+    """The strategy's public name (MultiWorkerMirroredStrategy's class is
+    CollectiveAllReduceStrategy)."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    return type(strategy).__name__
+
+
 def _config(model: Any) -> dict[str, Any]:
     opt = model.optimizer
     cfg: dict[str, Any] = {
@@ -75,7 +83,7 @@ def _config(model: Any) -> dict[str, Any]:
             for layer in model._flatten_layers()
             if isinstance(layer, keras.layers.BatchNormalization)
         ],
-        "strategy": type(model.distribute_strategy).__name__,
+        "strategy": strategy_name(model.distribute_strategy),
     }
     if isinstance(opt, keras.optimizers.LossScaleOptimizer):
         c = opt.get_config()
