@@ -46,6 +46,19 @@ def test_faithful_transformer_port_passes_compare(tmp_path, world):
     assert {e["op"] for e in verdict["framework_limits"]} == {"attention_scale", "gelu"}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_transformer_port_passes_compare_in_mixed_precision(tmp_path, precision):
+    # the local checks judge each gradient against its absolute scale: nn.MultiheadAttention's
+    # in_proj and out_proj have one (backends/torch/condition._mha); without it bf16's local_grad
+    # failed on the TF path at 2.6 x the cross bound (out_proj.bias judged against itself)
+    sets = [a for s in (*TINY, f"precision.dtype={precision}") for a in ("--set", s)]
+    out = tmp_path / "cmp"
+    proc = run_cli("compare", "--config", TRANSFORMER, *sets, "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((out / "verdict.json").read_text())["passed"]
+
+
 def test_hand_written_attention_port_agrees(runs):
     # one Dense of 3 x width split into q, k, v by hand: in_proj_weight maps onto its kernel by
     # a plain transpose, and the fp64 pair agrees as with Keras's MultiHeadAttention

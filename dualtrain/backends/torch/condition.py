@@ -48,12 +48,21 @@ class AbsoluteGradient:
         self.attention = [
             (name, m) for name, m in module.named_modules() if isinstance(m, SelfAttention)
         ]
+        # a model pair's nn.MultiheadAttention: its functional forward calls no module (its
+        # out_proj included), so its projections are recomputed from its input (_mha)
+        self.mha = [
+            (name, m) for name, m in module.named_modules() if isinstance(m, nn.MultiheadAttention)
+        ]
         self._handles: list[Any] = []
         self._seen: dict[str, tuple[nn.Module, torch.Tensor, torch.Tensor]] = {}
         self._grad: dict[str, torch.Tensor] = {}
+        self._mha_masks: dict[str, torch.Tensor | None] = {}
 
     def __enter__(self) -> AbsoluteGradient:
         self._handles = [m.register_forward_hook(self._hook(name)) for name, m in self.layers]
+        self._handles += [
+            m.register_forward_hook(self._mha_hook(name), with_kwargs=True) for name, m in self.mha
+        ]
         for name, m in self.attention:
             m.tap = self._tap(f"{name}.in_proj", m)
         return self
@@ -73,6 +82,21 @@ class AbsoluteGradient:
                 return
             self._seen[name] = (m, inputs[0].detach().clone(), out.detach().clone())
             out.register_hook(lambda g: self._grad.__setitem__(name, g.detach()))
+
+        return hook
+
+    def _mha_hook(
+        self, name: str
+    ) -> Callable[[nn.Module, tuple[Any, ...], dict[str, Any], Any], None]:
+        def hook(m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+            y = out[0] if isinstance(out, tuple) else out
+            if not y.requires_grad or name in self._seen:
+                return
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            x = args[0] if args else kwargs["query"]
+            self._mha_masks[name] = None if mask is None else mask.detach()
+            self._seen[name] = (m, x.detach().clone(), y.detach().clone())
+            y.register_hook(lambda g: self._grad.__setitem__(name, g.detach()))
 
         return hook
 
@@ -106,6 +130,10 @@ class AbsoluteGradient:
                 continue
             if isinstance(m, SelfAttention):  # its packed projection: F.linear(x, W, b)
                 sens["matmul"] = sens["matmul"] + _in_proj(m, x, y, g, name, out, terms)
+                continue
+            if isinstance(m, nn.MultiheadAttention):
+                mask = self._mha_masks.get(name)
+                sens["matmul"] = sens["matmul"] + _mha(m, x, g, mask, name, out, terms)
                 continue
             if isinstance(m, nn.LayerNorm):
                 _layernorm(m, x, g, name, out, terms)
@@ -188,6 +216,51 @@ def _in_proj(
         out[f"{base}.{k}"], terms[f"{base}.{k}"] = a, n
     prod = torch.nn.functional.linear(x, m.in_proj_weight.detach())
     return (g * prod).sum().to("cpu", torch.float64).reshape(1)
+
+
+def _mha(
+    m: nn.MultiheadAttention,
+    x: torch.Tensor,
+    g: torch.Tensor,
+    mask: torch.Tensor | None,
+    name: str,
+    out: dict[str, torch.Tensor],
+    terms: dict[str, torch.Tensor],
+) -> torch.Tensor:
+    """A model pair's nn.MultiheadAttention (self-attention, batch first, packed projection): its
+    in_proj and out_proj as dense layers' (sum |x| |g| and sum |g|), the projection's gradient and
+    the heads' context recomputed from its input and output gradient with torch's ops; their
+    matmul sensitivity."""
+    w, b = m.in_proj_weight.detach(), m.in_proj_bias
+    wo, bo = m.out_proj.weight.detach(), m.out_proj.bias
+    with torch.enable_grad():
+        proj = torch.nn.functional.linear(x, w, None if b is None else b.detach())
+        proj = proj.detach().requires_grad_()
+        n, t, e = proj.shape[0], proj.shape[1], m.embed_dim
+        q, k, v = (
+            a.reshape(n, t, m.num_heads, e // m.num_heads).transpose(1, 2)
+            for a in proj.split(e, dim=-1)
+        )
+        keep = None if mask is None else (~mask if mask.dtype == torch.bool else mask)
+        ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        ctx = ctx.transpose(1, 2).reshape(n, t, e)
+        y = torch.nn.functional.linear(ctx, wo, None if bo is None else bo.detach())
+        (g_proj,) = torch.autograd.grad(y, proj, grad_outputs=g)
+    ctx = ctx.detach()
+    count = g.new_full((1,), float(g.numel() // g.shape[-1]))
+    for base, inp, grad, bias in (
+        ("in_proj", x, g_proj, b is not None),
+        ("out_proj.", ctx, g, bo is not None),
+    ):
+        weight = f"{name}.{base}weight" if base.endswith(".") else f"{name}.{base}_weight"
+        out[weight] = torch.einsum("nto,nti->oi", grad.abs(), inp.abs())
+        terms[weight] = count
+        if bias:
+            key = f"{name}.{base}bias" if base.endswith(".") else f"{name}.{base}_bias"
+            out[key], terms[key] = grad.abs().sum(dim=(0, 1)), count
+    made = (g_proj * (proj.detach() - (0.0 if b is None else b.detach()))).sum()
+    made = made + (g * (y.detach() - (0.0 if bo is None else bo.detach()))).sum()
+    return made.to("cpu", torch.float64).reshape(1)
 
 
 def _layernorm(
