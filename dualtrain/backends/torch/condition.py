@@ -100,6 +100,20 @@ class AbsoluteGradient:
 
         return hook
 
+    def _attention_result(
+        self,
+        out: dict[str, torch.Tensor],
+        terms: dict[str, torch.Tensor],
+        sens: dict[str, torch.Tensor],
+    ) -> None:
+        """:meth:`result`'s part for each nn.MultiheadAttention seen (:func:`_mha`)."""
+        for name, (m, x, _) in list(self._seen.items()):
+            g = self._grad.get(name)
+            if isinstance(m, nn.MultiheadAttention) and g is not None:
+                mask = self._mha_masks.get(name)
+                sens["matmul"] = sens["matmul"] + _mha(m, x, g, mask, name, out, terms)
+                del self._seen[name]
+
     def _tap(self, name: str, m: SelfAttention) -> Callable[[torch.Tensor, torch.Tensor], None]:
         def tap(x: torch.Tensor, qkv: torch.Tensor) -> None:
             if qkv.requires_grad:
@@ -124,16 +138,13 @@ class AbsoluteGradient:
         out: dict[str, torch.Tensor] = {}
         terms: dict[str, torch.Tensor] = {}
         sens = {kind: torch.zeros(1, dtype=torch.float64) for kind in ("matmul", "conv")}
+        self._attention_result(out, terms, sens)
         for name, (m, x, y) in self._seen.items():
             g = self._grad.get(name)
             if g is None:
                 continue
             if isinstance(m, SelfAttention):  # its packed projection: F.linear(x, W, b)
                 sens["matmul"] = sens["matmul"] + _in_proj(m, x, y, g, name, out, terms)
-                continue
-            if isinstance(m, nn.MultiheadAttention):
-                mask = self._mha_masks.get(name)
-                sens["matmul"] = sens["matmul"] + _mha(m, x, g, mask, name, out, terms)
                 continue
             if isinstance(m, nn.LayerNorm):
                 _layernorm(m, x, g, name, out, terms)
