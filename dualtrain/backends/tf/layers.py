@@ -182,16 +182,29 @@ def pair_dropout_call(
 
 class Dense(keras.layers.Dense):
     """Keras's Dense, its bias added by TF's AddV2 instead of the tf.nn.bias_add Keras's ops.add
-    picks for a 1-D second operand: BiasAddGrad sums the bias's gradient in the compute dtype,
-    measured 5-35x torch's error in bfloat16 on a transformer's dense biases (1,024 rows of tokens
-    summed), where AddV2's gradient (a reduce_sum) is as accurate as torch's float32-accumulated
-    sum. The same function and variables; training only (the export keeps Keras's Dense)."""
+    picks for a bias-shaped second operand: BiasAddGrad sums the bias's gradient in the compute
+    dtype, measured 5-35x torch's error in bfloat16 on a transformer's dense biases (1,024 rows of
+    tokens summed), where AddV2's gradient (a reduce_sum) is as accurate as torch's
+    float32-accumulated sum. The same function and variables; training only (the export keeps
+    Keras's Dense)."""
 
     def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         x = keras.ops.matmul(inputs, self.kernel)
         if self.bias is not None:
             x = tf.add(x, tf.cast(self.bias, x.dtype))
         return x
+
+
+class Conv2D(keras.layers.Conv2D):
+    """Keras's Conv2D (NHWC), its bias added by AddV2 as :class:`Dense`'s: under the avx2 setting
+    (Eigen's BiasAddGrad) a ViT patch embedding's bias gradient in bfloat16 was 15-50x torch's
+    error. Training only."""
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        out = self.convolution_op(inputs, self.kernel)
+        if self.use_bias:
+            out = tf.add(out, tf.cast(self.bias, out.dtype))
+        return out
 
 
 def silu(x: tf.Tensor) -> tf.Tensor:
@@ -223,7 +236,7 @@ def exact_gelu(x: tf.Tensor) -> tf.Tensor:
 
 
 def conv2d(
-    x: keras.KerasTensor, s: LayerSpec, name: str, policy: str
+    x: keras.KerasTensor, s: LayerSpec, name: str, policy: str, inference: bool = False
 ) -> tuple[keras.KerasTensor, keras.layers.Conv2D]:
     """(input, Conv2D layer) for a conv2d spec. An integer padding P is torch's: P zeros on every
     side (a ZeroPadding2D, then a 'valid' convolution), whatever the stride; Keras's own 'same' pads
@@ -236,7 +249,7 @@ def conv2d(
         padding = "valid"
     else:
         padding = padding.value
-    return x, keras.layers.Conv2D(
+    return x, (keras.layers.Conv2D if inference else Conv2D)(
         s.filters,
         s.kernel_size,
         strides=s.stride or 1,

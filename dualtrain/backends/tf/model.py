@@ -197,7 +197,7 @@ def _residual(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) ->
 
 
 def _conv(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
-    x, layer = conv2d(x, r.spec, name, b.policy)
+    x, layer = conv2d(x, r.spec, name, b.policy, b.inference)
     return b.weighted(r, layer, x)
 
 

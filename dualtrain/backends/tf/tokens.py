@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.backends.tf.layers import scaled
+from dualtrain.backends.tf.layers import Conv2D, scaled
 
 
 class Position(keras.layers.Layer):
@@ -168,7 +168,7 @@ def patches(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTenso
     """A stride = kernel convolution, its NHWC output read row by row as tokens (torch's
     flatten(2).transpose(1, 2) of NCHW: the same order)."""
     s = r.spec
-    conv = keras.layers.Conv2D(
+    conv = (keras.layers.Conv2D if b.inference else Conv2D)(
         s.dim, s.size, strides=s.size, padding="valid", use_bias=s.bias, name=name, dtype=b.policy
     )
     x = b.weighted(r, conv, x)

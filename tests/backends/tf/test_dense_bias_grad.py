@@ -36,3 +36,30 @@ def test_bias_gradient_sums_rows_in_float32(shape):
     assert ours <= 0.05  # one rounding of the float32 sum to bfloat16: <= 0.5 u of |sum| <= scale
     # the check can fail: Keras's own Dense (BiasAddGrad) is off by more
     assert keras_own > 4 * ours
+
+
+def test_conv_bias_gradient_sums_positions_in_float32():
+    # the same for Conv2D (a ViT's patch embedding, any conv layer): Keras's own adds its bias
+    # with tf.nn.bias_add too
+    import keras
+    import tensorflow as tf
+
+    from dualtrain.backends.tf.layers import Conv2D
+
+    x = tf.cast(tf.random.stateless_normal((64, 28, 28, 1), seed=(5, 6)), tf.bfloat16)
+    g = tf.cast(tf.random.stateless_normal((64, 4, 4, 32), seed=(3, 4)), tf.bfloat16)
+    exact = np.asarray(tf.reduce_sum(tf.cast(g, tf.float64), [0, 1, 2]))
+    scale = np.asarray(tf.reduce_sum(tf.abs(tf.cast(g, tf.float64)), [0, 1, 2]))
+
+    def bias_grad(kind):
+        layer = kind(32, 7, strides=7, dtype="mixed_bfloat16")
+        layer.build(x.shape)
+        with tf.GradientTape() as tape:
+            y = layer(x)
+        grad = tape.gradient(y, layer.bias, output_gradients=g)
+        return np.median(np.abs(np.asarray(grad, np.float64) - exact) / scale) / 2.0**-8
+
+    ours, keras_own = bias_grad(Conv2D), bias_grad(keras.layers.Conv2D)
+    print(f"conv bias gradient error: ours {ours:.3g} u, Keras's {keras_own:.3g} u")
+    assert ours <= 0.05
+    assert keras_own > 4 * ours
