@@ -87,9 +87,10 @@ def resolve(model: ModelSpec) -> list[ResolvedLayer]:
         rest, shape = _resolve_list(layers[1:], (width,), "model.layers", "", None, start=1)
         out = [concat, *rest]
     if len(shape) != 1:
+        hint = " after a token_pool (or flatten) of the tokens" if len(shape) == 2 else ""
         raise UserError(
             f"model: the last layer must output a flat vector (one value per class or target: a "
-            f"dense layer). Received: output shape {shape}"
+            f"dense layer{hint}). Received: output shape {shape}"
         )
     if not any(r.params for r in walk(out)):
         raise UserError(
