@@ -1,6 +1,6 @@
 """The audit recorder for Keras ``fit`` under a tf.distribute strategy (MirroredStrategy,
 MultiWorkerMirroredStrategy): a callback, plus a thin wrapper of the model's train step and of its
-optimizer's ``apply_gradients`` for what a callback cannot see::
+optimizer's gradient all-reduce for what a callback cannot see::
 
     rec = dualtrain.audit.keras_recorder("runs/audit_keras", model=model)
     model.fit(train_ds, epochs=..., callbacks=[rec])      # the record is written as fit ends
@@ -9,7 +9,7 @@ Per step: the lr and loss scale at the step's start and whether the optimizer ap
 (its ``iterations`` moved: a LossScaleOptimizer that skips leaves it) from the callback; the step's
 global loss from the loss tracker's sums (their change over the step); each replica's rows (their
 digests, dualtrain.audit.identity, computed in the replica's train step) and the norm of the
-summed gradient (one extra all-reduce of the gradients per step) from the wrappers.
+gradient Keras's all-reduce summed (no all-reduce of the recorder's own) from the wrappers.
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ class KerasRecorder(keras.callbacks.Callback):
         self.rows: list[dict[str, Any]] = []
         self.norms: dict[int, float] = {}
         self.epoch = 1
+        self.last: tuple[int, tuple[float, float]] | None = None
         self.closed = False
         self._wrap(model)
 
@@ -189,25 +190,26 @@ class KerasRecorder(keras.callbacks.Callback):
         self._wrap_optimizer(model)
 
     def _wrap_optimizer(self, model: Any) -> None:
+        """The norm of the gradients Keras's own all-reduce summed over the replicas (its
+        ``_all_reduce_sum_gradients``, in the replica's update step): no all-reduce of its own. A
+        LossScaleOptimizer's inner optimizer is wrapped: it sees the unscaled gradients, and a
+        step the scaler skips reaches no update (its norm is NaN, as torch's recorder leaves it)."""
         opt = model.optimizer
         if opt is None:
             raise UserError("keras_recorder needs a compiled model (call model.compile first)")
-        original_apply = opt.apply_gradients
-        scaled = isinstance(opt, keras.optimizers.LossScaleOptimizer)
+        if isinstance(opt, keras.optimizers.LossScaleOptimizer):
+            opt = opt.inner_optimizer
+        original = opt._all_reduce_sum_gradients
 
-        def apply_gradients(grads_and_vars: Any) -> Any:
-            pairs = list(grads_and_vars)
-            grads = [g for g, _ in pairs if g is not None]
+        def all_reduce_sum_gradients(grads_and_vars: Any) -> Any:
+            reduced = original(grads_and_vars)
+            grads = [tf.cast(g, tf.float32) for g, _ in reduced if g is not None]
             ctx = tf.distribute.get_replica_context()
-            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads) if ctx else grads
-            norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in summed])
-            if scaled:
-                norm = norm / tf.cast(opt.dynamic_scale, tf.float32)
             rid = ctx.replica_id_in_sync_group if ctx else 0
-            tf.py_function(self._host_norm, [rid, norm], [])
-            return original_apply(pairs)
+            tf.py_function(self._host_norm, [rid, tf.linalg.global_norm(grads)], [])
+            return reduced
 
-        opt.apply_gradients = apply_gradients
+        opt._all_reduce_sum_gradients = all_reduce_sum_gradients
 
     def _host_rows(self, rid: Any, exact: Any, pattern: Any) -> None:
         row = {
@@ -255,6 +257,7 @@ class KerasRecorder(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.epoch = epoch + 1
+        self.last = None  # fit resets the loss tracker at an epoch's start
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         opt = self.model.optimizer
@@ -262,13 +265,14 @@ class KerasRecorder(keras.callbacks.Callback):
         if isinstance(opt, keras.optimizers.LossScaleOptimizer):
             scale = float(keras.ops.convert_to_numpy(opt.dynamic_scale))
         lr = float(keras.ops.convert_to_numpy(opt.learning_rate))
-        self.before = (self._iterations(), self._loss_sums())
+        # the previous step's end values (the reads are eager cross-replica reduces)
+        self.before = self.last or (self._iterations(), self._loss_sums())
         self.steps.append(
             {"step": len(self.steps) + 1, "epoch": self.epoch, "lr": lr, "loss_scale": scale}
         )
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        its, (total, count) = self._iterations(), self._loss_sums()
+        its, (total, count) = self.last = self._iterations(), self._loss_sums()
         (its0, (total0, count0)), step = self.before, self.steps[-1]
         if count < count0:  # the tracker was reset at the epoch's start
             total0, count0 = 0.0, 0.0
