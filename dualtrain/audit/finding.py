@@ -19,6 +19,13 @@ class Finding:
     step: int | None = None
     """The first step it shows at (0: before training; None: the configuration shows it)."""
 
+    @property
+    def title(self) -> str:
+        """The name and where it shows: ``shuffle seeds (step 1)``."""
+        if self.step is None:
+            return self.name
+        return f"{self.name} ({'before training' if self.step == 0 else f'step {self.step}'})"
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

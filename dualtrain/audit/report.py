@@ -16,6 +16,8 @@ from dualtrain.audit.read import Recorded, read_recorded
 from dualtrain.errors import UserError
 from dualtrain.jsonio import json_safe, new_folder, write_atomic
 from dualtrain.records.envinfo import env_differences
+from dualtrain.records.page import CSS, curves, env_html
+from dualtrain.records.record import read_run
 
 VERDICT_FILE, REPORT_MD, REPORT_HTML = "verdict.json", "report.md", "report.html"
 
@@ -59,6 +61,7 @@ class AuditComparison:
             "passed": self.passed,
             "runs": {
                 tag: {
+                    "label": r.label,
                     "path": str(r.path),
                     "framework": r.framework,
                     "world_size": r.world_size,
@@ -106,10 +109,7 @@ def markdown(cmp: AuditComparison) -> str:
     if not cmp.findings:
         out.append("None of the classic differences shows in the records.")
     for f in cmp.findings:
-        at = (
-            "" if f.step is None else (" (before training)" if f.step == 0 else f" (step {f.step})")
-        )
-        out.append(f"### {f.name}{at}")
+        out.append(f"### {f.title}")
         out += ["", f.evidence, ""]
         out += [f"- change: `{line}`" for line in f.fixes]
         out.append("")
@@ -132,12 +132,91 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def html_report(text: str) -> str:
-    """report.md as a plain HTML page (preformatted: every line as the Markdown says it)."""
-    return (
-        "<!doctype html><meta charset='utf-8'><title>dualtrain audit</title>"
-        f"<pre style='white-space:pre-wrap;font-family:monospace'>{html.escape(text)}</pre>\n"
-    )
+def html_report(cmp: AuditComparison, v: dict[str, Any]) -> str:
+    """report.html in the style of a dualtrain run's (dualtrain.records.page: its
+    styles, environment section and curves): the runs, the checks, the differences with the lines to
+    change, the loss windows, the environment, and the loss, lr and loss-scale curves."""
+    e = html.escape
+    a, b = cmp.a, cmp.b
+    la, lb = (a.label, b.label) if a.label != b.label else (f"A ({a.label})", f"B ({b.label})")
+    passed = "PASS" if cmp.passed else "FAIL"
+    parts = [
+        "<!DOCTYPE html>",
+        "<html><head><meta charset='utf-8'>",
+        f"<title>dualtrain compare: two recorded runs: {passed}</title>",
+        f"<style>{CSS}</style></head><body>",
+        "<h1>dualtrain compare: two recorded runs</h1>",
+        f"<p class='verdict {'v-pass' if cmp.passed else 'v-fail'}'>{e(cmp.verdict)}</p>",
+        _table(
+            ["run", "framework", "replicas", "steps", "script", "path"],
+            [
+                [
+                    f"{tag}: {label}",
+                    r.framework,
+                    str(r.world_size),
+                    str(len(r.steps)),
+                    str(r.script.get("path")),
+                    f"<code>{e(str(r.path))}</code>",
+                ]
+                for tag, r, label in (("A", a, la), ("B", b, lb))
+            ],
+            raw=5,
+        ),
+        "<h2>Checks</h2>",
+        _table(
+            ["check", "result", "detail", "judged", "not judged"],
+            [[c.name, c.status, c.detail, c.judged, c.not_judged] for c in cmp.checks],
+            status=1,
+        ),
+        "<h2>Differences found</h2>",
+    ]
+    if not cmp.findings:
+        parts.append("<p>None of the classic differences shows in the records.</p>")
+    for f in cmp.findings:
+        parts.append(f"<h3>{e(f.title)}</h3><p>{e(f.evidence)}</p>")
+        if f.fixes:
+            parts.append(
+                "<ul>" + "".join(f"<li>change: <code>{e(x)}</code></li>" for x in f.fixes) + "</ul>"
+            )
+    parts += [
+        "<h2>Loss per window of steps</h2>",
+        _table(
+            ["steps", la, lb, "|A - B|", "bound"],
+            [
+                [
+                    f"{w['first']}-{w['last']}",
+                    f"{w['a']:.4g}",
+                    f"{w['b']:.4g}",
+                    f"{w['diff']:.3g}",
+                    f"{w['bound']:.3g}",
+                ]
+                for w in v["loss_windows"]
+            ],
+        ),
+    ]
+    parts += env_html(v)
+    parts.append("<h2>Figures</h2>")
+    figs = curves(read_run(a.path), read_run(b.path), la, lb)
+    for title, b64 in figs.items():
+        parts.append(f"<h3>{e(title)}</h3><img alt='{e(title)}' src='data:image/png;base64,{b64}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _table(
+    head: list[str], rows: list[list[str]], *, status: int | None = None, raw: int | None = None
+) -> str:
+    """An HTML table; cells escaped but column ``raw``'s, column ``status`` styled PASS/FAIL."""
+
+    def td(i: int, x: str) -> str:
+        if i == raw:
+            return f"<td>{x}</td>"
+        cls = f" class='{x.split()[0]}'" if i == status and x else ""
+        return f"<td{cls}>{html.escape(x)}</td>"
+
+    out = "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+    out += "".join("<tr>" + "".join(td(i, x) for i, x in enumerate(r)) + "</tr>" for r in rows)
+    return out + "</table>"
 
 
 def terminal(cmp: AuditComparison) -> str:
@@ -159,8 +238,8 @@ def compare_recorded(
     where = Path(out) if out is not None else new_folder("runs", "compare-audit")
     cmp = AuditComparison(a, b, run_checks(a, b), diagnose(a, b), where)
     where.mkdir(parents=True, exist_ok=True)
-    text = markdown(cmp)
-    write_atomic(cmp.reports["json"], json.dumps(json_safe(cmp.as_dict()), indent=2) + "\n")
-    write_atomic(cmp.reports["md"], text)
-    write_atomic(cmp.reports["html"], html_report(text))
+    v = cmp.as_dict()
+    write_atomic(cmp.reports["json"], json.dumps(json_safe(v), indent=2) + "\n")
+    write_atomic(cmp.reports["md"], markdown(cmp))
+    write_atomic(cmp.reports["html"], html_report(cmp, v))
     return cmp

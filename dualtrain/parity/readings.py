@@ -6,7 +6,6 @@ imported.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from dualtrain.records.record import (
     WEIGHTS_FINAL,
     WEIGHTS_INIT,
     RunRecord,
-    as_float,
+    step_map,
 )
 from dualtrain.spec import COSMETIC, paths_with
 
@@ -41,20 +40,6 @@ def labels(a: RunRecord, b: RunRecord) -> tuple[str, str]:
     if la == lb:
         return f"A ({la})", f"B ({lb})"
     return la, lb
-
-
-def step_map(
-    rec: RunRecord, key: str, kind: str = "train", *, present: bool = False
-) -> dict[int, float]:
-    """``key`` per step (NaN where a row lacks it; ``present``: only the rows that have it)."""
-    rows = rec.train if kind == "train" else rec.eval
-    out: dict[int, float] = {}
-    for r in rows:
-        if "step" not in r or (present and key not in r):
-            continue
-        v = r.get(key)
-        out[int(r["step"])] = as_float(v) if v is not None else math.nan
-    return out
 
 
 def common_steps(*maps: dict[int, Any]) -> list[int]:

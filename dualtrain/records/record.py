@@ -16,6 +16,7 @@ Files (see docs/run-directory.md):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,17 @@ def read_run(run_dir: str | Path, *, require_summary: bool = True) -> RunRecord:
         shards=_read_jsonl(d / SHARDS_FILE),
         summary=summary,
     )
+
+
+def step_map(
+    rec: RunRecord, key: str, kind: str = "train", *, present: bool = False
+) -> dict[int, float]:
+    """``key`` per step (NaN where a row lacks it; ``present``: only the rows that have it)."""
+    rows = rec.train if kind == "train" else rec.eval
+    out: dict[int, float] = {}
+    for r in rows:
+        if "step" not in r or (present and key not in r):
+            continue
+        v = r.get(key)
+        out[int(r["step"])] = as_float(v) if v is not None else math.nan
+    return out

@@ -3,6 +3,7 @@ for a recorder used wrongly."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -57,7 +58,21 @@ def test_recording_the_same_loop_twice_passes(tmp_path):
     assert cmp.findings == []
     verdict = json.loads((tmp_path / "cmp" / "verdict.json").read_text())
     assert verdict["passed"] and verdict["verdict"].startswith("verdict: PASS")
-    assert (tmp_path / "cmp" / "report.html").is_file()
+    page = (tmp_path / "cmp" / "report.html").read_text()
+    assert "<h2>Checks</h2>" in page and "<td class='PASS'>PASS</td>" in page and "<pre" not in page
+    assert page.count("data:image/png;base64,") == 2  # the loss and lr curves (no loss scaling)
+
+
+def test_report_html_names_a_difference_with_its_line(tmp_path):
+    _train(tmp_path / "a")
+    _train(tmp_path / "b", lr=0.2)
+    cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
+    page = (tmp_path / "cmp" / "report.html").read_text()
+    assert not cmp.passed and "v-fail" in page and "<td class='FAIL'>FAIL</td>" in page
+    for f in cmp.findings:  # each difference, its evidence and the line to change
+        assert f"<h3>{html.escape(f.name)}" in page
+        assert all(f"<code>{html.escape(x)}</code>" in page for x in f.fixes)
+    assert "different base learning rate" in {f.name for f in cmp.findings}
 
 
 def test_a_gradscaler_skip_is_recorded(tmp_path):

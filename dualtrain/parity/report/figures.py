@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import io
 from typing import Any
 
 import numpy as np
@@ -18,33 +16,15 @@ from dualtrain.parity.checks import (
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.tables import local_data
 from dualtrain.parity.tolerances import REFERENCE
+from dualtrain.records.page import loss_scale_curve, png, pyplot, series, training_loss
 from dualtrain.records.record import RunRecord
 
 # ---- figures -------------------------------------------------------------------------------------
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    import matplotlib.pyplot as plt  # lazy: heavy (~300 ms)
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _series(rec: RunRecord, key: str, kind: str = "train") -> tuple[np.ndarray, np.ndarray]:
-    m = R.step_map(rec, key, kind)
-    steps = sorted(m)
-    return np.array(steps), np.array([m[s] for s in steps], dtype=np.float64)
-
-
 def figures(cmp: Comparison) -> dict[str, str]:
     """Title -> base64 PNG."""
-    import matplotlib  # lazy: heavy (~300 ms)
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt  # lazy: heavy (~300 ms)
-
+    plt = pyplot()
     la, lb = R.labels(cmp.a, cmp.b)
     runs = [(cmp.a, la, "-", 1.6), (cmp.b, lb, "--", 1.2)]
     ref = cmp.reference
@@ -53,7 +33,7 @@ def figures(cmp: Comparison) -> dict[str, str]:
         runs += [(ref.a, f"{la} fp64", ":", 1.0), (ref.b, f"{lb} fp64", "-.", 1.0)]
     out: dict[str, str] = {}
 
-    _training_loss(plt, runs, out)
+    training_loss(plt, runs, out)
 
     if ref is not None:  # the semantic check: the fp64 pair against its bound
         _reference_pair(plt, ref, la, lb, out)
@@ -67,7 +47,7 @@ def figures(cmp: Comparison) -> dict[str, str]:
 
     _evaluation(plt, runs, out)
 
-    _loss_scale(plt, runs, out)
+    loss_scale_curve(plt, runs, out)
 
     _throughput(plt, runs, out)
     return out
@@ -75,19 +55,6 @@ def figures(cmp: Comparison) -> dict[str, str]:
 
 def pos(v: np.ndarray) -> np.ndarray:  # log scale: exact zeros are not drawn
     return np.where(v > 0, v, np.nan)
-
-
-def _training_loss(
-    plt: Any, runs: list[tuple[RunRecord, str, str, float]], out: dict[str, str]
-) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for rec, name, style, lw in runs:
-        x, y = _series(rec, "loss")
-        ax.plot(x, y, style, lw=lw, label=name)
-    ax.set(xlabel="step", ylabel="training loss", title="Training loss")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    out["Training loss"] = _png(fig)
 
 
 def _reference_pair(plt: Any, ref: Reference, la: str, lb: str, out: dict[str, str]) -> None:
@@ -104,7 +71,7 @@ def _reference_pair(plt: Any, ref: Reference, la: str, lb: str, out: dict[str, s
     )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    out["Reference pair (fp64): per-step |loss difference| (log scale)"] = _png(fig)
+    out["Reference pair (fp64): per-step |loss difference| (log scale)"] = png(fig)
 
 
 def _trajectory(
@@ -128,7 +95,7 @@ def _trajectory(
     )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    out["Per-step |loss difference| (log scale)"] = _png(fig)
+    out["Per-step |loss difference| (log scale)"] = png(fig)
 
 
 def _one_step_errors(
@@ -168,7 +135,7 @@ def _one_step_errors(
     fig.suptitle(
         f"{cmp.tolerance.precision}: one-step errors from the fp64 states (log scale)", y=1.03
     )
-    out["One-step errors against the fp64 step (log scale)"] = _png(fig)
+    out["One-step errors against the fp64 step (log scale)"] = png(fig)
 
 
 def _evaluation(
@@ -178,7 +145,7 @@ def _evaluation(
     pct = metric == "accuracy"
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for rec, name, style, lw in runs:
-        x, y = _series(rec, metric, "eval")
+        x, y = series(rec, metric, "eval")
         ax.plot(x, 100 * y if pct else y, style + "o", lw=lw, ms=4, label=name)
     ax.set(
         xlabel="step",
@@ -187,28 +154,7 @@ def _evaluation(
     )
     ax.legend()
     ax.grid(alpha=0.3)
-    out[f"Evaluation {metric}"] = _png(fig)
-
-
-def _loss_scale(
-    plt: Any, runs: list[tuple[RunRecord, str, str, float]], out: dict[str, str]
-) -> None:
-    fig, ax = plt.subplots(figsize=(8, 3.0))
-    for rec, name, style, lw in runs[:2]:
-        x, y = _series(rec, "loss_scale")
-        ax.plot(x, y, style, lw=lw, label=name)
-        xs, sk = _series(rec, "skipped")
-        hit = sk > 0
-        if hit.any():
-            ys = dict(zip(x.tolist(), y.tolist(), strict=True))
-            ax.plot(
-                xs[hit], [ys.get(s, np.nan) for s in xs[hit].tolist()], "x", label=f"{name} skipped"
-            )
-    ax.set_yscale("log", base=2)
-    ax.set(xlabel="step", ylabel="loss scale", title="Loss scale (1 = no loss scaling)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    out["Loss scale"] = _png(fig)
+    out[f"Evaluation {metric}"] = png(fig)
 
 
 def _throughput(
@@ -216,10 +162,10 @@ def _throughput(
 ) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.0))
     for rec, name, style, lw in runs[:2]:
-        x, y = _series(rec, "samples_per_s")
+        x, y = series(rec, "samples_per_s")
         overall = float(rec.summary.get("train_samples_per_s") or 0)
         ax.plot(x, y, style, lw=lw, label=f"{name} ({overall:,.0f} samples/s overall)")
     ax.set(xlabel="step", ylabel="samples/s", title="Training throughput (per logging window)")
     ax.legend()
     ax.grid(alpha=0.3)
-    out["Throughput"] = _png(fig)
+    out["Throughput"] = png(fig)

@@ -9,7 +9,6 @@ from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
-from dualtrain.parity.report.environment import env_html
 from dualtrain.parity.report.figures import figures
 from dualtrain.parity.report.tables import (
     LOCAL_INTRO,
@@ -19,20 +18,7 @@ from dualtrain.parity.report.tables import (
     tolerance_rows,
 )
 from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, fmt_value, spec_yaml, status, verdict
-
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;\
-max-width:1000px;
-color:#222;padding:0 1em}
-table{border-collapse:collapse;margin:1em 0;font-size:14px}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}
-.PASS{color:#137333;font-weight:bold}.FAIL{color:#b00020;font-weight:bold}.INFO,.NOT{color:#555}
-.verdict{font-size:18px;padding:.6em 1em;border-radius:4px}
-.v-pass{background:#e6f4ea}.v-fail{background:#fce8e6}
-code{background:#f5f5f5;padding:0 3px}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}
-"""
+from dualtrain.records.page import CSS, env_html
 
 
 def html_report(
@@ -47,7 +33,7 @@ def html_report(
         "<html><head><meta charset='utf-8'>",
         f"<title>dualtrain compare: {e(str(v['experiment']['name']))}: "
         f"{'PASS' if cmp.passed else 'FAIL'}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{CSS}</style></head><body>",
         f"<h1>dualtrain compare: {e(str(v['experiment']['name']))}</h1>",
         f"<p class='verdict {'v-pass' if cmp.passed else 'v-fail'}'>{e(v['verdict'])}</p>",
         "<table>"

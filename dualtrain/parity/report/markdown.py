@@ -8,9 +8,9 @@ from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
-from dualtrain.parity.report.environment import env_markdown
 from dualtrain.parity.report.tables import LOCAL_INTRO, local_table_head, local_table_rows
 from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, fmt_value, spec_yaml, status, verdict
+from dualtrain.records.page import env_markdown
 
 
 def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
