@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import tensorflow as tf
 
@@ -54,6 +55,12 @@ def launch_workers(n: int) -> None:
         procs.append(
             subprocess.Popen([sys.executable, *sys.argv], env={**os.environ, "TF_CONFIG": config})
         )
-    codes = [p.wait() for p in procs]
+    while any(p.poll() is None for p in procs):  # one worker failed: its peers would wait on
+        if any(p.poll() for p in procs):  # its collectives for ever, so they are stopped
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+        time.sleep(0.2)
+    codes = [p.returncode for p in procs]
     if any(codes):
         sys.exit(f"a worker failed: exit codes {codes}")
