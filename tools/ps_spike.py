@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from dualtrain.core import update_rules
+from dualtrain.core.model import keras_layouts
 from dualtrain.core.weights import load_weights
 from tools.ps_spike_common import free_ports, load_replay, normaliser, print_report, server_factor
 
@@ -105,7 +106,7 @@ def _tf_coordinator(spec, data, steps, lrs, cluster, run_dir, plant) -> None:
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         model, named = build_model(spec.model, "float64", seed=spec.seed)
-        load_canonical(named, load_weights(run_dir / "weights_init.npz"))
+        load_canonical(named, load_weights(run_dir / "weights_init.npz"), keras_layouts(spec.model))
         variables = [v for _, v in named]
         bufs = [tf.Variable(tf.zeros(v.shape, tf.float64), trainable=False) for v in variables]
         applied = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -154,7 +155,9 @@ def _tf_coordinator(spec, data, steps, lrs, cluster, run_dir, plant) -> None:
             total = [t * factor for t in total]
         apply(total, tf.constant(lr, tf.float64))
     seconds = time.perf_counter() - t0
-    final = {k: np.asarray(v) for k, v in export_canonical(named).items()}
+    final = {
+        k: np.asarray(v) for k, v in export_canonical(named, keras_layouts(spec.model)).items()
+    }
     print_report("tf", run_dir, final, seconds, len(lrs))
 
 

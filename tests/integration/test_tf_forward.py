@@ -74,6 +74,7 @@ import numpy as np
 from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
 from dualtrain.core.weights import init_weights
 from dualtrain.backends.tf.model import build_model, export_canonical, load_canonical
+from dualtrain.core.model import keras_layouts
 
 custom = ModelSpec(layers=(
     LayerSpec(type=LayerType.CONV2D, filters=3, kernel_size=5, stride=2),
@@ -85,8 +86,8 @@ custom = ModelSpec(layers=(
 for ms in (ModelSpec(preset="mlp"), ModelSpec(preset="cnn"), custom):
     w = init_weights(ms, 7)
     model, named = build_model(ms)
-    load_canonical(named, w)
-    back = export_canonical(named)
+    load_canonical(named, w, keras_layouts(ms))
+    back = export_canonical(named, keras_layouts(ms))
     assert list(back) == list(w), (list(back), list(w))
     for k in w:
         assert back[k].dtype == np.float32 and back[k].shape == w[k].shape, k
@@ -102,6 +103,7 @@ from dualtrain.spec import ModelSpec, LayerSpec, LayerType, Padding
 from dualtrain.core.weights import init_weights
 from dualtrain.core.data.transforms import normalize
 from dualtrain.backends.tf.model import build_model, load_canonical, to_nhwc
+from dualtrain.core.model import keras_layouts
 
 # conv (2 channels) -> flatten -> dense: compute torch's answer by hand in NumPy (NCHW, C,H,W
 # flatten).
@@ -121,7 +123,7 @@ for o in range(2):
 flat = conv.reshape(5, -1)                                    # C,H,W order
 ref = flat @ w["2.weight"].astype(np.float64).T + w["2.bias"]
 model, named = build_model(ms)
-load_canonical(named, w)
+load_canonical(named, w, keras_layouts(ms))
 got = np.asarray(model(to_nhwc(normalize(imgs)), training=False))
 err = np.abs(got - ref).max()
 assert err < 1e-5, err
