@@ -14,12 +14,14 @@ import tensorflow as tf
 
 from dualtrain.core import losses
 from dualtrain.core.pair import dropout as pair_dropout
+from dualtrain.core.pair.attention import zero_gradients
 from dualtrain.core.pair.record import Layout
 from dualtrain.runtime.engine import Evaluation
 from dualtrain.spec import Experiment, Loss
 
 from .model import call_model
 from .ops import LOSS_OPS
+from .pair import engine_names
 
 
 class ForwardPass:
@@ -37,6 +39,8 @@ class ForwardPass:
     model: keras.Model
     n_local: int
     params: list[tf.Variable]
+    param_names: list[str]
+    conversion: Any
     running: list[tf.Variable]
     spec: Experiment
 
@@ -112,7 +116,17 @@ class ForwardPass:
             if self.fp16:
                 loss = loss * scale
         grads = tape.gradient(loss, self.params, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = [
+            g if m is None else g * tf.constant(m, g.dtype)
+            for g, m in zip(grads, self._zero_masks(), strict=True)
+        ]
         return loss_sum, stats, grads, own
+
+    def _zero_masks(self) -> list[Any]:
+        """zero_masks of this engine's trainable variables (all None for dualtrain's own layers)."""
+        if self.layout is None:
+            return [None] * len(self.params)
+        return zero_masks(self.conversion, self.layout, self.param_names)
 
     def _loss_sum(self, logits: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         """Sum of per-sample losses (dualtrain.core.losses) in the parameter dtype (float32;
@@ -152,3 +166,18 @@ class ForwardPass:
                     sums += (loss, metric, e - s)
         loss_sum, metric_sum, count = self.gather(sums).sum(axis=0).tolist()
         return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
+
+
+def zero_masks(conversion: Any, layout: Layout, names: list[str]) -> list[Any]:
+    """Per trainable variable (the engine's ``names``): None, or a 0/1 mask in its Keras layout
+    that zeroes the gradient where its exact value is zero (dualtrain.core.pair.attention
+    .zero_gradients: the key's bias of nn.MultiheadAttention, the whole key bias of a Keras
+    MultiHeadAttention); the torch side's hooks do the same (backends/torch/pair.py)."""
+    shapes = layout.shapes()
+    masks: dict[str, np.ndarray] = {}
+    for name, (start, stop) in zero_gradients(layout.torch.torch).items():
+        whole = np.ones(shapes[name])
+        whole[start:stop] = 0.0
+        for part, value in engine_names(conversion, {name: whole}).items():
+            masks[part] = conversion.to_keras(part, value)
+    return [masks.get(n) for n in names]

@@ -42,7 +42,13 @@ from dualtrain.backends.torch.optimizer import (
     make_optimizer,
     optimizer_state,
 )
-from dualtrain.backends.torch.pair import batchnorms, build_module, canonical_state, load_pair
+from dualtrain.backends.torch.pair import (
+    batchnorms,
+    build_module,
+    canonical_state,
+    load_pair,
+    zero_exact_zeros,
+)
 from dualtrain.backends.torch.precision import precision_setup
 from dualtrain.backends.torch.step import HookState, TrainStep, sum_hook
 from dualtrain.backends.torch.update import GradientUpdate
@@ -231,6 +237,8 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         self.pair_dropouts = layout.dropouts if layout is not None else ()
         self.seed = spec.seed  # the dropout masks' (dualtrain.core.dropout)
         self.load_weights_into(module, weights)
+        if layout is not None:
+            zero_exact_zeros(module, layout)
         self.module = module.to(device)
         self._hook = HookState()
         self.ddp = self.module  # the module itself where no all-reduce runs

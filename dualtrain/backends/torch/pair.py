@@ -15,6 +15,7 @@ from torch.overrides import TorchFunctionMode
 from dualtrain.backends.torch.layers import PairDropout
 from dualtrain.core import pair
 from dualtrain.core.pair import dropout as pair_dropout
+from dualtrain.core.pair.attention import zero_gradients
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
@@ -297,3 +298,16 @@ def state_arrays(
     first = {a["module"]: order.get(a["module"], len(order) + i) for i, a in enumerate(arrays)}
     arrays.sort(key=lambda a: first[a["module"]])
     return arrays
+
+
+def zero_exact_zeros(module: nn.Module, layout: pair.Layout) -> None:
+    """Hooks that set the parts of a pair's gradients whose exact value is zero to zero
+    (dualtrain.core.pair.attention.zero_gradients: the key's bias of nn.MultiheadAttention), before
+    DDP sums them; the TF side does the same (backends/tf/forward.py)."""
+    params = dict(module.named_parameters())
+    for name, (start, stop) in zero_gradients(layout.torch.torch).items():
+
+        def hook(g: torch.Tensor, a: int = start, b: int = stop) -> torch.Tensor:
+            return torch.cat([g[:a], g.new_zeros(b - a), g[b:]])
+
+        params[name].register_hook(hook)

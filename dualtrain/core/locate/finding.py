@@ -123,8 +123,8 @@ def locate(
         (
             f"{', '.join(keys)}: the key projection's bias has no gradient in exact arithmetic "
             f"(it moves every score of a query alike, and the softmax not at all), so each side "
-            f"moves it by its own rounding noise, which adam scales up to ~lr * 1e-9 per step: "
-            f"the fp64 pair's weights part there over a long run, nowhere else"
+            f"computes its own rounding noise there; dualtrain's training sets that gradient to "
+            f"zero on both sides (the exact step), so adam cannot scale the noise into updates"
         )
         if keys
         else "",
