@@ -521,12 +521,12 @@ def _same_padding_asym(size: float) -> None:
 
     conv2d = model.conv2d
 
-    def mutated(x, s, name, policy):
+    def mutated(x, s, name, policy, inference=False):
         if isinstance(s.padding, int) and s.padding and (s.stride or 1) > 1:
             return x, keras.layers.Conv2D(
                 s.filters, s.kernel_size, strides=s.stride, padding="same", name=name, dtype=policy
             )
-        return conv2d(x, s, name, policy)
+        return conv2d(x, s, name, policy, inference)
 
     model.conv2d = mutated
 
