@@ -65,3 +65,15 @@ def isolate_pair_cache() -> None:
         folder = tempfile.mkdtemp(prefix="dualtrain-test-pairs-")
         atexit.register(shutil.rmtree, folder, True)
         os.environ["DUALTRAIN_PAIR_CACHE"] = folder
+
+
+def warm_workers() -> None:
+    """In the suite's parallel part (a pytest-xdist worker), runs fork their workers from warm
+    servers in a folder of this test process's own (dualtrain.launch.forkserver): a run's fixed
+    cost is mostly its workers' framework import. The serial part (signals, kills, torchrun, other
+    launchers) starts every worker as a fresh process, as a user's run does; so does a test that
+    sets DUALTRAIN_FORKSERVER empty. The servers end with the folder."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and "DUALTRAIN_FORKSERVER" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="dualtrain-test-warm-")
+        atexit.register(shutil.rmtree, folder, True)
+        os.environ["DUALTRAIN_FORKSERVER"] = folder

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.cli import isolate_pair_cache, run_cli
+from testkit.cli import isolate_pair_cache, run_cli, warm_workers
 
 isolate_pair_cache()  # every session describes each model pair itself
+warm_workers()  # the parallel part forks its runs' workers warm (testkit.cli.warm_workers)
 
 
 @pytest.fixture

@@ -55,6 +55,14 @@ class LaunchModule(Protocol):
         """The workers' stderr lines the launcher leaves out
         (dualtrain.launch.local.run_workers)."""
 
+    @property
+    def PRELOAD(self) -> tuple[str, ...]:
+        """The modules a warm server imports before forking workers (dualtrain.launch.forkserver):
+        the framework and the backend's modules a worker imports."""
+
+    def preimport_env(self, spec: Experiment) -> dict[str, str]:
+        """What a worker sets in its environment before importing its framework."""
+
     def detect(self, env: Mapping[str, str] | None = None) -> cluster.Launcher | None:
         """The external launcher that started this process as one rank, if any (reads only)."""
 

@@ -12,6 +12,7 @@ from typing import Any
 from dualtrain.backends import LaunchModule
 from dualtrain.driver.rewind import has_trained, truncate_records
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.launch.forkserver import Warm
 from dualtrain.launch.local import run_workers
 from dualtrain.records.record import SUMMARY_FILE, read_run
 from dualtrain.runtime import checkpoint
@@ -55,6 +56,7 @@ def launch_with_restarts(
                 grace_s=spec.distribution.timeout_s,
                 run_dir=run_dir,
                 stderr_noise=launch.STDERR_NOISE,
+                warm=Warm(launch.PRELOAD, launch.preimport_env(spec)),
             )
             break
         except RunFailed as exc:

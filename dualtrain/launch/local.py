@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.launch import forkserver
 from dualtrain.launch.child import worker_env
 from dualtrain.launch.netif import listen_address
 from dualtrain.runtime.clock import SPAWNED_ENV
@@ -32,7 +33,7 @@ from dualtrain.runtime.clock import SPAWNED_ENV
 class Worker:
     rank: int
     env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen | forkserver.Forked | None = None
     role: str | None = None
     """A process that is not a replica (a parameter server, a TF server task): named so in
     launch.json and in the launcher's messages, and stopped once every replica has finished
@@ -48,7 +49,7 @@ class Worker:
         return f"{unit} {self.rank}" if self.role is None else f"{self.role} ({unit} {self.rank})"
 
 
-def _started(w: Worker) -> subprocess.Popen:
+def _started(w: Worker) -> subprocess.Popen | forkserver.Forked:
     """``w``'s process, once :func:`run_workers` has started every worker."""
     assert w.proc is not None
     return w.proc
@@ -168,8 +169,10 @@ def run_workers(
     run_dir: Path | None = None,
     poll_s: float = 0.05,
     stderr_noise: re.Pattern[bytes] | None = None,
+    warm: forkserver.Warm | None = None,
 ) -> None:
-    """Start ``python -m module *args`` once per worker and wait for all of them.
+    """Start ``python -m module *args`` once per worker and wait for all of them (forked by a warm
+    server when DUALTRAIN_FORKSERVER is set and ``warm`` says how: dualtrain.launch.forkserver).
 
     ``stderr_noise``: the workers' stderr passes through this process, without the lines it matches
     (a framework's start-up chatter; DUALTRAIN_WORKER_LOGS=all shows them). Everything else,
@@ -191,7 +194,7 @@ def run_workers(
     forwarders: list[threading.Thread] = []
     listeners = {id(w): open_listener(*w.listen) for w in workers if w.listen is not None}
     try:
-        _start_processes(module, args, workers, listeners, stderr_noise, main)
+        _start_processes(module, args, workers, listeners, stderr_noise, main, warm)
         for sock in listeners.values():  # the workers hold them now
             sock.close()
         listeners = {}
@@ -227,15 +230,30 @@ def _start_processes(
     listeners: dict[int, socket.socket],
     stderr_noise: re.Pattern[bytes] | None,
     main: bool,
+    warm: forkserver.Warm | None,
 ) -> None:
     """Start every worker's process (``listeners``: the rendezvous sockets handed to their
     workers, by ``id(worker)``)."""
+    folder = os.environ.get(forkserver.FORKSERVER_ENV, "")
     for w in workers:
         sock = listeners.get(id(w))
         env = {**w.env} if sock is None else {**w.env, LISTEN_FD_ENV: str(sock.fileno())}
+        env[SPAWNED_ENV] = f"{time.time():.6f}"  # the worker's start-up clock (summary.json)
+        if folder and warm is not None:
+            full = worker_env(env)
+            w.proc = forkserver.spawn(
+                folder,
+                module,
+                args,
+                full,
+                key=forkserver.import_environment(full, set(env), warm.preimport),
+                preload=warm.preload,
+                stderr_pipe=stderr_noise is not None,
+                pass_fds=() if sock is None else (sock.fileno(),),
+            )
+            continue
         # preexec_fn runs before any forwarder thread exists (they start below): no fork with
         # another thread holding a lock.
-        env[SPAWNED_ENV] = f"{time.time():.6f}"  # the worker's start-up clock (summary.json)
         w.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],
             env=worker_env(env),

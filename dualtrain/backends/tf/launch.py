@@ -31,6 +31,9 @@ from dualtrain.spec import Experiment, Precision, Strategy, TFStrategy
 UNIT = "worker"
 MODULE = "dualtrain.backends.tf"
 TF_CONFIG = "TF_CONFIG"
+PRELOAD = ("tensorflow", "keras", "dualtrain.backends.tf.worker", "dualtrain.backends.tf.engine")
+"""What a warm server imports (dualtrain.launch.forkserver): TensorFlow, Keras and the worker's
+modules; none of them runs TensorFlow code at import (no context exists when the server forks)."""
 ROLE_ENV = "DUALTRAIN_ROLE"
 SERVER_ROLE = "tf_server"
 """distribution.strategy: parameter_server: a worker or parameter-server task (a

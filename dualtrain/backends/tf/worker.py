@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dualtrain.backends.tf import kernels as tf_kernels
 from dualtrain.core import kernels
 from dualtrain.errors import UserError
+from dualtrain.launch import forkserver
 from dualtrain.launch.peers import is_comm_error, lost_peer
 from dualtrain.records.envinfo import cpu_flags
 from dualtrain.records.record import SPEC_FILE
@@ -208,7 +209,7 @@ def settings(spec: Experiment, local_workers: int) -> int:
         # max rel err 2.7e-3 vs Eigen's 5.7e-3), so bf16 keeps oneDNN to stay close to torch.
         # An explicit TF_ENABLE_ONEDNN_OPTS in the environment wins.
         late = {k: v for k, v in preimport_env(spec).items() if k not in os.environ}
-        if late and "tensorflow" in sys.modules:
+        if late and "tensorflow" in sys.modules and not forkserver.imported_with(late):
             print(
                 f"dualtrain: warning: TensorFlow was imported before this worker could set {late} "
                 "(a launcher that imports it first, as Ray Train's TensorflowTrainer does): give "

@@ -15,10 +15,19 @@ UNIT = "rank"
 MODULE = "dualtrain.backends.torch"
 STDERR_NOISE = None
 """torch workers' stderr passes through unfiltered (see dualtrain.launch.local.run_workers)."""
+PRELOAD = ("torch", "torch._dynamo", "dualtrain.backends.torch.worker")
+"""What a warm server imports (dualtrain.launch.forkserver): torch, torch._dynamo (DDP's
+constructor and the determinism settings import it) and the worker's modules."""
 ROLE_ENV = "DUALTRAIN_ROLE"
 """``parameter_server`` in the server process of distribution.strategy: parameter_server."""
 PS_ENV = "DUALTRAIN_PS_INIT"
 """The RPC rendezvous (``tcp://ADDR:PORT``) the replicas and the parameter server meet at."""
+
+
+def preimport_env(spec: Experiment) -> dict[str, str]:
+    """A torch worker sets nothing in its environment before importing torch."""
+    del spec
+    return {}
 
 
 def detect(env: Mapping[str, str] | None = None) -> cluster.Launcher | None:

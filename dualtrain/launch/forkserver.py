@@ -1,0 +1,312 @@
+"""Warm workers: fork a run's workers from a process that has imported their framework already
+(opt-in: ``DUALTRAIN_FORKSERVER=DIR``; framework-free).
+
+A worker's start is mostly its framework's import: torch with torch._dynamo ~1.6 s of CPU,
+TensorFlow with Keras ~2.5 s, against milliseconds of training in a short run
+(bench/bench_startup.py). Code that launches many runs from one place (the test suite, a sweep
+through dualtrain.api) can set DUALTRAIN_FORKSERVER to a folder it owns: the local launcher then has
+each worker forked by a server in that folder instead of starting ``python -m MODULE`` itself.
+
+* One server per backend and **import environment**: the environment a worker would get, less the
+  variables read only after the import (the launcher's per-worker ones, dualtrain's own
+  ``DUALTRAIN_*``), plus what the backend sets before importing its framework
+  (TF_ENABLE_ONEDNN_OPTS: dualtrain.backends.tf.launch.preimport_env). A worker whose import
+  environment differs gets another server, so every variable a framework reads at import is the
+  one a fresh process would have had.
+* The server imports the backend's modules and never runs framework code: no thread pool, device
+  or TensorFlow context exists when it forks. A forked worker gets the launcher's stdin, stdout and
+  stderr (or the launcher's stderr pipe), the descriptors it passes, its working directory and its
+  whole environment, and runs the module as ``python -m`` would.
+* The launcher watches it through :class:`Forked`, a ``subprocess.Popen``-like handle (the real
+  pid; the server reports the exit status). A worker dies with its launcher (the server kills it
+  when the launcher's connection closes) and with its server (PR_SET_PDEATHSIG).
+* A server's log is ``DIR/NAME.log``; it exits when its socket file is removed (the folder's owner
+  removes the folder) or after ``IDLE_S`` without a worker.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import fcntl
+import gc
+import hashlib
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+FORKSERVER_ENV = "DUALTRAIN_FORKSERVER"
+"""A folder: when set, the local launcher forks workers from warm servers kept in it."""
+
+IDLE_S = 600.0
+"""A server with no worker for this long exits."""
+
+_MAX_FDS = 8
+
+IMPORTED_UNDER: dict[str, str] | None = None
+"""In a forked worker: the environment its server imported the framework under."""
+
+
+def imported_with(env: dict[str, str]) -> bool:
+    """Whether this process is a forked worker whose framework was imported with ``env`` set."""
+    return IMPORTED_UNDER is not None and all(IMPORTED_UNDER.get(k) == v for k, v in env.items())
+
+
+@dataclass(frozen=True)
+class Warm:
+    """How a backend's workers can be forked warm (the launcher's ``run_workers``, when
+    DUALTRAIN_FORKSERVER is set): the modules its server imports, and what its worker sets in the
+    environment before importing the framework."""
+
+    preload: tuple[str, ...]
+    preimport: dict[str, str]
+
+
+def import_environment(
+    env: dict[str, str], per_worker: set[str], preimport: dict[str, str]
+) -> dict[str, str]:
+    """The part of a worker's environment its framework can read at import (see the module's
+    docstring), with what the backend sets itself before the import."""
+    out = {
+        k: v
+        for k, v in env.items()
+        if k not in per_worker and not k.startswith("DUALTRAIN_") and k != "PYTEST_CURRENT_TEST"
+    }
+    return out | {k: v for k, v in preimport.items() if k not in env}
+
+
+class Forked:
+    """A worker forked by a server: what dualtrain.launch.local uses of ``subprocess.Popen``."""
+
+    def __init__(self, conn: socket.socket, pid: int, args: list[str], stderr=None):
+        self.conn, self.pid, self.args, self.stderr = conn, pid, args, stderr
+        self.returncode: int | None = None
+
+    def _take(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            self.conn.settimeout(timeout)
+            try:
+                data = self.conn.recv(64)
+            except (BlockingIOError, TimeoutError):
+                return None
+            except OSError:
+                data = b""
+            # the server reports the waitpid status; without one it is gone, and so is the worker
+            status = json.loads(data)["status"] if data else None
+            self.returncode = (
+                -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+            )
+            self.conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._take(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._take(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def spawn(
+    folder: str,
+    module: str,
+    args: list[str],
+    env: dict[str, str],
+    *,
+    key: dict[str, str],
+    preload: tuple[str, ...],
+    stderr_pipe: bool,
+    pass_fds: tuple[int, ...] = (),
+) -> Forked:
+    """``python -m module *args`` forked by the server for ``key`` (started in ``folder`` on
+    first use), with ``env`` as its environment."""
+    path = _server(Path(folder), module, key, preload)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(path))
+    read = write = None
+    if stderr_pipe:
+        read, write = os.pipe()
+    fds = [0, 1, 2 if write is None else write, *pass_fds]
+    header = {"module": module, "args": args, "env": env, "cwd": os.getcwd(), "fds": pass_fds}
+    try:
+        conn.sendmsg(
+            [json.dumps(header).encode() + b"\n"],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))],
+        )
+    finally:
+        if write is not None:
+            os.close(write)
+    pid = int(_line(conn))
+    stderr = None if read is None else os.fdopen(read, "rb")
+    return Forked(conn, pid, [sys.executable, "-m", module, *args], stderr)
+
+
+def _line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(64)
+        if not chunk:
+            raise OSError("the fork server closed the connection")
+        data += chunk
+    return data
+
+
+def _server(folder: Path, module: str, key: dict[str, str], preload: tuple[str, ...]) -> Path:
+    """The socket of the server for ``key``; started (and waited for) if not running."""
+    digest = hashlib.sha256(json.dumps(sorted(key.items())).encode()).hexdigest()[:16]
+    name = f"{module.rsplit('.', 1)[-1]}-{digest}"
+    path = folder / f"{name}.sock"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return path
+        with open(folder / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVE, str(path), *preload],
+                env=key,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # no Ctrl-C of the launcher's terminal reaches it
+            )
+        while not path.exists():
+            if proc.poll() is not None:
+                raise OSError(f"the fork server for {module} exited; see {folder / name}.log")
+            time.sleep(0.02)
+    return path
+
+
+def serve(path: Path, preload: list[str]) -> None:  # pragma: no cover - the server process
+    """The server: import ``preload``, then fork a worker per request until told to stop."""
+
+    for name in preload:
+        importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # the imported modules' objects stay shared with every worker, untouched
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    listener.bind(str(tmp))
+    listener.listen(16)
+    os.rename(tmp, path)  # the socket appears whole: a client that sees it can connect
+    workers: dict[int, socket.socket] = {}
+    last = time.monotonic()
+    while path.exists() and (workers or time.monotonic() - last < IDLE_S):
+        ready, _, _ = select.select([listener, *workers.values()], [], [], 0.05)
+        for sock in ready:
+            if sock is listener:
+                conn, _ = listener.accept()
+                pid = _fork(conn, listener, workers)
+                workers[pid] = conn
+            else:  # the launcher's end closed while its worker runs: the launcher is gone
+                pid = next(p for p, c in workers.items() if c is sock)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        _reap(workers)
+        last = time.monotonic() if workers else last
+    listener.close()
+    path.unlink(missing_ok=True)
+
+
+def _reap(workers: dict[int, socket.socket]) -> None:  # pragma: no cover - the server process
+    while workers:
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            return
+        conn = workers.pop(pid, None)
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps({"status": status}).encode())
+            conn.close()
+
+
+def _fork(conn, listener, workers) -> int:  # pragma: no cover - the server process
+    msg, ancdata, _, _ = conn.recvmsg(1 << 20, socket.CMSG_SPACE(_MAX_FDS * 4))
+    while not msg.endswith(b"\n"):
+        msg += conn.recv(1 << 20)
+    fds = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    header = json.loads(msg)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            listener.close()
+            for other in workers.values():
+                other.close()
+            conn.close()
+            _become(header, list(fds))
+        finally:
+            os._exit(1)
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(f"{pid}\n".encode())
+    return pid
+
+
+def _become(header: dict, fds: list[int]) -> None:  # pragma: no cover - a forked worker
+    """In the forked child: the launcher's descriptors, directory, environment and signals, then
+    the module as ``python -m`` runs it. Never returns."""
+
+    targets = [0, 1, 2, *header["fds"]]
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1000) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for src, dst in zip(high, targets, strict=True):
+        os.dup2(src, dst)
+        os.close(src)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as dualtrain.launch.local._worker_signals
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the server
+    os.chdir(header["cwd"])
+    global IMPORTED_UNDER
+    IMPORTED_UNDER = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(header["env"])
+    sys.argv = [header["module"], *header["args"]]
+    code = 0
+    try:
+        runpy.run_module(header["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+_SERVE = (
+    "import sys; from pathlib import Path; from dualtrain.launch.forkserver import serve; "
+    "serve(Path(sys.argv[1]), sys.argv[2:])"
+)

@@ -1,0 +1,167 @@
+"""Warm workers (dualtrain.launch.forkserver): a forked worker gets what a started one gets, is
+watched the same way, dies with its launcher, and trains bit-identically to a started one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dualtrain.launch import forkserver
+
+MODULE = "testkit.forked_probe"
+
+
+def _spawn(folder: Path, out: Path, mode: str, env: dict[str, str], **kw) -> forkserver.Forked:
+    return forkserver.spawn(
+        str(folder),
+        MODULE,
+        [str(out), mode],
+        env,
+        key=forkserver.import_environment(env, {"PROBE", "PROBE_LISTEN_FD"}, {}),
+        preload=("json",),
+        stderr_pipe=True,
+        **kw,
+    )
+
+
+def _env(**extra: str) -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": root, **extra}
+
+
+def test_a_forked_worker_gets_its_environment_descriptors_and_exit_code(tmp_path, monkeypatch):
+    folder = tmp_path / "servers"
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.set_inheritable(True)
+        fd = listener.fileno()
+        proc = _spawn(
+            folder,
+            tmp_path / "a.json",
+            "3",
+            _env(PROBE="a", PROBE_LISTEN_FD=str(fd)),
+            pass_fds=(fd,),
+        )
+        assert proc.wait(timeout=60) == 3
+    assert proc.stderr is not None and proc.stderr.read() == b"probe 3\n"
+    info = json.loads((tmp_path / "a.json").read_text())
+    assert info == {
+        "cwd": str(work),
+        "probe": "a",
+        "pid": proc.pid,
+        "argv": [str(tmp_path / "a.json"), "3"],
+        "listening": True,
+        "name": "__main__",
+    }
+    # the next worker comes from the same server (one per import environment), with its own values
+    second = _spawn(folder, tmp_path / "b.json", "0", _env(PROBE="b"))
+    assert second.wait(timeout=60) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["probe"] == "b"
+    assert len(list(folder.glob("*.sock"))) == 1
+    # another import environment gets another server
+    third = _spawn(folder, tmp_path / "c.json", "0", _env(PROBE="c", OMP_NUM_THREADS="1"))
+    assert third.wait(timeout=60) == 0
+    assert len(list(folder.glob("*.sock"))) == 2
+
+
+def test_a_forked_worker_is_signalled_and_dies_with_its_launcher(tmp_path):
+    folder = tmp_path / "servers"
+    proc = _spawn(folder, tmp_path / "a.json", "sleep", _env())
+    _wait_for(tmp_path / "a.json")
+    assert proc.poll() is None
+    proc.terminate()
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    # the launcher gone (its connection closed) while its worker runs: the server kills the worker
+    orphan = _spawn(folder, tmp_path / "b.json", "sleep", _env())
+    _wait_for(tmp_path / "b.json")
+    orphan.conn.close()
+    deadline = time.monotonic() + 30
+    while _alive(orphan.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(orphan.pid)
+    # the server ends when its socket is removed (its folder's owner is done)
+    (sock,) = folder.glob("*.sock")
+    sock.unlink()
+    server = _server_pid(folder)
+    deadline = time.monotonic() + 30
+    while _alive(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(server)
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = (
+        Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "X"
+    )
+    return state not in ("Z", "X")
+
+
+def _server_pid(folder: Path) -> int:
+    (sock,) = [p for p in folder.iterdir() if p.suffix == ".log"]
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(str(folder).encode() in part for part in cmd):
+                return int(proc.name)
+    raise AssertionError(f"no server for {sock}")
+
+
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+def test_a_warm_run_trains_bit_identically_to_a_started_one(backend, tmp_path, cli, monkeypatch):
+    """The same spec run with workers started and with workers forked: the same weights, bit for
+    bit, and the forked workers skipped the framework's import."""
+    monkeypatch.delenv(forkserver.FORKSERVER_ENV, raising=False)
+    args = [
+        "run",
+        "--backend",
+        backend,
+        "--config",
+        "configs/mnist_mlp.yaml",
+        "--world-size",
+        "2",
+        "--set",
+        "train.max_steps=3",
+        "--set",
+        "train.epochs=null",
+        "--set",
+        "data.test_limit=100",
+        "--set",
+        "logging.tensorboard=false",
+    ]
+    cold = cli(*args, "--out", str(tmp_path / "cold"))
+    monkeypatch.setenv(forkserver.FORKSERVER_ENV, str(tmp_path / "servers"))
+    warm = cli(*args, "--out", str(tmp_path / "warm"))
+    assert cold.returncode == 0 and warm.returncode == 0, cold.stderr + warm.stderr
+    a = np.load(tmp_path / "cold" / "weights_final.npz")
+    b = np.load(tmp_path / "warm" / "weights_final.npz")
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    started = json.loads((tmp_path / "cold" / "summary.json").read_text())["startup"]
+    forked = json.loads((tmp_path / "warm" / "summary.json").read_text())["startup"]
+    assert forked["imports_s"] < started["imports_s"] / 5, (started, forked)
+    assert list((tmp_path / "servers").glob(f"{backend}-*.sock")), "no server was used"
+    assert "was imported before" not in warm.stderr
