@@ -117,7 +117,13 @@ KERAS = "model.keras=transformer_keras:"
 #: each mistaken Keras port: its overrides, the torch module the locator names, what differs there,
 #: the start of the mistake's name
 LOCATED = {
-    "keras_eps": ((), "'blocks.0.norm1'", "output", "LayerNorm eps (torch eps=1e-05, Keras"),
+    "keras_eps": (
+        (),
+        "'blocks.0.norm1'",
+        "output",
+        "LayerNorm eps (torch eps=1e-05, Keras LayerNormalization epsilon=0.001; set the Keras "
+        "layer's epsilon=1e-05)",
+    ),
     "gelu_tanh": ((), "'blocks.0.linear2'", "input", "approximate vs exact gelu"),
     "qkv_order": ((), "'blocks.0.self_attn.out_proj'", "input", "q, k, v taken from the packed"),
     "heads_dh": ((), "'blocks.0.self_attn.out_proj'", "input", "the heads split in the other"),
@@ -141,9 +147,17 @@ LOCATED = {
     ),
 }
 TORCH = "model.torch=transformer_torch:"
+#: the pair's explicit weight map (the automatic match written out)
+MAP = ROOT / "examples" / "ports" / "transformer_map.yaml"
 #: the same mistakes made on the torch side (a Keras model written again in torch)
 LOCATED_TORCH = {
-    "keras_eps": ("'blocks.0.norm1'", "output", "LayerNorm eps (torch eps=0.001, Keras"),
+    "keras_eps": (
+        "'blocks.0.norm1'",
+        "output",
+        "LayerNorm eps (torch eps=0.001, Keras LayerNormalization epsilon=1e-05; the torch side "
+        "differs: its eps=0.001, Keras's default, where the Keras layer's is 1e-05; set the torch "
+        "layer's eps=1e-05",
+    ),
     "gelu_tanh": (
         "'blocks.0.linear2'",
         "input",
@@ -177,8 +191,13 @@ def test_locator_names_a_torch_side_mistake(name):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sets",
-    [(), (f"{KERAS}transformer_packed",), ("model.args.causal=true",)],
-    ids=["keras-attention", "hand-written", "causal"],
+    [
+        (),
+        (f"{KERAS}transformer_packed",),
+        ("model.args.causal=true",),
+        (f"model.weight_map={MAP}",),
+    ],
+    ids=["keras-attention", "hand-written", "causal", "explicit-map"],
 )
 def test_locator_finds_nothing_in_the_faithful_transformer_ports(sets):
     finding = _diff_models(*TINY[1:], *sets, agree=True, config=TRANSFORMER)
@@ -207,3 +226,49 @@ def test_a_port_with_other_shapes_or_order_is_refused_naming_it(name):
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("dualtrain: error:")]
     assert REFUSED[name] in line, line
+
+
+#: mistakes an explicit weight map lets through (it pairs arrays by name, not by order): post-LN
+#: against pre-LN on either side (the same map pairs the blocks' layers), and q, k, v listed in
+#: another order in the map's qkv_heads entry (here key, query, value); the overrides, the torch
+#: module, what differs there, the start of the finding
+MAPPED = {
+    "keras-post-ln": (
+        (f"{KERAS}post_ln",),
+        "'blocks.0.norm1'",
+        "input",
+        "post-LN against pre-LN (norm_first): the Keras block is post-LN",
+    ),
+    "torch-post-ln": (
+        (f"{TORCH}post_ln",),
+        "'blocks.0.self_attn'",
+        "input",
+        "pre-LN against post-LN (norm_first): the Keras block is pre-LN",
+    ),
+    "qkv-order-in-map": (
+        (),
+        "'blocks.0.self_attn'",
+        "output",
+        "q, k, v taken from the packed projection in another order (the port reads its thirds as "
+        "the key, query, value of torch's",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MAPPED)
+def test_locator_names_a_mistake_an_explicit_map_lets_through(tmp_path, name):
+    sets, layer, what, mistake = MAPPED[name]
+    weight_map = MAP
+    if name == "qkv-order-in-map":  # the qkv_heads entries list key, query, value
+        text = MAP.read_text()
+        for part in ("kernel", "bias"):
+            q, k = f"block0_attn/query/{part}", f"block0_attn/key/{part}"
+            assert f"[{q}, {k}," in text
+            text = text.replace(f"[{q}, {k},", f"[{k}, {q},")
+        weight_map = tmp_path / "map.yaml"
+        weight_map.write_text(text)
+    finding = _diff_models(*TINY[1:], f"model.weight_map={weight_map}", *sets, config=TRANSFORMER)
+    print(finding["where"], finding["what"], finding["mistake"])
+    assert layer in finding["where"] and finding["what"] == what
+    assert finding["mistake"].startswith(mistake), finding["mistake"]

@@ -103,7 +103,8 @@ def probe_layers(
         layer = by_path[kv.layer]
         if id(layer) in parts:  # the whole attention is the unit (its output projection inside)
             mha, place = parts[id(layer)]
-            if place == 0:
+            # its query, key or value projection (an explicit map may list them in any order)
+            if place < 3:
                 attention.setdefault(a.module, mha)
             continue
         modules.setdefault(a.module, (layer, e.chw))

@@ -4,8 +4,9 @@ x W^T + b, its mask), once as torch computes it and once per mistake, and each c
 the Keras side made (the heads' context before the output projection, or the attention's output
 after it). The one the Keras side matches to float64 rounding is the finding: q/k/v taken from the
 packed projection in another order, the heads split (head_dim, heads), the scale applied twice or
-not at all, the softmax over the queries, the mask with the other polarity or left out; and the
-tokens pooled another way (the first token where torch averages them).
+not at all, the softmax over the queries, the mask with the other polarity or left out; the
+tokens pooled another way (the first token where torch averages them); and post-LN against pre-LN
+(a block's LayerNorm before its sublayer on one side, after its residual add on the other).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import numpy as np
 
 from dualtrain.core.locate.compare import TOL, rel
+from dualtrain.core.pair.record import Layout
 
 _QKV = ("query", "key", "value")
 
@@ -120,7 +122,8 @@ def _mistakes(heads: int, has_mask: bool) -> list[tuple[str, dict]]:
                 (
                     f"q, k, v taken from the packed projection in another order (the port reads "
                     f"its thirds as the {names} of torch's: in_proj_weight's rows are query, "
-                    f"key, value in that order)",
+                    f"key, value in that order; an explicit weight map's qkv_heads entry lists "
+                    f"the Keras query, key and value variables in that order)",
                     {"order": order},
                 )
             )
@@ -212,4 +215,62 @@ def residual_mistake(t: dict[str, np.ndarray], module: str, observed: np.ndarray
                 f"a residual add torch does not make (the Keras layer takes torch's input plus "
                 f"the output of {name!r} once more)"
             )
+    return ""
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)
+    return y * w + (0.0 if b is None else b)
+
+
+#: the fix for each order, said after what was found
+_NORM_FIRST = (
+    "pre-LN (norm_first=True) normalises each sublayer's input, x + attn(norm1(x)) and "
+    "x + ff(norm2(x)); post-LN (norm_first=False) normalises after each residual add, "
+    "norm1(x + attn(x)) and norm2(x + ff(x))"
+)
+
+
+def norm_order_mistake(
+    layout: Layout, module: str, t: dict[str, np.ndarray], k: dict[str, np.ndarray], w: dict
+) -> str:
+    """Post-LN against pre-LN (``norm_first``), where an explicit map pairs the two orders: the
+    Keras input of a torch LayerNorm is torch's input to it plus torch's attention of that
+    input (a post-LN Keras block where torch's is pre-LN); or the Keras input of a torch
+    attention is a torch LayerNorm of torch's input to it (a pre-LN Keras block where torch's
+    is post-LN). Both recomputed in NumPy from torch's weights."""
+    x, observed = t.get(f"in/{module}"), k.get(f"kin/{module}")
+    if x is None or observed is None:
+        return ""
+    torch_layers = {d.get("name"): d for d in layout.torch.layers}
+    if torch_layers.get(module, {}).get("cls") == "LayerNorm":
+        for mha, heads in {a.module: a.heads for a in layout.torch.torch if a.heads}.items():
+            wi, wo = w.get(f"{mha}.in_proj_weight"), w.get(f"{mha}.out_proj.weight")
+            if wi is None or wo is None or wi.shape[1] != x.shape[-1]:
+                continue
+            proj = x @ np.asarray(wi).T + w.get(f"{mha}.in_proj_bias", 0.0)
+            out = context(proj, heads, t.get(f"mask/{mha}")) @ np.asarray(wo).T
+            if _fits(observed, x + out + w.get(f"{mha}.out_proj.bias", 0.0)):
+                return (
+                    f"post-LN against pre-LN (norm_first): the Keras block is post-LN (its "
+                    f"LayerNormalization takes the block's input plus the attention's output) "
+                    f"where torch's is pre-LN ({module!r} takes the block's input); {_NORM_FIRST}: "
+                    f"put each LayerNormalization before its sublayer in the Keras block (or "
+                    f"give torch norm_first=False if post-LN is meant)"
+                )
+    if any(a.module == module and a.heads for a in layout.torch.torch):
+        for name, cfg in torch_layers.items():
+            gamma = w.get(f"{name}.weight")
+            if cfg.get("cls") != "LayerNorm" or gamma is None or gamma.shape != x.shape[-1:]:
+                continue
+            ln = _layer_norm(x, gamma, w.get(f"{name}.bias"), float(cfg.get("eps", 1e-5)))
+            if _fits(observed, ln):
+                return (
+                    f"pre-LN against post-LN (norm_first): the Keras block is pre-LN (its "
+                    f"attention takes the LayerNorm {name!r} of the block's input) where "
+                    f"torch's is post-LN ({module!r} takes the block's input); {_NORM_FIRST}: "
+                    f"put each LayerNormalization after its residual add in the Keras block (or "
+                    f"give torch norm_first=True if pre-LN is meant)"
+                )
     return ""

@@ -11,7 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core.locate.attention import attention_mistake, pool_mistake, residual_mistake
+from dualtrain.core.locate.attention import (
+    attention_mistake,
+    norm_order_mistake,
+    pool_mistake,
+    residual_mistake,
+)
 from dualtrain.core.locate.compare import (
     TOL,
     Row,
@@ -155,6 +160,7 @@ def _layer_finding(
     if row.input is not None and row.input > TOL and prev_out_ok:
         mistake = (
             _attention(layout, module, t, k, weights, inside=True)
+            or norm_order_mistake(layout, module, t, k, weights)
             or pool_mistake(t, module, k.get(f"kin/{module}"))
             or residual_mistake(t, module, k.get(f"kin/{module}"))
             or flatten_mistake(layout, module, t, k)

@@ -143,19 +143,41 @@ def layer_mistake(
     return ""
 
 
+#: the frameworks' default normalisation epsilons (LayerNorm, GroupNorm, BatchNorm: torch 1e-5;
+#: LayerNormalization, GroupNormalization, BatchNormalization: Keras 1e-3)
+TORCH_EPS, KERAS_EPS = 1e-5, 1e-3
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-15 * max(abs(a), abs(b), 1e-30) + 1e-300
+
+
 def norm_eps_mistake(tc: dict[str, Any], kc: dict[str, Any]) -> str:
     """A normalisation layer's epsilon that differs between the sides (LayerNorm, GroupNorm,
-    ...: torch's eps, Keras's epsilon; Keras's defaults are often 1e-3 where torch's are 1e-5)."""
+    ...: torch's eps, Keras's epsilon), with the side to fix: the one that holds Keras's default
+    1e-3 where the other does not (Keras's left at its default, or Keras's default copied onto
+    torch's side), else the one that holds either framework's default where the other holds a
+    value of its own; both fixes where neither tells."""
     eps_k = kc.get("epsilon", kc.get("eps"))
     if "eps" not in tc or eps_k is None:
         return ""
     eps_t, eps_k = float(tc["eps"]), float(eps_k)
-    if abs(eps_t - eps_k) <= 1e-15 * max(abs(eps_t), 1e-30) + 1e-300:
+    if _same(eps_t, eps_k):
         return ""
     what = str(tc.get("cls", "normalisation")).removesuffix("2d").removesuffix("1d")
-    return (
-        f"{what} eps (torch eps={eps_t:g}, Keras {kc.get('cls', 'layer')} epsilon={eps_k:g}; "
-        f"set the Keras layer's epsilon={eps_t:g})"
+    head = f"{what} eps (torch eps={eps_t:g}, Keras {kc.get('cls', 'layer')} epsilon={eps_k:g}; "
+    t_default, k_default = (_same(e, TORCH_EPS) or _same(e, KERAS_EPS) for e in (eps_t, eps_k))
+    if _same(eps_k, KERAS_EPS) or (k_default and not t_default):
+        return head + f"set the Keras layer's epsilon={eps_t:g})"
+    if _same(eps_t, KERAS_EPS) or (t_default and not k_default):
+        layer_norm = " (nn.TransformerEncoderLayer's layer_norm_eps)" if what == "LayerNorm" else ""
+        origin = ", Keras's default," if _same(eps_t, KERAS_EPS) else ""
+        return head + (
+            f"the torch side differs: its eps={eps_t:g}{origin} where the Keras layer's is "
+            f"{eps_k:g}; set the torch layer's eps={eps_k:g}{layer_norm})"
+        )
+    return head + (
+        f"make them equal: the Keras layer's epsilon={eps_t:g}, or the torch layer's eps={eps_k:g})"
     )
 
 
