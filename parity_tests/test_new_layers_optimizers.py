@@ -139,26 +139,25 @@ def test_reference_pair_agrees(runs, case):
     assert losses[-1] < losses[0], losses  # it trains (16 steps: only a little for some)
 
 
-@pytest.mark.slow
-def test_a_layernorm_eps_off_on_one_side_fails_the_pair(runs):
-    # the check can fail: the TF side's layernorm at Keras's default eps (1e-3, a test hook)
-    overrides = (*DATA, *CASES["layernorm-w2"], "precision.dtype=fp64")
-    a = read_run(runs("torch", *overrides))
-    hook = {TEST_HOOK: "testkit.worker_hooks:layernorm_eps=0.001"}
-    b = read_run(runs("tf", *overrides, env=hook))
-    check = check_reference_loss(Reference(a, b))
-    print(check.detail)
-    assert not check.passed and check.first_step == 1
+#: a planted difference on the TF side (a test hook) that the fp64 pair must fail on: the case it
+#: runs, the hook
+PLANTED = {
+    # the TF side's layernorm at Keras's default eps (1e-3)
+    "layernorm-eps-keras-default": ("layernorm-w2", "testkit.worker_hooks:layernorm_eps=0.001"),
+    # the TF side's attention splits each projection into heads as head_dim x heads (same
+    # parameters, same shapes)
+    "attention-heads-transposed": ("tokens-w2", "testkit.worker_hooks:attention_heads_transposed"),
+}
 
 
 @pytest.mark.slow
-def test_attention_heads_split_the_other_way_fail_the_pair(runs):
-    # the check can fail: the TF side's attention splits each projection into heads as
-    # head_dim x heads (a test hook); same parameters, same shapes
-    overrides = (*DATA, *CASES["tokens-w2"], "precision.dtype=fp64")
+@pytest.mark.parametrize("planted", PLANTED)
+def test_a_difference_planted_on_one_side_fails_the_pair(runs, planted):
+    # the check can fail
+    case, hook = PLANTED[planted]
+    overrides = (*DATA, *CASES[case], "precision.dtype=fp64")
     a = read_run(runs("torch", *overrides))
-    hook = {TEST_HOOK: "testkit.worker_hooks:attention_heads_transposed"}
-    b = read_run(runs("tf", *overrides, env=hook))
+    b = read_run(runs("tf", *overrides, env={TEST_HOOK: hook}))
     check = check_reference_loss(Reference(a, b))
     print(check.detail)
     assert not check.passed and check.first_step == 1
