@@ -11,6 +11,7 @@ import importlib.util
 from typing import TYPE_CHECKING, Protocol, cast
 
 from dualtrain.errors import UserError
+from dualtrain.launch.forkserver import Warm
 from dualtrain.spec import Backend
 
 if TYPE_CHECKING:
@@ -76,6 +77,14 @@ class LaunchModule(Protocol):
 def launch_module(backend: Backend) -> LaunchModule:
     """The backend's framework-free launch module (worker planning, external-launch detection)."""
     return cast(LaunchModule, importlib.import_module(PACKAGES[backend] + ".launch"))
+
+
+def tools_warm(backend: Backend) -> Warm:
+    """How ``python -m dualtrain.backends.<name>.tools`` can be forked warm
+    (dualtrain.launch.forkserver): the backend's PRELOAD; the TF tools set TF's log level before
+    importing it, as its workers do."""
+    preimport = {"TF_CPP_MIN_LOG_LEVEL": "2"} if backend is Backend.TF else {}
+    return Warm(launch_module(backend).PRELOAD, preimport)
 
 
 if TYPE_CHECKING:  # mypy checks both launch modules against the protocol (never run)

@@ -21,12 +21,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from dualtrain.backends import check_installed, parse_backend
+from dualtrain.backends import check_installed, parse_backend, tools_warm
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import read_record
 from dualtrain.core.model import output_width
@@ -34,6 +32,7 @@ from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.export_check import load_back
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.errors import UserError
+from dualtrain.launch import forkserver
 from dualtrain.launch.child import worker_env
 from dualtrain.records.record import (
     SPEC_FILE,
@@ -220,16 +219,12 @@ def _width(spec, run_dir: Path) -> int:
 
 def _write(fmt: str, run_dir: Path, folder: Path, source: Path) -> None:
     backend = BACKEND_OF[fmt]
-    cmd = [
-        sys.executable,
-        "-m",
+    proc = forkserver.run(
         f"dualtrain.backends.{backend}.tools",
-        "export",
-        str(run_dir / SPEC_FILE),
-        str(source),
-        str(folder),
-    ]
-    proc = subprocess.run(cmd, env=worker_env({}), capture_output=True, text=True)
+        ["export", str(run_dir / SPEC_FILE), str(source), str(folder)],
+        env=worker_env({}),
+        warm=tools_warm(parse_backend(backend)),
+    )
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         name = "torch" if fmt == "torch" else "Keras"

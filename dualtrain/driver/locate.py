@@ -6,7 +6,6 @@ that introduces a difference and the classic mistake it fits."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -14,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.backends import PACKAGES
+from dualtrain.backends import PACKAGES, tools_warm
 from dualtrain.core import data as data_mod
 from dualtrain.core import locate, pair
 from dualtrain.core.weights import Weights, save_weights
 from dualtrain.errors import UserError
+from dualtrain.launch import forkserver
 from dualtrain.launch.child import worker_env
 from dualtrain.spec import Backend, Experiment
 from dualtrain.spec.load import dump_spec
@@ -27,12 +27,12 @@ TIMEOUT_S = 600
 
 
 def _child(backend: Backend, args: list[str]) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "probe-layers", *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
+    proc = forkserver.run(
+        f"{PACKAGES[backend]}.tools",
+        ["probe-layers", *args],
         env=worker_env({"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}),
+        warm=tools_warm(backend),
+        timeout=TIMEOUT_S,
     )
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]

@@ -11,12 +11,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dualtrain.backends import PACKAGES, check_installed
+from dualtrain.backends import PACKAGES, check_installed, tools_warm
 from dualtrain.core import pair
 from dualtrain.core.pair.precheck import precheck
 from dualtrain.core.weights import Weights, check_shapes, load_weights
 from dualtrain.driver import pair_cache
 from dualtrain.errors import UserError
+from dualtrain.launch import forkserver
 from dualtrain.spec import Backend, Experiment
 from dualtrain.spec.load import dump_spec
 
@@ -65,13 +66,14 @@ def _run_children(spec: Experiment, tmp: Path) -> None:
         out = tmp / backend.value
         out.mkdir()
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-        procs[backend] = subprocess.Popen(
-            [sys.executable, "-m", f"{PACKAGES[backend]}.tools", "describe", str(spec_path)]
-            + [str(out)],
+        procs[backend] = forkserver.popen(
+            f"{PACKAGES[backend]}.tools",
+            ["describe", str(spec_path), str(out)],
+            env=env,
+            warm=tools_warm(backend),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
         )
     for backend, proc in procs.items():
         try:

@@ -89,8 +89,9 @@ def import_environment(
 class Forked:
     """A worker forked by a server: what dualtrain.launch.local uses of ``subprocess.Popen``."""
 
-    def __init__(self, conn: socket.socket, pid: int, args: list[str], stderr=None):
-        self.conn, self.pid, self.args, self.stderr = conn, pid, args, stderr
+    def __init__(self, conn: socket.socket, pid: int, args: list[str], pipes: dict, text: bool):
+        self.conn, self.pid, self.args, self.text = conn, pid, args, text
+        self.stdout, self.stderr = pipes.get(1), pipes.get(2)
         self.returncode: int | None = None
 
     def _take(self, timeout: float | None) -> int | None:
@@ -119,6 +120,30 @@ class Forked:
             raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
         return code
 
+    def communicate(self, timeout: float | None = None) -> tuple:
+        """What the worker wrote to its pipes, once it has exited (as ``Popen.communicate``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        streams = [f for f in (self.stdout, self.stderr) if f is not None]
+        left = {f.fileno(): f for f in streams}
+        got: dict[int, list[bytes]] = {fd: [] for fd in left}
+        names = {id(f): fd for fd, f in left.items()}
+        while left:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select(list(left), [], [], wait)
+            if not ready:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    got[fd].append(chunk)
+                else:
+                    left.pop(fd).close()
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+        out = [
+            None if f is None else b"".join(got[names[id(f)]]) for f in (self.stdout, self.stderr)
+        ]
+        return tuple(b.decode(errors="replace") if self.text and b is not None else b for b in out)
+
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -131,6 +156,55 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
+def popen(
+    module: str,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    warm: Warm,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    text: bool = False,
+) -> subprocess.Popen | Forked:
+    """``python -m module *args``: forked warm when DUALTRAIN_FORKSERVER is set, else started as
+    a fresh process. ``stdout``/``stderr``: None (this process's), ``subprocess.PIPE`` or
+    ``subprocess.DEVNULL``."""
+    folder = os.environ.get(FORKSERVER_ENV, "")
+    if not folder:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args], env=env, stdout=stdout, stderr=stderr, text=text
+        )
+    key = import_environment(env, set(), warm.preimport)
+    return spawn(
+        folder,
+        module,
+        args,
+        env,
+        key=key,
+        preload=warm.preload,
+        stdout=stdout,
+        stderr=stderr,
+        text=text,
+    )
+
+
+def run(
+    module: str, args: list[str], *, env: dict[str, str], warm: Warm, timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """``subprocess.run([python, -m, module, *args], capture_output=True, text=True)``, forked
+    warm when DUALTRAIN_FORKSERVER is set."""
+    proc = popen(
+        module, args, env=env, warm=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.wait(), out, err)
+
+
 def spawn(
     folder: str,
     module: str,
@@ -139,18 +213,25 @@ def spawn(
     *,
     key: dict[str, str],
     preload: tuple[str, ...],
-    stderr_pipe: bool,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    text: bool = False,
     pass_fds: tuple[int, ...] = (),
 ) -> Forked:
-    """``python -m module *args`` forked by the server for ``key`` (started in ``folder`` on
-    first use), with ``env`` as its environment."""
+    """``python -m module *args`` forked by the server for ``key`` and ``preload`` (started in
+    ``folder`` on first use), with ``env`` as its environment and stdout/stderr as ``popen``'s."""
     path = _server(Path(folder), module, key, preload)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(str(path))
-    read = write = None
-    if stderr_pipe:
-        read, write = os.pipe()
-    fds = [0, 1, 2 if write is None else write, *pass_fds]
+    ends: dict[int, int] = {}  # the worker's end of each pipe or of /dev/null, by its descriptor
+    pipes = {}
+    for target, how in ((1, stdout), (2, stderr)):
+        if how == subprocess.PIPE:
+            read, ends[target] = os.pipe()
+            pipes[target] = os.fdopen(read, "rb")
+        elif how == subprocess.DEVNULL:
+            ends[target] = os.open(os.devnull, os.O_WRONLY)
+    fds = [0, ends.get(1, 1), ends.get(2, 2), *pass_fds]
     header = {"module": module, "args": args, "env": env, "cwd": os.getcwd(), "fds": pass_fds}
     try:
         conn.sendmsg(
@@ -158,11 +239,10 @@ def spawn(
             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))],
         )
     finally:
-        if write is not None:
-            os.close(write)
+        for fd in ends.values():
+            os.close(fd)
     pid = int(_line(conn))
-    stderr = None if read is None else os.fdopen(read, "rb")
-    return Forked(conn, pid, [sys.executable, "-m", module, *args], stderr)
+    return Forked(conn, pid, [sys.executable, "-m", module, *args], pipes, text)
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -177,7 +257,7 @@ def _line(conn: socket.socket) -> bytes:
 
 def _server(folder: Path, module: str, key: dict[str, str], preload: tuple[str, ...]) -> Path:
     """The socket of the server for ``key``; started (and waited for) if not running."""
-    digest = hashlib.sha256(json.dumps(sorted(key.items())).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([sorted(key.items()), preload]).encode()).hexdigest()[:16]
     name = f"{module.rsplit('.', 1)[-1]}-{digest}"
     path = folder / f"{name}.sock"
     folder.mkdir(parents=True, exist_ok=True)

@@ -248,7 +248,7 @@ def _start_processes(
                 full,
                 key=forkserver.import_environment(full, set(env), warm.preimport),
                 preload=warm.preload,
-                stderr_pipe=stderr_noise is not None,
+                stderr=subprocess.PIPE if stderr_noise is not None else None,
                 pass_fds=() if sock is None else (sock.fileno(),),
             )
             continue

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ def _spawn(folder: Path, out: Path, mode: str, env: dict[str, str], **kw) -> for
         env,
         key=forkserver.import_environment(env, {"PROBE", "PROBE_LISTEN_FD"}, {}),
         preload=("json",),
-        stderr_pipe=True,
+        stderr=subprocess.PIPE,
         **kw,
     )
 
@@ -165,3 +166,21 @@ def test_a_warm_run_trains_bit_identically_to_a_started_one(backend, tmp_path, c
     assert forked["imports_s"] < started["imports_s"] / 5, (started, forked)
     assert list((tmp_path / "servers").glob(f"{backend}-*.sock")), "no server was used"
     assert "was imported before" not in warm.stderr
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "started"])
+def test_a_tool_run_captures_its_output_and_times_out_alike(warm, tmp_path, monkeypatch):
+    """forkserver.run, as the pair description, the locator's probes and export use it: the same
+    result forked or started."""
+    if warm:
+        monkeypatch.setenv(forkserver.FORKSERVER_ENV, str(tmp_path / "servers"))
+    else:
+        monkeypatch.delenv(forkserver.FORKSERVER_ENV, raising=False)
+    how = forkserver.Warm(("json",), {})
+    done = forkserver.run(MODULE, [str(tmp_path / "a.json"), "3"], env=_env(), warm=how)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "", "probe 3\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(MODULE, [str(tmp_path / "b.json"), "sleep"], env=_env(), warm=how, timeout=3)
+    pid = json.loads((tmp_path / "b.json").read_text())["pid"]
+    assert not _alive(pid)  # killed, not left sleeping
+    assert bool(list(tmp_path.glob("servers/*.sock"))) is warm

@@ -31,7 +31,13 @@ from dualtrain.spec import Experiment, Precision, Strategy, TFStrategy
 UNIT = "worker"
 MODULE = "dualtrain.backends.tf"
 TF_CONFIG = "TF_CONFIG"
-PRELOAD = ("tensorflow", "keras", "dualtrain.backends.tf.worker", "dualtrain.backends.tf.engine")
+PRELOAD = (
+    "tensorflow",
+    "keras",
+    "dualtrain.backends.tf.worker",
+    "dualtrain.backends.tf.engine",
+    "dualtrain.backends.tf.tools",
+)
 """What a warm server imports (dualtrain.launch.forkserver): TensorFlow, Keras and the worker's
 modules; none of them runs TensorFlow code at import (no context exists when the server forks)."""
 ROLE_ENV = "DUALTRAIN_ROLE"
@@ -188,7 +194,9 @@ def preimport_env(spec: Experiment) -> dict[str, str]:
     """What a TF worker's environment must hold before TensorFlow is imported (the worker sets it
     itself unless it is set already; a launcher that imports TensorFlow before the worker runs,
     such as Ray Train's TensorflowTrainer, must pass it in): with determinism, oneDNN off (on for
-    bf16: dualtrain.backends.tf.worker.configure_tf says why)."""
-    if not spec.determinism:
-        return {}
-    return {"TF_ENABLE_ONEDNN_OPTS": "1" if spec.precision.dtype is Precision.BF16 else "0"}
+    bf16: dualtrain.backends.tf.worker.configure_tf says why), and TF's C++ log level at 2 (its
+    start-up chatter off; the worker's default, which TensorFlow reads when it first logs)."""
+    out = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    if spec.determinism:
+        out["TF_ENABLE_ONEDNN_OPTS"] = "1" if spec.precision.dtype is Precision.BF16 else "0"
+    return out

@@ -15,9 +15,14 @@ UNIT = "rank"
 MODULE = "dualtrain.backends.torch"
 STDERR_NOISE = None
 """torch workers' stderr passes through unfiltered (see dualtrain.launch.local.run_workers)."""
-PRELOAD = ("torch", "torch._dynamo", "dualtrain.backends.torch.worker")
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "dualtrain.backends.torch.worker",
+    "dualtrain.backends.torch.tools",
+)
 """What a warm server imports (dualtrain.launch.forkserver): torch, torch._dynamo (DDP's
-constructor and the determinism settings import it) and the worker's modules."""
+constructor and the determinism settings import it), the worker's and the tools' modules."""
 ROLE_ENV = "DUALTRAIN_ROLE"
 """``parameter_server`` in the server process of distribution.strategy: parameter_server."""
 PS_ENV = "DUALTRAIN_PS_INIT"
