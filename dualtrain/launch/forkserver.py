@@ -222,7 +222,8 @@ def spawn(
     ``folder`` on first use), with ``env`` as its environment and stdout/stderr as ``popen``'s."""
     path = _server(Path(folder), module, key, preload)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(str(path))
+    with _short(path) as address:
+        conn.connect(address)
     ends: dict[int, int] = {}  # the worker's end of each pipe or of /dev/null, by its descriptor
     pipes = {}
     for target, how in ((1, stdout), (2, stderr)):
@@ -243,6 +244,17 @@ def spawn(
             os.close(fd)
     pid = int(_line(conn))
     return Forked(conn, pid, [sys.executable, "-m", module, *args], pipes, text)
+
+
+@contextlib.contextmanager
+def _short(path: Path):
+    """``path`` as a socket address short enough for AF_UNIX (108 bytes; a test's temporary
+    folder can be longer): through a descriptor of its folder, /proc/self/fd/N/NAME."""
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{folder}/{path.name}"
+    finally:
+        os.close(folder)
 
 
 def _line(conn: socket.socket) -> bytes:
@@ -291,7 +303,8 @@ def serve(path: Path, preload: list[str]) -> None:  # pragma: no cover - the ser
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = path.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
-    listener.bind(str(tmp))
+    with _short(tmp) as address:
+        listener.bind(address)
     listener.listen(16)
     os.rename(tmp, path)  # the socket appears whole: a client that sees it can connect
     workers: dict[int, socket.socket] = {}

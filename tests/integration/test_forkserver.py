@@ -38,7 +38,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_a_forked_worker_gets_its_environment_descriptors_and_exit_code(tmp_path, monkeypatch):
-    folder = tmp_path / "servers"
+    folder = tmp_path / ("a-folder-name-longer-than-a-unix-socket-address-" * 3) / "servers"
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
