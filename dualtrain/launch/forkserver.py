@@ -1,27 +1,21 @@
 """Warm workers: fork a run's workers from a process that has imported their framework already
-(opt-in: ``DUALTRAIN_FORKSERVER=DIR``; framework-free).
+(opt-in: ``DUALTRAIN_FORKSERVER=DIR``; framework-free; docs/architecture.md, Process model).
 
-A worker's start is mostly its framework's import: torch with torch._dynamo ~1.6 s of CPU,
-TensorFlow with Keras ~2.5 s, against milliseconds of training in a short run
-(bench/bench_startup.py). Code that launches many runs from one place (the test suite, a sweep
-through dualtrain.api) can set DUALTRAIN_FORKSERVER to a folder it owns: the local launcher then has
-each worker forked by a server in that folder instead of starting ``python -m MODULE`` itself.
+A worker's start is mostly its framework's import (bench/bench_startup.py). With
+DUALTRAIN_FORKSERVER set to a folder its caller owns, the local launcher has each worker forked by a
+server in that folder instead of starting ``python -m MODULE`` itself.
 
-* One server per backend and **import environment**: the environment a worker would get, less the
-  variables read only after the import (the launcher's per-worker ones, dualtrain's own
-  ``DUALTRAIN_*``), plus what the backend sets before importing its framework
-  (TF_ENABLE_ONEDNN_OPTS: dualtrain.backends.tf.launch.preimport_env). A worker whose import
-  environment differs gets another server, so every variable a framework reads at import is the
-  one a fresh process would have had.
-* The server imports the backend's modules and never runs framework code: no thread pool, device
-  or TensorFlow context exists when it forks. A forked worker gets the launcher's stdin, stdout and
-  stderr (or the launcher's stderr pipe), the descriptors it passes, its working directory and its
-  whole environment, and runs the module as ``python -m`` would.
-* The launcher watches it through :class:`Forked`, a ``subprocess.Popen``-like handle (the real
-  pid; the server reports the exit status). A worker dies with its launcher (the server kills it
-  when the launcher's connection closes) and with its server (PR_SET_PDEATHSIG).
-* A server's log is ``DIR/NAME.log``; it exits when its socket file is removed (the folder's owner
-  removes the folder) or after ``IDLE_S`` without a worker.
+* One server per backend and **import environment**: a worker's environment less what is read only
+  after the import (the launcher's per-worker variables, ``DUALTRAIN_*``), plus what the backend
+  sets before importing its framework (preimport_env), so a framework reads at import what a fresh
+  process would. The server never runs framework code: no thread pool, device or TF context exists
+  when it forks.
+* A forked worker gets the launcher's stdio (or pipes), the descriptors it passes, its working
+  directory and its whole environment, and runs the module as ``python -m`` would; the launcher
+  watches it through :class:`Forked` (Popen-like; the server reports the exit status). It dies with
+  its launcher (the server kills it when the connection closes) and with its server.
+* A server logs to ``DIR/NAME.log`` and exits when its socket file is removed or after ``IDLE_S``
+  without a worker.
 """
 
 from __future__ import annotations
