@@ -56,10 +56,15 @@ def torch_recorder(
     )
 
 
-def keras_recorder(run_dir: str | Path, *, model: Any) -> Any:
+def keras_recorder(run_dir: str | Path, *, model: Any, weight_map: str | Path | None = None) -> Any:
     """A Keras callback recording ``model.fit`` (pass it in ``callbacks=[...]``; the record is
     written when fit ends). ``model``: the compiled model, built under a MirroredStrategy or
     MultiWorkerMirroredStrategy scope; the recorder wraps its train step and its optimizer's
-    ``apply_gradients`` to see each replica's rows, the gradient norm and the loss scale."""
+    ``apply_gradients`` to see each replica's rows, the gradient norm and the loss scale.
+    ``weight_map``: a model pair's map file (``model.weight_map``'s format, docs/own-models.md):
+    the weights are recorded under the torch script's parameter names and layout, so compare
+    pairs them by name (otherwise in order, with Keras's layouts converted by kind)."""
     module = importlib.import_module(RECORDERS["tf"])
-    return module.KerasRecorder(run_dir, model=model)
+    return module.KerasRecorder(
+        run_dir, model=model, weight_map=None if weight_map is None else str(weight_map)
+    )

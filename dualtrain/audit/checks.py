@@ -128,10 +128,14 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
 
 
 def paired_weights(a: Recorded, b: Recorded) -> list[tuple[str, str]] | str:
-    """A's and B's initial arrays paired in order (shapes equal), or why they cannot be."""
+    """A's and B's initial arrays paired by name when both records use the same names (a Keras
+    record made with a model pair's weight map has the torch script's), else in order (shapes
+    equal); or why they cannot be."""
     na, nb = list(a.weights_init), list(b.weights_init)
     if len(na) != len(nb):
         return f"A has {len(na)} arrays, B has {len(nb)}"
+    if set(na) == set(nb):
+        nb = na
     for x, y in zip(na, nb, strict=True):
         if a.weights_init[x].shape != b.weights_init[y].shape:
             return (
@@ -142,7 +146,10 @@ def paired_weights(a: Recorded, b: Recorded) -> list[tuple[str, str]] | str:
 
 
 def check_init(a: Recorded, b: Recorded) -> Check:
-    judged = "every initial array, paired in order (torch's layout, Keras's converted), exactly"
+    judged = (
+        "every initial array, paired by name (a weight map's) or else in order (torch's layout, "
+        "Keras's converted), exactly"
+    )
     not_judged = (
         "what the layers compute (activations, dropout, the flatten order): arrays only; "
         "buffers Keras does not expose"

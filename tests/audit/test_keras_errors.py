@@ -53,6 +53,22 @@ x = np.ones((16, 3), "float32")
 m.fit(x, x[:, :2], batch_size=4, callbacks=[rec], verbose=0, shuffle=False)
 steps = [json.loads(line) for line in open(OUT + "/e/metrics.jsonl")]
 print("scale", [s["loss_scale"] for s in steps], [s["skipped"] for s in steps])
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # a model pair's record: its weight map
+    m = keras.Sequential([keras.Input((2, 2, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse")
+kernel, bias = m.layers[-1].kernel, m.layers[-1].bias
+with open(OUT + "/bad.yaml", "w") as f:
+    f.write(f"- {{torch: fc.weight, keras: {kernel.path}_typo}}")
+with open(OUT + "/map.yaml", "w") as f:
+    f.write(f"- {{torch: fc.weight, keras: {kernel.path}, transform: flatten_chw, "
+            f"chw: [3, 2, 2]}}\\n- {{torch: fc.bias, keras: {bias.path}}}\\n")
+say(lambda: audit.keras_recorder(OUT + "/f", model=m, weight_map=OUT + "/bad.yaml"))
+k0 = kernel.numpy()
+rec = audit.keras_recorder(OUT + "/g", model=m, weight_map=OUT + "/map.yaml")
+m.fit(np.ones((4, 2, 2, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[rec], verbose=0)
+w = np.load(OUT + "/g/weights_init.npz")
+chw = k0.reshape(2, 2, 3, 2).transpose(3, 2, 0, 1).reshape(2, 12)  # torch's (out, C*H*W)
+print("mapped", sorted(w.files), np.array_equal(w["fc.weight"], chw))
 """
 
 
@@ -67,10 +83,14 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
         cwd=ROOT,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("UserError", "no "))]
-    assert len(lines) == 3, proc.stdout + proc.stderr[-2000:]
+    assert len(lines) == 4, proc.stdout + proc.stderr[-2000:]
     assert "needs a model built under a MirroredStrategy" in lines[0]
     assert "one audit recorder per process" in lines[1]
     assert "steps_per_execution=1" in lines[2]
+    assert "weight_map[0].keras: no such variable in the Keras model" in lines[3]
+    assert not (tmp_path / "f").exists()  # a map that does not fit: refused before writing
+    # with the pair's map the weights are the torch script's names and layout (C, H, W flattened)
+    assert "mapped ['fc.bias', 'fc.weight'] True" in proc.stdout, proc.stdout
     assert not (tmp_path / "a").exists()  # refused before writing
     assert "digests True True" in proc.stdout, proc.stdout  # Keras's digests are NumPy's
     # a LossScaleOptimizer's skip: the scale halves, the optimizer's iterations stay

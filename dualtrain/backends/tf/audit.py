@@ -26,6 +26,7 @@ import tensorflow as tf
 from dualtrain.audit import record
 from dualtrain.audit.identity import CHUNK, MASK32, hexes, multipliers
 from dualtrain.backends.tf.envinfo import backend_facts
+from dualtrain.core.pair import mapfile
 from dualtrain.errors import UserError, shown
 
 #: Keras variable name -> torch's, for the canonical (state-dict) names
@@ -40,9 +41,14 @@ NAMES = {
 }
 
 
-def canonical_weights(model: Any) -> dict[str, np.ndarray]:
+def canonical_weights(model: Any, weight_map: str | None = None) -> dict[str, np.ndarray]:
     """The model's variables in torch's layout and state-dict style names (``conv2d.weight``):
-    conv kernels HWIO -> OIHW, dense kernels (in, out) -> (out, in)."""
+    conv kernels HWIO -> OIHW, dense kernels (in, out) -> (out, in); or, given a model pair's
+    ``weight_map`` file, under the torch names and layout the map gives them."""
+    if weight_map is not None:
+        values = {v.path: np.asarray(keras.ops.convert_to_numpy(v)) for v in model.weights}
+        trainable = [v.path for v in model.trainable_weights]
+        return mapfile.canonical_from_keras(weight_map, values, trainable)
     out = {}
     for v in model.weights:
         layer, _, leaf = v.path.rpartition("/")
@@ -114,12 +120,15 @@ def _dot(words: Any, mult: Any) -> Any:
 class KerasRecorder(keras.callbacks.Callback):
     """See the module docstring; made by dualtrain.audit.keras_recorder."""
 
-    def __init__(self, run_dir: str | Path, *, model: Any):
+    def __init__(self, run_dir: str | Path, *, model: Any, weight_map: str | None = None):
         super().__init__()
         if not isinstance(model, keras.Model):
             raise UserError(
                 f"keras_recorder's model must be a keras.Model. Received: {shown(model)}"
             )
+        self.weight_map = None if weight_map is None else str(weight_map)
+        if self.weight_map is not None and model.built:
+            canonical_weights(model, self.weight_map)  # a map that does not fit: before anything
         strategy = model.distribute_strategy
         if not isinstance(
             strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
@@ -252,7 +261,14 @@ class KerasRecorder(keras.callbacks.Callback):
                 f"Received: steps_per_execution={int(keras.ops.convert_to_numpy(spe))}"
             )
         self.started = time.perf_counter()
-        self.init = canonical_weights(self.model) if self.rank == 0 else {}
+        try:
+            self.init = canonical_weights(self.model, self.weight_map) if self.rank == 0 else {}
+        except UserError:  # a map that does not fit the model fit built: nothing half-written
+            self.closed = True
+            if self.rank == 0:
+                record.abandon(self.dir)
+            record.release()
+            raise
         self.config = _config(self.model)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -297,7 +313,7 @@ class KerasRecorder(keras.callbacks.Callback):
                     ranks=self.ranks,
                     config=self.config,
                     weights_init=self.init,
-                    weights_final=canonical_weights(self.model),
+                    weights_final=canonical_weights(self.model, self.weight_map),
                     env={"tf": backend_facts()},
                     wall_s=time.perf_counter() - self.started,
                 )

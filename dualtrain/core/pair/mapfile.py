@@ -9,10 +9,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from dualtrain.core.pair.record import MapEntry, Side
-from dualtrain.core.pair.transforms import SPLIT, TRANSFORMS, keras_shapes
+from dualtrain.core.pair.transforms import SPLIT, TRANSFORMS, keras_shapes, to_canonical_parts
 from dualtrain.errors import UserError
 
 
@@ -46,32 +47,12 @@ def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
     entries: list[MapEntry] = []
     for i, e in enumerate(raw):
         where = f"model.weight_map[{i}]"
-        unknown = sorted(set(e) - {"torch", "keras", "transform", "chw", "heads"})
-        if unknown or "torch" not in e or "keras" not in e:
-            raise UserError(
-                f"{where} needs torch and keras (and a transform: {', '.join(TRANSFORMS)}). "
-                f"Received: {e!r}"
-            )
-        t = e.get("transform", "identity")
-        if t not in TRANSFORMS:
-            raise UserError(f"{where}.transform must be one of {list(TRANSFORMS)}. Received: {t!r}")
+        t, targets = _parse(where, e, k_vars)
         if e["torch"] not in t_arrays:
             raise UserError(
                 f"{where}.torch: no such array in the torch model. Received: {e['torch']!r} "
                 f"(the model's: {sorted(t_arrays)})"
             )
-        targets = [e["keras"]] if isinstance(e["keras"], str) else e["keras"]
-        if (t in SPLIT) != (isinstance(targets, list) and len(targets) > 1) or not all(
-            isinstance(k, str) for k in targets
-        ):
-            want = f"a list of {SPLIT[t][0]} variables" if t in SPLIT else "one variable"
-            raise UserError(f"{where}.keras: {t} maps onto {want}. Received: {e['keras']!r}")
-        for k in targets:
-            if k not in k_vars:
-                raise UserError(
-                    f"{where}.keras: no such variable in the Keras model. Received: {k!r} "
-                    f"(the model's: {sorted(k_vars)})"
-                )
         a, vs = t_arrays[e["torch"]], [k_vars[k] for k in targets]
         chw = e.get("chw")
         entry = MapEntry(
@@ -97,6 +78,68 @@ def load_map_file(path: str, torch: Side, keras: Side) -> tuple[MapEntry, ...]:
         entries.append(entry)
     check_complete(entries, torch, keras)
     return tuple(entries)
+
+
+def _parse(where: str, e: dict[str, Any], variables: Iterable[str]) -> tuple[str, list[str]]:
+    """One map entry's transform and Keras targets, checked: its keys, a known transform, one
+    target or (a split transform) several, each a variable of ``variables``."""
+    unknown = sorted(set(e) - {"torch", "keras", "transform", "chw", "heads"})
+    if unknown or "torch" not in e or "keras" not in e:
+        raise UserError(
+            f"{where} needs torch and keras (and a transform: {', '.join(TRANSFORMS)}). "
+            f"Received: {e!r}"
+        )
+    t = e.get("transform", "identity")
+    if t not in TRANSFORMS:
+        raise UserError(f"{where}.transform must be one of {list(TRANSFORMS)}. Received: {t!r}")
+    targets = [e["keras"]] if isinstance(e["keras"], str) else e["keras"]
+    if (t in SPLIT) != (isinstance(targets, list) and len(targets) > 1) or not all(
+        isinstance(k, str) for k in targets
+    ):
+        want = f"a list of {SPLIT[t][0]} variables" if t in SPLIT else "one variable"
+        raise UserError(f"{where}.keras: {t} maps onto {want}. Received: {e['keras']!r}")
+    known = set(variables)
+    for k in targets:
+        if k not in known:
+            raise UserError(
+                f"{where}.keras: no such variable in the Keras model. Received: {k!r} "
+                f"(the model's: {sorted(known)})"
+            )
+    return t, targets
+
+
+def canonical_from_keras(
+    path: str, values: dict[str, np.ndarray], required: Iterable[str]
+) -> dict[str, np.ndarray]:
+    """A Keras model's arrays (``values``, by variable path) under the torch names and in the torch
+    layout an explicit map (``model.weight_map``'s format) gives them: how dualtrain.audit's Keras
+    recorder names a model pair's weights. Each array the map names once; every ``required`` one
+    (the trainable) must be among them, the others (moving statistics, seed states) may be."""
+    out: dict[str, np.ndarray] = {}
+    used: list[str] = []
+    for i, e in enumerate(read_map_file(path)):
+        where = f"weight_map[{i}]"
+        t, targets = _parse(where, e, values)
+        chw = e.get("chw")
+        entry = MapEntry(
+            str(e["torch"]),
+            targets[0] if t not in SPLIT else tuple(targets),
+            t,
+            tuple(chw) if chw else None,
+            e.get("heads", _heads(t, np.shape(values[targets[0]]))),
+        )
+        out[entry.torch] = to_canonical_parts(entry, [values[k] for k in targets])
+        used += targets
+    twice = sorted({k for k in used if used.count(k) > 1})
+    missing = [k for k in required if k not in used]
+    if twice or missing:
+        raise UserError(
+            f"weight_map {path} maps Keras {twice[0]} twice"
+            if twice
+            else f"weight_map {path} leaves Keras {missing[0]} out (every array needs an entry). "
+            f"Received: {len(missing)} unmapped"
+        )
+    return out
 
 
 def _heads(transform: str, shape: tuple[int, ...]) -> int | None:
