@@ -7,7 +7,8 @@ The runs are made as ``dualtrain compare --config`` makes them (the fp64 torch r
 states, the requested-precision runs replay them), shared between tests; the verdict comes from the
 real CLI, ``dualtrain compare A B --reference-runs REF_A REF_B``. The default suite plants one
 defect per precision path (fp32 on torch, fp16 on tf, bf16 on torch); the slow set runs every mutant
-on both backends and the unmutated pairs."""
+on both backends and the unmutated pairs, and the token layers' mutants (TOKEN_PRECISION_MUTANTS)
+on a small vision transformer (TOKEN_SPEC)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,13 @@ import pytest
 
 from dualtrain.runtime import probes
 from testkit.cli import run_cli
-from tools.mutants import PRECISION_MUTANTS, PRECISION_SPEC, hook
+from tools.mutants import (
+    PRECISION_MUTANTS,
+    PRECISION_SPEC,
+    TOKEN_PRECISION_MUTANTS,
+    TOKEN_SPEC,
+    hook,
+)
 
 SPEC = (
     *PRECISION_SPEC,
@@ -26,13 +33,19 @@ SPEC = (
 )  # 16 steps, a partial last batch
 
 
-def _pair(runs, precision: str, mutant: str | None = None, backend: str | None = None):
-    """(torch run, tf run, fp64 torch, fp64 tf) of SPEC at ``precision``; ``mutant`` on
+def _pair(
+    runs,
+    precision: str,
+    mutant: str | None = None,
+    backend: str | None = None,
+    base: tuple[str, ...] = SPEC,
+):
+    """(torch run, tf run, fp64 torch, fp64 tf) of ``base`` at ``precision``; ``mutant`` on
     ``backend``."""
-    ref_torch = runs("torch", *SPEC, "precision.dtype=fp64", probe=probes.RECORD)
-    ref_tf = runs("tf", *SPEC, "precision.dtype=fp64")
+    ref_torch = runs("torch", *base, "precision.dtype=fp64", probe=probes.RECORD)
+    ref_tf = runs("tf", *base, "precision.dtype=fp64")
     replay = probes.replay(ref_torch)
-    spec = (*SPEC, f"precision.dtype={precision}")
+    spec = (*base, f"precision.dtype={precision}")
     out = {}
     for b in ("torch", "tf"):
         env = hook(mutant, backend=b) if mutant and b == backend else None
@@ -100,7 +113,32 @@ def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backe
     effect, what = mutant_effect(m, a if backend == "torch" else b, ra)
     if effect < 1.0:  # a planted defect this CPU's arithmetic makes too small to matter: said
         pytest.skip(f"{name} on {backend}: {what}, within its a priori bound on this CPU")
-    print(f"{name} on {backend}: {what}")
+    _assert_fails_naming_the_path(tmp_path, m, backend, (a, b, ra, rb), what)
+
+
+# The token layers' absolute gradient scales (dualtrain/backends/torch/condition.py: LayerNorm,
+# position, patches, embedding, the attention's packed projection) must not hide a defect: a
+# token layer's gradient summed in bfloat16 in an fp32 run fails local_grad on either backend.
+# (The same bfloat16 sums in a bf16 run are within that path's own rounding: 0.1-5.5 bf16 u of the
+# absolute scale, computed on this spec at init, against its a priori bound of 32 u; measured on
+# the torch bf16 run's probes, 0.016-0.071 x that bound, the unmutated run 0.014 x. A bf16 path
+# cannot tell a bfloat16 sum from its own rounding, so the mutants live in the fp32 path.)
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "tf"])
+@pytest.mark.parametrize("name", list(TOKEN_PRECISION_MUTANTS))
+def test_token_layer_precision_defect_fails_naming_the_path(runs, tmp_path, name, backend):
+    m = TOKEN_PRECISION_MUTANTS[name]
+    a, b, ra, rb = _pair(runs, m.path, name, backend, TOKEN_SPEC)
+    effect, what = mutant_effect(m, a if backend == "torch" else b, ra)
+    # its size is its own arithmetic's (a bfloat16 sum in a fixed order), not this CPU's kernels':
+    # a mutant under its bound here is a mutant that did not apply
+    assert effect > 10.0, f"{name} on {backend}: {what}"
+    _assert_fails_naming_the_path(tmp_path, m, backend, (a, b, ra, rb), what)
+
+
+def _assert_fails_naming_the_path(tmp_path, m, backend, runs4, what):
+    a, b, ra, rb = runs4
+    print(f"{m.name} on {backend}: {what}")
     res, v = _compare(tmp_path, a, b, ra, rb)
     print(res.stdout[-2500:])
     path = f"{backend} {m.path} path"
@@ -130,9 +168,13 @@ def test_precision_path_defect_fails_naming_the_path(runs, tmp_path, name, backe
 
 # the default suite's unmutated fp32 compare with probes is tests/integration/test_compare_config.py
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
-def test_unmutated_precision_paths_pass(runs, tmp_path, precision):
-    res, v = _compare(tmp_path, *_pair(runs, precision))
+@pytest.mark.parametrize(
+    "precision,base",
+    [("fp32", SPEC), ("fp16", SPEC), ("bf16", SPEC), ("fp32", TOKEN_SPEC)],
+    ids=["fp32", "fp16", "bf16", "tokens-fp32"],
+)
+def test_unmutated_precision_paths_pass(runs, tmp_path, precision, base):
+    res, v = _compare(tmp_path, *_pair(runs, precision, base=base))
     assert res.returncode == 0 and v["passed"], res.stdout[-3000:]
     checks = {c["name"]: c for c in v["checks"]}
     for n in ("local_loss", "local_grad", "local_update", "convergence"):
