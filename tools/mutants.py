@@ -272,6 +272,14 @@ TOKEN_PRECISION_MUTANTS = {
             None,
         ),
         PrecisionMutant(
+            "patches_bias_grad_low",
+            "the patch embedding's bias (a stride = kernel convolution's) with its gradient (a "
+            "sum over the N x T patches) summed in bfloat16 in an fp32 run, in row order "
+            "(bf16_row_sum; on tf every Conv2D's, of which TOKEN_SPEC has only the patches)",
+            "fp32",
+            None,
+        ),
+        PrecisionMutant(
             "attention_bias_grad_low",
             "the attention's packed q/k/v projection bias (in_proj_bias) with its gradient (a "
             "sum over the N x T token rows) summed in bfloat16 in an fp32 run, in row order "
@@ -1038,6 +1046,38 @@ def _tf_position_grad_low(path: str, size: float) -> None:
         return low_add(x, tf.cast(self.weight, x.dtype))
 
     _on_init(_engine(), path, lambda: setattr(tokens.Position, "call", mutated))
+
+
+def _torch_patches_bias_grad_low(path: str, size: float) -> None:
+    import torch.nn.functional as F  # lazy: framework
+
+    from dualtrain.backends.torch import tokens  # lazy: framework
+
+    _, low_add = _torch_low()
+    forward = tokens.Patches.forward
+
+    def mutated(self, x):  # tokens.Patches.forward, its bias added by low_add
+        if self.bias is None:
+            return forward(self, x)
+        out = F.conv2d(x, self.weight, None, self.stride, self.padding, self.dilation, self.groups)
+        return low_add(out.flatten(2).transpose(1, 2), self.bias)
+
+    cls = tokens.Patches
+    _on_init(_torch_engine().TorchEngine, path, lambda: setattr(cls, "forward", mutated))
+
+
+def _tf_patches_bias_grad_low(path: str, size: float) -> None:
+    import tensorflow as tf  # lazy: framework
+
+    from dualtrain.backends.tf import layers  # lazy: framework
+
+    _, low_add = _tf_low()
+
+    def mutated(self, inputs):  # layers.Conv2D.call, its bias added by low_add (NHWC rows: the
+        out = self.convolution_op(inputs, self.kernel)  # order of torch's tokens)
+        return low_add(out, tf.cast(self.bias, out.dtype)) if self.use_bias else out
+
+    _on_init(_engine(), path, lambda: setattr(layers.Conv2D, "call", mutated))
 
 
 def _torch_attention_bias_grad_low(path: str, size: float) -> None:
