@@ -93,8 +93,8 @@ def test_a_forked_worker_is_signalled_and_dies_with_its_launcher(tmp_path):
     assert not _alive(orphan.pid)
     # the server ends when its socket is removed (its folder's owner is done)
     (sock,) = folder.glob("*.sock")
-    sock.unlink()
     server = _server_pid(folder)
+    sock.unlink()
     deadline = time.monotonic() + 30
     while _alive(server) and time.monotonic() < deadline:
         time.sleep(0.05)
