@@ -304,7 +304,8 @@ def serve(path: Path, preload: list[str]) -> None:  # pragma: no cover - the ser
     workers: dict[int, socket.socket] = {}
     last = time.monotonic()
     while path.exists() and (workers or time.monotonic() - last < IDLE_S):
-        ready, _, _ = select.select([listener, *workers.values()], [], [], 0.05)
+        wait = 0.01 if workers else 0.5  # a worker's exit status is reaped within 10 ms
+        ready, _, _ = select.select([listener, *workers.values()], [], [], wait)
         for sock in ready:
             if sock is listener:
                 conn, _ = listener.accept()

@@ -167,7 +167,7 @@ def run_workers(
     unit: str = "rank",
     grace_s: float = 120.0,
     run_dir: Path | None = None,
-    poll_s: float = 0.05,
+    poll_s: float = 0.02,
     stderr_noise: re.Pattern[bytes] | None = None,
     warm: forkserver.Warm | None = None,
 ) -> None:
