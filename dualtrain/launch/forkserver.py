@@ -14,8 +14,7 @@ server in that folder instead of starting ``python -m MODULE`` itself.
   directory and its whole environment, and runs the module as ``python -m`` would; the launcher
   watches it through :class:`Forked` (Popen-like; the server reports the exit status). It dies with
   its launcher (the server kills it when the connection closes) and with its server.
-* A server logs to ``DIR/NAME.log`` and exits when its socket file is removed or after ``IDLE_S``
-  without a worker.
+* A server logs to ``DIR/NAME.log``; it exits when its socket file is removed or after ``IDLE_S``.
 """
 
 from __future__ import annotations
@@ -39,6 +38,8 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from dualtrain.errors import UserError
 
 FORKSERVER_ENV = "DUALTRAIN_FORKSERVER"
 """A folder: when set, the local launcher forks workers from warm servers kept in it."""
@@ -169,17 +170,8 @@ def popen(
             [sys.executable, "-m", module, *args], env=env, stdout=stdout, stderr=stderr, text=text
         )
     key = import_environment(env, set(), warm.preimport)
-    return spawn(
-        folder,
-        module,
-        args,
-        env,
-        key=key,
-        preload=warm.preload,
-        stdout=stdout,
-        stderr=stderr,
-        text=text,
-    )
+    return spawn(folder, module, args, env, key=key, preload=warm.preload, stdout=stdout,
+                 stderr=stderr, text=text)  # fmt: skip
 
 
 def run(
@@ -264,10 +256,17 @@ def _line(conn: socket.socket) -> bytes:
 def _server(folder: Path, module: str, key: dict[str, str], preload: tuple[str, ...]) -> Path:
     """The socket of the server for ``key``; started (and waited for) if not running."""
     digest = hashlib.sha256(json.dumps([sorted(key.items()), preload]).encode()).hexdigest()[:16]
-    name = f"{module.rsplit('.', 1)[-1]}-{digest}"
-    path = folder / f"{name}.sock"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f".{name}.lock", "w") as lock:
+    name = f"{(preload or ('python',))[0].rsplit('.', 1)[-1]}-{digest}"  # not the module's:
+    path = folder / f"{name}.sock"  # a backend's workers and tools share their server
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / f".{name}.lock", "w")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise UserError(
+            f"{FORKSERVER_ENV} must be a folder this process can write ({exc.strerror}). "
+            f"Received: {str(folder)!r}"
+        ) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.exists():
             return path
@@ -282,7 +281,7 @@ def _server(folder: Path, module: str, key: dict[str, str], preload: tuple[str, 
             )
         while not path.exists():
             if proc.poll() is not None:
-                raise OSError(f"the fork server for {module} exited; see {folder / name}.log")
+                raise UserError(f"the fork server for {module} did not start: {folder / name}.log")
             time.sleep(0.02)
     return path
 
