@@ -1,10 +1,12 @@
 """A worker stand-in for the fork server's tests (tests/integration/test_forkserver.py):
 ``python -m testkit.forked_probe OUT MODE`` writes what it was given (working directory, a variable,
 its pid and arguments, whether its LISTEN descriptor is a listening socket) to OUT as JSON, says a
-line on stderr, then exits with MODE's code, or sleeps (MODE ``sleep``)."""
+line on stderr, then exits with MODE's code, or sleeps (MODE ``sleep``), or exits with code 5
+through an exit handler that says a line (MODE ``teardown``: the interpreter's teardown ran)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -32,6 +34,9 @@ def main(argv: list[str]) -> int:
     print(f"probe {mode}", file=sys.stderr, flush=True)
     if mode == "sleep":
         time.sleep(120)
+    if mode == "teardown":
+        atexit.register(print, "exit handler ran", file=sys.stderr, flush=True)
+        return 5
     return int(mode) if mode.isdigit() else 0
 
 

@@ -11,9 +11,10 @@ server in that folder instead of starting ``python -m MODULE`` itself.
   process would. The server never runs framework code: no thread pool, device or TF context exists
   when it forks.
 * A forked worker gets the launcher's stdio (or pipes), the descriptors it passes, its working
-  directory and its whole environment, and runs the module as ``python -m`` would; the launcher
-  watches it through :class:`Forked` (Popen-like; the server reports the exit status). It dies with
-  its launcher (the server kills it when the connection closes) and with its server.
+  directory and its whole environment, and runs the module as ``python -m`` would (interpreter
+  teardown included, unless the module ends with ``os._exit``); the launcher watches it through
+  :class:`Forked` (Popen-like; the server reports the exit status). It dies with its launcher (the
+  server kills it when the connection closes) and with its server.
 * A server logs to ``DIR/NAME.log``; it exits when its socket file is removed or after ``IDLE_S``.
 """
 
@@ -38,6 +39,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from dualtrain.errors import UserError
 
@@ -349,17 +351,20 @@ def _fork(conn, listener, workers) -> int:  # pragma: no cover - the server proc
                 other.close()
             conn.close()
             _become(header, list(fds))
-        finally:
-            os._exit(1)
+        except SystemExit:  # out of serve(): the interpreter ends as `python -m`'s does, its
+            raise  # teardown included (TF's cluster tasks leave together in it)
+        except BaseException:
+            traceback.print_exc()
+        os._exit(1)
     for fd in fds:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
     return pid
 
 
-def _become(header: dict, fds: list[int]) -> None:  # pragma: no cover - a forked worker
+def _become(header: dict, fds: list[int]) -> NoReturn:  # pragma: no cover - a forked worker
     """In the forked child: the launcher's descriptors, directory, environment and signals, then
-    the module as ``python -m`` runs it. Never returns."""
+    the module as ``python -m`` runs it; ends in SystemExit (or the module's own ``os._exit``)."""
 
     targets = [0, 1, 2, *header["fds"]]
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1000) for fd in fds]
@@ -378,19 +383,14 @@ def _become(header: dict, fds: list[int]) -> None:  # pragma: no cover - a forke
     os.environ.clear()
     os.environ.update(header["env"])
     sys.argv = [header["module"], *header["args"]]
-    code = 0
     try:
         runpy.run_module(header["module"], run_name="__main__", alter_sys=True)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if not isinstance(exc.code, int | None):
-            print(exc.code, file=sys.stderr)
+    except SystemExit:
+        raise
     except BaseException:
         traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+        raise SystemExit(1) from None
+    raise SystemExit(0)
 
 
 _SERVE = (

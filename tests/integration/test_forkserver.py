@@ -180,6 +180,10 @@ def test_a_tool_run_captures_its_output_and_times_out_alike(warm, tmp_path, monk
     how = forkserver.Warm(("json",), {})
     done = forkserver.run(MODULE, [str(tmp_path / "a.json"), "3"], env=_env(), warm=how)
     assert (done.returncode, done.stdout, done.stderr) == (3, "", "probe 3\n")
+    # the interpreter's teardown runs in a forked worker too (TF's cluster tasks leave together in
+    # it: a task that skipped it left a peer still fetching its part of the last collective)
+    done = forkserver.run(MODULE, [str(tmp_path / "t.json"), "teardown"], env=_env(), warm=how)
+    assert (done.returncode, done.stderr) == (5, "probe teardown\nexit handler ran\n")
     with pytest.raises(subprocess.TimeoutExpired):
         forkserver.run(MODULE, [str(tmp_path / "b.json"), "sleep"], env=_env(), warm=how, timeout=3)
     pid = json.loads((tmp_path / "b.json").read_text())["pid"]
