@@ -58,3 +58,29 @@ def attention_heads_transposed(backend: str, argument: str) -> None:
         return tf.transpose(tf.reshape(a, [n, t, hd, h]), [0, 3, 1, 2])
 
     tokens.SelfAttention.split_heads = staticmethod(split)
+
+
+def chief_finishes_late(backend: str, argument: str) -> None:
+    """Each task of a multi_worker TF run writes its pid to ``argument``/pid-RANK; task 0 finishes
+    its run 2 s after the others and writes when to ``argument``/chief-done (a monotonic time)."""
+    import os  # lazy: cycle
+    import time  # lazy: cycle
+    from pathlib import Path  # lazy: cycle
+
+    from dualtrain.backends.tf.launch import TF_CONFIG, parse_tf_config  # lazy: framework
+    from dualtrain.runtime.loop import TrainLoop  # lazy: cycle
+
+    folder = Path(argument)
+    rank = parse_tf_config(os.environ[TF_CONFIG]).rank
+    (folder / f"pid-{rank}").write_text(str(os.getpid()))
+    if rank != 0:
+        return
+    run = TrainLoop.run
+
+    def late(self):
+        out = run(self)
+        time.sleep(2)
+        (folder / "chief-done").write_text(repr(time.monotonic()))
+        return out
+
+    TrainLoop.run = late

@@ -10,14 +10,12 @@ from dualtrain.runtime import clock  # noqa: E402
 
 clock.mark("entry")
 
+from dualtrain.backends.tf.cluster import have_left_together  # noqa: E402
 from dualtrain.backends.tf.launch import TF_CONFIG  # noqa: E402
 from dualtrain.backends.tf.worker import main  # noqa: E402
 from dualtrain.runtime.entry import exit_now  # noqa: E402
 
 code = main()
-if os.environ.get(TF_CONFIG):
-    # A task of a cluster: TensorFlow's teardown leaves with the other tasks (its coordination
-    # service's shutdown barrier), which a peer still fetching this task's part of the last
-    # collective needs.
-    sys.exit(code)
-exit_now(code)  # one process (mirrored): the run is complete, its files closed; skip the teardown
+if os.environ.get(TF_CONFIG) and not have_left_together():
+    sys.exit(code)  # a task of a parameter-server cluster, or one that failed: TF's own teardown
+exit_now(code)  # the run is complete, its files closed, its peers done with it: skip the teardown

@@ -30,6 +30,7 @@ from dualtrain.runtime.start import Start, default_threads
 from dualtrain.runtime.worker import Begun, Inputs, train_loop, worker_inputs
 from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
 
+from .cluster import leave_together
 from .envinfo import backend_facts
 from .launch import (
     LOCAL_ONLY,
@@ -272,7 +273,10 @@ def run_worker(
         env={"tf": backend_facts()},
     )
     try:
-        return loop.run()
+        result = loop.run()
+        if role.multi_worker:  # no task leaves while a peer still fetches its part (cluster.py)
+            leave_together(role.rank, role.num_processes, spec.distribution.timeout_s)
+        return result
     except (
         tf.errors.UnavailableError,
         tf.errors.AbortedError,

@@ -75,7 +75,7 @@ def shutdown(who: str) -> None:
     """Leave together: returns once every replica and the server have finished (graceful).
 
     Called only once training is over: every replica has passed its last collective
-    (backends/torch/worker.py's leave_together) and the server has answered every step, so nothing
+    (backends/torch/cluster.py's leave_together) and the server has answered every step, so nothing
     the run computed depends on it. torch's graceful shutdown then polls the RPC group's store,
     which replica 0's process hosts, and the last process to leave can close it under another
     one's poll ("Connection reset by peer": seen once in CI, under load, at world 3). Such an error
