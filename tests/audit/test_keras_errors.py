@@ -1,6 +1,6 @@
 """The Keras recorder's one-line errors for a recorder used wrongly (in a child process: a model
 under no strategy, two recorders, steps_per_execution), its row digests against NumPy's, and a
-LossScaleOptimizer's skipped step."""
+LossScaleOptimizer's skipped step, each replica's own loss."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from testkit.cli import ROOT
 
 SCRIPT = """
 import keras, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import dualtrain.audit as audit
 from dualtrain.errors import UserError
 def say(fn):
@@ -69,6 +71,20 @@ m.fit(np.ones((4, 2, 2, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[r
 w = np.load(OUT + "/g/weights_init.npz")
 chw = k0.reshape(2, 2, 3, 2).transpose(3, 2, 0, 1).reshape(2, 12)  # torch's (out, C*H*W)
 print("mapped", sorted(w.files), np.array_equal(w["fc.weight"], chw))
+with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():  # each replica's own loss
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse")
+x = np.random.default_rng(1).normal(size=(8, 3)).astype("float32")
+kernel, bias = (v.numpy() for v in m.weights)
+rec = audit.keras_recorder(OUT + "/h", model=m)
+m.fit(x, np.zeros((8, 2), "float32"), batch_size=8, shuffle=False, callbacks=[rec], verbose=0)
+rows = [json.loads(line) for line in open(OUT + "/h/replicas.jsonl")]
+halves = [x[:4], x[4:]]
+mine = [next(h for h in halves if row_digests(h)[0] == r["exact"]) for r in rows]
+want = [float(np.mean((h @ kernel + bias) ** 2)) for h in mine]  # MSE against zeros
+step = json.loads(open(OUT + "/h/metrics.jsonl").readline())["loss"]
+print("replica losses", [r["replica"] for r in rows], np.allclose([r["loss"] for r in rows], want,
+      rtol=1e-6), want[0] != want[1], np.isclose(step, sum(want) / 2, rtol=1e-6))
 """
 
 
@@ -95,3 +111,5 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     assert "digests True True" in proc.stdout, proc.stdout  # Keras's digests are NumPy's
     # a LossScaleOptimizer's skip: the scale halves, the optimizer's iterations stay
     assert "scale [32768.0, 32768.0, 16384.0, 16384.0] [False, True, False, False]" in proc.stdout
+    # each replica's loss is its own rows' (not the step's global loss), and they make the step's
+    assert "replica losses [0, 1] True True True" in proc.stdout, proc.stdout

@@ -6,10 +6,13 @@ optimizer's gradient all-reduce for what a callback cannot see::
     model.fit(train_ds, epochs=..., callbacks=[rec])      # the record is written as fit ends
 
 Per step: the lr and loss scale at the step's start and whether the optimizer applied the step
-(its ``iterations`` moved: a LossScaleOptimizer that skips leaves it) from the callback; the step's
-global loss from the loss tracker's sums (their change over the step); each replica's rows (their
-digests, dualtrain.audit.identity, computed in the replica's train step) and the norm of the
-gradient Keras's all-reduce summed (no all-reduce of the recorder's own) from the wrappers.
+(its ``iterations`` moved: a LossScaleOptimizer that skips leaves it) from the callback; from the
+wrappers, each replica's rows (their digests, dualtrain.audit.identity) and its loss, both in the
+replica's train step, and the norm of the gradient Keras's all-reduce summed (no all-reduce of the
+recorder's own). A replica's loss is the change of its own copy of fit's loss tracker over its step
+(the tracker's variables are per replica until read across them): ``sum`` grows by the replica's
+loss times its rows, ``count`` by its rows, so the step's loss, the rows' weighted mean, is the
+global batch's as fit computes it.
 """
 
 from __future__ import annotations
@@ -117,6 +120,13 @@ def _dot(words: Any, mult: Any) -> Any:
     return tf.bitwise.bitwise_and(out, MASK32)
 
 
+def _sums(tracker: Any) -> tuple[Any, Any]:
+    """A loss tracker's (total, count) as this replica holds them; NaNs without a tracker."""
+    if tracker is None:
+        return tf.constant(float("nan")), tf.constant(float("nan"))
+    return tf.convert_to_tensor(tracker.total), tf.convert_to_tensor(tracker.count)
+
+
 class KerasRecorder(keras.callbacks.Callback):
     """See the module docstring; made by dualtrain.audit.keras_recorder."""
 
@@ -159,7 +169,7 @@ class KerasRecorder(keras.callbacks.Callback):
         self.rows: list[dict[str, Any]] = []
         self.norms: dict[int, float] = {}
         self.epoch = 1
-        self.last: tuple[int, tuple[float, float]] | None = None
+        self.last: int | None = None
         self.closed = False
         self._wrap(model)
 
@@ -187,8 +197,12 @@ class KerasRecorder(keras.callbacks.Callback):
             x = x[0] if isinstance(x, (tuple, list)) else x
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             exact, pattern = digests(x)
+            tracker = next((m for m in model.metrics if m.name == "loss"), None)
+            before = _sums(tracker)  # this replica's copy (read in its replica context)
             logs = original_step(data)
-            tf.py_function(self._host_rows, [rid, exact, pattern], [])
+            after = _sums(tracker)  # after the step's update (ordered on the variables)
+            loss = (after[0] - before[0]) / (after[1] - before[1])  # NaN: no tracker
+            tf.py_function(self._host_rows, [rid, exact, pattern, loss], [])
             return logs
 
         model.train_step = train_step
@@ -220,7 +234,7 @@ class KerasRecorder(keras.callbacks.Callback):
 
         opt._all_reduce_sum_gradients = all_reduce_sum_gradients
 
-    def _host_rows(self, rid: Any, exact: Any, pattern: Any) -> None:
+    def _host_rows(self, rid: Any, exact: Any, pattern: Any, loss: Any) -> None:
         row = {
             "step": len(self.steps),
             "epoch": self.epoch,
@@ -229,6 +243,7 @@ class KerasRecorder(keras.callbacks.Callback):
             "exact": hexes(exact.numpy()),
             "pattern": hexes(pattern.numpy()),
             "indices": None,
+            "loss": None if np.isnan(float(loss)) else float(loss),
         }
         with self.lock:
             self.rows.append(row)
@@ -240,12 +255,6 @@ class KerasRecorder(keras.callbacks.Callback):
     # ---- the callback ----------------------------------------------------------------------------
     def _iterations(self) -> int:
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
-    def _loss_sums(self) -> tuple[float, float]:
-        tracker = next((m for m in self.model.metrics if m.name == "loss"), None)
-        if tracker is None:
-            return float("nan"), float("nan")
-        return float(tracker.total.numpy()), float(tracker.count.numpy())
 
     def on_train_begin(self, logs: Any = None) -> None:
         if self.closed:
@@ -273,7 +282,6 @@ class KerasRecorder(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.epoch = epoch + 1
-        self.last = None  # fit resets the loss tracker at an epoch's start
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         opt = self.model.optimizer
@@ -281,28 +289,20 @@ class KerasRecorder(keras.callbacks.Callback):
         if isinstance(opt, keras.optimizers.LossScaleOptimizer):
             scale = float(keras.ops.convert_to_numpy(opt.dynamic_scale))
         lr = float(keras.ops.convert_to_numpy(opt.learning_rate))
-        # the previous step's end values (the reads are eager cross-replica reduces)
-        self.before = self.last or (self._iterations(), self._loss_sums())
+        self.before = self._iterations() if self.last is None else self.last  # the last step's end
         self.steps.append(
             {"step": len(self.steps) + 1, "epoch": self.epoch, "lr": lr, "loss_scale": scale}
         )
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        its, (total, count) = self.last = self._iterations(), self._loss_sums()
-        (its0, (total0, count0)), step = self.before, self.steps[-1]
-        if count < count0:  # the tracker was reset at the epoch's start
-            total0, count0 = 0.0, 0.0
-        step["skipped"] = its == its0
+        self.last, step = self._iterations(), self.steps[-1]
+        step["skipped"] = self.last == self.before
         step["grad_norm"] = self.norms.get(step["step"], float("nan"))
-        step["loss"] = (total - total0) / (count - count0) if count > count0 else float("nan")
 
     def on_train_end(self, logs: Any = None) -> None:
         self.closed = True
         try:
-            losses = {s["step"]: s.pop("loss") for s in self.steps}
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
-            for r in rows:
-                r["loss"] = losses.get(r["step"])  # Keras shows the step's global loss only
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:
                 record.finish(
