@@ -149,15 +149,20 @@ def test_normalize():
     ],
     ids=["mnist", "rgb", "table"],
 )
-def test_uint8_inputs_are_normalised_by_table_to_the_same_bits(mean, std, shape, scale):
-    # a step normalises only its own rows (no up-front pass over the data set); 8-bit inputs look
-    # their values up in a 256-entry table per channel built by the same float32 formula
+def test_inputs_are_normalised_to_the_formulas_bits_without_touching_the_data(
+    mean, std, shape, scale
+):
+    # a step normalises only its own rows (no up-front pass over the data set), in place on a
+    # float32 copy: the same bits as the formula written out, and the stored rows unchanged
     from dualtrain.core.data.transforms import _transform
 
     t = _transform(mean, std, shape, scale)
     x = np.random.default_rng(0).integers(0, 256, (17, *shape), dtype=np.uint8)
-    want = t._formula(x)
-    got = t.apply(x)
-    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
-    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
-    assert np.array_equal(t.apply(x.astype(np.float32)), want)  # other dtypes: the formula
+    y = x.astype(np.float32) if scale is None else x.astype(np.float32) / np.float32(scale)
+    want = (y - t.mean) / t.std
+    for given in (x, x.astype(np.float32), x.astype(np.float64)):
+        kept = given.copy()
+        got = t.apply(given)
+        assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert np.array_equal(given, kept)
