@@ -61,6 +61,11 @@ class LaunchModule(Protocol):
         """The modules a warm server imports before forking workers (dualtrain.launch.forkserver):
         the framework and the backend's modules a worker imports."""
 
+    @property
+    def BASE_PREIMPORT(self) -> dict[str, str]:
+        """What every process of the backend sets before importing its framework, whatever the
+        spec (its tools' too)."""
+
     def preimport_env(self, spec: Experiment) -> dict[str, str]:
         """What a worker sets in its environment before importing its framework."""
 
@@ -81,10 +86,10 @@ def launch_module(backend: Backend) -> LaunchModule:
 
 def tools_warm(backend: Backend) -> Warm:
     """How ``python -m dualtrain.backends.<name>.tools`` can be forked warm
-    (dualtrain.launch.forkserver): the backend's PRELOAD; the TF tools set TF's log level before
-    importing it, as its workers do."""
-    preimport = {"TF_CPP_MIN_LOG_LEVEL": "2"} if backend is Backend.TF else {}
-    return Warm(launch_module(backend).PRELOAD, preimport)
+    (dualtrain.launch.forkserver): the backend's PRELOAD, with what its processes set before the
+    import whatever the spec (TF's log level, as its workers set it)."""
+    launch = launch_module(backend)
+    return Warm(launch.PRELOAD, dict(launch.BASE_PREIMPORT))
 
 
 if TYPE_CHECKING:  # mypy checks both launch modules against the protocol (never run)

@@ -40,6 +40,9 @@ PRELOAD = (
 )
 """What a warm server imports (dualtrain.launch.forkserver): TensorFlow, Keras and the worker's
 modules; none of them runs TensorFlow code at import (no context exists when the server forks)."""
+BASE_PREIMPORT = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+"""Set before TensorFlow's import in every TF process, whatever the spec: its C++ start-up chatter
+off (the workers' and tools' default)."""
 ROLE_ENV = "DUALTRAIN_ROLE"
 SERVER_ROLE = "tf_server"
 """distribution.strategy: parameter_server: a worker or parameter-server task (a
@@ -196,7 +199,7 @@ def preimport_env(spec: Experiment) -> dict[str, str]:
     such as Ray Train's TensorflowTrainer, must pass it in): with determinism, oneDNN off (on for
     bf16: dualtrain.backends.tf.worker.configure_tf says why), and TF's C++ log level at 2 (its
     start-up chatter off; the worker's default, which TensorFlow reads when it first logs)."""
-    out = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = dict(BASE_PREIMPORT)
     if spec.determinism:
         out["TF_ENABLE_ONEDNN_OPTS"] = "1" if spec.precision.dtype is Precision.BF16 else "0"
     return out

@@ -33,6 +33,7 @@ from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
 from .cluster import leave_together
 from .envinfo import backend_facts
 from .launch import (
+    BASE_PREIMPORT,
     LOCAL_ONLY,
     ROLE_ENV,
     SERVER_ROLE,
@@ -199,7 +200,8 @@ def settings(spec: Experiment, local_workers: int) -> int:
     """The process-wide settings of every TF process of a run, before and right after
     TensorFlow's import: determinism, oneDNN, threads (cores // local_workers unless
     distribution.threads_per_worker), TF32 and XLA off. Returns the intra-op thread count."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for key, value in BASE_PREIMPORT.items():
+        os.environ.setdefault(key, value)
     if spec.determinism:
         os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
         # oneDNN picks kernels by batch size, so one sample's logits change in the last bits with

@@ -23,6 +23,8 @@ PRELOAD = (
 )
 """What a warm server imports (dualtrain.launch.forkserver): torch, torch._dynamo (DDP's
 constructor and the determinism settings import it), the worker's and the tools' modules."""
+BASE_PREIMPORT: dict[str, str] = {}
+"""Nothing is set before torch's import."""
 ROLE_ENV = "DUALTRAIN_ROLE"
 """``parameter_server`` in the server process of distribution.strategy: parameter_server."""
 PS_ENV = "DUALTRAIN_PS_INIT"
