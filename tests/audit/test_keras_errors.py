@@ -1,6 +1,6 @@
 """The Keras recorder's one-line errors for a recorder used wrongly (in a child process: a model
 under no strategy, two recorders, steps_per_execution), its row digests against NumPy's, and a
-LossScaleOptimizer's skipped step, each replica's own loss."""
+LossScaleOptimizer's skipped step, each replica's own loss, a failed fit."""
 
 from __future__ import annotations
 
@@ -85,6 +85,20 @@ want = [float(np.mean((h @ kernel + bias) ** 2)) for h in mine]  # MSE against z
 step = json.loads(open(OUT + "/h/metrics.jsonl").readline())["loss"]
 print("replica losses", [r["replica"] for r in rows], np.allclose([r["loss"] for r in rows], want,
       rtol=1e-6), want[0] != want[1], np.isclose(step, sum(want) / 2, rtol=1e-6))
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # a fit that fails: no callback says so
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse")
+jit = m.jit_compile
+rec = audit.keras_recorder(OUT + "/i", model=m)
+try:
+    m.fit(np.ones((4, 3), "float32"), np.ones((4, 5), "float32"), callbacks=[rec], verbose=0)
+except ValueError:
+    pass
+state = json.load(open(OUT + "/i/audit.json"))["state"]
+again = audit.keras_recorder(OUT + "/j", model=m)  # the process may record again
+m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[again], verbose=0)
+print("after a failed fit", state, json.load(open(OUT + "/j/audit.json"))["state"],
+      "train_step" in vars(m), m.jit_compile == jit)
 """
 
 
@@ -113,3 +127,6 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     assert "scale [32768.0, 32768.0, 16384.0, 16384.0] [False, True, False, False]" in proc.stdout
     # each replica's loss is its own rows' (not the step's global loss), and they make the step's
     assert "replica losses [0, 1] True True True" in proc.stdout, proc.stdout
+    # a failed fit marks its record failed and frees the process for another recorder; a finished
+    # one leaves the model as the script built it (its own train step, its jit_compile)
+    assert "after a failed fit failed complete False True" in proc.stdout, proc.stdout

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,8 @@ class KerasRecorder(keras.callbacks.Callback):
         self.epoch = 1
         self.last: int | None = None
         self.closed = False
+        self._undo: list[Callable[[], None]] = []
+        self._recorded = model
         self._wrap(model)
 
     # ---- the wrappers (traced into fit's train function) -----------------------------------------
@@ -205,12 +208,54 @@ class KerasRecorder(keras.callbacks.Callback):
             tf.py_function(self._host_rows, [rid, exact, pattern, loss], [])
             return logs
 
-        model.train_step = train_step
+        original_fit = model.fit
+
+        def fit(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original_fit(*args, **kwargs)
+            except BaseException:  # fit calls no callback when it fails: the record says so
+                self.close()
+                raise
+
+        jit = model.jit_compile
+        self._undo.append(lambda: setattr(model, "jit_compile", jit))
+        self._patch(model, "train_step", train_step)
+        self._patch(model, "fit", fit)
         model.train_function = None  # rebuilt by fit with the wrapper
         # the wrapper hands values to Python (tf.py_function), which XLA cannot compile: fit's
         # train function runs without jit_compile while recorded (docs/audit.md)
         model.jit_compile = False
         self._wrap_optimizer(model)
+
+    def _patch(self, obj: Any, name: str, value: Any) -> None:
+        """Set ``obj.name`` for this recording; :meth:`_unwrap` puts back what was there."""
+        if name in vars(obj):
+            old = vars(obj)[name]
+            self._undo.append(lambda: setattr(obj, name, old))
+        else:
+            self._undo.append(lambda: delattr(obj, name))
+        setattr(obj, name, value)
+
+    def _unwrap(self) -> None:
+        """The model, its optimizer and fit as they were before the recorder (a later fit, or
+        another recorder, starts from the model as the script built it)."""
+        while self._undo:
+            self._undo.pop()()
+        self._recorded.train_function = None
+
+    def close(self) -> None:
+        """End a recording that did not end with its fit (a recorder closes itself when fit
+        returns): one whose fit failed or never ran. Its folder says it failed (compare refuses
+        it) and the process may start another recorder. Closing twice does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self.rank == 0:
+                record.abandon(self.dir)
+        finally:
+            record.release()
+            self._unwrap()
 
     def _wrap_optimizer(self, model: Any) -> None:
         """The norm of the gradients Keras's own all-reduce summed over the replicas (its
@@ -232,7 +277,7 @@ class KerasRecorder(keras.callbacks.Callback):
             tf.py_function(self._host_norm, [rid, tf.linalg.global_norm(grads)], [])
             return reduced
 
-        opt._all_reduce_sum_gradients = all_reduce_sum_gradients
+        self._patch(opt, "_all_reduce_sum_gradients", all_reduce_sum_gradients)
 
     def _host_rows(self, rid: Any, exact: Any, pattern: Any, loss: Any) -> None:
         row = {
@@ -261,10 +306,7 @@ class KerasRecorder(keras.callbacks.Callback):
             raise UserError("this audit recorder is closed; make a new one for another fit")
         spe = getattr(self.model, "steps_per_execution", 1)
         if int(keras.ops.convert_to_numpy(spe)) != 1:
-            self.closed = True
-            if self.rank == 0:
-                record.abandon(self.dir)
-            record.release()
+            self.close()
             raise UserError(
                 "keras_recorder records each step: compile with steps_per_execution=1. "
                 f"Received: steps_per_execution={int(keras.ops.convert_to_numpy(spe))}"
@@ -273,10 +315,7 @@ class KerasRecorder(keras.callbacks.Callback):
         try:
             self.init = canonical_weights(self.model, self.weight_map) if self.rank == 0 else {}
         except UserError:  # a map that does not fit the model fit built: nothing half-written
-            self.closed = True
-            if self.rank == 0:
-                record.abandon(self.dir)
-            record.release()
+            self.close()
             raise
         self.config = _config(self.model)
 
@@ -319,3 +358,4 @@ class KerasRecorder(keras.callbacks.Callback):
                 )
         finally:
             record.release()
+            self._unwrap()
