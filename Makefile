@@ -6,6 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run compare test test-unit test-slow test-slow-ci bench clean
 
+# Python caches each module's bytecode (__pycache__/, ignored by git) unless told not to. With
+# PYTHONDONTWRITEBYTECODE set (some CI images and sandboxes set it), every process the suite starts
+# (CLI runs, fork servers, tools) compiled dualtrain's sources again: the default suite's parallel
+# part took 5:00 and 5:12 with it, 4:36 without (docs/testing.md). The targets below write it.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
