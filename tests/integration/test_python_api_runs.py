@@ -12,8 +12,11 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -143,7 +146,8 @@ def test_resume_continues_a_killed_run(tmp_path):
 
 
 RANK_SCRIPT = """
-import json, os, sys
+import faulthandler, json, os, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's stack dump if a rank hangs
 import dualtrain
 res = dualtrain.run(sys.argv[1], "torch", train={"max_steps": 2, "log_every": 1},
                     data={"train_limit": 300, "test_limit": 100}, out=sys.argv[2])
@@ -177,14 +181,7 @@ def test_under_torchrun_each_rank_gets_an_honest_result(tmp_path):
         str(out),
         str(tmp_path),
     ]
-    proc = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=cli_env({"GLOO_SOCKET_IFNAME": "lo"}),
-    )
+    proc = _run_or_dump_stacks(cmd, timeout=180, env=cli_env({"GLOO_SOCKET_IFNAME": "lo"}))
     said = [
         ln for ln in (proc.stdout + proc.stderr).splitlines() if "dualtrain" in ln or "Error" in ln
     ]
@@ -194,6 +191,30 @@ def test_under_torchrun_each_rank_gets_an_honest_result(tmp_path):
     assert chief == {"run_dir": str(out), "is_chief": True, "world_size": 2, "steps": 2}
     assert other["run_dir"] is None and other["is_chief"] is False and other["world_size"] == 2
     assert proc.stdout.count("dualtrain: torch run finished") == 1  # the chief's line only
+
+
+def _run_or_dump_stacks(cmd: list[str], *, timeout: float, env: dict[str, str]):
+    """``subprocess.run(cmd)``; if it outlives ``timeout`` (a run takes ~7 s), every rank prints its
+    Python stacks (SIGUSR1, registered by RANK_SCRIPT) before it is killed, and the test fails with
+    them (CI saw this test hang once, 2026-11-26, with nothing to say where)."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kids = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        for pid in kids.stdout.split():
+            os.kill(int(pid), signal.SIGUSR1)
+        time.sleep(3)
+        for pid in [*kids.stdout.split(), str(proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(
+            f"torchrun did not finish in {timeout:g} s; its output and stacks:\n{out[-12000:]}"
+        )
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
 
 
 def test_import_dualtrain_stays_light():
