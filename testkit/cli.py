@@ -1,4 +1,4 @@
-"""The checkout's root, and running the real CLI in a subprocess as a user would."""
+"""The checkout's root, and running the real CLI in a process of its own as a user would."""
 
 from __future__ import annotations
 
@@ -7,13 +7,28 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from dualtrain.launch import forkserver
+from dualtrain.launch.forkserver import Warm
+
 ROOT = Path(__file__).resolve().parent.parent
+
+CLI_WARM = Warm(
+    preload=(
+        "dualtrain.cli",
+        "dualtrain.driver.runs",
+        "dualtrain.driver.compare",
+        "dualtrain.records.page",
+        "matplotlib.pyplot",
+    ),
+    preimport={},
+)
+"""What a warm CLI server imports (run_cli): the CLI, what its run and compare commands import,
+and the report's plotting library; no framework (the CLI never imports one)."""
 
 
 def require(*modules: str) -> None:
@@ -27,14 +42,19 @@ def require(*modules: str) -> None:
 def run_cli(
     *args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``python -m dualtrain ARGS`` as a user would, capturing output."""
-    return subprocess.run(
-        [sys.executable, "-m", "dualtrain", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    """Run ``python -m dualtrain ARGS`` as a user would, capturing output. In the suite's parallel
+    part (warm_workers) the process is forked from a server that imported the CLI already
+    (CLI_WARM), as a run's workers are: the same program in a process of its own, its output,
+    exit code, files and Ctrl-C as a started one's (tests/integration/test_forkserver.py), without
+    the ~0.3 s of CPU each start spends importing."""
+    return forkserver.run(
+        "dualtrain",
+        list(args),
         env=cli_env(env),
-        cwd=cwd or ROOT,
+        warm=CLI_WARM,
+        timeout=timeout,
+        cwd=str(cwd or ROOT),
+        interrupt=True,
     )
 
 

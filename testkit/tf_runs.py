@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from dualtrain.backends import tools_warm
 from dualtrain.core.weights import load_weights
+from dualtrain.launch import forkserver
 from dualtrain.records.record import RunRecord, read_run
+from dualtrain.spec import Backend
 from testkit.cli import ROOT, require, run_cli
 
 require("tensorflow", "keras")
@@ -83,12 +85,22 @@ def python_env() -> dict[str, str]:
     return env
 
 
-def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+def run_python(
+    *args: str, timeout: float = 300, backend: Backend = Backend.TF
+) -> subprocess.CompletedProcess:
+    """``python -m MODULE ...`` or ``python -c CODE ...``, a process that imports ``backend``'s
+    framework: in the suite's parallel part forked from that backend's warm server
+    (testkit.cli.warm_workers), which imported the framework already and ran none of it; else
+    started."""
+    how, what, *rest = args
+    assert how in ("-m", "-c"), args
+    module, argv = (what, rest) if how == "-m" else ("testkit.run_code", [what, *rest])
+    return forkserver.run(
+        module,
+        argv,
         env=python_env(),
-        cwd=ROOT,
+        warm=tools_warm(backend),
+        timeout=timeout,
+        cwd=str(ROOT),
+        interrupt=True,
     )

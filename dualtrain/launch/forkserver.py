@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from dualtrain.errors import UserError
+from dualtrain.launch.forked import Forked
 
 FORKSERVER_ENV = "DUALTRAIN_FORKSERVER"
 """A folder: when set, the local launcher forks workers from warm servers kept in it."""
@@ -83,76 +84,6 @@ def import_environment(
     return out | {k: v for k, v in preimport.items() if k not in env}
 
 
-class Forked:
-    """A worker forked by a server: what dualtrain.launch.local uses of ``subprocess.Popen``."""
-
-    def __init__(self, conn: socket.socket, pid: int, args: list[str], pipes: dict, text: bool):
-        self.conn, self.pid, self.args, self.text = conn, pid, args, text
-        self.stdout, self.stderr = pipes.get(1), pipes.get(2)
-        self.returncode: int | None = None
-
-    def _take(self, timeout: float | None) -> int | None:
-        if self.returncode is None:
-            self.conn.settimeout(timeout)
-            try:
-                data = self.conn.recv(64)
-            except (BlockingIOError, TimeoutError):
-                return None
-            except OSError:
-                data = b""
-            # the server reports the waitpid status; without one it is gone, and so is the worker
-            status = json.loads(data)["status"] if data else None
-            self.returncode = (
-                -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
-            )
-            self.conn.close()
-        return self.returncode
-
-    def poll(self) -> int | None:
-        return self._take(0.0)
-
-    def wait(self, timeout: float | None = None) -> int:
-        code = self._take(timeout)
-        if code is None:
-            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-        return code
-
-    def communicate(self, timeout: float | None = None) -> tuple:
-        """What the worker wrote to its pipes, once it has exited (as ``Popen.communicate``)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        streams = [f for f in (self.stdout, self.stderr) if f is not None]
-        left = {f.fileno(): f for f in streams}
-        got: dict[int, list[bytes]] = {fd: [] for fd in left}
-        names = {id(f): fd for fd, f in left.items()}
-        while left:
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            ready, _, _ = select.select(list(left), [], [], wait)
-            if not ready:
-                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
-            for fd in ready:
-                chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    got[fd].append(chunk)
-                else:
-                    left.pop(fd).close()
-        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
-        out = [
-            None if f is None else b"".join(got[names[id(f)]]) for f in (self.stdout, self.stderr)
-        ]
-        return tuple(b.decode(errors="replace") if self.text and b is not None else b for b in out)
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
 def popen(
     module: str,
     args: list[str],
@@ -162,27 +93,62 @@ def popen(
     stdout: int | None = None,
     stderr: int | None = None,
     text: bool = False,
+    cwd: str | None = None,
+    interrupt: bool = False,
 ) -> subprocess.Popen | Forked:
-    """``python -m module *args``: forked warm when DUALTRAIN_FORKSERVER is set, else started as
-    a fresh process. ``stdout``/``stderr``: None (this process's), ``subprocess.PIPE`` or
-    ``subprocess.DEVNULL``."""
-    folder = os.environ.get(FORKSERVER_ENV, "")
+    """``python -m module *args``: forked warm when ``env`` (the child's environment) sets
+    DUALTRAIN_FORKSERVER, else started as a fresh process. ``stdout``/``stderr``: None (this
+    process's), ``subprocess.PIPE`` or ``subprocess.DEVNULL``; ``cwd``: its working directory (this
+    process's); ``interrupt``: Ctrl-C raises KeyboardInterrupt in it, as in a program a user
+    starts, not ignored as in a run's worker (whose launcher handles it)."""
+    folder = env.get(FORKSERVER_ENV, "")
     if not folder:
         return subprocess.Popen(
-            [sys.executable, "-m", module, *args], env=env, stdout=stdout, stderr=stderr, text=text
+            [sys.executable, "-m", module, *args],
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            text=text,
+            cwd=cwd,
         )
     key = import_environment(env, set(), warm.preimport)
-    return spawn(folder, module, args, env, key=key, preload=warm.preload, stdout=stdout,
-                 stderr=stderr, text=text)  # fmt: skip
+    return spawn(
+        folder,
+        module,
+        args,
+        env,
+        key=key,
+        preload=warm.preload,
+        stdout=stdout,
+        stderr=stderr,
+        text=text,
+        cwd=cwd,
+        interrupt=interrupt,
+    )
 
 
 def run(
-    module: str, args: list[str], *, env: dict[str, str], warm: Warm, timeout: float | None = None
+    module: str,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    warm: Warm,
+    timeout: float | None = None,
+    cwd: str | None = None,
+    interrupt: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``subprocess.run([python, -m, module, *args], capture_output=True, text=True)``, forked
-    warm when DUALTRAIN_FORKSERVER is set."""
+    """``subprocess.run([python, -m, module, *args], capture_output=True, text=True)`` as
+    ``popen`` starts it: forked warm where ``env`` sets DUALTRAIN_FORKSERVER."""
     proc = popen(
-        module, args, env=env, warm=warm, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        module,
+        args,
+        env=env,
+        warm=warm,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        interrupt=interrupt,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -205,6 +171,8 @@ def spawn(
     stderr: int | None = None,
     text: bool = False,
     pass_fds: tuple[int, ...] = (),
+    cwd: str | None = None,
+    interrupt: bool = False,
 ) -> Forked:
     """``python -m module *args`` forked by the server for ``key`` and ``preload`` (started in
     ``folder`` on first use), with ``env`` as its environment and stdout/stderr as ``popen``'s."""
@@ -221,7 +189,14 @@ def spawn(
         elif how == subprocess.DEVNULL:
             ends[target] = os.open(os.devnull, os.O_WRONLY)
     fds = [0, ends.get(1, 1), ends.get(2, 2), *pass_fds]
-    header = {"module": module, "args": args, "env": env, "cwd": os.getcwd(), "fds": pass_fds}
+    header = {
+        "module": module,
+        "args": args,
+        "env": env,
+        "cwd": cwd or os.getcwd(),
+        "fds": pass_fds,
+        "interrupt": interrupt,
+    }
     try:
         conn.sendmsg(
             [json.dumps(header).encode() + b"\n"],
@@ -351,8 +326,9 @@ def _fork(conn, listener, workers) -> int:  # pragma: no cover - the server proc
                 other.close()
             conn.close()
             _become(header, list(fds))
-        except SystemExit:  # out of serve(): the interpreter ends as `python -m`'s does, its
-            raise  # teardown included (TF's cluster tasks leave together in it)
+        except (SystemExit, KeyboardInterrupt):  # out of serve(): the interpreter ends as
+            raise  # `python -m`'s does, its teardown included (TF's cluster tasks leave together
+            # in it), and an uncaught Ctrl-C by SIGINT after it
         except BaseException:
             traceback.print_exc()
         os._exit(1)
@@ -373,7 +349,9 @@ def _become(header: dict, fds: list[int]) -> NoReturn:  # pragma: no cover - a f
     for src, dst in zip(high, targets, strict=True):
         os.dup2(src, dst)
         os.close(src)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as dualtrain.launch.local._worker_signals
+    # a run's worker ignores Ctrl-C as dualtrain.launch.local._worker_signals; a program does not
+    on_int = signal.default_int_handler if header["interrupt"] else signal.SIG_IGN
+    signal.signal(signal.SIGINT, on_int)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the server
@@ -385,7 +363,7 @@ def _become(header: dict, fds: list[int]) -> NoReturn:  # pragma: no cover - a f
     sys.argv = [header["module"], *header["args"]]
     try:
         runpy.run_module(header["module"], run_name="__main__", alter_sys=True)
-    except SystemExit:
+    except (SystemExit, KeyboardInterrupt):
         raise
     except BaseException:
         traceback.print_exc()

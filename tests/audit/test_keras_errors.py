@@ -4,11 +4,7 @@ LossScaleOptimizer's skipped step, each replica's own loss, a failed fit."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-from testkit.cli import ROOT
+from testkit.tf_runs import run_python
 
 SCRIPT = """
 import keras, tensorflow as tf
@@ -103,15 +99,7 @@ print("after a failed fit", state, json.load(open(OUT + "/j/audit.json"))["state
 
 
 def test_keras_recorder_misuse_is_one_line(tmp_path):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-c", f"OUT = {str(tmp_path)!r}\n" + SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        cwd=ROOT,
-    )
+    proc = run_python("-c", f"OUT = {str(tmp_path)!r}\n" + SCRIPT, timeout=180)
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("UserError", "no "))]
     assert len(lines) == 4, proc.stdout + proc.stderr[-2000:]
     assert "needs a model built under a MirroredStrategy" in lines[0]

@@ -197,3 +197,39 @@ def test_a_folder_that_cannot_hold_servers_is_one_error(tmp_path, monkeypatch):
     monkeypatch.setenv(forkserver.FORKSERVER_ENV, str(not_a_folder / "servers"))
     with pytest.raises(UserError, match="DUALTRAIN_FORKSERVER must be a folder this process can"):
         forkserver.run(MODULE, ["x", "0"], env=_env(), warm=forkserver.Warm(("json",), {}))
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "started"])
+def test_a_program_gets_its_directory_and_ctrl_c_as_a_started_one(warm, tmp_path):
+    """A program run through forkserver.popen with ``interrupt`` (the suite's CLI runs and test
+    scripts: testkit.cli.run_cli, testkit.tf_runs.run_python) gets the working directory asked for
+    and Ctrl-C as KeyboardInterrupt, forked or started; a run's worker ignores Ctrl-C, which its
+    launcher handles."""
+    env = {k: v for k, v in _env().items() if k != forkserver.FORKSERVER_ENV}
+    if warm:
+        env[forkserver.FORKSERVER_ENV] = str(tmp_path / "servers")
+    work = tmp_path / "work"
+    work.mkdir()
+    how = forkserver.Warm(("json",), {})
+
+    def start(out: str, interrupt: bool) -> subprocess.Popen | forkserver.Forked:
+        args = [str(tmp_path / out), "sleep"]
+        return forkserver.popen(MODULE, args, env=env, warm=how, stderr=subprocess.PIPE,
+                                text=True, cwd=str(work), interrupt=interrupt)  # fmt: skip
+
+    proc = start("a.json", True)
+    _wait_for(tmp_path / "a.json")
+    assert json.loads((tmp_path / "a.json").read_text())["cwd"] == str(work)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    # the interpreter's own end for an uncaught KeyboardInterrupt: its teardown, then SIGINT
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, (proc.returncode, err)
+    assert bool(list(tmp_path.glob("servers/*.sock"))) is warm
+    if warm:
+        worker = start("b.json", False)
+        _wait_for(tmp_path / "b.json")
+        worker.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert worker.poll() is None  # ignored
+        worker.terminate()
+        assert worker.wait(timeout=30) == -signal.SIGTERM

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from dualtrain.core.weights import init_weights, save_weights
-from dualtrain.spec import ModelSpec
+from dualtrain.spec import Backend, ModelSpec
 from testkit.tf_runs import run_python, write_spec
 
 N_IMAGES = 256
 
 
 def _forward(module: str, spec_path, weights_path, out_path) -> np.ndarray:
-    proc = run_python(
-        "-m", module, "forward", str(spec_path), str(weights_path), str(N_IMAGES), str(out_path)
-    )
+    backend = Backend.TORCH if ".torch." in module else Backend.TF
+    args = ("forward", str(spec_path), str(weights_path), str(N_IMAGES), str(out_path))
+    proc = run_python("-m", module, *args, backend=backend)
     assert proc.returncode == 0, f"{module} forward failed:\n{proc.stdout}\n{proc.stderr}"
     with np.load(out_path) as z:
         return z["logits"]

@@ -6,11 +6,11 @@ are off by more than float64 rounding here."""
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from testkit.tf_runs import run_python
 
 X = np.linspace(-6.0, 6.0, 1201)
 #: float64 rounding of these functions on |x| <= 6 is a few 1e-16; float32-accurate is 1e-9
@@ -49,7 +49,8 @@ def test_only_gelu_and_leaky_relu_are_float32_accurate_in_float64():
         "print(json.dumps({n: np.asarray(getattr(keras.activations, n)(x)).tolist() "
         f"for n in {sorted(REFERENCES)!r}}}))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    proc = run_python("-c", code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     errors = {n: float(np.max(np.abs(np.array(got[n]) - REFERENCES[n](X)))) for n in REFERENCES}
     print(errors)

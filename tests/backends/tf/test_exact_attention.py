@@ -5,10 +5,10 @@ exact against a NumPy reference of the same layer, Keras's own op in every other
 where the model used it recorded for the report."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
+
+from testkit.tf_runs import run_python
 
 #: one MultiHeadAttention (2 heads of 3: the scale 1/sqrt(3) is no float32) on fixed weights and
 #: input, and its NumPy reference
@@ -33,7 +33,8 @@ def _reference(x, weights):
 
 
 def _run(code: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    proc = run_python("-c", code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
