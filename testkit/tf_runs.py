@@ -79,9 +79,13 @@ def tf_run(
 
 
 def python_env() -> dict[str, str]:
+    """A script's environment: the checkout on PYTHONPATH, TF's log level and unbuffered output
+    as a run's workers have them (dualtrain.launch.child.worker_env), so that in the parallel
+    part its process is forked from the same warm server as theirs."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
     return env
 
 

@@ -72,15 +72,23 @@ class Warm:
 
 
 def import_environment(
-    env: dict[str, str], per_worker: set[str], preimport: dict[str, str]
+    env: dict[str, str], per_worker: set[str], preimport: dict[str, str], cwd: str | None = None
 ) -> dict[str, str]:
     """The part of a worker's environment its framework can read at import (see the module's
-    docstring), with what the backend sets itself before the import."""
+    docstring), with what the backend sets itself before the import. PYTHONPATH as the
+    interpreter's sys.path takes it (site.removeduppaths): each entry absolute (an empty one is
+    the worker's directory, ``cwd``), the first of duplicates kept; so the same folders, written
+    as the CLI, the launcher and the tools each prepend the checkout, share a server."""
     out = {
         k: v
         for k, v in env.items()
-        if k not in per_worker and not k.startswith("DUALTRAIN_") and k != "PYTEST_CURRENT_TEST"
-    }
+        if k not in per_worker and not k.startswith("DUALTRAIN_") and k != "PYTHONPATH"
+        and k != "PYTEST_CURRENT_TEST"
+    }  # fmt: skip
+    if "PYTHONPATH" in env:
+        here = cwd or os.getcwd()
+        folders = (os.path.abspath(os.path.join(here, p)) for p in env["PYTHONPATH"].split(":"))
+        out["PYTHONPATH"] = ":".join(dict.fromkeys(folders))
     return out | {k: v for k, v in preimport.items() if k not in env}
 
 
@@ -111,7 +119,7 @@ def popen(
             text=text,
             cwd=cwd,
         )
-    key = import_environment(env, set(), warm.preimport)
+    key = import_environment(env, set(), warm.preimport, cwd)
     return spawn(
         folder,
         module,
