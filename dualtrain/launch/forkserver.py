@@ -6,7 +6,8 @@ DUALTRAIN_FORKSERVER set to a folder its caller owns, the local launcher has eac
 server in that folder instead of starting ``python -m MODULE`` itself.
 
 * One server per backend and **import environment**: a worker's environment less what is read only
-  after the import (the launcher's per-worker variables, ``DUALTRAIN_*``), plus what the backend
+  after the import (the launcher's per-worker variables, ``DUALTRAIN_*``, an external launcher's
+  cluster description: ``READ_AT_START``), plus what the backend
   sets before importing its framework (preimport_env), so a framework reads at import what a fresh
   process would. The server never runs framework code: no thread pool, device or TF context exists
   when it forks.
@@ -47,6 +48,13 @@ from dualtrain.launch.forked import Forked
 FORKSERVER_ENV = "DUALTRAIN_FORKSERVER"
 """A folder: when set, the local launcher forks workers from warm servers kept in it."""
 
+READ_AT_START = frozenset(
+    {"TF_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+     "LOCAL_WORLD_SIZE", "PYTEST_CURRENT_TEST"}
+)  # fmt: skip
+"""Variables read when a worker makes its cluster (TF's cluster resolver, torch's process group),
+never at the framework's import: one server serves every task of a TF_CONFIG cluster."""
+
 IDLE_S = 600.0
 """A server with no worker for this long exits."""
 
@@ -83,7 +91,7 @@ def import_environment(
         k: v
         for k, v in env.items()
         if k not in per_worker and not k.startswith("DUALTRAIN_") and k != "PYTHONPATH"
-        and k != "PYTEST_CURRENT_TEST"
+        and k not in READ_AT_START
     }  # fmt: skip
     if "PYTHONPATH" in env:
         here = cwd or os.getcwd()

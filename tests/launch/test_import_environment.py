@@ -25,7 +25,15 @@ def test_the_same_folders_written_differently_share_a_server(tmp_path):
 
 def test_per_worker_and_dualtrain_variables_are_left_out_and_preimport_added():
     env = {"RANK": "1", "DUALTRAIN_X": "y", "PYTEST_CURRENT_TEST": "t", "OMP_NUM_THREADS": "1"}
-    assert import_environment(env, {"RANK"}, {"TF_CPP_MIN_LOG_LEVEL": "2"}) == {
+    env |= {"TF_CONFIG": '{"task": {"type": "chief"}}', "SLURM_PROCID": "0"}
+    # an external cluster's tasks differ in TF_CONFIG only: read when the strategy is made, not
+    # at TF's import, so they share a server
+    assert import_environment(env, set(), {"TF_CPP_MIN_LOG_LEVEL": "2"}) == {
+        "OMP_NUM_THREADS": "1",
+        "SLURM_PROCID": "0",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    assert import_environment(env, {"SLURM_PROCID"}, {"TF_CPP_MIN_LOG_LEVEL": "2"}) == {
         "OMP_NUM_THREADS": "1",
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
