@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dualtrain.audit.read import Recorded
+from dualtrain.records.record import as_float
 
 PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
 
@@ -191,18 +192,45 @@ def check_init(a: Recorded, b: Recorded) -> Check:
     )
 
 
+def _group_lrs(run: Recorded) -> list[list[float | None]]:
+    """Each step's lr per parameter group (``lrs``, recorded where an optimizer has several),
+    else its one lr."""
+    return [
+        [None if v is None else as_float(v) for v in (s.get("lrs") or [s.get("lr")])]
+        for s in run.steps
+    ]
+
+
+def _lr_pairs(ga: list, gb: list) -> list[tuple[int, Any, Any]]:
+    """(group, A's lr, B's lr) to compare at one step: group by group where both have as many
+    groups; one lr for all parameters against each of the other's groups; else the first only."""
+    if len(ga) == len(gb):
+        return [(g, x, y) for g, (x, y) in enumerate(zip(ga, gb, strict=True))]
+    if len(ga) == 1 or len(gb) == 1:
+        return [(g, ga[min(g, len(ga) - 1)], gb[min(g, len(gb) - 1)])
+                for g in range(max(len(ga), len(gb)))]  # fmt: skip
+    return [(0, ga[0], gb[0])]
+
+
 def check_lr(a: Recorded, b: Recorded) -> Check:
-    judged = f"the lr at each common step, relative tolerance {LR_RTOL:g}"
-    not_judged = "per-parameter-group lrs beyond the first group"
-    la, lb = a.series("lr"), b.series("lr")
-    for s, (x, y) in enumerate(zip(la, lb, strict=False), 1):
-        if x is None or y is None:
-            continue
-        if abs(x - y) > LR_RTOL * max(abs(x), abs(y)):
+    judged = (
+        f"the lr at each common step, every parameter group (matched by position; one lr for "
+        f"all parameters against each of the other run's groups), relative tolerance {LR_RTOL:g}"
+    )
+    not_judged = (
+        "which parameters each group holds; groups beyond the first where the runs have several, "
+        "in different numbers"
+    )
+    la, lb = _group_lrs(a), _group_lrs(b)
+    for s, (ga, gb) in enumerate(zip(la, lb, strict=False), 1):
+        for g, x, y in _lr_pairs(ga, gb):
+            if x is None or y is None or abs(x - y) <= LR_RTOL * max(abs(x), abs(y)):
+                continue
+            where = f"parameter group {g}: " if max(len(ga), len(gb)) > 1 else ""
             return Check(
                 "learning rate",
                 FAIL,
-                f"step {s}: lr {x:.6g} in A, {y:.6g} in B",
+                f"step {s}: {where}lr {x:.6g} in A, {y:.6g} in B",
                 judged,
                 not_judged,
                 first_step=s,

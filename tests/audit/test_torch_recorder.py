@@ -19,10 +19,15 @@ from dualtrain.errors import UserError
 from testkit.cli import one_line_error
 
 
-def _train(out, *, steps=6, lr=0.1, scaler=None, loss_fn=None, seed=0):
+def _train(out, *, steps=6, lr=0.1, scaler=None, loss_fn=None, seed=0, bias_lr=None):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 4))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    groups = (
+        model.parameters()
+        if bias_lr is None  # one group; else the bias in a group of its own
+        else [{"params": [model[1].weight]}, {"params": [model[1].bias], "lr": bias_lr}]
+    )
+    opt = torch.optim.SGD(groups, lr=lr)
     data = torch.utils.data.TensorDataset(torch.rand(24, 1, 4, 4), torch.randint(0, 4, (24,)))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
     with audit.torch_recorder(out, model=model, optimizer=opt, loader=loader, scaler=scaler) as rec:
@@ -98,6 +103,25 @@ def test_a_different_lr_is_named_with_the_line(tmp_path):
     assert cmp.checks[3].name == "learning rate" and cmp.checks[3].status == "FAIL"
     assert "different optimizer settings" not in [f.name for f in cmp.findings]  # lr is its own
     assert "different base learning rate" in [f.name for f in cmp.findings]
+
+
+def test_every_parameter_groups_lr_is_judged(tmp_path):
+    # a script with two parameter groups (the bias at its own lr) against the same script, and
+    # against one whose optimizer has a single group: the first group's lr alone would PASS them all
+    _train(tmp_path / "two", bias_lr=0.1)
+    _train(tmp_path / "one")
+    _train(tmp_path / "slow_bias", bias_lr=0.02)
+
+    def lr_check(a, b):
+        cmp = compare_recorded(tmp_path / a, tmp_path / b, tmp_path / f"cmp-{a}-{b}")
+        return next(c for c in cmp.checks if c.name == "learning rate")
+
+    assert lr_check("two", "one").status == "PASS"  # the same lr for every parameter
+    check = lr_check("two", "slow_bias")
+    assert check.status == "FAIL" and check.first_step == 1
+    assert check.detail == "step 1: parameter group 1: lr 0.1 in A, 0.02 in B"
+    check = lr_check("one", "slow_bias")  # one lr for all against each of the other's groups
+    assert check.status == "FAIL" and "parameter group 1" in check.detail
 
 
 def test_two_recorders_in_one_process_are_refused(tmp_path):

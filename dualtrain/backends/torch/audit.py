@@ -292,8 +292,9 @@ class TorchRecorder:
                 "indices": [],
             }
             self.rows.append(self.current)
-            lr = float(self.optimizer.param_groups[0]["lr"])
-            self.steps.append({"step": step, "epoch": now, "lr": lr, "loss_scale": self._scale()})
+            lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
+            entry = {"step": step, "epoch": now, "lr": lrs[0], "loss_scale": self._scale()}
+            self.steps.append(entry | ({"lrs": lrs} if len(lrs) > 1 else {}))
         else:
             self._epoch(epoch)
         idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
