@@ -15,7 +15,7 @@ from dualtrain.errors import UserError
 from dualtrain.records.envinfo import usable_cores
 from dualtrain.runtime import checkpoint
 from dualtrain.runtime.checkpoint import Checkpoint
-from dualtrain.spec import Experiment
+from dualtrain.spec import Device, Experiment
 
 #: Set by dualtrain's launcher for every worker process: the checkpoint folder to continue from.
 RESUME_ENV = "DUALTRAIN_RESUME"
@@ -52,6 +52,33 @@ def default_threads(local_workers: int) -> int:
     """The cores this process may run on (a Slurm or cgroup CPU binding, taskset), not the
     machine's, shared by the host's local workers."""
     return max(1, (usable_cores() or os.cpu_count() or 1) // max(local_workers, 1))
+
+
+def worker_cores(local_rank: int, local_workers: int, threads: int) -> list[int] | None:
+    """The cores local worker ``local_rank`` of ``local_workers`` runs on
+    (distribution.bind_cores): the ``local_rank``-th block of ``threads`` of the usable cores, where
+    two or more workers' blocks fit in them; None: no binding (one worker, or more threads than
+    cores)."""
+    try:
+        usable = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return None
+    if local_workers < 2 or local_workers * threads > len(usable):
+        return None
+    return usable[local_rank * threads : (local_rank + 1) * threads]
+
+
+def bind_cores(spec: Experiment, local_rank: int, local_workers: int, threads: int) -> list[int]:
+    """Bind this worker process to its cores (worker_cores) when distribution.bind_cores and the
+    device is the CPU, before its framework starts a thread; the cores bound, [] for none. On the
+    MLP at world 2 on 2 cores, bound against unbound: 33-37k against 28-32k samples/s (bench)."""
+    if not spec.distribution.bind_cores or spec.distribution.device is not Device.CPU:
+        return []
+    cores = worker_cores(local_rank, local_workers, threads)
+    if cores is None:
+        return []
+    os.sched_setaffinity(0, cores)
+    return cores
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,10 @@ class DistributionSpec:
     hanging."""
     threads_per_worker: int | None = tagged_field(COSMETIC, default=None)
     """Intra-op threads per worker process; null: cores // local workers."""
+    bind_cores: bool = tagged_field(COSMETIC, default=True)
+    """On a CPU, a host's local worker processes each run on cores of their own (threads_per_worker
+    of the cores this host's launcher may use, in local-rank order) where two or more fit, so no
+    worker's threads share a core with another's; false: the OS places them."""
     max_restarts: int = tagged_field(COSMETIC, default=0)
     """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
     the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the

@@ -26,7 +26,7 @@ from dualtrain.records.envinfo import cpu_flags
 from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime import clock
 from dualtrain.runtime.entry import worker_main
-from dualtrain.runtime.start import Start, default_threads
+from dualtrain.runtime.start import Start, bind_cores, default_threads
 from dualtrain.runtime.worker import Begun, Inputs, train_loop, worker_inputs
 from dualtrain.spec import Device, Experiment, Strategy, TFStrategy, dump_spec
 
@@ -123,7 +123,7 @@ def plan_process(spec: Experiment) -> tuple[Experiment, Role]:
 
 def configure_tf(spec: Experiment, role: Role) -> Configured:
     """Everything that must happen before TensorFlow initialises its runtime."""
-    threads = settings(spec, role.local_workers)
+    threads = settings(spec, role.local_workers, role.rank if role.local_workers > 1 else 0)
     import tensorflow as tf  # lazy: framework (settings() first)
 
     tf.config.set_soft_device_placement(False)
@@ -196,10 +196,11 @@ def configure_tf(spec: Experiment, role: Role) -> Configured:
     return Configured(strategy, host, list(strategy.extended.worker_devices), threads)
 
 
-def settings(spec: Experiment, local_workers: int) -> int:
+def settings(spec: Experiment, local_workers: int, local_rank: int = 0) -> int:
     """The process-wide settings of every TF process of a run, before and right after
     TensorFlow's import: determinism, oneDNN, threads (cores // local_workers unless
-    distribution.threads_per_worker), TF32 and XLA off. Returns the intra-op thread count."""
+    distribution.threads_per_worker) and this process's cores (distribution.bind_cores), TF32
+    and XLA off. Returns the intra-op thread count."""
     for key, value in BASE_PREIMPORT.items():
         os.environ.setdefault(key, value)
     if spec.determinism:
@@ -227,6 +228,7 @@ def settings(spec: Experiment, local_workers: int) -> int:
 
     clock.mark("framework")
     threads = spec.distribution.threads_per_worker or default_threads(local_workers)
+    bind_cores(spec, local_rank, local_workers, threads)  # before TF's runtime starts a thread
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
     if spec.determinism:
@@ -344,6 +346,7 @@ def worker_facts(spec: Experiment, role: Role, tf_: Configured) -> dict[str, Any
         "tf_devices": list(tf_.devices),
         "tf_processes": role.num_processes,
         "threads_per_worker": tf_.threads,
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),  # distribution.bind_cores, or taskset's
         "tf_onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
     }
     from . import exact  # lazy: framework

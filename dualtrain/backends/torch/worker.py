@@ -30,7 +30,7 @@ from dualtrain.launch.netif import route_interface
 from dualtrain.launch.peers import Peer, is_comm_error, lost_peer
 from dualtrain.records.envinfo import cpu_flags
 from dualtrain.runtime import clock
-from dualtrain.runtime.start import Start, default_threads
+from dualtrain.runtime.start import Start, bind_cores, default_threads
 from dualtrain.runtime.worker import Begun, Inputs, train_loop, worker_inputs
 from dualtrain.spec import Experiment, Strategy
 
@@ -166,6 +166,7 @@ def check_world_size(spec: Experiment, env: DistEnv) -> None:
 def settings(spec: Experiment, env: DistEnv) -> tuple[int, torch.device]:
     """torch set up for this rank (threads, determinism, the seed): (threads, device)."""
     threads = spec.distribution.threads_per_worker or default_threads(env.local_world)
+    bind_cores(spec, env.local_rank, env.local_world, threads)  # before torch starts a thread
     torch.set_num_threads(threads)
     configure_determinism(spec.determinism)
     clock.mark("settings")
@@ -188,6 +189,7 @@ def worker_facts(
     precision."""
     facts = {
         "threads_per_worker": threads,
+        "cpu_affinity": sorted(os.sched_getaffinity(0)),  # distribution.bind_cores, or taskset's
         "process_group": dist.get_backend(),
         "process_group_adopted": adopted,
         "torch_device": str(device),
