@@ -20,6 +20,15 @@ from dualtrain.launch import forkserver
 MODULE = "testkit.forked_probe"
 
 
+@pytest.fixture(autouse=True)
+def _servers_end(tmp_path):
+    """The servers a test started end with it (a server exits once its socket is removed), not
+    ten idle minutes later."""
+    yield
+    for sock in tmp_path.rglob("*.sock"):
+        sock.unlink(missing_ok=True)
+
+
 def _spawn(folder: Path, out: Path, mode: str, env: dict[str, str], **kw) -> forkserver.Forked:
     return forkserver.spawn(
         str(folder),
@@ -110,13 +119,12 @@ def _wait_for(path: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Running, not a zombie; a process reaped between the checks is dead too."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    state = (
-        Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}").exists() else "X"
-    )
     return state not in ("Z", "X")
 
 
