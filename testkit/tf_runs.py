@@ -4,7 +4,6 @@ Importing this module skips the importing test module unless TensorFlow and Kera
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from dualtrain.core.weights import load_weights
 from dualtrain.launch import forkserver
 from dualtrain.records.record import RunRecord, read_run
 from dualtrain.spec import Backend
-from testkit.cli import ROOT, require, run_cli
+from testkit.cli import ROOT, cli_env, require, run_cli
 
 require("tensorflow", "keras")
 
@@ -79,14 +78,11 @@ def tf_run(
 
 
 def python_env() -> dict[str, str]:
-    """A script's environment: the checkout on PYTHONPATH, TF's log level and unbuffered output
-    as a run's workers have them (dualtrain.launch.child.worker_env), so that in the parallel
-    part its process is forked from the same warm server as theirs."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    """A script's environment: the CLI's (testkit.cli.cli_env: the checkout on PYTHONPATH, TF's
+    log level) with unbuffered output as a run's workers have it
+    (dualtrain.launch.child.worker_env), so that in the parallel part its process is forked from
+    the same warm server as theirs."""
+    return cli_env({"PYTHONUNBUFFERED": "1"})
 
 
 def run_python(

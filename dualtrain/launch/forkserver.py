@@ -53,7 +53,8 @@ READ_AT_START = frozenset(
      "LOCAL_WORLD_SIZE", "PYTEST_CURRENT_TEST"}
 )  # fmt: skip
 """Variables read when a worker makes its cluster (TF's cluster resolver, torch's process group),
-never at the framework's import: one server serves every task of a TF_CONFIG cluster."""
+never at the framework's import, so one server serves every task of a TF_CONFIG cluster; and
+pytest's name of the running test."""
 
 IDLE_S = 600.0
 """A server with no worker for this long exits."""
