@@ -33,7 +33,7 @@ import torch.nn.functional as F  # noqa: E402
 from ddp_mnist import Net, mnist_train  # noqa: E402
 
 import dualtrain.audit  # noqa: E402
-from dualtrain.backends.torch.audit import Digests  # noqa: E402
+from dualtrain.backends.torch.audit_digests import Digests  # noqa: E402
 
 
 def main() -> None:

@@ -58,10 +58,12 @@ def _plain(value: object) -> str:
     kind = type(value).__name__
     if shape == ():  # a NumPy scalar
         return repr(value)
-    a = "an" if kind[:1].lower() in "aeiou" or kind == "ndarray" else "a"
+    vowel = kind[:1].lower() in "aeiou" and not kind.lower().startswith(("use", "uni", "eu"))
+    a = "an" if vowel or kind == "ndarray" else "a"
     if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
         if hasattr(value, "columns") and len(shape) == 2:  # a DataFrame
             return f"{a} {kind} of {shape[0]} rows x {shape[1]} columns"
-        dtype = getattr(value, "dtype", None)
-        return f"{a} {kind} ({dtype}, shape {shape})" if dtype is not None else f"{a} {kind}"
+        dtype = str(getattr(value, "dtype", None)).removeprefix("torch.")
+        shape = tuple(shape)  # torch.Size([4]) as (4,)
+        return f"{a} {kind} ({dtype}, shape {shape})" if dtype != "None" else f"{a} {kind}"
     return f"{a} {kind}"

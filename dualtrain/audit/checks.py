@@ -6,49 +6,25 @@ it judged and what it could not:
 * ``initial weights``: the same arrays (paired in order, torch's layout) with the same values;
 * ``learning rate``: the same lr at every step;
 * ``loss scaling``: the same loss scale at every step and the same skipped steps;
+* ``settings``: the same optimizer, loss-scale rule, BatchNorm conventions and precision;
 * ``loss trajectory``: the loss over windows of steps within the stated bound.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from dualtrain.audit.finding import FAIL, NOT_JUDGED, PASS, Check
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.settings import SETTINGS_DIAGNOSES
+from dualtrain.audit.trajectory import check_loss, loss_windows
 from dualtrain.records.record import as_float
-
-PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
 
 #: the lr's relative tolerance: a float32 lr (Keras keeps it in a float32 variable) is within
 #: 2**-24 ~ 6e-8 of torch's float64 one; 1e-6 leaves room for a float32 schedule's arithmetic
 LR_RTOL = 1e-6
-#: the loss trajectory's bound per window of steps: LOSS_RTOL of the window's mean loss plus
-#: LOSS_SIGMAS standard errors of the window's mean step-by-step difference (docs/audit.md)
-LOSS_RTOL = 0.05
-LOSS_SIGMAS = 3.0
-WINDOWS = 8
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    detail: str
-    judged: str
-    not_judged: str
-    first_step: int | None = None
-    value: float | None = None
-    bound: float | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.status != FAIL
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_steps(a: Recorded, b: Recorded) -> Check:
@@ -273,72 +249,35 @@ def check_scaling(a: Recorded, b: Recorded) -> Check:
     )
 
 
-def loss_windows(a: Recorded, b: Recorded) -> list[dict[str, float]]:
-    """Per window of common steps: both means, their difference and its bound."""
-    la = [x for x in a.series("loss") if x is not None]
-    lb = [x for x in b.series("loss") if x is not None]
-    n = min(len(la), len(lb))
-    size = max(1, math.ceil(n / WINDOWS))
-    out = []
-    for start in range(0, n, size):
-        xa, xb = np.array(la[start : start + size]), np.array(lb[start : start + size])
-        k = len(xa)
-        se = float(np.std(xa - xb, ddof=1) / math.sqrt(k)) if k > 1 else 0.0
-        mean = (xa.mean() + xb.mean()) / 2
-        out.append(
-            {
-                "first": start + 1,
-                "last": start + k,
-                "a": float(xa.mean()),
-                "b": float(xb.mean()),
-                "diff": float(abs(xa.mean() - xb.mean())),
-                "bound": float(LOSS_RTOL * abs(mean) + LOSS_SIGMAS * se),
-            }
-        )
-    return out
-
-
-def check_loss(a: Recorded, b: Recorded) -> Check:
+def check_settings(a: Recorded, b: Recorded) -> Check:
     judged = (
-        f"the mean loss over {WINDOWS} windows of common steps: |A - B| <= {LOSS_RTOL:g} x the "
-        f"window's mean + {LOSS_SIGMAS:g} standard errors of its mean step-by-step difference"
+        "the settings read from the scripts' objects: the optimizer (type and options, each "
+        "framework's defaults under the other's names), the loss-scale rule, BatchNorm's momentum "
+        "and eps, the parameters' dtype and (Keras) the precision policy"
     )
-    not_judged = "single steps (dropout masks and rounding differ per step), evaluation"
-    windows = loss_windows(a, b)
-    if not windows:
-        return Check(
-            "loss trajectory", NOT_JUDGED, "no common step with a loss", judged, not_judged
-        )
-    bad = [w for w in windows if not w["diff"] <= w["bound"]]
-    worst = max(windows, key=lambda w: w["diff"] / w["bound"] if w["bound"] else math.inf)
-    detail = (
-        f"steps {worst['first']}-{worst['last']}: mean loss {worst['a']:.4g} in A, "
-        f"{worst['b']:.4g} in B (bound {worst['bound']:.3g})"
+    not_judged = (
+        "what the recorders cannot read: torch's autocast, sample and class weights, the loss's "
+        "own options, optimizer options of parameter groups beyond the first"
     )
-    if bad:
-        return Check(
-            "loss trajectory",
-            FAIL,
-            detail,
-            judged,
-            not_judged,
-            first_step=int(bad[0]["first"]),
-            value=worst["diff"],
-            bound=worst["bound"],
-        )
-    return Check(
-        "loss trajectory",
-        PASS,
-        f"all windows within their bound; closest: {detail}",
-        judged,
-        not_judged,
-        value=worst["diff"],
-        bound=worst["bound"],
-    )
+    found = [f for d in SETTINGS_DIAGNOSES for f in d(a, b) if not f.inherent]
+    if found:
+        return Check("settings", FAIL, "; ".join(f.name for f in found), judged, not_judged)
+    return Check("settings", PASS, "no setting differs", judged, not_judged)
 
 
-CHECKS = (check_steps, check_samples, check_init, check_lr, check_scaling, check_loss)
+CHECKS = (
+    check_steps,
+    check_samples,
+    check_init,
+    check_lr,
+    check_scaling,
+    check_settings,
+    check_loss,
+)
 
 
 def run_checks(a: Recorded, b: Recorded) -> list[Check]:
     return [c(a, b) for c in CHECKS]
+
+
+__all__ = ["CHECKS", "FAIL", "NOT_JUDGED", "PASS", "Check", "loss_windows", "run_checks"]

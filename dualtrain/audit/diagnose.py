@@ -6,15 +6,12 @@ norm and loss-scale records and the configuration the recorders read from the sc
 
 from __future__ import annotations
 
-from typing import Any
-
 from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
-
-OPT_LINES = ("optim.", "optimizers.")
+from dualtrain.audit.settings import OPT_LINES, SETTINGS_DIAGNOSES, describe
 
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:
@@ -41,14 +38,35 @@ def _base_lr(a: Recorded, b: Recorded) -> list[Finding]:
         Finding(
             "different base learning rate",
             f"step 1: lr {la:.6g} in A, {lb:.6g} in B (each optimizer's own default or "
-            f"setting: A {_opt(a)}, B {_opt(b)})",
-            [
-                fix(a, "A", OPT_LINES, f"lr={lb:.6g}"),
-                fix(b, "B", OPT_LINES, f"learning_rate={la:.6g}"),
-            ],
+            f"setting: A {describe(a)}, B {describe(b)})",
+            [_lr_fix(a, "A", lb), _lr_fix(b, "B", la)],
             step=1,
         )
     ]
+
+
+#: where each framework's scripts set their schedule
+SCHEDULE_LINES = {
+    "torch": ("lr_scheduler.", "Scheduler(", "LR(", "scheduler"),
+    "tf": ("LearningRateScheduler", "schedules.", "ReduceLROnPlateau", "def decay", "def schedule"),
+}
+#: torch schedulers that set the lr from their own peak (the optimizer's lr is overridden)
+PEAK_SCHEDULERS = {"OneCycleLR": "max_lr", "CyclicLR": "max_lr"}
+
+
+def _lr_fix(run: Recorded, tag: str, lr: float) -> str:
+    """The line that sets ``run``'s first lr, and what to write there."""
+    sched = run.config.get("scheduler", {}).get("type")
+    if run.framework == "torch" and sched in PEAK_SCHEDULERS:
+        return fix(
+            run,
+            tag,
+            (f"{sched}(",),
+            f"a {PEAK_SCHEDULERS[sched]} whose schedule starts at lr={lr:.6g} (step 1's lr "
+            f"comes from the {sched}, not the optimizer)",
+        )
+    name = "lr" if run.framework == "torch" else "learning_rate"
+    return fix(run, tag, OPT_LINES, f"{name}={lr:.6g}")
 
 
 def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Finding]:
@@ -69,13 +87,8 @@ def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Findi
             f"(changes at steps {pa[:6]}), {rel_b[first - 1]:.4g}x in B (changes at steps "
             f"{pb[:6]})",
             [
-                fix(a, "A", ("StepLR", "lr_scheduler", "scheduler"), "the schedule B follows"),
-                fix(
-                    b,
-                    "B",
-                    ("LearningRateScheduler", "schedules.", "def decay"),
-                    "the schedule A follows",
-                ),
+                fix(a, "A", SCHEDULE_LINES[a.framework], "the schedule B follows"),
+                fix(b, "B", SCHEDULE_LINES[b.framework], "the schedule A follows"),
             ],
             step=first,
         )
@@ -112,167 +125,6 @@ def _granularity(
             step=min(pa[0], pb[0]),
         )
     ]
-
-
-def _opt(run: Recorded) -> str:
-    return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
-
-
-def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
-    oa, ob = a.config.get("optimizer", {}), b.config.get("optimizer", {})
-    if not oa or not ob:
-        return []
-    if a.framework == b.framework:
-        diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
-        diff = [k for k in diff if k not in ("initial_lr", "lr", "learning_rate", "name")]
-        if not diff:
-            return []
-        return [
-            Finding(
-                "different optimizer settings",
-                f"A {_opt(a)}, B {_opt(b)} (differ in {', '.join(diff)})",
-                [fix(a, "A", OPT_LINES, f"the same {', '.join(diff)} as B")],
-            )
-        ]
-    (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
-    trun, krun = (a, b) if a.framework == "torch" else (b, a)
-    if C.SAME_OPTIMIZER.get(t.get("type", "")) != k.get("type"):
-        return [
-            Finding(
-                "different optimizers",
-                f"{tt} uses {_opt(trun)}, {kt} uses {_opt(krun)}",
-                [
-                    fix(trun, tt, OPT_LINES, f"the optimizer {kt} uses, with its options"),
-                    fix(
-                        krun,
-                        kt,
-                        OPT_LINES,
-                        f"keras.optimizers.{C.SAME_OPTIMIZER.get(t['type'], t['type'])}"
-                        f" with {tt}'s options",
-                    ),
-                ],
-            )
-        ]
-    return _conventions(t, k, trun, krun, tt, kt)
-
-
-def _conventions(
-    t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
-) -> list[Finding]:
-    out = []
-    for tname, kname, what in C.OPTIONS.get(t["type"], []):
-        tv, kv = C.torch_option(t, tname), k.get(kname)
-        if not C.same_value(tv, kv):
-            out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
-    if (
-        t["type"] in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta")
-        and (t.get("weight_decay") or 0) > 0
-    ):
-        out.append(
-            f"weight decay: torch {t['type']}'s weight_decay={t['weight_decay']} is an L2 term "
-            f"in the gradient; Keras's weight_decay is decoupled (AdamW-style)"
-        )
-    if t["type"] == "SGD" and (t.get("momentum") or 0) > 0 and len(set(trun.series("lr"))) > 1:
-        out.append(
-            "momentum: torch's buffer holds gradients (lr applied after), Keras's holds "
-            "lr-scaled steps: they part when the lr changes"
-        )
-    if not out:
-        return []
-    return [
-        Finding(
-            "optimizer conventions (momentum, epsilon, weight decay)",
-            "; ".join(out),
-            [
-                fix(krun, kt, OPT_LINES, "the torch values under Keras's names"),
-                fix(trun, tt, OPT_LINES, "or the Keras values under torch's names"),
-            ],
-        )
-    ]
-
-
-def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
-    la, lb = a.config.get("loss_scale"), b.config.get("loss_scale")
-    if not la and not lb:
-        return []
-    if not la or not lb:
-        kind = (la or lb or {}).get("type")
-        tag = "A" if la else "B"
-        off, otag = (b, "B") if la else (a, "A")
-        return [
-            Finding(
-                "loss scaling in one run only",
-                f"{tag} scales the loss ({kind}), {otag} does not",
-                [
-                    fix(
-                        off,
-                        otag,
-                        ("GradScaler", "LossScaleOptimizer", OPT_LINES[0], OPT_LINES[1]),
-                        "scale the loss too (GradScaler / LossScaleOptimizer)",
-                    )
-                ],
-                step=1,
-            )
-        ]
-    diff = [
-        f"{key} {la[key]:g} in A, {lb[key]:g} in B"
-        for key in ("initial_scale", "growth_interval", "growth_factor", "backoff_factor")
-        if not C.same_value(la[key], lb[key])
-    ]
-    if not diff:
-        return []
-    fixes = []
-    for run, tag, other in ((a, "A", lb), (b, "B", la)):
-        if run.framework == "torch":
-            change = (
-                f"GradScaler(init_scale={other['initial_scale']:g}, "
-                f"growth_interval={other['growth_interval']})"
-            )
-        else:
-            change = (
-                f"LossScaleOptimizer(opt, initial_scale={other['initial_scale']:g}, "
-                f"dynamic_growth_steps={other['growth_interval']})"
-            )
-        fixes.append(fix(run, tag, ("GradScaler", "LossScaleOptimizer"), change))
-    return [
-        Finding(
-            "loss-scale defaults (LossScaleOptimizer 2**15 vs GradScaler 2**16)",
-            "; ".join(diff) + " (Keras's LossScaleOptimizer starts at 2**15 and grows every 2000 "
-            "steps; torch's GradScaler starts at 2**16, every 2000)",
-            fixes[:1],
-            step=1,
-        )
-    ]
-
-
-def batchnorm(a: Recorded, b: Recorded) -> list[Finding]:
-    ba, bb = a.config.get("batchnorm", []), b.config.get("batchnorm", [])
-    out = []
-    for x, y in zip(ba, bb, strict=False):
-        # torch: running = (1 - m) running + m batch; Keras: running = m running + (1 - m) batch
-        keep_x = 1 - x["momentum"] if x["convention"] == "torch" else x["momentum"]
-        keep_y = 1 - y["momentum"] if y["convention"] == "torch" else y["momentum"]
-        if not C.same_value(keep_x, keep_y):
-            out.append(
-                f"{x['name']}/{y['name']}: A keeps {keep_x:g} of the running statistics per step "
-                f"(momentum={x['momentum']:g}, {x['convention']}'s convention), B {keep_y:g} "
-                f"(momentum={y['momentum']:g}, {y['convention']}'s)"
-            )
-        if not C.same_value(x["eps"], y["eps"]):
-            out.append(f"{x['name']}/{y['name']}: eps {x['eps']:g} in A, {y['eps']:g} in B")
-    if not out:
-        return []
-    fixes = [
-        fix(
-            run,
-            tag,
-            ("BatchNorm",),
-            "torch momentum m is Keras momentum 1 - m (torch 0.1 "
-            "= Keras 0.9; Keras's default 0.99); eps 1e-5 (torch) vs 1e-3 (Keras)",
-        )
-        for run, tag in ((a, "A"), (b, "B"))
-    ]
-    return [Finding("BatchNorm momentum convention", "; ".join(out), fixes)]
 
 
 def reduction(a: Recorded, b: Recorded) -> list[Finding]:
@@ -327,6 +179,70 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
     return out
 
 
+def _micro_batches(run: Recorded) -> int:
+    """Micro-batches per optimizer step (the torch recorder's ``rec.batch`` calls), when every
+    step of replica 0 has the same number; else 1."""
+    counts = {int(r.get("batches", 1)) for (_, rep), r in run.replicas.items() if rep == 0}
+    return counts.pop() if len(counts) == 1 else 1
+
+
+def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
+    """The same gradient at step 1 but a loss 1/k of the other's: the script reports a scaled
+    loss (a micro-batch's ``loss / accum``; a custom train_step's ``compute_loss``, divided by
+    the replicas for the all-reduce), so the trajectories part while the training does not."""
+    if not a.steps or not b.steps or isinstance(paired_weights(a, b), str):
+        return []
+    (sa, sb), out = (a.steps[0], b.steps[0]), []
+    la, lb = float(sa["loss"]), float(sb["loss"])
+    ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
+    if not (la > 0 and lb > 0 and ga > 0 and gb > 0) or abs(ga / gb - 1) > 0.05:
+        return []
+    for run, tag, ratio in ((a, "A", lb / la), (b, "B", la / lb)):
+        micro = _micro_batches(run)
+        if run.framework == "torch" and micro > 1 and abs(ratio / micro - 1) < 0.15:
+            out.append(
+                Finding(
+                    "loss of one micro-batch recorded (gradient accumulation)",
+                    f"step 1: the same gradient, but {tag}'s loss is 1/{ratio:.2f} of the "
+                    f"other's, about its {micro} micro-batches per step: {tag} records one "
+                    f"micro-batch's `loss / {micro}`",
+                    [
+                        fix(
+                            run,
+                            tag,
+                            ("rec.step(",),
+                            "rec.step(the sum of the step's "
+                            f"micro-batch losses `loss / {micro}`: the step's mean)",
+                        )
+                    ],
+                    step=1,
+                )
+            )
+        elif (
+            run.framework == "tf" and run.world_size > 1 and abs(ratio / run.world_size - 1) < 0.15
+        ):
+            out.append(
+                Finding(
+                    "loss reported divided by the replicas (a custom train_step)",
+                    f"step 1: the same gradient, but {tag}'s loss is 1/{ratio:.2f} of the "
+                    f"other's, about its {run.world_size} replicas: its train_step feeds the "
+                    f"loss tracker `compute_loss`'s value, which Keras divides by the replicas "
+                    f"for the all-reduce",
+                    [
+                        fix(
+                            run,
+                            tag,
+                            ("update_state(loss", "update_state("),
+                            "update the "
+                            "tracker with `loss * self.distribute_strategy.num_replicas_in_sync`",
+                        )
+                    ],
+                    step=1,
+                )
+            )
+    return out
+
+
 def architecture(a: Recorded, b: Recorded) -> list[Finding]:
     pairs = paired_weights(a, b)
     if isinstance(pairs, str):
@@ -352,10 +268,9 @@ DIAGNOSES = (
     architecture,
     *SAMPLE_DIAGNOSES,
     schedule,
-    optimizer,
-    loss_scale,
-    batchnorm,
+    *SETTINGS_DIAGNOSES,
     reduction,
+    reported_loss,
 )
 
 

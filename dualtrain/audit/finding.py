@@ -1,4 +1,5 @@
-"""A diagnosis of two recorded runs: a classic difference, its evidence and the line to change."""
+"""What compare says of two recorded runs: a check (what it judged, PASS, FAIL or NOT JUDGED)
+and a diagnosis (a classic difference, its evidence and the line to change)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dualtrain.audit.read import Recorded
+
+PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
 
 
 @dataclass
@@ -18,6 +21,8 @@ class Finding:
     """The line(s) to change: ``A ddp_mnist.py:88: <line> -> <what to write>``."""
     step: int | None = None
     """The first step it shows at (0: before training; None: the configuration shows it)."""
+    inherent: bool = False
+    """A framework's convention no line of either script changes (reported, not a failure)."""
 
     @property
     def title(self) -> str:
@@ -34,3 +39,22 @@ def fix(run: Recorded, tag: str, needles: tuple[str, ...], change: str) -> str:
     """``A (torch) ddp_mnist.py:88: <the line> -> change`` (the script's line when found)."""
     where = run.line_of(*needles)
     return f"{tag} ({run.framework}) {where or run.script_name} -> {change}"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    judged: str
+    not_judged: str
+    first_step: int | None = None
+    value: float | None = None
+    bound: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status != FAIL
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -17,6 +17,9 @@ different ``exact`` ones: the same sample, normalised differently.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
 MASK32 = 0xFFFFFFFF
@@ -54,3 +57,31 @@ def row_digests(rows: np.ndarray) -> tuple[list[str], list[str]]:
     words = np.concatenate([bits & 0xFFFF, bits >> 16], axis=1).astype(np.float64)
     mask = (x > x.min(axis=1, keepdims=True)).astype(np.float64)
     return hexes(_dot(words, mult)), hexes(_dot(mask, mult[: x.shape[1]]))
+
+
+#: a batch's keys that name its targets or masks, never the input whose rows are digested
+TARGET_KEYS = ("label", "labels", "label_ids", "target", "targets", "y")
+#: keys that name the input, in this order of preference (Hugging Face's and common names)
+INPUT_KEYS = (
+    "input_ids",
+    "pixel_values",
+    "input_values",
+    "inputs",
+    "input",
+    "x",
+    "image",
+    "images",
+    "features",
+)
+
+
+def input_key(keys: Iterable[Any]) -> Any:
+    """The key of a dict batch whose rows both recorders digest: a known input name (``input_ids``,
+    ``pixel_values``, ...), else the first key in sorted order (as Keras flattens a dict) that
+    names no target (``labels``) or mask (``attention_mask``); None when every key does."""
+    named = {str(k): k for k in keys}
+    for k in INPUT_KEYS:
+        if k in named:
+            return named[k]
+    rest = sorted(k for k in named if k.lower() not in TARGET_KEYS and "mask" not in k.lower())
+    return named[rest[0]] if rest else None

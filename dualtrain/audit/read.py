@@ -52,11 +52,18 @@ class Recorded:
         return Counter(d for row in self.rows(step) for d in row[kind])
 
     def epochs(self) -> dict[int, list[int]]:
-        """epoch -> its steps, in order."""
+        """epoch -> its steps, in order; epochs counted from the run's first, 1 (a script that
+        starts at ``initial_epoch=1`` or numbers its epochs from 0 trains epochs 1, 2, ...)."""
         out: dict[int, list[int]] = {}
+        number: dict[int, int] = {}
         for s in self.steps:
-            out.setdefault(int(s["epoch"]), []).append(int(s["step"]))
+            e = number.setdefault(int(s["epoch"]), len(number) + 1)
+            out.setdefault(e, []).append(int(s["step"]))
         return out
+
+    def epoch_of(self, step: int) -> int:
+        """The epoch (counted as :meth:`epochs` counts them) of a step."""
+        return next(e for e, steps in self.epochs().items() if step in steps)
 
     def series(self, key: str) -> list[float | None]:
         return [None if s.get(key) is None else as_float(s[key]) for s in self.steps]

@@ -149,7 +149,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     if first_global is not None:
         if first_global > 1 and (repeats_epochs(a) or repeats_epochs(b)):
             return []  # set_epoch's finding says it
-        epoch = int(a.steps[first_global - 1]["epoch"])
+        epoch = a.epoch_of(first_global)
         if _epoch_rows(a, epoch) != _epoch_rows(b, epoch):
             return [
                 Finding(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dualtrain.audit.checks import FAIL, NOT_JUDGED, PASS, check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded
 
@@ -45,8 +46,9 @@ def test_sgd_momentum_under_a_changing_lr_is_named():
     a = _run("torch", {"type": "SGD", "lr": 0.1, "momentum": 0.9, "nesterov": False}, lrs)
     b = _run("tf", {"type": "SGD", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False}, lrs)
     found = {f.name: f for f in diagnose(a, b)}
-    conv = found["optimizer conventions (momentum, epsilon, weight decay)"]
-    assert "momentum: torch's buffer holds gradients" in conv.evidence
+    conv = found["SGD momentum convention under a changing lr"]
+    assert "torch's momentum buffer holds gradients" in conv.evidence and conv.inherent
+    assert check_settings(a, b).status == PASS  # no line of either script changes it
     assert diagnose(a, _run("torch", a.config["optimizer"], lrs)) == []  # the same: nothing
 
 
@@ -65,3 +67,129 @@ def test_adam_epsilon_and_coupled_weight_decay_are_named():
     (conv,) = [f for f in diagnose(a, b) if f.name.startswith("optimizer conventions")]
     assert "epsilon: torch eps=1e-08, Keras epsilon=1e-07" in conv.evidence
     assert "an L2 term" in conv.evidence
+
+
+def _record(
+    framework: str,
+    *,
+    config: dict | None = None,
+    losses: list[float] | None = None,
+    first_epoch: int = 1,
+    world: int = 1,
+    grad_norm: float = 1.0,
+    batches: int = 1,
+    script: str = "",
+) -> Recorded:
+    """A record of ``len(losses)`` steps, two an epoch from ``first_epoch``, the same rows as
+    every other record made here."""
+    losses = losses if losses is not None else [1.0] * 4
+    steps = [
+        {
+            "step": i + 1,
+            "epoch": first_epoch + i // 2,
+            "lr": 0.1,
+            "loss": loss,
+            "samples": 8,
+            "grad_norm": grad_norm,
+            "loss_scale": None,
+            "skipped": False,
+        }
+        for i, loss in enumerate(losses)
+    ]
+    rows = {
+        (s["step"], r): {
+            "step": s["step"],
+            "epoch": s["epoch"],
+            "replica": r,
+            "count": 8 // world,
+            "batches": batches,
+            "exact": [f"{s['step']:08x}{r:08x}"],
+            "pattern": [f"{s['step']:08x}{r:08x}"],
+        }
+        for s in steps
+        for r in range(world)
+    }
+    w = {"w": np.zeros(2, np.float32)}
+    cfg = {"optimizer": {"type": "SGD", "lr": 0.1}} if framework == "torch" else {}
+    cfg |= config or {}
+    text = {"path": f"{framework}.py", "text": script}
+    return Recorded(Path(framework), framework, world, cfg, text, steps, rows, w, w)
+
+
+def test_a_torch_cumulative_batchnorm_is_named_not_a_crash():
+    bn = {"name": "bn", "eps": 1e-5, "convention": "torch"}
+    a = _record("torch", config={"batchnorm": [bn | {"momentum": 0.1}]})
+    b = _record("torch", config={"batchnorm": [bn | {"momentum": None}]})
+    (f,) = [f for f in diagnose(a, b) if f.name == "BatchNorm momentum convention"]
+    assert "a cumulative average" in f.evidence
+    assert check_settings(a, b).status == FAIL
+
+
+def test_epochs_are_counted_from_each_runs_first_and_step_counts_may_differ():
+    late = _record("tf", first_epoch=2)  # fit(..., initial_epoch=1)
+    assert late.epochs() == {1: [1, 2], 2: [3, 4]}
+    checks = {c.name: c for c in run_checks(late, _record("tf"))}
+    assert checks["steps"].status == PASS and checks["samples"].status == PASS
+    assert diagnose(late, _record("tf")) == []
+    short = _record("tf", losses=[1.0] * 3)  # 3 steps against 4: windows of common steps only
+    assert run_checks(short, _record("tf"))[-1].status == PASS
+
+
+def test_a_run_without_a_loss_is_not_judged_and_a_diverged_one_fails():
+    nan = float("nan")
+    checks = {c.name: c for c in run_checks(_record("tf", losses=[nan] * 4), _record("tf"))}
+    assert checks["loss trajectory"].status == NOT_JUDGED
+    assert "A has none at any step" in checks["loss trajectory"].detail
+    diverged = {
+        c.name: c for c in run_checks(_record("tf", losses=[1, 1, nan, nan]), _record("tf"))
+    }
+    assert diverged["loss trajectory"].status == FAIL
+    assert diverged["loss trajectory"].first_step == 3
+
+
+def test_a_loss_recorded_per_micro_batch_or_per_replica_is_named():
+    micro = _record("torch", losses=[0.25] * 4, batches=4, script="rec.step(loss)\n")
+    (f,) = [f for f in diagnose(micro, _record("torch")) if f.name.startswith("loss of one micro")]
+    assert "4 micro-batches" in f.evidence and "torch.py:1: rec.step(loss)" in f.fixes[0]
+    guide = _record("tf", losses=[0.5] * 4, world=2)
+    names = [f.name for f in diagnose(guide, _record("tf", world=2))]
+    assert "loss reported divided by the replicas (a custom train_step)" in names
+    # a different gradient is a different training, not a reporting convention
+    assert not [
+        f
+        for f in diagnose(_record("tf", losses=[0.5] * 4, world=2, grad_norm=2.0), guide)
+        if f.name.startswith("loss reported")
+    ]
+
+
+def test_lr_fixes_use_each_scripts_framework_and_a_peak_scheduler():
+    a = _record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+    b = _record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.2)\n")
+    for s in b.steps:
+        s["lr"] = 0.2
+    (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
+    assert f.fixes[1].endswith("-> lr=0.1"), f.fixes
+    b.config["scheduler"] = {"type": "OneCycleLR"}
+    b.script["text"] += "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1)\n"
+    (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
+    assert "OneCycleLR(opt, max_lr=1) -> a max_lr" in f.fixes[1], f.fixes
+
+
+def test_settings_that_differ_fail_the_verdict_and_precision_is_named():
+    a = _record("torch", config={"precision": {"param_dtype": "float64"}})
+    b = _record("torch", config={"precision": {"param_dtype": "float32"}})
+    assert check_settings(a, b).status == FAIL
+    assert "different parameters (float64 vs float32)" in [f.name for f in diagnose(a, b)]
+    k = _record(
+        "tf", config={"precision": {"compute_dtype": "bfloat16", "variable_dtype": "float32"}}
+    )
+    assert (
+        check_settings(_record("tf", config={"precision": {"compute_dtype": "float32"}}), k).status
+        == FAIL
+    )
+    assert check_settings(b, k).status == PASS  # float32 parameters in both
+    zero = _record(
+        "torch",
+        config={"optimizer": {"type": "SGD", "lr": 0.1, "wrapper": "ZeroRedundancyOptimizer"}},
+    )
+    assert check_settings(zero, b).status == PASS

@@ -169,7 +169,7 @@ def test_the_cli_compares_two_records_and_refuses_a_mixed_pair(cli, tmp_path):
     _train(tmp_path / "a")
     _train(tmp_path / "b", lr=0.05)
     proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "s"))
-    assert proc.returncode == 0 and "verdict: PASS (6/6" in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 0 and "verdict: PASS (7/7" in proc.stdout, proc.stderr[-2000:]
     proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "d"))
     assert proc.returncode == 1 and "different base learning rate" in proc.stdout
     assert (tmp_path / "d" / "report.md").is_file()

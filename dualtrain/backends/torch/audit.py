@@ -19,156 +19,25 @@ merges them.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from dualtrain.audit import record
-from dualtrain.audit.identity import CHUNK, MASK32, hexes, multipliers
+from dualtrain.audit.identity import hexes, input_key
+from dualtrain.backends.torch.audit_digests import Digests
+from dualtrain.backends.torch.audit_setup import (
+    canonical_weights,
+    check_setup,
+    loader_len,
+    read_config,
+    world_of,
+)
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.errors import UserError, shown
-
-_SCALAR = (int, float, bool, str, type(None))
-
-
-def _options(obj: Any) -> dict[str, Any]:
-    return {
-        k: (list(v) if isinstance(v, tuple) else v)
-        for k, v in vars(obj).items()
-        if not k.startswith("_") and (isinstance(v, _SCALAR) or isinstance(v, tuple))
-    }
-
-
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
-    if not isinstance(model, torch.nn.Module):
-        raise UserError(
-            f"torch_recorder's model must be a torch.nn.Module. Received: {shown(model)}"
-        )
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise UserError(
-            f"torch_recorder's optimizer must be a torch.optim.Optimizer. Received: "
-            f"{shown(optimizer)}"
-        )
-    rank, world = _world()
-    if isinstance(sampler, torch.utils.data.DistributedSampler) and sampler.num_replicas != world:
-        group = "no process group is initialised" if world == 1 else f"the group has {world}"
-        raise UserError(
-            f"the DistributedSampler splits the data over {sampler.num_replicas} replicas but "
-            f"{group} (call torch.distributed.init_process_group before the recorder). Received: "
-            f"num_replicas={sampler.num_replicas}"
-        )
-
-
-def canonical_weights(model: Any) -> dict[str, np.ndarray]:
-    """The state dict (DDP's ``module.`` unwrapped) as float32/64 NumPy, without counters."""
-    inner = model.module if hasattr(model, "module") else model
-    inner = getattr(inner, "_orig_mod", inner)  # torch.compile's wrapper
-    return {
-        k: v.detach().cpu().numpy().copy()
-        for k, v in inner.state_dict().items()
-        if not k.endswith("num_batches_tracked")
-    }
-
-
-def _config(
-    model: Any, optimizer: Any, scaler: Any, loader: Any, sampler: Any, sched: Any
-) -> dict[str, Any]:
-    inner = model.module if hasattr(model, "module") else model
-    group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
-    cfg: dict[str, Any] = {
-        "optimizer": {"type": type(optimizer).__name__, **record_safe(group)},
-        "batchnorm": [
-            {"name": n, "momentum": m.momentum, "eps": m.eps, "convention": "torch"}
-            for n, m in inner.named_modules()
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
-        ],
-        "ddp": type(model).__name__ == "DistributedDataParallel",
-    }
-    if scaler is not None and scaler.is_enabled():
-        state = scaler.state_dict()
-        cfg["loss_scale"] = {
-            "type": "GradScaler",
-            "initial_scale": float(state["scale"]),
-            "growth_interval": int(state["growth_interval"]),
-            "growth_factor": float(state["growth_factor"]),
-            "backoff_factor": float(state["backoff_factor"]),
-        }
-    if sched is not None:
-        cfg["scheduler"] = {"type": type(sched).__name__, **_options(sched)}
-    if loader is not None:
-        cfg["loader"] = {"batch_size": loader.batch_size, "drop_last": loader.drop_last}
-        cfg["loader"]["batches"] = len(loader)
-    if sampler is not None:
-        cfg["sampler"] = {"type": type(sampler).__name__, **_options(sampler)}
-        cfg["sampler"]["dataset_size"] = (
-            len(sampler.dataset) if hasattr(sampler, "dataset") else None
-        )
-    return cfg
-
-
-def record_safe(d: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (list(v) if isinstance(v, tuple) else v)
-        for k, v in d.items()
-        if isinstance(v, _SCALAR) or isinstance(v, tuple)
-    }
-
-
-class Digests:
-    """Each row's digests (dualtrain.audit.identity), computed for many steps at once: the
-    inputs wait as float32 copies (one kernel per step) until ``STEPS`` steps or ``BYTES`` are
-    pending, then a few float64 matrix products digest them all."""
-
-    STEPS, BYTES = 32, 64 * 2**20
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[dict[str, Any], torch.Tensor]] = []
-        self.bytes = 0
-        self.mult: dict[tuple[int, str], torch.Tensor] = {}
-
-    def add(self, row: dict[str, Any], x: torch.Tensor) -> None:
-        x = x.detach().reshape(x.shape[0], -1).to(torch.float32, copy=True)
-        self.pending.append((row, x))
-        self.bytes += x.numel() * 4
-        if len(self.pending) >= self.STEPS or self.bytes >= self.BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        groups: dict[tuple[int, str], list[tuple[dict[str, Any], torch.Tensor]]] = {}
-        for row, x in self.pending:
-            groups.setdefault((x.shape[1], str(x.device)), []).append((row, x))
-        for key, items in groups.items():
-            exact, pattern = self._compute(key, torch.cat([x for _, x in items]))
-            sizes = [x.shape[0] for _, x in items]
-            for (row, _), e, p in zip(items, exact.split(sizes), pattern.split(sizes), strict=True):
-                row["exact"].append(e)
-                row["pattern"].append(p)
-        self.pending, self.bytes = [], 0
-
-    def _compute(self, key: tuple[int, str], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if key not in self.mult:
-            self.mult[key] = torch.from_numpy(multipliers(key[0])).to(x.device)
-        mult = self.mult[key]
-        bits = x.view(torch.int32).long() & MASK32
-        words = torch.cat([bits & 0xFFFF, bits >> 16], dim=1).double()
-        mask = (x > x.min(1, keepdim=True).values).double()
-        return _dot(words, mult), _dot(mask, mult[: key[0]])
-
-
-def _dot(words: torch.Tensor, mult: torch.Tensor) -> torch.Tensor:
-    out = torch.zeros(words.shape[0], 2, dtype=torch.int64, device=words.device)
-    for lo in range(0, words.shape[1], CHUNK):
-        out += (words[:, lo : lo + CHUNK] @ mult[lo : lo + CHUNK]).long()
-    return out & MASK32
 
 
 class TorchRecorder:
@@ -186,28 +55,30 @@ class TorchRecorder:
         scheduler: Any = None,
     ):
         record.claim("torch")
+        self.rank, self.world, self.dir = 0, 1, Path(run_dir)
+        prepared = False
         try:
             sampler = sampler if sampler is not None else getattr(loader, "sampler", None)
-            _check_setup(model, optimizer, sampler)
-            self.rank, self.world = _world()
-            self.dir = Path(run_dir)
-            if self.rank == 0:
-                record.prepare(self.dir, "torch")
-            if self.world > 1:
-                dist.barrier()  # every rank sees a prepared folder
+            check_setup(model, optimizer, sampler)
+            self.rank, self.world = world_of()
+            prepared = self._prepare(model)
+            self.model, self.optimizer, self.scaler = model, optimizer, scaler
+            self.sampler = sampler
+            self.batches = loader_len(loader)
+            self.batch_size = getattr(loader, "batch_size", None)
+            self.config = read_config(model, optimizer, scaler, loader, sampler, scheduler)
+            self.init = canonical_weights(model) if self.rank == 0 else {}
         except BaseException:
+            if prepared and self.rank == 0:
+                record.abandon(self.dir)  # nothing half-written: the folder says it failed
             record.release()
             raise
-        self.model, self.optimizer, self.scaler, self.sampler = model, optimizer, scaler, sampler
-        self.batches = len(loader) if loader is not None else None
-        self.batch_size = getattr(loader, "batch_size", None)
-        self.config = _config(model, optimizer, scaler, loader, sampler, scheduler)
-        self.init = canonical_weights(model) if self.rank == 0 else {}
         self.steps: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
         self.order: list[int] | None = None
         self.current: dict[str, Any] | None = None
         self.epoch_now, self.pos, self.calls = 0, 0, 0
+        self.sampler_epoch = getattr(sampler, "epoch", None)
         self.stepped = False
         self.norm: torch.Tensor | None = None
         self.digests = Digests()
@@ -218,8 +89,33 @@ class TorchRecorder:
             optimizer.register_step_post_hook(self._post),
         ]
 
+    def _prepare(self, model: Any) -> bool:
+        """The chief prepares the folder; every process learns whether it could (an all-reduce
+        on the model's device), so a folder the chief refuses is one line in every process, not
+        a hang of the others at their first collective."""
+        error = None
+        if self.rank == 0:
+            try:
+                record.prepare(self.dir, "torch")
+            except UserError as e:
+                error = e
+        if self.world > 1:
+            device = next((p.device for p in model.parameters()), torch.device("cpu"))
+            failed = torch.tensor([0 if error is None else 1], device=device)
+            dist.all_reduce(failed)
+            if error is None and int(failed.item()):
+                raise UserError(
+                    f"the chief process (rank 0) could not prepare the audit folder (its error "
+                    f"says why). Received: {str(self.dir)!r}"
+                )
+        if error is not None:
+            raise error
+        return True
+
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.steps:  # the lr the step uses (a script may set it after rec.batch)
+            self._set_lrs(self.steps[-1])
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if grads:  # foreach norms: a few kernels, whatever the number of parameters
             self.norm = torch.nn.utils.get_total_norm(grads, foreach=grads[0].device.type != "cpu")
@@ -239,12 +135,24 @@ class TorchRecorder:
         return got if len(got) == n else None
 
     def _epoch(self, epoch: int | None) -> int:
-        """The epoch of this batch (the script's, else counted from the loader's length)."""
+        """The epoch of this batch: the script's; else a new one when the sampler's epoch moved
+        (``set_epoch``: a loop that leaves its epochs early) or the loader's length of batches
+        is done."""
         if epoch is None:
-            epoch = (self.calls - 1) // self.batches + 1 if self.batches else 1
+            moved = getattr(self.sampler, "epoch", None)
+            full = bool(self.batches) and self.pos >= (self.batches or 0)
+            new = self.epoch_now == 0 or full or moved != self.sampler_epoch
+            self.sampler_epoch = moved
+            epoch = self.epoch_now + 1 if new else self.epoch_now
         if epoch != self.epoch_now:
             self.epoch_now, self.pos, self.order = epoch, 0, None
         return epoch
+
+    def _set_lrs(self, entry: dict[str, Any]) -> None:
+        lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
+        entry["lr"] = lrs[0]
+        if len(lrs) > 1:
+            entry["lrs"] = lrs
 
     def _close_step(self) -> None:
         if self.steps:
@@ -267,14 +175,7 @@ class TorchRecorder:
         them (else the sampler's, when the recorder was given its loader or sampler); ``epoch``:
         the script's epoch (else counted from the loader's length)."""
         self._open()
-        if isinstance(inputs, dict):
-            inputs = next(iter(inputs.values()))
-        if isinstance(inputs, (list, tuple)):
-            inputs = inputs[0]
-        if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:
-            raise UserError(
-                f"rec.batch takes the step's input tensor (rows first). Received: {shown(inputs)}"
-            )
+        inputs = _input_rows(inputs)
         self.calls += 1
         n = int(inputs.shape[0])
         if self.current is None:  # a new optimizer step
@@ -286,21 +187,23 @@ class TorchRecorder:
                 "epoch": now,
                 "replica": self.rank,
                 "count": 0,
+                "batches": 0,
                 "loss": None,
                 "exact": [],
                 "pattern": [],
                 "indices": [],
             }
             self.rows.append(self.current)
-            lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
-            entry = {"step": step, "epoch": now, "lr": lrs[0], "loss_scale": self._scale()}
-            self.steps.append(entry | ({"lrs": lrs} if len(lrs) > 1 else {}))
+            entry = {"step": step, "epoch": now, "lr": None, "loss_scale": self._scale()}
+            self._set_lrs(entry)  # read again when the optimizer steps
+            self.steps.append(entry)
         else:
             self._epoch(epoch)
         idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
         self.pos += 1
         row = self.current
         row["count"] += n
+        row["batches"] += 1
         self.digests.add(row, inputs)
         row["indices"] = None if idx is None or row["indices"] is None else row["indices"] + idx
 
@@ -310,7 +213,7 @@ class TorchRecorder:
         self._open()
         if self.current is None:
             raise UserError("rec.step(loss) needs rec.batch(inputs) first, once per optimizer step")
-        self.current["loss"] = loss.detach() if isinstance(loss, torch.Tensor) else float(loss)
+        self.current["loss"] = _loss_value(loss)
         self.current = None
 
     def _open(self) -> None:
@@ -360,6 +263,35 @@ class TorchRecorder:
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()
+
+
+def _input_rows(inputs: Any) -> torch.Tensor:
+    """The tensor whose rows rec.batch digests: the tensor itself, a tuple's or list's first
+    tensor (``(data, target)``), a mapping's input (dualtrain.audit.identity.input_key: the same
+    key the Keras recorder picks; ``labels`` and masks are never it)."""
+    if isinstance(inputs, Mapping):
+        key = input_key(inputs.keys())
+        inputs = inputs[key] if key is not None else None
+    if isinstance(inputs, (list, tuple)):
+        inputs = next((x for x in inputs if isinstance(x, torch.Tensor)), inputs)
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() == 0:
+        raise UserError(
+            f"rec.batch takes the step's input tensor (rows first), or a tuple or dict holding "
+            f"it. Received: {shown(inputs)}"
+        )
+    return inputs
+
+
+def _loss_value(loss: Any) -> Any:
+    """rec.step's loss: a number or a one-element tensor (kept on its device: no sync)."""
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss.detach().reshape(())
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        return float(loss)
+    raise UserError(
+        f"rec.step takes the step's loss, a number or a one-element tensor (this replica's "
+        f"mean over its rows). Received: {shown(loss)}"
+    )
 
 
 def _plain(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,233 @@
+"""The diagnoses read from the settings the recorders took from the scripts' objects: the
+optimizer and its conventions (momentum, epsilon, weight decay), the loss-scale rule, BatchNorm's
+momentum convention, the precision policy. Each is a line of a script to change, except the
+``inherent`` ones (a framework's convention no setting changes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dualtrain.audit import conventions as C
+from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.read import Recorded
+
+OPT_LINES = ("optim.", "optimizers.")
+
+
+def describe(run: Recorded) -> str:
+    return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
+
+
+def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
+    oa, ob = a.config.get("optimizer", {}), b.config.get("optimizer", {})
+    if not oa or not ob:
+        return []
+    if a.framework == b.framework:
+        diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
+        diff = [
+            k for k in diff if k not in ("initial_lr", "lr", "learning_rate", "name", "wrapper")
+        ]
+        if not diff:
+            return []
+        return [
+            Finding(
+                "different optimizer settings",
+                f"A {describe(a)}, B {describe(b)} (differ in {', '.join(diff)})",
+                [fix(a, "A", OPT_LINES, f"the same {', '.join(diff)} as B")],
+            )
+        ]
+    (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
+    trun, krun = (a, b) if a.framework == "torch" else (b, a)
+    if C.SAME_OPTIMIZER.get(t.get("type", "")) != k.get("type"):
+        return [
+            Finding(
+                "different optimizers",
+                f"{tt} uses {describe(trun)}, {kt} uses {describe(krun)}",
+                [
+                    fix(trun, tt, OPT_LINES, f"the optimizer {kt} uses, with its options"),
+                    fix(
+                        krun,
+                        kt,
+                        OPT_LINES,
+                        f"keras.optimizers.{C.SAME_OPTIMIZER.get(t['type'], t['type'])}"
+                        f" with {tt}'s options",
+                    ),
+                ],
+            )
+        ]
+    return _conventions(t, k, trun, krun, tt, kt)
+
+
+def _conventions(
+    t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
+) -> list[Finding]:
+    out = []
+    for tname, kname, what in C.OPTIONS.get(t["type"], []):
+        tv, kv = C.torch_option(t, tname), k.get(kname)
+        if not C.same_value(tv, kv):
+            out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
+    if (
+        t["type"] in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta")
+        and (t.get("weight_decay") or 0) > 0
+    ):
+        out.append(
+            f"weight decay: torch {t['type']}'s weight_decay={t['weight_decay']} is an L2 term "
+            f"in the gradient; Keras's weight_decay is decoupled (AdamW-style)"
+        )
+    found = []
+    if out:
+        found.append(
+            Finding(
+                "optimizer conventions (momentum, epsilon, weight decay)",
+                "; ".join(out),
+                [
+                    fix(krun, kt, OPT_LINES, "the torch values under Keras's names"),
+                    fix(trun, tt, OPT_LINES, "or the Keras values under torch's names"),
+                ],
+            )
+        )
+    if t["type"] == "SGD" and (t.get("momentum") or 0) > 0 and len(set(trun.series("lr"))) > 1:
+        found.append(
+            Finding(
+                "SGD momentum convention under a changing lr",
+                "torch's momentum buffer holds gradients (the lr applied after), Keras's holds "
+                "lr-scaled steps: the two part where the lr changes (no setting of either "
+                "optimizer changes it)",
+                [],
+                inherent=True,
+            )
+        )
+    return found
+
+
+def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
+    la, lb = a.config.get("loss_scale"), b.config.get("loss_scale")
+    if not la and not lb:
+        return []
+    if not la or not lb:
+        kind = (la or lb or {}).get("type")
+        tag = "A" if la else "B"
+        off, otag = (b, "B") if la else (a, "A")
+        return [
+            Finding(
+                "loss scaling in one run only",
+                f"{tag} scales the loss ({kind}), {otag} does not",
+                [
+                    fix(
+                        off,
+                        otag,
+                        ("GradScaler", "LossScaleOptimizer", OPT_LINES[0], OPT_LINES[1]),
+                        "scale the loss too (GradScaler / LossScaleOptimizer)",
+                    )
+                ],
+                step=1,
+            )
+        ]
+    diff = [
+        f"{key} {la[key]:g} in A, {lb[key]:g} in B"
+        for key in ("initial_scale", "growth_interval", "growth_factor", "backoff_factor")
+        if not C.same_value(la[key], lb[key])
+    ]
+    if not diff:
+        return []
+    fixes = []
+    for run, tag, other in ((a, "A", lb), (b, "B", la)):
+        if run.framework == "torch":
+            change = (
+                f"GradScaler(init_scale={other['initial_scale']:g}, "
+                f"growth_interval={other['growth_interval']})"
+            )
+        else:
+            change = (
+                f"LossScaleOptimizer(opt, initial_scale={other['initial_scale']:g}, "
+                f"dynamic_growth_steps={other['growth_interval']})"
+            )
+        fixes.append(fix(run, tag, ("GradScaler", "LossScaleOptimizer"), change))
+    return [
+        Finding(
+            "loss-scale defaults (LossScaleOptimizer 2**15 vs GradScaler 2**16)",
+            "; ".join(diff) + " (Keras's LossScaleOptimizer starts at 2**15 and grows every 2000 "
+            "steps; torch's GradScaler starts at 2**16, every 2000)",
+            fixes[:1],
+            step=1,
+        )
+    ]
+
+
+def _kept(bn: dict[str, Any]) -> float | None:
+    """The share of the running statistics a BatchNorm keeps per step (torch: running = (1 - m)
+    running + m batch; Keras: running = m running + (1 - m) batch); None for torch's
+    ``momentum=None``, a cumulative average (1 - 1/n at the n-th step)."""
+    m = bn["momentum"]
+    if m is None:
+        return None
+    return 1 - m if bn["convention"] == "torch" else m
+
+
+def _keeps(bn: dict[str, Any]) -> str:
+    kept = _kept(bn)
+    return "a cumulative average (1 - 1/n at step n)" if kept is None else f"{kept:g}"
+
+
+def batchnorm(a: Recorded, b: Recorded) -> list[Finding]:
+    ba, bb = a.config.get("batchnorm", []), b.config.get("batchnorm", [])
+    out = []
+    for x, y in zip(ba, bb, strict=False):
+        keep_x, keep_y = _kept(x), _kept(y)
+        if not C.same_value(keep_x, keep_y):
+            out.append(
+                f"{x['name']}/{y['name']}: A keeps {_keeps(x)} of the running statistics per step "
+                f"(momentum={x['momentum']}, {x['convention']}'s convention), B {_keeps(y)} "
+                f"(momentum={y['momentum']}, {y['convention']}'s)"
+            )
+        if not C.same_value(x["eps"], y["eps"]):
+            out.append(f"{x['name']}/{y['name']}: eps {x['eps']:g} in A, {y['eps']:g} in B")
+    if not out:
+        return []
+    fixes = [
+        fix(
+            run,
+            tag,
+            ("BatchNorm",),
+            "torch momentum m is Keras momentum 1 - m (torch 0.1 "
+            "= Keras 0.9; Keras's default 0.99); eps 1e-5 (torch) vs 1e-3 (Keras)",
+        )
+        for run, tag in ((a, "A"), (b, "B"))
+    ]
+    return [Finding("BatchNorm momentum convention", "; ".join(out), fixes)]
+
+
+def precision(a: Recorded, b: Recorded) -> list[Finding]:
+    """Parameters of another dtype (a float64 or bfloat16 model), or, where both recorders read
+    one, another compute dtype (Keras's mixed_bfloat16 policy against float32)."""
+    out = []
+    for key, what in (("param_dtype", "parameters"), ("compute_dtype", "compute dtype")):
+        pa, pb = _precision(a, key), _precision(b, key)
+        if pa and pb and pa != pb:
+            out.append(
+                Finding(
+                    f"different {what} ({pa} vs {pb})",
+                    f"A's {what}: {pa}, B's: {pb} (the precision the model trains in)",
+                    [
+                        fix(a, "A", PRECISION_LINES[a.framework], f"{pb}, as B"),
+                        fix(b, "B", PRECISION_LINES[b.framework], f"{pa}, as A"),
+                    ],
+                )
+            )
+    return out
+
+
+def _precision(run: Recorded, key: str) -> str | None:
+    """A recorded precision fact (Keras's variables' dtype counts as the parameters')."""
+    cfg = run.config.get("precision") or {}
+    value = cfg.get(key) or (cfg.get("variable_dtype") if key == "param_dtype" else None)
+    return None if value is None else str(value)
+
+
+#: where each framework's scripts set their precision
+PRECISION_LINES = {
+    "torch": ("set_default_dtype", ".double()", ".half()", ".bfloat16()", ".to("),
+    "tf": ("set_global_policy", "dtype_policy", "dtype="),
+}
+
+SETTINGS_DIAGNOSES = (optimizer, loss_scale, batchnorm, precision)

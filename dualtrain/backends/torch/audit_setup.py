@@ -1,0 +1,144 @@
+"""What the torch audit recorder reads from a script's objects before the first step: the
+world, the checks of its setup, the weights in canonical names, the configuration (optimizer,
+scheduler, GradScaler, loader and sampler, BatchNorm layers, parameter dtype)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dualtrain.errors import UserError, shown
+
+_SCALAR = (int, float, bool, str, type(None))
+
+
+def _options(obj: Any) -> dict[str, Any]:
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in vars(obj).items()
+        if not k.startswith("_") and (isinstance(v, _SCALAR) or isinstance(v, tuple))
+    }
+
+
+def world_of() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(
+            f"torch_recorder's model must be a torch.nn.Module. Received: {shown(model)}"
+        )
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise UserError(
+            f"torch_recorder's optimizer must be a torch.optim.Optimizer. Received: "
+            f"{shown(optimizer)}"
+        )
+    rank, world = world_of()
+    if isinstance(sampler, torch.utils.data.DistributedSampler) and sampler.num_replicas != world:
+        group = "no process group is initialised" if world == 1 else f"the group has {world}"
+        raise UserError(
+            f"the DistributedSampler splits the data over {sampler.num_replicas} replicas but "
+            f"{group} (call torch.distributed.init_process_group before the recorder). Received: "
+            f"num_replicas={sampler.num_replicas}"
+        )
+
+
+def _unwrapped(model: Any) -> Any:
+    """The user's module inside DDP's and torch.compile's wrappers (in either order)."""
+    while True:
+        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor as NumPy (bfloat16, which NumPy lacks, as float32: every value exactly)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy().copy()
+
+
+def canonical_weights(model: Any) -> dict[str, np.ndarray]:
+    """The state dict (DDP's ``module.`` and torch.compile's ``_orig_mod.`` unwrapped) as NumPy,
+    without counters."""
+    return {
+        k: _numpy(v)
+        for k, v in _unwrapped(model).state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
+
+
+def loader_len(loader: Any) -> int | None:
+    """The loader's batches per epoch; None for an iterable dataset without a length."""
+    try:
+        return len(loader) if loader is not None else None
+    except TypeError:
+        return None
+
+
+def _optimizer_config(optimizer: Any) -> dict[str, Any]:
+    """The optimizer's type and first group's options; a wrapper that holds the optimizer
+    (ZeroRedundancyOptimizer's ``optim``) is named by what it wraps."""
+    inner = getattr(optimizer, "optim", None)
+    group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    out = {"type": type(optimizer).__name__, **record_safe(group)}
+    if isinstance(inner, torch.optim.Optimizer):
+        out |= {"type": type(inner).__name__, "wrapper": type(optimizer).__name__}
+    return out
+
+
+def read_config(
+    model: Any, optimizer: Any, scaler: Any, loader: Any, sampler: Any, sched: Any
+) -> dict[str, Any]:
+    inner = _unwrapped(model)
+    dtypes = [p.dtype for p in inner.parameters() if p.is_floating_point()]
+    cfg: dict[str, Any] = {
+        "optimizer": _optimizer_config(optimizer),
+        "precision": {"param_dtype": str(dtypes[0]).removeprefix("torch.")} if dtypes else {},
+        "batchnorm": [
+            {"name": n, "momentum": m.momentum, "eps": m.eps, "convention": "torch"}
+            for n, m in inner.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ],
+        "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        or isinstance(getattr(model, "_orig_mod", None), torch.nn.parallel.DistributedDataParallel),
+    }
+    if scaler is not None and scaler.is_enabled():
+        state = scaler.state_dict()
+        cfg["loss_scale"] = {
+            "type": "GradScaler",
+            "initial_scale": float(state["scale"]),
+            "growth_interval": int(state["growth_interval"]),
+            "growth_factor": float(state["growth_factor"]),
+            "backoff_factor": float(state["backoff_factor"]),
+        }
+    if sched is not None:
+        cfg["scheduler"] = {"type": type(sched).__name__, **_options(sched)}
+    if loader is not None:
+        cfg["loader"] = {
+            "batch_size": getattr(loader, "batch_size", None),
+            "drop_last": getattr(loader, "drop_last", None),
+            "batches": loader_len(loader),
+        }
+    if sampler is not None:
+        cfg["sampler"] = {"type": type(sampler).__name__, **_options(sampler)}
+        cfg["sampler"]["dataset_size"] = (
+            len(sampler.dataset) if hasattr(sampler, "dataset") else None
+        )
+    return cfg
+
+
+def record_safe(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (list(v) if isinstance(v, tuple) else v)
+        for k, v in d.items()
+        if isinstance(v, _SCALAR) or isinstance(v, tuple)
+    }

@@ -1,0 +1,164 @@
+"""The torch recorder on script patterns beyond examples/audit (found by recording scripts it
+had not seen): an iterable dataset, a bfloat16 model, an lr set after rec.batch, dict batches,
+a loop that leaves its epochs early, misuse of rec.step, a failure inside the recorder."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+import torch
+
+import dualtrain.audit as audit
+from dualtrain.audit.identity import row_digests
+from dualtrain.audit.read import read_recorded
+from dualtrain.errors import UserError
+from testkit.tf_runs import Backend, run_python
+
+
+def _model(dtype=torch.float32):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 4)).to(dtype)
+
+
+def _step(model, opt, x, y):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Rows without a length (a streaming dataset)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __iter__(self):
+        return iter(zip(self.x, self.y, strict=True))
+
+
+def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
+    x, y = torch.rand(12, 1, 4, 4), torch.randint(0, 4, (12,))
+    loader = torch.utils.data.DataLoader(Stream(x, y), batch_size=4)
+    model = _model(torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    first = model[1].weight.detach().float().clone()
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader) as rec:
+        for epoch in (1, 2):
+            for xb, yb in loader:
+                rec.batch(xb, epoch=epoch)
+                rec.step(_step(model, opt, xb.bfloat16(), yb))
+    run = read_recorded(tmp_path / "a")
+    assert [s["epoch"] for s in run.steps] == [1, 1, 1, 2, 2, 2]
+    assert run.replicas[(1, 0)]["exact"] == row_digests(x[:4].numpy())[0]
+    assert torch.equal(torch.from_numpy(run.weights_init["1.weight"]), first)
+    assert run.config["precision"] == {"param_dtype": "bfloat16"}
+    assert run.config["loader"]["batches"] is None
+
+
+def test_the_lr_is_the_one_the_step_used(tmp_path):
+    """A script that sets the lr after rec.batch (MAE's and DeiT's adjust_learning_rate)."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    x, y = torch.rand(16, 1, 4, 4), torch.randint(0, 4, (16,))
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+        for i in range(4):
+            rec.batch(x[4 * i : 4 * i + 4])
+            for group in opt.param_groups:
+                group["lr"] = 0.1 * (i + 1)
+            rec.step(_step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
+    lrs = [s["lr"] for s in read_recorded(tmp_path / "a").steps]
+    assert lrs == pytest.approx([0.1, 0.2, 0.3, 0.4], rel=1e-12)
+
+
+def test_a_dict_batch_digests_its_input_whatever_the_key_order(tmp_path):
+    x = torch.rand(8, 16)
+    for name, batch in (
+        ("labels_first", {"labels": torch.arange(8), "pixel_values": x}),
+        ("userdict", collections.UserDict({"attention_mask": torch.ones(8, 16), "features": x})),
+    ):
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
+            rec.batch(batch)
+            rec.step(1.0)
+        assert read_recorded(tmp_path / name).replicas[(1, 0)]["exact"] == row_digests(x.numpy())[0]
+
+
+def test_a_loop_leaving_its_epochs_early_is_counted_by_set_epoch(tmp_path):
+    data = torch.utils.data.TensorDataset(torch.rand(24, 1, 4, 4), torch.randint(0, 4, (24,)))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, seed=3)
+    loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=sampler)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader) as rec:
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            order = list(sampler)
+            for i, (xb, yb) in enumerate(loader):
+                if i == 2:  # max_steps per epoch
+                    break
+                seen.append(order[4 * i : 4 * i + 4])
+                rec.batch(xb)  # no epoch=: the sampler's epoch says it
+                rec.step(_step(model, opt, xb, yb))
+    run = read_recorded(tmp_path / "a")
+    assert [s["epoch"] for s in run.steps] == [1, 1, 2, 2, 3, 3]
+    assert [run.replicas[(s, 0)]["indices"] for s in range(1, 7)] == seen
+
+
+def test_rec_step_refuses_a_loss_that_is_not_one_number(tmp_path):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+        rec.batch(torch.rand(4, 16))
+        for bad, shown in ((torch.rand(4), "a Tensor (float32, shape (4,))"), (None, "None")):
+            with pytest.raises(UserError) as e:
+                rec.step(bad)
+            assert "rec.step takes the step's loss, a number or a one-element tensor" in str(
+                e.value
+            )
+            assert str(e.value).endswith(f"Received: {shown}") and "\n" not in str(e.value)
+        rec.step(torch.tensor([0.5]))
+
+
+class NoLength(torch.utils.data.DataLoader):
+    """A loader whose length fails as a broken custom loader's would."""
+
+    def __len__(self):
+        raise RuntimeError("this loader cannot say its length")
+
+
+def test_a_recorder_that_fails_to_start_leaves_a_failed_folder_and_frees_the_process(tmp_path):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = NoLength(torch.utils.data.TensorDataset(torch.rand(4, 16)), batch_size=2)
+    with pytest.raises(RuntimeError, match="cannot say its length"):
+        audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader)
+    assert json.loads((tmp_path / "a" / "audit.json").read_text())["state"] == "failed"
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:  # not refused
+        rec.batch(torch.rand(2, 16))
+        rec.step(1.0)
+    assert read_recorded(tmp_path / "a").steps[0]["samples"] == 2
+
+
+@pytest.mark.slow  # two DDP processes started twice (~12 s)
+def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
+    """Two processes: ZeroRedundancyOptimizer is recorded as the optimizer it wraps; a folder
+    the chief refuses is a one-line error in both processes, not a hang of the other one."""
+    script = ("-m", "tests.audit.ddp_case")
+    ok = run_python(*script, str(tmp_path / "a"), backend=Backend.TORCH, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    run = read_recorded(tmp_path / "a")
+    assert run.config["optimizer"]["type"] == "AdamW"
+    assert run.config["optimizer"]["wrapper"] == "ZeroRedundancyOptimizer"
+    assert [s["samples"] for s in run.steps] == [8, 8]
+    bad = run_python(*script, str(tmp_path / "b"), "--foreign", backend=Backend.TORCH, timeout=120)
+    assert bad.returncode != 0
+    errors = [(tmp_path / f"b.rank{r}.err").read_text() for r in (0, 1)]
+    assert all(e.count("\n") == 1 for e in errors), errors  # one line each
+    assert "is not an audit record (no audit.json) and not empty" in errors[0]
+    assert "the chief process (rank 0) could not prepare the audit folder" in errors[1]
