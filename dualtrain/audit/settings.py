@@ -224,10 +224,61 @@ def _precision(run: Recorded, key: str) -> str | None:
     return None if value is None else str(value)
 
 
+CLIP_OPTIONS = ("clipnorm", "global_clipnorm", "clipvalue")
+CLIP_CALLS = ("clip_grad_norm_(", "clip_grad_value_(", "clip_grad_norm(")
+
+
+def _clips(run: Recorded) -> str | None:
+    """How a run clips its gradients: a Keras optimizer's clip option, a torch script's
+    ``clip_grad_norm_`` line (torch's optimizers have no such option; the line is the evidence)."""
+    if run.framework == "tf":
+        opt = run.config.get("optimizer", {})
+        on = [f"{k}={opt[k]:g}" for k in CLIP_OPTIONS if isinstance(opt.get(k), (int, float))]
+        return ", ".join(on) or None
+    return run.line_of(*CLIP_CALLS)
+
+
+def clipping(a: Recorded, b: Recorded) -> list[Finding]:
+    """Gradient clipping in one run only; and Keras's clipping under a strategy, which clips each
+    replica's gradient before the all-reduce (keras/src/optimizers/base_optimizer.py: the
+    optimizer's ``_clip_gradients`` runs before the TensorFlow backend's
+    ``_all_reduce_sum_gradients``), where torch's ``clip_grad_norm_`` after DDP's all-reduce
+    clips the averaged gradient."""
+    ca, cb = _clips(a), _clips(b)
+    if bool(ca) != bool(cb):
+        on, tag, off, otag = (a, "A", b, "B") if ca else (b, "B", a, "A")
+        change = (
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) after backward"
+            if off.framework == "torch"
+            else "the optimizer's global_clipnorm=max_norm"
+        )
+        return [
+            Finding(
+                "gradient clipping in one run only",
+                f"{tag} clips its gradients ({ca or cb}), {otag} does not",
+                [fix(off, otag, OPT_LINES if off.framework == "tf" else ("backward()",), change)],
+            )
+        ]
+    out = []
+    for run, tag, how, other in ((a, "A", ca, b), (b, "B", cb, a)):
+        if how and run.framework == "tf" and run.world_size > 1 and other.framework == "torch":
+            out.append(
+                Finding(
+                    "Keras clips each replica's gradient before the all-reduce",
+                    f"{tag} ({how}) clips each of its {run.world_size} replicas' gradients, then "
+                    f"sums them; a DDP script's clip_grad_norm_ clips the averaged gradient (no "
+                    f"Keras setting clips the sum; the two agree while no clip is active)",
+                    [],
+                    inherent=True,
+                )
+            )
+    return out
+
+
 #: where each framework's scripts set their precision
 PRECISION_LINES = {
     "torch": ("set_default_dtype", ".double()", ".half()", ".bfloat16()", ".to("),
     "tf": ("set_global_policy", "dtype_policy", "dtype="),
 }
 
-SETTINGS_DIAGNOSES = (optimizer, loss_scale, batchnorm, precision)
+SETTINGS_DIAGNOSES = (optimizer, loss_scale, batchnorm, precision, clipping)

@@ -193,3 +193,23 @@ def test_settings_that_differ_fail_the_verdict_and_precision_is_named():
         config={"optimizer": {"type": "SGD", "lr": 0.1, "wrapper": "ZeroRedundancyOptimizer"}},
     )
     assert check_settings(zero, b).status == PASS
+
+
+def test_clipping_in_one_run_fails_and_kerass_per_replica_clipping_is_reported():
+    clip = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+    torch_clips = _record("torch", world=2, script="loss.backward()\n" + clip)
+    torch_plain = _record("torch", world=2, script="loss.backward()\n")
+    keras_clips = _record(
+        "tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 1.0}}
+    )
+    keras_plain = _record("tf", world=2, config={"optimizer": {"type": "SGD"}})
+    (f,) = [f for f in diagnose(torch_plain, keras_clips) if f.name.startswith("gradient clipping")]
+    assert "B clips its gradients (global_clipnorm=1)" in f.evidence
+    assert "loss.backward() -> torch.nn.utils.clip_grad_norm_" in f.fixes[0]
+    assert check_settings(torch_plain, keras_clips).status == FAIL
+    assert check_settings(torch_clips, keras_plain).status == FAIL
+    both = diagnose(torch_clips, keras_clips)
+    (g,) = [
+        f for f in both if f.name == "Keras clips each replica's gradient before the all-reduce"
+    ]
+    assert g.inherent and check_settings(torch_clips, keras_clips).status == PASS
