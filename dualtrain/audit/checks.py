@@ -257,7 +257,7 @@ def check_settings(a: Recorded, b: Recorded) -> Check:
     )
     not_judged = (
         "what the recorders cannot read: torch's autocast, sample and class weights, the loss's "
-        "own options, optimizer options of parameter groups beyond the first"
+        "own options; a torch script's parameter groups beyond the first against a Keras run's one"
     )
     found = [f for d in SETTINGS_DIAGNOSES for f in d(a, b) if not f.inherent]
     if found:

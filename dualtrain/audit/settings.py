@@ -18,15 +18,30 @@ def describe(run: Recorded) -> str:
     return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
 
 
+def _group_differences(oa: dict[str, Any], ob: dict[str, Any]) -> list[str]:
+    """``group N's OPTION`` for each option of a parameter group beyond the first that differs
+    (the torch recorder's ``groups``: every group's options but its lr)."""
+    ga, gb = oa.get("groups") or [], ob.get("groups") or []
+    out = []
+    for n, (x, y) in enumerate(zip(ga, gb, strict=False)):
+        out += [
+            f"group {n}'s {k}"
+            for k in sorted(set(x) | set(y))
+            if n > 0 and not C.same_value(x.get(k), y.get(k))
+        ]
+    if len(ga) != len(gb) and ga and gb:
+        out.append(f"the number of parameter groups ({len(ga)} and {len(gb)})")
+    return out
+
+
 def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
     oa, ob = a.config.get("optimizer", {}), b.config.get("optimizer", {})
     if not oa or not ob:
         return []
     if a.framework == b.framework:
         diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
-        diff = [
-            k for k in diff if k not in ("initial_lr", "lr", "learning_rate", "name", "wrapper")
-        ]
+        ignored = ("initial_lr", "lr", "learning_rate", "name", "wrapper", "groups")
+        diff = [k for k in diff if k not in ignored] + _group_differences(oa, ob)
         if not diff:
             return []
         return [

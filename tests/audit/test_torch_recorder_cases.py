@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import dualtrain.audit as audit
+from dualtrain.audit.checks import check_settings
+from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.identity import row_digests
 from dualtrain.audit.read import read_recorded
 from dualtrain.errors import UserError
@@ -162,3 +164,18 @@ def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
     assert all(e.count("\n") == 1 for e in errors), errors  # one line each
     assert "is not an audit record (no audit.json) and not empty" in errors[0]
     assert "the chief process (rank 0) could not prepare the audit folder" in errors[1]
+
+
+def test_an_option_of_a_later_parameter_group_is_judged(tmp_path):
+    x = torch.rand(8, 16)
+    for name, decay in (("a", 0.0), ("b", 0.1)):
+        model = _model()
+        groups = [{"params": [model[1].weight]}, {"params": [model[1].bias], "weight_decay": decay}]
+        opt = torch.optim.AdamW(groups, lr=1e-3)
+        with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
+            rec.batch(x)
+            rec.step(1.0)
+    settings = check_settings(read_recorded(tmp_path / "a"), read_recorded(tmp_path / "b"))
+    assert settings.status == "FAIL" and "different optimizer settings" in settings.detail
+    (f,) = [f for f in diagnose(read_recorded(tmp_path / "a"), read_recorded(tmp_path / "b"))]
+    assert "group 1's weight_decay" in f.evidence

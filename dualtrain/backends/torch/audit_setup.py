@@ -84,12 +84,20 @@ def loader_len(loader: Any) -> int | None:
         return None
 
 
+LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum")
+
+
 def _optimizer_config(optimizer: Any) -> dict[str, Any]:
-    """The optimizer's type and first group's options; a wrapper that holds the optimizer
-    (ZeroRedundancyOptimizer's ``optim``) is named by what it wraps."""
+    """The optimizer's type and first group's options (with several groups, every group's
+    options but the lr, which the lr check judges, under ``groups``); a wrapper that holds the
+    optimizer (ZeroRedundancyOptimizer's ``optim``) is named by what it wraps."""
     inner = getattr(optimizer, "optim", None)
-    group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
-    out = {"type": type(optimizer).__name__, **record_safe(group)}
+    groups = [
+        record_safe({k: v for k, v in g.items() if k != "params"}) for g in optimizer.param_groups
+    ]
+    out = {"type": type(optimizer).__name__, **groups[0]}
+    if len(groups) > 1:
+        out["groups"] = [{k: v for k, v in g.items() if k not in LR_KEYS} for g in groups]
     if isinstance(inner, torch.optim.Optimizer):
         out |= {"type": type(inner).__name__, "wrapper": type(optimizer).__name__}
     return out
