@@ -78,10 +78,12 @@ INPUT_KEYS = (
 def input_key(keys: Iterable[Any]) -> Any:
     """The key of a dict batch whose rows both recorders digest: a known input name (``input_ids``,
     ``pixel_values``, ...), else the first key in sorted order (as Keras flattens a dict) that
-    names no target (``labels``) or mask (``attention_mask``); None when every key does."""
+    names no target (``labels``) or mask (``attention_mask``), else the first key in sorted order;
+    None for no key."""
     named = {str(k): k for k in keys}
     for k in INPUT_KEYS:
         if k in named:
             return named[k]
     rest = sorted(k for k in named if k.lower() not in TARGET_KEYS and "mask" not in k.lower())
+    rest = rest or sorted(named)  # every key names a target or mask: the first of them
     return named[rest[0]] if rest else None

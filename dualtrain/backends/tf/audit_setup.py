@@ -1,0 +1,192 @@
+"""What the Keras audit recorder (dualtrain.backends.tf.audit) reads from a script's model: the
+checks of its setup, the weights in canonical names (every variable of the model in torch's layout
+and state-dict style names, or through a model pair's weight map), the configuration (optimizer,
+LossScaleOptimizer, BatchNorm layers, strategy, dtype policy)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dualtrain.core.pair import mapfile
+from dualtrain.errors import UserError, shown
+
+#: Keras variable name -> torch's, for the canonical (state-dict) names; other names are kept
+NAMES = {
+    "kernel": "weight",
+    "bias": "bias",
+    "gamma": "weight",
+    "beta": "bias",
+    "moving_mean": "running_mean",
+    "moving_variance": "running_var",
+    "embeddings": "weight",
+}
+
+
+def _seed_states(model: Any) -> set[int]:
+    """The ids of the model's random seed generators' states (Dropout's, a custom layer's
+    ``keras.random.SeedGenerator``): the state of a random stream, not a weight. ``model.weights``
+    leaves them out already; this also drops one a layer holds as an attribute of its own."""
+    return {
+        id(gen.state)
+        for layer in model._flatten_layers()
+        for gen in getattr(layer, "_seed_generators", ())
+        if getattr(gen, "state", None) is not None
+    }
+
+
+def model_variables(model: Any) -> list[Any]:
+    """The model's weights, trainable and not (BatchNorm's moving statistics, a custom layer's
+    ``add_weight``s), in ``model.weights``'s order: Keras's own list, without metric state, seed
+    generators' states or the optimizer's variables."""
+    seeds = _seed_states(model)
+    return [v for v in model.weights if id(v) not in seeds]
+
+
+def _owners(model: Any) -> dict[int, list[str]]:
+    """Each variable's innermost owning layer as the names of the layers that lead to it from the
+    model (not the model's own name): ``["left", "fc1"]`` for a tower ``left``'s ``fc1``."""
+    out: dict[int, list[str]] = {}
+
+    def walk(layer: Any, prefix: list[str]) -> None:
+        for v in layer.weights:
+            out[id(v)] = prefix  # overwritten by the layers below that own it
+        for sub in layer._flatten_layers(include_self=False, recursive=False):
+            walk(sub, [*prefix, sub.name])
+
+    walk(model, [])
+    return out
+
+
+def canonical_names(model: Any, variables: list[Any]) -> list[str]:
+    """One distinct name per variable: its path without the model's name, the leaf as torch names
+    it (``dense.weight``). Variables that would share one (two towers' ``fc1/kernel``: Keras 3's
+    paths repeat a layer name in each sub-model) are named by the layers that own them
+    (``left.fc1.weight``, ``right.fc1.weight``); any still alike (one layer's two weights of one
+    name) get ``_1``, ``_2``, ... in the model's order. No variable is dropped."""
+    leaves = [v.path.rpartition("/")[2] for v in variables]
+    first = []
+    for v, leaf in zip(variables, leaves, strict=True):
+        layer = v.path.rpartition("/")[0]
+        inner = layer.split("/")[1:] or ([layer] if layer else [])  # without the model's name
+        first.append(".".join([*inner, NAMES.get(leaf, leaf)]))
+    counts = Counter(first)
+    owners = _owners(model) if any(n > 1 for n in counts.values()) else {}
+    names, seen = [], set()
+    for v, leaf, name in zip(variables, leaves, first, strict=True):
+        if counts[name] > 1:
+            name = ".".join([*owners.get(id(v), v.path.split("/")[:-1]), NAMES.get(leaf, leaf)])
+        unique, k = name, 1
+        while unique in seen:
+            unique, k = f"{name}_{k}", k + 1
+        seen.add(unique)
+        names.append(unique)
+    return names
+
+
+def _torch_layout(leaf: str, a: np.ndarray) -> np.ndarray:
+    """Kernels in torch's layout: conv HWIO -> OIHW, dense (in, out) -> (out, in); any other
+    variable as Keras holds it."""
+    if leaf == "kernel" and a.ndim >= 3:
+        a = np.transpose(a, (a.ndim - 1, a.ndim - 2, *range(a.ndim - 2)))
+    elif leaf == "kernel" and a.ndim == 2:
+        a = a.T
+    return np.ascontiguousarray(a)
+
+
+def canonical_weights(model: Any, weight_map: str | None = None) -> dict[str, np.ndarray]:
+    """Every weight of the model (:func:`model_variables`) in torch's layout under a distinct
+    state-dict style name (:func:`canonical_names`); or, given a model pair's ``weight_map`` file,
+    under the torch names and layout the map gives them."""
+    variables = model_variables(model)
+    if weight_map is not None:
+        paths = Counter(v.path for v in variables)
+        twice = next((p for p, n in paths.items() if n > 1), None)
+        if twice is not None:
+            raise UserError(
+                f"weight_map names Keras variables by path, and the model has {paths[twice]} "
+                f"variables at {twice!r}: give its layers distinct names"
+            )
+        values = {v.path: np.asarray(keras.ops.convert_to_numpy(v)) for v in variables}
+        trainable = [v.path for v in model.trainable_weights]
+        return mapfile.canonical_from_keras(weight_map, values, trainable)
+    names = canonical_names(model, variables)
+    return {
+        name: _torch_layout(v.path.rpartition("/")[2], np.asarray(keras.ops.convert_to_numpy(v)))
+        for name, v in zip(names, variables, strict=True)
+    }
+
+
+def check_setup(model: Any) -> Any:
+    """The model's strategy, or a one-line error for a model the recorder cannot record: not a
+    keras.Model, not compiled, built under no MirroredStrategy or MultiWorkerMirroredStrategy."""
+    if not isinstance(model, keras.Model):
+        raise UserError(f"keras_recorder's model must be a keras.Model. Received: {shown(model)}")
+    if getattr(model, "optimizer", None) is None:  # no such attribute before compile
+        raise UserError("keras_recorder needs a compiled model (call model.compile first)")
+    strategy = model.distribute_strategy
+    if not isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    ):
+        raise UserError(
+            "keras_recorder needs a model built under a MirroredStrategy or "
+            "MultiWorkerMirroredStrategy scope (`with strategy.scope(): model = ...`). "
+            f"Received: a model under {type(strategy).__name__}"
+        )
+    return strategy
+
+
+def _plain(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float, bool, str, type(None)))}
+
+
+def strategy_name(strategy: Any) -> str:
+    """The strategy's public name (MultiWorkerMirroredStrategy's class is
+    CollectiveAllReduceStrategy)."""
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "MultiWorkerMirroredStrategy"
+    return type(strategy).__name__
+
+
+def config_of(model: Any) -> dict[str, Any]:
+    """The configuration read from the model as fit starts: BatchNorm layers, the strategy, the
+    dtype policy (``precision``: the policy's name, compute and variable dtypes), the
+    LossScaleOptimizer's settings and the optimizer's own."""
+    opt, policy = model.optimizer, model.dtype_policy
+    cfg: dict[str, Any] = {
+        "batchnorm": [
+            {
+                "name": layer.name,
+                "momentum": layer.momentum,
+                "eps": layer.epsilon,
+                "convention": "keras",
+            }
+            for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.BatchNormalization)
+        ],
+        "strategy": strategy_name(model.distribute_strategy),
+        "precision": {
+            "policy": str(policy.name),
+            "compute_dtype": str(policy.compute_dtype),
+            "variable_dtype": str(policy.variable_dtype),
+        },
+    }
+    if isinstance(opt, keras.optimizers.LossScaleOptimizer):
+        c = opt.get_config()
+        cfg["loss_scale"] = {
+            "type": "LossScaleOptimizer",
+            "initial_scale": float(c.get("initial_scale", 2.0**15)),
+            "growth_interval": int(c.get("dynamic_growth_steps", 2000)),
+            "growth_factor": 2.0,
+            "backoff_factor": 0.5,
+        }
+        opt = opt.inner_optimizer
+    oc = _plain(opt.get_config())
+    if not isinstance(opt.get_config().get("learning_rate"), (int, float)):
+        oc["learning_rate"] = type(opt._learning_rate).__name__
+    cfg["optimizer"] = {"type": type(opt).__name__, **oc}
+    return cfg
