@@ -18,6 +18,7 @@ Every file goes through a temporary name and a rename; ``audit.json`` is renamed
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -62,6 +63,8 @@ OWN = {
 }
 
 _ACTIVE: list[str] = []
+#: the folders this process prepared and has not finished: marked failed if it exits first
+_OPEN: list[Path] = []
 
 
 def claim(kind: str) -> None:
@@ -77,6 +80,19 @@ def claim(kind: str) -> None:
 
 def release() -> None:
     _ACTIVE.clear()
+    _OPEN.clear()
+
+
+@atexit.register
+def _abandon_open() -> None:
+    """A process ending with a recording open (an exception out of a loop without ``with``, a
+    notebook closed) leaves its folder saying it failed, not ``recording``."""
+    for d in _OPEN:
+        try:
+            abandon(d)
+        except OSError:
+            pass
+    _OPEN.clear()
 
 
 def is_recorded(run_dir: str | Path) -> bool:
@@ -84,9 +100,9 @@ def is_recorded(run_dir: str | Path) -> bool:
     return (Path(run_dir) / AUDIT_FILE).is_file()
 
 
-def prepare(run_dir: str | Path, framework: str) -> Path:
-    """The chief's first act: ``run_dir`` new, empty or an earlier record (whose files it
-    clears); anything else is refused. Writes audit.json with state ``recording``."""
+def check_folder(run_dir: str | Path) -> Path:
+    """``run_dir`` may be recorded into: new, empty or an earlier record; anything else is a
+    one-line UserError. Writes nothing."""
     d = Path(run_dir)
     if d.exists() and not d.is_dir():
         raise UserError(f"the audit run directory is a file. Received: {str(d)!r}")
@@ -103,10 +119,21 @@ def prepare(run_dir: str | Path, framework: str) -> Path:
                 f"{d} holds files no recorder wrote ({', '.join(foreign[:3])}); give a folder "
                 f"of its own. Received: {str(d)!r}"
             )
+    return d
+
+
+def prepare(run_dir: str | Path, framework: str) -> Path:
+    """The chief's first act: ``run_dir`` as :func:`check_folder` allows it, an earlier record's
+    files cleared; writes audit.json with state ``recording`` (``failed`` if the process exits
+    before :func:`finish` or :func:`abandon`)."""
+    d = check_folder(run_dir)
+    if d.is_dir():
         for p in d.iterdir():
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     (d / PARTS).mkdir(parents=True, exist_ok=True)
     _write_json(d / AUDIT_FILE, {"format": FORMAT, "state": "recording", "framework": framework})
+    if _ACTIVE:
+        _OPEN.append(d)
     return d
 
 
@@ -244,3 +271,5 @@ def finish(
 def abandon(run_dir: Path) -> None:
     """A recording that ended in an exception: the directory says so (compare refuses it)."""
     _write_json(run_dir / AUDIT_FILE, {"format": FORMAT, "state": "failed"})
+    if run_dir in _OPEN:
+        _OPEN.remove(run_dir)

@@ -27,7 +27,7 @@ with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
 rec = audit.keras_recorder(OUT + "/b", model=m)
 say(lambda: audit.keras_recorder(OUT + "/c", model=m))
 say(lambda: m.fit(tf.zeros((4, 3)), tf.zeros((4, 2)), callbacks=[rec], verbose=0))
-import json, numpy as np
+import json, os, numpy as np
 from dualtrain.audit.identity import row_digests
 with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
     m = keras.Sequential([keras.Input((2, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
@@ -86,11 +86,22 @@ with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # a fit that fails: no
     m.compile(optimizer="sgd", loss="mse")
 jit = m.jit_compile
 rec = audit.keras_recorder(OUT + "/i", model=m)
+class Boom(keras.callbacks.Callback):  # the script's own error at the first step's end
+    def on_train_batch_end(self, batch, logs=None):
+        raise ValueError("boom")
 try:
-    m.fit(np.ones((4, 3), "float32"), np.ones((4, 5), "float32"), callbacks=[rec], verbose=0)
+    m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[rec, Boom()],
+          verbose=0)
 except ValueError:
     pass
 state = json.load(open(OUT + "/i/audit.json"))["state"]
+rec = audit.keras_recorder(OUT + "/k", model=m)  # a fit failing before it starts: no folder
+try:
+    data = tf.data.Dataset.from_tensor_slices((np.ones((4, 3)), np.ones((4, 2)))).batch(2)
+    m.fit(data, validation_split=0.5, callbacks=[rec], verbose=0)  # fit refuses the split
+except ValueError:
+    pass
+state += " " + str(os.path.exists(OUT + "/k"))
 again = audit.keras_recorder(OUT + "/j", model=m)  # the process may record again
 m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[again], verbose=0)
 print("after a failed fit", state, json.load(open(OUT + "/j/audit.json"))["state"],
@@ -117,4 +128,4 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     assert "replica losses [0, 1] True True True" in proc.stdout, proc.stdout
     # a failed fit marks its record failed and frees the process for another recorder; a finished
     # one leaves the model as the script built it (its own train step, its jit_compile)
-    assert "after a failed fit failed complete False True" in proc.stdout, proc.stdout
+    assert "after a failed fit failed False complete False True" in proc.stdout, proc.stdout

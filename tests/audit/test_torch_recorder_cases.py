@@ -179,3 +179,23 @@ def test_an_option_of_a_later_parameter_group_is_judged(tmp_path):
     assert settings.status == "FAIL" and "different optimizer settings" in settings.detail
     (f,) = [f for f in diagnose(read_recorded(tmp_path / "a"), read_recorded(tmp_path / "b"))]
     assert "group 1's weight_decay" in f.evidence
+
+
+CRASH = """
+import torch, dualtrain.audit as audit
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+rec = audit.torch_recorder(OUT, model=model, optimizer=opt)  # no `with`, no close
+for i in range(3):
+    rec.batch(torch.rand(2, 4))
+    if i == 1:
+        raise RuntimeError("the script's own error")
+    rec.step(1.0)
+"""
+
+
+def test_a_script_that_dies_with_its_recorder_open_leaves_a_failed_folder(tmp_path):
+    out = tmp_path / "a"
+    proc = run_python("-c", f"OUT = {str(out)!r}\n" + CRASH, backend=Backend.TORCH, timeout=60)
+    assert proc.returncode != 0 and "the script's own error" in proc.stderr
+    assert json.loads((out / "audit.json").read_text())["state"] == "failed"

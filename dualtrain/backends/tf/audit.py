@@ -60,8 +60,9 @@ class KerasRecorder(keras.callbacks.Callback):
                 else 1
             )
             self.dir = Path(run_dir)
-            if self.rank == 0:
-                record.prepare(self.dir, "tf")
+            if self.rank == 0:  # refused now; written when fit starts (nothing before)
+                record.check_folder(self.dir)
+            self.prepared = False
         except BaseException:
             record.release()
             raise
@@ -138,7 +139,7 @@ class KerasRecorder(keras.callbacks.Callback):
             return
         self.closed = True
         try:
-            if self.rank == 0:
+            if self.rank == 0 and self.prepared:
                 record.abandon(self.dir)
         finally:
             record.release()
@@ -207,10 +208,13 @@ class KerasRecorder(keras.callbacks.Callback):
         try:
             self._wrap_optimizer(self.model)
             self.init = canonical_weights(self.model, self.weight_map) if self.rank == 0 else {}
-        except UserError:  # a map that does not fit the model fit built: nothing half-written
+            self.config = config_of(self.model)
+            if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
+                record.prepare(self.dir, "tf")
+                self.prepared = True
+        except BaseException:  # a map that does not fit the model fit built: nothing half-written
             self.close()
             raise
-        self.config = config_of(self.model)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.epoch = epoch + 1
