@@ -11,6 +11,10 @@ from dualtrain.audit.read import Recorded
 PASS, FAIL, NOT_JUDGED = "PASS", "FAIL", "NOT JUDGED"
 
 
+#: how the report marks an inherent finding
+INHERENT = "a convention of the frameworks: no line changes it, not a failure"
+
+
 @dataclass
 class Finding:
     name: str
@@ -27,9 +31,10 @@ class Finding:
     @property
     def title(self) -> str:
         """The name and where it shows: ``shuffle seeds (step 1)``."""
+        name = f"{self.name} [{INHERENT}]" if self.inherent else self.name
         if self.step is None:
-            return self.name
-        return f"{self.name} ({'before training' if self.step == 0 else f'step {self.step}'})"
+            return name
+        return f"{name} ({'before training' if self.step == 0 else f'step {self.step}'})"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -222,7 +222,7 @@ def _table(
 def terminal(cmp: AuditComparison) -> str:
     lines = [f"  {c.status:<10} {c.name:<17} {c.detail}" for c in cmp.checks]
     for f in cmp.findings:
-        lines.append(f"  difference: {f.name}: {f.evidence}")
+        lines.append(f"  difference: {f.title}: {f.evidence}")
         lines += [f"    change: {line}" for line in f.fixes]
     return "\n".join(lines + [cmp.verdict])
 
