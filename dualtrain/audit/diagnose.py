@@ -11,7 +11,7 @@ from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
-from dualtrain.audit.settings import OPT_LINES, SETTINGS_DIAGNOSES, describe
+from dualtrain.audit.settings import SETTINGS_DIAGNOSES, describe, opt_lines
 
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:
@@ -50,6 +50,19 @@ SCHEDULE_LINES = {
     "torch": ("lr_scheduler.", "Scheduler(", "LR(", "scheduler"),
     "tf": ("LearningRateScheduler", "schedules.", "ReduceLROnPlateau", "def decay", "def schedule"),
 }
+
+
+def schedule_lines(run: Recorded) -> tuple[str, ...]:
+    """Where ``run``'s script sets its schedule: its recorded scheduler (torch) or
+    LearningRateSchedule (Keras: the optimizer's learning_rate, when a schedule) first."""
+    if run.framework == "torch":
+        kind = run.config.get("scheduler", {}).get("type")
+    else:
+        kind = run.config.get("optimizer", {}).get("learning_rate")
+    specific = (f"{kind}(",) if isinstance(kind, str) else ()
+    return (*specific, *SCHEDULE_LINES[run.framework])
+
+
 #: torch schedulers that set the lr from their own peak (the optimizer's lr is overridden)
 PEAK_SCHEDULERS = {"OneCycleLR": "max_lr", "CyclicLR": "max_lr"}
 
@@ -66,7 +79,7 @@ def _lr_fix(run: Recorded, tag: str, lr: float) -> str:
             f"comes from the {sched}, not the optimizer)",
         )
     name = "lr" if run.framework == "torch" else "learning_rate"
-    return fix(run, tag, OPT_LINES, f"{name}={lr:.6g}")
+    return fix(run, tag, opt_lines(run), f"{name}={lr:.6g}")
 
 
 def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Finding]:
@@ -87,8 +100,8 @@ def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Findi
             f"(changes at steps {pa[:6]}), {rel_b[first - 1]:.4g}x in B (changes at steps "
             f"{pb[:6]})",
             [
-                fix(a, "A", SCHEDULE_LINES[a.framework], "the schedule B follows"),
-                fix(b, "B", SCHEDULE_LINES[b.framework], "the schedule A follows"),
+                fix(a, "A", schedule_lines(a), "the schedule B follows"),
+                fix(b, "B", schedule_lines(b), "the schedule A follows"),
             ],
             step=first,
         )
@@ -147,7 +160,7 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
                     "per-replica loss reduction (sum vs mean)",
                     f"step 1: {tag}'s loss is {r:.1f}x {other}'s, about the local batch "
                     f"({local:g} rows): {tag} sums its replica's losses where {other} averages",
-                    [fix(run, tag, ("loss", "reduction"), change)],
+                    [fix(run, tag, ("reduction=", "reduction", "loss"), change)],
                     step=1,
                 )
             )

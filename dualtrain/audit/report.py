@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dualtrain.audit.checks import FAIL, Check, loss_windows, run_checks
+from dualtrain.audit.checks import FAIL, NOT_JUDGED, Check, loss_windows, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.finding import Finding
 from dualtrain.audit.read import Recorded, read_recorded
@@ -38,6 +38,13 @@ class AuditComparison:
     def verdict(self) -> str:
         failed = [c.name for c in self.checks if c.status == FAIL]
         n = len(self.checks)
+        unjudged = [c.name for c in self.checks if c.status == NOT_JUDGED]
+        if not failed and unjudged:
+            m = n - len(unjudged)
+            return (
+                f"verdict: PASS ({m}/{m} judged checks of two recorded runs; not judged: "
+                f"{', '.join(unjudged)})"
+            )
         if not failed:
             return f"verdict: PASS ({n}/{n} checks of two recorded runs)"
         names = ", ".join(f.name for f in self.findings[:4])

@@ -166,21 +166,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
                 "shuffle seeds",
                 f"epoch {epoch} feeds the same samples in A and B but in another order from step "
                 f"{first_global} (the shuffles differ: a seed, a sampler against tf.data's buffer)",
-                [
-                    fix(
-                        a,
-                        "A",
-                        ("DistributedSampler(", ".shuffle(", "seed"),
-                        "feed one permutation both scripts read, e.g. "
-                        "`np.random.default_rng(SEED).permutation(N)` (a Sampler over it)",
-                    ),
-                    fix(
-                        b,
-                        "B",
-                        (".shuffle(", "DistributedSampler(", "seed"),
-                        "the same permutation: index the arrays with it, no `.shuffle`",
-                    ),
-                ],
+                [_shuffle_fix(a, "A"), _shuffle_fix(b, "B")],
                 step=first_global,
             ),
         ]
@@ -189,6 +175,23 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
             if sorted(ra[KIND]) != sorted(rb[KIND]):
                 return [_sharding(a, b, s)]
     return []
+
+
+def _shuffle_fix(run: Recorded, tag: str) -> str:
+    """Feed one permutation both scripts read, in ``run``'s framework's words."""
+    if run.framework == "torch":
+        needles: tuple[str, ...] = ("DistributedSampler(", "shuffle=", "manual_seed", "seed")
+        change = (
+            "feed one permutation both scripts read, e.g. "
+            "`np.random.default_rng(SEED).permutation(N)` (a Sampler over it)"
+        )
+    else:
+        needles = (".shuffle(", "shuffle=", "set_random_seed", "seed")
+        change = (
+            "the same permutation both scripts read: index the arrays with "
+            "`np.random.default_rng(SEED).permutation(N)`, no `.shuffle`"
+        )
+    return fix(run, tag, needles, change)
 
 
 def _sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
@@ -259,7 +262,8 @@ def normalisation(a: Recorded, b: Recorded) -> list[Finding]:
         Finding(
             "input normalisation",
             f"{differ} of the {len(shared)} samples both runs fed have different values (the pixel "
-            f"patterns match, the numbers do not: the scripts normalise their inputs differently)",
+            f"patterns match, the numbers do not: the scripts normalise their inputs "
+            f"differently, or feed them in another dtype)",
             [
                 fix(
                     a,

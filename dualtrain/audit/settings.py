@@ -14,6 +14,13 @@ from dualtrain.audit.read import Recorded
 OPT_LINES = ("optim.", "optimizers.")
 
 
+def opt_lines(run: Recorded) -> tuple[str, ...]:
+    """Where ``run``'s script makes its optimizer: its recorded class first (a script with
+    argparse branches for several optimizers has the one it ran quoted), then any optimizer."""
+    kind = run.config.get("optimizer", {}).get("type")
+    return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
+
+
 def describe(run: Recorded) -> str:
     return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
 
@@ -48,7 +55,7 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
             Finding(
                 "different optimizer settings",
                 f"A {describe(a)}, B {describe(b)} (differ in {', '.join(diff)})",
-                [fix(a, "A", OPT_LINES, f"the same {', '.join(diff)} as B")],
+                [fix(a, "A", opt_lines(a), f"the same {', '.join(diff)} as B")],
             )
         ]
     (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
@@ -59,11 +66,11 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
                 "different optimizers",
                 f"{tt} uses {describe(trun)}, {kt} uses {describe(krun)}",
                 [
-                    fix(trun, tt, OPT_LINES, f"the optimizer {kt} uses, with its options"),
+                    fix(trun, tt, opt_lines(trun), f"the optimizer {kt} uses, with its options"),
                     fix(
                         krun,
                         kt,
-                        OPT_LINES,
+                        opt_lines(krun),
                         f"keras.optimizers.{C.SAME_OPTIMIZER.get(t['type'], t['type'])}"
                         f" with {tt}'s options",
                     ),
@@ -96,8 +103,8 @@ def _conventions(
                 "optimizer conventions (momentum, epsilon, weight decay)",
                 "; ".join(out),
                 [
-                    fix(krun, kt, OPT_LINES, "the torch values under Keras's names"),
-                    fix(trun, tt, OPT_LINES, "or the Keras values under torch's names"),
+                    fix(krun, kt, opt_lines(krun), "the torch values under Keras's names"),
+                    fix(trun, tt, opt_lines(trun), "or the Keras values under torch's names"),
                 ],
             )
         )
@@ -199,17 +206,35 @@ def batchnorm(a: Recorded, b: Recorded) -> list[Finding]:
             out.append(f"{x['name']}/{y['name']}: eps {x['eps']:g} in A, {y['eps']:g} in B")
     if not out:
         return []
-    fixes = [
-        fix(
-            run,
-            tag,
-            ("BatchNorm",),
-            "torch momentum m is Keras momentum 1 - m (torch 0.1 "
-            "= Keras 0.9; Keras's default 0.99); eps 1e-5 (torch) vs 1e-3 (Keras)",
+    x, y = next(
+        (x, y)
+        for x, y in zip(ba, bb, strict=False)
+        if not C.same_value(_kept(x), _kept(y)) or not C.same_value(x["eps"], y["eps"])
+    )
+    mixed = any(p["convention"] != q["convention"] for p, q in zip(ba, bb, strict=False))
+    name = "BatchNorm momentum convention" if mixed else "different BatchNorm settings"
+    fixes = [fix(a, "A", BN_LINES[a.framework], _bn_args(x["convention"], y))]
+    fixes.append(fix(b, "B", BN_LINES[b.framework], _bn_args(y["convention"], x)))
+    if mixed:
+        fixes.append(
+            "torch momentum m is Keras momentum 1 - m (torch 0.1 = Keras 0.9; Keras's default "
+            "0.99); eps 1e-5 (torch) vs 1e-3 (Keras)"
         )
-        for run, tag in ((a, "A"), (b, "B"))
-    ]
-    return [Finding("BatchNorm momentum convention", "; ".join(out), fixes)]
+    return [Finding(name, "; ".join(out), fixes)]
+
+
+BN_LINES = {"torch": ("BatchNorm", "momentum="), "tf": ("BatchNormalization(", "momentum=")}
+
+
+def _bn_args(convention: str, other: dict[str, Any]) -> str:
+    """The other run's BatchNorm written in ``convention``'s arguments."""
+    kept = _kept(other)
+    if convention == "torch":
+        m = "None" if kept is None else f"{1 - kept:.6g}"
+        return f"momentum={m}, eps={other['eps']:g} (the other run's, in torch's convention)"
+    if kept is None:
+        return "no Keras momentum is a cumulative average: give the torch BatchNorm a momentum"
+    return f"momentum={kept:.6g}, epsilon={other['eps']:g} (the other run's, in Keras's convention)"
 
 
 def precision(a: Recorded, b: Recorded) -> list[Finding]:
@@ -262,16 +287,25 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
     ca, cb = _clips(a), _clips(b)
     if bool(ca) != bool(cb):
         on, tag, off, otag = (a, "A", b, "B") if ca else (b, "B", a, "A")
+        opt = on.config.get("optimizer", {})
+        limit = next((f"{opt[k]:g}" for k in CLIP_OPTIONS[:2] if opt.get(k)), "max_norm")
         change = (
-            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) after backward"
+            f"torch.nn.utils.clip_grad_norm_(model.parameters(), {limit}) after backward"
             if off.framework == "torch"
-            else "the optimizer's global_clipnorm=max_norm"
+            else "the optimizer's global_clipnorm=max_norm (the other script's max_norm)"
         )
         return [
             Finding(
                 "gradient clipping in one run only",
                 f"{tag} clips its gradients ({ca or cb}), {otag} does not",
-                [fix(off, otag, OPT_LINES if off.framework == "tf" else ("backward()",), change)],
+                [
+                    fix(
+                        off,
+                        otag,
+                        opt_lines(off) if off.framework == "tf" else ("backward()",),
+                        change,
+                    )
+                ],
             )
         ]
     out = []

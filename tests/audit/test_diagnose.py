@@ -120,8 +120,11 @@ def test_a_torch_cumulative_batchnorm_is_named_not_a_crash():
     bn = {"name": "bn", "eps": 1e-5, "convention": "torch"}
     a = _record("torch", config={"batchnorm": [bn | {"momentum": 0.1}]})
     b = _record("torch", config={"batchnorm": [bn | {"momentum": None}]})
-    (f,) = [f for f in diagnose(a, b) if f.name == "BatchNorm momentum convention"]
-    assert "a cumulative average" in f.evidence
+    (f,) = [f for f in diagnose(a, b) if f.name == "different BatchNorm settings"]
+    assert "a cumulative average" in f.evidence  # torch against torch: torch's arguments
+    assert f.fixes[0].endswith(
+        "-> momentum=None, eps=1e-05 (the other run's, in torch's convention)"
+    )
     assert check_settings(a, b).status == FAIL
 
 
@@ -205,7 +208,7 @@ def test_clipping_in_one_run_fails_and_kerass_per_replica_clipping_is_reported()
     keras_plain = _record("tf", world=2, config={"optimizer": {"type": "SGD"}})
     (f,) = [f for f in diagnose(torch_plain, keras_clips) if f.name.startswith("gradient clipping")]
     assert "B clips its gradients (global_clipnorm=1)" in f.evidence
-    assert "loss.backward() -> torch.nn.utils.clip_grad_norm_" in f.fixes[0]
+    assert "loss.backward() -> torch.nn.utils.clip_grad_norm_(model.parameters(), 1)" in f.fixes[0]
     assert check_settings(torch_plain, keras_clips).status == FAIL
     assert check_settings(torch_clips, keras_plain).status == FAIL
     both = diagnose(torch_clips, keras_clips)
@@ -214,3 +217,58 @@ def test_clipping_in_one_run_fails_and_kerass_per_replica_clipping_is_reported()
     ]
     assert g.inherent and check_settings(torch_clips, keras_clips).status == PASS
     assert g.title.endswith("[a convention of the frameworks: no line changes it, not a failure]")
+
+
+BRANCHES = """\
+opts = {
+    "sgd": lambda: keras.optimizers.SGD(0.5),
+    "adam": lambda: keras.optimizers.Adam(0.001),
+}
+lrs = {"cosine": keras.optimizers.schedules.CosineDecay(0.1, 100),
+       "piecewise": keras.optimizers.schedules.PiecewiseConstantDecay([4], [0.1, 0.01])}
+cbs = [keras.callbacks.LearningRateScheduler(decay)]
+ds = ds.shuffle(1000, seed=1)
+"""
+
+
+def test_the_line_quoted_is_the_recorded_optimizers_and_schedules():
+    """A script with argparse branches: the line of what the run recorded, not the first match."""
+    a = _record(
+        "tf",
+        config={"optimizer": {"type": "Adam", "learning_rate": "CosineDecay"}},
+        script=BRANCHES,
+    )
+    b = _record(
+        "tf",
+        config={"optimizer": {"type": "AdamW", "learning_rate": "PiecewiseConstantDecay"}},
+        script=BRANCHES,
+    )
+    (f,) = [f for f in diagnose(a, b) if f.name == "different optimizer settings"]
+    assert 'tf.py:3: "adam": lambda: keras.optimizers.Adam(0.001),' in f.fixes[0], f.fixes
+    for s in b.steps[2:]:
+        s["lr"] = 0.01
+    (g,) = [f for f in diagnose(a, b) if f.name == "different lr schedules"]
+    assert "tf.py:5: lrs = {" in g.fixes[0] and "tf.py:6:" in g.fixes[1], g.fixes
+
+
+def test_a_shuffle_fix_is_in_each_runs_framework_words():
+    a, b = _record("tf", script=BRANCHES), _record("tf", script=BRANCHES)
+    for s in (1, 2):  # the same rows, another order inside epoch 1
+        b.replicas[(s, 0)] = {
+            **b.replicas[(s, 0)],
+            **{k: a.replicas[(3 - s, 0)][k] for k in ("exact", "pattern")},
+        }
+    (f,) = [f for f in diagnose(a, b) if f.name == "shuffle seeds"]
+    assert all("no `.shuffle`" in x and "Sampler" not in x for x in f.fixes), f.fixes
+    assert "tf.py:8: ds = ds.shuffle(1000, seed=1)" in f.fixes[0]
+
+
+def test_a_pass_with_a_check_not_judged_says_so():
+    from dualtrain.audit.report import AuditComparison
+
+    nan = float("nan")
+    a, b = _record("tf", losses=[nan] * 4), _record("tf")
+    cmp = AuditComparison(a, b, run_checks(a, b), diagnose(a, b), Path("out"))
+    assert cmp.verdict == (
+        "verdict: PASS (6/6 judged checks of two recorded runs; not judged: loss trajectory)"
+    )

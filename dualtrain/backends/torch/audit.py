@@ -117,7 +117,13 @@ class TorchRecorder:
         if self.steps:  # the lr the step uses (a script may set it after rec.batch)
             self._set_lrs(self.steps[-1])
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if grads:  # foreach norms: a few kernels, whatever the number of parameters
+        if not grads:
+            return
+        if grads[0].dtype in (torch.float16, torch.bfloat16):  # a half-precision model's: its
+            # norm summed in float32 (in bfloat16 it is off by ~0.5%), no float32 copies
+            norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+            self.norm = torch.linalg.vector_norm(torch.stack(norms))
+        else:  # foreach norms: a few kernels, whatever the number of parameters
             self.norm = torch.nn.utils.get_total_norm(grads, foreach=grads[0].device.type != "cpu")
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
