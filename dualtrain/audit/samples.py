@@ -245,15 +245,25 @@ def _sharding(a: Recorded, b: Recorded, step: int) -> Finding:
     )
 
 
-def _values(run: Recorded) -> dict[str, str]:
-    """pattern digest -> exact digest, over the run's rows."""
-    return {
-        p: e for row in run.replicas.values() for p, e in zip(row[KIND], row["exact"], strict=True)
+def _values(run: Recorded) -> dict[str, str] | None:
+    """pattern digest -> exact digest, over the run's rows; None where patterns do not tell
+    samples apart (tabular rows without ties: every mask is 'all but the argmin', so a row of
+    20 features has 20 patterns), as fewer than 90% as many patterns as exact digests."""
+    pairs = {
+        (p, e)
+        for row in run.replicas.values()
+        for p, e in zip(row[KIND], row["exact"], strict=True)
     }
+    values = dict(pairs)
+    if len(values) < 0.9 * len({e for _, e in pairs}):
+        return None
+    return values
 
 
 def normalisation(a: Recorded, b: Recorded) -> list[Finding]:
     va, vb = _values(a), _values(b)
+    if va is None or vb is None:
+        return []
     shared = set(va) & set(vb)
     differ = sum(va[p] != vb[p] for p in shared)
     if not shared or differ < len(shared) / 2:

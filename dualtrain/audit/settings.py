@@ -12,6 +12,8 @@ from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
 
 OPT_LINES = ("optim.", "optimizers.")
+#: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
+SCHEDULER_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
 
 
 def opt_lines(run: Recorded) -> tuple[str, ...]:
@@ -47,7 +49,7 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
         return []
     if a.framework == b.framework:
         diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
-        ignored = ("initial_lr", "lr", "learning_rate", "name", "wrapper", "groups")
+        ignored = (*SCHEDULER_KEYS, "learning_rate", "name", "wrapper", "groups")
         diff = [k for k in diff if k not in ignored] + _group_differences(oa, ob)
         if not diff:
             return []

@@ -272,3 +272,13 @@ def test_a_pass_with_a_check_not_judged_says_so():
     assert cmp.verdict == (
         "verdict: PASS (6/6 judged checks of two recorded runs; not judged: loss trajectory)"
     )
+
+
+def test_scheduler_owned_group_keys_are_not_settings_and_tabular_patterns_name_no_normalisation():
+    swa = _record("torch", config={"optimizer": {"type": "SGD", "lr": 0.1, "swa_lr": 0.05}})
+    assert check_settings(_record("torch"), swa).status == PASS  # SWALR's key, not a setting
+    a, b = _record("tf"), _record("tf")
+    for run, tag in ((a, "a"), (b, "b")):  # rows without ties share 'all but the argmin' masks
+        for (s, r), row in run.replicas.items():
+            run.replicas[(s, r)] = {**row, "pattern": ["p0"], "exact": [f"{tag}{s}"]}
+    assert not [f for f in diagnose(a, b) if f.name == "input normalisation"]

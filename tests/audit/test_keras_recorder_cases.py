@@ -173,6 +173,17 @@ def lr_late():  # a callback after the recorder sets the lr at each batch's star
           callbacks=[recorder("lr", m), Warmup()], verbose=0)
     return [round(s["lr"], 6) for s in lines("lr", "metrics.jsonl")]
 case("lr", lr_late)
+
+def listed_twice():  # callbacks=[rec, rec]: the first listing records, the second does nothing
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        m.compile(optimizer="sgd", loss="mse")
+    rec = recorder("tw2", m)
+    m.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=4,
+          callbacks=[rec, rec], verbose=0)
+    state = json.load(open(OUT + "/tw2/audit.json"))["state"]
+    return [state, len(lines("tw2", "metrics.jsonl")), len(lines("tw2", "replicas.jsonl"))]
+case("twice", listed_twice)
 """
 
 
@@ -190,6 +201,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "precision",
         "early",
         "lr",
+        "twice",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -251,3 +263,8 @@ def test_the_lr_is_the_one_the_update_used(printed):
     # read in the optimizer's all-reduce wrapper, so a per-batch callback placed after the
     # recorder is seen (at the batch's start the recorder would read the previous batch's lr)
     assert printed["lr"] == "lr 0.1 0.2 0.3"
+
+
+def test_a_recorder_listed_twice_in_callbacks_records_once(printed):
+    # fit calls it twice at every event; the second on_train_end wrote into removed parts/
+    assert printed["twice"] == "twice complete 2 2"

@@ -195,6 +195,8 @@ class KerasRecorder(keras.callbacks.Callback):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def on_train_begin(self, logs: Any = None) -> None:
+        if self.prepared or getattr(self, "started", None) is not None:
+            return  # the recorder listed twice in callbacks: its first listing records
         if self.closed:
             raise UserError("this audit recorder is closed; make a new one for another fit")
         spe = getattr(self.model, "steps_per_execution", 1)
@@ -246,6 +248,8 @@ class KerasRecorder(keras.callbacks.Callback):
             step["lr"] = lr
 
     def on_train_end(self, logs: Any = None) -> None:
+        if self.closed:
+            return  # listed twice in callbacks: written at the first call
         self.closed = True
         self._drop_unfinished()
         try:

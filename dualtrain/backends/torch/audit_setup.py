@@ -84,7 +84,8 @@ def loader_len(loader: Any) -> int | None:
         return None
 
 
-LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum")
+#: parameter-group keys a scheduler owns (the lr check judges the lr they make)
+LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
 
 
 def _optimizer_config(optimizer: Any) -> dict[str, Any]:
