@@ -63,6 +63,7 @@ class KerasRecorder(keras.callbacks.Callback):
             if self.rank == 0:  # refused now; written when fit starts (nothing before)
                 record.check_folder(self.dir)
             self.prepared = False
+            self.started: float | None = None
         except BaseException:
             record.release()
             raise
@@ -195,7 +196,7 @@ class KerasRecorder(keras.callbacks.Callback):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def on_train_begin(self, logs: Any = None) -> None:
-        if self.prepared or getattr(self, "started", None) is not None:
+        if self.started is not None:
             return  # the recorder listed twice in callbacks: its first listing records
         if self.closed:
             raise UserError("this audit recorder is closed; make a new one for another fit")
@@ -266,7 +267,7 @@ class KerasRecorder(keras.callbacks.Callback):
                     weights_init=self.init,
                     weights_final=canonical_weights(self.model, self.weight_map),
                     env={"tf": backend_facts()},
-                    wall_s=time.perf_counter() - self.started,
+                    wall_s=time.perf_counter() - (self.started or 0.0),
                 )
         finally:
             record.release()

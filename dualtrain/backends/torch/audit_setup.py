@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dualtrain.audit.settings import SCHEDULER_KEYS
 from dualtrain.errors import UserError, shown
 
 _SCALAR = (int, float, bool, str, type(None))
@@ -84,10 +85,6 @@ def loader_len(loader: Any) -> int | None:
         return None
 
 
-#: parameter-group keys a scheduler owns (the lr check judges the lr they make)
-LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
-
-
 def _optimizer_config(optimizer: Any) -> dict[str, Any]:
     """The optimizer's type and first group's options (with several groups, every group's
     options but the lr, which the lr check judges, under ``groups``); a wrapper that holds the
@@ -98,7 +95,7 @@ def _optimizer_config(optimizer: Any) -> dict[str, Any]:
     ]
     out = {"type": type(optimizer).__name__, **groups[0]}
     if len(groups) > 1:
-        out["groups"] = [{k: v for k, v in g.items() if k not in LR_KEYS} for g in groups]
+        out["groups"] = [{k: v for k, v in g.items() if k not in SCHEDULER_KEYS} for g in groups]
     if isinstance(inner, torch.optim.Optimizer):
         out |= {"type": type(inner).__name__, "wrapper": type(optimizer).__name__}
     return out
