@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import paired_weights
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import Finding, fix, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
-from dualtrain.audit.settings import SETTINGS_DIAGNOSES, describe, opt_lines
+from dualtrain.audit.settings import SETTINGS_DIAGNOSES, describe
 
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:

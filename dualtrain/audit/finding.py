@@ -40,6 +40,17 @@ class Finding:
         return asdict(self)
 
 
+#: an optimizer's construction line, in either framework's scripts
+OPT_LINES = ("optim.", "optimizers.")
+
+
+def opt_lines(run: Recorded) -> tuple[str, ...]:
+    """Where ``run``'s script makes its optimizer: its recorded class first (a script with
+    argparse branches for several optimizers has the one it ran quoted), then any optimizer."""
+    kind = run.config.get("optimizer", {}).get("type")
+    return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
+
+
 def fix(run: Recorded, tag: str, needles: tuple[str, ...], change: str) -> str:
     """``A (torch) ddp_mnist.py:88: <the line> -> change`` (the script's line when found)."""
     where = run.line_of(*needles)

@@ -8,19 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from dualtrain.audit import conventions as C
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.clipping import clipping
+from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
 from dualtrain.audit.read import Recorded
 
-OPT_LINES = ("optim.", "optimizers.")
 #: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
 SCHEDULER_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
-
-
-def opt_lines(run: Recorded) -> tuple[str, ...]:
-    """Where ``run``'s script makes its optimizer: its recorded class first (a script with
-    argparse branches for several optimizers has the one it ran quoted), then any optimizer."""
-    kind = run.config.get("optimizer", {}).get("type")
-    return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
 
 
 def describe(run: Recorded) -> str:
@@ -264,66 +257,6 @@ def _precision(run: Recorded, key: str) -> str | None:
     cfg = run.config.get("precision") or {}
     value = cfg.get(key) or (cfg.get("variable_dtype") if key == "param_dtype" else None)
     return None if value is None else str(value)
-
-
-CLIP_OPTIONS = ("clipnorm", "global_clipnorm", "clipvalue")
-CLIP_CALLS = ("clip_grad_norm_(", "clip_grad_value_(", "clip_grad_norm(")
-
-
-def _clips(run: Recorded) -> str | None:
-    """How a run clips its gradients: a Keras optimizer's clip option, a torch script's
-    ``clip_grad_norm_`` line (torch's optimizers have no such option; the line is the evidence)."""
-    if run.framework == "tf":
-        opt = run.config.get("optimizer", {})
-        on = [f"{k}={opt[k]:g}" for k in CLIP_OPTIONS if isinstance(opt.get(k), (int, float))]
-        return ", ".join(on) or None
-    return run.line_of(*CLIP_CALLS)
-
-
-def clipping(a: Recorded, b: Recorded) -> list[Finding]:
-    """Gradient clipping in one run only; and Keras's clipping under a strategy, which clips each
-    replica's gradient before the all-reduce (keras/src/optimizers/base_optimizer.py: the
-    optimizer's ``_clip_gradients`` runs before the TensorFlow backend's
-    ``_all_reduce_sum_gradients``), where torch's ``clip_grad_norm_`` after DDP's all-reduce
-    clips the averaged gradient."""
-    ca, cb = _clips(a), _clips(b)
-    if bool(ca) != bool(cb):
-        on, tag, off, otag = (a, "A", b, "B") if ca else (b, "B", a, "A")
-        opt = on.config.get("optimizer", {})
-        limit = next((f"{opt[k]:g}" for k in CLIP_OPTIONS[:2] if opt.get(k)), "max_norm")
-        change = (
-            f"torch.nn.utils.clip_grad_norm_(model.parameters(), {limit}) after backward"
-            if off.framework == "torch"
-            else "the optimizer's global_clipnorm=max_norm (the other script's max_norm)"
-        )
-        return [
-            Finding(
-                "gradient clipping in one run only",
-                f"{tag} clips its gradients ({ca or cb}), {otag} does not",
-                [
-                    fix(
-                        off,
-                        otag,
-                        opt_lines(off) if off.framework == "tf" else ("backward()",),
-                        change,
-                    )
-                ],
-            )
-        ]
-    out = []
-    for run, tag, how, other in ((a, "A", ca, b), (b, "B", cb, a)):
-        if how and run.framework == "tf" and run.world_size > 1 and other.framework == "torch":
-            out.append(
-                Finding(
-                    "Keras clips each replica's gradient before the all-reduce",
-                    f"{tag} ({how}) clips each of its {run.world_size} replicas' gradients, then "
-                    f"sums them; a DDP script's clip_grad_norm_ clips the averaged gradient (no "
-                    f"Keras setting clips the sum; the two agree while no clip is active)",
-                    [],
-                    inherent=True,
-                )
-            )
-    return out
 
 
 #: where each framework's scripts set their precision

@@ -282,3 +282,41 @@ def test_scheduler_owned_group_keys_are_not_settings_and_tabular_patterns_name_n
         for (s, r), row in run.replicas.items():
             run.replicas[(s, r)] = {**row, "pattern": ["p0"], "exact": [f"{tag}{s}"]}
     assert not [f for f in diagnose(a, b) if f.name == "input normalisation"]
+
+
+def _clipped(*calls: tuple[str, object]) -> dict:
+    """A torch recorder's clipping: the calls it saw run, on every one of 4 steps."""
+    return {
+        "clipping": {
+            "watched": True,
+            "steps": 4,
+            "calls": [{"function": f, "limit": x, "steps": 4, "active_steps": 1} for f, x in calls],
+        }
+    }
+
+
+def test_a_torch_runs_clipping_is_the_calls_its_recorder_saw_not_its_text():
+    never = "loss.backward()\nif args.clip:\n    clip_grad_norm_(model.parameters(), 1.0)\n"
+    keras_plain = _record("tf", world=2, config={"optimizer": {"type": "SGD"}})
+    keras_half = _record(
+        "tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 0.5}}
+    )
+    unrun = _record("torch", world=2, script=never, config=_clipped())
+    measured = _record("torch", world=2, config=_clipped(("clip_grad_norm_", "inf")))
+    one = _record("torch", world=2, script=never, config=_clipped(("clip_grad_norm_", 1.0)))
+    for run in (unrun, measured):  # a clip that did not run, a norm only measured: no clipping
+        assert not [f for f in diagnose(run, keras_plain) if "clipping" in f.name]
+        assert check_settings(run, keras_plain).status == PASS
+    (f,) = [f for f in diagnose(one, keras_half) if "clipping" in f.name]
+    assert f.name == "different gradient clipping"
+    assert "A clips by global norm 1 (clip_grad_norm_(1) on 4 of 4 steps" in f.evidence
+    assert "B by global norm 0.5 (global_clipnorm=0.5)" in f.evidence
+    assert f.fixes[0].endswith("-> clip as A: global norm 1")
+    assert check_settings(one, keras_half).status == FAIL
+    value = _record("torch", world=2, config=_clipped(("clip_grad_value_", 1.0)))
+    assert check_settings(one, value).status == FAIL  # by norm against by value
+    (g,) = [f for f in diagnose(one, keras_plain) if "clipping" in f.name]
+    assert "A clips its gradients (clip_grad_norm_(1) on 4 of 4 steps" in g.evidence
+    assert g.fixes[0].endswith("the optimizer's global_clipnorm=1")
+    same = _record("tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 1.0}})
+    assert check_settings(one, same).status == PASS

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from torch.nn.utils import clip_grad_norm_
 
 import dualtrain.audit as audit
 from dualtrain.audit.checks import check_settings
@@ -208,3 +209,38 @@ def test_a_script_that_dies_with_its_recorder_open_leaves_a_failed_folder(tmp_pa
     proc = run_python("-c", f"OUT = {str(out)!r}\n" + CRASH, backend=Backend.TORCH, timeout=60)
     assert proc.returncode != 0 and "the script's own error" in proc.stderr
     assert json.loads((out / "audit.json").read_text())["state"] == "failed"
+
+
+def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_path):
+    """clip_grad_norm_ imported by name before the recorder, a limit of inf that only measures
+    the norm, clip_grad_value_, and a clip under an ``if`` that never runs: the record holds the
+    calls made, and torch's module is as it was once the recorder closes."""
+    module = torch.nn.utils.clip_grad
+    before = (module._clip_grads_with_norm_, module._group_tensors_by_device_and_dtype)
+    x, y = torch.rand(24, 1, 4, 4) * 50, torch.randint(0, 4, (24,))
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    active = 0
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+        for i in range(6):
+            xb, yb = x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]
+            rec.batch(xb)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            clip_grad_norm_(model.parameters(), float("inf"))  # a logged norm: clips nothing
+            if i % 2 == 0:
+                active += int(clip_grad_norm_(model.parameters(), 2.0) > 2.0)
+            torch.nn.utils.clip_grad_value_(model.parameters(), 5.0)
+            if i > 100:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # never runs
+            opt.step()
+            rec.step(loss)
+    assert (module._clip_grads_with_norm_, module._group_tensors_by_device_and_dtype) == before
+    assert torch.nn.utils.clip_grads_with_norm_ is before[0]
+    calls = read_recorded(tmp_path / "a").config["clipping"]["calls"]
+    norm, value = calls
+    assert norm["function"] == "clip_grad_norm_"
+    assert [float(v) for v in norm["limit"]] == [2.0, float("inf")]
+    assert norm["steps"] == 6 and norm["active_steps"] == active > 0
+    assert value == {"function": "clip_grad_value_", "limit": 5.0, "steps": 6, "active_steps": None}

@@ -30,6 +30,7 @@ from dualtrain.audit import record
 from dualtrain.audit.identity import hexes, input_key
 from dualtrain.backends.torch.audit_digests import Digests
 from dualtrain.backends.torch.audit_setup import (
+    ClipWatch,
     canonical_weights,
     check_setup,
     loader_len,
@@ -88,6 +89,7 @@ class TorchRecorder:
             optimizer.register_step_pre_hook(self._pre),
             optimizer.register_step_post_hook(self._post),
         ]
+        self.clips = ClipWatch(lambda: len(self.steps))
 
     def _prepare(self, model: Any) -> bool:
         """The chief prepares the folder; every process learns whether it could (an all-reduce
@@ -246,8 +248,10 @@ class TorchRecorder:
         self.closed = True
         try:
             self._close_step()
-            for h in self.hooks:
-                h.remove()
+            self._unhook()
+            clipping = self.clips.summary(len(self.steps))
+            if clipping is not None:
+                self.config["clipping"] = clipping
             self.digests.flush()
             rows = [_plain_row(r) for r in self.rows]
             record.write_part(self.dir, self.rank, rows)
@@ -269,6 +273,11 @@ class TorchRecorder:
         finally:
             record.release()
 
+    def _unhook(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.clips.close()
+
     def __enter__(self) -> TorchRecorder:
         return self
 
@@ -277,8 +286,7 @@ class TorchRecorder:
             self.close()
             return
         self.closed = True
-        for h in self.hooks:
-            h.remove()
+        self._unhook()
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()

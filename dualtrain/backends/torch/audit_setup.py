@@ -4,6 +4,7 @@ scheduler, GradScaler, loader and sampler, BatchNorm layers, parameter dtype).""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -148,3 +149,76 @@ def record_safe(d: dict[str, Any]) -> dict[str, Any]:
         for k, v in d.items()
         if isinstance(v, _SCALAR) or isinstance(v, tuple)
     }
+
+
+class ClipWatch:
+    """The gradient clipping a loop does, seen as it runs (not read from the script's text, where
+    a ``clip_grad_norm_`` under an ``if`` that did not run would count). While recording, the
+    functions torch.nn.utils.clip_grad's own ``clip_grad_norm_`` and ``clip_grad_value_`` call at
+    run time (module globals: whichever name the script imported them by) are wrapped; ``close``
+    puts them back. ``step()`` says which optimizer step a call belongs to. A torch that lays the
+    module out otherwise leaves it unwatched (``summary()`` is None: the text is the evidence)."""
+
+    def __init__(self, step: Any):
+        import torch.nn.utils.clip_grad as module
+
+        self.module, self.step = module, step
+        self.calls: list[tuple[int, str, float, Any]] = []
+        self.saved: dict[str, Any] = {}
+        self.watched = False
+        scale = getattr(module, "_clip_grads_with_norm_", None)
+        group = getattr(module, "_group_tensors_by_device_and_dtype", None)
+        value = getattr(getattr(module, "clip_grad_value_", None), "__wrapped__", None)
+        code = getattr(value, "__code__", None)
+        if scale is None or group is None or code is None:
+            return
+
+        def scaled(parameters: Any, max_norm: float, total_norm: Any, *a: Any, **k: Any) -> Any:
+            self.calls.append((self.step(), "clip_grad_norm_", float(max_norm), total_norm))
+            return scale(parameters, max_norm, total_norm, *a, **k)
+
+        def grouped(*a: Any, **k: Any) -> Any:
+            caller = sys._getframe(1)
+            if caller.f_code is code:
+                limit = float(caller.f_locals["clip_value"])
+                self.calls.append((self.step(), "clip_grad_value_", limit, None))
+            return group(*a, **k)
+
+        self.saved = {"_clip_grads_with_norm_": scale, "_group_tensors_by_device_and_dtype": group}
+        self.watched = True
+        module._clip_grads_with_norm_ = scaled
+        module._group_tensors_by_device_and_dtype = grouped
+        if torch.nn.utils.clip_grads_with_norm_ is scale:  # the public name of the same function
+            self.saved["public"] = scale
+            torch.nn.utils.clip_grads_with_norm_ = scaled
+
+    def close(self) -> None:
+        public = self.saved.pop("public", None)
+        if public is not None:
+            torch.nn.utils.clip_grads_with_norm_ = public
+        for name, fn in self.saved.items():
+            setattr(self.module, name, fn)
+        self.saved = {}
+
+    def summary(self, steps: int) -> dict[str, Any] | None:
+        """What the loop clipped: each function called, its limits, on how many of the steps,
+        and on how many its limit was below the gradient's norm (clip_grad_norm_'s active
+        steps); None where the module could not be watched."""
+        if not self.watched:
+            return None
+        out: dict[str, Any] = {"watched": True, "steps": steps, "calls": []}
+        for how in ("clip_grad_norm_", "clip_grad_value_"):
+            mine = [c for c in self.calls if c[1] == how]
+            if not mine:
+                continue
+            limits = sorted({c[2] for c in mine})
+            active = [c for c in mine if c[3] is not None and float(c[3]) > c[2]]
+            out["calls"].append(
+                {
+                    "function": how,
+                    "limit": limits[0] if len(limits) == 1 else limits,
+                    "steps": len({c[0] for c in mine}),
+                    "active_steps": len({c[0] for c in active}) if how.endswith("norm_") else None,
+                }
+            )
+        return out

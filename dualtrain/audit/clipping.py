@@ -1,0 +1,134 @@
+"""The gradient-clipping diagnoses: clipping in one run only, a different clipping rule, and
+Keras's clipping of each replica's gradient before its all-reduce. A Keras run's clipping is its
+optimizer's options; a torch run's is the calls its recorder saw run (torch's optimizers have no
+such option)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
+from dualtrain.audit.read import Recorded
+
+CLIP_OPTIONS = ("clipnorm", "global_clipnorm", "clipvalue")
+CLIP_CALLS = ("clip_grad_norm_(", "clip_grad_value_(", "clip_grad_norm(")
+
+
+def _clips(run: Recorded) -> str | None:
+    """How a run clips its gradients: a Keras optimizer's clip option; a torch loop's
+    ``clip_grad_norm_`` / ``clip_grad_value_`` calls as the recorder saw them run (a limit of
+    inf measures the norm and clips nothing); for a record without them, the script's line
+    (torch's optimizers have no such option; the text is the only evidence left)."""
+    if run.framework == "tf":
+        opt = run.config.get("optimizer", {})
+        on = [f"{k}={opt[k]:g}" for k in CLIP_OPTIONS if isinstance(opt.get(k), (int, float))]
+        return ", ".join(on) or None
+    seen = run.config.get("clipping")
+    if not isinstance(seen, dict):
+        return run.line_of(*CLIP_CALLS)
+    said = []
+    for call in seen.get("calls", []):
+        limits = [float(x) for x in _limits(call)]
+        if all(math.isinf(x) for x in limits):
+            continue
+        shown = "/".join(f"{x:g}" for x in limits)
+        active = call.get("active_steps")
+        where = f" (active on {active})" if active is not None else ""
+        said.append(
+            f"{call['function']}({shown}) on {call['steps']} of {seen['steps']} steps{where}"
+        )
+    return "; ".join(said) or None
+
+
+#: what clips, in both frameworks' words: (kind, limit) pairs
+_KINDS = {
+    "clip_grad_norm_": "global norm",
+    "global_clipnorm": "global norm",
+    "clipnorm": "norm per variable",
+    "clip_grad_value_": "value",
+    "clipvalue": "value",
+}
+CLIP_LINES = {"torch": CLIP_CALLS, "tf": (*CLIP_OPTIONS, *OPT_LINES)}
+
+
+def _rule(run: Recorded) -> frozenset[tuple[str, float]] | None:
+    """The run's clipping as (kind, limit) pairs, comparable across frameworks (torch's
+    clip_grad_norm_ is Keras's global_clipnorm); None where it is known only from the text."""
+    if run.framework == "tf":
+        opt = run.config.get("optimizer", {})
+        return frozenset(
+            (_KINDS[k], float(opt[k])) for k in CLIP_OPTIONS if isinstance(opt.get(k), (int, float))
+        )
+    seen = run.config.get("clipping")
+    if not isinstance(seen, dict):
+        return None
+    return frozenset(
+        (_KINDS[c["function"]], float(x))
+        for c in seen.get("calls", [])
+        for x in map(float, _limits(c))
+        if not math.isinf(x)
+    )
+
+
+def _limits(call: dict[str, Any]) -> list[Any]:
+    """A recorded call's limits (the record writes inf as "inf": float() reads it back)."""
+    return call["limit"] if isinstance(call["limit"], list) else [call["limit"]]
+
+
+def _said(rule: frozenset[tuple[str, float]] | None) -> str:
+    return ", ".join(f"{kind} {x:g}" for kind, x in sorted(rule or ())) or "nothing"
+
+
+def clipping(a: Recorded, b: Recorded) -> list[Finding]:
+    """Gradient clipping in one run only; and Keras's clipping under a strategy, which clips each
+    replica's gradient before the all-reduce (keras/src/optimizers/base_optimizer.py: the
+    optimizer's ``_clip_gradients`` runs before the TensorFlow backend's
+    ``_all_reduce_sum_gradients``), where torch's ``clip_grad_norm_`` after DDP's all-reduce
+    clips the averaged gradient."""
+    ca, cb = _clips(a), _clips(b)
+    if ca and cb and None not in (_rule(a), _rule(b)) and _rule(a) != _rule(b):
+        return [
+            Finding(
+                "different gradient clipping",
+                f"A clips by {_said(_rule(a))} ({ca}), B by {_said(_rule(b))} ({cb})",
+                [fix(b, "B", CLIP_LINES[b.framework], f"clip as A: {_said(_rule(a))}")],
+            )
+        ]
+    if bool(ca) != bool(cb):
+        on, tag, off, otag = (a, "A", b, "B") if ca else (b, "B", a, "A")
+        limit = next((f"{x:g}" for kind, x in _rule(on) or () if kind == "global norm"), None)
+        change = (
+            f"torch.nn.utils.clip_grad_norm_(model.parameters(), {limit or 'max_norm'}) after "
+            f"backward"
+            if off.framework == "torch"
+            else f"the optimizer's global_clipnorm={limit or 'max_norm'}"
+        )
+        return [
+            Finding(
+                "gradient clipping in one run only",
+                f"{tag} clips its gradients ({ca or cb}), {otag} does not",
+                [
+                    fix(
+                        off,
+                        otag,
+                        opt_lines(off) if off.framework == "tf" else ("backward()",),
+                        change,
+                    )
+                ],
+            )
+        ]
+    out = []
+    for run, tag, how, other in ((a, "A", ca, b), (b, "B", cb, a)):
+        if how and run.framework == "tf" and run.world_size > 1 and other.framework == "torch":
+            out.append(
+                Finding(
+                    "Keras clips each replica's gradient before the all-reduce",
+                    f"{tag} ({how}) clips each of its {run.world_size} replicas' gradients, then "
+                    f"sums them; a DDP script's clip_grad_norm_ clips the averaged gradient (no "
+                    f"Keras setting clips the sum; the two agree while no clip is active)",
+                    [],
+                    inherent=True,
+                )
+            )
+    return out
