@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.utils import clip_grad
 
 from dualtrain.audit.settings import SCHEDULER_KEYS
 from dualtrain.errors import UserError, shown
@@ -160,8 +161,7 @@ class ClipWatch:
     module out otherwise leaves it unwatched (``summary()`` is None: the text is the evidence)."""
 
     def __init__(self, step: Any):
-        import torch.nn.utils.clip_grad as module
-
+        module = clip_grad
         self.module, self.step = module, step
         self.calls: list[tuple[int, str, float, Any]] = []
         self.saved: dict[str, Any] = {}
