@@ -259,10 +259,42 @@ def _precision(run: Recorded, key: str) -> str | None:
     return None if value is None else str(value)
 
 
+def held(a: Recorded, b: Recorded) -> list[Finding]:
+    """Trainable parameters the recorded optimizer of one run does not hold and the other's does
+    (a torch script's second optimizer, or parameters it never updates; a Keras ``fit`` updates
+    every trainable variable): the lr and settings checks judge only what each recorder saw."""
+    na, nb = (set((r.config.get("not_held") or {}).get("names", [])) for r in (a, b))
+    if na == nb:
+        return []
+    out = []
+    for run, tag, names in ((a, "A", na - nb), (b, "B", nb - na)):
+        if names:
+            listed = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+            of = (run.config.get("not_held") or {}).get("of", "?")
+            out.append(
+                Finding(
+                    "parameters outside the recorded optimizer",
+                    f"{tag}'s recorded optimizer does not hold {len(names)} of its {of} trainable "
+                    f"parameters ({listed}), the other's does: a second optimizer steps them "
+                    f"(its lr and options unjudged), or nothing does",
+                    [
+                        fix(
+                            run,
+                            tag,
+                            opt_lines(run),
+                            "one optimizer over every trainable parameter (a parameter group "
+                            "for each lr and options)",
+                        )
+                    ],
+                )
+            )
+    return out
+
+
 #: where each framework's scripts set their precision
 PRECISION_LINES = {
     "torch": ("set_default_dtype", ".double()", ".half()", ".bfloat16()", ".to("),
     "tf": ("set_global_policy", "dtype_policy", "dtype="),
 }
 
-SETTINGS_DIAGNOSES = (optimizer, loss_scale, batchnorm, precision, clipping)
+SETTINGS_DIAGNOSES = (optimizer, held, loss_scale, batchnorm, precision, clipping)

@@ -244,3 +244,41 @@ def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_p
     assert [float(v) for v in norm["limit"]] == [2.0, float("inf")]
     assert norm["steps"] == 6 and norm["active_steps"] == active > 0
     assert value == {"function": "clip_grad_value_", "limit": 5.0, "steps": 6, "active_steps": None}
+
+
+def test_parameters_a_second_optimizer_steps_are_named_and_judged(tmp_path, capsys):
+    """A body's optimizer recorded, the head's not (a frozen parameter is no one's): the
+    recorder says so as it starts, and compare names the parameters against a run whose
+    optimizer holds them all; the same script twice agrees."""
+
+    def run(name, split):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(16, 8), torch.nn.Linear(8, 4)
+        )
+        model[1].bias.requires_grad_(False)
+        body = [model[1].weight] + ([] if split else list(model[2].parameters()))
+        opt = torch.optim.SGD(body, lr=0.1)
+        head = torch.optim.SGD(model[2].parameters(), lr=0.5) if split else None
+        x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
+        with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
+            for i in range(2):
+                rec.batch(x[4 * i : 4 * i + 4])
+                loss = _step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])
+                if head is not None:
+                    head.step()
+                rec.step(loss)
+        return read_recorded(tmp_path / name)
+
+    split = run("split", True)
+    warned = capsys.readouterr().err
+    assert "holds 1 of the model's 3 trainable parameters; 2.weight, 2.bias are another" in warned
+    assert split.config["not_held"] == {"names": ["2.weight", "2.bias"], "of": 3}
+    whole = run("whole", False)
+    assert "not_held" not in whole.config and "dualtrain audit" not in capsys.readouterr().err
+    (f,) = [
+        f for f in diagnose(split, whole) if f.name == "parameters outside the recorded optimizer"
+    ]
+    assert "A's recorded optimizer does not hold 2 of its 3 trainable parameters" in f.evidence
+    assert check_settings(split, whole).status == "FAIL"
+    assert check_settings(split, run("again", True)).status == "PASS"

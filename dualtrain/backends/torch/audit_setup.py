@@ -119,6 +119,9 @@ def read_config(
         "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel)
         or isinstance(getattr(model, "_orig_mod", None), torch.nn.parallel.DistributedDataParallel),
     }
+    missing = _not_held(inner, optimizer)
+    if missing:
+        cfg["not_held"] = missing
     if scaler is not None and scaler.is_enabled():
         state = scaler.state_dict()
         cfg["loss_scale"] = {
@@ -142,6 +145,28 @@ def read_config(
             len(sampler.dataset) if hasattr(sampler, "dataset") else None
         )
     return cfg
+
+
+def _not_held(inner: Any, optimizer: Any) -> dict[str, Any] | None:
+    """The trainable parameters the recorded optimizer does not hold (a second optimizer's, or
+    parameters the script never updates): their lr and options go unrecorded, so the recorder
+    says so as it starts and the record keeps their names for compare."""
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    trainable = [(n, p) for n, p in inner.named_parameters() if p.requires_grad]
+    names = [n for n, p in trainable if id(p) not in held]
+    if not names:
+        return None
+    if world_of()[0] == 0:
+        shown_names = ", ".join(names[:4]) + (
+            f" and {len(names) - 4} more" if len(names) > 4 else ""
+        )
+        print(
+            f"dualtrain audit: the recorded optimizer holds {len(trainable) - len(names)} of the "
+            f"model's {len(trainable)} trainable parameters; {shown_names} are another "
+            f"optimizer's or never updated, and their lr and options are not recorded",
+            file=sys.stderr,
+        )
+    return {"names": names, "of": len(trainable)}
 
 
 def record_safe(d: dict[str, Any]) -> dict[str, Any]:
