@@ -1,9 +1,13 @@
 """Two DDP processes (gloo, a file store) recording a ZeroRedundancyOptimizer(AdamW) loop:
-``python ddp_case.py OUT [--foreign]``. With ``--foreign`` the folder holds a file no recorder
-wrote: each process writes its one-line error to ``OUT.rankN.err`` and exits 3."""
+``python ddp_case.py OUT [--foreign | --chief-only | --before-init]``. A process whose recorder
+refuses writes its one-line error to ``OUT.rankN.err`` and exits 3: with ``--foreign`` (the
+folder holds a file no recorder wrote) both; with ``--chief-only`` (rank 1 makes no recorder)
+rank 0; with ``--before-init`` (each makes its recorder, into ``OUT.rankN``, before
+``init_process_group``) both, at the first ``rec.batch``."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,21 +21,43 @@ import dualtrain.audit
 from dualtrain.errors import UserError
 
 
-def work(rank: int, out: str, store: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+def refused(out: str, rank: int, e: UserError) -> None:
+    Path(f"{out}.rank{rank}.err").write_text(f"{e}\n")
+    sys.exit(3)
+
+
+def work(rank: int, out: str, store: str, mode: str) -> None:
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
-    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3)
+    inner = torch.nn.Linear(8, 2)
+    early = None
+    if mode == "--before-init":
+        early = torch.optim.SGD(inner.parameters(), lr=0.1)
+        rec = dualtrain.audit.torch_recorder(f"{out}.rank{rank}", model=inner, optimizer=early)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    model = torch.nn.parallel.DistributedDataParallel(inner)
+    opt = early or ZeroRedundancyOptimizer(
+        model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3
+    )
     data = torch.utils.data.TensorDataset(torch.rand(16, 8), torch.randint(0, 2, (16,)))
     sampler = torch.utils.data.DistributedSampler(data)
     loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=sampler)
-    try:
-        rec = dualtrain.audit.torch_recorder(out, model=model, optimizer=opt, loader=loader)
-    except UserError as e:
-        Path(f"{out}.rank{rank}.err").write_text(f"{e}\n")
-        sys.exit(3)
+    if early is None and (mode != "--chief-only" or rank == 0):
+        try:
+            rec = dualtrain.audit.torch_recorder(out, model=model, optimizer=opt, loader=loader)
+        except UserError as e:
+            refused(out, rank, e)
+    elif early is None:  # rank 1 of --chief-only: trains without a recorder
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        return
     for x, y in loader:
-        rec.batch(x)
+        try:
+            rec.batch(x)
+        except UserError as e:
+            rec.__exit__(UserError, e, None)  # as a `with` block left by the error
+            refused(out, rank, e)
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -47,4 +73,6 @@ if __name__ == "__main__":
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "notes.txt").write_text("mine\n")
     store = tempfile.mktemp(prefix="ddp_case_store_")
-    mp.spawn(work, args=(out, store), nprocs=2)
+    modes = [m for m in sys.argv[2:] if m.startswith("--")]
+    os.environ["DUALTRAIN_AUDIT_WAIT_S"] = "3"  # the lone recorder's wait (its default: 120 s)
+    mp.spawn(work, args=(out, store, modes[0] if modes else ""), nprocs=2)

@@ -176,6 +176,26 @@ def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
     assert "the chief process (rank 0) could not prepare the audit folder" in errors[1]
 
 
+@pytest.mark.slow
+def test_a_recorder_in_some_processes_only_is_one_line_in_those_that_made_one(tmp_path):
+    """A recorder on the chief only waits for the others' and refuses in one line, writing
+    nothing (before, its first collective paired with DDP's and aborted gloo); recorders made
+    before init_process_group are refused at the first rec.batch, each folder marked failed."""
+    script = ("-m", "tests.audit.ddp_case")
+    lone = run_python(*script, str(tmp_path / "a"), "--chief-only", backend=Backend.TORCH)
+    assert lone.returncode != 0
+    error = (tmp_path / "a.rank0.err").read_text()
+    assert error.count("\n") == 1 and "rank(s) [1] made none in 3 s" in error, error
+    assert not (tmp_path / "a").exists() and not (tmp_path / "a.rank1.err").exists()
+    early = run_python(*script, str(tmp_path / "b"), "--before-init", backend=Backend.TORCH)
+    assert early.returncode != 0
+    for r in (0, 1):
+        error = (tmp_path / f"b.rank{r}.err").read_text()
+        assert "made in a world of 1 process(es) but the loop trains in 2" in error, error
+        state = json.loads((tmp_path / f"b.rank{r}" / "audit.json").read_text())["state"]
+        assert state == "failed"
+
+
 def test_an_option_of_a_later_parameter_group_is_judged(tmp_path):
     x = torch.rand(8, 16)
     for name, decay in (("a", 0.0), ("b", 0.1)):

@@ -34,6 +34,7 @@ from dualtrain.backends.torch.audit_setup import (
     canonical_weights,
     check_setup,
     loader_len,
+    meet,
     read_config,
     world_of,
 )
@@ -95,6 +96,8 @@ class TorchRecorder:
         """The chief prepares the folder; every process learns whether it could (an all-reduce
         on the model's device), so a folder the chief refuses is one line in every process, not
         a hang of the others at their first collective."""
+        if self.world > 1:
+            meet(self.rank, self.world)  # before the folder: a lone recorder writes nothing
         error = None
         if self.rank == 0:
             try:
