@@ -36,6 +36,7 @@ from dualtrain.backends.torch.audit_setup import (
     loader_len,
     meet,
     read_config,
+    same_world,
     world_of,
 )
 from dualtrain.backends.torch.envinfo import backend_facts
@@ -187,7 +188,7 @@ class TorchRecorder:
         the script's epoch (else counted from the loader's length)."""
         self._open()
         if self.calls == 0:
-            self._same_world()
+            same_world(self.world)
         inputs = _input_rows(inputs)
         self.calls += 1
         n = int(inputs.shape[0])
@@ -228,17 +229,6 @@ class TorchRecorder:
             raise UserError("rec.step(loss) needs rec.batch(inputs) first, once per optimizer step")
         self.current["loss"] = _loss_value(loss)
         self.current = None
-
-    def _same_world(self) -> None:
-        """The process group the recorder was made in is the one training: a recorder made
-        before init_process_group would take each process for a chief of a world of one."""
-        _, now = world_of()
-        if now != self.world:
-            raise UserError(
-                f"the audit recorder was made in a world of {self.world} process(es) but the "
-                f"loop trains in {now}: make it after torch.distributed.init_process_group, in "
-                f"every process. Received: world size {self.world} at the recorder, {now} now"
-            )
 
     def _open(self) -> None:
         if self.closed:

@@ -71,6 +71,18 @@ def meet(rank: int, world: int) -> None:
         time.sleep(0.05)
 
 
+def same_world(world: int) -> None:
+    """The process group the recorder was made in is the one training: a recorder made before
+    init_process_group would take each process for a chief of a world of one."""
+    _, now = world_of()
+    if now != world:
+        raise UserError(
+            f"the audit recorder was made in a world of {world} process(es) but the loop trains "
+            f"in {now}: make it after torch.distributed.init_process_group, in every process. "
+            f"Received: world size {world} at the recorder, {now} now"
+        )
+
+
 def check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
     if not isinstance(model, torch.nn.Module):
         raise UserError(
