@@ -137,6 +137,55 @@ def test_rec_step_refuses_a_loss_that_is_not_one_number(tmp_path):
         rec.step(torch.tensor([0.5]))
 
 
+def test_calls_out_of_order_are_one_line_errors_and_rec_step_may_precede_the_step(tmp_path):
+    """rec.batch after the optimizer step, rec.step forgotten, two optimizer steps in one
+    recorded step: each refused in one line (before, each silently moved every step's gradient
+    norm to its neighbour or merged steps); rec.step before optimizer.step records as after."""
+    x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
+
+    def late(rec, m, o):  # rec.batch after the optimizer step
+        _step(m, o, x, y)
+        rec.batch(x)
+
+    def forgotten(rec, m, o):  # no rec.step
+        for _ in range(2):
+            rec.batch(x)
+            _step(m, o, x, y)
+
+    def twice(rec, m, o):  # two optimizer steps, one rec.batch
+        rec.batch(x)
+        _step(m, o, x, y)
+        _step(m, o, x, y)
+
+    cases = {
+        "before any recorded step": late,
+        "rec.step(loss) is missing": forgotten,
+        "twice in one recorded step": twice,
+    }
+    for i, (said, body) in enumerate(cases.items()):
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with pytest.raises(UserError) as e:
+            with audit.torch_recorder(tmp_path / str(i), model=model, optimizer=opt) as rec:
+                body(rec, model, opt)
+        assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    norms = []
+    with audit.torch_recorder(tmp_path / "early", model=model, optimizer=opt) as rec:
+        for _ in range(2):
+            rec.batch(x)
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
+            rec.step(loss)
+            opt.step()
+    run = read_recorded(tmp_path / "early")
+    assert [s["grad_norm"] for s in run.steps] == pytest.approx(norms)
+    assert [s["skipped"] for s in run.steps] == [False, False]
+
+
 class NoLength(torch.utils.data.DataLoader):
     """A loader whose length fails as a broken custom loader's would."""
 

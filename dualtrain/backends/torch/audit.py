@@ -120,8 +120,14 @@ class TorchRecorder:
 
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self.steps:  # the lr the step uses (a script may set it after rec.batch)
-            self._set_lrs(self.steps[-1])
+        if not self.steps or self.stepped:
+            raise UserError(
+                f"the optimizer stepped {'twice in one' if self.steps else 'before any'} "
+                f"recorded step: call rec.batch(inputs) at each optimizer step's start (once per "
+                f"micro-batch) and rec.step(loss) after it. Received: optimizer.step() "
+                f"{'again ' if self.steps else ''}at step {max(len(self.steps), 1)}"
+            )
+        self._set_lrs(self.steps[-1])  # the lr the step uses (a script may set it after rec.batch)
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
@@ -173,13 +179,6 @@ class TorchRecorder:
             last["grad_norm"] = self.norm if self.stepped else float("nan")
         self.stepped, self.norm = False, None
 
-    def _scale(self) -> Any:
-        """The loss scale this step starts with (GradScaler's tensor: no host sync)."""
-        if self.scaler is None or not self.scaler.is_enabled():
-            return None
-        live = getattr(self.scaler, "_scale", None)
-        return live.detach().clone() if isinstance(live, torch.Tensor) else self.scaler.get_scale()
-
     def batch(self, inputs: Any, indices: Any = None, epoch: int | None = None) -> None:
         """The rows this replica feeds in the current optimizer step (a tensor, or a tuple or
         dict whose first tensor is the input); called again before ``rec.step``, it adds a
@@ -208,9 +207,15 @@ class TorchRecorder:
                 "indices": [],
             }
             self.rows.append(self.current)
-            entry = {"step": step, "epoch": now, "lr": None, "loss_scale": self._scale()}
+            entry = {"step": step, "epoch": now, "lr": None, "loss_scale": _scale_of(self.scaler)}
             self._set_lrs(entry)  # read again when the optimizer steps
             self.steps.append(entry)
+        elif self.stepped:
+            raise UserError(
+                f"rec.step(loss) is missing: the optimizer stepped since this step's rec.batch "
+                f"(call rec.step(loss) after each optimizer step). Received: rec.batch at step "
+                f"{len(self.steps)} after its optimizer step"
+            )
         else:
             self._epoch(epoch)
         idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
@@ -283,6 +288,14 @@ class TorchRecorder:
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()
+
+
+def _scale_of(scaler: Any) -> Any:
+    """The loss scale a step starts with (GradScaler's tensor: no host sync)."""
+    if scaler is None or not scaler.is_enabled():
+        return None
+    live = getattr(scaler, "_scale", None)
+    return live.detach().clone() if isinstance(live, torch.Tensor) else scaler.get_scale()
 
 
 def _input_rows(inputs: Any) -> torch.Tensor:
