@@ -15,7 +15,7 @@ CLIP_OPTIONS = ("clipnorm", "global_clipnorm", "clipvalue")
 CLIP_CALLS = ("clip_grad_norm_(", "clip_grad_value_(", "clip_grad_norm(")
 
 
-def _clips(run: Recorded) -> str | None:
+def clips(run: Recorded) -> str | None:
     """How a run clips its gradients: a Keras optimizer's clip option; a torch loop's
     ``clip_grad_norm_`` / ``clip_grad_value_`` calls as the recorder saw them run (a limit of
     inf measures the norm and clips nothing); for a record without them, the script's line
@@ -86,7 +86,7 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
     optimizer's ``_clip_gradients`` runs before the TensorFlow backend's
     ``_all_reduce_sum_gradients``), where torch's ``clip_grad_norm_`` after DDP's all-reduce
     clips the averaged gradient."""
-    ca, cb = _clips(a), _clips(b)
+    ca, cb = clips(a), clips(b)
     if ca and cb and None not in (_rule(a), _rule(b)) and _rule(a) != _rule(b):
         return [
             Finding(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import paired_weights
+from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import Finding, fix, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
@@ -165,7 +166,9 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
                 )
             )
     ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
+    # a clipped gradient's norm says nothing of the reduction (clipping is named on its own)
     same_start = not isinstance(paired_weights(a, b), str) and not out
+    same_start = same_start and not clips(a) and not clips(b)
     world = a.world_size
     if same_start and ga and gb and world > 1 and abs(ratio - 1) < 0.1:
         for r, tag in ((ga / gb, "A"), (gb / ga, "B")):

@@ -320,3 +320,15 @@ def test_a_torch_runs_clipping_is_the_calls_its_recorder_saw_not_its_text():
     assert g.fixes[0].endswith("the optimizer's global_clipnorm=1")
     same = _record("tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 1.0}})
     assert check_settings(one, same).status == PASS
+
+
+def test_a_clipped_gradient_is_no_evidence_of_the_loss_reduction():
+    """A gradient norm twice the other's at world 2 names a sum over the replicas, unless a
+    run clips: the clipped norm is the limit, not the reduction's (the third round's false
+    finding: 2.10x from a clip at 1.0)."""
+    name = "per-replica loss reduction (local mean vs global batch)"
+    summed = _record("torch", world=2, grad_norm=2.0)
+    assert [f.name for f in diagnose(summed, _record("torch", world=2))] == [name]
+    clipped = _record("torch", world=2, config=_clipped(("clip_grad_norm_", 1.0)))
+    assert name not in [f.name for f in diagnose(summed, clipped)]
+    assert "gradient clipping in one run only" in [f.name for f in diagnose(summed, clipped)]

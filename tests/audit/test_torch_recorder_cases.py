@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from torch.nn.utils import clip_grad_norm_
+from torch.nn.utils import clip_grad_norm_, clip_grads_with_norm_, get_total_norm
 
 import dualtrain.audit as audit
 from dualtrain.audit.checks import check_settings
@@ -23,6 +23,10 @@ from testkit.tf_runs import Backend, run_python
 def _model(dtype=torch.float32):
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 4)).to(dtype)
+
+
+def grads(model):
+    return [p.grad for p in model.parameters()]
 
 
 def _step(model, opt, x, y):
@@ -281,11 +285,13 @@ def test_a_script_that_dies_with_its_recorder_open_leaves_a_failed_folder(tmp_pa
 
 
 def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_path):
-    """clip_grad_norm_ imported by name before the recorder, a limit of inf that only measures
-    the norm, clip_grad_value_, and a clip under an ``if`` that never runs: the record holds the
+    """clip_grad_norm_ and the two-step clip_grads_with_norm_ imported by name before the
+    recorder, a limit of inf that only measures the norm, clip_grad_value_, and a clip under an
+    ``if`` that never runs: the record holds the
     calls made, and torch's module is as it was once the recorder closes."""
     module = torch.nn.utils.clip_grad
-    before = (module._clip_grads_with_norm_, module._group_tensors_by_device_and_dtype)
+    fns = (module._clip_grads_with_norm_, module.clip_grad_value_, module.clip_grad_norm_)
+    before = [f.__closure__[0].cell_contents for f in fns]
     x, y = torch.rand(24, 1, 4, 4) * 50, torch.randint(0, 4, (24,))
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -301,16 +307,19 @@ def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_p
             if i % 2 == 0:
                 active += int(clip_grad_norm_(model.parameters(), 2.0) > 2.0)
             torch.nn.utils.clip_grad_value_(model.parameters(), 5.0)
+            if i == 5:  # the two-step API, imported by name before the recorder
+                total = get_total_norm(grads(model))
+                active += int(total > 3.0)
+                clip_grads_with_norm_(model.parameters(), 3.0, total)
             if i > 100:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)  # never runs
             opt.step()
             rec.step(loss)
-    assert (module._clip_grads_with_norm_, module._group_tensors_by_device_and_dtype) == before
-    assert torch.nn.utils.clip_grads_with_norm_ is before[0]
+    assert [f.__closure__[0].cell_contents for f in fns] == before
     calls = read_recorded(tmp_path / "a").config["clipping"]["calls"]
     norm, value = calls
     assert norm["function"] == "clip_grad_norm_"
-    assert [float(v) for v in norm["limit"]] == [2.0, float("inf")]
+    assert [float(v) for v in norm["limit"]] == [2.0, 3.0, float("inf")]
     assert norm["steps"] == 6 and norm["active_steps"] == active > 0
     assert value == {"function": "clip_grad_value_", "limit": 5.0, "steps": 6, "active_steps": None}
 

@@ -228,53 +228,49 @@ def record_safe(d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _cell(fn: Any) -> Any:
+    """The closure cell of torch's ``_no_grad`` wrapper that holds the function it runs."""
+    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    closure = getattr(fn, "__closure__", None)
+    return closure[names.index("func")] if "func" in names and closure else None
+
+
 class ClipWatch:
     """The gradient clipping a loop does, seen as it runs (not read from the script's text, where
-    a ``clip_grad_norm_`` under an ``if`` that did not run would count). While recording, the
-    functions torch.nn.utils.clip_grad's own ``clip_grad_norm_`` and ``clip_grad_value_`` call at
-    run time (module globals: whichever name the script imported them by) are wrapped; ``close``
-    puts them back. ``step()`` says which optimizer step a call belongs to. A torch that lays the
-    module out otherwise leaves it unwatched (``summary()`` is None: the text is the evidence)."""
+    a ``clip_grad_norm_`` under an ``if`` that did not run would count). torch.nn.utils.clip_grad's
+    ``_clip_grads_with_norm_`` (which ``clip_grad_norm_`` calls, public as
+    ``clip_grads_with_norm_``) and ``clip_grad_value_`` are wrappers that run a function held in
+    a closure cell; while recording, the cell holds a function that notes the call, so every
+    name a script imported them by is seen; ``close`` puts the functions back. ``step()`` says
+    which optimizer step a call belongs to. A torch that lays them out otherwise leaves them
+    unwatched (``summary()`` is None: the script's text is the evidence)."""
 
     def __init__(self, step: Any):
-        module = clip_grad
-        self.module, self.step = module, step
+        self.step = step
         self.calls: list[tuple[int, str, float, Any]] = []
-        self.saved: dict[str, Any] = {}
-        self.watched = False
-        scale = getattr(module, "_clip_grads_with_norm_", None)
-        group = getattr(module, "_group_tensors_by_device_and_dtype", None)
-        value = getattr(getattr(module, "clip_grad_value_", None), "__wrapped__", None)
-        code = getattr(value, "__code__", None)
-        if scale is None or group is None or code is None:
+        self.cells: list[tuple[Any, Any]] = []
+        norm_cell = _cell(getattr(clip_grad, "_clip_grads_with_norm_", None))
+        value_cell = _cell(getattr(clip_grad, "clip_grad_value_", None))
+        self.watched = norm_cell is not None and value_cell is not None
+        if not self.watched:
             return
+        scale, clamp = norm_cell.cell_contents, value_cell.cell_contents
 
         def scaled(parameters: Any, max_norm: float, total_norm: Any, *a: Any, **k: Any) -> Any:
             self.calls.append((self.step(), "clip_grad_norm_", float(max_norm), total_norm))
             return scale(parameters, max_norm, total_norm, *a, **k)
 
-        def grouped(*a: Any, **k: Any) -> Any:
-            caller = sys._getframe(1)
-            if caller.f_code is code:
-                limit = float(caller.f_locals["clip_value"])
-                self.calls.append((self.step(), "clip_grad_value_", limit, None))
-            return group(*a, **k)
+        def clamped(parameters: Any, clip_value: float, *a: Any, **k: Any) -> Any:
+            self.calls.append((self.step(), "clip_grad_value_", float(clip_value), None))
+            return clamp(parameters, clip_value, *a, **k)
 
-        self.saved = {"_clip_grads_with_norm_": scale, "_group_tensors_by_device_and_dtype": group}
-        self.watched = True
-        module._clip_grads_with_norm_ = scaled
-        module._group_tensors_by_device_and_dtype = grouped
-        if torch.nn.utils.clip_grads_with_norm_ is scale:  # the public name of the same function
-            self.saved["public"] = scale
-            torch.nn.utils.clip_grads_with_norm_ = scaled
+        norm_cell.cell_contents, value_cell.cell_contents = scaled, clamped
+        self.cells = [(norm_cell, scale), (value_cell, clamp)]
 
     def close(self) -> None:
-        public = self.saved.pop("public", None)
-        if public is not None:
-            torch.nn.utils.clip_grads_with_norm_ = public
-        for name, fn in self.saved.items():
-            setattr(self.module, name, fn)
-        self.saved = {}
+        for cell, fn in self.cells:
+            cell.cell_contents = fn
+        self.cells = []
 
     def summary(self, steps: int) -> dict[str, Any] | None:
         """What the loop clipped: each function called, its limits, on how many of the steps,
