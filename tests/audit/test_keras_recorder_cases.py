@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from dualtrain.audit.read import read_recorded
 from testkit.tf_runs import run_python
 
 SCRIPT = """
@@ -184,6 +185,21 @@ def listed_twice():  # callbacks=[rec, rec]: the first listing records, the seco
     state = json.load(open(OUT + "/tw2/audit.json"))["state"]
     return [state, len(lines("tw2", "metrics.jsonl")), len(lines("tw2", "replicas.jsonl"))]
 case("twice", listed_twice)
+
+def restored():  # a callback after the recorder restores weights in on_train_begin (as
+    # BackupAndRestore does when it resumes): the initial weights are those the first step uses
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        m.compile(optimizer="sgd", loss="mse")
+    saved = [np.full(w.shape, 0.25, "float32") for w in m.get_weights()]
+    class Restore(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.model.set_weights(saved)
+    m.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=4,
+          callbacks=[recorder("res", m), Restore()], verbose=0)
+    init = weights("res")
+    return [len(init.files), all(bool(np.all(init[k] == 0.25)) for k in init.files)]
+case("restored", restored)
 """
 
 
@@ -202,6 +218,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "early",
         "lr",
         "twice",
+        "restored",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -268,3 +285,28 @@ def test_the_lr_is_the_one_the_update_used(printed):
 def test_a_recorder_listed_twice_in_callbacks_records_once(printed):
     # fit calls it twice at every event; the second on_train_end wrote into removed parts/
     assert printed["twice"] == "twice complete 2 2"
+
+
+def test_the_initial_weights_are_those_the_first_step_uses(printed):
+    # a callback after the recorder that restores weights (BackupAndRestore resuming): before,
+    # the weights read at on_train_begin were the fresh ones, and a resumed run passed the
+    # initial-weights check against a fresh one
+    assert printed["restored"] == "restored 2 True"
+
+
+@pytest.mark.slow  # two TF worker processes, twice (~20 s)
+def test_multi_worker_with_a_chief_task_and_a_recorder_on_the_chief_only(tmp_path):
+    """TF_CONFIG with a chief task and a worker (both task_id 0): the recorder numbers them as
+    MWMS does (0 and 1), where both used to write part 0 and fail; a recorder on the chief only
+    is a one-line error as fit begins, with nothing written (it used to train, then wait at its
+    end for the worker's part and leave the folder 'recording')."""
+    script = ("-m", "tests.audit.keras_mwms_case")
+    both = run_python(*script, str(tmp_path / "a"), "--chief-task", timeout=240)
+    assert "codes [0, 0]" in both.stdout, both.stderr[-3000:]
+    run = read_recorded(tmp_path / "a")
+    assert sorted({rep for _, rep in run.replicas}) == [0, 1] and len(run.steps) == 8
+    lone = run_python(*script, str(tmp_path / "b"), "--chief-only", timeout=240)
+    assert "codes [3, " in lone.stdout, lone.stdout + lone.stderr[-3000:]
+    error = (tmp_path / "b.rank0.err").read_text()
+    assert error.count("\n") == 1 and "worker(s) [1] began no recorded fit in 5 s" in error
+    assert not (tmp_path / "b").exists()

@@ -360,3 +360,19 @@ def test_parameters_a_second_optimizer_steps_are_named_and_judged(tmp_path, caps
     assert "A's recorded optimizer does not hold 2 of its 3 trainable parameters" in f.evidence
     assert check_settings(split, whole).status == "FAIL"
     assert check_settings(split, run("again", True)).status == "PASS"
+
+
+def test_the_initial_weights_are_those_the_first_step_starts_from(tmp_path):
+    """A checkpoint loaded after the recorder was made (a resume): the record's initial weights
+    are the loaded ones, which the first step uses, not the fresh ones."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    saved = {k: torch.full_like(v, 0.25) for k, v in model.state_dict().items()}
+    x, y = torch.rand(4, 1, 4, 4), torch.randint(0, 4, (4,))
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+        model.load_state_dict(saved)
+        rec.batch(x)
+        rec.step(_step(model, opt, x, y))
+    init = read_recorded(tmp_path / "a").weights_init
+    assert sorted(init) == ["1.bias", "1.weight"]
+    assert all((init[k] == 0.25).all() for k in init)

@@ -29,7 +29,13 @@ import tensorflow as tf
 
 from dualtrain.audit import record
 from dualtrain.backends.tf.audit_digests import Digests, input_of
-from dualtrain.backends.tf.audit_setup import canonical_weights, check_setup, config_of
+from dualtrain.backends.tf.audit_setup import (
+    canonical_weights,
+    check_setup,
+    config_of,
+    meet,
+    rank_of,
+)
 from dualtrain.backends.tf.envinfo import backend_facts
 from dualtrain.errors import UserError
 
@@ -53,7 +59,7 @@ class KerasRecorder(keras.callbacks.Callback):
         record.claim("keras")
         try:
             resolver = getattr(strategy, "cluster_resolver", None)
-            self.rank = int(getattr(resolver, "task_id", 0) or 0)
+            self.rank = rank_of(resolver) if resolver is not None else 0
             self.ranks = (
                 max(1, int(strategy.extended._num_workers))
                 if hasattr(strategy.extended, "_num_workers")
@@ -73,6 +79,7 @@ class KerasRecorder(keras.callbacks.Callback):
         self.rows: list[dict[str, Any]] = []
         self.norms: dict[int, tuple[float, float]] = {}
         self.epoch = 1
+        self.fresh = False
         self.last: int | None = None
         self.closed = False
         self._undo: list[Callable[[], None]] = []
@@ -211,7 +218,9 @@ class KerasRecorder(keras.callbacks.Callback):
         try:
             self._wrap_optimizer(self.model)
             self.init = canonical_weights(self.model, self.weight_map) if self.rank == 0 else {}
+            self.fresh = True  # read again at the first batch, after every on_train_begin
             self.config = config_of(self.model)
+            meet(self.rank, self.ranks)  # before the folder: a lone recorder writes nothing
             if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
                 record.prepare(self.dir, "tf")
                 self.prepared = True
@@ -229,6 +238,9 @@ class KerasRecorder(keras.callbacks.Callback):
             self.steps.pop()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self.fresh and self.rank == 0:  # the weights the first step starts from: after a
+            self.init = canonical_weights(self.model, self.weight_map)  # BackupAndRestore's
+        self.fresh = False
         self._drop_unfinished()
         opt = self.model.optimizer
         scale = None
@@ -269,6 +281,10 @@ class KerasRecorder(keras.callbacks.Callback):
                     env={"tf": backend_facts()},
                     wall_s=time.perf_counter() - (self.started or 0.0),
                 )
+        except BaseException:
+            if self.rank == 0 and self.prepared:
+                record.abandon(self.dir)  # nothing half-written: the folder says it failed
+            raise
         finally:
             record.release()
             self._unwrap()

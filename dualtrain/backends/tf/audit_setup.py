@@ -5,12 +5,16 @@ LossScaleOptimizer, BatchNorm layers, strategy, dtype policy)."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections import Counter
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from dualtrain.core.pair import mapfile
 from dualtrain.errors import UserError, shown
@@ -190,3 +194,52 @@ def config_of(model: Any) -> dict[str, Any]:
         oc["learning_rate"] = type(opt._learning_rate).__name__
     cfg["optimizer"] = {"type": type(opt).__name__, **oc}
     return cfg
+
+
+def rank_of(resolver: Any) -> int:
+    """This process's place among the workers, as MultiWorkerMirroredStrategy numbers them
+    (tensorflow's multi_worker_util.id_in_cluster): the chief task is 0, worker i is i + the
+    number of chiefs (a TF_CONFIG with a chief task has two task_id 0)."""
+    kind, task = getattr(resolver, "task_type", None), int(getattr(resolver, "task_id", 0) or 0)
+    if kind == "worker":
+        return task + len(resolver.cluster_spec().as_dict().get("chief", []))
+    return 0 if kind in (None, "chief") else task
+
+
+#: how long a worker's recorder waits for the other workers' (DUALTRAIN_AUDIT_WAIT_S)
+WAIT_S = 120.0
+_MADE = [0]  # the fits this process has recorded: the n-th meets the other workers' n-th
+
+
+def meet(rank: int, ranks: int) -> None:
+    """Wait until every worker's recorder has begun its fit (a key each in the coordination
+    service MultiWorkerMirroredStrategy starts), so a recorder on some workers only is a one-line
+    error before anything is written, not a record that waits at its end for parts no one
+    writes. Without a coordination service there is nothing to meet through."""
+    _MADE[0] += 1
+    ctx = context.context()
+    if ranks <= 1 or getattr(ctx, "coordination_service", None) is None:
+        return
+    prefix = f"dualtrain/audit/{_MADE[0]}/"
+    ctx.set_config_key_value(f"{prefix}{rank}", "1")
+    wait = float(os.environ.get("DUALTRAIN_AUDIT_WAIT_S", WAIT_S))
+    start, missing, said = time.monotonic(), list(range(ranks)), False
+    while missing:
+        waited = time.monotonic() - start
+        if waited > wait:
+            raise UserError(
+                f"make the audit recorder on every worker (it meets the others' as fit begins): "
+                f"worker(s) {missing} began no recorded fit in {wait:g} s "
+                f"(DUALTRAIN_AUDIT_WAIT_S). Received: a recorder on worker {rank} of {ranks}"
+            )
+        try:
+            ctx.get_config_key_value(f"{prefix}{missing[0]}", timeout_in_ms=1000)
+            missing.pop(0)
+        except tf.errors.OpError:  # not there yet (DeadlineExceeded)
+            if waited > 10 and not said:
+                said = True
+                print(
+                    f"dualtrain audit: worker {rank} waits for the recorders of the other workers "
+                    f"(every worker makes one; an error after {wait:g} s)",
+                    file=sys.stderr,
+                )

@@ -70,7 +70,7 @@ class TorchRecorder:
             self.batches = loader_len(loader)
             self.batch_size = getattr(loader, "batch_size", None)
             self.config = read_config(model, optimizer, scaler, loader, sampler, scheduler)
-            self.init = canonical_weights(model) if self.rank == 0 else {}
+            self.init: dict[str, Any] | None = None  # read at the first rec.batch
         except BaseException:
             if prepared and self.rank == 0:
                 record.abandon(self.dir)  # nothing half-written: the folder says it failed
@@ -127,7 +127,8 @@ class TorchRecorder:
                 f"micro-batch) and rec.step(loss) after it. Received: optimizer.step() "
                 f"{'again ' if self.steps else ''}at step {max(len(self.steps), 1)}"
             )
-        self._set_lrs(self.steps[-1])  # the lr the step uses (a script may set it after rec.batch)
+        # the lr the step uses (a script may set it after rec.batch)
+        _set_lrs(self.steps[-1], self.optimizer)
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
@@ -166,12 +167,6 @@ class TorchRecorder:
             self.epoch_now, self.pos, self.order = epoch, 0, None
         return epoch
 
-    def _set_lrs(self, entry: dict[str, Any]) -> None:
-        lrs = [float(g["lr"]) for g in self.optimizer.param_groups]
-        entry["lr"] = lrs[0]
-        if len(lrs) > 1:
-            entry["lrs"] = lrs
-
     def _close_step(self) -> None:
         if self.steps:
             last = self.steps[-1]
@@ -186,8 +181,9 @@ class TorchRecorder:
         them (else the sampler's, when the recorder was given its loader or sampler); ``epoch``:
         the script's epoch (else counted from the loader's length)."""
         self._open()
-        if self.calls == 0:
-            same_world(self.world)
+        if self.calls == 0:  # the weights the first step starts from (a checkpoint loaded
+            same_world(self.world)  # after the recorder was made included)
+            self.init = canonical_weights(self.model) if self.rank == 0 else {}
         inputs = _input_rows(inputs)
         self.calls += 1
         n = int(inputs.shape[0])
@@ -208,7 +204,7 @@ class TorchRecorder:
             }
             self.rows.append(self.current)
             entry = {"step": step, "epoch": now, "lr": None, "loss_scale": _scale_of(self.scaler)}
-            self._set_lrs(entry)  # read again when the optimizer steps
+            _set_lrs(entry, self.optimizer)  # read again when the optimizer steps
             self.steps.append(entry)
         elif self.stepped:
             raise UserError(
@@ -254,6 +250,7 @@ class TorchRecorder:
             rows = [_plain_row(r) for r in self.rows]
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:
+                final = canonical_weights(self.model)
                 record.finish(
                     self.dir,
                     framework="torch",
@@ -261,13 +258,17 @@ class TorchRecorder:
                     steps=[_plain(s) for s in self.steps],
                     ranks=self.world,
                     config=self.config,
-                    weights_init=self.init,
-                    weights_final=canonical_weights(self.model),
+                    weights_init=self.init if self.init is not None else final,
+                    weights_final=final,
                     env={"torch": backend_facts(gpu_details=False)},
                     wall_s=time.perf_counter() - self.started,
                 )
             if self.world > 1:
                 dist.barrier()
+        except BaseException:
+            if self.rank == 0:
+                record.abandon(self.dir)  # nothing half-written: the folder says it failed
+            raise
         finally:
             record.release()
 
@@ -288,6 +289,14 @@ class TorchRecorder:
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()
+
+
+def _set_lrs(entry: dict[str, Any], optimizer: Any) -> None:
+    """The step's lr (every group's, under ``lrs``, where there are several)."""
+    lrs = [float(g["lr"]) for g in optimizer.param_groups]
+    entry["lr"] = lrs[0]
+    if len(lrs) > 1:
+        entry["lrs"] = lrs
 
 
 def _scale_of(scaler: Any) -> Any:
