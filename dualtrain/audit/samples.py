@@ -7,6 +7,7 @@ from collections import Counter
 
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.split import duplicated, policies, splits_differ
 
 KIND = "pattern"  # the same sample under any normalisation
 
@@ -141,8 +142,8 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     """Different data, a different shuffle, or the same global batches split differently over
     the replicas (DistributedSampler's interleaving against MirroredStrategy's blocks)."""
     n = min(len(a.steps), len(b.steps))
-    if not n or a.steps[0]["samples"] != b.steps[0]["samples"]:
-        return []
+    if not n or a.steps[0]["samples"] != b.steps[0]["samples"] or splits_differ(a, b):
+        return []  # the split's own finding says it
     first_global = next(
         (s for s in range(1, n + 1) if a.global_rows(s, KIND) != b.global_rows(s, KIND)), None
     )
@@ -212,6 +213,23 @@ def _sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
 
 
 def _sharding(a: Recorded, b: Recorded, step: int) -> Finding:
+    if a.framework == b.framework == "tf":  # two Keras runs: no DistributedSampler to name
+        kinds = [str((r.config.get("data") or {}).get("kind", "fit's input")) for r in (a, b)]
+        return Finding(
+            "global batches split differently over the replicas",
+            f"step {step}: the same global batch, split differently over the replicas (A feeds "
+            f"fit a {kinds[0]}, B a {kinds[1]}: contiguous blocks of each batch against a split "
+            f"the script's dataset function makes)",
+            [
+                fix(
+                    b,
+                    "B",
+                    ("distribute_datasets_from_function", "experimental_distribute_dataset"),
+                    "split each global batch as A does (the same distributed dataset)",
+                )
+            ],
+            step=step,
+        )
     fixes = []
     for run, tag in ((a, "A"), (b, "B")):
         if run.framework == "torch":
@@ -293,4 +311,4 @@ def normalisation(a: Recorded, b: Recorded) -> list[Finding]:
     ]
 
 
-SAMPLE_DIAGNOSES = (set_epoch, padding, batches, order, normalisation)
+SAMPLE_DIAGNOSES = (set_epoch, padding, batches, duplicated, policies, order, normalisation)

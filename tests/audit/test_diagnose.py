@@ -332,3 +332,40 @@ def test_a_clipped_gradient_is_no_evidence_of_the_loss_reduction():
     clipped = _record("torch", world=2, config=_clipped(("clip_grad_norm_", 1.0)))
     assert name not in [f.name for f in diagnose(summed, clipped)]
     assert "gradient clipping in one run only" in [f.name for f in diagnose(summed, clipped)]
+
+
+def _rows(run: Recorded, rows_of) -> Recorded:
+    """``run`` with replica r's digests at step s made by ``rows_of(s, r)``."""
+    for (s, r), row in run.replicas.items():
+        row["exact"] = row["pattern"] = rows_of(s, r)
+    return run
+
+
+def test_replicas_feeding_each_others_rows_are_named_in_either_framework():
+    """No DistributedSampler in a DDP script, AutoShardPolicy.OFF: every replica the same rows
+    (the third round's k_OFF pair was only 'different data')."""
+    for framework, needle in (("torch", "DistributedSampler(dataset)"), ("tf", "AutoShardPolicy")):
+        same = _rows(_record(framework, world=2), lambda s, r: [f"{s:08x}{0:08x}"])
+        found = {f.name: f for f in diagnose(_record(framework, world=2), same)}
+        f = found.pop("replicas feed the same rows (no sharding)")
+        assert "B's 2 replicas feed each other's rows at 4 of 4 steps" in f.evidence
+        assert needle in f.fixes[0] and "different data" not in found, list(found)
+        again = _rows(_record(framework, world=2), lambda s, r: [f"{s:08x}{0:08x}"])
+        assert diagnose(same, again) == []  # both alike: no difference
+
+
+def test_a_different_auto_shard_policy_is_named_where_the_rows_differ():
+    """FILE against DATA on a dataset of files: the same rows in another split, which the
+    report called 'shuffle seeds'; AUTO against DATA on tensors feeds the same rows: nothing."""
+
+    def keras(policy: str, swap: bool = False) -> Recorded:
+        data = {"data": {"kind": "tf.data.Dataset", "workers": 2, "auto_shard_policy": policy}}
+        run = _record("tf", world=2, config=data)
+        return _rows(run, lambda s, r: [f"{s:08x}{(1 - r if swap else r):08x}"])
+
+    found = {f.name: f for f in diagnose(keras("DATA"), keras("FILE", swap=True))}
+    f = found.pop("different tf.data auto-shard policy")
+    assert "A's workers split its dataset by AutoShardPolicy.DATA, B's by FILE" in f.evidence
+    assert f.fixes[0].endswith("auto_shard_policy = AutoShardPolicy.DATA")
+    assert "shuffle seeds" not in found, list(found)
+    assert diagnose(keras("AUTO"), keras("DATA")) == []

@@ -200,6 +200,26 @@ def restored():  # a callback after the recorder restores weights in on_train_be
     init = weights("res")
     return [len(init.files), all(bool(np.all(init[k] == 0.25)) for k in init.files)]
 case("restored", restored)
+
+def data_split():  # what fit reads, as far as it says how workers split it
+    out = []
+    for name, policy in (("ds", "FILE"), ("arr", None)):
+        with SCOPE():
+            m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+            m.compile(optimizer="sgd", loss="mse")
+        x, y = np.ones((8, 3), "float32"), np.ones((8, 2), "float32")
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+        if policy:
+            opts = tf.data.Options()
+            policy = tf.data.experimental.AutoShardPolicy.FILE
+            opts.experimental_distribute.auto_shard_policy = policy
+            m.fit(data.with_options(opts), callbacks=[recorder(name, m)], verbose=0)
+        else:
+            m.fit(x, y, batch_size=4, callbacks=[recorder(name, m)], verbose=0)
+        cfg = json.load(open(f"{OUT}/{name}/audit.json"))["config"]["data"]
+        out.append(json.dumps(cfg, sort_keys=True).replace(" ", ""))
+    return out
+case("data", data_split)
 """
 
 
@@ -219,6 +239,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "lr",
         "twice",
         "restored",
+        "data",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -310,3 +331,11 @@ def test_multi_worker_with_a_chief_task_and_a_recorder_on_the_chief_only(tmp_pat
     error = (tmp_path / "b.rank0.err").read_text()
     assert error.count("\n") == 1 and "worker(s) [1] began no recorded fit in 5 s" in error
     assert not (tmp_path / "b").exists()
+
+
+def test_the_datasets_split_over_workers_is_recorded(printed):
+    # a tf.data dataset's auto-shard policy (compare names a different one); arrays: their kind
+    assert printed["data"] == (
+        'data {"auto_shard_policy":"FILE","kind":"tf.data.Dataset","workers":1} '
+        '{"kind":"ndarray","workers":1}'
+    )

@@ -33,6 +33,8 @@ from dualtrain.backends.tf.audit_setup import (
     canonical_weights,
     check_setup,
     config_of,
+    data_facts,
+    fit_input,
     meet,
     rank_of,
 )
@@ -219,7 +221,8 @@ class KerasRecorder(keras.callbacks.Callback):
             self._wrap_optimizer(self.model)
             self.init = canonical_weights(self.model, self.weight_map) if self.rank == 0 else {}
             self.fresh = True  # read again at the first batch, after every on_train_begin
-            self.config = config_of(self.model)
+            data = data_facts(fit_input(self.model), self.ranks)
+            self.config = config_of(self.model) | {"data": data}
             meet(self.rank, self.ranks)  # before the folder: a lone recorder writes nothing
             if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
                 record.prepare(self.dir, "tf")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import types
 from collections import Counter
 from typing import Any
 
@@ -194,6 +195,36 @@ def config_of(model: Any) -> dict[str, Any]:
         oc["learning_rate"] = type(opt._learning_rate).__name__
     cfg["optimizer"] = {"type": type(opt).__name__, **oc}
     return cfg
+
+
+def fit_input(model: Any) -> Any:
+    """The ``x`` the running ``fit`` of ``model`` was given (read from fit's frame: a callback is
+    not handed it, and a recorder made in fit's own arguments is made after ``model.fit`` was
+    looked up, so no wrapper of fit sees that call); None where no such frame is found."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return frame.f_locals.get("x")
+        frame = frame.f_back
+    return None
+
+
+def data_facts(x: Any, workers: int) -> dict[str, Any]:
+    """What fit was given to read, as far as it says how the workers split it: a tf.data
+    dataset's auto-shard policy (MultiWorkerMirroredStrategy's split over workers), or the
+    distributed dataset the script made itself."""
+    out: dict[str, Any] = {"kind": type(x).__name__, "workers": workers}
+    dataset = getattr(x, "_original_dataset", x)  # experimental_distribute_dataset's input
+    if isinstance(dataset, tf.data.Dataset):
+        policy = dataset.options().experimental_distribute.auto_shard_policy
+        out["auto_shard_policy"] = getattr(policy, "name", str(policy))
+    if type(x).__name__ == "DistributedDatasetsFromFunction":
+        out["kind"] = "distribute_datasets_from_function"
+    elif x is not dataset:
+        out["kind"] = "experimental_distribute_dataset"
+    elif isinstance(x, tf.data.Dataset):
+        out["kind"] = "tf.data.Dataset"
+    return out
 
 
 def rank_of(resolver: Any) -> int:

@@ -1,0 +1,107 @@
+"""The diagnoses of how a run splits its data over the replicas, read from the rows each replica
+fed and the split the Keras recorder read from fit's dataset: replicas that feed each other's
+rows (no sharding), and a different tf.data auto-shard policy between two multi-worker runs."""
+
+from __future__ import annotations
+
+from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.read import Recorded
+
+KIND = "pattern"  # the same sample under any normalisation
+
+
+def duplicate_steps(run: Recorded) -> tuple[int, int]:
+    """(steps at which every replica fed the same rows, steps with rows on 2+ replicas)."""
+    same = judged = 0
+    for s in run.steps:
+        rows = [sorted(r[KIND]) for r in run.rows(int(s["step"])) if r[KIND]]
+        if len(rows) > 1:
+            judged += 1
+            same += all(r == rows[0] for r in rows[1:])
+    return same, judged
+
+
+def duplicates(run: Recorded) -> bool:
+    """Most steps feed every replica the same rows: the data is not split over them."""
+    same, judged = duplicate_steps(run)
+    return judged > 0 and same * 2 > judged
+
+
+def duplicated(a: Recorded, b: Recorded) -> list[Finding]:
+    """Replicas that feed each other's rows in one run only: a DDP script without a
+    DistributedSampler, a tf.data pipeline with auto-sharding off (every worker reads every row),
+    a distribute_datasets_from_function that does not shard by its input_pipeline_id."""
+    out = []
+    for run, tag, other in ((a, "A", b), (b, "B", a)):
+        if not duplicates(run) or duplicates(other):
+            continue
+        same, judged = duplicate_steps(run)
+        if run.framework == "torch":
+            needles: tuple[str, ...] = ("DataLoader(", "sampler=")
+            change = (
+                "sampler=DistributedSampler(dataset) in the DataLoader (each replica a "
+                "different 1/world of the data)"
+            )
+        else:
+            needles = ("auto_shard_policy", "distribute_datasets_from_function", ".batch(")
+            change = (
+                "auto_shard_policy = AutoShardPolicy.DATA (OFF feeds every worker every row), "
+                "or shard by input_context.input_pipeline_id in distribute_datasets_from_function"
+            )
+        out.append(
+            Finding(
+                "replicas feed the same rows (no sharding)",
+                f"{tag}'s {run.world_size} replicas feed each other's rows at {same} of {judged} "
+                f"steps: each sees the same data, so {tag} trains on 1/{run.world_size} of the "
+                f"rows the other run does per step",
+                [fix(run, tag, needles, change)],
+                step=1,
+            )
+        )
+    return out
+
+
+def auto_shard(run: Recorded) -> str | None:
+    """A multi-worker Keras run's tf.data auto-shard policy, as its recorder read it."""
+    data = run.config.get("data") or {}
+    if run.framework != "tf" or int(data.get("workers") or 1) < 2:
+        return None
+    return data.get("auto_shard_policy")
+
+
+def policies(a: Recorded, b: Recorded) -> list[Finding]:
+    """Two multi-worker Keras runs whose datasets split over the workers by another tf.data
+    auto-shard policy (FILE: whole files per worker; DATA: every worker reads all and keeps its
+    share of each batch): the same rows in another order and split, which is no shuffle."""
+    pa, pb = auto_shard(a), auto_shard(b)
+    if pa is None or pb is None or pa == pb or not _rows_differ(a, b):
+        return []  # AUTO is DATA on a dataset that reads no files: the same rows, no finding
+    return [
+        Finding(
+            "different tf.data auto-shard policy",
+            f"A's workers split its dataset by AutoShardPolicy.{pa}, B's by {pb} (FILE hands "
+            f"each worker whole files, DATA each worker its share of every batch, AUTO is FILE "
+            f"where the dataset reads files, else DATA)",
+            [
+                fix(
+                    b,
+                    "B",
+                    ("auto_shard_policy", "AutoShardPolicy", "experimental_distribute"),
+                    f"options.experimental_distribute.auto_shard_policy = AutoShardPolicy.{pa}",
+                )
+            ],
+            step=1,
+        )
+    ]
+
+
+def _rows_differ(a: Recorded, b: Recorded) -> bool:
+    steps = range(1, min(len(a.steps), len(b.steps)) + 1)
+    return any(
+        [sorted(r[KIND]) for r in a.rows(s)] != [sorted(r[KIND]) for r in b.rows(s)] for s in steps
+    )
+
+
+def splits_differ(a: Recorded, b: Recorded) -> bool:
+    """Whether one of these diagnoses explains rows that differ between the runs."""
+    return bool(duplicated(a, b) or policies(a, b))
