@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dualtrain.audit import conventions as C
 from dualtrain.audit.clipping import clipping
 from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
@@ -265,7 +267,7 @@ def held(a: Recorded, b: Recorded) -> list[Finding]:
     every trainable variable): the lr and settings checks judge only what each recorder saw."""
     na, nb = (set((r.config.get("not_held") or {}).get("names", [])) for r in (a, b))
     if na == nb:
-        return []
+        return _moved_apart(a, b, na)
     out = []
     for run, tag, names in ((a, "A", na - nb), (b, "B", nb - na)):
         if names:
@@ -291,10 +293,72 @@ def held(a: Recorded, b: Recorded) -> list[Finding]:
     return out
 
 
+def _moved(run: Recorded, names: set[str]) -> set[str]:
+    init, final = run.weights_init, run.weights_final
+    return {n for n in names if n in init and n in final and not np.array_equal(init[n], final[n])}
+
+
+def _moved_apart(a: Recorded, b: Recorded, names: set[str]) -> list[Finding]:
+    """The same parameters outside both recorded optimizers, updated in one run only (a second
+    optimizer in one script, none in the other)."""
+    ma, mb = _moved(a, names), _moved(b, names)
+    if ma == mb:
+        return []
+    (on, tag, moved), (off, otag) = (
+        ((a, "A", ma), (b, "B")) if ma - mb else ((b, "B", mb), (a, "A"))
+    )
+    listed = ", ".join(sorted(moved)[:4]) + (", ..." if len(moved) > 4 else "")
+    return [
+        Finding(
+            "parameters outside the recorded optimizer updated in one run only",
+            f"{tag}'s {listed} change during the run though its recorded optimizer does not hold "
+            f"them (another optimizer steps them: its lr and options unjudged); {otag}'s stay as "
+            f"they started",
+            [fix(off, otag, opt_lines(off), f"update them as {tag} does (its other optimizer)")],
+        )
+    ]
+
+
+def frozen(a: Recorded, b: Recorded) -> list[Finding]:
+    """Parameters frozen in one run and trained in the other (torch ``requires_grad_(False)``,
+    Keras ``trainable = False``): by name between two runs of a framework, by number of values
+    across frameworks (their names differ); the finding goes to the run that freezes more."""
+    fa, fb = ((r.config.get("frozen") or {}) for r in (a, b))
+    same = a.framework == b.framework
+    if (set(fa) == set(fb)) if same else (sum(fa.values()) == sum(fb.values())):
+        return []
+    out = []
+    for run, tag, mine, theirs in ((a, "A", fa, fb), (b, "B", fb, fa)):
+        only = sorted(set(mine) - set(theirs)) if same else sorted(mine)
+        if not only or (not same and sum(mine.values()) < sum(theirs.values())):
+            continue
+        listed = ", ".join(only[:4]) + (", ..." if len(only) > 4 else "")
+        values = sum(mine[n] for n in only)
+        other = "trains them" if same else f"freezes {sum(theirs.values())} values"
+        torch_run = run.framework == "torch"
+        out.append(
+            Finding(
+                "parameters frozen in one run only",
+                f"{tag} freezes {listed} ({values} values) where the other run {other}",
+                [
+                    fix(
+                        run,
+                        tag,
+                        ("requires_grad",) if torch_run else ("trainable",),
+                        "train them as the other run does (requires_grad_(True))"
+                        if torch_run
+                        else "train them as the other run does (the layers' trainable = True)",
+                    )
+                ],
+            )
+        )
+    return out
+
+
 #: where each framework's scripts set their precision
 PRECISION_LINES = {
     "torch": ("set_default_dtype", ".double()", ".half()", ".bfloat16()", ".to("),
     "tf": ("set_global_policy", "dtype_policy", "dtype="),
 }
 
-SETTINGS_DIAGNOSES = (optimizer, held, loss_scale, batchnorm, precision, clipping)
+SETTINGS_DIAGNOSES = (optimizer, held, frozen, loss_scale, batchnorm, precision, clipping)

@@ -369,3 +369,29 @@ def test_a_different_auto_shard_policy_is_named_where_the_rows_differ():
     assert f.fixes[0].endswith("auto_shard_policy = AutoShardPolicy.DATA")
     assert "shuffle seeds" not in found, list(found)
     assert diagnose(keras("AUTO"), keras("DATA")) == []
+
+
+def test_parameters_frozen_or_stepped_by_another_optimizer_in_one_run_only():
+    """A frozen backbone against a trained one (by name in one framework, by values across
+    them); parameters outside both recorded optimizers that one run's second optimizer moves
+    (the third round's t_freeze and t_subset/t_twoopt pairs named nothing)."""
+    trained = _record("torch")
+    body = _record("torch", config={"frozen": {"body.weight": 12, "body.bias": 4}})
+    (f,) = [f for f in diagnose(trained, body) if f.name == "parameters frozen in one run only"]
+    assert "B freezes body.bias, body.weight (16 values) where the other run trains them" in (
+        f.evidence
+    )
+    assert check_settings(trained, body).status == FAIL
+    keras_body = _record("tf", config={"frozen": {"body.weight": 12, "body.bias": 4}})
+    assert check_settings(body, keras_body).status == PASS  # the same values frozen
+    (g,) = [f for f in diagnose(trained, keras_body) if "frozen" in f.name]
+    assert "B freezes body.bias, body.weight (16 values) where the other run freezes 0" in (
+        g.evidence
+    )
+    held = {"not_held": {"names": ["w"], "of": 2}}
+    alone, stepped = _record("torch", config=held), _record("torch", config=held)
+    stepped.weights_final = {"w": np.ones(2, np.float32)}
+    (h,) = [f for f in diagnose(alone, stepped) if "outside" in f.name]
+    assert h.name == "parameters outside the recorded optimizer updated in one run only"
+    assert "B's w change during the run" in h.evidence and h.fixes[0].startswith("A (torch)")
+    assert check_settings(alone, _record("torch", config=held)).status == PASS

@@ -220,6 +220,19 @@ def data_split():  # what fit reads, as far as it says how workers split it
         out.append(json.dumps(cfg, sort_keys=True).replace(" ", ""))
     return out
 case("data", data_split)
+
+def frozen_layer():  # a frozen layer's kernel and bias; a Normalization's statistics are not
+    with SCOPE():
+        norm = keras.layers.Normalization(mean=0.0, variance=1.0)
+        body = keras.layers.Dense(4, name="body")
+        m = keras.Sequential([keras.Input((3,)), norm, body, keras.layers.Dense(2, name="head")])
+        body.trainable = False
+        m.compile(optimizer="sgd", loss="mse")
+    m.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=4,
+          callbacks=[recorder("frz", m)], verbose=0)
+    cfg = json.load(open(f"{OUT}/frz/audit.json"))["config"]["frozen"]
+    return [json.dumps(cfg, sort_keys=True).replace(" ", "")]
+case("frozen", frozen_layer)
 """
 
 
@@ -240,6 +253,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "twice",
         "restored",
         "data",
+        "frozen",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -339,3 +353,7 @@ def test_the_datasets_split_over_workers_is_recorded(printed):
         'data {"auto_shard_policy":"FILE","kind":"tf.data.Dataset","workers":1} '
         '{"kind":"ndarray","workers":1}'
     )
+
+
+def test_a_frozen_layers_parameters_are_recorded_not_its_statistics(printed):
+    assert printed["frozen"] == 'frozen {"body.bias":4,"body.weight":12}'

@@ -352,6 +352,7 @@ def test_parameters_a_second_optimizer_steps_are_named_and_judged(tmp_path, caps
     warned = capsys.readouterr().err
     assert "holds 1 of the model's 3 trainable parameters; 2.weight, 2.bias are another" in warned
     assert split.config["not_held"] == {"names": ["2.weight", "2.bias"], "of": 3}
+    assert split.config["frozen"] == {"1.bias": 8}
     whole = run("whole", False)
     assert "not_held" not in whole.config and "dualtrain audit" not in capsys.readouterr().err
     (f,) = [

@@ -32,6 +32,19 @@ NAMES = {
 }
 
 
+#: the leaves of the variables that are a layer's parameters (trained unless the layer is frozen)
+PARAMETER_LEAVES = (
+    "kernel",
+    "bias",
+    "gamma",
+    "beta",
+    "embeddings",
+    "recurrent_kernel",
+    "depthwise_kernel",
+    "pointwise_kernel",
+)
+
+
 def _seed_states(model: Any) -> set[int]:
     """The ids of the model's random seed generators' states (Dropout's, a custom layer's
     ``keras.random.SeedGenerator``): the state of a random stream, not a weight. ``model.weights``
@@ -179,6 +192,12 @@ def config_of(model: Any) -> dict[str, Any]:
             "compute_dtype": str(policy.compute_dtype),
             "variable_dtype": str(policy.variable_dtype),
         },
+    }
+    variables = model_variables(model)
+    cfg["frozen"] = {  # a layer's parameters fit does not train (not its statistics: BatchNorm's
+        name: int(np.prod(v.shape))  # moving ones, a Normalization's mean; torch's buffers)
+        for name, v in zip(canonical_names(model, variables), variables, strict=True)
+        if not v.trainable and v.path.rpartition("/")[2] in PARAMETER_LEAVES
     }
     if isinstance(opt, keras.optimizers.LossScaleOptimizer):
         c = opt.get_config()

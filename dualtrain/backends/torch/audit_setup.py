@@ -173,6 +173,7 @@ def read_config(
     missing = _not_held(inner, optimizer)
     if missing:
         cfg["not_held"] = missing
+    cfg["frozen"] = {n: p.numel() for n, p in inner.named_parameters() if not p.requires_grad}
     if scaler is not None and scaler.is_enabled():
         state = scaler.state_dict()
         cfg["loss_scale"] = {
