@@ -6,6 +6,8 @@ norm and loss-scale records and the configuration the recorders read from the sc
 
 from __future__ import annotations
 
+import numpy as np
+
 from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.clipping import clips
@@ -277,7 +279,39 @@ def architecture(a: Recorded, b: Recorded) -> list[Finding]:
                 step=0,
             )
         ]
-    return []
+    return _resumed(a, b)
+
+
+def _resumed(a: Recorded, b: Recorded) -> list[Finding]:
+    """A Keras fit that begins after epoch 1 (``initial_epoch``, a BackupAndRestore resuming)
+    from other weights than a run that begins at 1: its initial weights are a checkpoint's."""
+    first = [int(r.steps[0]["epoch"]) if r.steps else 1 for r in (a, b)]
+    pairs = paired_weights(a, b)
+    if isinstance(pairs, str) or all(
+        np.array_equal(a.weights_init[x], b.weights_init[y]) for x, y in pairs
+    ):
+        return []  # an initial_epoch that only numbers epochs: the same weights
+    out = []
+    for run, tag, mine, theirs in ((a, "A", first[0], first[1]), (b, "B", first[1], first[0])):
+        if run.framework == "tf" and mine > 1 and theirs <= 1:
+            out.append(
+                Finding(
+                    "a resumed run against a fresh one",
+                    f"{tag}'s fit begins at epoch {mine} (initial_epoch, or a BackupAndRestore "
+                    f"that resumed), from the weights it restored; the other run begins at 1",
+                    [
+                        fix(
+                            run,
+                            tag,
+                            ("BackupAndRestore", "initial_epoch", "load_weights"),
+                            "record a run from its start (an empty backup_dir), or compare it "
+                            "with the other run's record of the same epochs",
+                        )
+                    ],
+                    step=0,
+                )
+            )
+    return out
 
 
 DIAGNOSES = (

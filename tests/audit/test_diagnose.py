@@ -395,3 +395,20 @@ def test_parameters_frozen_or_stepped_by_another_optimizer_in_one_run_only():
     assert h.name == "parameters outside the recorded optimizer updated in one run only"
     assert "B's w change during the run" in h.evidence and h.fixes[0].startswith("A (torch)")
     assert check_settings(alone, _record("torch", config=held)).status == PASS
+
+
+def test_a_keras_fit_resumed_after_epoch_1_is_named_against_a_fresh_run():
+    """A BackupAndRestore that resumed (the third round's k_resume): named, not only a FAIL of
+    the initial weights; two resumed runs, or a torch script numbering its epochs, are not."""
+    resumed, fresh = _record("tf", first_epoch=2), _record("tf")
+    assert diagnose(fresh, resumed) == []  # the same weights: initial_epoch only numbers epochs
+    resumed.weights_init = {"w": np.ones(2, np.float32)}  # a checkpoint's
+    (f,) = [f for f in diagnose(fresh, resumed) if f.step == 0]
+    assert f.name == "a resumed run against a fresh one"
+    assert "B's fit begins at epoch 2" in f.evidence
+    again = _record("tf", first_epoch=2)
+    again.weights_init = resumed.weights_init
+    assert diagnose(resumed, again) == []
+    numbered = _record("torch", first_epoch=2)
+    numbered.weights_init = resumed.weights_init
+    assert not [f for f in diagnose(numbered, _record("torch")) if "resumed" in f.name]
