@@ -33,6 +33,20 @@ def check_steps(a: Recorded, b: Recorded) -> Check:
     per_b = {e: len(s) for e, s in eb.items()}
     judged = "the number of optimizer steps in each epoch"
     not_judged = "steps the scripts took outside the recorder (before it started, after close)"
+    blind = [t for t, r in (("A", a), ("B", b)) if r.config.get("epochs") == "unknown"]
+    if blind:  # a torch recorder given no loader, sampler or epoch=: its epochs are unknown
+        why = f"{' and '.join(blind)}'s epochs unknown (no loader, sampler or epoch= recorded)"
+        same = len(a.steps) == len(b.steps)
+        return Check(
+            "steps",
+            PASS if same else FAIL,
+            f"{len(a.steps)} steps in A, {len(b.steps)} in B; {why}",
+            "the number of optimizer steps",
+            f"the steps per epoch ({why}); {not_judged}",
+            first_step=None
+            if len(a.steps) == len(b.steps)
+            else min(len(a.steps), len(b.steps)) + 1,
+        )
     if per_a == per_b:
         return Check(
             "steps", PASS, f"{len(a.steps)} steps, {len(ea)} epoch(s) in both", judged, not_judged

@@ -126,11 +126,18 @@ def _granularity(
             fixes.append(fix(run, tag, ("scheduler.step()", "lr_scheduler"), change))
         else:
             change = (
-                "a LearningRateScheduler callback sets the lr per epoch; a "
-                "`keras.optimizers.schedules.LearningRateSchedule` per step: use the other "
-                "script's granularity"
+                "the lr set per epoch (a LearningRateScheduler, a callback's on_epoch_begin); "
+                "a `keras.optimizers.schedules.LearningRateSchedule` sets it per step: use the "
+                "other script's granularity"
             )
-            fixes.append(fix(run, tag, ("LearningRateScheduler", "schedules."), change))
+            needles = (  # the per-epoch run's own line first
+                "LearningRateScheduler",
+                "on_epoch_begin",
+                "schedules.",
+                "learning_rate.assign",
+                ".learning_rate =",
+            )
+            fixes.append(fix(run, tag, needles, change))
     return [
         Finding(
             "scheduler stepped per epoch vs per step",

@@ -18,6 +18,7 @@ merges them.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +35,7 @@ from dualtrain.backends.torch.audit_setup import (
     canonical_weights,
     check_setup,
     loader_len,
-    meet,
+    prepare,
     read_config,
     same_world,
     world_of,
@@ -64,7 +65,7 @@ class TorchRecorder:
             sampler = sampler if sampler is not None else getattr(loader, "sampler", None)
             check_setup(model, optimizer, sampler)
             self.rank, self.world = world_of()
-            prepared = self._prepare(model)
+            prepared = prepare(self.dir, self.rank, self.world, model)
             self.model, self.optimizer, self.scaler = model, optimizer, scaler
             self.sampler = sampler
             self.batches = loader_len(loader)
@@ -82,6 +83,8 @@ class TorchRecorder:
         self.current: dict[str, Any] | None = None
         self.epoch_now, self.pos, self.calls = 0, 0, 0
         self.sampler_epoch = getattr(sampler, "epoch", None)
+        # how epochs are known: the script's epoch=, else the loader's length or set_epoch
+        self.epochs = "counted" if self.batches or hasattr(sampler, "set_epoch") else "unknown"
         self.stepped = False
         self.norm: torch.Tensor | None = None
         self.digests = Digests()
@@ -92,31 +95,6 @@ class TorchRecorder:
             optimizer.register_step_post_hook(self._post),
         ]
         self.clips = ClipWatch(lambda: len(self.steps))
-
-    def _prepare(self, model: Any) -> bool:
-        """The chief prepares the folder; every process learns whether it could (an all-reduce
-        on the model's device), so a folder the chief refuses is one line in every process, not
-        a hang of the others at their first collective."""
-        if self.world > 1:
-            meet(self.rank, self.world)  # before the folder: a lone recorder writes nothing
-        error = None
-        if self.rank == 0:
-            try:
-                record.prepare(self.dir, "torch")
-            except UserError as e:
-                error = e
-        if self.world > 1:
-            device = next((p.device for p in model.parameters()), torch.device("cpu"))
-            failed = torch.tensor([0 if error is None else 1], device=device)
-            dist.all_reduce(failed)
-            if error is None and int(failed.item()):
-                raise UserError(
-                    f"the chief process (rank 0) could not prepare the audit folder (its error "
-                    f"says why). Received: {str(self.dir)!r}"
-                )
-        if error is not None:
-            raise error
-        return True
 
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -157,6 +135,10 @@ class TorchRecorder:
         """The epoch of this batch: the script's; else a new one when the sampler's epoch moved
         (``set_epoch``: a loop that leaves its epochs early) or the loader's length of batches
         is done."""
+        if epoch is None and self.epochs == "unknown" and not self.steps and self.rank == 0:
+            print(NO_EPOCHS, file=sys.stderr)
+        if epoch is not None:
+            self.epochs = "script"
         if epoch is None:
             moved = getattr(self.sampler, "epoch", None)
             full = bool(self.batches) and self.pos >= (self.batches or 0)
@@ -243,6 +225,7 @@ class TorchRecorder:
         try:
             self._close_step()
             self._unhook()
+            self.config["epochs"] = self.epochs
             clipping = self.clips.summary(len(self.steps))
             if clipping is not None:
                 self.config["clipping"] = clipping
@@ -289,6 +272,13 @@ class TorchRecorder:
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()
+
+
+NO_EPOCHS = (
+    "dualtrain audit: no loader or sampler given and no rec.batch(..., epoch=): every step is "
+    "counted in epoch 1 and compare judges the steps' total only (give the recorder loader=, "
+    "or rec.batch(data, epoch=epoch))"
+)
 
 
 def _set_lrs(entry: dict[str, Any], optimizer: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import clip_grad
 
+from dualtrain.audit import record
 from dualtrain.audit.settings import SCHEDULER_KEYS
 from dualtrain.errors import UserError, shown
 
@@ -81,6 +83,32 @@ def same_world(world: int) -> None:
             f"in {now}: make it after torch.distributed.init_process_group, in every process. "
             f"Received: world size {world} at the recorder, {now} now"
         )
+
+
+def prepare(run_dir: Path, rank: int, world: int, model: Any) -> bool:
+    """The chief prepares the folder; every process learns whether it could (an all-reduce
+    on the model's device), so a folder the chief refuses is one line in every process, not
+    a hang of the others at their first collective."""
+    if world > 1:
+        meet(rank, world)  # before the folder: a lone recorder writes nothing
+    error = None
+    if rank == 0:
+        try:
+            record.prepare(run_dir, "torch")
+        except UserError as e:
+            error = e
+    if world > 1:
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        failed = torch.tensor([0 if error is None else 1], device=device)
+        dist.all_reduce(failed)
+        if error is None and int(failed.item()):
+            raise UserError(
+                f"the chief process (rank 0) could not prepare the audit folder (its error "
+                f"says why). Received: {str(run_dir)!r}"
+            )
+    if error is not None:
+        raise error
+    return True
 
 
 def check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
