@@ -286,10 +286,10 @@ def architecture(a: Recorded, b: Recorded) -> list[Finding]:
                 step=0,
             )
         ]
-    return _resumed(a, b)
+    return []
 
 
-def _resumed(a: Recorded, b: Recorded) -> list[Finding]:
+def resumed(a: Recorded, b: Recorded) -> list[Finding]:
     """A Keras fit that begins after epoch 1 (``initial_epoch``, a BackupAndRestore resuming)
     from other weights than a run that begins at 1: its initial weights are a checkpoint's."""
     first = [int(r.steps[0]["epoch"]) if r.steps else 1 for r in (a, b)]
@@ -323,6 +323,7 @@ def _resumed(a: Recorded, b: Recorded) -> list[Finding]:
 
 DIAGNOSES = (
     architecture,
+    resumed,
     *SAMPLE_DIAGNOSES,
     schedule,
     *SETTINGS_DIAGNOSES,

@@ -343,7 +343,7 @@ def test_multi_worker_with_a_chief_task_and_a_recorder_on_the_chief_only(tmp_pat
     lone = run_python(*script, str(tmp_path / "b"), "--chief-only", timeout=240)
     assert "codes [3, " in lone.stdout, lone.stdout + lone.stderr[-3000:]
     error = (tmp_path / "b.rank0.err").read_text()
-    assert error.count("\n") == 1 and "worker(s) [1] began no recorded fit in 5 s" in error
+    assert error.count("\n") == 1 and "worker(s) [1] made none in 5 s" in error
     assert not (tmp_path / "b").exists()
 
 

@@ -219,8 +219,10 @@ class KerasRecorder(keras.callbacks.Callback):
         self.started = time.perf_counter()
         try:
             self._wrap_optimizer(self.model)
-            self.init = canonical_weights(self.model, self.weight_map) if self.rank == 0 else {}
-            self.fresh = True  # read again at the first batch, after every on_train_begin
+            if self.weight_map is not None and self.rank == 0:  # fits the model fit built
+                canonical_weights(self.model, self.weight_map)  # (or refused before writing)
+            self.init: dict[str, Any] = {}
+            self.fresh = True  # read at the first batch, after every callback's on_train_begin
             data = data_facts(fit_input(self.model), self.ranks)
             self.config = config_of(self.model) | {"data": data}
             meet(self.rank, self.ranks)  # before the folder: a lone recorder writes nothing
@@ -272,6 +274,7 @@ class KerasRecorder(keras.callbacks.Callback):
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:
+                final = canonical_weights(self.model, self.weight_map)
                 record.finish(
                     self.dir,
                     framework="tf",
@@ -279,8 +282,8 @@ class KerasRecorder(keras.callbacks.Callback):
                     steps=self.steps,
                     ranks=self.ranks,
                     config=self.config,
-                    weights_init=self.init,
-                    weights_final=canonical_weights(self.model, self.weight_map),
+                    weights_init=final if self.fresh else self.init,  # fresh: no step ran
+                    weights_final=final,
                     env={"tf": backend_facts()},
                     wall_s=time.perf_counter() - (self.started or 0.0),
                 )

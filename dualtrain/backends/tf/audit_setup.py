@@ -5,9 +5,7 @@ LossScaleOptimizer, BatchNorm layers, strategy, dtype policy)."""
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 import types
 from collections import Counter
 from typing import Any
@@ -17,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from dualtrain.audit import meeting
 from dualtrain.core.pair import mapfile
 from dualtrain.errors import UserError, shown
 
@@ -256,40 +255,26 @@ def rank_of(resolver: Any) -> int:
     return 0 if kind in (None, "chief") else task
 
 
-#: how long a worker's recorder waits for the other workers' (DUALTRAIN_AUDIT_WAIT_S)
-WAIT_S = 120.0
-_MADE = [0]  # the fits this process has recorded: the n-th meets the other workers' n-th
-
-
 def meet(rank: int, ranks: int) -> None:
-    """Wait until every worker's recorder has begun its fit (a key each in the coordination
-    service MultiWorkerMirroredStrategy starts), so a recorder on some workers only is a one-line
-    error before anything is written, not a record that waits at its end for parts no one
-    writes. Without a coordination service there is nothing to meet through."""
-    _MADE[0] += 1
+    """The recorders of every worker meet as fit begins (dualtrain.audit.meeting), through the
+    coordination service MultiWorkerMirroredStrategy starts; without one (one worker) there is
+    nothing to meet through."""
     ctx = context.context()
     if ranks <= 1 or getattr(ctx, "coordination_service", None) is None:
         return
-    prefix = f"dualtrain/audit/{_MADE[0]}/"
-    ctx.set_config_key_value(f"{prefix}{rank}", "1")
-    wait = float(os.environ.get("DUALTRAIN_AUDIT_WAIT_S", WAIT_S))
-    start, missing, said = time.monotonic(), list(range(ranks)), False
-    while missing:
-        waited = time.monotonic() - start
-        if waited > wait:
-            raise UserError(
-                f"make the audit recorder on every worker (it meets the others' as fit begins): "
-                f"worker(s) {missing} began no recorded fit in {wait:g} s "
-                f"(DUALTRAIN_AUDIT_WAIT_S). Received: a recorder on worker {rank} of {ranks}"
-            )
+
+    def present(key: str) -> bool:
         try:
-            ctx.get_config_key_value(f"{prefix}{missing[0]}", timeout_in_ms=1000)
-            missing.pop(0)
+            ctx.get_config_key_value(key, timeout_in_ms=50)
+            return True
         except tf.errors.OpError:  # not there yet (DeadlineExceeded)
-            if waited > 10 and not said:
-                said = True
-                print(
-                    f"dualtrain audit: worker {rank} waits for the recorders of the other workers "
-                    f"(every worker makes one; an error after {wait:g} s)",
-                    file=sys.stderr,
-                )
+            return False
+
+    meeting.meet(
+        rank,
+        ranks,
+        lambda key: ctx.set_config_key_value(key, "1"),
+        present,
+        noun="worker",
+        when="it meets the others' as fit begins",
+    )

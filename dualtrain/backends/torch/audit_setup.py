@@ -4,9 +4,7 @@ scheduler, GradScaler, loader and sampler, BatchNorm layers, parameter dtype).""
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import clip_grad
 
-from dualtrain.audit import record
+from dualtrain.audit import meeting, record
 from dualtrain.audit.settings import SCHEDULER_KEYS
 from dualtrain.errors import UserError, shown
 
@@ -36,41 +34,20 @@ def world_of() -> tuple[int, int]:
     return 0, 1
 
 
-#: how long a recorder waits for the other processes' recorders (DUALTRAIN_AUDIT_WAIT_S)
-WAIT_S = 120.0
-_MADE = [0]  # the recorders this process has made: the n-th meets the others' n-th
-
-
 def meet(rank: int, world: int) -> None:
-    """Wait until every process of the group has made its recorder (a key each in the process
-    group's store), so a recorder made on some ranks only is a one-line error in the ranks that
-    made one, not a collective that pairs with DDP's and aborts gloo or hangs."""
-    _MADE[0] += 1
+    """The recorders of every rank meet before the first collective (dualtrain.audit.meeting),
+    through the process group's store; without one there is nothing to meet through."""
     store = getattr(dist.distributed_c10d, "_get_default_store", lambda: None)()
     if store is None:
         return
-    prefix = f"dualtrain/audit/{_MADE[0]}/"
-    store.set(f"{prefix}{rank}", "1")
-    keys = [f"{prefix}{r}" for r in range(world)]
-    wait = float(os.environ.get("DUALTRAIN_AUDIT_WAIT_S", WAIT_S))
-    start, said = time.monotonic(), False
-    while not store.check(keys):
-        waited = time.monotonic() - start
-        if waited > wait:
-            missing = [r for r in range(world) if not store.check([f"{prefix}{r}"])]
-            raise UserError(
-                f"make the audit recorder in every process of the group (it meets the others' "
-                f"before its first collective): rank(s) {missing} made none in {wait:g} s "
-                f"(DUALTRAIN_AUDIT_WAIT_S). Received: a recorder in rank {rank} of {world}"
-            )
-        if waited > 10 and not said:
-            said = True
-            print(
-                f"dualtrain audit: rank {rank} waits for the recorders of the other processes "
-                f"(every process makes one; an error after {wait:g} s)",
-                file=sys.stderr,
-            )
-        time.sleep(0.05)
+    meeting.meet(
+        rank,
+        world,
+        lambda key: store.set(key, "1"),
+        lambda key: bool(store.check([key])),
+        noun="rank",
+        when="it meets the others' before its first collective",
+    )
 
 
 def same_world(world: int) -> None:
