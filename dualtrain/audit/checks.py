@@ -18,6 +18,7 @@ import numpy as np
 
 from dualtrain.audit.finding import FAIL, NOT_JUDGED, PASS, Check
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.replicas import check_replicas
 from dualtrain.audit.settings import SETTINGS_DIAGNOSES
 from dualtrain.audit.trajectory import check_loss, loss_windows
 from dualtrain.records.record import as_float
@@ -283,6 +284,7 @@ CHECKS = (
     check_steps,
     check_samples,
     check_init,
+    check_replicas,
     check_lr,
     check_scaling,
     check_settings,

@@ -13,6 +13,7 @@ from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import Finding, fix, opt_lines
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.replicas import replicas_apart
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
 from dualtrain.audit.settings import SETTINGS_DIAGNOSES, describe
 
@@ -324,6 +325,7 @@ def resumed(a: Recorded, b: Recorded) -> list[Finding]:
 DIAGNOSES = (
     architecture,
     resumed,
+    replicas_apart,
     *SAMPLE_DIAGNOSES,
     schedule,
     *SETTINGS_DIAGNOSES,

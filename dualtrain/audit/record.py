@@ -11,7 +11,12 @@ plus:
   written (``recording`` before: compare refuses such a directory as half-written);
 * ``replicas.jsonl``: per optimizer step and replica: ``step``, ``epoch``, ``replica``, ``count``,
   ``loss`` (the replica's mean over its rows), ``exact`` and ``pattern`` (each row's digest,
-  dualtrain.audit.identity) and ``indices`` (the dataset indices, when a sampler said them).
+  dualtrain.audit.identity), ``indices`` (the dataset indices, when a sampler said them) and
+  (torch) ``grad_norm``, the norm of the gradient this replica's optimizer stepped with.
+
+A torch record's ``audit.json`` also says whether its replicas held the same weights
+(``config.replicas``: the ranks whose parameters differ from rank 0's at the first step and at
+the end, by a digest of each parameter's bytes).
 
 Every file goes through a temporary name and a rename; ``audit.json`` is renamed into place last.
 """
@@ -145,9 +150,51 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     write_atomic(path, "".join(json.dumps(json_safe(r)) + "\n" for r in rows))
 
 
-def write_part(run_dir: Path, rank: int, rows: list[dict[str, Any]]) -> None:
-    """One process's replica rows (every process writes its own; the chief merges them)."""
+def write_part(
+    run_dir: Path,
+    rank: int,
+    rows: list[dict[str, Any]],
+    weights: dict[str, dict[str, str]] | None = None,
+) -> None:
+    """One process's replica rows (every process writes its own; the chief merges them), and
+    ``weights``: its parameters' digests (:func:`digests`) at the first step and at the end."""
+    if weights is not None:  # before the rows: the chief waits for the rows
+        _write_json(run_dir / PARTS / f"rank-{rank}.weights.json", weights)
     _write_jsonl(run_dir / PARTS / f"rank-{rank}.jsonl", rows)
+
+
+def digests(weights: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each array's digest (its dtype, shape and bytes): equal only where bit-identical."""
+    out = {}
+    for name, w in weights.items():
+        h = hashlib.sha256(f"{w.dtype}{w.shape}".encode())
+        h.update(np.ascontiguousarray(w).tobytes())
+        out[name] = h.hexdigest()[:16]
+    return out
+
+
+def replica_weights(run_dir: Path, ranks: int) -> dict[str, Any] | None:
+    """Which ranks' parameters differ from rank 0's, at the first step (``init``) and at the end
+    (``final``), with the first differing names; None where the processes wrote no digests."""
+    paths = [run_dir / PARTS / f"rank-{r}.weights.json" for r in range(ranks)]
+    if ranks < 2 or not all(p.is_file() for p in paths):
+        return None
+    parts = [json.loads(p.read_text()) for p in paths]
+    out: dict[str, Any] = {"ranks": ranks}
+    for when in ("init", "final"):
+        ref = parts[0][when]
+        differ = {
+            str(r): [n for n in sorted(set(ref) | set(p[when])) if ref.get(n) != p[when].get(n)]
+            for r, p in enumerate(parts)
+        }
+        out[when] = {
+            r: names[:5] + (["..."] if len(names) > 5 else [])
+            for r, names in differ.items()
+            if names
+        }
+        out[f"{when}_arrays"] = {r: len(names) for r, names in differ.items() if names}
+    out["arrays"] = len(parts[0]["final"])
+    return out
 
 
 def read_parts(run_dir: Path, ranks: int, timeout_s: float = 120.0) -> list[dict[str, Any]]:
@@ -226,6 +273,9 @@ def finish(
 ) -> None:
     """The chief's last act: merge the processes' parts, write every file, audit.json last."""
     replicas = read_parts(run_dir, ranks)
+    in_step = replica_weights(run_dir, ranks)
+    if in_step is not None:
+        config = {**config, "replicas": in_step}
     metrics = _metrics_rows(steps, replicas)
     _write_jsonl(run_dir / REPLICAS_FILE, replicas)
     _write_jsonl(run_dir / METRICS_FILE, metrics)

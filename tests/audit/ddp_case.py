@@ -1,5 +1,8 @@
 """Two DDP processes (gloo, a file store) recording a ZeroRedundancyOptimizer(AdamW) loop:
-``python ddp_case.py OUT [--foreign | --chief-only | --before-init]``. A process whose recorder
+``python ddp_case.py OUT [--foreign | --chief-only | --before-init | --bypass | --apart]``. With
+``--bypass`` the forward goes through ``model.module`` (DDP never averages the gradients); with
+``--apart`` each rank seeds its own model, which no DDP wraps, and averages the gradients by hand
+(the replicas start apart). A process whose recorder
 refuses writes its one-line error to ``OUT.rankN.err`` and exits 3: with ``--foreign`` (the
 folder holds a file no recorder wrote) both; with ``--chief-only`` (rank 1 makes no recorder)
 rank 0; with ``--before-init`` (each makes its recorder, into ``OUT.rankN``, before
@@ -27,17 +30,21 @@ def refused(out: str, rank: int, e: UserError) -> None:
 
 
 def work(rank: int, out: str, store: str, mode: str) -> None:
-    torch.manual_seed(0)
+    torch.manual_seed(rank if mode == "--apart" else 0)
     inner = torch.nn.Linear(8, 2)
     early = None
     if mode == "--before-init":
         early = torch.optim.SGD(inner.parameters(), lr=0.1)
         rec = dualtrain.audit.torch_recorder(f"{out}.rank{rank}", model=inner, optimizer=early)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    model = torch.nn.parallel.DistributedDataParallel(inner)
+    model = inner if mode == "--apart" else torch.nn.parallel.DistributedDataParallel(inner)
+    forward = model.module if mode == "--bypass" else model
+    torch.manual_seed(0)  # the same rows on every rank
     opt = early or ZeroRedundancyOptimizer(
         model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-3
     )
+    if mode == "--apart":  # (ZeroRedundancyOptimizer would broadcast each rank's shard)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
     data = torch.utils.data.TensorDataset(torch.rand(16, 8), torch.randint(0, 2, (16,)))
     sampler = torch.utils.data.DistributedSampler(data)
     loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=sampler)
@@ -59,8 +66,12 @@ def work(rank: int, out: str, store: str, mode: str) -> None:
             rec.__exit__(UserError, e, None)  # as a `with` block left by the error
             refused(out, rank, e)
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = torch.nn.functional.cross_entropy(forward(x), y)
         loss.backward()
+        if mode == "--apart":
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= 2
         opt.step()
         rec.step(loss)
     rec.close()

@@ -270,7 +270,7 @@ def test_a_pass_with_a_check_not_judged_says_so():
     a, b = _record("tf", losses=[nan] * 4), _record("tf")
     cmp = AuditComparison(a, b, run_checks(a, b), diagnose(a, b), Path("out"))
     assert cmp.verdict == (
-        "verdict: PASS (6/6 judged checks of two recorded runs; not judged: loss trajectory)"
+        "verdict: PASS (7/7 judged checks of two recorded runs; not judged: loss trajectory)"
     )
 
 

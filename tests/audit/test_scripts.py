@@ -28,7 +28,7 @@ def test_the_ddp_script_recorded_twice_passes(torch_run, tmp_path):
     again = record("ddp_mnist.py", tmp_path / "again")
     cmp, found = names(torch_run, again, tmp_path)
     assert cmp.passed and found == [], cmp.verdict
-    assert [c.status for c in cmp.checks] == ["PASS"] * 7
+    assert [c.status for c in cmp.checks] == ["PASS"] * 8
     rows = cmp.a.rows(1)
     assert [len(r["exact"]) for r in rows] == [64, 64]  # two replicas, 64 rows each
     assert rows[0]["indices"][:2] != rows[1]["indices"][:2]  # the DistributedSampler's

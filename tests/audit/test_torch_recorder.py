@@ -100,7 +100,7 @@ def test_a_different_lr_is_named_with_the_line(tmp_path):
     _train(tmp_path / "b", lr=0.05)
     cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
     assert not cmp.passed
-    assert cmp.checks[3].name == "learning rate" and cmp.checks[3].status == "FAIL"
+    assert {c.name: c.status for c in cmp.checks}["learning rate"] == "FAIL"
     assert "different optimizer settings" not in [f.name for f in cmp.findings]  # lr is its own
     assert "different base learning rate" in [f.name for f in cmp.findings]
 
@@ -169,7 +169,7 @@ def test_the_cli_compares_two_records_and_refuses_a_mixed_pair(cli, tmp_path):
     _train(tmp_path / "a")
     _train(tmp_path / "b", lr=0.05)
     proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "s"))
-    assert proc.returncode == 0 and "verdict: PASS (7/7" in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 0 and "verdict: PASS (8/8" in proc.stdout, proc.stderr[-2000:]
     proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "d"))
     assert proc.returncode == 1 and "different base learning rate" in proc.stdout
     assert (tmp_path / "d" / "report.md").is_file()

@@ -16,6 +16,7 @@ from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.identity import row_digests
 from dualtrain.audit.read import read_recorded
+from dualtrain.audit.replicas import check_replicas, replicas_apart
 from dualtrain.errors import UserError
 from testkit.tf_runs import Backend, run_python
 
@@ -221,12 +222,51 @@ def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
     assert run.config["optimizer"]["type"] == "AdamW"
     assert run.config["optimizer"]["wrapper"] == "ZeroRedundancyOptimizer"
     assert [s["samples"] for s in run.steps] == [8, 8]
+    assert run.config["replicas"] == {  # every rank's parameters digested: one model
+        "ranks": 2,
+        "init": {},
+        "init_arrays": {},
+        "final": {},
+        "final_arrays": {},
+        "arrays": 2,
+    }
+    assert check_replicas(run, run).status == "PASS"
     bad = run_python(*script, str(tmp_path / "b"), "--foreign", backend=Backend.TORCH, timeout=120)
     assert bad.returncode != 0
     errors = [(tmp_path / f"b.rank{r}.err").read_text() for r in (0, 1)]
     assert all(e.count("\n") == 1 for e in errors), errors  # one line each
     assert "is not an audit record (no audit.json) and not empty" in errors[0]
     assert "the chief process (rank 0) could not prepare the audit folder" in errors[1]
+
+
+@pytest.mark.slow
+def test_replicas_that_train_apart_are_named(tmp_path):
+    """A forward through DDP's .module (no gradient all-reduce) and ranks seeded apart without a
+    broadcast: the chief's record alone looks like any run; every rank's weight digests and
+    gradient norms show the replicas out of step, with the line to change."""
+    script = ("-m", "tests.audit.ddp_case")
+    runs = {}
+    for mode in ("", "--bypass", "--apart"):
+        out = tmp_path / (mode.strip("-") or "ddp")
+        done = run_python(*script, str(out), *([mode] if mode else []), backend=Backend.TORCH)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[mode] = read_recorded(out)
+    ddp, bypass, apart = runs[""], runs["--bypass"], runs["--apart"]
+    assert check_replicas(ddp, ddp).status == "PASS"
+    check = check_replicas(ddp, bypass)
+    assert check.status == "FAIL", check
+    assert "B's replicas step with different gradients (step 1)" in check.detail
+    # ZeroRedundancyOptimizer broadcasts each rank's updated shard: the weights end equal, and
+    # only the gradients show it
+    assert "end with different weights" not in check.detail
+    (found,) = replicas_apart(ddp, bypass)
+    assert found.step == 1 and "step 1's gradient norms rank 0: " in found.evidence
+    assert "ddp_case.py:" in found.fixes[0] and "not `model.module(x)`" in found.fixes[0], found
+    check = check_replicas(apart, ddp)
+    assert check.status == "FAIL" and "A's replicas start from different weights" in check.detail
+    assert "step with different gradients" not in check.detail  # averaged by hand: equal
+    (found,) = replicas_apart(apart, ddp)
+    assert found.step == 0 and "the same seed on every rank" in found.fixes[0], found
 
 
 @pytest.mark.slow

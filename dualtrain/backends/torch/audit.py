@@ -35,6 +35,7 @@ from dualtrain.backends.torch.audit_setup import (
     canonical_weights,
     check_setup,
     loader_len,
+    param_digests,
     prepare,
     read_config,
     same_world,
@@ -72,6 +73,7 @@ class TorchRecorder:
             self.batch_size = getattr(loader, "batch_size", None)
             self.config = read_config(model, optimizer, scaler, loader, sampler, scheduler)
             self.init: dict[str, Any] | None = None  # read at the first rec.batch
+            self.start: dict[str, str] | None = None  # every rank's digests of it
         except BaseException:
             if prepared and self.rank == 0:
                 record.abandon(self.dir)  # nothing half-written: the folder says it failed
@@ -154,6 +156,8 @@ class TorchRecorder:
             last = self.steps[-1]
             last["skipped"] = not self.stepped
             last["grad_norm"] = self.norm if self.stepped else float("nan")
+            self.rows[-1]["grad_norm"] = last["grad_norm"]  # this replica's (they all differ
+            # where the gradients were not averaged: a forward through DDP's .module)
         self.stepped, self.norm = False, None
 
     def batch(self, inputs: Any, indices: Any = None, epoch: int | None = None) -> None:
@@ -165,7 +169,9 @@ class TorchRecorder:
         self._open()
         if self.calls == 0:  # the weights the first step starts from (a checkpoint loaded
             same_world(self.world)  # after the recorder was made included)
-            self.init = canonical_weights(self.model) if self.rank == 0 else {}
+            weights = canonical_weights(self.model) if self.rank == 0 or self.world > 1 else {}
+            self.init = weights if self.rank == 0 else {}
+            self.start = param_digests(self.model, weights) if self.world > 1 else None
         inputs = _input_rows(inputs)
         self.calls += 1
         n = int(inputs.shape[0])
@@ -231,9 +237,12 @@ class TorchRecorder:
                 self.config["clipping"] = clipping
             self.digests.flush()
             rows = [_plain_row(r) for r in self.rows]
-            record.write_part(self.dir, self.rank, rows)
+            final = canonical_weights(self.model) if self.rank == 0 or self.world > 1 else {}
+            digests = None  # every rank's parameters, as the first step and the end saw them
+            if self.start is not None:
+                digests = {"init": self.start, "final": param_digests(self.model, final)}
+            record.write_part(self.dir, self.rank, rows, digests)
             if self.rank == 0:
-                final = canonical_weights(self.model)
                 record.finish(
                     self.dir,
                     framework="torch",

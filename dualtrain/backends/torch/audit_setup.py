@@ -135,6 +135,13 @@ def canonical_weights(model: Any) -> dict[str, np.ndarray]:
     }
 
 
+def param_digests(model: Any, weights: dict[str, np.ndarray]) -> dict[str, str]:
+    """The digests of the parameters among ``weights`` (canonical_weights'): buffers such as
+    BatchNorm's running statistics are each rank's own under DDP and are left out."""
+    names = {n for n, _ in _unwrapped(model).named_parameters()}
+    return record.digests({n: w for n, w in weights.items() if n in names})
+
+
 def loader_len(loader: Any) -> int | None:
     """The loader's batches per epoch; None for an iterable dataset without a length."""
     try:
