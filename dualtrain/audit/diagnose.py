@@ -280,7 +280,7 @@ def architecture(a: Recorded, b: Recorded) -> list[Finding]:
                     fix(
                         b,
                         "B",
-                        ("Sequential", "Conv2D", "nn.Module", "layers."),
+                        ("(nn.Module)", "Sequential(", "Model(", "Conv2D", "layers."),
                         "the same layers as A (then load A's weights_init.npz)",
                     )
                 ],

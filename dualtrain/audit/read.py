@@ -71,11 +71,18 @@ class Recorded:
     def line_of(self, *needles: str) -> str | None:
         """``script.py:LINE: text`` of the first line of the recorded script holding a needle."""
         code = code_lines(self.script.get("text") or "")
-        for needle in needles:
-            for n, line in code:
-                if needle in line:
-                    return f"{self.script_name}:{n}: {line.strip()}"
+        # a command-line option's definition names the setting but does not make it: the line
+        # that builds the object first, the option's line only where no other holds the needle
+        for lines in ([c for c in code if ARGUMENT not in c[1]], code):
+            for needle in needles:
+                for n, line in lines:
+                    if needle in line:
+                        return f"{self.script_name}:{n}: {line.strip()}"
         return None
+
+
+#: an argparse option's definition
+ARGUMENT = "add_argument("
 
 
 def code_lines(text: str) -> list[tuple[int, str]]:

@@ -186,6 +186,23 @@ def listed_twice():  # callbacks=[rec, rec]: the first listing records, the seco
     return [state, len(lines("tw2", "metrics.jsonl")), len(lines("tw2", "replicas.jsonl"))]
 case("twice", listed_twice)
 
+def two_fits():  # a warm-up fit the recorder is not given, then its fit, then a second fit
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        m.compile(optimizer="sgd", loss="mse")
+    rec = recorder("two", m)
+    x, y = np.ones((8, 3), "float32"), np.ones((8, 2), "float32")
+    m.fit(x, y, batch_size=4, verbose=0)  # not recorded: no rows, the train step as built
+    m.fit(x, y, batch_size=4, callbacks=[rec], verbose=0)
+    steps, rows = lines("two", "metrics.jsonl"), lines("two", "replicas.jsonl")
+    out = [len(steps), sorted({r["step"] for r in rows}), all(s["grad_norm"] > 0 for s in steps)]
+    try:
+        m.fit(x, y, batch_size=4, callbacks=[rec], verbose=0)
+        return out + ["no error"]
+    except UserError as e:
+        return out + [str(e).splitlines()[0].replace(" ", "_")]
+case("fits", two_fits)
+
 def restored():  # a callback after the recorder restores weights in on_train_begin (as
     # BackupAndRestore does when it resumes): the initial weights are those the first step uses
     with SCOPE():
@@ -251,6 +268,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "early",
         "lr",
         "twice",
+        "fits",
         "restored",
         "data",
         "frozen",
@@ -309,6 +327,15 @@ def test_a_fit_failing_before_its_callbacks_and_an_uncompiled_model(printed):
     # written or claimed
     want = "early False False False |keras_recorder needs a compiled model (call model.compile"
     assert printed["early"].startswith(want), printed["early"]
+
+
+def test_only_the_fit_given_the_recorder_is_recorded_and_once(printed):
+    """A warm-up fit before the recorded one used to leave rows of step 0 and reuse its train
+    function (no gradient norm at any recorded step); a second fit given the closed recorder
+    trained unrecorded, silently."""
+    assert printed["fits"] == (
+        "fits 2 [1, 2] True this_audit_recorder_is_closed;_make_a_new_one_for_another_fit"
+    ), printed["fits"]
 
 
 def test_the_lr_is_the_one_the_update_used(printed):

@@ -30,6 +30,8 @@ import tensorflow as tf
 from dualtrain.audit import record
 from dualtrain.backends.tf.audit_digests import Digests, input_of
 from dualtrain.backends.tf.audit_setup import (
+    among_callbacks,
+    bare_fit,
     canonical_weights,
     check_setup,
     config_of,
@@ -112,6 +114,8 @@ class KerasRecorder(keras.callbacks.Callback):
         self._jit, model.jit_compile = model.jit_compile, False
 
         def fit(*args: Any, **kwargs: Any) -> Any:
+            if not among_callbacks(self, args, kwargs):  # another fit (a warm-up): trained as
+                return bare_fit(model, original_fit, original_step, self._jit, args, kwargs)
             if getattr(model, "_compile_config", None) is not compiled:  # compiled again since
                 self._jit, model.jit_compile = model.jit_compile, False
             try:
@@ -205,10 +209,10 @@ class KerasRecorder(keras.callbacks.Callback):
         return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
 
     def on_train_begin(self, logs: Any = None) -> None:
+        if self.closed:  # (a second fit given the recorder its first fit wrote)
+            raise UserError("this audit recorder is closed; make a new one for another fit")
         if self.started is not None:
             return  # the recorder listed twice in callbacks: its first listing records
-        if self.closed:
-            raise UserError("this audit recorder is closed; make a new one for another fit")
         spe = getattr(self.model, "steps_per_execution", 1)
         if int(keras.ops.convert_to_numpy(spe)) != 1:
             self.close()
