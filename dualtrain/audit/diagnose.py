@@ -31,7 +31,46 @@ def schedule(a: Recorded, b: Recorded) -> list[Finding]:
     pb, epoch_b = _change_points(b)
     if pa and pb and epoch_a != epoch_b:
         return _granularity(a, b, pa, pb, epoch_a)
-    return _base_lr(a, b) + _shape(a, b, pa, pb)
+    start = _scheduled_start(a, b)
+    return start or (_base_lr(a, b) + _shape(a, b, pa, pb))
+
+
+def _set_lr(run: Recorded) -> float | None:
+    """The lr a torch script made its optimizer with, where a scheduler set step 1's own
+    (LinearLR's start_factor, a LambdaLR's factor at step 0): the group's ``initial_lr``."""
+    opt = run.config.get("optimizer", {})
+    if run.framework != "torch" or not run.config.get("scheduler") or not run.steps:
+        return None
+    made = opt.get("initial_lr")
+    return None if made is None or C.same_value(made, run.steps[0]["lr"]) else float(made)
+
+
+def _scheduled_start(a: Recorded, b: Recorded) -> list[Finding]:
+    """Step 1's lrs differ, the optimizers were made with one lr: a scheduler set step 1's."""
+    sa, sb = _set_lr(a), _set_lr(b)
+    if not a.steps or not b.steps or (sa is None and sb is None):
+        return []
+    la, lb = a.steps[0]["lr"], b.steps[0]["lr"]
+    made = (sa if sa is not None else la, sb if sb is not None else lb)
+    if C.same_value(la, lb) or not C.same_value(*made):
+        return []
+    starts = [
+        f"{tag}'s {run.config['scheduler'].get('type')} sets step 1's lr to {lr / m:.4g}x of it"
+        for tag, run, s, lr, m in (("A", a, sa, la, made[0]), ("B", b, sb, lb, made[1]))
+        if s is not None
+    ]
+    return [
+        Finding(
+            "different lr schedules",
+            f"step 1: lr {la:.6g} in A, {lb:.6g} in B; both optimizers are made with lr "
+            f"{made[0]:.6g}: {', '.join(starts)}",
+            [
+                fix(a, "A", schedule_lines(a), "the schedule B follows, from its first step"),
+                fix(b, "B", schedule_lines(b), "the schedule A follows, from its first step"),
+            ],
+            step=1,
+        )
+    ]
 
 
 def _base_lr(a: Recorded, b: Recorded) -> list[Finding]:
@@ -61,6 +100,8 @@ def schedule_lines(run: Recorded) -> tuple[str, ...]:
     LearningRateSchedule (Keras: the optimizer's learning_rate, when a schedule) first."""
     if run.framework == "torch":
         kind = run.config.get("scheduler", {}).get("type")
+        if not kind:  # no scheduler ran: where one would go, not a branch that did not run
+            return opt_lines(run)
     else:
         kind = run.config.get("optimizer", {}).get("learning_rate")
     specific = (f"{kind}(",) if isinstance(kind, str) else ()

@@ -34,15 +34,27 @@ def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
     out = []
     for run, other, tag in ((a, b, "A"), (b, a, "B")):
         if repeats_epochs(run) and not repeats_epochs(other):
-            if run.framework == "torch":
+            sampler = run.config.get("sampler", {})
+            name = "set_epoch forgotten (every epoch the same order)"
+            if run.framework == "torch" and (
+                sampler.get("shuffle") is False or sampler.get("type") == "SequentialSampler"
+            ):  # an order no set_epoch changes
+                name = "no shuffling (every epoch the same order)"
+                change = f"shuffle=True (this {sampler.get('type')} does not shuffle)" + (
+                    ", with `sampler.set_epoch(epoch)` each epoch"
+                    if "Distributed" in str(sampler.get("type"))
+                    else ""
+                )
+                needles: tuple[str, ...] = (f"{sampler.get('type')}(", "shuffle=", "DataLoader(")
+            elif run.framework == "torch":
                 change = "call `sampler.set_epoch(epoch)` at the start of every epoch"
-                needles: tuple[str, ...] = ("set_epoch", "for epoch")
+                needles = ("set_epoch", "for epoch")
             else:
                 change = "shuffle with `reshuffle_each_iteration=True` (the default)"
                 needles = (".shuffle(",)
             out.append(
                 Finding(
-                    "set_epoch forgotten (every epoch the same order)",
+                    name,
                     f"{tag} feeds epoch 1's batches again in the same order in every later epoch; "
                     f"the other run reshuffles",
                     [fix(run, tag, needles, change)],
@@ -157,17 +169,24 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
                     "different data",
                     f"epoch {epoch} feeds different samples in A and B (another subset, split or "
                     f"dataset)",
-                    [],
+                    [_data_fix(a, "A", "B"), _data_fix(b, "B", "A")],
                     step=first_global,
                 )
             ]
+        samplers = _sampler_options(a, b)
         return [
             *_sharding_convention(a, b),
             Finding(
                 "shuffle seeds",
                 f"epoch {epoch} feeds the same samples in A and B but in another order from step "
-                f"{first_global} (the shuffles differ: a seed, a sampler against tf.data's buffer)",
-                [_shuffle_fix(a, "A"), _shuffle_fix(b, "B")],
+                f"{first_global} "
+                + (
+                    f"(A's {samplers[0]}, B's {samplers[1]})"
+                    if samplers
+                    else "(the shuffles differ: a seed, a sampler against tf.data's buffer)"
+                ),
+                [_shuffle_fix(a, "A", samplers[1] if samplers else None)]
+                + [_shuffle_fix(b, "B", samplers[0] if samplers else None)],
                 step=first_global,
             ),
         ]
@@ -178,8 +197,33 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     return []
 
 
-def _shuffle_fix(run: Recorded, tag: str) -> str:
-    """Feed one permutation both scripts read, in ``run``'s framework's words."""
+def _sampler_options(a: Recorded, b: Recorded) -> tuple[str, str] | None:
+    """Two torch runs' samplers of one type whose shuffle or seed differ, as their calls."""
+    sa, sb = a.config.get("sampler", {}), b.config.get("sampler", {})
+    keys = ("shuffle", "seed")
+    if a.framework != "torch" or b.framework != "torch" or sa.get("type") != sb.get("type"):
+        return None
+    if all(sa.get(k) == sb.get(k) for k in keys) or not all(k in sa for k in keys):
+        return None
+    return tuple(  # type: ignore[return-value]  # two strings
+        f"{c['type']}({', '.join(f'{k}={c.get(k)}' for k in keys)})" for c in (sa, sb)
+    )
+
+
+def _data_fix(run: Recorded, tag: str, other: str) -> str:
+    """Where ``run``'s script picks its rows (a split, a subset)."""
+    needles = {
+        "torch": ("random_split(", "Subset(", "Dataset("),
+        "tf": ("validation_split", ".take(", ".skip(", "from_tensor_slices("),
+    }[run.framework]
+    return fix(run, tag, needles, f"the rows {other} trains on (the same subset, split and data)")
+
+
+def _shuffle_fix(run: Recorded, tag: str, other: str | None = None) -> str:
+    """Feed one permutation both scripts read, in ``run``'s framework's words (two torch
+    samplers: the other's ``other`` options)."""
+    if other is not None:
+        return fix(run, tag, (f"{other.split('(')[0]}(",), f"{other} as the other script")
     if run.framework == "torch":
         needles: tuple[str, ...] = ("DistributedSampler(", "shuffle=", "manual_seed", "seed")
         change = (

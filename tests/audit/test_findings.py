@@ -1,0 +1,114 @@
+"""Findings the fifth round of unseen scripts got wrong, on records written in the test: a
+scheduler's own first lr, replicas out of step, a sampler that does not shuffle or shuffles with
+another seed, another split of the data, and the lines each fix quotes."""
+
+from __future__ import annotations
+
+from dualtrain.audit.checks import run_checks
+from dualtrain.audit.diagnose import diagnose
+from dualtrain.audit.replicas import check_replicas
+from tests.audit.test_diagnose import _record, _rows
+
+TORCH = """\
+p.add_argument("--opt", default="sgd")
+p.add_argument("--clip", type=float)
+ds, val = random_split(ds, [640, 128], generator=g)
+sampler = DistributedSampler(ds, shuffle=not a.no_shuffle, seed=a.seed)
+class Net(nn.Module):
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+if a.sched == "seq":
+    sched = SequentialLR(opt, [LinearLR(opt, 0.1), CosineAnnealingLR(opt, 10)], [5])
+"""
+
+
+def _torch(**config) -> object:
+    return _record("torch", script=TORCH, config=config)
+
+
+def test_a_schedulers_first_lr_is_a_schedule_not_a_base_lr():
+    """LinearLR(start_factor=0.1) makes step 1's lr 0.005 of an SGD made with 0.05: it was named
+    'different base learning rate' with lr=0.05 to write into the optimizer line, and the run
+    without a scheduler was sent to a SequentialLR line of a branch it never ran."""
+    plain = _torch(optimizer={"type": "SGD", "lr": 0.05})
+    for s in plain.steps:
+        s["lr"] = 0.05
+    warm = _torch(
+        optimizer={"type": "SGD", "lr": 0.005, "initial_lr": 0.05},
+        scheduler={"type": "SequentialLR"},
+    )
+    for s in warm.steps:
+        s["lr"] = 0.005
+    names = {f.name: f for f in diagnose(plain, warm)}
+    assert "different base learning rate" not in names, list(names)
+    f = names["different lr schedules"]
+    assert "both optimizers are made with lr 0.05" in f.evidence
+    assert "B's SequentialLR sets step 1's lr to 0.1x of it" in f.evidence
+    assert "torch.py:6: opt = torch.optim.SGD(" in f.fixes[0], f.fixes  # A: no scheduler ran
+    assert "torch.py:8: sched = SequentialLR(" in f.fixes[1], f.fixes
+
+
+def test_quoted_lines_skip_argparse_options_and_scheduler_names():
+    run = _torch()
+    assert run.line_of("opt") == "torch.py:6: opt = torch.optim.SGD(model.parameters(), lr=0.05)"
+    assert run.line_of("--clip") == 'torch.py:2: p.add_argument("--clip", type=float)'  # only there
+    other = _torch()
+    other.weights_init = other.weights_final = {"w": other.weights_init["w"], "b": 0}
+    (f,) = [f for f in diagnose(run, other) if f.name == "different models"]
+    assert "torch.py:5: class Net(nn.Module):" in f.fixes[0], f.fixes  # not SequentialLR(
+
+
+def _swapped(run):
+    """``run`` with epoch 1's two steps in the other order (the same samples)."""
+    return _rows(run, lambda s, r: [f"{(3 - s if s < 3 else s):08x}{r:08x}"])
+
+
+def test_two_samplers_options_are_quoted_and_no_shuffling_is_not_set_epoch():
+    seeded = {"type": "DistributedSampler", "shuffle": True, "seed": 0}
+    a = _torch(sampler=seeded)
+    b = _swapped(_torch(sampler=seeded | {"seed": 7}))
+    (f,) = [f for f in diagnose(a, b) if f.name == "shuffle seeds"]
+    assert "B's DistributedSampler(shuffle=True, seed=7)" in f.evidence
+    assert f.fixes[0].endswith("-> DistributedSampler(shuffle=True, seed=7) as the other script")
+    assert "torch.py:4: sampler = DistributedSampler(" in f.fixes[0]
+    # shuffle=False: epoch 2 repeats epoch 1; the script calls set_epoch, which changes nothing
+    still = _rows(_torch(sampler=seeded | {"shuffle": False}), lambda s, r: [f"{(s - 1) % 2}"])
+    found = {f.name: f for f in diagnose(a, still)}
+    assert "set_epoch forgotten (every epoch the same order)" not in found, list(found)
+    f = found["no shuffling (every epoch the same order)"]
+    assert "torch.py:4: sampler = DistributedSampler(" in f.fixes[0]
+    assert "shuffle=True (this DistributedSampler does not shuffle)" in f.fixes[0]
+
+
+def test_different_data_quotes_the_split():
+    other = _rows(_torch(), lambda s, r: [f"other{s}"])
+    (f,) = [f for f in diagnose(_torch(), other) if f.name == "different data"]
+    assert "torch.py:3: ds, val = random_split(" in f.fixes[0], f.fixes
+
+
+def test_replicas_out_of_step_in_a_record():
+    ddp = _record("torch", world=2, config={"replicas": {"ranks": 2, "arrays": 1}})
+    apart = _record(
+        "torch",
+        world=2,
+        config={
+            "replicas": {"ranks": 2, "arrays": 1, "final": {"1": ["w"]}, "final_arrays": {"1": 1}}
+        },
+    )
+    for row in ddp.replicas.values():
+        row["grad_norm"] = 1.0
+    for (s, r), row in apart.replicas.items():
+        row["grad_norm"] = 1.0 + (r if s >= 3 else 0) * 1e-3
+    assert check_replicas(ddp, ddp).status == "PASS"
+    check = check_replicas(ddp, apart)
+    assert check.status == "FAIL", check
+    assert check.detail == (
+        "B's replicas end with different weights; B's replicas step with different gradients "
+        "(step 3)"
+    )
+    assert "replicas in step" in [c.name for c in run_checks(ddp, apart) if c.status == "FAIL"]
+    (f,) = [f for f in diagnose(ddp, apart) if f.name.startswith("replicas out of step")]
+    assert f.step == 3 and "step 3's gradient norms rank 0: 1, rank 1: 1.001" in f.evidence
+    assert "at the end, rank 1's parameters differ from rank 0's in 1 of 1 arrays" in f.evidence
+    old = _record("torch", world=2)  # recorded before the digests: not judged, not a failure
+    assert check_replicas(old, ddp).status == "NOT JUDGED"
+    assert check_replicas(_record("tf", world=2), ddp).status == "PASS"  # mirrored variables
