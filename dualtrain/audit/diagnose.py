@@ -201,7 +201,9 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
     ratio = float(sa["loss"]) / float(sb["loss"]) if float(sb["loss"]) else 0.0
     local = sa["samples"] / max(a.world_size, 1)
     for r, tag, run, other in ((ratio, "A", a, "B"), (1 / ratio if ratio else 0, "B", b, "A")):
-        if local > 2 and abs(r / local - 1) < 0.25:
+        # a Keras sum-reduced loss is reported over the global batch (the replicas' sums)
+        rows = float(sa["samples"]) if run.framework == "tf" and run.world_size > 1 else local
+        if rows > 2 and abs(r / rows - 1) < 0.25:
             change = (
                 "reduction='mean' (the local batch's mean; DDP averages the replicas)"
                 if run.framework == "torch"
@@ -210,8 +212,9 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
             out.append(
                 Finding(
                     "per-replica loss reduction (sum vs mean)",
-                    f"step 1: {tag}'s loss is {r:.1f}x {other}'s, about the local batch "
-                    f"({local:g} rows): {tag} sums its replica's losses where {other} averages",
+                    f"step 1: {tag}'s loss is {r:.1f}x {other}'s, about the "
+                    f"{'global' if rows != local else 'local'} batch ({rows:g} rows): {tag} sums "
+                    f"its rows' losses where {other} averages",
                     [fix(run, tag, ("reduction=", "reduction", "loss"), change)],
                     step=1,
                 )

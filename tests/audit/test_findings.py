@@ -112,3 +112,16 @@ def test_replicas_out_of_step_in_a_record():
     old = _record("torch", world=2)  # recorded before the digests: not judged, not a failure
     assert check_replicas(old, ddp).status == "NOT JUDGED"
     assert check_replicas(_record("tf", world=2), ddp).status == "PASS"  # mirrored variables
+
+
+def test_a_keras_sum_reduced_loss_is_named_at_the_global_batch():
+    """Keras reports a reduction="sum" loss over the global batch (64x a mean of 2 x 32 rows in
+    the fifth round): only the local batch's ratio was looked for, and nothing was named."""
+    keras_sum = _record("tf", world=2, losses=[8.0] * 4, script='loss = Loss(reduction="sum")\n')
+    found = [f for f in diagnose(_record("torch", world=2), keras_sum) if "sum vs mean" in f.name]
+    (f,) = found
+    assert "B's loss is 8.0x A's, about the global batch (8 rows)" in f.evidence
+    assert 'tf.py:1: loss = Loss(reduction="sum")' in f.fixes[0]
+    torch_sum = _record("torch", world=2, losses=[4.0] * 4)  # a DDP loop's: its local batch
+    (f,) = [f for f in diagnose(_record("torch", world=2), torch_sum) if "sum vs mean" in f.name]
+    assert "about the local batch (4 rows)" in f.evidence
