@@ -49,7 +49,7 @@ def torch_option(cfg: dict[str, Any], name: str) -> Any:
     return value
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
     """A recorded option as a person writes it: Keras's float32 lr 0.0010000000474974513 as
     0.001 (7 significant digits: a float32's), lists and strings as their repr."""
     if isinstance(value, float):
@@ -62,7 +62,7 @@ def describe_optimizer(framework: str, cfg: dict[str, Any]) -> str:
         "torch": ("lr", "eps", "rho", "betas", "momentum", "weight_decay", "alpha"),
         "tf": ("learning_rate", "epsilon", "rho", "beta_1", "beta_2", "momentum", "weight_decay"),
     }[framework]
-    shown = ", ".join(f"{k}={_short(cfg[k])}" for k in keys if cfg.get(k) not in (None, False))
+    shown = ", ".join(f"{k}={short(cfg[k])}" for k in keys if cfg.get(k) not in (None, False))
     return f"{cfg.get('type', '?')}({shown})"
 
 

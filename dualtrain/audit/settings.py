@@ -45,14 +45,22 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
     if a.framework == b.framework:
         diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
         ignored = (*SCHEDULER_KEYS, "learning_rate", "name", "wrapper", "groups")
-        diff = [k for k in diff if k not in ignored] + _group_differences(oa, ob)
+        keys = [k for k in diff if k not in ignored]
+        diff = keys + _group_differences(oa, ob)
         if not diff:
             return []
+        values = "; ".join(
+            [f"{k}: {C.short(oa.get(k))} in A, {C.short(ob.get(k))} in B" for k in keys]
+            + diff[len(keys) :]
+        )
         return [
             Finding(
                 "different optimizer settings",
-                f"A {describe(a)}, B {describe(b)} (differ in {', '.join(diff)})",
-                [fix(a, "A", opt_lines(a), f"the same {', '.join(diff)} as B")],
+                f"A {describe(a)}, B {describe(b)} (differ in {values})",
+                [
+                    fix(a, "A", opt_lines(a), f"the same {', '.join(diff)} as B"),
+                    fix(b, "B", opt_lines(b), f"or the same {', '.join(diff)} as A"),
+                ],
             )
         ]
     (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
@@ -93,6 +101,7 @@ def _conventions(
             f"weight decay: torch {t['type']}'s weight_decay={t['weight_decay']} is an L2 term "
             f"in the gradient; Keras's weight_decay is decoupled (AdamW-style)"
         )
+    out += _keras_only(t, k)
     found = []
     if out:
         found.append(
@@ -117,6 +126,31 @@ def _conventions(
             )
         )
     return found
+
+
+def _keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+    """A Keras optimizer's options that no torch optimizer has, where set."""
+    out = []
+    if k.get("use_ema"):
+        out.append(
+            f"EMA: Keras use_ema=True (ema_momentum={k.get('ema_momentum')}) keeps a moving "
+            f"average of the weights and writes it into the model as fit ends; torch's "
+            f"{t['type']} keeps none"
+        )
+    if (k.get("gradient_accumulation_steps") or 1) > 1:
+        out.append(
+            f"accumulation: Keras gradient_accumulation_steps={k['gradient_accumulation_steps']} "
+            f"updates once every {k['gradient_accumulation_steps']} batches (each batch a recorded "
+            f"step, the others without an update); torch's {t['type']} steps at each recorded step"
+        )
+    no_decay = k.get("no_decay") or []
+    if no_decay and (t.get("weight_decay") or 0) > 0 and not t.get("groups"):
+        shown = ", ".join(no_decay[:4]) + (", ..." if len(no_decay) > 4 else "")
+        out.append(
+            f"weight decay: Keras exclude_from_weight_decay leaves out {len(no_decay)} "
+            f"variable(s) ({shown}); torch's {t['type']} decays every parameter (one group)"
+        )
+    return out
 
 
 def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:

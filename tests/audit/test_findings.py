@@ -125,3 +125,22 @@ def test_a_keras_sum_reduced_loss_is_named_at_the_global_batch():
     torch_sum = _record("torch", world=2, losses=[4.0] * 4)  # a DDP loop's: its local batch
     (f,) = [f for f in diagnose(_record("torch", world=2), torch_sum) if "sum vs mean" in f.name]
     assert "about the local batch (4 rows)" in f.evidence
+
+
+def test_keras_only_optimizer_options_are_named_against_torch():
+    """use_ema, gradient_accumulation_steps and exclude_from_weight_decay have no torch option
+    the recorder reads: a Keras AdamW with them PASSed against a torch AdamW without."""
+    torch_run = _record("torch", config={"optimizer": {"type": "AdamW", "weight_decay": 0.01}})
+    keras_opt = {"type": "AdamW", "weight_decay": 0.01, "use_ema": True, "ema_momentum": 0.99}
+    keras_opt |= {"gradient_accumulation_steps": 4, "no_decay": ["fc.bias"]}
+    for k in ("epsilon", "beta_1", "beta_2"):
+        keras_opt[k] = {"epsilon": 1e-8, "beta_1": 0.9, "beta_2": 0.999}[k]
+    torch_run.config["optimizer"] |= {"eps": 1e-8, "betas": [0.9, 0.999]}
+    keras_run = _record("tf", config={"optimizer": keras_opt})
+    (f,) = [f for f in diagnose(torch_run, keras_run) if f.name.startswith("optimizer conv")]
+    assert "EMA: Keras use_ema=True" in f.evidence
+    assert "gradient_accumulation_steps=4 updates once every 4 batches" in f.evidence
+    assert "exclude_from_weight_decay leaves out 1 variable(s) (fc.bias)" in f.evidence
+    plain = {k: v for k, v in keras_opt.items() if k not in ("use_ema", "no_decay")}
+    plain["gradient_accumulation_steps"] = None
+    assert not [f for f in diagnose(torch_run, _record("tf", config={"optimizer": plain}))]

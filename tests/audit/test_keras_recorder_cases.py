@@ -203,6 +203,18 @@ def two_fits():  # a warm-up fit the recorder is not given, then its fit, then a
         return out + [str(e).splitlines()[0].replace(" ", "_")]
 case("fits", two_fits)
 
+def no_decay():  # AdamW's exclude_from_weight_decay (not in its get_config): the names it skips
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
+        opt = keras.optimizers.AdamW(weight_decay=0.1, use_ema=True)
+        opt.exclude_from_weight_decay(var_names=["bias"])
+        m.compile(optimizer=opt, loss="mse")
+    m.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=4,
+          callbacks=[recorder("nd", m)], verbose=0)
+    cfg = json.load(open(f"{OUT}/nd/audit.json"))["config"]["optimizer"]
+    return [cfg["no_decay"], cfg["use_ema"]]
+case("decay", no_decay)
+
 def restored():  # a callback after the recorder restores weights in on_train_begin (as
     # BackupAndRestore does when it resumes): the initial weights are those the first step uses
     with SCOPE():
@@ -269,6 +281,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "lr",
         "twice",
         "fits",
+        "decay",
         "restored",
         "data",
         "frozen",
@@ -336,6 +349,10 @@ def test_only_the_fit_given_the_recorder_is_recorded_and_once(printed):
     assert printed["fits"] == (
         "fits 2 [1, 2] True this_audit_recorder_is_closed;_make_a_new_one_for_another_fit"
     ), printed["fits"]
+
+
+def test_the_variables_left_out_of_weight_decay_are_recorded(printed):
+    assert printed["decay"] == "decay ['fc.bias'] True", printed["decay"]
 
 
 def test_the_lr_is_the_one_the_update_used(printed):

@@ -212,6 +212,13 @@ def config_of(model: Any) -> dict[str, Any]:
     if not isinstance(opt.get_config().get("learning_rate"), (int, float)):
         oc["learning_rate"] = type(opt._learning_rate).__name__
     cfg["optimizer"] = {"type": type(opt).__name__, **oc}
+    if oc.get("weight_decay"):  # exclude_from_weight_decay's variables (not in get_config)
+        decays = getattr(opt, "_use_weight_decay", None)  # Keras's own test, per variable
+        names = dict(zip(map(id, variables), canonical_names(model, variables), strict=True))
+        if callable(decays):
+            cfg["optimizer"]["no_decay"] = [
+                names[id(v)] for v in variables if v.trainable and not decays(v)
+            ]
     return cfg
 
 
