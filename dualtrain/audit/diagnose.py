@@ -10,8 +10,8 @@ import numpy as np
 
 from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import paired_weights
-from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import Finding, fix, opt_lines
+from dualtrain.audit.losses import reduction, reported_loss
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import replicas_apart
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
@@ -190,127 +190,6 @@ def _granularity(
             step=min(pa[0], pb[0]),
         )
     ]
-
-
-def reduction(a: Recorded, b: Recorded) -> list[Finding]:
-    """A sum-reduced loss is ~ the local batch times a mean one; a gradient summed over the
-    replicas instead of averaged is ~ the world size times larger (at step 1, same weights)."""
-    if not a.steps or not b.steps:
-        return []
-    (sa, sb), out = (a.steps[0], b.steps[0]), []
-    ratio = float(sa["loss"]) / float(sb["loss"]) if float(sb["loss"]) else 0.0
-    local = sa["samples"] / max(a.world_size, 1)
-    for r, tag, run, other in ((ratio, "A", a, "B"), (1 / ratio if ratio else 0, "B", b, "A")):
-        # a Keras sum-reduced loss is reported over the global batch (the replicas' sums)
-        rows = float(sa["samples"]) if run.framework == "tf" and run.world_size > 1 else local
-        if rows > 2 and abs(r / rows - 1) < 0.25:
-            change = (
-                "reduction='mean' (the local batch's mean; DDP averages the replicas)"
-                if run.framework == "torch"
-                else "reduction='sum_over_batch_size'"
-            )
-            out.append(
-                Finding(
-                    "per-replica loss reduction (sum vs mean)",
-                    f"step 1: {tag}'s loss is {r:.1f}x {other}'s, about the "
-                    f"{'global' if rows != local else 'local'} batch ({rows:g} rows): {tag} sums "
-                    f"its rows' losses where {other} averages",
-                    [fix(run, tag, ("reduction=", "reduction", "loss"), change)],
-                    step=1,
-                )
-            )
-    ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
-    # a clipped gradient's norm says nothing of the reduction (clipping is named on its own)
-    same_start = not isinstance(paired_weights(a, b), str) and not out
-    same_start = same_start and not clips(a) and not clips(b)
-    world = a.world_size
-    if same_start and ga and gb and world > 1 and abs(ratio - 1) < 0.1:
-        for r, tag in ((ga / gb, "A"), (gb / ga, "B")):
-            if abs(r / world - 1) < 0.15:
-                out.append(
-                    Finding(
-                        "per-replica loss reduction (local mean vs global batch)",
-                        f"step 1: the same loss but {tag}'s gradient is {r:.2f}x the other's, "
-                        f"about "
-                        f"the {world} replicas: {tag} sums the replicas' local-mean gradients "
-                        f"instead of averaging them (divide each replica's loss by the replicas)",
-                        [
-                            fix(
-                                a if tag == "A" else b,
-                                tag,
-                                ("loss",),
-                                "scale each replica's loss by "
-                                "1/num_replicas (Keras: the global batch size)",
-                            )
-                        ],
-                        step=1,
-                    )
-                )
-    return out
-
-
-def _micro_batches(run: Recorded) -> int:
-    """Micro-batches per optimizer step (the torch recorder's ``rec.batch`` calls), when every
-    step of replica 0 has the same number; else 1."""
-    counts = {int(r.get("batches", 1)) for (_, rep), r in run.replicas.items() if rep == 0}
-    return counts.pop() if len(counts) == 1 else 1
-
-
-def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
-    """The same gradient at step 1 but a loss 1/k of the other's: the script reports a scaled
-    loss (a micro-batch's ``loss / accum``; a custom train_step's ``compute_loss``, divided by
-    the replicas for the all-reduce), so the trajectories part while the training does not."""
-    if not a.steps or not b.steps or isinstance(paired_weights(a, b), str):
-        return []
-    (sa, sb), out = (a.steps[0], b.steps[0]), []
-    la, lb = float(sa["loss"]), float(sb["loss"])
-    ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
-    if not (la > 0 and lb > 0 and ga > 0 and gb > 0) or abs(ga / gb - 1) > 0.05:
-        return []
-    for run, tag, ratio in ((a, "A", lb / la), (b, "B", la / lb)):
-        micro = _micro_batches(run)
-        if run.framework == "torch" and micro > 1 and abs(ratio / micro - 1) < 0.15:
-            out.append(
-                Finding(
-                    "loss of one micro-batch recorded (gradient accumulation)",
-                    f"step 1: the same gradient, but {tag}'s loss is 1/{ratio:.2f} of the "
-                    f"other's, about its {micro} micro-batches per step: {tag} records one "
-                    f"micro-batch's `loss / {micro}`",
-                    [
-                        fix(
-                            run,
-                            tag,
-                            ("rec.step(",),
-                            "rec.step(the sum of the step's "
-                            f"micro-batch losses `loss / {micro}`: the step's mean)",
-                        )
-                    ],
-                    step=1,
-                )
-            )
-        elif (
-            run.framework == "tf" and run.world_size > 1 and abs(ratio / run.world_size - 1) < 0.15
-        ):
-            out.append(
-                Finding(
-                    "loss reported divided by the replicas (a custom train_step)",
-                    f"step 1: the same gradient, but {tag}'s loss is 1/{ratio:.2f} of the "
-                    f"other's, about its {run.world_size} replicas: its train_step feeds the "
-                    f"loss tracker `compute_loss`'s value, which Keras divides by the replicas "
-                    f"for the all-reduce",
-                    [
-                        fix(
-                            run,
-                            tag,
-                            ("update_state(loss", "update_state("),
-                            "update the "
-                            "tracker with `loss * self.distribute_strategy.num_replicas_in_sync`",
-                        )
-                    ],
-                    step=1,
-                )
-            )
-    return out
 
 
 def architecture(a: Recorded, b: Recorded) -> list[Finding]:

@@ -144,3 +144,15 @@ def test_keras_only_optimizer_options_are_named_against_torch():
     plain = {k: v for k, v in keras_opt.items() if k not in ("use_ema", "no_decay")}
     plain["gradient_accumulation_steps"] = None
     assert not [f for f in diagnose(torch_run, _record("tf", config={"optimizer": plain}))]
+
+
+def test_a_loss_all_reduced_for_the_log_and_gradients_summed_by_hand_quote_the_all_reduce():
+    script = "dist.all_reduce(logged)\nloss = crit(out, y)\nrec.step(logged)\n"
+    summed = _record("torch", world=2, losses=[2.0] * 4, script=script)
+    (f,) = [f for f in diagnose(_record("torch", world=2), summed) if "summed over" in f.name]
+    assert f.name == "loss recorded summed over the replicas" and "2.00x" in f.evidence
+    assert "torch.py:1: dist.all_reduce(logged)" in f.fixes[0]
+    by_hand = "loss = crit(out, y)\nfor p in model.parameters():\n    dist.all_reduce(p.grad)\n"
+    twice = _record("torch", world=2, grad_norm=2.0, script=by_hand, config={"ddp": False})
+    (f,) = [f for f in diagnose(_record("torch", world=2), twice) if "global batch" in f.name]
+    assert "torch.py:3: dist.all_reduce(p.grad) -> divide the all-reduced gradients" in f.fixes[0]
