@@ -114,7 +114,8 @@ def batches(a: Recorded, b: Recorded) -> list[Finding]:
     if abs(la - lb) == 1:
         longer, tag, shorter, stag = (a, "A", b, "B") if la > lb else (b, "B", a, "A")
         last = longer.steps[len(longer.epochs()[1]) - 1]["samples"]
-        if last < na:
+        whole = shorter.steps[len(shorter.epochs()[1]) - 1]["samples"] == na  # else its own
+        if last < na and whole:  # partial batch too: other rows (a validation_split), not a drop
             change_long = (
                 "`.batch(GLOBAL_BATCH, drop_remainder=True)`"
                 if longer.framework == "tf"

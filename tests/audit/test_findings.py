@@ -156,3 +156,21 @@ def test_a_loss_all_reduced_for_the_log_and_gradients_summed_by_hand_quote_the_a
     twice = _record("torch", world=2, grad_norm=2.0, script=by_hand, config={"ddp": False})
     (f,) = [f for f in diagnose(_record("torch", world=2), twice) if "global batch" in f.name]
     assert "torch.py:3: dist.all_reduce(p.grad) -> divide the all-reduced gradients" in f.fixes[0]
+
+
+def _epochs(run, epochs: list[int], samples: list[int]):
+    """``run`` with its steps' epochs and row counts set."""
+    run.steps = run.steps[: len(epochs)]
+    for s, e, n in zip(run.steps, epochs, samples, strict=True):
+        s["epoch"], s["samples"] = e, n
+    return run
+
+
+def test_drop_remainder_needs_the_shorter_epoch_to_end_on_a_whole_batch():
+    """Another validation_split: both epochs end on a partial batch of their own, one a step
+    later; it was named drop_remainder, with a `.batch` line to change the script did not have."""
+    partial = _epochs(_record("tf", losses=[1.0] * 6), [1, 1, 1, 2, 2, 2], [8, 8, 4, 8, 8, 4])
+    other = _epochs(_record("tf", losses=[1.0] * 4), [1, 1, 2, 2], [8, 6, 8, 6])
+    assert "drop_remainder" not in [f.name for f in diagnose(partial, other)]
+    dropped = _epochs(_record("tf", losses=[1.0] * 4), [1, 1, 2, 2], [8, 8, 8, 8])
+    assert "drop_remainder" in [f.name for f in diagnose(partial, dropped)]
