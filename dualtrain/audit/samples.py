@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from dualtrain.audit.early import left_early, left_early_at
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.split import duplicated, policies, splits_differ
@@ -163,6 +164,8 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     if first_global is not None:
         if first_global > 1 and (repeats_epochs(a) or repeats_epochs(b)):
             return []  # set_epoch's finding says it
+        if left_early_at(a, b) is not None:
+            return []  # the same rows until one epoch ends early: its own finding says it
         epoch = a.epoch_of(first_global)
         if _epoch_rows(a, epoch) != _epoch_rows(b, epoch):
             return [
@@ -356,4 +359,13 @@ def normalisation(a: Recorded, b: Recorded) -> list[Finding]:
     ]
 
 
-SAMPLE_DIAGNOSES = (set_epoch, padding, batches, duplicated, policies, order, normalisation)
+SAMPLE_DIAGNOSES = (
+    set_epoch,
+    padding,
+    batches,
+    duplicated,
+    policies,
+    order,
+    left_early,
+    normalisation,
+)

@@ -174,3 +174,22 @@ def test_drop_remainder_needs_the_shorter_epoch_to_end_on_a_whole_batch():
     assert "drop_remainder" not in [f.name for f in diagnose(partial, other)]
     dropped = _epochs(_record("tf", losses=[1.0] * 4), [1, 1, 2, 2], [8, 8, 8, 8])
     assert "drop_remainder" in [f.name for f in diagnose(partial, dropped)]
+
+
+def test_an_epoch_left_early_is_not_different_data():
+    """A `break` after 2 of 3 batches (the same rows until it): it was named 'different data'
+    with the split to change; a last partial batch dropped stays drop_remainder."""
+    full = _epochs(_record("torch", losses=[1.0] * 6), [1, 1, 1, 2, 2, 2], [8] * 6)
+    script = "for i, (x, y) in enumerate(loader):\n    if i == 2:\n        break\n"
+    early = _record("torch", losses=[1.0] * 5, script=script)
+    early = _epochs(early, [1, 1, 2, 2, 2], [8] * 5)
+    rows = {1: 1, 2: 2, 3: 4, 4: 5, 5: 6}  # its steps' rows: full's 1, 2, then epoch 2's
+    _rows(early, lambda s, r: [f"{rows[s]:08x}{r:08x}"])
+    found = {f.name: f for f in diagnose(full, early)}
+    assert "different data" not in found, list(found)
+    f = found["an epoch left early"]
+    assert f.step == 3 and "B leaves epoch 1 after 2 steps, the other run after 3" in f.evidence
+    assert "torch.py:3: break -> every batch of the epoch" in f.fixes[0], f.fixes
+    partial = _epochs(_record("torch", losses=[1.0] * 6), [1, 1, 1, 2, 2, 2], [8, 8, 4] * 2)
+    found = {f.name for f in diagnose(partial, early)}
+    assert "drop_remainder" in found and "an epoch left early" not in found, found
