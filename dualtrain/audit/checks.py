@@ -268,7 +268,8 @@ def check_settings(a: Recorded, b: Recorded) -> Check:
     judged = (
         "the settings read from the scripts' objects: the optimizer (type and options, each "
         "framework's defaults under the other's names), the loss-scale rule, BatchNorm's momentum "
-        "and eps, the parameters' dtype and (Keras) the precision policy"
+        "and eps, the parameters' dtype, (Keras) the precision policy and (torch) the steps "
+        "trained in eval mode"
     )
     not_judged = (
         "what the recorders cannot read: torch's autocast, sample and class weights, the loss's "

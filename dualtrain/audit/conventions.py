@@ -41,6 +41,31 @@ OPTIONS: dict[str, list[tuple[str, str, str]]] = {
 }
 
 
+def keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+    """A Keras optimizer's options that no torch optimizer has, where set."""
+    out = []
+    if k.get("use_ema"):
+        out.append(
+            f"EMA: Keras use_ema=True (ema_momentum={k.get('ema_momentum')}) keeps a moving "
+            f"average of the weights and writes it into the model as fit ends; torch's "
+            f"{t['type']} keeps none"
+        )
+    if (k.get("gradient_accumulation_steps") or 1) > 1:
+        out.append(
+            f"accumulation: Keras gradient_accumulation_steps={k['gradient_accumulation_steps']} "
+            f"updates once every {k['gradient_accumulation_steps']} batches (each batch a recorded "
+            f"step, the others without an update); torch's {t['type']} steps at each recorded step"
+        )
+    no_decay = k.get("no_decay") or []
+    if no_decay and (t.get("weight_decay") or 0) > 0 and not t.get("groups"):
+        shown = ", ".join(no_decay[:4]) + (", ..." if len(no_decay) > 4 else "")
+        out.append(
+            f"weight decay: Keras exclude_from_weight_decay leaves out {len(no_decay)} "
+            f"variable(s) ({shown}); torch's {t['type']} decays every parameter (one group)"
+        )
+    return out
+
+
 def torch_option(cfg: dict[str, Any], name: str) -> Any:
     key, _, idx = name.partition(".")
     value = cfg.get(key)

@@ -192,6 +192,34 @@ def _granularity(
     ]
 
 
+def scheduler_first(a: Recorded, b: Recorded) -> list[Finding]:
+    """A torch scheduler stepped before the first optimizer step (torch warns once): every lr
+    comes one scheduler step early, the schedule's first value skipped."""
+    out = []
+    for run, other, tag in ((a, b, "A"), (b, a, "B")):
+        sched = run.config.get("scheduler", {})
+        if sched.get("before_optimizer") and not other.config.get("scheduler", {}).get(
+            "before_optimizer"
+        ):
+            out.append(
+                Finding(
+                    "scheduler stepped before optimizer.step()",
+                    f"{tag}'s {sched.get('type')} had stepped before the first optimizer step: "
+                    f"each lr comes a scheduler step early (its first value skipped)",
+                    [
+                        fix(
+                            run,
+                            tag,
+                            ("scheduler.step()", "sched.step()", *schedule_lines(run)),
+                            "call scheduler.step() after optimizer.step()",
+                        )
+                    ],
+                    step=1,
+                )
+            )
+    return out
+
+
 def architecture(a: Recorded, b: Recorded) -> list[Finding]:
     pairs = paired_weights(a, b)
     if isinstance(pairs, str):
@@ -251,6 +279,7 @@ DIAGNOSES = (
     replicas_apart,
     *SAMPLE_DIAGNOSES,
     schedule,
+    scheduler_first,
     *SETTINGS_DIAGNOSES,
     reduction,
     reported_loss,

@@ -12,6 +12,7 @@ import numpy as np
 from dualtrain.audit import conventions as C
 from dualtrain.audit.clipping import clipping
 from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
+from dualtrain.audit.modes import eval_mode
 from dualtrain.audit.read import Recorded
 
 #: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
@@ -101,7 +102,7 @@ def _conventions(
             f"weight decay: torch {t['type']}'s weight_decay={t['weight_decay']} is an L2 term "
             f"in the gradient; Keras's weight_decay is decoupled (AdamW-style)"
         )
-    out += _keras_only(t, k)
+    out += C.keras_only(t, k)
     found = []
     if out:
         found.append(
@@ -126,31 +127,6 @@ def _conventions(
             )
         )
     return found
-
-
-def _keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
-    """A Keras optimizer's options that no torch optimizer has, where set."""
-    out = []
-    if k.get("use_ema"):
-        out.append(
-            f"EMA: Keras use_ema=True (ema_momentum={k.get('ema_momentum')}) keeps a moving "
-            f"average of the weights and writes it into the model as fit ends; torch's "
-            f"{t['type']} keeps none"
-        )
-    if (k.get("gradient_accumulation_steps") or 1) > 1:
-        out.append(
-            f"accumulation: Keras gradient_accumulation_steps={k['gradient_accumulation_steps']} "
-            f"updates once every {k['gradient_accumulation_steps']} batches (each batch a recorded "
-            f"step, the others without an update); torch's {t['type']} steps at each recorded step"
-        )
-    no_decay = k.get("no_decay") or []
-    if no_decay and (t.get("weight_decay") or 0) > 0 and not t.get("groups"):
-        shown = ", ".join(no_decay[:4]) + (", ..." if len(no_decay) > 4 else "")
-        out.append(
-            f"weight decay: Keras exclude_from_weight_decay leaves out {len(no_decay)} "
-            f"variable(s) ({shown}); torch's {t['type']} decays every parameter (one group)"
-        )
-    return out
 
 
 def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
@@ -395,4 +371,13 @@ PRECISION_LINES = {
     "tf": ("set_global_policy", "dtype_policy", "dtype="),
 }
 
-SETTINGS_DIAGNOSES = (optimizer, held, frozen, loss_scale, batchnorm, precision, clipping)
+SETTINGS_DIAGNOSES = (
+    optimizer,
+    held,
+    frozen,
+    loss_scale,
+    batchnorm,
+    precision,
+    clipping,
+    eval_mode,
+)

@@ -445,3 +445,62 @@ def test_a_recorder_without_loader_sampler_or_epoch_says_so_and_compare_judges_t
     steps = run_checks(blind, counted)[0]
     assert steps.name == "steps" and steps.status == "PASS", steps.detail
     assert "A's epochs unknown" in steps.not_judged
+
+
+def _loop(out, *, forget_train=False, sched_first=False, batch_sampler=False):
+    """Two epochs of 4 batches with an evaluation after each, a StepLR per step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2)
+    )
+    data = torch.utils.data.TensorDataset(torch.rand(32, 16), torch.randint(0, 2, (32,)))
+    sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, seed=3)
+    if batch_sampler:
+        batches = torch.utils.data.BatchSampler(sampler, batch_size=8, drop_last=False)
+        loader = torch.utils.data.DataLoader(data, batch_sampler=batches)
+    else:
+        loader = torch.utils.data.DataLoader(data, batch_size=8, sampler=sampler)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    with audit.torch_recorder(
+        out, model=model, optimizer=opt, loader=loader, scheduler=sched
+    ) as rec:
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            if not forget_train or epoch == 0:
+                model.train()
+            for x, y in loader:
+                rec.batch(x)
+                if sched_first:
+                    sched.step()
+                _step(model, opt, x, y)
+                rec.step(1.0)
+                if not sched_first:
+                    sched.step()
+            model.eval()
+    return read_recorded(out)
+
+
+def test_eval_mode_a_scheduler_stepped_first_and_a_batch_samplers_indices(tmp_path):
+    """model.train() not called after the first evaluation, scheduler.step() before
+    optimizer.step() and a DistributedSampler inside a BatchSampler were each recorded as a
+    correct loop (or without indices) in the fifth round."""
+    base = _loop(tmp_path / "base")
+    assert base.config["eval_steps"] == [] and base.config["mode_layers"] == ["1 (Dropout)"]
+    assert "before_optimizer" not in base.config["scheduler"]
+    late = _loop(tmp_path / "eval", forget_train=True)
+    assert late.config["eval_steps"] == [5, 6, 7, 8]
+    (f,) = [f for f in diagnose(base, late) if f.name.startswith("training steps in eval mode")]
+    assert f.step == 5 and "B trains 4 of 8 steps" in f.evidence and "(1 (Dropout))" in f.evidence
+    assert "call model.train() before each epoch's training loop" in f.fixes[0]
+    assert {c.name: c.status for c in run_checks(base, late)}["settings"] == "FAIL"
+    first = _loop(tmp_path / "first", sched_first=True)
+    assert first.config["scheduler"]["before_optimizer"] is True
+    names = [f.name for f in diagnose(base, first)]
+    assert "scheduler stepped before optimizer.step()" in names, names
+    batches = _loop(tmp_path / "bs", batch_sampler=True)
+    assert batches.config["sampler"]["type"] == "DistributedSampler"
+    assert [r["indices"] for r in batches.replicas.values()] == [
+        r["indices"] for r in base.replicas.values()
+    ]
+    assert all(r["indices"] for r in batches.replicas.values())

@@ -35,6 +35,7 @@ from dualtrain.backends.torch.audit_setup import (
     canonical_weights,
     check_setup,
     loader_len,
+    loader_part,
     param_digests,
     prepare,
     read_config,
@@ -63,14 +64,14 @@ class TorchRecorder:
         self.rank, self.world, self.dir = 0, 1, Path(run_dir)
         prepared = False
         try:
-            sampler = sampler if sampler is not None else getattr(loader, "sampler", None)
+            sampler = sampler if sampler is not None else loader_part(loader, "sampler")
             check_setup(model, optimizer, sampler)
             self.rank, self.world = world_of()
             prepared = prepare(self.dir, self.rank, self.world, model)
             self.model, self.optimizer, self.scaler = model, optimizer, scaler
-            self.sampler = sampler
+            self.sampler, self.sched = sampler, scheduler
             self.batches = loader_len(loader)
-            self.batch_size = getattr(loader, "batch_size", None)
+            self.batch_size = loader_part(loader, "batch_size")
             self.config = read_config(model, optimizer, scaler, loader, sampler, scheduler)
             self.init: dict[str, Any] | None = None  # read at the first rec.batch
             self.start: dict[str, str] | None = None  # every rank's digests of it
@@ -109,6 +110,8 @@ class TorchRecorder:
             )
         # the lr the step uses (a script may set it after rec.batch)
         _set_lrs(self.steps[-1], self.optimizer)
+        if len(self.steps) == 1 and getattr(self.sched, "_step_count", 1) > 1:  # torch's count
+            self.config["scheduler"]["before_optimizer"] = True  # (1 once made): stepped early
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
@@ -193,6 +196,7 @@ class TorchRecorder:
             self.rows.append(self.current)
             entry = {"step": step, "epoch": now, "lr": None, "loss_scale": _scale_of(self.scaler)}
             _set_lrs(entry, self.optimizer)  # read again when the optimizer steps
+            entry["eval"] = not self.model.training  # model.train() not called again after eval
             self.steps.append(entry)
         elif self.stepped:
             raise UserError(
@@ -232,6 +236,7 @@ class TorchRecorder:
             self._close_step()
             self._unhook()
             self.config["epochs"] = self.epochs
+            self.config["eval_steps"] = [s["step"] for s in self.steps if s.pop("eval", False)]
             clipping = self.clips.summary(len(self.steps))
             if clipping is not None:
                 self.config["clipping"] = clipping

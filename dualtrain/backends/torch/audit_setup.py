@@ -142,6 +142,16 @@ def param_digests(model: Any, weights: dict[str, np.ndarray]) -> dict[str, str]:
     return record.digests({n: w for n, w in weights.items() if n in names})
 
 
+def loader_part(loader: Any, name: str) -> Any:
+    """The loader's sampler, batch_size or drop_last, from its batch sampler (a
+    ``DataLoader(batch_sampler=BatchSampler(DistributedSampler(...), ...))`` has the default
+    SequentialSampler and no batch_size of its own); None without a loader."""
+    batches = getattr(loader, "batch_sampler", None)
+    if isinstance(batches, torch.utils.data.BatchSampler):
+        return getattr(batches, name, None)
+    return getattr(loader, name, None)
+
+
 def loader_len(loader: Any) -> int | None:
     """The loader's batches per epoch; None for an iterable dataset without a length."""
     try:
@@ -166,6 +176,10 @@ def _optimizer_config(optimizer: Any) -> dict[str, Any]:
     return out
 
 
+#: layers whose training and eval modes compute otherwise
+MODE_LAYERS = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm)
+
+
 def read_config(
     model: Any, optimizer: Any, scaler: Any, loader: Any, sampler: Any, sched: Any
 ) -> dict[str, Any]:
@@ -178,6 +192,11 @@ def read_config(
             {"name": n, "momentum": m.momentum, "eps": m.eps, "convention": "torch"}
             for n, m in inner.named_modules()
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ],
+        "mode_layers": [  # layers that compute otherwise in eval mode (model.eval())
+            f"{n} ({type(m).__name__})"
+            for n, m in inner.named_modules()
+            if isinstance(m, MODE_LAYERS)
         ],
         "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel)
         or isinstance(getattr(model, "_orig_mod", None), torch.nn.parallel.DistributedDataParallel),
@@ -199,8 +218,8 @@ def read_config(
         cfg["scheduler"] = {"type": type(sched).__name__, **_options(sched)}
     if loader is not None:
         cfg["loader"] = {
-            "batch_size": getattr(loader, "batch_size", None),
-            "drop_last": getattr(loader, "drop_last", None),
+            "batch_size": loader_part(loader, "batch_size"),
+            "drop_last": loader_part(loader, "drop_last"),
             "batches": loader_len(loader),
         }
     if sampler is not None:
