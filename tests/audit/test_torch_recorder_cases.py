@@ -504,3 +504,24 @@ def test_eval_mode_a_scheduler_stepped_first_and_a_batch_samplers_indices(tmp_pa
         r["indices"] for r in base.replicas.values()
     ]
     assert all(r["indices"] for r in batches.replicas.values())
+
+
+def test_a_loop_that_leaves_its_epochs_early_without_set_epoch_has_its_epochs(tmp_path):
+    """No set_epoch, a break after 2 of 4 batches: the epochs used to be counted by the loader's
+    length (4 steps in epoch 1), so an identical run with set_epoch FAILed its steps check. Each
+    new loop over the loader is an epoch; the loader is left as it was."""
+    model = _model()
+    data = torch.utils.data.TensorDataset(torch.rand(16, 16), torch.randint(0, 4, (16,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    next(iter(loader))  # a peek before training is not an epoch
+    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader) as rec:
+        for _ in range(3):
+            for i, (x, y) in enumerate(loader):
+                if i == 2:
+                    break
+                rec.batch(x)
+                _step(model, opt, x, y)
+                rec.step(1.0)
+    assert [s["epoch"] for s in read_recorded(tmp_path / "a").steps] == [1, 1, 2, 2, 3, 3]
+    assert "_get_iterator" not in vars(loader)

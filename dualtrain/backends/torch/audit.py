@@ -32,6 +32,7 @@ from dualtrain.audit.identity import hexes, input_key
 from dualtrain.backends.torch.audit_digests import Digests
 from dualtrain.backends.torch.audit_setup import (
     ClipWatch,
+    LoaderLoops,
     canonical_weights,
     check_setup,
     loader_len,
@@ -98,6 +99,7 @@ class TorchRecorder:
             optimizer.register_step_post_hook(self._post),
         ]
         self.clips = ClipWatch(lambda: len(self.steps))
+        self.loops = LoaderLoops(loader)
 
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -145,9 +147,10 @@ class TorchRecorder:
         if epoch is not None:
             self.epochs = "script"
         if epoch is None:
-            moved = getattr(self.sampler, "epoch", None)
+            moved, began = getattr(self.sampler, "epoch", None), self.loops.began()
             full = bool(self.batches) and self.pos >= (self.batches or 0)
-            new = self.epoch_now == 0 or full or moved != self.sampler_epoch
+            new = self.epoch_now == 0 or moved != self.sampler_epoch
+            new = new or (full if began is None else began)  # a new loop over the loader
             self.sampler_epoch = moved
             epoch = self.epoch_now + 1 if new else self.epoch_now
         if epoch != self.epoch_now:
@@ -273,6 +276,7 @@ class TorchRecorder:
         for h in self.hooks:
             h.remove()
         self.clips.close()
+        self.loops.close()
 
     def __enter__(self) -> TorchRecorder:
         return self

@@ -267,6 +267,51 @@ def _cell(fn: Any) -> Any:
     return closure[names.index("func")] if "func" in names and closure else None
 
 
+class LoaderLoops:
+    """How often the script begins a loop over its DataLoader (each a new epoch): DataLoader's
+    ``__iter__`` calls the instance's ``_get_iterator`` (and, with persistent workers, its
+    iterator's ``_reset``), so wrapping those counts every ``for batch in loader``. A loop that
+    leaves its epochs early (``break`` after N batches) without ``set_epoch`` then still has its
+    epochs counted, where the loader's length said otherwise."""
+
+    def __init__(self, loader: Any):
+        self.loader, self.n, self.seen, self.active = loader, 0, -1, False
+        self.ok = isinstance(loader, torch.utils.data.DataLoader) and hasattr(
+            loader, "_get_iterator"
+        )
+        if not self.ok or "_get_iterator" in vars(loader):
+            self.ok = False  # not a DataLoader, or another recorder's wrapper
+            return
+        made = loader._get_iterator
+
+        def get_iterator() -> Any:
+            self.n += 1
+            it = made()
+            reset = getattr(it, "_reset", None)
+            if callable(reset):  # persistent workers: one iterator, reset per epoch
+
+                def again(*args: Any, **kwargs: Any) -> Any:
+                    self.n += 1
+                    return reset(*args, **kwargs)
+
+                it._reset = again
+            return it
+
+        loader._get_iterator = get_iterator
+
+    def began(self) -> bool | None:
+        """Whether a new loop over the loader began since the last call (None: it cannot be
+        told: not a DataLoader, or the script loops over another loader made per epoch)."""
+        moved, self.seen = self.seen not in (-1, self.n), self.n
+        self.active = self.active or moved
+        return moved if self.active else None
+
+    def close(self) -> None:
+        if self.ok:
+            vars(self.loader).pop("_get_iterator", None)
+            self.ok = False
+
+
 class ClipWatch:
     """The gradient clipping a loop does, seen as it runs (not read from the script's text, where
     a ``clip_grad_norm_`` under an ``if`` that did not run would count). torch.nn.utils.clip_grad's
