@@ -26,6 +26,12 @@ from dualtrain.records.record import as_float
 #: the lr's relative tolerance: a float32 lr (Keras keeps it in a float32 variable) is within
 #: 2**-24 ~ 6e-8 of torch's float64 one; 1e-6 leaves room for a float32 schedule's arithmetic
 LR_RTOL = 1e-6
+#: a schedule a framework computes in float32 (Keras's LearningRateSchedules: CosineDecay's
+#: ``1 + cos`` near its end, a warmup's ``step / warmup_steps``) errs by a few float32 ulps of
+#: the schedule's magnitude, its peak, not of the step's lr: near a cosine's end that is more
+#: than LR_RTOL of the small lr. Each of the ~6 float32 operations adds at most half an ulp of
+#: its result (all at most the peak): 8 ulps of the peak bound them with room.
+LR_F32_ULPS = 8 * 2.0**-24
 
 
 def check_steps(a: Recorded, b: Recorded) -> Check:
@@ -206,16 +212,20 @@ def _lr_pairs(ga: list, gb: list) -> list[tuple[int, Any, Any]]:
 def check_lr(a: Recorded, b: Recorded) -> Check:
     judged = (
         f"the lr at each common step, every parameter group (matched by position; one lr for "
-        f"all parameters against each of the other run's groups), relative tolerance {LR_RTOL:g}"
+        f"all parameters against each of the other run's groups), relative tolerance {LR_RTOL:g} "
+        f"of the lr or 8 float32 ulps of the run's peak lr (a schedule computed in float32)"
     )
     not_judged = (
         "which parameters each group holds; groups beyond the first where the runs have several, "
         "in different numbers"
     )
     la, lb = _group_lrs(a), _group_lrs(b)
+    peak = max((abs(v) for run in (la, lb) for g in run for v in g if v is not None), default=0)
     for s, (ga, gb) in enumerate(zip(la, lb, strict=False), 1):
         for g, x, y in _lr_pairs(ga, gb):
-            if x is None or y is None or abs(x - y) <= LR_RTOL * max(abs(x), abs(y)):
+            if x is None or y is None:
+                continue
+            if abs(x - y) <= max(LR_RTOL * max(abs(x), abs(y)), LR_F32_ULPS * peak):
                 continue
             where = f"parameter group {g}: " if max(len(ga), len(gb)) > 1 else ""
             return Check(

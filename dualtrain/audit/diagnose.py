@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.audit import conventions as C
-from dualtrain.audit.checks import paired_weights
+from dualtrain.audit.checks import LR_F32_ULPS, paired_weights
 from dualtrain.audit.finding import Finding, fix, opt_lines
 from dualtrain.audit.losses import reduction, reported_loss
 from dualtrain.audit.read import Recorded
@@ -31,6 +31,8 @@ def schedule(a: Recorded, b: Recorded) -> list[Finding]:
     pb, epoch_b = _change_points(b)
     if pa and pb and epoch_a != epoch_b:
         return _granularity(a, b, pa, pb, epoch_a)
+    if any(r.config.get("scheduler", {}).get("before_optimizer") for r in (a, b)):
+        return _shape(a, b, pa, pb)  # step 1's lr is a step of the schedule (scheduler_first)
     start = _scheduled_start(a, b)
     return start or (_base_lr(a, b) + _shape(a, b, pa, pb))
 
@@ -128,20 +130,26 @@ def _lr_fix(run: Recorded, tag: str, lr: float) -> str:
 
 
 def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Finding]:
-    """The same granularity, another schedule: the lr relative to step 1's parts."""
-    ra, rb = a.series("lr"), b.series("lr")
-    if not ra or not rb or not ra[0] or not rb[0]:
+    """The same granularity, another schedule: the lr relative to step 1's (to the peak's where
+    a warmup starts from 0) parts."""
+    ra, rb = [float(x or 0) for x in a.series("lr")], [float(x or 0) for x in b.series("lr")]
+    if not ra or not rb or not max(ra) or not max(rb):
         return []
-    rel_a = [float(x or 0) / float(ra[0]) for x in ra]
-    rel_b = [float(x or 0) / float(rb[0]) for x in rb]
+    base = "step 1" if ra[0] and rb[0] else "the peak"
+    ref_a, ref_b = (ra[0], rb[0]) if base == "step 1" else (max(ra), max(rb))
+    rel_a, rel_b = [x / ref_a for x in ra], [x / ref_b for x in rb]
+    tol = LR_F32_ULPS * max(*rel_a, *rel_b)  # a schedule computed in float32 (check_lr's)
     pairs = zip(rel_a, rel_b, strict=False)
-    first = next((i + 1 for i, (x, y) in enumerate(pairs) if not C.same_value(x, y)), None)
+    first = next(
+        (i + 1 for i, (x, y) in enumerate(pairs) if not C.same_value(x, y) and abs(x - y) > tol),
+        None,
+    )
     if first is None:
         return []
     return [
         Finding(
             "different lr schedules",
-            f"relative to step 1, the lr parts at step {first}: {rel_a[first - 1]:.4g}x in A "
+            f"relative to {base}, the lr parts at step {first}: {rel_a[first - 1]:.4g}x in A "
             f"(changes at steps {pa[:6]}), {rel_b[first - 1]:.4g}x in B (changes at steps "
             f"{pb[:6]})",
             [

@@ -49,7 +49,7 @@ def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
                 needles: tuple[str, ...] = (f"{sampler.get('type')}(", "shuffle=", "DataLoader(")
             elif run.framework == "torch":
                 change = "call `sampler.set_epoch(epoch)` at the start of every epoch"
-                needles = ("set_epoch", "for epoch")
+                needles = (".set_epoch(", "for epoch")  # the call, not a sampler's def
             else:
                 change = "shuffle with `reshuffle_each_iteration=True` (the default)"
                 needles = (".shuffle(",)
@@ -167,7 +167,12 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
         if left_early_at(a, b) is not None:
             return []  # the same rows until one epoch ends early: its own finding says it
         epoch = a.epoch_of(first_global)
-        if _epoch_rows(a, epoch) != _epoch_rows(b, epoch):
+        rows_a, rows_b = _epoch_rows(a, epoch), _epoch_rows(b, epoch)
+        only_a, only_b = sum((rows_a - rows_b).values()), sum((rows_b - rows_a).values())
+        if 0 < max(only_a, only_b) < a.steps[0]["samples"] and not (only_a and only_b):
+            return []  # one epoch's rows hold the other's and less than a batch more: a partial
+            # last batch one run keeps (drop_remainder's finding says it)
+        if max(only_a, only_b) >= a.steps[0]["samples"] or (only_a and only_b and not _drops(a, b)):
             return [
                 Finding(
                     "different data",
@@ -185,6 +190,11 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
                 f"epoch {epoch} feeds the same samples in A and B but in another order from step "
                 f"{first_global} "
                 + (
+                    f"(each run drops {only_a} other row(s) with its last partial batch) "
+                    if only_a
+                    else ""
+                )
+                + (
                     f"(A's {samplers[0]}, B's {samplers[1]})"
                     if samplers
                     else "(the shuffles differ: a seed, a sampler against tf.data's buffer)"
@@ -199,6 +209,12 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
             if sorted(ra[KIND]) != sorted(rb[KIND]):
                 return [_sharding(a, b, s)]
     return []
+
+
+def _drops(a: Recorded, b: Recorded) -> bool:
+    """Both runs feed whole batches only (each drops its epochs' last partial batch): their
+    epochs may leave out other rows where they shuffle otherwise."""
+    return all(s["samples"] == r.steps[0]["samples"] for r in (a, b) for s in r.steps)
 
 
 def _sampler_options(a: Recorded, b: Recorded) -> tuple[str, str] | None:

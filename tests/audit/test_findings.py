@@ -4,6 +4,8 @@ another seed, another split of the data, and the lines each fix quotes."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from dualtrain.audit.checks import run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.replicas import check_replicas
@@ -80,7 +82,7 @@ def test_two_samplers_options_are_quoted_and_no_shuffling_is_not_set_epoch():
 
 
 def test_different_data_quotes_the_split():
-    other = _rows(_torch(), lambda s, r: [f"other{s}"])
+    other = _rows(_torch(), lambda s, r: [f"other{s}-{i}" for i in range(8)])  # 8 rows a step
     (f,) = [f for f in diagnose(_torch(), other) if f.name == "different data"]
     assert "torch.py:3: ds, val = random_split(" in f.fixes[0], f.fixes
 
@@ -193,3 +195,72 @@ def test_an_epoch_left_early_is_not_different_data():
     partial = _epochs(_record("torch", losses=[1.0] * 6), [1, 1, 1, 2, 2, 2], [8, 8, 4] * 2)
     found = {f.name for f in diagnose(partial, early)}
     assert "drop_remainder" in found and "an epoch left early" not in found, found
+
+
+def _lrs(run, lrs):
+    run.steps = run.steps[: len(lrs)]
+    for s, lr in zip(run.steps, lrs, strict=True):
+        s["lr"] = float(lr)
+    return run
+
+
+def _cosine(n: int, warmup: int, dtype) -> list[float]:
+    """A warmup from 0 to 1e-3, then a cosine to 0, computed in ``dtype`` (Keras: float32)."""
+    peak, out = dtype(1e-3), []
+    for step in range(n):
+        if step < warmup:
+            out.append(peak * dtype(step) / dtype(warmup))
+        else:
+            t = dtype(step - warmup) / dtype(n - warmup)
+            out.append(peak * dtype(0.5) * (dtype(1) + np.cos(dtype(np.pi) * t)))
+    return out
+
+
+def test_a_float32_cosine_passes_and_a_warmup_from_zero_is_named():
+    """Keras computes CosineDecay in float32: near its end the lr is off by more than 1e-6 of
+    itself (a false lr FAIL on a matching pair); a warmup from lr 0 was never named (the
+    schedules were compared relative to step 1's lr)."""
+    torch_run = _lrs(_record("torch", losses=[1.0] * 12), _cosine(12, 4, np.float64))
+    keras_run = _lrs(_record("tf", losses=[1.0] * 12), _cosine(12, 4, np.float32))
+    last = torch_run.steps[-1]["lr"], keras_run.steps[-1]["lr"]
+    assert abs(last[0] - last[1]) > 1e-6 * max(last)  # what the relative tolerance refused
+    checks = {c.name: c for c in run_checks(torch_run, keras_run)}
+    assert checks["learning rate"].status == "PASS", checks["learning rate"]
+    assert not [f for f in diagnose(torch_run, keras_run) if "lr" in f.name]
+    short = _lrs(_record("tf", losses=[1.0] * 12), _cosine(12, 2, np.float32))
+    assert {c.name: c.status for c in run_checks(torch_run, short)}["learning rate"] == "FAIL"
+    (f,) = [f for f in diagnose(torch_run, short) if f.name == "different lr schedules"]
+    assert f.evidence.startswith("relative to the peak, the lr parts at step 2"), f.evidence
+
+
+def test_a_scheduler_stepped_first_is_not_a_base_lr():
+    script = "sched.step()\nopt = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+    a = _lrs(_record("torch", script=script), [0.0, 0.01, 0.02, 0.03])
+    a.config["scheduler"] = {"type": "LambdaLR"}
+    b = _lrs(_record("torch", script=script), [0.01, 0.02, 0.03, 0.04])
+    b.config["scheduler"] = {"type": "LambdaLR", "before_optimizer": True}
+    names = [f.name for f in diagnose(a, b)]
+    assert "scheduler stepped before optimizer.step()" in names, names
+    assert "different base learning rate" not in names, names
+
+
+def test_two_runs_dropping_other_last_rows_shuffle_and_a_kept_partial_batch_is_no_new_data():
+    """Both drop their last partial batch, shuffled otherwise: epoch 1 leaves out other rows in
+    each, which was named 'different data'; a partial batch kept in one run was named 'different
+    data' beside drop_remainder."""
+    a = _epochs(_record("torch", losses=[1.0] * 4), [1, 1, 2, 2], [8] * 4)
+    b = _rows(
+        _epochs(_record("torch", losses=[1.0] * 4), [1, 1, 2, 2], [8] * 4),
+        lambda s, r: [f"{(3 - s if s < 3 else s):08x}{r:08x}" if s > 1 else "dropped-other-row"],
+    )
+    found = {f.name: f for f in diagnose(a, b)}
+    assert "different data" not in found and "shuffle seeds" in found, list(found)
+    assert (
+        "each run drops 1 other row(s) with its last partial batch"
+        in found["shuffle seeds"].evidence
+    )
+    kept = _epochs(_record("torch", losses=[1.0] * 6), [1, 1, 1, 2, 2, 2], [8, 8, 4] * 2)
+    dropped = _epochs(_record("torch", losses=[1.0] * 4), [1, 1, 2, 2], [8] * 4)
+    _rows(dropped, lambda s, r: [f"{(s if s < 3 else s + 1):08x}{r:08x}"])
+    names = [f.name for f in diagnose(kept, dropped)]
+    assert "drop_remainder" in names and "different data" not in names, names
