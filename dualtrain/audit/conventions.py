@@ -56,6 +56,12 @@ def keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
             f"updates once every {k['gradient_accumulation_steps']} batches (each batch a recorded "
             f"step, the others without an update); torch's {t['type']} steps at each recorded step"
         )
+    zero = [n for n, g in enumerate(t.get("groups") or []) if not g.get("weight_decay")]
+    if zero and (k.get("weight_decay") or 0) > 0 and not k.get("no_decay"):
+        out.append(
+            f"weight decay: torch's parameter group(s) {zero} have weight_decay=0; Keras's "
+            f"{k.get('type')} decays every variable (no exclude_from_weight_decay)"
+        )
     no_decay = k.get("no_decay") or []
     if no_decay and (t.get("weight_decay") or 0) > 0 and not t.get("groups"):
         shown = ", ".join(no_decay[:4]) + (", ..." if len(no_decay) > 4 else "")

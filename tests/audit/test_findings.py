@@ -264,3 +264,15 @@ def test_two_runs_dropping_other_last_rows_shuffle_and_a_kept_partial_batch_is_n
     _rows(dropped, lambda s, r: [f"{(s if s < 3 else s + 1):08x}{r:08x}"])
     names = [f.name for f in diagnose(kept, dropped)]
     assert "drop_remainder" in names and "different data" not in names, names
+
+
+def test_a_torch_group_without_decay_against_a_keras_optimizer_decaying_all_is_named():
+    groups = [{"weight_decay": 0.01}, {"weight_decay": 0.0}]
+    torch_run = _record("torch", config={"optimizer": {"type": "AdamW", "weight_decay": 0.01}})
+    torch_run.config["optimizer"] |= {"eps": 1e-7, "betas": [0.9, 0.999], "groups": groups}
+    keras_opt = {"type": "AdamW", "weight_decay": 0.01, "epsilon": 1e-7}
+    keras_opt |= {"beta_1": 0.9, "beta_2": 0.999}
+    (f,) = diagnose(torch_run, _record("tf", config={"optimizer": keras_opt}))
+    assert "torch's parameter group(s) [1] have weight_decay=0" in f.evidence, f.evidence
+    keras_opt["no_decay"] = ["fc.bias"]  # both leave some out: which ones is not judged
+    assert diagnose(torch_run, _record("tf", config={"optimizer": keras_opt})) == []
