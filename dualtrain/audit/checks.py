@@ -278,12 +278,13 @@ def check_settings(a: Recorded, b: Recorded) -> Check:
     judged = (
         "the settings read from the scripts' objects: the optimizer (type and options, each "
         "framework's defaults under the other's names), the loss-scale rule, BatchNorm's momentum "
-        "and eps, the parameters' dtype, (Keras) the precision policy and (torch) the steps "
-        "trained in eval mode"
+        "and eps, the parameters' and the compute dtype (Keras's policy, torch's autocast) and "
+        "(torch) the steps trained in eval mode"
     )
     not_judged = (
-        "what the recorders cannot read: torch's autocast, sample and class weights, the loss's "
-        "own options; a torch script's parameter groups beyond the first against a Keras run's one"
+        "what the recorders cannot read: autocast entered inside the model's forward, sample and "
+        "class weights, the loss's own options; a torch script's parameter groups beyond the "
+        "first against a Keras run's one"
     )
     found = [f for d in SETTINGS_DIAGNOSES for f in d(a, b) if not f.inherent]
     if found:

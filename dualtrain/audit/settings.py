@@ -256,12 +256,24 @@ def precision(a: Recorded, b: Recorded) -> list[Finding]:
                     f"different {what} ({pa} vs {pb})",
                     f"A's {what}: {pa}, B's: {pb} (the precision the model trains in)",
                     [
-                        fix(a, "A", PRECISION_LINES[a.framework], f"{pb}, as B"),
-                        fix(b, "B", PRECISION_LINES[b.framework], f"{pa}, as A"),
+                        _precision_fix(a, "A", key, pb, "B"),
+                        _precision_fix(b, "B", key, pa, "A"),
                     ],
                 )
             )
     return out
+
+
+def _precision_fix(run: Recorded, tag: str, key: str, dtype: str, other: str) -> str:
+    """The line that sets ``run``'s precision; a torch compute dtype is autocast's."""
+    if run.framework != "torch" or key != "compute_dtype":
+        return fix(run, tag, PRECISION_LINES[run.framework], f"{dtype}, as {other}")
+    change = (
+        f"`torch.autocast(device_type, dtype=torch.{dtype})` around the forward and the loss"
+        if dtype in ("bfloat16", "float16")
+        else f"no autocast ({dtype}), as {other}"
+    )
+    return fix(run, tag, ("autocast(", *PRECISION_LINES["torch"]), change)
 
 
 def _precision(run: Recorded, key: str) -> str | None:

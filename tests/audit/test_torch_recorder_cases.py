@@ -72,7 +72,11 @@ def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
     assert [s["epoch"] for s in run.steps] == [1, 1, 1, 2, 2, 2]
     assert run.replicas[(1, 0)]["exact"] == row_digests(x[:4].numpy())[0]
     assert torch.equal(torch.from_numpy(run.weights_init["1.weight"]), first)
-    assert run.config["precision"] == {"param_dtype": "bfloat16"}
+    assert run.config["precision"] == {  # no autocast: a bfloat16 model computes in bfloat16
+        "param_dtype": "bfloat16",
+        "autocast": None,
+        "compute_dtype": "bfloat16",
+    }
     assert run.config["loader"]["batches"] is None
 
 
@@ -525,3 +529,31 @@ def test_a_loop_that_leaves_its_epochs_early_without_set_epoch_has_its_epochs(tm
                 rec.step(1.0)
     assert [s["epoch"] for s in read_recorded(tmp_path / "a").steps] == [1, 1, 2, 2, 3, 3]
     assert "_get_iterator" not in vars(loader)
+
+
+def test_autocast_is_recorded_as_the_compute_dtype(tmp_path):
+    """A torch float32 run against Keras's mixed_bfloat16 PASSed: autocast was never recorded.
+    The first forward's autocast context is now the torch run's compute dtype."""
+    x, y = torch.rand(8, 16), torch.randint(0, 4, (8,))
+    for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
+            for _ in range(2):
+                rec.batch(x)
+                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=bool(dtype)):
+                    loss = torch.nn.functional.cross_entropy(model(x).float(), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                rec.step(loss)
+    fp32, bf16 = read_recorded(tmp_path / "fp32"), read_recorded(tmp_path / "bf16")
+    assert fp32.config["precision"] == {
+        "param_dtype": "float32",
+        "autocast": None,
+        "compute_dtype": "float32",
+    }
+    assert bf16.config["precision"]["compute_dtype"] == "bfloat16"
+    (f,) = [f for f in diagnose(fp32, bf16) if f.name.startswith("different compute dtype")]
+    assert "`torch.autocast(device_type, dtype=torch.bfloat16)` around the forward" in f.fixes[0]
+    assert "no autocast (float32), as A" in f.fixes[1], f.fixes

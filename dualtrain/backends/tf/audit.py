@@ -30,8 +30,6 @@ import tensorflow as tf
 from dualtrain.audit import record
 from dualtrain.backends.tf.audit_digests import Digests, input_of
 from dualtrain.backends.tf.audit_setup import (
-    among_callbacks,
-    bare_fit,
     canonical_weights,
     check_setup,
     config_of,
@@ -40,6 +38,7 @@ from dualtrain.backends.tf.audit_setup import (
     meet,
     rank_of,
 )
+from dualtrain.backends.tf.audit_watch import among_callbacks, bare_fit
 from dualtrain.backends.tf.envinfo import backend_facts
 from dualtrain.errors import UserError
 

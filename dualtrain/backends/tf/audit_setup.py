@@ -222,32 +222,6 @@ def config_of(model: Any) -> dict[str, Any]:
     return cfg
 
 
-def among_callbacks(recorder: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether ``recorder`` is among a fit call's callbacks (``callbacks=``, or fit's sixth
-    positional argument; a list or a CallbackList)."""
-    given = kwargs["callbacks"] if "callbacks" in kwargs else (args[5] if len(args) > 5 else None)
-    return any(c is recorder for c in getattr(given, "callbacks", given) or ())
-
-
-def bare_fit(
-    model: Any, fit: Any, step: Any, jit: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    """A fit the recorder is not given (a warm-up before the recorded one): run with the model's
-    own train step and jit_compile, its train function built for it and again after it (the
-    recorded fit then traces the recorder's wrappers, the optimizer's included)."""
-    print(
-        "dualtrain audit: a fit without the recorder among its callbacks is not recorded "
-        "(pass it in callbacks=[...] of the fit to record)",
-        file=sys.stderr,
-    )
-    wrapped, recorded_jit = model.train_step, model.jit_compile
-    model.train_step, model.jit_compile, model.train_function = step, jit, None
-    try:
-        return fit(*args, **kwargs)
-    finally:
-        model.train_step, model.jit_compile, model.train_function = wrapped, recorded_jit, None
-
-
 def fit_input(model: Any) -> Any:
     """The ``x`` the running ``fit`` of ``model`` was given (read from fit's frame: a callback is
     not handed it, and a recorder made in fit's own arguments is made after ``model.fit`` was

@@ -31,8 +31,6 @@ from dualtrain.audit import record
 from dualtrain.audit.identity import hexes, input_key
 from dualtrain.backends.torch.audit_digests import Digests
 from dualtrain.backends.torch.audit_setup import (
-    ClipWatch,
-    LoaderLoops,
     canonical_weights,
     check_setup,
     loader_len,
@@ -43,6 +41,7 @@ from dualtrain.backends.torch.audit_setup import (
     same_world,
     world_of,
 )
+from dualtrain.backends.torch.audit_watch import AutocastWatch, ClipWatch, LoaderLoops
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.errors import UserError, shown
 
@@ -99,7 +98,7 @@ class TorchRecorder:
             optimizer.register_step_post_hook(self._post),
         ]
         self.clips = ClipWatch(lambda: len(self.steps))
-        self.loops = LoaderLoops(loader)
+        self.loops, self.autocast = LoaderLoops(loader), AutocastWatch(model)
 
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -239,6 +238,7 @@ class TorchRecorder:
             self._close_step()
             self._unhook()
             self.config["epochs"] = self.epochs
+            self.config["precision"] |= self.autocast.summary()
             self.config["eval_steps"] = [s["step"] for s in self.steps if s.pop("eval", False)]
             clipping = self.clips.summary(len(self.steps))
             if clipping is not None:
@@ -277,6 +277,7 @@ class TorchRecorder:
             h.remove()
         self.clips.close()
         self.loops.close()
+        self.autocast.close()
 
     def __enter__(self) -> TorchRecorder:
         return self

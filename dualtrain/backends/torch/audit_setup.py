@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.utils import clip_grad
 
 from dualtrain.audit import meeting, record
 from dualtrain.audit.settings import SCHEDULER_KEYS
@@ -108,7 +107,7 @@ def check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
         )
 
 
-def _unwrapped(model: Any) -> Any:
+def unwrapped(model: Any) -> Any:
     """The user's module inside DDP's and torch.compile's wrappers (in either order)."""
     while True:
         inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
@@ -130,7 +129,7 @@ def canonical_weights(model: Any) -> dict[str, np.ndarray]:
     without counters."""
     return {
         k: _numpy(v)
-        for k, v in _unwrapped(model).state_dict().items()
+        for k, v in unwrapped(model).state_dict().items()
         if not k.endswith("num_batches_tracked")
     }
 
@@ -138,7 +137,7 @@ def canonical_weights(model: Any) -> dict[str, np.ndarray]:
 def param_digests(model: Any, weights: dict[str, np.ndarray]) -> dict[str, str]:
     """The digests of the parameters among ``weights`` (canonical_weights'): buffers such as
     BatchNorm's running statistics are each rank's own under DDP and are left out."""
-    names = {n for n, _ in _unwrapped(model).named_parameters()}
+    names = {n for n, _ in unwrapped(model).named_parameters()}
     return record.digests({n: w for n, w in weights.items() if n in names})
 
 
@@ -183,7 +182,7 @@ MODE_LAYERS = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._
 def read_config(
     model: Any, optimizer: Any, scaler: Any, loader: Any, sampler: Any, sched: Any
 ) -> dict[str, Any]:
-    inner = _unwrapped(model)
+    inner = unwrapped(model)
     dtypes = [p.dtype for p in inner.parameters() if p.is_floating_point()]
     cfg: dict[str, Any] = {
         "optimizer": _optimizer_config(optimizer),
@@ -258,116 +257,3 @@ def record_safe(d: dict[str, Any]) -> dict[str, Any]:
         for k, v in d.items()
         if isinstance(v, _SCALAR) or isinstance(v, tuple)
     }
-
-
-def _cell(fn: Any) -> Any:
-    """The closure cell of torch's ``_no_grad`` wrapper that holds the function it runs."""
-    names = getattr(getattr(fn, "__code__", None), "co_freevars", ())
-    closure = getattr(fn, "__closure__", None)
-    return closure[names.index("func")] if "func" in names and closure else None
-
-
-class LoaderLoops:
-    """How often the script begins a loop over its DataLoader (each a new epoch): DataLoader's
-    ``__iter__`` calls the instance's ``_get_iterator`` (and, with persistent workers, its
-    iterator's ``_reset``), so wrapping those counts every ``for batch in loader``. A loop that
-    leaves its epochs early (``break`` after N batches) without ``set_epoch`` then still has its
-    epochs counted, where the loader's length said otherwise."""
-
-    def __init__(self, loader: Any):
-        self.loader, self.n, self.seen, self.active = loader, 0, -1, False
-        self.ok = isinstance(loader, torch.utils.data.DataLoader) and hasattr(
-            loader, "_get_iterator"
-        )
-        if not self.ok or "_get_iterator" in vars(loader):
-            self.ok = False  # not a DataLoader, or another recorder's wrapper
-            return
-        made = loader._get_iterator
-
-        def get_iterator() -> Any:
-            self.n += 1
-            it = made()
-            reset = getattr(it, "_reset", None)
-            if callable(reset):  # persistent workers: one iterator, reset per epoch
-
-                def again(*args: Any, **kwargs: Any) -> Any:
-                    self.n += 1
-                    return reset(*args, **kwargs)
-
-                it._reset = again
-            return it
-
-        loader._get_iterator = get_iterator
-
-    def began(self) -> bool | None:
-        """Whether a new loop over the loader began since the last call (None: it cannot be
-        told: not a DataLoader, or the script loops over another loader made per epoch)."""
-        moved, self.seen = self.seen not in (-1, self.n), self.n
-        self.active = self.active or moved
-        return moved if self.active else None
-
-    def close(self) -> None:
-        if self.ok:
-            vars(self.loader).pop("_get_iterator", None)
-            self.ok = False
-
-
-class ClipWatch:
-    """The gradient clipping a loop does, seen as it runs (not read from the script's text, where
-    a ``clip_grad_norm_`` under an ``if`` that did not run would count). torch.nn.utils.clip_grad's
-    ``_clip_grads_with_norm_`` (which ``clip_grad_norm_`` calls, public as
-    ``clip_grads_with_norm_``) and ``clip_grad_value_`` are wrappers that run a function held in
-    a closure cell; while recording, the cell holds a function that notes the call, so every
-    name a script imported them by is seen; ``close`` puts the functions back. ``step()`` says
-    which optimizer step a call belongs to. A torch that lays them out otherwise leaves them
-    unwatched (``summary()`` is None: the script's text is the evidence)."""
-
-    def __init__(self, step: Any):
-        self.step = step
-        self.calls: list[tuple[int, str, float, Any]] = []
-        self.cells: list[tuple[Any, Any]] = []
-        norm_cell = _cell(getattr(clip_grad, "_clip_grads_with_norm_", None))
-        value_cell = _cell(getattr(clip_grad, "clip_grad_value_", None))
-        self.watched = norm_cell is not None and value_cell is not None
-        if not self.watched:
-            return
-        scale, clamp = norm_cell.cell_contents, value_cell.cell_contents
-
-        def scaled(parameters: Any, max_norm: float, total_norm: Any, *a: Any, **k: Any) -> Any:
-            self.calls.append((self.step(), "clip_grad_norm_", float(max_norm), total_norm))
-            return scale(parameters, max_norm, total_norm, *a, **k)
-
-        def clamped(parameters: Any, clip_value: float, *a: Any, **k: Any) -> Any:
-            self.calls.append((self.step(), "clip_grad_value_", float(clip_value), None))
-            return clamp(parameters, clip_value, *a, **k)
-
-        norm_cell.cell_contents, value_cell.cell_contents = scaled, clamped
-        self.cells = [(norm_cell, scale), (value_cell, clamp)]
-
-    def close(self) -> None:
-        for cell, fn in self.cells:
-            cell.cell_contents = fn
-        self.cells = []
-
-    def summary(self, steps: int) -> dict[str, Any] | None:
-        """What the loop clipped: each function called, its limits, on how many of the steps,
-        and on how many its limit was below the gradient's norm (clip_grad_norm_'s active
-        steps); None where the module could not be watched."""
-        if not self.watched:
-            return None
-        out: dict[str, Any] = {"watched": True, "steps": steps, "calls": []}
-        for how in ("clip_grad_norm_", "clip_grad_value_"):
-            mine = [c for c in self.calls if c[1] == how]
-            if not mine:
-                continue
-            limits = sorted({c[2] for c in mine})
-            active = [c for c in mine if c[3] is not None and float(c[3]) > c[2]]
-            out["calls"].append(
-                {
-                    "function": how,
-                    "limit": limits[0] if len(limits) == 1 else limits,
-                    "steps": len({c[0] for c in mine}),
-                    "active_steps": len({c[0] for c in active}) if how.endswith("norm_") else None,
-                }
-            )
-        return out
