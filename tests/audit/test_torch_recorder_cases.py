@@ -485,6 +485,7 @@ def _loop(out, *, forget_train=False, sched_first=False, batch_sampler=False):
     return read_recorded(out)
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
 def test_eval_mode_a_scheduler_stepped_first_and_a_batch_samplers_indices(tmp_path):
     """model.train() not called after the first evaluation, scheduler.step() before
     optimizer.step() and a DistributedSampler inside a BatchSampler were each recorded as a
