@@ -207,7 +207,7 @@ np.save(out, np.asarray(model(x, training=False), dtype=np.float64))
 @pytest.mark.parametrize(
     "fmt, sets",
     [
-        ("torch", ()),
+        pytest.param("torch", (), marks=pytest.mark.slow),  # default-suite time (docs/testing.md)
         pytest.param("keras", (), marks=pytest.mark.slow),
         pytest.param("torch", BN, marks=pytest.mark.slow),
         pytest.param("keras", BN, marks=pytest.mark.slow),

@@ -53,6 +53,7 @@ def _compare(tmp_path, world: int, *sets: str) -> dict:
     return {c["name"]: c for c in verdict["checks"]}
 
 
+@pytest.mark.slow  # default-suite time: runs in CI's slow part (docs/testing.md)
 def test_dropout_port_compares_at_world_2(tmp_path):
     checks = _compare(tmp_path, 2)
     print({k: checks[k]["value"] for k in ("reference_loss", "reference_weights")})
@@ -82,6 +83,7 @@ def test_dropout_pair_through_the_parameter_server_on_both_backends(runs):
     assert ref.b.summary["tf_strategy"] == "parameter_server"
 
 
+@pytest.mark.slow  # default-suite time: runs in CI's slow part (docs/testing.md)
 def test_misplaced_dropout_fails_the_fp64_pair(runs):
     # the Keras side drops the stem's feature maps, torch the first block's: both (8, 8, 8), so
     # the pair is accepted; the masks are alike, the units they drop are not
@@ -115,7 +117,8 @@ LOADERS = {
 }
 
 
-@pytest.mark.parametrize("fmt", ["torch", pytest.param("keras", marks=pytest.mark.slow)])
+@pytest.mark.slow  # default-suite time: runs in CI's slow part (docs/testing.md)
+@pytest.mark.parametrize("fmt", ["torch", "keras"])
 def test_dropout_pair_exports_hold_the_users_own_dropout(runs, tmp_path, fmt):
     run = runs("tf", *TINY, config=PORT)
     folder = tmp_path / fmt

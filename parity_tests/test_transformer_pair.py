@@ -31,7 +31,8 @@ TINY = (
 
 
 @pytest.mark.parametrize(
-    "world", [pytest.param(1, marks=pytest.mark.slow), 2, pytest.param(3, marks=pytest.mark.slow)]
+    "world",
+    [pytest.param(w, marks=pytest.mark.slow) for w in (1, 2, 3)],  # default-suite time
 )
 def test_faithful_transformer_port_passes_compare(tmp_path, world):
     sets = [a for s in TINY for a in ("--set", s)]
@@ -79,6 +80,7 @@ def test_transformer_port_passes_compare_in_mixed_precision(tmp_path, precision)
     assert json.loads((out / "verdict.json").read_text())["passed"]
 
 
+@pytest.mark.slow  # default-suite time: runs in CI's slow part (docs/testing.md)
 def test_hand_written_attention_port_agrees(runs):
     # one Dense of 3 x width split into q, k, v by hand: in_proj_weight maps onto its kernel by
     # a plain transpose, and the fp64 pair agrees as with Keras's MultiHeadAttention

@@ -24,6 +24,7 @@ def names(a, b, tmp_path):
     return cmp, [f.name for f in cmp.findings]
 
 
+@pytest.mark.slow  # default-suite time: the recorder's default DDP test is ddp_case.py's
 def test_the_ddp_script_recorded_twice_passes(torch_run, tmp_path):
     again = record("ddp_mnist.py", tmp_path / "again")
     cmp, found = names(torch_run, again, tmp_path)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from dualtrain.core.plan import ShardPlan
@@ -15,6 +16,7 @@ from dualtrain.spec import from_dict
 from testkit.tf_runs import ROOT, python_env, small_spec, write_spec
 
 
+@pytest.mark.slow  # default-suite time: runs in CI's slow part (docs/testing.md)
 def test_external_tf_config_cluster_runs_multi_worker(tmp_path):
     # The spec says mirrored and world_size 3: the 2-task cluster decides (multi_worker, 2
     # replicas).
