@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
-
-KIND = "pattern"  # the same sample under any normalisation
+from dualtrain.audit.split import KIND
 
 
 def left_early_at(a: Recorded, b: Recorded) -> tuple[int, str, int, int] | None:
@@ -20,8 +19,8 @@ def left_early_at(a: Recorded, b: Recorded) -> tuple[int, str, int, int] | None:
         if len(sa) == len(sb):
             continue
         m = min(len(sa), len(sb))
-        longer = a if len(sa) > len(sb) else b
-        last = longer.steps[max(len(sa), len(sb)) - 1 + (longer.epochs()[e][0] - 1)]
+        longer, steps = (a, sa) if len(sa) > len(sb) else (b, sb)
+        last = longer.steps[steps[-1] - 1]  # the longer epoch's last step
         if len(sa) - len(sb) in (1, -1) and last["samples"] < longer.steps[0]["samples"]:
             return None  # the one more step is a partial batch: drop_remainder's finding
         same = all(
