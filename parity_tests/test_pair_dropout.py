@@ -96,7 +96,9 @@ def test_misplaced_dropout_fails_the_fp64_pair(runs):
     assert not cmp.check("reference_loss").passed and cmp.check("init_weights").passed
 
 
-@pytest.mark.parametrize("backend", ["tf", "torch"])
+@pytest.mark.parametrize(  # default-suite time: tf's runs in CI's slow part (docs/testing.md)
+    "backend", [pytest.param("tf", marks=pytest.mark.slow), "torch"]
+)
 def test_dropout_pair_resumes_bit_for_bit(runs, backend):
     # the masks hash (seed, step, sample id, layer, element): a resumed run draws the same ones
     # (that the masks are on at all: test_misplaced_dropout_fails_the_fp64_pair)

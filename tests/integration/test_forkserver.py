@@ -141,7 +141,9 @@ def _server_pid(folder: Path) -> int:
     raise AssertionError(f"no server for {sock}")
 
 
-@pytest.mark.parametrize("backend", ["torch", "tf"])
+@pytest.mark.parametrize(  # default-suite time: tf's runs in CI's slow part (docs/testing.md)
+    "backend", ["torch", pytest.param("tf", marks=pytest.mark.slow)]
+)
 def test_a_warm_run_trains_bit_identically_to_a_started_one(backend, tmp_path, cli, monkeypatch):
     """The same spec run with workers started and with workers forked: the same weights, bit for
     bit, and the forked workers skipped the framework's import."""
