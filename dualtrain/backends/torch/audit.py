@@ -33,6 +33,8 @@ from dualtrain.backends.torch.audit_digests import Digests
 from dualtrain.backends.torch.audit_setup import (
     canonical_weights,
     check_setup,
+    final_config,
+    first_step_config,
     loader_len,
     loader_part,
     param_digests,
@@ -41,7 +43,7 @@ from dualtrain.backends.torch.audit_setup import (
     same_world,
     world_of,
 )
-from dualtrain.backends.torch.audit_watch import AutocastWatch, ClipWatch, LoaderLoops
+from dualtrain.backends.torch.audit_watch import Watchers
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.errors import UserError, shown
 
@@ -86,8 +88,12 @@ class TorchRecorder:
         self.current: dict[str, Any] | None = None
         self.epoch_now, self.pos, self.calls = 0, 0, 0
         self.sampler_epoch = getattr(sampler, "epoch", None)
-        # how epochs are known: the script's epoch=, else the loader's length or set_epoch
-        self.epochs = "counted" if self.batches or hasattr(sampler, "set_epoch") else "unknown"
+        # the watchers (loops over the loader count an IterableDataset's epochs)
+        self.watch = Watchers(model, loader, scheduler, lambda: len(self.steps))
+        # how epochs are known: the script's epoch=, else the loader's length, set_epoch or loops
+        self.set_epoch = hasattr(sampler, "set_epoch")
+        known = self.batches or self.set_epoch or self.watch.loops.ok
+        self.epochs = "counted" if known else "unknown"
         self.stepped = False
         self.norm: torch.Tensor | None = None
         self.digests = Digests()
@@ -97,8 +103,6 @@ class TorchRecorder:
             optimizer.register_step_pre_hook(self._pre),
             optimizer.register_step_post_hook(self._post),
         ]
-        self.clips = ClipWatch(lambda: len(self.steps))
-        self.loops, self.autocast = LoaderLoops(loader), AutocastWatch(model)
 
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -146,7 +150,7 @@ class TorchRecorder:
         if epoch is not None:
             self.epochs = "script"
         if epoch is None:
-            moved, began = getattr(self.sampler, "epoch", None), self.loops.began()
+            moved, began = getattr(self.sampler, "epoch", None), self.watch.loops.began()
             full = bool(self.batches) and self.pos >= (self.batches or 0)
             new = self.epoch_now == 0 or moved != self.sampler_epoch
             new = new or (full if began is None else began)  # a new loop over the loader
@@ -177,6 +181,7 @@ class TorchRecorder:
             weights = canonical_weights(self.model) if self.rank == 0 or self.world > 1 else {}
             self.init = weights if self.rank == 0 else {}
             self.start = param_digests(self.model, weights) if self.world > 1 else None
+            first_step_config(self.config, self.model, self.optimizer)
         inputs = _input_rows(inputs)
         self.calls += 1
         n = int(inputs.shape[0])
@@ -237,12 +242,14 @@ class TorchRecorder:
         try:
             self._close_step()
             self._unhook()
+            if self.epochs == "counted" and not (
+                self.batches or self.watch.loops.n or self.set_epoch
+            ):
+                self.epochs = "unknown"  # counted by loops over a loader the script never looped
             self.config["epochs"] = self.epochs
-            self.config["precision"] |= self.autocast.summary()
+            final_config(self.config, self.optimizer)
             self.config["eval_steps"] = [s["step"] for s in self.steps if s.pop("eval", False)]
-            clipping = self.clips.summary(len(self.steps))
-            if clipping is not None:
-                self.config["clipping"] = clipping
+            self.watch.summary(self.config, len(self.steps))
             self.digests.flush()
             rows = [_plain_row(r) for r in self.rows]
             final = canonical_weights(self.model) if self.rank == 0 or self.world > 1 else {}
@@ -275,9 +282,7 @@ class TorchRecorder:
     def _unhook(self) -> None:
         for h in self.hooks:
             h.remove()
-        self.clips.close()
-        self.loops.close()
-        self.autocast.close()
+        self.watch.close()
 
     def __enter__(self) -> TorchRecorder:
         return self

@@ -188,7 +188,13 @@ def read_config(
         "optimizer": _optimizer_config(optimizer),
         "precision": {"param_dtype": str(dtypes[0]).removeprefix("torch.")} if dtypes else {},
         "batchnorm": [
-            {"name": n, "momentum": m.momentum, "eps": m.eps, "convention": "torch"}
+            {
+                "name": n,
+                "momentum": m.momentum,
+                "eps": m.eps,
+                "convention": "torch",
+                "synchronized": isinstance(m, torch.nn.SyncBatchNorm),  # over all ranks' rows
+            }
             for n, m in inner.named_modules()
             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
         ],
@@ -200,9 +206,6 @@ def read_config(
         "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel)
         or isinstance(getattr(model, "_orig_mod", None), torch.nn.parallel.DistributedDataParallel),
     }
-    missing = _not_held(inner, optimizer)
-    if missing:
-        cfg["not_held"] = missing
     cfg["frozen"] = {n: p.numel() for n, p in inner.named_parameters() if not p.requires_grad}
     if scaler is not None and scaler.is_enabled():
         state = scaler.state_dict()
@@ -229,6 +232,27 @@ def read_config(
     return cfg
 
 
+def first_step_config(config: dict[str, Any], model: Any, optimizer: Any) -> None:
+    """The optimizer as the first step starts (groups a script adds after making the recorder,
+    ``add_param_group`` for a head it trains from the start, included) and the trainable
+    parameters it does not hold then."""
+    config["optimizer"] = _optimizer_config(optimizer)
+    missing = _not_held(unwrapped(model), optimizer)
+    if missing:
+        config["not_held"] = missing
+
+
+def final_config(config: dict[str, Any], optimizer: Any) -> None:
+    """``not_held`` less the parameters a group added during the run holds (a layer unfrozen
+    and given to the optimizer at a later epoch): those the optimizer never held."""
+    missing = config.pop("not_held", None)
+    if missing:
+        held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        names = [n for n in missing["names"] if missing["ids"][n] not in held]
+        if names:
+            config["not_held"] = {"names": names, "of": missing["of"]}
+
+
 def _not_held(inner: Any, optimizer: Any) -> dict[str, Any] | None:
     """The trainable parameters the recorded optimizer does not hold (a second optimizer's, or
     parameters the script never updates): their lr and options go unrecorded, so the recorder
@@ -248,7 +272,8 @@ def _not_held(inner: Any, optimizer: Any) -> dict[str, Any] | None:
             f"optimizer's or never updated, and their lr and options are not recorded",
             file=sys.stderr,
         )
-    return {"names": names, "of": len(trainable)}
+    ids = {n: id(p) for n, p in trainable if id(p) not in held}  # for final_config
+    return {"names": names, "of": len(trainable), "ids": ids}
 
 
 def record_safe(d: dict[str, Any]) -> dict[str, Any]:

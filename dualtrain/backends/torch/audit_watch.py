@@ -1,9 +1,12 @@
 """What the torch recorder watches while the script runs, each put back as it closes: torch's
 clipping functions (ClipWatch), the loops over the DataLoader (LoaderLoops: each a new epoch) and
-the autocast context of the model's forward (AutocastWatch)."""
+the autocast context of the model's forward (AutocastWatch), the script's lines that step the
+scheduler (SchedulerLines), an AveragedModel's moving average of the model (EmaWatch)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -155,3 +158,121 @@ class ClipWatch:
                 }
             )
         return out
+
+
+class SchedulerLines:
+    """The lines of the script (``sys.argv[0]``) that call ``scheduler.step()`` while recording,
+    so a finding quotes the call that ran, not the first textual match (a script with a
+    per-epoch and a per-batch branch). The method is wrapped on the scheduler's class, not the
+    instance: a scheduler's ``state_dict`` is its ``__dict__``, which a checkpoint pickles; the
+    wrapper notes calls on the recorded scheduler only and ``close`` puts the class back."""
+
+    MAX = 4
+
+    def __init__(self, sched: Any):
+        self.lines: list[int] = []
+        self.kind: Any = None
+        step = getattr(type(sched), "step", None)
+        if sched is None or not callable(step):
+            return
+        script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+        self.kind, self.own = type(sched), "step" in vars(type(sched))
+        self.step = step
+
+        mine: dict[str, bool] = {}  # a frame's file name -> whether it is the script
+
+        def ours(name: str) -> bool:
+            if name not in mine:
+                mine[name] = Path(name).resolve() == script
+            return mine[name]
+
+        def noted(this: Any, *args: Any, **kwargs: Any) -> Any:
+            if this is sched and len(self.lines) < self.MAX and script is not None:
+                frame = sys._getframe(1)
+                while frame is not None and not ours(frame.f_code.co_filename):
+                    frame = frame.f_back  # type: ignore[assignment]  # None ends the walk
+                if frame is not None and frame.f_lineno not in self.lines:
+                    self.lines.append(frame.f_lineno)
+            return step(this, *args, **kwargs)
+
+        self.kind.step = noted
+
+    def close(self) -> None:
+        if self.kind is None:
+            return
+        if self.own:
+            self.kind.step = self.step
+        else:
+            del self.kind.step
+        self.kind = None
+
+
+class EmaWatch:
+    """A moving average of the recorded model's weights (torch.optim.swa_utils.AveragedModel:
+    ``get_ema_multi_avg_fn(decay)``, ``get_ema_avg_fn`` or SWA's equal average), seen as the
+    script calls ``update_parameters(model)`` (wrapped on the class, as SchedulerLines, and put
+    back on close); at close, whether the model holds the average (the script copied it in, as
+    Keras's ``use_ema`` writes it into the model as fit ends)."""
+
+    def __init__(self, model: Any):
+        self.model, self.avg, self.updates = unwrapped(model), None, 0
+        self.kind = torch.optim.swa_utils.AveragedModel
+        self.update = self.kind.update_parameters
+
+        def noted(this: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+            if unwrapped(model) is self.model:
+                self.avg, self.updates = this, self.updates + 1
+            return self.update(this, model, *args, **kwargs)
+
+        self.kind.update_parameters = noted  # type: ignore[method-assign,assignment]  # until close
+
+    def close(self) -> None:
+        if self.kind is not None:
+            self.kind.update_parameters = self.update  # type: ignore[method-assign]
+            self.kind = None  # type: ignore[assignment]  # closed
+
+    def summary(self) -> dict[str, Any] | None:
+        if self.avg is None:
+            return None
+        fn = self.avg.multi_avg_fn or self.avg.avg_fn
+        inner = getattr(fn, "__wrapped__", fn)  # torch.no_grad's wrapper
+        names = getattr(getattr(inner, "__code__", None), "co_freevars", ())
+        cells = getattr(inner, "__closure__", None) or ()
+        decay = cells[names.index("decay")].cell_contents if "decay" in names else None
+        mine = list(self.avg.module.parameters())
+        held = len(mine) == len(list(self.model.parameters())) and all(
+            torch.equal(p, q.to(p.device))
+            for p, q in zip(mine, self.model.parameters(), strict=False)
+        )
+        return {
+            "type": "AveragedModel",
+            "average": "ema" if decay is not None else ("swa" if fn is None else "custom"),
+            "decay": float(decay) if isinstance(decay, (int, float)) else None,
+            "updates": self.updates,
+            "final_is_average": held,
+        }
+
+
+class Watchers:
+    """Every watcher of a recording, put back together on close."""
+
+    def __init__(self, model: Any, loader: Any, scheduler: Any, step: Any):
+        self.loops, self.clips = LoaderLoops(loader), ClipWatch(step)
+        self.autocast, self.sched = AutocastWatch(model), SchedulerLines(scheduler)
+        self.ema = EmaWatch(model)
+
+    def close(self) -> None:
+        for w in (self.clips, self.loops, self.autocast, self.sched, self.ema):
+            w.close()
+
+    def summary(self, config: dict[str, Any], steps: int) -> None:
+        """What the watchers saw, into the record's configuration."""
+        average = self.ema.summary()
+        if average is not None:
+            config["ema"] = average
+        config["precision"] |= self.autocast.summary()
+        clipping = self.clips.summary(steps)
+        if clipping is not None:
+            config["clipping"] = clipping
+        if self.sched.lines:  # the script's scheduler.step() calls that ran
+            config["scheduler"]["step_lines"] = self.sched.lines
