@@ -85,13 +85,14 @@ def custom():  # add_weight names of its own; BatchNorm's statistics; no Dropout
             return x * self.w * self.s
     with SCOPE():
         m = keras.Sequential([keras.Input((3,)), Scale(name="scale"),
-                              keras.layers.BatchNormalization(name="bn"),
+                              keras.layers.BatchNormalization(name="bn", synchronized=True),
                               keras.layers.Dropout(0.5), keras.layers.Dense(2, name="fc")])
         m.compile(optimizer="sgd", loss="mse")
     m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[recorder("cu", m)],
           verbose=0)
     w = weights("cu")
-    return [",".join(sorted(w.files)), w["scale.w"].shape == (3,)]
+    (bn,) = json.load(open(f"{OUT}/cu/audit.json"))["config"]["batchnorm"]
+    return [",".join(sorted(w.files)), w["scale.w"].shape == (3,), bn["synchronized"]]
 case("custom", custom)
 
 def dict_order():  # the input is the same key ("image") whichever order the dict was built in
@@ -309,9 +310,10 @@ def test_two_sub_models_with_layers_of_one_name_keep_every_array(printed):
 
 
 def test_a_custom_layers_weights_and_batchnorm_statistics_are_recorded(printed):
-    # add_weight's own names (layout kept), BatchNorm's moving statistics, no seed state
+    # add_weight's own names (layout kept), BatchNorm's moving statistics, no seed state; a
+    # BatchNormalization(synchronized=True) recorded as synchronised over the replicas
     want = "bn.bias,bn.running_mean,bn.running_var,bn.weight,fc.bias,fc.weight,scale.s,scale.w"
-    assert printed["custom"] == f"custom {want} True"
+    assert printed["custom"] == f"custom {want} True True"
 
 
 def test_a_dict_input_is_digested_by_its_key_not_its_insertion_order(printed):

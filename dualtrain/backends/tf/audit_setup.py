@@ -181,6 +181,7 @@ def config_of(model: Any) -> dict[str, Any]:
                 "momentum": layer.momentum,
                 "eps": layer.epsilon,
                 "convention": "keras",
+                "synchronized": bool(getattr(layer, "synchronized", False)),  # over replicas
             }
             for layer in model._flatten_layers()
             if isinstance(layer, keras.layers.BatchNormalization)
