@@ -34,6 +34,15 @@ LR_RTOL = 1e-6
 LR_F32_ULPS = 8 * 2.0**-24
 
 
+def lr_close(x: float, y: float, peak: float) -> bool:
+    """Two lrs the same within the lr check's tolerance, ``peak`` the larger run's peak lr."""
+    return abs(x - y) <= max(LR_RTOL * max(abs(x), abs(y)), LR_F32_ULPS * peak)
+
+
+def lr_peak(*runs: Recorded) -> float:
+    return max((abs(float(x)) for r in runs for x in r.series("lr") if x is not None), default=0)
+
+
 def check_steps(a: Recorded, b: Recorded) -> Check:
     ea, eb = a.epochs(), b.epochs()
     per_a = {e: len(s) for e, s in ea.items()}
@@ -189,7 +198,7 @@ def check_init(a: Recorded, b: Recorded) -> Check:
     )
 
 
-def _group_lrs(run: Recorded) -> list[list[float | None]]:
+def group_lrs(run: Recorded) -> list[list[float | None]]:
     """Each step's lr per parameter group (``lrs``, recorded where an optimizer has several),
     else its one lr."""
     return [
@@ -198,7 +207,7 @@ def _group_lrs(run: Recorded) -> list[list[float | None]]:
     ]
 
 
-def _lr_pairs(ga: list, gb: list) -> list[tuple[int, Any, Any]]:
+def lr_pairs(ga: list, gb: list) -> list[tuple[int, Any, Any]]:
     """(group, A's lr, B's lr) to compare at one step: group by group where both have as many
     groups; one lr for all parameters against each of the other's groups; else the first only."""
     if len(ga) == len(gb):
@@ -219,13 +228,13 @@ def check_lr(a: Recorded, b: Recorded) -> Check:
         "which parameters each group holds; groups beyond the first where the runs have several, "
         "in different numbers"
     )
-    la, lb = _group_lrs(a), _group_lrs(b)
+    la, lb = group_lrs(a), group_lrs(b)
     peak = max((abs(v) for run in (la, lb) for g in run for v in g if v is not None), default=0)
     for s, (ga, gb) in enumerate(zip(la, lb, strict=False), 1):
-        for g, x, y in _lr_pairs(ga, gb):
+        for g, x, y in lr_pairs(ga, gb):
             if x is None or y is None:
                 continue
-            if abs(x - y) <= max(LR_RTOL * max(abs(x), abs(y)), LR_F32_ULPS * peak):
+            if lr_close(x, y, peak):
                 continue
             where = f"parameter group {g}: " if max(len(ga), len(gb)) > 1 else ""
             return Check(

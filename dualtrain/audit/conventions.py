@@ -42,14 +42,9 @@ OPTIONS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
-    """A Keras optimizer's options that no torch optimizer has, where set."""
+    """A Keras optimizer's options that no torch optimizer has, where set (``use_ema``: the
+    ema diagnosis, against a torch AveragedModel)."""
     out = []
-    if k.get("use_ema"):
-        out.append(
-            f"EMA: Keras use_ema=True (ema_momentum={k.get('ema_momentum')}) keeps a moving "
-            f"average of the weights and writes it into the model as fit ends; torch's "
-            f"{t['type']} keeps none"
-        )
     if (k.get("gradient_accumulation_steps") or 1) > 1:
         out.append(
             f"accumulation: Keras gradient_accumulation_steps={k['gradient_accumulation_steps']} "

@@ -9,7 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.audit import conventions as C
-from dualtrain.audit.checks import LR_F32_ULPS, paired_weights
+from dualtrain.audit.checks import (
+    LR_F32_ULPS,
+    group_lrs,
+    lr_close,
+    lr_pairs,
+    lr_peak,
+    paired_weights,
+)
 from dualtrain.audit.finding import Finding, fix, opt_lines
 from dualtrain.audit.losses import reduction, reported_loss
 from dualtrain.audit.read import Recorded
@@ -54,7 +61,7 @@ def _scheduled_start(a: Recorded, b: Recorded) -> list[Finding]:
         return []
     la, lb = a.steps[0]["lr"], b.steps[0]["lr"]
     made = (sa if sa is not None else la, sb if sb is not None else lb)
-    if C.same_value(la, lb) or not C.same_value(*made):
+    if lr_close(la, lb, lr_peak(a, b)) or not C.same_value(*made):
         return []
     starts = [
         f"{tag}'s {run.config['scheduler'].get('type')} sets step 1's lr to {lr / m:.4g}x of it"
@@ -76,8 +83,8 @@ def _scheduled_start(a: Recorded, b: Recorded) -> list[Finding]:
 
 
 def _base_lr(a: Recorded, b: Recorded) -> list[Finding]:
-    if not a.steps or not b.steps or C.same_value(a.steps[0]["lr"], b.steps[0]["lr"]):
-        return []
+    if not a.steps or not b.steps or lr_close(a.steps[0]["lr"], b.steps[0]["lr"], lr_peak(a, b)):
+        return []  # (within the lr check's tolerance: a float32 schedule's step 1)
     la, lb = a.steps[0]["lr"], b.steps[0]["lr"]
     return [
         Finding(
@@ -138,10 +145,16 @@ def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Findi
     base = "step 1" if ra[0] and rb[0] else "the peak"
     ref_a, ref_b = (ra[0], rb[0]) if base == "step 1" else (max(ra), max(rb))
     rel_a, rel_b = [x / ref_a for x in ra], [x / ref_b for x in rb]
-    tol = LR_F32_ULPS * max(*rel_a, *rel_b)  # a schedule computed in float32 (check_lr's)
+    # a schedule computed in float32 (check_lr's): each lr within LR_F32_ULPS of the peak, the
+    # reference's error scaling every part with it, so a part x errs by up to ulps*peak/ref*(1+x)
+    top = max(*rel_a, *rel_b)
     pairs = zip(rel_a, rel_b, strict=False)
     first = next(
-        (i + 1 for i, (x, y) in enumerate(pairs) if not C.same_value(x, y) and abs(x - y) > tol),
+        (
+            i + 1
+            for i, (x, y) in enumerate(pairs)
+            if not C.same_value(x, y) and abs(x - y) > LR_F32_ULPS * top * (1 + max(x, y))
+        ),
         None,
     )
     if first is None:
@@ -173,19 +186,23 @@ def _granularity(
                 f"{'optimizer step (inside the batch loop)' if how == 'per epoch' else 'epoch'}"
                 " like the other script"
             )
-            fixes.append(fix(run, tag, ("scheduler.step()", "lr_scheduler"), change))
+            fixes.append(fix(run, tag, ("scheduler.step()", "lr_scheduler"), change, ran(run)))
         else:
             change = (
                 "the lr set per epoch (a LearningRateScheduler, a callback's on_epoch_begin); "
                 "a `keras.optimizers.schedules.LearningRateSchedule` sets it per step: use the "
                 "other script's granularity"
+                if how == "per epoch"
+                else "this LearningRateSchedule sets the lr at every step; per epoch is "
+                "`staircase=True` with decay_steps the steps of an epoch (ExponentialDecay, "
+                "InverseTimeDecay) or a LearningRateScheduler callback: use the other script's "
+                "granularity"
             )
-            needles = (  # the per-epoch run's own line first
-                "LearningRateScheduler",
-                "on_epoch_begin",
-                "schedules.",
-                "learning_rate.assign",
-                ".learning_rate =",
+            needles = (  # the per-epoch run's own line first; a per-step one's schedule's
+                ("LearningRateScheduler", "on_epoch_begin", "learning_rate.assign")
+                + (".learning_rate =", *schedule_lines(run))
+                if how == "per epoch"
+                else schedule_lines(run)
             )
             fixes.append(fix(run, tag, needles, change))
     return [
@@ -198,6 +215,49 @@ def _granularity(
             step=min(pa[0], pb[0]),
         )
     ]
+
+
+def group_lr(a: Recorded, b: Recorded) -> list[Finding]:
+    """A parameter group beyond the first at another lr while the first agrees: a head or a
+    no-decay group given its own lr in one script (``add_param_group``, a group's ``"lr"``)."""
+    peak = lr_peak(a, b)
+    for s, (ga, gb) in enumerate(zip(group_lrs(a), group_lrs(b), strict=False), 1):
+        pairs = lr_pairs(ga, gb)
+        if not pairs or None in pairs[0][1:] or not lr_close(pairs[0][1], pairs[0][2], peak):
+            return []  # the first group differs: the schedule's or base lr's finding
+        bad = [
+            (g, x, y) for g, x, y in pairs[1:] if None not in (x, y) and not lr_close(x, y, peak)
+        ]
+        if not bad:
+            continue
+        g, x, y = bad[0]
+        fixes = [
+            fix(run, tag, ("add_param_group(", '"lr"', "'lr'", *opt_lines(run)), change)
+            if len(mine) > 1
+            else fix(run, tag, opt_lines(run), f"a parameter group for {other}'s group {g}")
+            for run, tag, mine, change, other in (
+                (a, "A", ga, f"group {g}'s lr as B's ({y:.6g} at this step)", "B"),
+                (b, "B", gb, f"group {g}'s lr as A's ({x:.6g} at this step)", "A"),
+            )
+            if run.framework == "torch"
+        ]
+        return [
+            Finding(
+                "different lr in a parameter group",
+                f"step {s}: parameter group {g}'s lr {x:.6g} in A, {y:.6g} in B (group 0's "
+                f"agree: {pairs[0][1]:.6g})"
+                + ("; a Keras fit has one lr for every variable" if len(fixes) < 2 else ""),
+                fixes,
+                step=s,
+            )
+        ]
+    return []
+
+
+def ran(run: Recorded) -> int | None:
+    """The first line of ``run``'s script the torch recorder saw step its scheduler."""
+    lines = run.config.get("scheduler", {}).get("step_lines") or []
+    return int(lines[0]) if lines else None
 
 
 def scheduler_first(a: Recorded, b: Recorded) -> list[Finding]:
@@ -220,6 +280,7 @@ def scheduler_first(a: Recorded, b: Recorded) -> list[Finding]:
                             tag,
                             ("scheduler.step()", "sched.step()", *schedule_lines(run)),
                             "call scheduler.step() after optimizer.step()",
+                            ran(run),
                         )
                     ],
                     step=1,
@@ -287,6 +348,7 @@ DIAGNOSES = (
     replicas_apart,
     *SAMPLE_DIAGNOSES,
     schedule,
+    group_lr,
     scheduler_first,
     *SETTINGS_DIAGNOSES,
     reduction,

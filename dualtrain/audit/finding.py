@@ -51,9 +51,12 @@ def opt_lines(run: Recorded) -> tuple[str, ...]:
     return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
 
 
-def fix(run: Recorded, tag: str, needles: tuple[str, ...], change: str) -> str:
-    """``A (torch) ddp_mnist.py:88: <the line> -> change`` (the script's line when found)."""
-    where = run.line_of(*needles)
+def fix(
+    run: Recorded, tag: str, needles: tuple[str, ...], change: str, at: int | None = None
+) -> str:
+    """``A (torch) ddp_mnist.py:88: <the line> -> change`` (the script's line when found; line
+    ``at`` where the recorder saw the call run there)."""
+    where = (run.line_at(at) if at else None) or run.line_of(*needles)
     return f"{tag} ({run.framework}) {where or run.script_name} -> {change}"
 
 

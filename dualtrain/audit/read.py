@@ -68,6 +68,11 @@ class Recorded:
     def series(self, key: str) -> list[float | None]:
         return [None if s.get(key) is None else as_float(s[key]) for s in self.steps]
 
+    def line_at(self, n: int) -> str | None:
+        """``script.py:N: text`` of line ``n`` (where the recorder saw a call run)."""
+        lines = (self.script.get("text") or "").splitlines()
+        return f"{self.script_name}:{n}: {lines[n - 1].strip()}" if 0 < n <= len(lines) else None
+
     def line_of(self, *needles: str) -> str | None:
         """``script.py:LINE: text`` of the first line of the recorded script holding a needle."""
         code = code_lines(self.script.get("text") or "")

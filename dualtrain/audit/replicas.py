@@ -109,6 +109,18 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
                 "must broadcast them itself)",
             )
         ]
+    if run.config.get("ddp") and _unfrozen_later(run):
+        return [
+            fix(
+                run,
+                tag,
+                ("requires_grad_(False)", "requires_grad = False", "DistributedDataParallel("),
+                "make them trainable before DDP wraps the model (keep them out of the optimizer, "
+                "or at lr 0, until they train), or wrap the model in DDP again after unfreezing: "
+                "DDP's reducer leaves out the parameters frozen as it wraps the model, so each "
+                "rank trains them on its own gradients",
+            )
+        ]
     if run.config.get("ddp"):
         return [
             fix(
@@ -129,6 +141,14 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
             "(wrap the model in DistributedDataParallel)",
         )
     ]
+
+
+def _unfrozen_later(run: Recorded) -> bool:
+    """Every parameter that ends apart was frozen (``requires_grad=False``) as the recorder was
+    made, so as DDP wrapped the model: unfrozen later, outside DDP's all-reduce."""
+    info, frozen = run.config.get("replicas") or {}, run.config.get("frozen") or {}
+    apart = {n for names in (info.get("final") or {}).values() for n in names}
+    return bool(apart) and apart <= set(frozen)
 
 
 def replicas_apart(a: Recorded, b: Recorded) -> list[Finding]:

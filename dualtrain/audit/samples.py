@@ -8,7 +8,15 @@ from collections import Counter
 from dualtrain.audit.early import left_early, left_early_at
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
-from dualtrain.audit.split import duplicated, policies, splits_differ
+from dualtrain.audit.split import (
+    duplicated,
+    orders_in_words,
+    policies,
+    sampler_needles,
+    sharding,
+    sharding_convention,
+    splits_differ,
+)
 
 KIND = "pattern"  # the same sample under any normalisation
 
@@ -184,7 +192,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
             ]
         samplers = _sampler_options(a, b)
         return [
-            *_sharding_convention(a, b),
+            *sharding_convention(a, b),
             Finding(
                 "shuffle seeds",
                 f"epoch {epoch} feeds the same samples in A and B but in another order from step "
@@ -195,9 +203,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
                     else ""
                 )
                 + (
-                    f"(A's {samplers[0]}, B's {samplers[1]})"
-                    if samplers
-                    else "(the shuffles differ: a seed, a sampler against tf.data's buffer)"
+                    f"(A's {samplers[0]}, B's {samplers[1]})" if samplers else orders_in_words(a, b)
                 ),
                 [_shuffle_fix(a, "A", samplers[1] if samplers else None)]
                 + [_shuffle_fix(b, "B", samplers[0] if samplers else None)],
@@ -207,7 +213,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     for s in range(1, n + 1):
         for ra, rb in zip(a.rows(s), b.rows(s), strict=False):
             if sorted(ra[KIND]) != sorted(rb[KIND]):
-                return [_sharding(a, b, s)]
+                return [sharding(a, b, s)]
     return []
 
 
@@ -245,7 +251,7 @@ def _shuffle_fix(run: Recorded, tag: str, other: str | None = None) -> str:
     if other is not None:
         return fix(run, tag, (f"{other.split('(')[0]}(",), f"{other} as the other script")
     if run.framework == "torch":
-        needles: tuple[str, ...] = ("DistributedSampler(", "shuffle=", "manual_seed", "seed")
+        needles: tuple[str, ...] = (*sampler_needles(run), "shuffle=", "manual_seed", "seed")
         change = (
             "feed one permutation both scripts read, e.g. "
             "`np.random.default_rng(SEED).permutation(N)` (a Sampler over it)"
@@ -257,74 +263,6 @@ def _shuffle_fix(run: Recorded, tag: str, other: str | None = None) -> str:
             "`np.random.default_rng(SEED).permutation(N)`, no `.shuffle`"
         )
     return fix(run, tag, needles, change)
-
-
-def _sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
-    """The split's convention, named from the configurations while the orders differ anyway."""
-    kinds = {run.framework: run for run in (a, b)}
-    torch_run, tf_run = kinds.get("torch"), kinds.get("tf")
-    if torch_run is None or tf_run is None:
-        return []
-    if torch_run.config.get("sampler", {}).get("type") != "DistributedSampler":
-        return []
-    found = _sharding(a, b, 0)
-    found.evidence = (
-        "not yet seen in the rows (the global orders differ first), but set up: "
-        + found.evidence.partition(": ")[2]
-    )
-    found.step = None
-    return [found]
-
-
-def _sharding(a: Recorded, b: Recorded, step: int) -> Finding:
-    if a.framework == b.framework == "tf":  # two Keras runs: no DistributedSampler to name
-        kinds = [str((r.config.get("data") or {}).get("kind", "fit's input")) for r in (a, b)]
-        return Finding(
-            "global batches split differently over the replicas",
-            f"step {step}: the same global batch, split differently over the replicas (A feeds "
-            f"fit a {kinds[0]}, B a {kinds[1]}: contiguous blocks of each batch against a split "
-            f"the script's dataset function makes)",
-            [
-                fix(
-                    b,
-                    "B",
-                    ("distribute_datasets_from_function", "experimental_distribute_dataset"),
-                    "split each global batch as A does (the same distributed dataset)",
-                )
-            ],
-            step=step,
-        )
-    fixes = []
-    for run, tag in ((a, "A"), (b, "B")):
-        if run.framework == "torch":
-            fixes.append(
-                fix(
-                    run,
-                    tag,
-                    ("DistributedSampler(",),
-                    "give rank r the contiguous "
-                    "block r of each global batch (a batch sampler over the global "
-                    "order), as MirroredStrategy splits a batch",
-                )
-            )
-        else:
-            fixes.append(
-                fix(
-                    run,
-                    tag,
-                    ("experimental_distribute_dataset", ".batch("),
-                    "or feed replica r the rows r, r+W, ... of each global batch "
-                    "(`strategy.distribute_datasets_from_function`)",
-                )
-            )
-    return Finding(
-        "DistributedSampler interleaving vs tf.data auto-shard",
-        f"step {step}: the same global batch, split differently over the replicas "
-        f"(DistributedSampler hands replica r the rows r, r+W, ... of the order; "
-        f"MirroredStrategy splits each global batch into contiguous blocks)",
-        fixes,
-        step=step,
-    )
 
 
 def _values(run: Recorded) -> dict[str, str] | None:

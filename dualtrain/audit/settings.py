@@ -10,7 +10,10 @@ from typing import Any
 import numpy as np
 
 from dualtrain.audit import conventions as C
+from dualtrain.audit.batchnorm import batchnorm, synchronized
 from dualtrain.audit.clipping import clipping
+from dualtrain.audit.cycles import OWNED, cycled, momentum_cycle, without_momentum
+from dualtrain.audit.ema import ema
 from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
 from dualtrain.audit.modes import eval_mode
 from dualtrain.audit.read import Recorded
@@ -44,6 +47,8 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
     if not oa or not ob:
         return []
     if a.framework == b.framework:
+        if cycled(a) or cycled(b):  # a scheduler's, judged by momentum_cycle
+            oa, ob = without_momentum(oa), without_momentum(ob)
         diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
         ignored = (*SCHEDULER_KEYS, "learning_rate", "name", "wrapper", "groups")
         keys = [k for k in diff if k not in ignored]
@@ -91,6 +96,8 @@ def _conventions(
 ) -> list[Finding]:
     out = []
     for tname, kname, what in C.OPTIONS.get(t["type"], []):
+        if tname in OWNED and cycled(trun):
+            continue  # the scheduler's, judged by momentum_cycle
         tv, kv = C.torch_option(t, tname), k.get(kname)
         if not C.same_value(tv, kv):
             out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
@@ -115,7 +122,8 @@ def _conventions(
                 ],
             )
         )
-    if t["type"] == "SGD" and (t.get("momentum") or 0) > 0 and len(set(trun.series("lr"))) > 1:
+    both = (t.get("momentum") or 0) > 0 and (k.get("momentum") or 0) > 0  # else: an option's
+    if t["type"] == "SGD" and both and len(set(trun.series("lr"))) > 1:
         found.append(
             Finding(
                 "SGD momentum convention under a changing lr",
@@ -181,67 +189,6 @@ def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
             step=1,
         )
     ]
-
-
-def _kept(bn: dict[str, Any]) -> float | None:
-    """The share of the running statistics a BatchNorm keeps per step (torch: running = (1 - m)
-    running + m batch; Keras: running = m running + (1 - m) batch); None for torch's
-    ``momentum=None``, a cumulative average (1 - 1/n at the n-th step)."""
-    m = bn["momentum"]
-    if m is None:
-        return None
-    return 1 - m if bn["convention"] == "torch" else m
-
-
-def _keeps(bn: dict[str, Any]) -> str:
-    kept = _kept(bn)
-    return "a cumulative average (1 - 1/n at step n)" if kept is None else f"{kept:g}"
-
-
-def batchnorm(a: Recorded, b: Recorded) -> list[Finding]:
-    ba, bb = a.config.get("batchnorm", []), b.config.get("batchnorm", [])
-    out = []
-    for x, y in zip(ba, bb, strict=False):
-        keep_x, keep_y = _kept(x), _kept(y)
-        if not C.same_value(keep_x, keep_y):
-            out.append(
-                f"{x['name']}/{y['name']}: A keeps {_keeps(x)} of the running statistics per step "
-                f"(momentum={x['momentum']}, {x['convention']}'s convention), B {_keeps(y)} "
-                f"(momentum={y['momentum']}, {y['convention']}'s)"
-            )
-        if not C.same_value(x["eps"], y["eps"]):
-            out.append(f"{x['name']}/{y['name']}: eps {x['eps']:g} in A, {y['eps']:g} in B")
-    if not out:
-        return []
-    x, y = next(
-        (x, y)
-        for x, y in zip(ba, bb, strict=False)
-        if not C.same_value(_kept(x), _kept(y)) or not C.same_value(x["eps"], y["eps"])
-    )
-    mixed = any(p["convention"] != q["convention"] for p, q in zip(ba, bb, strict=False))
-    name = "BatchNorm momentum convention" if mixed else "different BatchNorm settings"
-    fixes = [fix(a, "A", BN_LINES[a.framework], _bn_args(x["convention"], y))]
-    fixes.append(fix(b, "B", BN_LINES[b.framework], _bn_args(y["convention"], x)))
-    if mixed:
-        fixes.append(
-            "torch momentum m is Keras momentum 1 - m (torch 0.1 = Keras 0.9; Keras's default "
-            "0.99); eps 1e-5 (torch) vs 1e-3 (Keras)"
-        )
-    return [Finding(name, "; ".join(out), fixes)]
-
-
-BN_LINES = {"torch": ("BatchNorm", "momentum="), "tf": ("BatchNormalization(", "momentum=")}
-
-
-def _bn_args(convention: str, other: dict[str, Any]) -> str:
-    """The other run's BatchNorm written in ``convention``'s arguments."""
-    kept = _kept(other)
-    if convention == "torch":
-        m = "None" if kept is None else f"{1 - kept:.6g}"
-        return f"momentum={m}, eps={other['eps']:g} (the other run's, in torch's convention)"
-    if kept is None:
-        return "no Keras momentum is a cumulative average: give the torch BatchNorm a momentum"
-    return f"momentum={kept:.6g}, epsilon={other['eps']:g} (the other run's, in Keras's convention)"
 
 
 def precision(a: Recorded, b: Recorded) -> list[Finding]:
@@ -385,11 +332,14 @@ PRECISION_LINES = {
 
 SETTINGS_DIAGNOSES = (
     optimizer,
+    momentum_cycle,
     held,
     frozen,
     loss_scale,
     batchnorm,
+    synchronized,
     precision,
     clipping,
     eval_mode,
+    ema,
 )

@@ -1,6 +1,8 @@
 """The diagnoses of how a run splits its data over the replicas, read from the rows each replica
 fed and the split the Keras recorder read from fit's dataset: replicas that feed each other's
-rows (no sharding), and a different tf.data auto-shard policy between two multi-worker runs."""
+rows (no sharding), a different tf.data auto-shard policy between two multi-worker runs, and the
+same global batches split another way (DistributedSampler's interleaving against
+MirroredStrategy's blocks, two torch samplers)."""
 
 from __future__ import annotations
 
@@ -105,3 +107,107 @@ def _rows_differ(a: Recorded, b: Recorded) -> bool:
 def splits_differ(a: Recorded, b: Recorded) -> bool:
     """Whether one of these diagnoses explains rows that differ between the runs."""
     return bool(duplicated(a, b) or policies(a, b))
+
+
+def sampler_kind(run: Recorded) -> str:
+    """How a torch run's replicas get their rows, in words: its sampler's type, or an
+    IterableDataset's own split (DataLoader's _InfiniteConstantSampler)."""
+    kind = str((run.config.get("sampler") or {}).get("type") or "")
+    if kind == "_InfiniteConstantSampler":
+        return "IterableDataset (its own split over the ranks)"
+    return kind or "loader (no sampler recorded)"
+
+
+def orders_in_words(a: Recorded, b: Recorded) -> str:
+    if a.framework == b.framework == "torch" and sampler_kind(a) != sampler_kind(b):
+        return f"(A's {sampler_kind(a)}, B's {sampler_kind(b)}: another order or split)"
+    return "(the shuffles differ: a seed, a sampler against tf.data's buffer)"
+
+
+def sampler_needles(run: Recorded) -> tuple[str, ...]:
+    """Where a torch script picks its rows: its recorded sampler's call first."""
+    kind = str((run.config.get("sampler") or {}).get("type") or "")
+    if kind == "DistributedSampler":
+        return ("DistributedSampler(",)
+    own = (f"{kind}(",) if kind and not kind.startswith("_") else ()
+    return (*own, "IterableDataset", "Sampler)", "def __iter__", "DataLoader(")
+
+
+def sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
+    """The split's convention, named from the configurations while the orders differ anyway."""
+    kinds = {run.framework: run for run in (a, b)}
+    torch_run, tf_run = kinds.get("torch"), kinds.get("tf")
+    if torch_run is None or tf_run is None:
+        return []
+    if torch_run.config.get("sampler", {}).get("type") != "DistributedSampler":
+        return []
+    found = sharding(a, b, 0)
+    found.evidence = (
+        "not yet seen in the rows (the global orders differ first), but set up: "
+        + found.evidence.partition(": ")[2]
+    )
+    found.step = None
+    return [found]
+
+
+def sharding(a: Recorded, b: Recorded, step: int) -> Finding:
+    if a.framework == b.framework == "tf":  # two Keras runs: no DistributedSampler to name
+        kinds = [str((r.config.get("data") or {}).get("kind", "fit's input")) for r in (a, b)]
+        return Finding(
+            "global batches split differently over the replicas",
+            f"step {step}: the same global batch, split differently over the replicas (A feeds "
+            f"fit a {kinds[0]}, B a {kinds[1]}: contiguous blocks of each batch against a split "
+            f"the script's dataset function makes)",
+            [
+                fix(
+                    b,
+                    "B",
+                    ("distribute_datasets_from_function", "experimental_distribute_dataset"),
+                    "split each global batch as A does (the same distributed dataset)",
+                )
+            ],
+            step=step,
+        )
+    if a.framework == b.framework == "torch":  # two torch runs: each its own sampler
+        return Finding(
+            "global batches split differently over the replicas",
+            f"step {step}: the same global batch, split differently over the replicas (A's "
+            f"{sampler_kind(a)}, B's {sampler_kind(b)}; a DistributedSampler hands replica r "
+            f"the rows r, r+W, ... of the order)",
+            [
+                fix(run, tag, sampler_needles(run), f"split each global batch as {other} does")
+                for run, tag, other in ((a, "A", "B"), (b, "B", "A"))
+            ],
+            step=step,
+        )
+    fixes = []
+    for run, tag in ((a, "A"), (b, "B")):
+        if run.framework == "torch":
+            fixes.append(
+                fix(
+                    run,
+                    tag,
+                    ("DistributedSampler(",),
+                    "give rank r the contiguous "
+                    "block r of each global batch (a batch sampler over the global "
+                    "order), as MirroredStrategy splits a batch",
+                )
+            )
+        else:
+            fixes.append(
+                fix(
+                    run,
+                    tag,
+                    ("experimental_distribute_dataset", ".batch("),
+                    "or feed replica r the rows r, r+W, ... of each global batch "
+                    "(`strategy.distribute_datasets_from_function`)",
+                )
+            )
+    return Finding(
+        "DistributedSampler interleaving vs tf.data auto-shard",
+        f"step {step}: the same global batch, split differently over the replicas "
+        f"(DistributedSampler hands replica r the rows r, r+W, ... of the order; "
+        f"MirroredStrategy splits each global batch into contiguous blocks)",
+        fixes,
+        step=step,
+    )

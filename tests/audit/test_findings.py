@@ -139,8 +139,12 @@ def test_keras_only_optimizer_options_are_named_against_torch():
         keras_opt[k] = {"epsilon": 1e-8, "beta_1": 0.9, "beta_2": 0.999}[k]
     torch_run.config["optimizer"] |= {"eps": 1e-8, "betas": [0.9, 0.999]}
     keras_run = _record("tf", config={"optimizer": keras_opt})
-    (f,) = [f for f in diagnose(torch_run, keras_run) if f.name.startswith("optimizer conv")]
-    assert "EMA: Keras use_ema=True" in f.evidence
+    found = {f.name: f for f in diagnose(torch_run, keras_run)}
+    f = found["optimizer conventions (momentum, epsilon, weight decay)"]
+    ema = found["different moving average of the weights (EMA)"]  # (test_findings_schedules)
+    assert "B writes its optimizer's moving average (use_ema=True, ema_momentum=0.99)" in (
+        ema.evidence
+    )
     assert "gradient_accumulation_steps=4 updates once every 4 batches" in f.evidence
     assert "exclude_from_weight_decay leaves out 1 variable(s) (fc.bias)" in f.evidence
     plain = {k: v for k, v in keras_opt.items() if k not in ("use_ema", "no_decay")}
