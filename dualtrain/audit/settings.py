@@ -21,6 +21,9 @@ from dualtrain.audit.read import Recorded
 #: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
 SCHEDULER_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
 
+#: torch optimizer options that pick an implementation of one update rule, not the rule
+IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
+
 
 def describe(run: Recorded) -> str:
     return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
@@ -35,7 +38,7 @@ def _group_differences(oa: dict[str, Any], ob: dict[str, Any]) -> list[str]:
         out += [
             f"group {n}'s {k}"
             for k in sorted(set(x) | set(y))
-            if n > 0 and not C.same_value(x.get(k), y.get(k))
+            if n > 0 and k not in IMPLEMENTATION and not C.same_value(x.get(k), y.get(k))
         ]
     if len(ga) != len(gb) and ga and gb:
         out.append(f"the number of parameter groups ({len(ga)} and {len(gb)})")
@@ -50,7 +53,7 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
         if cycled(a) or cycled(b):  # a scheduler's, judged by momentum_cycle
             oa, ob = without_momentum(oa), without_momentum(ob)
         diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
-        ignored = (*SCHEDULER_KEYS, "learning_rate", "name", "wrapper", "groups")
+        ignored = (*SCHEDULER_KEYS, *IMPLEMENTATION, "learning_rate", "name", "wrapper", "groups")
         keys = [k for k in diff if k not in ignored]
         diff = keys + _group_differences(oa, ob)
         if not diff:

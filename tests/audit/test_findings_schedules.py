@@ -212,3 +212,16 @@ def test_the_scheduler_step_that_ran_is_quoted_and_a_keras_schedules_own_line():
     assert "torch.py:7: sched.step() -> this scheduler steps per epoch" in f.fixes[0], f.fixes
     assert "tf.py:2: lr = keras.optimizers.schedules.ExponentialDecay(" in f.fixes[1], f.fixes
     assert "staircase=True" in f.fixes[1]
+
+
+def test_an_optimizers_implementation_is_no_setting():
+    """Adam(fused=True) against Adam(): 'different optimizer settings (fused)', a false FAIL of one
+    update rule (foreach, fused, capturable and differentiable pick how torch computes it)."""
+    plain = _record("torch", config={"optimizer": _adam(foreach=None, fused=None)})
+    fused = _record("torch", config={"optimizer": _adam(foreach=None, fused=True)})
+    assert diagnose(plain, fused) == []
+    amsgrad = _record("torch", config={"optimizer": _adam(fused=True, amsgrad=True)})
+    assert (
+        "amsgrad: None in A, True in B"
+        in _names(plain, amsgrad)["different optimizer settings"].evidence
+    )
