@@ -263,6 +263,18 @@ def frozen_layer():  # a frozen layer's kernel and bias; a Normalization's stati
     cfg = json.load(open(f"{OUT}/frz/audit.json"))["config"]["frozen"]
     return [json.dumps(cfg, sort_keys=True).replace(" ", "")]
 case("frozen", frozen_layer)
+
+def lr_callbacks():  # fit's lr callbacks and its own shuffle of arrays, read from fit's frame
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
+        m.compile(optimizer="sgd", loss="mse")
+    plateau = keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.2, patience=3)
+    m.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=4, shuffle=False,
+          callbacks=[recorder("lrc", m), plateau], verbose=0)
+    cfg = json.load(open(f"{OUT}/lrc/audit.json"))["config"]
+    (cb,) = cfg["lr_callbacks"]
+    return [cb["type"], cb["patience"], cb["factor"], cb["monitor"], cfg["data"]["fit_shuffle"]]
+case("lrcb", lr_callbacks)
 """
 
 
@@ -286,6 +298,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "restored",
         "data",
         "frozen",
+        "lrcb",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -395,11 +408,16 @@ def test_multi_worker_with_a_chief_task_and_a_recorder_on_the_chief_only(tmp_pat
 
 def test_the_datasets_split_over_workers_is_recorded(printed):
     # a tf.data dataset's auto-shard policy (compare names a different one); arrays: their kind
+    # and fit's own shuffle of them (its default, True)
     assert printed["data"] == (
         'data {"auto_shard_policy":"FILE","kind":"tf.data.Dataset","workers":1} '
-        '{"kind":"ndarray","workers":1}'
+        '{"fit_shuffle":true,"kind":"ndarray","workers":1}'
     )
 
 
 def test_a_frozen_layers_parameters_are_recorded_not_its_statistics(printed):
     assert printed["frozen"] == 'frozen {"body.bias":4,"body.weight":12}'
+
+
+def test_fits_lr_callbacks_and_its_shuffle_of_arrays_are_recorded(printed):
+    assert printed["lrcb"] == "lrcb ReduceLROnPlateau 3 0.2 loss False", printed["lrcb"]

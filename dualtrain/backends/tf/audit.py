@@ -35,6 +35,7 @@ from dualtrain.backends.tf.audit_setup import (
     config_of,
     data_facts,
     fit_input,
+    lr_callbacks,
     meet,
     rank_of,
 )
@@ -226,8 +227,9 @@ class KerasRecorder(keras.callbacks.Callback):
                 canonical_weights(self.model, self.weight_map)  # (or refused before writing)
             self.init: dict[str, Any] = {}
             self.fresh = True  # read at the first batch, after every callback's on_train_begin
-            data = data_facts(fit_input(self.model), self.ranks)
-            self.config = config_of(self.model) | {"data": data}
+            given = fit_input(self.model)
+            self.config = config_of(self.model) | {"data": data_facts(given, self.ranks)}
+            self.config["lr_callbacks"] = lr_callbacks(given[2])
             meet(self.rank, self.ranks)  # before the folder: a lone recorder writes nothing
             if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
                 record.prepare(self.dir, "tf")

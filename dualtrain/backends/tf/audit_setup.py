@@ -223,22 +223,43 @@ def config_of(model: Any) -> dict[str, Any]:
     return cfg
 
 
-def fit_input(model: Any) -> Any:
-    """The ``x`` the running ``fit`` of ``model`` was given (read from fit's frame: a callback is
-    not handed it, and a recorder made in fit's own arguments is made after ``model.fit`` was
-    looked up, so no wrapper of fit sees that call); None where no such frame is found."""
+def fit_input(model: Any) -> tuple[Any, Any, Any]:
+    """The ``x``, ``shuffle`` and ``callbacks`` the running ``fit`` of ``model`` was given (read
+    from fit's frame: a callback is not handed them, and a recorder made in fit's own arguments
+    is made after ``model.fit`` was looked up, so no wrapper of fit sees that call); Nones where
+    no such frame is found."""
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return frame.f_locals.get("x")
+            found = frame.f_locals
+            return found.get("x"), found.get("shuffle"), found.get("callbacks")
         frame = frame.f_back
-    return None
+    return None, None, None
 
 
-def data_facts(x: Any, workers: int) -> dict[str, Any]:
+#: what the lr callbacks' settings are named in Keras
+PLATEAU = ("monitor", "factor", "patience", "min_delta", "cooldown", "min_lr", "mode")
+
+
+def lr_callbacks(callbacks: Any) -> list[dict[str, Any]]:
+    """The callbacks of fit that set the lr: ReduceLROnPlateau (its settings) and
+    LearningRateScheduler."""
+    listed = getattr(callbacks, "callbacks", callbacks) or []
+    out: list[dict[str, Any]] = []
+    for cb in listed if isinstance(listed, (list, tuple)) else []:
+        if isinstance(cb, keras.callbacks.ReduceLROnPlateau):
+            out.append({"type": "ReduceLROnPlateau"} | {k: getattr(cb, k, None) for k in PLATEAU})
+        elif isinstance(cb, keras.callbacks.LearningRateScheduler):
+            out.append({"type": "LearningRateScheduler"})
+    return [{k: (float(v) if isinstance(v, np.floating) else v) for k, v in c.items()} for c in out]
+
+
+def data_facts(given: tuple[Any, Any, Any], workers: int) -> dict[str, Any]:
     """What fit was given to read, as far as it says how the workers split it: a tf.data
     dataset's auto-shard policy (MultiWorkerMirroredStrategy's split over workers), or the
-    distributed dataset the script made itself."""
+    distributed dataset the script made itself; fit's ``shuffle`` where fit itself shuffles
+    (arrays and PyDatasets; a dataset's order is its own)."""
+    x, shuffle, _ = given
     out: dict[str, Any] = {"kind": type(x).__name__, "workers": workers}
     dataset = getattr(x, "_original_dataset", x)  # experimental_distribute_dataset's input
     if isinstance(dataset, tf.data.Dataset):
@@ -250,6 +271,8 @@ def data_facts(x: Any, workers: int) -> dict[str, Any]:
         out["kind"] = "experimental_distribute_dataset"
     elif isinstance(x, tf.data.Dataset):
         out["kind"] = "tf.data.Dataset"
+    elif x is not None:
+        out["fit_shuffle"] = shuffle  # True (fit's default), False or "batch"
     return out
 
 
