@@ -23,12 +23,24 @@ OPTIONS: dict[str, list[tuple[str, str, str]]] = {
         ("eps", "epsilon", "epsilon"),
         ("betas.0", "beta_1", "beta_1"),
         ("betas.1", "beta_2", "beta_2"),
+        ("amsgrad", "amsgrad", "amsgrad"),
     ],
     "AdamW": [
         ("eps", "epsilon", "epsilon"),
         ("betas.0", "beta_1", "beta_1"),
         ("betas.1", "beta_2", "beta_2"),
         ("weight_decay", "weight_decay", "weight decay"),
+        ("amsgrad", "amsgrad", "amsgrad"),
+    ],
+    "NAdam": [
+        ("eps", "epsilon", "epsilon"),
+        ("betas.0", "beta_1", "beta_1"),
+        ("betas.1", "beta_2", "beta_2"),
+    ],
+    "Adamax": [
+        ("eps", "epsilon", "epsilon"),
+        ("betas.0", "beta_1", "beta_1"),
+        ("betas.1", "beta_2", "beta_2"),
     ],
     "Adadelta": [("rho", "rho", "rho"), ("eps", "epsilon", "epsilon")],
     "RMSprop": [

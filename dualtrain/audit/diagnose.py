@@ -113,8 +113,15 @@ def schedule_lines(run: Recorded) -> tuple[str, ...]:
             return opt_lines(run)
     else:
         kind = run.config.get("optimizer", {}).get("learning_rate")
+        if not isinstance(kind, str):  # a number: a callback set it (fit's lr callbacks first)
+            called = [f"{c['type']}(" for c in run.config.get("lr_callbacks") or []]
+            return (*called, *CALLBACK_LINES, *SCHEDULE_LINES["tf"])
     specific = (f"{kind}(",) if isinstance(kind, str) else ()
     return (*specific, *SCHEDULE_LINES[run.framework])
+
+
+#: where a Keras script sets its lr from a callback
+CALLBACK_LINES = ("LearningRateScheduler", "ReduceLROnPlateau", "on_epoch_begin", "learning_rate")
 
 
 #: torch schedulers that set the lr from their own peak (the optimizer's lr is overridden)

@@ -58,7 +58,39 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
                         step=1,
                     )
                 )
+    if same_start and ga and gb and world > 1 and not out:
+        out += _divided_twice(a, b, ratio, ga / gb)
     return out
+
+
+def _divided_twice(a: Recorded, b: Recorded, ratio: float, grads: float) -> list[Finding]:
+    """Loss and gradient both 1/W of the other run's at step 1: a DDP loop that divides each
+    replica's loss by the global batch (its rows times the replicas) while DDP averages the
+    replicas' gradients as well: every step at 1/W of the lr."""
+    for run, tag, r, g in ((a, "A", ratio, grads), (b, "B", 1 / ratio, 1 / grads)):
+        w = run.world_size
+        if run.framework != "torch" or w < 2 or abs(r * w - 1) > 0.1 or abs(g * w - 1) > 0.1:
+            continue
+        return [
+            Finding(
+                "per-replica loss reduction (divided by the global batch under DDP)",
+                f"step 1: {tag}'s loss and gradient are both 1/{1 / r:.2f} of the other's, "
+                f"about its {w} replicas: {tag} divides each replica's loss by the global batch "
+                f"where DDP already averages the replicas' gradients (each step at 1/{w} of "
+                f"the lr)",
+                [
+                    fix(
+                        run,
+                        tag,
+                        ("reduction=", "/ (", "loss"),
+                        "divide by the local batch (reduction='mean'): DDP's average over the "
+                        "replicas makes it the global batch's mean",
+                    )
+                ],
+                step=1,
+            )
+        ]
+    return []
 
 
 def _summed_fix(run: Recorded, tag: str) -> str:

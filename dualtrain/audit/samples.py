@@ -256,6 +256,14 @@ def _shuffle_fix(run: Recorded, tag: str, other: str | None = None) -> str:
             "feed one permutation both scripts read, e.g. "
             "`np.random.default_rng(SEED).permutation(N)` (a Sampler over it)"
         )
+    elif (run.config.get("data") or {}).get("fit_shuffle"):  # fit shuffles the arrays itself
+        return fix(
+            run,
+            tag,
+            ("shuffle=", ".fit("),
+            "`fit(..., shuffle=False)` (fit shuffles NumPy arrays every epoch by default), the "
+            "arrays indexed in the other script's order",
+        )
     else:
         needles = (".shuffle(", "shuffle=", "set_random_seed", "seed")
         change = (

@@ -16,6 +16,7 @@ from dualtrain.audit.cycles import OWNED, cycled, momentum_cycle, without_moment
 from dualtrain.audit.ema import ema
 from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
 from dualtrain.audit.modes import eval_mode
+from dualtrain.audit.plateau import plateau
 from dualtrain.audit.read import Recorded
 
 #: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
@@ -85,8 +86,10 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
                         krun,
                         kt,
                         opt_lines(krun),
-                        f"keras.optimizers.{C.SAME_OPTIMIZER.get(t['type'], t['type'])}"
-                        f" with {tt}'s options",
+                        f"keras.optimizers.{C.SAME_OPTIMIZER[t['type']]} with {tt}'s options"
+                        if t.get("type") in C.SAME_OPTIMIZER
+                        else f"Keras has no {t.get('type')}: an optimizer both frameworks have "
+                        f"(SGD, Adam, AdamW, RMSprop, ...) in both scripts",
                     ),
                 ],
             )
@@ -104,13 +107,12 @@ def _conventions(
         tv, kv = C.torch_option(t, tname), k.get(kname)
         if not C.same_value(tv, kv):
             out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
-    if (
-        t["type"] in ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta")
-        and (t.get("weight_decay") or 0) > 0
-    ):
+    out += _weight_decay(t, k)
+    if t["type"] == "NAdam" and not C.same_value(t.get("momentum_decay", 4e-3), 1.0):
         out.append(
-            f"weight decay: torch {t['type']}'s weight_decay={t['weight_decay']} is an L2 term "
-            f"in the gradient; Keras's weight_decay is decoupled (AdamW-style)"
+            f"NAdam's momentum schedule: torch's mu_t = beta1 (1 - 0.5 * 0.96**(t * "
+            f"momentum_decay)) with momentum_decay={t.get('momentum_decay')}; Keras's Nadam "
+            f"uses 0.96**t, which is torch's momentum_decay=1.0"
         )
     out += C.keras_only(t, k)
     found = []
@@ -138,6 +140,28 @@ def _conventions(
             )
         )
     return found
+
+
+def _weight_decay(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+    """torch's weight_decay is an L2 term in the gradient (but AdamW's, and Adam's or NAdam's
+    with ``decoupled_weight_decay=True``); every Keras optimizer's is decoupled."""
+    tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
+    if t["type"] == "AdamW":
+        return []  # C.OPTIONS compares it
+    if t.get("decoupled_weight_decay"):
+        same = C.same_value(tw, kw)
+        return [] if same else [f"weight decay: torch weight_decay={tw}, Keras weight_decay={kw}"]
+    if tw > 0:
+        return [
+            f"weight decay: torch {t['type']}'s weight_decay={tw} is an L2 term in the "
+            f"gradient; Keras's weight_decay is decoupled (AdamW-style)"
+        ]
+    if kw > 0:
+        return [
+            f"weight decay: Keras {k.get('type')}'s weight_decay={kw} decays the weights "
+            f"(decoupled, AdamW-style); torch's {t['type']} has none (weight_decay=0)"
+        ]
+    return []
 
 
 def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
@@ -197,9 +221,11 @@ def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
 def precision(a: Recorded, b: Recorded) -> list[Finding]:
     """Parameters of another dtype (a float64 or bfloat16 model), or, where both recorders read
     one, another compute dtype (Keras's mixed_bfloat16 policy against float32)."""
-    out = []
+    out: list[Finding] = []
     for key, what in (("param_dtype", "parameters"), ("compute_dtype", "compute dtype")):
         pa, pb = _precision(a, key), _precision(b, key)
+        if key == "compute_dtype" and _own(a) and _own(b) and out:
+            continue  # each computes in its parameters' dtype: that finding says it
         if pa and pb and pa != pb:
             out.append(
                 Finding(
@@ -214,13 +240,21 @@ def precision(a: Recorded, b: Recorded) -> list[Finding]:
     return out
 
 
+def _own(run: Recorded) -> bool:
+    """The run computes in its parameters' dtype (no autocast, no mixed policy)."""
+    return _precision(run, "compute_dtype") in (None, _precision(run, "param_dtype"))
+
+
 def _precision_fix(run: Recorded, tag: str, key: str, dtype: str, other: str) -> str:
-    """The line that sets ``run``'s precision; a torch compute dtype is autocast's."""
-    if run.framework != "torch" or key != "compute_dtype":
-        return fix(run, tag, PRECISION_LINES[run.framework], f"{dtype}, as {other}")
+    """The line that sets ``run``'s precision; a torch compute dtype is autocast's (where the
+    run used it, else its parameters' dtype's)."""
+    autocast = (run.config.get("precision") or {}).get("autocast")
+    if run.framework != "torch" or key != "compute_dtype" or not (autocast or dtype in HALF):
+        floatx = ("set_floatx",) if run.framework == "tf" and key == "param_dtype" else ()
+        return fix(run, tag, (*floatx, *PRECISION_LINES[run.framework]), f"{dtype}, as {other}")
     change = (
         f"`torch.autocast(device_type, dtype=torch.{dtype})` around the forward and the loss"
-        if dtype in ("bfloat16", "float16")
+        if dtype in HALF
         else f"no autocast ({dtype}), as {other}"
     )
     return fix(run, tag, ("autocast(", *PRECISION_LINES["torch"]), change)
@@ -328,6 +362,7 @@ def frozen(a: Recorded, b: Recorded) -> list[Finding]:
 
 
 #: where each framework's scripts set their precision
+HALF = ("bfloat16", "float16")
 PRECISION_LINES = {
     "torch": ("set_default_dtype", ".double()", ".half()", ".bfloat16()", ".to("),
     "tf": ("set_global_policy", "dtype_policy", "dtype="),
@@ -336,6 +371,7 @@ PRECISION_LINES = {
 SETTINGS_DIAGNOSES = (
     optimizer,
     momentum_cycle,
+    plateau,
     held,
     frozen,
     loss_scale,

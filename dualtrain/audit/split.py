@@ -121,6 +121,8 @@ def sampler_kind(run: Recorded) -> str:
 def orders_in_words(a: Recorded, b: Recorded) -> str:
     if a.framework == b.framework == "torch" and sampler_kind(a) != sampler_kind(b):
         return f"(A's {sampler_kind(a)}, B's {sampler_kind(b)}: another order or split)"
+    if any((r.config.get("data") or {}).get("fit_shuffle") for r in (a, b)):
+        return "(the shuffles differ: fit shuffles its NumPy arrays every epoch by default)"
     return "(the shuffles differ: a seed, a sampler against tf.data's buffer)"
 
 
