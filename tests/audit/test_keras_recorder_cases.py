@@ -275,6 +275,23 @@ def lr_callbacks():  # fit's lr callbacks and its own shuffle of arrays, read fr
     (cb,) = cfg["lr_callbacks"]
     return [cb["type"], cb["patience"], cb["factor"], cb["monitor"], cfg["data"]["fit_shuffle"]]
 case("lrcb", lr_callbacks)
+
+def early_stop():  # an EarlyStopping listed after the recorder restores its best weights in its
+    # own on_train_end, after the recorder's: the record's final weights are those fit ends with
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=1, min_delta=1e9,
+                                         restore_best_weights=True)  # epoch 2 is no better
+    rng = np.random.default_rng(0)
+    m.fit(rng.normal(size=(8, 3)).astype("float32"), np.ones((8, 2), "float32"), batch_size=4,
+          epochs=4, callbacks=[recorder("stop", m), stop], verbose=0)
+    cfg = json.load(open(f"{OUT}/stop/audit.json"))["config"]["early_stopping"]
+    final = np.load(f"{OUT}/stop/weights_final.npz")["fc.weight"]
+    moved = not np.array_equal(final, weights("stop")["fc.weight"])
+    return [cfg["stopped_epoch"], cfg["restore_best_weights"], moved,
+            np.array_equal(final, m.get_layer("fc").kernel.numpy().T)]
+case("stop", early_stop)
 """
 
 
@@ -299,6 +316,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "data",
         "frozen",
         "lrcb",
+        "stop",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -421,3 +439,9 @@ def test_a_frozen_layers_parameters_are_recorded_not_its_statistics(printed):
 
 def test_fits_lr_callbacks_and_its_shuffle_of_arrays_are_recorded(printed):
     assert printed["lrcb"] == "lrcb ReduceLROnPlateau 3 0.2 loss False", printed["lrcb"]
+
+
+def test_the_final_weights_are_those_an_early_stopping_restores(printed):
+    # stopped after epoch 2 (index 1), its best weights (epoch 1's) restored after the
+    # recorder's on_train_end: the record holds them, not epoch 2's
+    assert printed["stop"] == "stop 1 True True True", printed["stop"]

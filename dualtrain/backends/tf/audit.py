@@ -34,6 +34,8 @@ from dualtrain.backends.tf.audit_setup import (
     check_setup,
     config_of,
     data_facts,
+    early_stopping,
+    final_weights,
     fit_input,
     lr_callbacks,
     meet,
@@ -230,6 +232,7 @@ class KerasRecorder(keras.callbacks.Callback):
             given = fit_input(self.model)
             self.config = config_of(self.model) | {"data": data_facts(given, self.ranks)}
             self.config["lr_callbacks"] = lr_callbacks(given[2])
+            self.stopper = early_stopping(given[2])
             meet(self.rank, self.ranks)  # before the folder: a lone recorder writes nothing
             if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
                 record.prepare(self.dir, "tf")
@@ -279,7 +282,7 @@ class KerasRecorder(keras.callbacks.Callback):
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:
-                final = canonical_weights(self.model, self.weight_map)
+                final = final_weights(self.model, self.weight_map, self.stopper, self.config)
                 record.finish(
                     self.dir,
                     framework="tf",

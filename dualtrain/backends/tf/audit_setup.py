@@ -254,6 +254,40 @@ def lr_callbacks(callbacks: Any) -> list[dict[str, Any]]:
     return [{k: (float(v) if isinstance(v, np.floating) else v) for k, v in c.items()} for c in out]
 
 
+def early_stopping(callbacks: Any) -> Any:
+    """fit's EarlyStopping callback, if it has one (read again as fit ends: where it stopped,
+    and whether it restores the best weights after the recorder's ``on_train_end``)."""
+    listed = getattr(callbacks, "callbacks", callbacks) or []
+    found = [c for c in listed if isinstance(c, keras.callbacks.EarlyStopping)]
+    return found[0] if isinstance(listed, (list, tuple)) and found else None
+
+
+def stopping_facts(cb: Any) -> dict[str, Any]:
+    keys = ("monitor", "patience", "min_delta", "restore_best_weights", "stopped_epoch")
+    return {k: _number(getattr(cb, k, None)) for k in keys}
+
+
+def _number(v: Any) -> Any:
+    return float(v) if isinstance(v, np.floating) else int(v) if isinstance(v, np.integer) else v
+
+
+def final_weights(model: Any, weight_map: Any, stopper: Any, config: dict[str, Any]) -> Any:
+    """The weights fit ends with: an EarlyStopping(restore_best_weights=True) that stopped sets
+    its best ones in its own on_train_end, which runs after the recorder's where it is listed
+    after it; its settings and stop go into ``config`` (compare names a stop in one run)."""
+    if stopper is not None:
+        config["early_stopping"] = stopping_facts(stopper)
+    best = getattr(stopper, "best_weights", None)
+    if best is None or not getattr(stopper, "restore_best_weights", False):
+        return canonical_weights(model, weight_map)
+    now = model.get_weights()
+    model.set_weights(best)
+    try:
+        return canonical_weights(model, weight_map)
+    finally:
+        model.set_weights(now)
+
+
 def data_facts(given: tuple[Any, Any, Any], workers: int) -> dict[str, Any]:
     """What fit was given to read, as far as it says how the workers split it: a tf.data
     dataset's auto-shard policy (MultiWorkerMirroredStrategy's split over workers), or the

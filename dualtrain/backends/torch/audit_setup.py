@@ -223,6 +223,7 @@ def read_config(
             "batch_size": loader_part(loader, "batch_size"),
             "drop_last": loader_part(loader, "drop_last"),
             "batches": loader_len(loader),
+            "dataset": type(getattr(loader, "dataset", None)).__name__,
         }
     if sampler is not None:
         cfg["sampler"] = {"type": type(sampler).__name__, **_options(sampler)}
