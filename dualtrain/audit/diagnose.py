@@ -17,8 +17,9 @@ from dualtrain.audit.checks import (
     lr_peak,
     paired_weights,
 )
+from dualtrain.audit.early import stopped
 from dualtrain.audit.finding import Finding, fix, opt_lines
-from dualtrain.audit.losses import reduction, reported_loss
+from dualtrain.audit.losses import no_gradients, reduction, reported_loss
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import replicas_apart
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
@@ -299,15 +300,16 @@ def scheduler_first(a: Recorded, b: Recorded) -> list[Finding]:
 def architecture(a: Recorded, b: Recorded) -> list[Finding]:
     pairs = paired_weights(a, b)
     if isinstance(pairs, str):
+        names, lines = _unpaired(a, b)
         return [
             Finding(
                 "different models",
-                f"the initial arrays do not pair: {pairs}",
+                f"the initial arrays do not pair: {pairs}{names}",
                 [
                     fix(
                         b,
                         "B",
-                        ("(nn.Module)", "Sequential(", "Model(", "Conv2D", "layers."),
+                        (*lines, "(nn.Module)", "Sequential(", "Model(", "Conv2D", "layers."),
                         "the same layers as A (then load A's weights_init.npz)",
                     )
                 ],
@@ -315,6 +317,29 @@ def architecture(a: Recorded, b: Recorded) -> list[Finding]:
             )
         ]
     return []
+
+
+#: torch's reparametrisations, which rename a layer's weight (weight_norm's original0 and 1)
+REPARAMETRISED = ("weight_norm(", "spectral_norm(", "register_parametrization(", "orthogonal(")
+
+
+def _unpaired(a: Recorded, b: Recorded) -> tuple[str, tuple[str, ...]]:
+    """Two runs of one framework: the array names in one run only (e.g. weight_norm's
+    ``fc1.parametrizations.weight.original0`` against ``fc1.weight``), and where B makes them."""
+    if a.framework != b.framework:
+        return "", ()
+    only_a = sorted(set(a.weights_init) - set(b.weights_init))
+    only_b = sorted(set(b.weights_init) - set(a.weights_init))
+    if not only_a and not only_b:
+        return "", ()
+    shown = "; ".join(
+        f"only in {tag}: {', '.join(names[:4])}{', ...' if len(names) > 4 else ''}"
+        for tag, names in (("A", only_a), ("B", only_b))
+        if names
+    )
+    layers = [n.split(".")[0] for n in only_a + only_b]
+    reparam = any(".parametrizations." in n for n in only_a + only_b)
+    return f" ({shown})", (*(REPARAMETRISED if reparam else ()), *(f"{x} =" for x in layers))
 
 
 def resumed(a: Recorded, b: Recorded) -> list[Finding]:
@@ -360,6 +385,8 @@ DIAGNOSES = (
     *SETTINGS_DIAGNOSES,
     reduction,
     reported_loss,
+    no_gradients,
+    stopped,
 )
 
 

@@ -58,4 +58,42 @@ def left_early(a: Recorded, b: Recorded) -> list[Finding]:
     ]
 
 
-__all__ = ["left_early", "left_early_at"]
+def stopped(a: Recorded, b: Recorded) -> list[Finding]:
+    """A Keras EarlyStopping that stopped fit while the other run trains more epochs (the
+    steps check FAILs on the epochs one run has not)."""
+    out = []
+    for run, tag, other, otag in ((a, "A", b, "B"), (b, "B", a, "A")):
+        rule = run.config.get("early_stopping") or {}
+        mine, theirs = len(run.epochs()), len(other.epochs())
+        if not rule.get("stopped_epoch") or theirs <= mine:
+            continue
+        how = f"monitor {rule.get('monitor')!r}, patience {rule.get('patience')}, min_delta "
+        how += f"{rule.get('min_delta')}, restore_best_weights={rule.get('restore_best_weights')}"
+        out.append(
+            Finding(
+                "stopped early in one run (EarlyStopping)",
+                f"{tag}'s EarlyStopping ({how}) stopped fit after epoch {mine}; {otag} trains "
+                f"{theirs} epochs",
+                [
+                    fix(
+                        run,
+                        tag,
+                        ("EarlyStopping(",),
+                        "the same stopping rule in both scripts, or none (then compare runs of "
+                        "the same epochs)",
+                    ),
+                    fix(
+                        other,
+                        otag,
+                        ("EarlyStopping(", "for epoch", "epochs="),
+                        f"stop as {tag}'s EarlyStopping does: when {rule.get('monitor')} has "
+                        f"not improved by min_delta for patience epochs (a torch loop: break)",
+                    ),
+                ],
+                step=len(run.steps) + 1,
+            )
+        )
+    return out
+
+
+__all__ = ["left_early", "left_early_at", "stopped"]

@@ -2,7 +2,8 @@
 same weights: a sum against a mean (the local batch's ratio; Keras reports a sum over the global
 batch), gradients summed over the replicas instead of averaged, and a loss recorded scaled (one
 micro-batch's ``loss / accum``, a custom train_step's loss divided by the replicas, a DDP loop's
-loss all-reduced and not divided)."""
+loss all-reduced and not divided); an optimizer stepping with no gradient at all (``zero_grad``
+between ``backward`` and ``step``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.replicas import out_of_step
 
 
 def reduction(a: Recorded, b: Recorded) -> list[Finding]:
@@ -43,6 +45,8 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
     # a clipped gradient's norm says nothing of the reduction (clipping is named on its own)
     same_start = not isinstance(paired_weights(a, b), str) and not out
     same_start = same_start and not clips(a) and not clips(b)
+    # replicas out of step: their gradient norms are no one model's (replicas_apart names it)
+    same_start = same_start and not out_of_step(a) and not out_of_step(b)
     world = a.world_size
     if same_start and ga and gb and world > 1 and abs(ratio - 1) < 0.1:
         for r, tag in ((ga / gb, "A"), (gb / ga, "B")):
@@ -191,4 +195,43 @@ def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
                     step=1,
                 )
             )
+    return out
+
+
+def _empty(run: Recorded) -> int:
+    """Steps taken with no gradient: the torch recorder's norm is None (every ``.grad`` None)
+    or 0 at ``optimizer.step()``."""
+    return sum(
+        1
+        for s in run.steps
+        if not s.get("skipped") and (s.get("grad_norm") is None or float(s["grad_norm"]) == 0.0)
+    )
+
+
+def no_gradients(a: Recorded, b: Recorded) -> list[Finding]:
+    """A torch run whose optimizer stepped with no gradient at most steps while the other run's
+    had them: nothing trained (``zero_grad()`` between ``backward()`` and ``step()``)."""
+    out = []
+    for run, tag, other in ((a, "A", b), (b, "B", a)):
+        n = len(run.steps)
+        if run.framework != "torch" or not n or _empty(run) < 0.9 * n or _empty(other) > 0.1 * n:
+            continue
+        out.append(
+            Finding(
+                "optimizer steps without gradients",
+                f"{tag}'s optimizer stepped with no gradient at {_empty(run)} of its {n} steps "
+                f"(every parameter's .grad None or zero at optimizer.step()): its weights did "
+                f"not train from the loss",
+                [
+                    fix(
+                        run,
+                        tag,
+                        ("zero_grad(",),
+                        "optimizer.zero_grad() before loss.backward() (it clears what backward "
+                        "computed), not between backward() and step()",
+                    )
+                ],
+                step=1,
+            )
+        )
     return out

@@ -121,6 +121,17 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
                 "rank trains them on its own gradients",
             )
         ]
+    if run.config.get("ddp") and not run.line_of(".module") and run.line_of("retain_graph"):
+        return [
+            fix(
+                run,
+                tag,
+                ("retain_graph",),
+                "one backward() per forward: DDP all-reduces the gradients of the first; a "
+                "second backward (retain_graph=True) adds each rank's own gradients, not "
+                "averaged (sum the losses, then one backward)",
+            )
+        ]
     if run.config.get("ddp"):
         return [
             fix(

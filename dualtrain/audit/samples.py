@@ -181,11 +181,13 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
             return []  # one epoch's rows hold the other's and less than a batch more: a partial
             # last batch one run keeps (drop_remainder's finding says it)
         if max(only_a, only_b) >= a.steps[0]["samples"] or (only_a and only_b and not _drops(a, b)):
+            if _same_indices(a, b, epoch):
+                return [_augmented(a, b, epoch, first_global)]
             return [
                 Finding(
                     "different data",
                     f"epoch {epoch} feeds different samples in A and B (another subset, split or "
-                    f"dataset)",
+                    f"dataset; or the same samples changed otherwise: an augmentation)",
                     [_data_fix(a, "A", "B"), _data_fix(b, "B", "A")],
                     step=first_global,
                 )
@@ -215,6 +217,42 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
             if sorted(ra[KIND]) != sorted(rb[KIND]):
                 return [sharding(a, b, s)]
     return []
+
+
+def _indices(run: Recorded, epoch: int) -> Counter[int] | None:
+    """The dataset indices ``run``'s replicas fed in ``epoch`` (None where a row has none)."""
+    out: Counter[int] = Counter()
+    for step in run.epochs().get(epoch, []):
+        for row in run.rows(step):
+            if row.get("indices") is None:
+                return None
+            out.update(int(i) for i in row["indices"])
+    return out
+
+
+def _same_indices(a: Recorded, b: Recorded, epoch: int) -> bool:
+    ia, ib = _indices(a, epoch), _indices(b, epoch)
+    return ia is not None and ib is not None and ia == ib and bool(ia)
+
+
+def _augmented(a: Recorded, b: Recorded, epoch: int, step: int) -> Finding:
+    """The samplers name the same dataset indices, the rows' values differ: the data pipeline
+    changes the samples (a random augmentation, another seed of it, a transform)."""
+    change = "the same transform, with the same seed, as the other script (or none in both)"
+
+    def needles(run: Recorded) -> tuple[str, ...]:  # the recorded dataset's class first
+        kind = (run.config.get("loader") or {}).get("dataset")
+        own = (f"{kind}(",) if kind and kind not in ("NoneType", "TensorDataset") else ()
+        return (*own, "transform", "def __getitem__", ".map(", "augment", "Dataset(")
+
+    return Finding(
+        "same samples, other values (augmentation or preprocessing)",
+        f"epoch {epoch}: both runs' samplers feed the same dataset indices, but the rows' "
+        f"values differ from step {step}: the pipeline changes each sample otherwise (a random "
+        f"augmentation or its seed, a transform)",
+        [fix(a, "A", needles(a), change), fix(b, "B", needles(b), change)],
+        step=step,
+    )
 
 
 def _drops(a: Recorded, b: Recorded) -> bool:
