@@ -121,7 +121,10 @@ np.save(out, np.asarray(model(xs, training=False), dtype=np.float64))
 
 @pytest.mark.parametrize(
     "fmt,loader,tol",
-    [("torch", TORCH_LOAD, 1e-5), pytest.param("keras", KERAS_LOAD, 1e-4, marks=pytest.mark.slow)],
+    [  # default-suite time: both in CI's slow part (tests/integration/test_export.py stays)
+        pytest.param("torch", TORCH_LOAD, 1e-5, marks=pytest.mark.slow),
+        pytest.param("keras", KERAS_LOAD, 1e-4, marks=pytest.mark.slow),
+    ],
 )
 def test_two_inputs_export_loads_without_dualtrain(runs, arrays, tmp_path, fmt, loader, tol):
     run = runs("torch", *sets(arrays), "distribution.world_size=2", config=TWO)

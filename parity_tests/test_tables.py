@@ -92,6 +92,7 @@ def test_a_table_file_passes_compare(tmp_path, wine, fmt):
         assert json.loads((tmp_path / "x" / "export.json").read_text())["class_names"] == CLASSES
 
 
+@pytest.mark.slow  # default-suite time: runs in CI's slow part (the CSV file's test stays)
 def test_a_dataframe_passes_compare_through_the_api(tmp_path, wine, monkeypatch):
     monkeypatch.setenv("DUALTRAIN_CACHE", str(tmp_path / "cache"))
     cmp = dualtrain.compare(SPEC, data=wine, out=tmp_path / "cmp", quiet=True)

@@ -70,7 +70,11 @@ np.save(out, np.asarray(model(x, training=False), dtype=np.float64))
 )
 
 
-@pytest.fixture(scope="module", params=[LAYERS, TOKENS], ids=["cnn", "tokens"])
+@pytest.fixture(  # default-suite time: the token model's exports run in CI's slow part
+    scope="module",
+    params=[LAYERS, pytest.param(TOKENS, marks=pytest.mark.slow)],
+    ids=["cnn", "tokens"],
+)
 def trained(tmp_path_factory, request) -> Path:
     out = tmp_path_factory.mktemp("export") / "run"
     args = [

@@ -66,7 +66,11 @@ USER_MISTAKES = {
 
 # slow: the Keras side's mirror of a torch-side mistake the default suite keeps (each of these
 # imports TensorFlow in two child processes)
-SLOW_MISTAKES = ("not a Keras model", "dropout on one side (keras)")
+SLOW_MISTAKES = (  # default-suite time (docs/testing.md): their twins stay
+    "not a Keras model",
+    "dropout on one side (keras)",
+    "not an nn.Module",
+)
 
 
 MISTAKES = list(USER_MISTAKES)
