@@ -7,11 +7,22 @@ between ``backward`` and ``step``)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import Finding, fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import out_of_step
+
+
+def same_weights(a: Recorded, b: Recorded) -> bool:
+    """Both runs start from the same initial weights, bit for bit: their step-1 gradients are
+    comparable (from other weights a gradient's ratio says nothing of the reduction)."""
+    pairs = paired_weights(a, b)
+    return not isinstance(pairs, str) and all(
+        np.array_equal(a.weights_init[x], b.weights_init[y]) for x, y in pairs
+    )
 
 
 def reduction(a: Recorded, b: Recorded) -> list[Finding]:
@@ -43,7 +54,7 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
             )
     ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
     # a clipped gradient's norm says nothing of the reduction (clipping is named on its own)
-    same_start = not isinstance(paired_weights(a, b), str) and not out
+    same_start = same_weights(a, b) and not out
     same_start = same_start and not clips(a) and not clips(b)
     # replicas out of step: their gradient norms are no one model's (replicas_apart names it)
     same_start = same_start and not out_of_step(a) and not out_of_step(b)
@@ -122,7 +133,7 @@ def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
     """The same gradient at step 1 but a loss 1/k of the other's: the script reports a scaled
     loss (a micro-batch's ``loss / accum``; a custom train_step's ``compute_loss``, divided by
     the replicas for the all-reduce), so the trajectories part while the training does not."""
-    if not a.steps or not b.steps or isinstance(paired_weights(a, b), str):
+    if not a.steps or not b.steps or not same_weights(a, b):
         return []
     (sa, sb), out = (a.steps[0], b.steps[0]), []
     la, lb = float(sa["loss"]), float(sb["loss"])

@@ -104,3 +104,12 @@ def test_an_early_stopping_in_one_run_is_named():
     assert "torch.py:6: for epoch in range(" in f.fixes[1]
     keras.config["early_stopping"]["stopped_epoch"] = 0  # it did not stop: the steps' finding
     assert "stopped early in one run (EarlyStopping)" not in _names(_record("torch"), keras)
+
+
+def test_a_gradient_ratio_from_other_initial_weights_is_no_reduction():
+    """Two torch runs from other initial weights (a fine-tuning phase against a fresh run): a
+    gradient 1.75x the other's was read as gradients summed over the replicas."""
+    fresh, tuned = _record("torch", world=2), _record("torch", world=2, grad_norm=2.0)
+    assert "per-replica loss reduction (local mean vs global batch)" in _names(fresh, tuned)
+    tuned.weights_init = {"w": np.ones(2, np.float32)}
+    assert "per-replica loss reduction (local mean vs global batch)" not in _names(fresh, tuned)

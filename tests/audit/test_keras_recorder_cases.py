@@ -292,6 +292,24 @@ def early_stop():  # an EarlyStopping listed after the recorder restores its bes
     return [cfg["stopped_epoch"], cfg["restore_best_weights"], moved,
             np.array_equal(final, m.get_layer("fc").kernel.numpy().T)]
 case("stop", early_stop)
+
+def own_loop():  # the callbacks called by a loop of the script's own, not fit: no row recorded
+    with SCOPE():
+        m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="fc")])
+        m.compile(optimizer="sgd", loss="mse")
+    rec = recorder("own", m)
+    rec.set_model(m)
+    rec.on_train_begin()
+    for i in range(2):
+        rec.on_train_batch_begin(i)
+        rec.on_train_batch_end(i)
+    try:
+        rec.on_train_end()
+    except UserError as e:
+        state = json.load(open(f"{OUT}/own/audit.json"))["state"]
+        return ["UserError", str(e).split(":")[0], state]
+    return ["no error"]
+case("own", own_loop)
 """
 
 
@@ -317,6 +335,7 @@ def printed(tmp_path_factory) -> dict[str, str]:
         "frozen",
         "lrcb",
         "stop",
+        "own",
     )
     lines = {line.split(" ", 1)[0]: line for line in proc.stdout.splitlines()}
     missing = [c for c in cases if c not in lines]
@@ -445,3 +464,9 @@ def test_the_final_weights_are_those_an_early_stopping_restores(printed):
     # stopped after epoch 2 (index 1), its best weights (epoch 1's) restored after the
     # recorder's on_train_end: the record holds them, not epoch 2's
     assert printed["stop"] == "stop 1 True True True", printed["stop"]
+
+
+def test_callbacks_called_by_a_loop_of_the_scripts_own_are_one_line(printed):
+    # a strategy.run loop calling the recorder's callbacks: the record held steps without rows
+    # or losses, complete, and compare PASSed its samples
+    assert printed["own"] == "own UserError keras_recorder records model.fit failed", printed["own"]

@@ -6,9 +6,11 @@ scheduler, and a SyncBatchNorm."""
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import sys
 
+import pytest
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
@@ -16,6 +18,7 @@ import dualtrain.audit as audit
 from dualtrain.audit.checks import check_settings
 from dualtrain.audit.read import read_recorded
 from dualtrain.backends.torch.audit_setup import read_config
+from dualtrain.errors import UserError
 from tests.audit.test_torch_recorder_cases import Stream, _model, _step
 
 
@@ -134,3 +137,25 @@ def test_a_sync_batchnorm_is_recorded_as_synchronised():
     synced = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     sync = read_config(synced, torch.optim.SGD(synced.parameters(), lr=0.1), *[None] * 4)
     assert [b["synchronized"] for b in plain["batchnorm"] + sync["batchnorm"]] == [False, True]
+
+
+def test_a_validation_batch_given_to_rec_batch_is_one_line(tmp_path):
+    """rec.batch under torch.no_grad() with the model in eval mode: its rows were added to the
+    next optimizer step and its epoch counted otherwise (round 10), silently."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
+    with pytest.raises(UserError, match="call it only for the batches the optimizer steps on"):
+        with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
+            rec.batch(x[:4], epoch=1)
+            rec.step(_step(model, opt, x[:4], y[:4]))
+            model.eval()
+            with torch.no_grad():
+                rec.batch(x[4:], epoch=1)
+    assert json.loads((tmp_path / "a" / "audit.json").read_text())["state"] == "failed"
+    with audit.torch_recorder(tmp_path / "b", model=model, optimizer=opt) as rec:
+        with torch.no_grad():  # rows prepared without autograd, the model training: a step
+            model.train()
+            rec.batch(x[:4], epoch=1)
+        rec.step(_step(model, opt, x[:4], y[:4]))
+    assert read_recorded(tmp_path / "b").steps[0]["samples"] == 4

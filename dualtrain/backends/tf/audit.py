@@ -279,6 +279,7 @@ class KerasRecorder(keras.callbacks.Callback):
         self.closed = True
         self._drop_unfinished()
         try:
+            fed_by_fit(self.steps, self.rows)
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:
@@ -302,3 +303,16 @@ class KerasRecorder(keras.callbacks.Callback):
         finally:
             record.release()
             self._unwrap()
+
+
+def fed_by_fit(steps: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """Steps with no row: the callbacks were called by a loop of the script's own (a custom
+    ``strategy.run`` loop), not by fit, whose train function the recorder wraps to see each
+    replica's rows; the record would hold steps without samples or losses."""
+    if steps and not rows:
+        raise UserError(
+            f"keras_recorder records model.fit: its {len(steps)} step(s) fed fit's train function "
+            f"no row (the callbacks were called by a loop of the script's own, such as "
+            f"strategy.run). Record a fit, or the loop's steps with a spec (docs/audit.md). "
+            f"Received: {len(steps)} steps, 0 rows"
+        )

@@ -176,6 +176,7 @@ class TorchRecorder:
         them (else the sampler's, when the recorder was given its loader or sampler); ``epoch``:
         the script's epoch (else counted from the loader's length)."""
         self._open()
+        _not_validation(self.model)
         if self.calls == 0:  # the weights the first step starts from (a checkpoint loaded
             same_world(self.world)  # after the recorder was made included)
             weights = canonical_weights(self.model) if self.rank == 0 or self.world > 1 else {}
@@ -303,6 +304,17 @@ NO_EPOCHS = (
     "counted in epoch 1 and compare judges the steps' total only (give the recorder loader=, "
     "or rec.batch(data, epoch=epoch))"
 )
+
+
+def _not_validation(model: Any) -> None:
+    """rec.batch under torch.no_grad() with the model in eval mode: a validation batch, whose
+    rows would be counted in the next optimizer step (and its epoch's steps)."""
+    if not torch.is_grad_enabled() and not model.training:
+        raise UserError(
+            "rec.batch records the rows of a training step: call it only for the batches the "
+            "optimizer steps on, not for validation. Received: rec.batch under torch.no_grad() "
+            "with the model in eval mode"
+        )
 
 
 def _set_lrs(entry: dict[str, Any], optimizer: Any) -> None:
