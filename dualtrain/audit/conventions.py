@@ -17,31 +17,20 @@ SAME_OPTIMIZER = {
     "NAdam": "Nadam",
 }
 
+#: the Adam family's shared options: (torch option, Keras option, what it is)
+ADAM = [
+    ("eps", "epsilon", "epsilon"),
+    ("betas.0", "beta_1", "beta_1"),
+    ("betas.1", "beta_2", "beta_2"),
+]
+AMSGRAD = ("amsgrad", "amsgrad", "amsgrad")
+
 #: per optimizer, (torch option, Keras option, what it is)
 OPTIONS: dict[str, list[tuple[str, str, str]]] = {
-    "Adam": [
-        ("eps", "epsilon", "epsilon"),
-        ("betas.0", "beta_1", "beta_1"),
-        ("betas.1", "beta_2", "beta_2"),
-        ("amsgrad", "amsgrad", "amsgrad"),
-    ],
-    "AdamW": [
-        ("eps", "epsilon", "epsilon"),
-        ("betas.0", "beta_1", "beta_1"),
-        ("betas.1", "beta_2", "beta_2"),
-        ("weight_decay", "weight_decay", "weight decay"),
-        ("amsgrad", "amsgrad", "amsgrad"),
-    ],
-    "NAdam": [
-        ("eps", "epsilon", "epsilon"),
-        ("betas.0", "beta_1", "beta_1"),
-        ("betas.1", "beta_2", "beta_2"),
-    ],
-    "Adamax": [
-        ("eps", "epsilon", "epsilon"),
-        ("betas.0", "beta_1", "beta_1"),
-        ("betas.1", "beta_2", "beta_2"),
-    ],
+    "Adam": [*ADAM, AMSGRAD],
+    "AdamW": [*ADAM, ("weight_decay", "weight_decay", "weight decay"), AMSGRAD],
+    "NAdam": ADAM,
+    "Adamax": ADAM,
     "Adadelta": [("rho", "rho", "rho"), ("eps", "epsilon", "epsilon")],
     "RMSprop": [
         ("alpha", "rho", "the squared average's decay"),

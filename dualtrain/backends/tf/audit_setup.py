@@ -251,7 +251,7 @@ def lr_callbacks(callbacks: Any) -> list[dict[str, Any]]:
             out.append({"type": "ReduceLROnPlateau"} | {k: getattr(cb, k, None) for k in PLATEAU})
         elif isinstance(cb, keras.callbacks.LearningRateScheduler):
             out.append({"type": "LearningRateScheduler"})
-    return [{k: (float(v) if isinstance(v, np.floating) else v) for k, v in c.items()} for c in out]
+    return [{k: _number(v) for k, v in c.items()} for c in out]
 
 
 def early_stopping(callbacks: Any) -> Any:
