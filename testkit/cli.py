@@ -22,7 +22,7 @@ CLI_WARM = Warm(
         "dualtrain.cli",
         "dualtrain.driver.runs",
         "dualtrain.driver.compare",
-        "dualtrain.records.page",
+        "dualtrain.parity.report.page",
         "matplotlib.pyplot",
     ),
     preimport={},

@@ -31,18 +31,21 @@ from typing import Any, Union
 from dualtrain.api import inmemory
 from dualtrain.api.overrides import merge_override, to_plain
 from dualtrain.api.results import CompareResult, RunResult, build_run_result, finished_line
+from dualtrain.audit.compare import AuditComparison, compare_recorded
 from dualtrain.audit.record import is_recorded
 from dualtrain.backends import parse_backend
 from dualtrain.driver.compare import check_reference, compare_backends, default_out
 from dualtrain.driver.runs import resume_run, start_run
 from dualtrain.errors import RunFailed, UserError
+from dualtrain.jsonio import new_folder
 from dualtrain.parity.report import (
     REPORT_HTML,
     REPORT_MD,
     VERDICT_FILE,
+    AnyComparison,
     Comparison,
     compare_dirs,
-    terminal_summary,
+    terminal_text,
     verdict_line,
     write_report,
 )
@@ -222,6 +225,10 @@ def compare(
     * ``compare(run_a, run_b, reference_runs=(ref_a, ref_b))``: compare two finished run directories
       (or RunResults); ``reference_runs``: their fp64 runs. ``out`` default:
       ``<output_dir of A>/compare-<name of A>-<time>``.
+    * ``compare(record_a, record_b)``: two audit records of the user's own scripts
+      (dualtrain.audit): the recorded-run checks and the differences found (``result.findings``),
+      as ``dualtrain compare RECORD_A RECORD_B`` gives them. ``out`` default:
+      ``runs/compare-audit-<time>``.
 
     Writes verdict.json, report.md and report.html into ``out`` and prints what the CLI prints
     (``quiet=True``: nothing from dualtrain itself; the workers' progress still shows). A failed
@@ -229,7 +236,8 @@ def compare(
 
     Raises:
         UserError: a usage mistake (bad spec or override, ``out`` in use, a run dir that is not a
-            finished run); for a spec, nothing was run or written.
+            finished run, an audit record against a dualtrain run); for a spec, nothing was run
+            or written.
         RunFailed: one of the runs failed (its partial run directory stays under ``out``).
     """
     say = None if quiet else _say
@@ -327,15 +335,28 @@ def _compare_spec(
 
 def _compare_dirs_report(
     run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None, out: PathLike | None
-) -> tuple[Comparison, Path]:
-    """``dualtrain compare A B``: compare finished runs and write the report."""
-    if is_recorded(run_a) or is_recorded(run_b):
-        raise UserError(
-            "audit records (dualtrain.audit) are compared by dualtrain.audit.compare_recorded "
-            f"(or `dualtrain compare A B`). Received: {str(run_a)!r} and {str(run_b)!r}"
-        )
+) -> tuple[AnyComparison, Path]:
+    """``dualtrain compare A B``: compare finished runs (two dualtrain runs, or two audit records
+    of the user's own scripts) and write the report."""
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
+    recorded = is_recorded(run_a), is_recorded(run_b)
+    if any(recorded):
+        if not all(recorded):
+            kind = ["an audit record" if r else "not an audit record" for r in recorded]
+            raise UserError(
+                f"compare two audit records or two dualtrain runs, not one of each. Received: "
+                f"{run_a} ({kind[0]}) and {run_b} ({kind[1]})"
+            )
+        if reference_runs is not None:
+            raise UserError(
+                "reference runs (--reference-runs) are for dualtrain runs; recorded runs have no "
+                f"fp64 reference. Received: {reference_runs[0]} {reference_runs[1]}"
+            )
+        audit = compare_recorded(run_a, run_b)
+        out_dir = Path(out) if out is not None else new_folder("runs", "compare-audit")
+        write_report(audit, out_dir)
+        return audit, out_dir
     cmp = compare_dirs(run_a, run_b, reference_runs)
     out_dir = (
         Path(out)
@@ -347,7 +368,7 @@ def _compare_dirs_report(
 
 
 def _compare_result(
-    cmp: Comparison, out_dir: Path, say: Callable[[str], None] | None
+    cmp: AnyComparison, out_dir: Path, say: Callable[[str], None] | None
 ) -> CompareResult:
     """Print the table, the verdict and where the report is (unless ``say`` is None); the result."""
     reports = {
@@ -356,8 +377,26 @@ def _compare_result(
         "html": out_dir / REPORT_HTML,
     }
     if say is not None:
-        say(terminal_summary(cmp))
+        say(terminal_text(cmp))
         say(f"dualtrain compare: report: {reports['html']} (verdict.json, report.md beside it)")
+    if isinstance(cmp, AuditComparison):  # two recorded runs: their differences, no fp64 pair
+        return CompareResult(
+            passed=cmp.passed,
+            verdict=cmp.verdict,
+            category=None,
+            culprits=(),
+            semantics_checked=False,
+            checks=tuple(cmp.checks),
+            findings=tuple(cmp.findings),
+            diagnosis=None,
+            notes=(),
+            out=out_dir,
+            reports=reports,
+            run_a=cmp.a.path,
+            run_b=cmp.b.path,
+            reference_runs=None,
+            comparison=cmp,
+        )
     ref = cmp.reference
     d = cmp.diagnosis
     return CompareResult(
@@ -367,6 +406,7 @@ def _compare_result(
         culprits=tuple(d.culprits),
         semantics_checked=ref is not None,
         checks=tuple(cmp.checks),
+        findings=tuple(d.causes),
         diagnosis=d,
         notes=tuple(cmp.notes),
         out=out_dir,

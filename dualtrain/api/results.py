@@ -14,9 +14,9 @@ from dualtrain.spec import Backend, Experiment, load_spec
 if TYPE_CHECKING:  # annotations only
     import numpy as np
 
-    from dualtrain.parity.checks import Check
     from dualtrain.parity.diagnose import Diagnosis
-    from dualtrain.parity.report import Comparison
+    from dualtrain.parity.report import AnyComparison
+    from dualtrain.records.verdict import Check, Finding
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,16 @@ class RunResult:
 
 @dataclass(frozen=True)
 class CompareResult:
-    """What :func:`compare` returns; the same content as OUT/verdict.json."""
+    """What :func:`compare` returns; the same content as OUT/verdict.json. Two dualtrain runs and
+    two audit records give the same fields: the checks, the findings, the verdict."""
 
     passed: bool
     """Every scored check passed (the CLI's exit code 0)."""
     verdict: str
     """The verdict line, e.g. ``verdict: PASS (16/16 checks; semantics checked against ...)``."""
     category: str | None
-    """``semantics differ`` or ``numerics`` when a check failed; None when all passed."""
+    """``semantics differ`` or ``numerics`` when a check failed; None when all passed, and for
+    two audit records (their findings name each difference)."""
     culprits: tuple[str, ...]
     """The precision paths found off (``("tf fp16 path",)``) when the category is numerics and the
     one-step probes or the convergence check name one; empty otherwise."""
@@ -87,8 +89,12 @@ class CompareResult:
     """An fp64 reference pair was compared (False with ``reference="none"``)."""
     checks: tuple[Check, ...] = field(repr=False)
     """Every check (name, group, value, tolerance, passed, detail, ...) in report order."""
-    diagnosis: Diagnosis = field(repr=False)
-    """First divergent step, likely cause, evidence; ``diagnosis.summary()`` is one line."""
+    findings: tuple[Finding, ...] = field(repr=False)
+    """What differs, each with its evidence, the step it shows at and (audit records) the line to
+    change: the likely causes of two dualtrain runs, the differences of two audit records."""
+    diagnosis: Diagnosis | None = field(repr=False)
+    """Two dualtrain runs: first divergent step, likely cause, evidence (``diagnosis.summary()``
+    is one line). None for two audit records."""
     notes: tuple[str, ...] = field(repr=False)
     out: Path
     """The folder holding the report (and, for a spec, the runs)."""
@@ -101,7 +107,7 @@ class CompareResult:
     reference_runs: tuple[Path, Path] | None
     """The fp64 reference pair (for a spec: OUT/fp64-torch, OUT/fp64-tf; an fp64 spec's own runs);
     None when semantics were not checked."""
-    comparison: Comparison = field(repr=False, compare=False)
+    comparison: AnyComparison = field(repr=False, compare=False)
     """The full comparison (records of every run included), for custom analysis."""
 
     def check(self, name: str) -> Check:

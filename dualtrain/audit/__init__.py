@@ -1,5 +1,6 @@
 """Audit the training scripts a team already has: record a hand-written PyTorch (DDP) loop and a
-Keras ``fit`` (MirroredStrategy), then ``dualtrain compare RUN_A RUN_B`` on the two records says
+Keras ``fit`` (MirroredStrategy), then ``dualtrain compare RUN_A RUN_B`` (or
+``dualtrain.compare(run_a, run_b)``) on the two records says
 whether they train the same way and names the classic differences (docs/audit.md).
 
 Framework-free: the recorders live in dualtrain.backends.torch.audit and
@@ -13,8 +14,8 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from dualtrain.audit.compare import AuditComparison, compare_recorded
 from dualtrain.audit.record import is_recorded
-from dualtrain.audit.report import AuditComparison, compare_recorded
 
 __all__ = [
     "AuditComparison",

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.audit.finding import FAIL, NOT_JUDGED, PASS, Check
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import check_replicas
 from dualtrain.audit.settings import SETTINGS_DIAGNOSES
 from dualtrain.audit.trajectory import check_loss, loss_windows
 from dualtrain.records.record import as_float
+from dualtrain.records.verdict import FAIL, PASS, Check, judged_check
 
 #: the lr's relative tolerance: a float32 lr (Keras keeps it in a float32 variable) is within
 #: 2**-24 ~ 6e-8 of torch's float64 one; 1e-6 leaves room for a float32 schedule's arithmetic
@@ -53,7 +53,7 @@ def check_steps(a: Recorded, b: Recorded) -> Check:
     if blind:  # a torch recorder given no loader, sampler or epoch=: its epochs are unknown
         why = f"{' and '.join(blind)}'s epochs unknown (no loader, sampler or epoch= recorded)"
         same = len(a.steps) == len(b.steps)
-        return Check(
+        return judged_check(
             "steps",
             PASS if same else FAIL,
             f"{len(a.steps)} steps in A, {len(b.steps)} in B; {why}",
@@ -64,13 +64,13 @@ def check_steps(a: Recorded, b: Recorded) -> Check:
             else min(len(a.steps), len(b.steps)) + 1,
         )
     if per_a == per_b:
-        return Check(
+        return judged_check(
             "steps", PASS, f"{len(a.steps)} steps, {len(ea)} epoch(s) in both", judged, not_judged
         )
     diff = [e for e in sorted(set(per_a) | set(per_b)) if per_a.get(e) != per_b.get(e)]
     e = diff[0]
     first = min(ea.get(e, [0]) + eb.get(e, [0])) if (ea.get(e) or eb.get(e)) else None
-    return Check(
+    return judged_check(
         "steps",
         FAIL,
         f"epoch {e}: {per_a.get(e, 0)} steps in A, {per_b.get(e, 0)} in B "
@@ -88,7 +88,7 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
         "inside the model"
     )
     if a.world_size != b.world_size:
-        return Check(
+        return judged_check(
             "samples",
             FAIL,
             f"{a.world_size} replicas in A, {b.world_size} in B: no replica has a counterpart",
@@ -107,7 +107,7 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
         if first_pattern is not None:
             break
     if first_exact is None:
-        return Check(
+        return judged_check(
             "samples",
             PASS,
             f"the same rows on every replica at all {n} common steps",
@@ -115,7 +115,7 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
             not_judged,
         )
     if first_pattern is None:
-        return Check(
+        return judged_check(
             "samples",
             FAIL,
             f"the same samples on every replica at all {n} common steps, but fed with different "
@@ -124,7 +124,7 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
             not_judged,
             first_step=first_exact,
         )
-    return Check(
+    return judged_check(
         "samples",
         FAIL,
         f"step {first_pattern}: the replicas fed different samples",
@@ -163,7 +163,7 @@ def check_init(a: Recorded, b: Recorded) -> Check:
     )
     pairs = paired_weights(a, b)
     if isinstance(pairs, str):
-        return Check(
+        return judged_check(
             "initial weights",
             FAIL,
             f"different architectures: {pairs}",
@@ -177,7 +177,7 @@ def check_init(a: Recorded, b: Recorded) -> Check:
         if d > worst:
             worst, where = d, f"{x} / {y}"
     if worst == 0.0:
-        return Check(
+        return judged_check(
             "initial weights",
             PASS,
             f"{len(pairs)} arrays, bit-identical values",
@@ -186,7 +186,7 @@ def check_init(a: Recorded, b: Recorded) -> Check:
             value=0.0,
             bound=0.0,
         )
-    return Check(
+    return judged_check(
         "initial weights",
         FAIL,
         f"values differ (max |diff| {worst:.3g} in {where})",
@@ -237,7 +237,7 @@ def check_lr(a: Recorded, b: Recorded) -> Check:
             if lr_close(x, y, peak):
                 continue
             where = f"parameter group {g}: " if max(len(ga), len(gb)) > 1 else ""
-            return Check(
+            return judged_check(
                 "learning rate",
                 FAIL,
                 f"step {s}: {where}lr {x:.6g} in A, {y:.6g} in B",
@@ -245,7 +245,7 @@ def check_lr(a: Recorded, b: Recorded) -> Check:
                 not_judged,
                 first_step=s,
             )
-    return Check(
+    return judged_check(
         "learning rate",
         PASS,
         f"the same lr at all {min(len(la), len(lb))} common steps",
@@ -260,16 +260,16 @@ def check_scaling(a: Recorded, b: Recorded) -> Check:
     sa, sb = a.series("loss_scale"), b.series("loss_scale")
     on_a, on_b = any(x is not None for x in sa), any(x is not None for x in sb)
     if not on_a and not on_b:
-        return Check("loss scaling", PASS, "neither run scales the loss", judged, not_judged)
+        return judged_check("loss scaling", PASS, "neither run scales the loss", judged, not_judged)
     if on_a != on_b:
         who = "A" if on_a else "B"
-        return Check(
+        return judged_check(
             "loss scaling", FAIL, f"only {who} scales the loss", judged, not_judged, first_step=1
         )
     ka, kb = a.series("skipped"), b.series("skipped")
     for s, (x, y, p, q) in enumerate(zip(sa, sb, ka, kb, strict=False), 1):
         if x != y or bool(p) != bool(q):
-            return Check(
+            return judged_check(
                 "loss scaling",
                 FAIL,
                 f"step {s}: scale {x:g} {'(skipped) ' if p else ''}in A, {y:g} "
@@ -278,7 +278,7 @@ def check_scaling(a: Recorded, b: Recorded) -> Check:
                 not_judged,
                 first_step=s,
             )
-    return Check(
+    return judged_check(
         "loss scaling", PASS, "the same scale and skips at every common step", judged, not_judged
     )
 
@@ -297,8 +297,8 @@ def check_settings(a: Recorded, b: Recorded) -> Check:
     )
     found = [f for d in SETTINGS_DIAGNOSES for f in d(a, b) if not f.inherent]
     if found:
-        return Check("settings", FAIL, "; ".join(f.name for f in found), judged, not_judged)
-    return Check("settings", PASS, "no setting differs", judged, not_judged)
+        return judged_check("settings", FAIL, "; ".join(f.name for f in found), judged, not_judged)
+    return judged_check("settings", PASS, "no setting differs", judged, not_judged)
 
 
 CHECKS = (
@@ -317,4 +317,4 @@ def run_checks(a: Recorded, b: Recorded) -> list[Check]:
     return [c(a, b) for c in CHECKS]
 
 
-__all__ = ["CHECKS", "FAIL", "NOT_JUDGED", "PASS", "Check", "loss_windows", "run_checks"]
+__all__ = ["CHECKS", "loss_windows", "run_checks"]

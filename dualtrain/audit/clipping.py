@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
+from dualtrain.audit.finding import OPT_LINES, fix, opt_lines
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
 
 CLIP_OPTIONS = ("clipnorm", "global_clipnorm", "clipvalue")
 CLIP_CALLS = ("clip_grad_norm_(", "clip_grad_value_(", "clip_grad_norm(")

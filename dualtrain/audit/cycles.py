@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dualtrain.audit.finding import Finding, fix, opt_lines
+from dualtrain.audit.finding import fix, opt_lines
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
 
 #: torch schedulers that cycle the momentum (cycle_momentum=True is their default)
 CYCLING = ("OneCycleLR", "CyclicLR")

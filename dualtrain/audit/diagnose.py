@@ -18,12 +18,13 @@ from dualtrain.audit.checks import (
     paired_weights,
 )
 from dualtrain.audit.early import stopped
-from dualtrain.audit.finding import Finding, fix, opt_lines
+from dualtrain.audit.finding import fix, opt_lines
 from dualtrain.audit.losses import no_gradients, reduction, reported_loss
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import replicas_apart
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
 from dualtrain.audit.settings import SETTINGS_DIAGNOSES, describe
+from dualtrain.records.verdict import Finding
 
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:

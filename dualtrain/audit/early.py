@@ -5,9 +5,10 @@ steps, and the step where the shorter epoch ends is the line to change."""
 
 from __future__ import annotations
 
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.split import KIND
+from dualtrain.records.verdict import Finding
 
 
 def left_early_at(a: Recorded, b: Recorded) -> tuple[int, str, int, int] | None:

@@ -11,9 +11,10 @@ import numpy as np
 
 from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.clipping import clips
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import out_of_step
+from dualtrain.records.verdict import Finding
 
 
 def same_weights(a: Recorded, b: Recorded) -> bool:

@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
 
 
 def eval_mode(a: Recorded, b: Recorded) -> list[Finding]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from dualtrain.audit import conventions as C
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
 
 NAME = "ReduceLROnPlateau"
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 
-from dualtrain.audit.finding import FAIL, NOT_JUDGED, PASS, Check, Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS, Check, Finding, judged_check
 
 #: the relative difference of two replicas' gradient norms that counts: the norms of bit-equal
 #: gradients are equal (one kernel, one order, on each rank), so any difference is another
@@ -87,12 +88,12 @@ def check_replicas(a: Recorded, b: Recorded) -> Check:
         for what, step, _ in out_of_step(run)
     ]
     if failed:
-        return Check("replicas in step", FAIL, "; ".join(failed), judged, not_judged)
+        return judged_check("replicas in step", FAIL, "; ".join(failed), judged, not_judged)
     old = [tag for tag, run in (("A", a), ("B", b)) if _unjudged(run)]
     if old:
         why = f"{' and '.join(old)}: recorded before the recorder digested every replica's weights"
-        return Check("replicas in step", NOT_JUDGED, why, judged, not_judged)
-    return Check(
+        return judged_check("replicas in step", NOT_JUDGED, why, judged, not_judged)
+    return judged_check(
         "replicas in step", PASS, "each run's replicas trained one model", judged, not_judged
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from dualtrain.audit.early import left_early, left_early_at
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.split import (
     duplicated,
@@ -17,6 +17,7 @@ from dualtrain.audit.split import (
     sharding_convention,
     splits_differ,
 )
+from dualtrain.records.verdict import Finding
 
 KIND = "pattern"  # the same sample under any normalisation
 

@@ -14,10 +14,11 @@ from dualtrain.audit.batchnorm import batchnorm, synchronized
 from dualtrain.audit.clipping import clipping
 from dualtrain.audit.cycles import OWNED, cycled, momentum_cycle, without_momentum
 from dualtrain.audit.ema import ema
-from dualtrain.audit.finding import OPT_LINES, Finding, fix, opt_lines
+from dualtrain.audit.finding import OPT_LINES, fix, opt_lines
 from dualtrain.audit.modes import eval_mode
 from dualtrain.audit.plateau import plateau
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
 
 #: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
 SCHEDULER_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")

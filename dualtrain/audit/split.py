@@ -6,8 +6,9 @@ MirroredStrategy's blocks, two torch samplers)."""
 
 from __future__ import annotations
 
-from dualtrain.audit.finding import Finding, fix
+from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
 
 KIND = "pattern"  # the same sample under any normalisation
 

@@ -8,8 +8,8 @@ from typing import TypeGuard
 
 import numpy as np
 
-from dualtrain.audit.finding import FAIL, NOT_JUDGED, PASS, Check
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS, Check, judged_check
 
 #: the loss trajectory's bound per window of steps: LOSS_RTOL of the window's mean loss plus
 #: LOSS_SIGMAS standard errors of the window's mean step-by-step difference (docs/audit.md)
@@ -86,14 +86,14 @@ def check_loss(a: Recorded, b: Recorded) -> Check:
     not_judged = "single steps (dropout masks and rounding differ per step), evaluation"
     missing = _unfinished_loss(a, b)
     if missing:
-        return Check("loss trajectory", NOT_JUDGED, missing, judged, not_judged)
+        return judged_check("loss trajectory", NOT_JUDGED, missing, judged, not_judged)
     diverged = _diverged(a, b)
     if diverged:
         step, detail = diverged
-        return Check("loss trajectory", FAIL, detail, judged, not_judged, first_step=step)
+        return judged_check("loss trajectory", FAIL, detail, judged, not_judged, first_step=step)
     windows = loss_windows(a, b)
     if not windows:
-        return Check(
+        return judged_check(
             "loss trajectory", NOT_JUDGED, "no common step with a loss", judged, not_judged
         )
     bad = [w for w in windows if not w["diff"] <= w["bound"]]
@@ -103,7 +103,7 @@ def check_loss(a: Recorded, b: Recorded) -> Check:
         f"{worst['b']:.4g} in B (bound {worst['bound']:.3g})"
     )
     if bad:
-        return Check(
+        return judged_check(
             "loss trajectory",
             FAIL,
             detail,
@@ -113,7 +113,7 @@ def check_loss(a: Recorded, b: Recorded) -> Check:
             value=worst["diff"],
             bound=worst["bound"],
         )
-    return Check(
+    return judged_check(
         "loss trajectory",
         PASS,
         f"all windows within their bound; closest: {detail}",

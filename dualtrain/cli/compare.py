@@ -2,7 +2,7 @@
 
 The work (and everything it prints) is :func:`dualtrain.api.compare`'s; this command maps its flags
 onto that function's arguments and the verdict onto the exit code. Two audit records
-(dualtrain.audit: runs of the user's own scripts) get the recorded-run checks instead.
+(dualtrain.audit: runs of the user's own scripts) are compared by that same function.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def compare(
     With --config: run the spec on both backends, then both again in float64 (the reference pair),
     and compare. The verdict separates "semantics differ" (the fp64 pair disagrees: the backends
     train differently) from "numerics" (the fp64 pair agrees; the requested precision differs beyond
-    what its rounding explains). With RUN_DIR_A RUN_DIR_B: compare finished runs.
+    what its rounding explains). With RUN_DIR_A RUN_DIR_B: compare finished runs, or two audit
+    records of your own scripts (dualtrain.audit).
     Writes verdict.json, report.md and a self-contained report.html into --out.
     Exit code: 0 if every check passes, 1 if one fails, 2 for a usage mistake.
 
@@ -132,35 +133,5 @@ def compare(
                 "--reference fp64|none goes with --config; for finished runs name the fp64 "
                 f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}"
             )
-        from dualtrain.audit import is_recorded  # lazy: heavy (numpy, off dualtrain --help)
-
-        if is_recorded(run_dirs[0]) or is_recorded(run_dirs[1]):
-            ctx.exit(_compare_recorded(run_dirs, reference_runs, out))
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
     ctx.exit(0 if result.passed else 1)
-
-
-def _compare_recorded(
-    run_dirs: tuple[str, ...], reference_runs: tuple[str, str] | None, out: str | None
-) -> int:
-    """Two audit records (dualtrain.audit): the recorded-run checks and diagnoses; exit code."""
-    from dualtrain.audit import is_recorded  # lazy: heavy (numpy, off dualtrain --help)
-    from dualtrain.audit.report import compare_recorded, terminal  # lazy: heavy (numpy)
-
-    if not (is_recorded(run_dirs[0]) and is_recorded(run_dirs[1])):
-        kind = ["an audit record" if is_recorded(d) else "not an audit record" for d in run_dirs]
-        raise UserError(
-            f"compare two audit records or two dualtrain runs, not one of each. Received: "
-            f"{run_dirs[0]} ({kind[0]}) and {run_dirs[1]} ({kind[1]})"
-        )
-    if reference_runs is not None:
-        raise UserError(
-            "--reference-runs is for dualtrain runs; recorded runs have no fp64 reference. "
-            f"Received: --reference-runs {' '.join(reference_runs)}"
-        )
-    cmp = compare_recorded(run_dirs[0], run_dirs[1], out)
-    click.echo(terminal(cmp))
-    click.echo(
-        f"dualtrain compare: report: {cmp.reports['html']} (verdict.json, report.md beside it)"
-    )
-    return 0 if cmp.passed else 1

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from dualtrain.driver.compare_plan import PlannedRun
-from dualtrain.parity.checks.base import Check
 from dualtrain.parity.report import REPORT_MD, VERDICT_FILE, Comparison, compare_dirs
+from dualtrain.records.verdict import Check
 
 RUN_FAILED = "run failed"
 

@@ -31,6 +31,7 @@ from typing import Any
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks import LOCAL_CHECKS, Check, all_passed
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import Finding
 from dualtrain.spec import SHOWS_IN_IDS, SHOWS_IN_INIT, SHOWS_IN_LR, SHOWS_IN_SCALE, paths_with
 
 IDS = "different sample ids"
@@ -63,12 +64,10 @@ CATEGORY = {
 _SHOWN_BY = {SHOWS_IN_IDS: IDS, SHOWS_IN_INIT: INIT, SHOWS_IN_LR: LR, SHOWS_IN_SCALE: SCALE}
 
 
-@dataclass
-class Cause:
-    kind: str
-    step: int | None
-    """First step showing it (0: from the start)."""
-    evidence: str
+def cause(name: str, step: int | None, evidence: str) -> Finding:
+    """A cause of the divergence, as the verdict's findings hold it: its name (one of the causes
+    above), the first step showing it (0: from the start) and the records' evidence."""
+    return Finding(name, evidence, step=step)
 
 
 @dataclass
@@ -79,7 +78,7 @@ class Diagnosis:
     cause: str | None = None
     category: str | None = None
     """``semantics differ`` or ``numerics`` (None when every check passed)."""
-    causes: list[Cause] = field(default_factory=list)
+    causes: list[Finding] = field(default_factory=list)
     spec_differences: list[dict[str, Any]] = field(default_factory=list)
     """Every spec.yaml field that differs: {field, a, b, cosmetic}."""
     top_parameters: list[dict[str, Any]] = field(default_factory=list)
@@ -112,7 +111,7 @@ class Diagnosis:
             cause += f" ({', '.join(self.culprits)})"
         if self.cause != self.category:
             cause = f"{self.category}: {cause}"
-        others = [c.kind for c in self.causes if c.kind != self.cause]
+        others = [c.name for c in self.causes if c.name != self.cause]
         if others:
             cause += f" (also: {', '.join(others)})"
         return f"{where}; {cause}"
@@ -202,7 +201,7 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     if ref_failed:
         c = min(ref_failed, key=lambda c: c.first_step if c.first_step is not None else 1 << 60)
         causes.append(
-            Cause(
+            cause(
                 SEMANTICS, c.first_step, f"the fp64 reference pair disagrees ({c.name}: {c.detail})"
             )
         )
@@ -214,7 +213,7 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
             for p in c.culprits
         }
     )
-    semantic = [c for c in causes if c.kind not in (SCALE,)]
+    semantic = [c for c in causes if c.name not in (SCALE,)]
     if culprits and not ref_failed and not semantic:
         # The fp64 pair agrees and nothing recorded differs but (perhaps) the loss-scale decisions:
         # a backend's precision path computes something else; name it.
@@ -222,7 +221,7 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         step = min((c.first_step for c in local if c.first_step is not None), default=None)
         d.culprits = culprits
         d.causes = [
-            Cause(
+            cause(
                 PATH,
                 step,
                 f"{', '.join(culprits)} off in "
@@ -234,13 +233,13 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
         return d
     if not causes:
         why = _numerics_why(ref_ran)
-        causes.append(Cause(NUMERICS, d.first_divergent_step, why))
+        causes.append(cause(NUMERICS, d.first_divergent_step, why))
     # A cause only explains a divergence it precedes: keep those at or before the first divergent
     # step (all of them when no per-step check failed).
     causes = _before_divergence(causes, d)
-    causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.kind)))
+    causes.sort(key=lambda c: (c.step if c.step is not None else 1 << 60, _ORDER.index(c.name)))
     d.causes = causes
-    d.cause = causes[0].kind
+    d.cause = causes[0].name
     d.category = CATEGORY[d.cause]
     return d
 
@@ -260,18 +259,18 @@ def _add_evidence(d: Diagnosis, a: RunRecord, b: RunRecord, top: int) -> None:
             d.top_gradients = _ranked(ga, gb, top)
 
 
-def _recorded_causes(a: RunRecord, b: RunRecord) -> list[Cause]:
+def _recorded_causes(a: RunRecord, b: RunRecord) -> list[Finding]:
     """What the records show differs: initial weights, sample ids, lr, loss-scale decisions."""
-    causes: list[Cause] = []
+    causes: list[Finding] = []
     init = _init_difference(a, b)
     if init:
-        causes.append(Cause(INIT, 0, init))
+        causes.append(cause(INIT, 0, init))
     shard = _first_shard_difference(a, b)
     if shard:
-        causes.append(Cause(IDS, shard[0], shard[1]))
+        causes.append(cause(IDS, shard[0], shard[1]))
     lr = _first_series_difference(a, b, "lr", rel=1e-12)
     if lr:
-        causes.append(Cause(LR, lr[0], lr[1]))
+        causes.append(cause(LR, lr[0], lr[1]))
     scale = [
         x
         for x in (
@@ -282,13 +281,13 @@ def _recorded_causes(a: RunRecord, b: RunRecord) -> list[Cause]:
     ]
     if scale:
         first = min(scale, key=lambda x: x[0])
-        causes.append(Cause(SCALE, first[0], first[1]))
+        causes.append(cause(SCALE, first[0], first[1]))
     return causes
 
 
-def _add_spec_cause(causes: list[Cause], diffs: list[tuple[str, Any, Any]]) -> None:
+def _add_spec_cause(causes: list[Finding], diffs: list[tuple[str, Any, Any]]) -> None:
     """The spec differences that change the run and no recorded cause explains, as a cause."""
-    seen = {c.kind for c in causes}
+    seen = {c.name for c in causes}
     unexplained = [
         (k, va, vb)
         for k, va, vb in diffs
@@ -296,7 +295,7 @@ def _add_spec_cause(causes: list[Cause], diffs: list[tuple[str, Any, Any]]) -> N
     ]
     if unexplained:
         causes.append(
-            Cause(
+            cause(
                 SPEC,
                 0,
                 "spec differs: " + ", ".join(f"{k}: {va!r} vs {vb!r}" for k, va, vb in unexplained),
@@ -322,14 +321,14 @@ def _numerics_why(ref_ran: bool) -> str:
     return why
 
 
-def _before_divergence(causes: list[Cause], d: Diagnosis) -> list[Cause]:
+def _before_divergence(causes: list[Finding], d: Diagnosis) -> list[Finding]:
     """The causes at or before the first divergent step first (all of them when no per-step check
     failed)."""
     if d.first_divergent_step is not None:
         before = [c for c in causes if c.step is None or c.step <= d.first_divergent_step]
         if not before:  # everything recorded differs only later: arithmetic parted them first
             before = [
-                Cause(
+                cause(
                     NUMERICS,
                     d.first_divergent_step,
                     "the recorded inputs agree up to the first divergent step",

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dualtrain.audit.checks import FAIL, NOT_JUDGED, PASS, check_settings, run_checks
+from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS
 
 
 def _run(framework: str, optimizer: dict, lrs: list[float]) -> Recorded:
@@ -264,11 +265,11 @@ def test_a_shuffle_fix_is_in_each_runs_framework_words():
 
 
 def test_a_pass_with_a_check_not_judged_says_so():
-    from dualtrain.audit.report import AuditComparison
+    from dualtrain.audit.compare import AuditComparison
 
     nan = float("nan")
     a, b = _record("tf", losses=[nan] * 4), _record("tf")
-    cmp = AuditComparison(a, b, run_checks(a, b), diagnose(a, b), Path("out"))
+    cmp = AuditComparison(a, b, run_checks(a, b), diagnose(a, b))
     assert cmp.verdict == (
         "verdict: PASS (7/7 judged checks of two recorded runs; not judged: loss trajectory)"
     )

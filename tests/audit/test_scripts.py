@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dualtrain.audit.report import compare_recorded
+from dualtrain.audit.compare import compare_recorded
 from tests.audit.scripts import record
 
 
@@ -20,7 +20,7 @@ def keras_run(tmp_path_factory):
 
 
 def names(a, b, tmp_path):
-    cmp = compare_recorded(a, b, tmp_path / "cmp")
+    cmp = compare_recorded(a, b)
     return cmp, [f.name for f in cmp.findings]
 
 

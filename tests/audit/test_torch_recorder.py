@@ -12,9 +12,9 @@ import torch
 
 import dualtrain
 import dualtrain.audit as audit
+from dualtrain.audit.compare import compare_recorded
 from dualtrain.audit.identity import row_digests
 from dualtrain.audit.read import read_recorded
-from dualtrain.audit.report import compare_recorded
 from dualtrain.errors import UserError
 from testkit.cli import one_line_error
 
@@ -58,9 +58,9 @@ def test_recording_the_same_loop_twice_passes(tmp_path):
     assert run.replicas[(1, 0)]["exact"] == exact and run.replicas[(1, 0)]["pattern"] == pattern
     assert all(s["grad_norm"] > 0 and s["skipped"] is False for s in run.steps)
     assert set(run.weights_init) == {"1.weight", "1.bias"}
-    cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
+    cmp = dualtrain.compare(tmp_path / "a", tmp_path / "b", out=tmp_path / "cmp", quiet=True)
     assert cmp.passed, [c.detail for c in cmp.checks]
-    assert cmp.findings == []
+    assert cmp.findings == ()
     verdict = json.loads((tmp_path / "cmp" / "verdict.json").read_text())
     assert verdict["passed"] and verdict["verdict"].startswith("verdict: PASS")
     page = (tmp_path / "cmp" / "report.html").read_text()
@@ -71,7 +71,7 @@ def test_recording_the_same_loop_twice_passes(tmp_path):
 def test_report_html_names_a_difference_with_its_line(tmp_path):
     _train(tmp_path / "a")
     _train(tmp_path / "b", lr=0.2)
-    cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
+    cmp = dualtrain.compare(tmp_path / "a", tmp_path / "b", out=tmp_path / "cmp", quiet=True)
     page = (tmp_path / "cmp" / "report.html").read_text()
     assert not cmp.passed and "v-fail" in page and "<td class='FAIL'>FAIL</td>" in page
     for f in cmp.findings:  # each difference, its evidence and the line to change
@@ -98,7 +98,7 @@ def test_a_gradscaler_skip_is_recorded(tmp_path):
 def test_a_different_lr_is_named_with_the_line(tmp_path):
     _train(tmp_path / "a")
     _train(tmp_path / "b", lr=0.05)
-    cmp = compare_recorded(tmp_path / "a", tmp_path / "b", tmp_path / "cmp")
+    cmp = compare_recorded(tmp_path / "a", tmp_path / "b")
     assert not cmp.passed
     assert {c.name: c.status for c in cmp.checks}["learning rate"] == "FAIL"
     assert "different optimizer settings" not in [f.name for f in cmp.findings]  # lr is its own
@@ -113,7 +113,7 @@ def test_every_parameter_groups_lr_is_judged(tmp_path):
     _train(tmp_path / "slow_bias", bias_lr=0.02)
 
     def lr_check(a, b):
-        cmp = compare_recorded(tmp_path / a, tmp_path / b, tmp_path / f"cmp-{a}-{b}")
+        cmp = compare_recorded(tmp_path / a, tmp_path / b)
         return next(c for c in cmp.checks if c.name == "learning rate")
 
     assert lr_check("two", "one").status == "PASS"  # the same lr for every parameter
@@ -229,7 +229,18 @@ def test_on_cuda_the_digests_are_numpys_and_a_gradscaler_skip_is_recorded(tmp_pa
     assert [s["loss_scale"] for s in run.steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
 
 
-def test_the_python_api_points_audit_records_to_their_compare(tmp_path):
+def test_the_python_api_compares_two_records_as_the_cli_does(cli, tmp_path):
     _train(tmp_path / "a")
-    with pytest.raises(UserError, match="dualtrain.audit.compare_recorded"):
-        dualtrain.compare(tmp_path / "a", tmp_path / "a")
+    _train(tmp_path / "b", lr=0.05)
+    res = dualtrain.compare(tmp_path / "a", tmp_path / "b", out=tmp_path / "api", quiet=True)
+    proc = cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c"))
+    assert proc.returncode == 1 and not res.passed
+    assert res.verdict in proc.stdout and res.verdict.startswith("verdict: FAIL")
+    assert "different base learning rate" in [f.name for f in res.findings]
+    assert res.diagnosis is None and res.check("learning rate").status == "FAIL"
+    files = [json.loads((tmp_path / d / "verdict.json").read_text()) for d in ("api", "c")]
+    assert files[0] == files[1] and files[0]["kind"] == "audit"  # one report, whichever door
+    lr = next(c for c in files[0]["checks"] if c["name"] == "learning rate")
+    assert lr["status"] == "FAIL" and lr["group"] == "recorded runs"
+    with pytest.raises(UserError, match="not one of each"):
+        dualtrain.compare(tmp_path / "a", tmp_path / "c")  # a record against a report folder

@@ -99,7 +99,7 @@ def test_another_seed_fails_with_initial_weights_and_sample_ids(runs, tmp_path):
     d = v["diagnosis"]
     assert d["first_divergent_step"] == 1
     assert d["cause"] == D.INIT
-    assert D.IDS in [c["kind"] for c in d["causes"]]
+    assert D.IDS in [c["name"] for c in d["causes"]]
     assert any(s["field"] == "seed" and not s["cosmetic"] for s in d["spec_differences"])
     assert "likely cause: different initial weights" in res.stdout
 
@@ -137,5 +137,5 @@ def test_fp16_vs_fp32_is_a_precision_difference(runs, tmp_path):
     assert {"field": "precision.dtype", "a": "fp32", "b": "fp16", "cosmetic": False} in d[
         "spec_differences"
     ]
-    assert D.SCALE in [c["kind"] for c in d["causes"]]
+    assert D.SCALE in [c["name"] for c in d["causes"]]
     assert v["precision"] == "fp32"

@@ -218,7 +218,7 @@ def test_another_seed_names_initial_weights_and_sample_ids(tmp_path):
     )
     cmp = compare_dirs(a, b)
     d = cmp.diagnosis
-    kinds = [c.kind for c in d.causes]
+    kinds = [c.name for c in d.causes]
     assert d.cause == D.INIT and D.IDS in kinds
     assert D.SPEC not in kinds  # the seed difference is explained by the ids and the init
     assert {"field": "seed", "a": 0, "b": 1, "cosmetic": False} in d.spec_differences
@@ -236,8 +236,8 @@ def test_fp16_vs_fp32_spec_is_a_precision_difference(tmp_path):
     cmp = compare_dirs(a, b)
     d = cmp.diagnosis
     assert d.cause == D.SPEC
-    assert "precision.dtype" in next(c for c in d.causes if c.kind == D.SPEC).evidence
-    assert D.SCALE in [c.kind for c in d.causes]
+    assert "precision.dtype" in next(c for c in d.causes if c.name == D.SPEC).evidence
+    assert D.SCALE in [c.name for c in d.causes]
     assert cmp.tolerance.precision == "fp32"  # the strictest row of the two
     assert not cmp.check("loss_scale").passed and cmp.check("loss_scale").first_step == 1
 

@@ -96,7 +96,7 @@ def test_terminal_table_is_aligned(bad_pair):
     assert lines[0].split() == ["group", "check", "value", "tolerance", "result"]
     col = lines[0].index("result")
     for line in lines[2:]:
-        assert line[col:].strip() in ("PASS", "FAIL", "INFO", "NOT RUN"), line
+        assert line[col:].strip() in ("PASS", "FAIL", "INFO", "NOT JUDGED"), line
     text = terminal_summary(cmp)
     assert text.splitlines()[-1].startswith("verdict: FAIL")
     assert "first divergent step 1" in text and "likely cause: different learning rate" in text

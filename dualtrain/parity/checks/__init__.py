@@ -23,10 +23,6 @@ final metric against its fp64 run's); ``suite`` (the order the report shows them
 
 from dualtrain.parity.checks.base import (
     INFO,
-    NUMERICS,
-    RECORDS,
-    SEMANTICS,
-    Check,
     Reference,
     not_run,
     path_name,
@@ -67,11 +63,11 @@ from dualtrain.parity.checks.semantics import (
     check_reference_weights,
 )
 from dualtrain.parity.checks.suite import (
-    all_passed,
     check_throughput,
     is_fp64_pair,
     run_checks,
 )
+from dualtrain.records.verdict import NUMERICS, RECORDS, SEMANTICS, Check, all_passed
 
 __all__ = [
     "Check",

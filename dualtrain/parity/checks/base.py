@@ -1,12 +1,10 @@
-"""What a check is (:class:`Check`), the fp64 pair it may use (:class:`Reference`), and the
-formatting the checks share."""
+"""The fp64 pair a check may use (:class:`Reference`), and the formatting the checks share; a
+check is dualtrain.records.verdict's :class:`Check`, the audit's too."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from dualtrain.jsonio import json_safe
 from dualtrain.parity import readings as R
 from dualtrain.parity.tolerances import (
     Tolerance,
@@ -14,8 +12,10 @@ from dualtrain.parity.tolerances import (
     tolerance_for,
 )
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import Check
 
-RECORDS, SEMANTICS, NUMERICS, INFO = "records", "semantics", "numerics", "info"
+#: the info group: checks that never fail (throughput)
+INFO = "info"
 
 
 @dataclass
@@ -25,35 +25,6 @@ class Reference:
 
     a: RunRecord
     b: RunRecord
-
-
-@dataclass
-class Check:
-    name: str
-    value: float | None
-    """What was measured (``unit`` says in what)."""
-    tolerance: float | None
-    """The largest passing value (None: informational)."""
-    passed: bool
-    detail: str
-    unit: str = ""
-    first_step: int | None = None
-    """First step (1-based) at which this check's per-step condition fails; 0 = before training."""
-    informational: bool = False
-    """Never fails (throughput, and checks that did not run)."""
-    group: str = RECORDS
-    """records, semantics, numerics or info (see the module docstring)."""
-    ran: bool = True
-    """False: the check could not run (no fp64 reference); ``detail`` says why."""
-    culprits: list[str] = field(default_factory=list)
-    """Numerics checks that judge one backend's precision path: the failing paths ("tf fp16
-    path")."""
-    data: dict[str, Any] | None = None
-    """Per-step numbers behind the check, for the report (the local checks: probes and bounds)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        return {**d, "value": json_safe(d["value"]), "tolerance": json_safe(d["tolerance"])}
 
 
 def tolerance_of(a: RunRecord, b: RunRecord) -> Tolerance:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 
 from dualtrain.parity import readings as R
-from dualtrain.parity.checks.base import NUMERICS, Check, Reference, path_name
+from dualtrain.parity.checks.base import Reference, path_name
 from dualtrain.parity.tolerances import LocalBound
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import NUMERICS, Check
 
 #: convergence: when both fp16 runs skipped at least this share of their steps by the loss-scale
 #: rule (a spec whose initial scale overflows for many steps), they applied materially fewer

@@ -7,8 +7,8 @@ from typing import Any
 
 from dualtrain.core.stopping import Stopper
 from dualtrain.parity import readings as R
-from dualtrain.parity.checks.base import Check
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import Check
 
 
 def check_early_stopping(a: RunRecord, b: RunRecord, exact: bool = False) -> Check:

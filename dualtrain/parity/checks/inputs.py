@@ -9,7 +9,6 @@ import numpy as np
 
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
-    Check,
     earliest_step,
     first_missing_step,
     missing_steps_note,
@@ -17,6 +16,7 @@ from dualtrain.parity.checks.base import (
 )
 from dualtrain.parity.tolerances import Tolerance
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import Check
 
 # ---- checks --------------------------------------------------------------------------------------
 

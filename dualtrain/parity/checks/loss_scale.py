@@ -13,7 +13,6 @@ from dualtrain.core import update_rules
 from dualtrain.core.ops import NUMPY
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
-    Check,
     earliest_step,
     first_missing_step,
     missing_steps_note,
@@ -21,6 +20,7 @@ from dualtrain.parity.checks.base import (
 )
 from dualtrain.parity.tolerances import precision_of
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import Check
 from dualtrain.spec import from_dict
 
 

@@ -10,8 +10,6 @@ import numpy as np
 
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
-    NUMERICS,
-    Check,
     Reference,
     earliest_step,
     first_missing_step,
@@ -23,6 +21,7 @@ from dualtrain.parity.tolerances import (
     Tolerance,
 )
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import NUMERICS, Check
 
 # ---- numerics: the requested precision against its rounding distance from fp64 -------------------
 

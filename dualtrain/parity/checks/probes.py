@@ -11,7 +11,7 @@ from typing import Any
 from dualtrain.core import kernels
 from dualtrain.parity import local as L
 from dualtrain.parity import readings as R
-from dualtrain.parity.checks.base import NUMERICS, Check, Reference, fmt_num, not_run, path_name
+from dualtrain.parity.checks.base import Reference, fmt_num, not_run, path_name
 from dualtrain.parity.checks.convergence import check_convergence
 from dualtrain.parity.tolerances import (
     LOCAL,
@@ -19,6 +19,7 @@ from dualtrain.parity.tolerances import (
     precision_of,
 )
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import NUMERICS, Check
 from dualtrain.spec import from_dict
 
 # ---- numerics: the requested precision's path, judged by one-step probes -------------------------

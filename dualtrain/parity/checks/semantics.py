@@ -8,8 +8,6 @@ import numpy as np
 
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import (
-    SEMANTICS,
-    Check,
     Reference,
     earliest_step,
     first_missing_step,
@@ -19,6 +17,7 @@ from dualtrain.parity.checks.base import (
 from dualtrain.parity.tolerances import (
     REFERENCE,
 )
+from dualtrain.records.verdict import SEMANTICS, Check
 
 # ---- semantics: the fp64 reference pair ----------------------------------------------------------
 

@@ -5,15 +5,7 @@ from __future__ import annotations
 import math
 
 from dualtrain.parity import readings as R
-from dualtrain.parity.checks.base import (
-    INFO,
-    NUMERICS,
-    SEMANTICS,
-    Check,
-    Reference,
-    not_run,
-    tolerance_of,
-)
+from dualtrain.parity.checks.base import INFO, Reference, not_run, tolerance_of
 from dualtrain.parity.checks.early_stopping import check_early_stopping
 from dualtrain.parity.checks.inputs import check_init_weights, check_lr, check_sharding, check_spec
 from dualtrain.parity.checks.loss_scale import check_loss_scale, check_skipped
@@ -28,6 +20,7 @@ from dualtrain.parity.tolerances import (
     precision_of,
 )
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import NUMERICS, SEMANTICS, Check
 
 
 def check_throughput(a: RunRecord, b: RunRecord) -> Check:
@@ -104,7 +97,3 @@ def run_checks(a: RunRecord, b: RunRecord, ref: Reference | None = None) -> list
         checks += local_checks(a, b, ref)
     checks += [check_throughput(a, b)]
     return checks
-
-
-def all_passed(checks: list[Check]) -> bool:
-    return all(c.passed or c.informational for c in checks)

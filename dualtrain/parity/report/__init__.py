@@ -7,14 +7,13 @@ data URI (matplotlib, Agg backend), so the file can be mailed or attached to a C
 The package: ``compare`` (:class:`Comparison`: two runs' records and their checks, built once),
 then one module per output, each reading that same Comparison: ``terminal`` (the table and the
 verdict line), ``verdict`` (verdict.json: the report's data for machines), ``figures``,
-``markdown``, ``html`` (with ``tables`` and ``environment``, the sections both share), and
-``write`` (:func:`write_report`).
+``markdown``, ``html`` (with ``tables``, the probes and tolerances both show). Two recorded runs
+(dualtrain.audit's :class:`AuditComparison`) are rendered by ``audit``. What every report shows
+alike, the checks table and the findings, is ``sections``; the page's styles, environment section
+and curves are ``page``. ``write`` (:func:`write_report`) writes either kind.
 """
 
 from dualtrain.parity.report.compare import (
-    REPORT_HTML,
-    REPORT_MD,
-    VERDICT_FILE,
     Comparison,
     compare_dirs,
     compare_records,
@@ -28,6 +27,9 @@ from dualtrain.parity.report.html import (
 from dualtrain.parity.report.markdown import (
     markdown,
 )
+from dualtrain.parity.report.sections import (
+    fmt_value,
+)
 from dualtrain.parity.report.tables import (
     local_data,
 )
@@ -38,16 +40,23 @@ from dualtrain.parity.report.terminal import (
 from dualtrain.parity.report.verdict import (
     environment,
     experiment,
-    fmt_value,
-    status,
     verdict,
     verdict_line,
 )
 from dualtrain.parity.report.write import (
+    AnyComparison,
+    terminal_text,
+    verdict_of,
     write_report,
+)
+from dualtrain.records.verdict import (
+    REPORT_HTML,
+    REPORT_MD,
+    VERDICT_FILE,
 )
 
 __all__ = [
+    "AnyComparison",
     "Comparison",
     "REPORT_HTML",
     "REPORT_MD",
@@ -61,10 +70,11 @@ __all__ = [
     "html_report",
     "local_data",
     "markdown",
-    "status",
     "table",
     "terminal_summary",
+    "terminal_text",
     "verdict",
     "verdict_line",
+    "verdict_of",
     "write_report",
 ]

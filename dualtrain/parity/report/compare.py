@@ -10,7 +10,6 @@ from dualtrain.parity import readings as R
 from dualtrain.parity.checks import (
     Check,
     Reference,
-    all_passed,
     is_fp64_pair,
     run_checks,
     tolerance_of,
@@ -18,10 +17,7 @@ from dualtrain.parity.checks import (
 from dualtrain.parity.diagnose import Diagnosis, diagnose
 from dualtrain.parity.tolerances import Tolerance, precision_of
 from dualtrain.records.record import RunRecord, read_run
-
-VERDICT_FILE = "verdict.json"
-REPORT_MD = "report.md"
-REPORT_HTML = "report.html"
+from dualtrain.records.verdict import all_passed
 
 
 @dataclass

@@ -14,9 +14,9 @@ from dualtrain.parity.checks import (
     trajectory,
 )
 from dualtrain.parity.report.compare import Comparison
+from dualtrain.parity.report.page import loss_scale_curve, png, pyplot, series, training_loss
 from dualtrain.parity.report.tables import local_data
 from dualtrain.parity.tolerances import REFERENCE
-from dualtrain.records.page import loss_scale_curve, png, pyplot, series, training_loss
 from dualtrain.records.record import RunRecord
 
 # ---- figures -------------------------------------------------------------------------------------

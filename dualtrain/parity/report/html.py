@@ -10,6 +10,8 @@ from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.figures import figures
+from dualtrain.parity.report.page import CSS, env_html
+from dualtrain.parity.report.sections import checks_html
 from dualtrain.parity.report.tables import (
     LOCAL_INTRO,
     TOLERANCE_HEAD,
@@ -17,8 +19,7 @@ from dualtrain.parity.report.tables import (
     local_table_rows,
     tolerance_rows,
 )
-from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, fmt_value, spec_yaml, status, verdict
-from dualtrain.records.page import CSS, env_html
+from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, spec_yaml, verdict
 
 
 def html_report(
@@ -94,19 +95,7 @@ def _checks_html(parts: list[str], cmp: Comparison) -> None:
         "one-step probes and the convergence check, which judge each backend's precision "
         "path).</p>"
     )
-    parts.append(
-        "<table><tr><th>group</th><th>check</th><th>value</th><th>tolerance</th>"
-        "<th>result</th><th>detail</th></tr>"
-    )
-    for c in cmp.checks:
-        unit = f" {c.unit}" if c.unit and c.ran else ""
-        tol = "-" if c.tolerance is None else f"&le; {e(fmt_value(c.tolerance))}"
-        st = status(c)
-        parts.append(
-            f"<tr><td>{e(c.group)}</td><td>{e(c.name)}</td><td>{e(fmt_value(c.value) + unit)}"
-            f"</td><td>{tol}</td><td class='{st.split()[0]}'>{st}</td><td>{e(c.detail)}</td></tr>"
-        )
-    parts.append("</table>")
+    parts.append(checks_html(cmp.checks))
 
 
 def _diagnosis_html(parts: list[str], d: Diagnosis) -> None:
@@ -125,7 +114,7 @@ def _diagnosis_html(parts: list[str], d: Diagnosis) -> None:
             f"<b>{e(str(step))}</b>. Likely cause: <b>{e(str(d.cause))}</b>.</p><ul>"
         )
         parts += [
-            f"<li>{e(c.kind)} ({'before training' if c.step == 0 else f'step {c.step}'}): "
+            f"<li>{e(c.name)} ({'before training' if c.step == 0 else f'step {c.step}'}): "
             f"{e(c.evidence)}</li>"
             for c in d.causes
         ]

@@ -8,9 +8,10 @@ from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
+from dualtrain.parity.report.page import env_markdown
+from dualtrain.parity.report.sections import checks_markdown
 from dualtrain.parity.report.tables import LOCAL_INTRO, local_table_head, local_table_rows
-from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, fmt_value, spec_yaml, status, verdict
-from dualtrain.records.page import env_markdown
+from dualtrain.parity.report.verdict import EXPERIMENT_ROWS, spec_yaml, verdict
 
 
 def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
@@ -48,16 +49,8 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
         "precision: its drift against its distance to fp64, which describes; and the one-step "
         "probes and the convergence check, which judge each backend's precision path).",
         "",
-        "| group | check | value | tolerance | result | detail |",
-        "|---|---|---|---|---|---|",
     ]
-    for c in cmp.checks:
-        unit = f" {c.unit}" if c.unit and c.ran else ""
-        tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
-        lines.append(
-            f"| {c.group} | {c.name} | {fmt_value(c.value)}{unit} | {tol} | {status(c)} | "
-            f"{c.detail.replace('|', chr(92) + '|')} |"
-        )
+    lines += checks_markdown(cmp.checks)
     local_rows = local_table_rows(cmp)
     if local_rows:
         head = local_table_head(cmp)
@@ -103,7 +96,7 @@ def _diagnosis_markdown(lines: list[str], d: Diagnosis) -> None:
         lines.append(f"- likely cause: **{d.cause}**")
         for cause in d.causes:
             at = "before training" if cause.step == 0 else f"step {cause.step}"
-            lines.append(f"  - {cause.kind} ({at}): {cause.evidence}")
+            lines.append(f"  - {cause.name} ({at}): {cause.evidence}")
     if d.spec_differences:
         lines += ["", "Spec differences:", "", "| field | A | B | |", "|---|---|---|---|"]
         for s in d.spec_differences:

@@ -9,7 +9,7 @@ from dualtrain.parity.checks import (
     Check,
 )
 from dualtrain.parity.report.compare import Comparison
-from dualtrain.parity.report.verdict import fmt_value
+from dualtrain.parity.report.sections import fmt_value
 from dualtrain.parity.tolerances import REFERENCE, TOLERANCES
 
 # ---- report.md / report.html ---------------------------------------------------------------------

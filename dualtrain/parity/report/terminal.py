@@ -5,20 +5,13 @@ from __future__ import annotations
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
-from dualtrain.parity.report.verdict import environment, fmt_value, status, verdict_line
+from dualtrain.parity.report.sections import checks_terminal
+from dualtrain.parity.report.verdict import environment, verdict_line
 
 
 def table(cmp: Comparison) -> str:
     """The short aligned table printed to the terminal."""
-    rows = [("group", "check", "value", "tolerance", "result")]
-    for c in cmp.checks:
-        unit = f" {c.unit}" if c.unit and c.ran else ""
-        tol = "-" if c.tolerance is None else f"<= {fmt_value(c.tolerance)}"
-        rows.append((c.group, c.name, fmt_value(c.value) + unit, tol, status(c)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return checks_terminal(cmp.checks)
 
 
 def terminal_summary(cmp: Comparison) -> str:
@@ -28,9 +21,9 @@ def terminal_summary(cmp: Comparison) -> str:
         for c in d.causes:
             at = "before training" if c.step == 0 else (f"step {c.step}" if c.step else "")
             out.append(
-                f"  cause: {c.kind} ({at}): {c.evidence}"
+                f"  cause: {c.name} ({at}): {c.evidence}"
                 if at
-                else f"  cause: {c.kind}: {c.evidence}"
+                else f"  cause: {c.name}: {c.evidence}"
             )
         rel = [s for s in d.spec_differences if not s["cosmetic"]]
         if rel:

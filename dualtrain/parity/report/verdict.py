@@ -3,7 +3,6 @@ environment)."""
 
 from __future__ import annotations
 
-import math
 import platform
 import time
 from typing import Any
@@ -12,7 +11,6 @@ import numpy as np
 import yaml
 
 from dualtrain.parity import readings as R
-from dualtrain.parity.checks import Check
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
 from dualtrain.parity.report.compare import Comparison
@@ -22,26 +20,6 @@ from dualtrain.records.record import RunRecord
 from dualtrain.version import __version__
 
 # ---- formatting ----------------------------------------------------------------------------------
-
-
-def fmt_value(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf"
-    if v == 0:
-        return "0"
-    if float(v).is_integer() and abs(v) < 1e6:
-        return f"{int(v)}"
-    return f"{v:.3g}"
-
-
-def status(c: Check) -> str:
-    if not c.ran:
-        return "NOT RUN"
-    return "INFO" if c.informational else ("PASS" if c.passed else "FAIL")
 
 
 def verdict_line(cmp: Comparison) -> str:

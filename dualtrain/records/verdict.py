@@ -1,0 +1,129 @@
+"""One verdict model for every compare: a :class:`Check` (what was judged, and whether it held) and
+a :class:`Finding` (a difference named, the evidence it stands on, where it shows, the change to
+make), with the report files' names.
+
+Both kinds of compare build these: two dualtrain runs and their fp64 pair (dualtrain.parity) and
+two recorded runs of the user's own scripts (dualtrain.audit). dualtrain.parity.report renders
+either; verdict.json holds the same fields for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from dualtrain.jsonio import json_safe
+
+#: the report files every compare writes into its folder
+VERDICT_FILE, REPORT_MD, REPORT_HTML = "verdict.json", "report.md", "report.html"
+
+#: a check's result, as reports print it
+PASS, FAIL, INFO, NOT_JUDGED = "PASS", "FAIL", "INFO", "NOT JUDGED"
+
+#: the groups a check belongs to: a spec compare's three (docs/report.md) and the audit's
+RECORDS, SEMANTICS, NUMERICS, RECORDED = "records", "semantics", "numerics", "recorded runs"
+
+#: how a report marks an inherent finding
+INHERENT = "a convention of the frameworks: no line changes it, not a failure"
+
+
+@dataclass
+class Check:
+    name: str
+    value: float | None
+    """What was measured (``unit`` says in what)."""
+    tolerance: float | None
+    """The largest passing value (None: informational, or no bound applies)."""
+    passed: bool
+    detail: str
+    unit: str = ""
+    first_step: int | None = None
+    """First step (1-based) at which this check's per-step condition fails; 0 = before training."""
+    informational: bool = False
+    """Never fails (throughput, and checks that did not run)."""
+    group: str = RECORDS
+    """records, semantics, numerics (a spec compare) or recorded runs (an audit)."""
+    ran: bool = True
+    """False: the check could not judge (no fp64 reference, no common step); ``detail`` says why."""
+    culprits: list[str] = field(default_factory=list)
+    """Numerics checks that judge one backend's precision path: the failing paths ("tf fp16
+    path")."""
+    data: dict[str, Any] | None = None
+    """Per-step numbers behind the check, for the report (the local checks: probes and bounds)."""
+    judged: str = ""
+    """What the check looked at (an audit's checks say it, since a record may lack some of it)."""
+    not_judged: str = ""
+    """What it could not look at, and why."""
+
+    @property
+    def status(self) -> str:
+        """PASS, FAIL, INFO or NOT JUDGED."""
+        if not self.ran:
+            return NOT_JUDGED
+        return INFO if self.informational else (PASS if self.passed else FAIL)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {
+            **d,
+            "status": self.status,
+            "value": json_safe(d["value"]),
+            "tolerance": json_safe(d["tolerance"]),
+        }
+
+
+def judged_check(
+    name: str,
+    status: str,
+    detail: str,
+    judged: str,
+    not_judged: str,
+    first_step: int | None = None,
+    value: float | None = None,
+    bound: float | None = None,
+) -> Check:
+    """A check of two recorded runs: its result (PASS, FAIL or NOT JUDGED) and what it judged."""
+    if status not in (PASS, FAIL, NOT_JUDGED):
+        raise ValueError(f"a recorded-run check is PASS, FAIL or NOT JUDGED, not {status!r}")
+    return Check(
+        name,
+        value,
+        bound,
+        status != FAIL,
+        detail,
+        first_step=first_step,
+        group=RECORDED,
+        ran=status != NOT_JUDGED,
+        judged=judged,
+        not_judged=not_judged,
+    )
+
+
+@dataclass
+class Finding:
+    name: str
+    """The difference, named (``set_epoch forgotten``, ``different sample ids``)."""
+    evidence: str
+    """What in the records shows it."""
+    fixes: list[str] = field(default_factory=list)
+    """The line(s) to change: ``A ddp_mnist.py:88: <line> -> <what to write>``."""
+    step: int | None = None
+    """The first step it shows at (0: before training; None: the configuration shows it)."""
+    inherent: bool = False
+    """A framework's convention no line of either script changes (reported, not a failure)."""
+
+    @property
+    def title(self) -> str:
+        """The name and where it shows: ``shuffle seeds (step 1)``."""
+        name = f"{self.name} [{INHERENT}]" if self.inherent else self.name
+        if self.step is None:
+            return name
+        return f"{name} ({'before training' if self.step == 0 else f'step {self.step}'})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def all_passed(checks: list[Check]) -> bool:
+    """Every scored check held (informational ones never fail)."""
+    return all(c.passed or c.informational for c in checks)
