@@ -1,45 +1,24 @@
-"""The frameworks' conventions the diagnoses compare: the same optimizer's options under their
-torch and Keras names, and what each default is."""
+"""The frameworks' conventions the diagnoses compare: a Keras optimizer's options no torch one has,
+reading a recorded option, and when two recorded values are the same. The torch and Keras names
+of each optimizer and its options are declared in dualtrain.spec.optimizers (KERAS_NAMES)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-#: torch.optim class -> Keras optimizer class
-SAME_OPTIMIZER = {
-    "SGD": "SGD",
-    "Adam": "Adam",
-    "AdamW": "AdamW",
-    "Adadelta": "Adadelta",
-    "Adagrad": "Adagrad",
-    "RMSprop": "RMSprop",
-    "Adamax": "Adamax",
-    "NAdam": "Nadam",
-}
+from dualtrain.spec.optimizers import KERAS_NAMES
 
-#: the Adam family's shared options: (torch option, Keras option, what it is)
-ADAM = [
-    ("eps", "epsilon", "epsilon"),
-    ("betas.0", "beta_1", "beta_1"),
-    ("betas.1", "beta_2", "beta_2"),
-]
-AMSGRAD = ("amsgrad", "amsgrad", "amsgrad")
 
-#: per optimizer, (torch option, Keras option, what it is)
-OPTIONS: dict[str, list[tuple[str, str, str]]] = {
-    "Adam": [*ADAM, AMSGRAD],
-    "AdamW": [*ADAM, ("weight_decay", "weight_decay", "weight decay"), AMSGRAD],
-    "NAdam": ADAM,
-    "Adamax": ADAM,
-    "Adadelta": [("rho", "rho", "rho"), ("eps", "epsilon", "epsilon")],
-    "RMSprop": [
-        ("alpha", "rho", "the squared average's decay"),
-        ("eps", "epsilon", "epsilon"),
-        ("momentum", "momentum", "momentum"),
-    ],
-    "SGD": [("momentum", "momentum", "momentum"), ("nesterov", "nesterov", "nesterov")],
-    "Adagrad": [("eps", "epsilon", "epsilon")],
-}
+def keras_class(torch_class: str) -> str | None:
+    """The Keras optimizer of a torch.optim class's rule (None: Keras has none)."""
+    entry = KERAS_NAMES.get(torch_class)
+    return entry.keras_class if entry else None
+
+
+def keras_options(torch_class: str) -> tuple[tuple[str, str, str], ...]:
+    """(torch option, Keras option, what it is) for each option both frameworks' classes take."""
+    entry = KERAS_NAMES.get(torch_class)
+    return entry.options if entry else ()
 
 
 def keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:

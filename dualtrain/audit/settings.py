@@ -76,7 +76,7 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
         ]
     (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
     trun, krun = (a, b) if a.framework == "torch" else (b, a)
-    if C.SAME_OPTIMIZER.get(t.get("type", "")) != k.get("type"):
+    if C.keras_class(t.get("type", "")) != k.get("type"):
         return [
             Finding(
                 "different optimizers",
@@ -87,8 +87,8 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
                         krun,
                         kt,
                         opt_lines(krun),
-                        f"keras.optimizers.{C.SAME_OPTIMIZER[t['type']]} with {tt}'s options"
-                        if t.get("type") in C.SAME_OPTIMIZER
+                        f"keras.optimizers.{C.keras_class(t['type'])} with {tt}'s options"
+                        if C.keras_class(t.get("type", ""))
                         else f"Keras has no {t.get('type')}: an optimizer both frameworks have "
                         f"(SGD, Adam, AdamW, RMSprop, ...) in both scripts",
                     ),
@@ -102,7 +102,7 @@ def _conventions(
     t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
 ) -> list[Finding]:
     out = []
-    for tname, kname, what in C.OPTIONS.get(t["type"], []):
+    for tname, kname, what in C.keras_options(t["type"]):
         if tname in OWNED and cycled(trun):
             continue  # the scheduler's, judged by momentum_cycle
         tv, kv = C.torch_option(t, tname), k.get(kname)
@@ -148,7 +148,7 @@ def _weight_decay(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
     with ``decoupled_weight_decay=True``); every Keras optimizer's is decoupled."""
     tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
     if t["type"] == "AdamW":
-        return []  # C.OPTIONS compares it
+        return []  # C.keras_options compares it
     if t.get("decoupled_weight_decay"):
         same = C.same_value(tw, kw)
         return [] if same else [f"weight decay: torch weight_decay={tw}, Keras weight_decay={kw}"]

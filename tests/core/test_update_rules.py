@@ -334,3 +334,6 @@ def test_each_optimizer_is_declared_once_and_has_one_rule():
         assert set(declared.options) <= fields, name
         assert {slot for slot, _ in declared.slots} <= set(SLOT_ORDER), name
         assert OptimizerSpec(name=name).eps == declared.default_eps
+        # its Keras names (the audit's): each torch option named is one the class takes
+        torch_options = {opt.partition(".")[0] for opt, _, _ in declared.keras.options}
+        assert torch_options <= set(declared.options) | {"amsgrad"}, name
