@@ -331,7 +331,7 @@ LOCATED = {
 }
 
 
-def _diff_models(*sets: str, agree: bool = False, config: str = PORT) -> dict:
+def diff_models(*sets: str, agree: bool = False, config: str = PORT) -> dict:
     """diff-models' finding; its exit code says whether the sides agree (0) or differ (1), so it
     can gate CI."""
     args = [a for s in (f"model.path={ROOT / 'examples' / 'ports'}", *sets) for a in ("--set", s)]
@@ -344,7 +344,7 @@ def _diff_models(*sets: str, agree: bool = False, config: str = PORT) -> dict:
     "name", [n if n not in SLOW else pytest.param(n, marks=pytest.mark.slow) for n in LOCATED]
 )
 def test_locator_names_the_layer_and_the_mistake(name):
-    finding = _diff_models(*MISTAKES[name])
+    finding = diff_models(*MISTAKES[name])
     layer, what, mistake = LOCATED[name]
     print(finding["where"], finding["what"], finding["mistake"])
     assert layer in finding["where"] and finding["what"] == what
@@ -357,7 +357,7 @@ def test_locator_names_the_layer_and_the_mistake(name):
 def test_locator_names_a_parameter_without_gradient():
     # a conv bias right before a batchnorm: no gradient in exact arithmetic, each side's rounding
     # noise (which adam scales up) moves it
-    finding = _diff_models(*BN, "model.args.bn_bias=true")
+    finding = diff_models(*BN, "model.args.bn_bias=true")
     assert finding["what"] == "gradient" and "'block1.conv1'" in finding["where"]
     assert finding["mistake"].startswith("a parameter with no gradient in exact arithmetic")
     assert "block1.conv1.bias" in finding["mistake"]
@@ -368,7 +368,7 @@ def test_locator_names_a_parameter_without_gradient():
 @pytest.mark.slow
 @pytest.mark.parametrize("sets", [(), BN], ids=["plain", "batchnorm"])
 def test_locator_finds_nothing_in_the_faithful_port(sets):
-    finding = _diff_models(*sets, agree=True)
+    finding = diff_models(*sets, agree=True)
     assert finding["what"] == "nothing" and finding["rows"]
     assert all(r["own"] < 1e-12 and r["grad"] < 1e-12 for r in finding["rows"])
     norms = [r for r in finding["rows"] if r["running"] is not None]

@@ -1,4 +1,4 @@
-"""Detection power: every semantic mutant of tools/mutants.py makes the fp64 reference pair
+"""Detection power: every semantic mutant of tools/mutants/ makes the fp64 reference pair
 fail with the right cause, while the unmutated pair passes. The smallest detected sizes are measured
 by ``python -m tools.detection_power`` (the table in docs/parity.md §7)."""
 

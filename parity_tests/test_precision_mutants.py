@@ -1,6 +1,6 @@
 """A defect confined to one backend's requested-precision path must FAIL ``dualtrain compare``, as
 "numerics: <backend> <precision> path", while the fp64 reference pair (which never runs that path)
-passes. The mutants are tools/mutants.py's PRECISION_MUTANTS; they are found by the one-step
+passes. The mutants are tools/mutants/'s PRECISION_MUTANTS; they are found by the one-step
 probes (dualtrain.parity.local) and, where training suffers, by the convergence check.
 
 The runs are made as ``dualtrain compare --config`` makes them (the fp64 torch run records the probe

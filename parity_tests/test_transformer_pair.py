@@ -16,7 +16,7 @@ from dualtrain.core.weights import load_weights
 from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
-from parity_tests.test_model_pairs import _diff_models
+from parity_tests.test_model_pairs import diff_models
 from testkit.cli import ROOT, run_cli
 from testkit.parity_runs import assert_reference_agrees
 
@@ -175,7 +175,7 @@ FAST = ("qkv_order", "mask_polarity")
 )
 def test_locator_names_each_transformer_mistake_at_its_layer(name):
     sets, layer, what, mistake = LOCATED[name]
-    finding = _diff_models(*TINY[1:], f"{KERAS}{name}", *sets, config=TRANSFORMER)
+    finding = diff_models(*TINY[1:], f"{KERAS}{name}", *sets, config=TRANSFORMER)
     print(finding["where"], finding["what"], finding["mistake"])
     assert layer in finding["where"] and finding["what"] == what
     assert finding["mistake"].startswith(mistake), finding["mistake"]
@@ -185,7 +185,7 @@ def test_locator_names_each_transformer_mistake_at_its_layer(name):
 @pytest.mark.parametrize("name", LOCATED_TORCH)
 def test_locator_names_a_torch_side_mistake(name):
     layer, what, mistake = LOCATED_TORCH[name]
-    finding = _diff_models(*TINY[1:], f"{TORCH}{name}", config=TRANSFORMER)
+    finding = diff_models(*TINY[1:], f"{TORCH}{name}", config=TRANSFORMER)
     assert layer in finding["where"] and finding["what"] == what
     assert finding["mistake"].startswith(mistake), finding["mistake"]
 
@@ -202,7 +202,7 @@ def test_locator_names_a_torch_side_mistake(name):
     ids=["keras-attention", "hand-written", "causal", "explicit-map"],
 )
 def test_locator_finds_nothing_in_the_faithful_transformer_ports(sets):
-    finding = _diff_models(*TINY[1:], *sets, agree=True, config=TRANSFORMER)
+    finding = diff_models(*TINY[1:], *sets, agree=True, config=TRANSFORMER)
     assert finding["what"] == "nothing"
     # torch's key bias, which no gradient moves in exact arithmetic, is said beside it
     assert finding["mistake"].startswith("blocks.0.self_attn.in_proj_bias[key]: the key")
@@ -270,7 +270,7 @@ def test_locator_names_a_mistake_an_explicit_map_lets_through(tmp_path, name):
             text = text.replace(f"[{q}, {k},", f"[{k}, {q},")
         weight_map = tmp_path / "map.yaml"
         weight_map.write_text(text)
-    finding = _diff_models(*TINY[1:], f"model.weight_map={weight_map}", *sets, config=TRANSFORMER)
+    finding = diff_models(*TINY[1:], f"model.weight_map={weight_map}", *sets, config=TRANSFORMER)
     print(finding["where"], finding["what"], finding["mistake"])
     assert layer in finding["where"] and finding["what"] == what
     assert finding["mistake"].startswith(mistake), finding["mistake"]

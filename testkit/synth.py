@@ -259,16 +259,18 @@ def add_probes(
                 }
             )
     probes.write_index(ref, ref_rows)
-    path = Path(ref) / SUMMARY_FILE
-    summary = json.loads(path.read_text())
-    summary["probes"] = {"mode": "record", "steps": len(ref_rows), "source": ""}
-    path.write_text(json.dumps(summary))
+    note_probes(ref, {"mode": "record", "steps": len(ref_rows), "source": ""})
     for run, r in rows.items():
         probes.write_index(run, r)
-        path = Path(run) / SUMMARY_FILE
-        summary = json.loads(path.read_text())
-        summary["probes"] = {"mode": "replay", "steps": len(r), "source": str(ref)}
-        path.write_text(json.dumps(summary))
+        note_probes(run, {"mode": "replay", "steps": len(r), "source": str(ref)})
+
+
+def note_probes(run: Path, probes: dict[str, Any]) -> None:
+    """summary.json's ``probes``: the run's part in the one-step probes."""
+    path = Path(run) / SUMMARY_FILE
+    summary = json.loads(path.read_text())
+    summary["probes"] = probes
+    path.write_text(json.dumps(summary))
 
 
 def set_kernels(run: Path, dtype: str, directed: dict[str, float]) -> None:
@@ -286,3 +288,12 @@ def set_kernels(run: Path, dtype: str, directed: dict[str, float]) -> None:
     }
     summary["kernels"] = {"static": {}, "measured": {dtype: cal}}
     path.write_text(json.dumps(summary))
+
+
+def one_ulp_moved(weights):
+    """``weights`` with its first array's first value moved up by one float32 ulp."""
+    out = {k: v.copy() for k, v in weights.items()}
+    first = sorted(out)[0]
+    flat = out[first].reshape(-1)
+    flat[0] = np.nextafter(flat[0], np.float32(np.inf), dtype=np.float32)
+    return out

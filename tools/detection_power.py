@@ -1,4 +1,4 @@
-"""Measure what the semantic check detects: every mutant of tools/mutants.py at the size the
+"""Measure what the semantic check detects: every mutant of tools/mutants/ at the size the
 issue names, and, for mutants with a size, the smallest size (powers of ten) at which the fp64
 reference pair still fails.
 

@@ -21,35 +21,18 @@ written.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
-from dualtrain.api import inmemory
-from dualtrain.api.overrides import merge_override, to_plain
+from dualtrain.api.comparison import compare
+from dualtrain.api.output import say, silenced
+from dualtrain.api.overrides import PathLike, SpecLike, experiment
 from dualtrain.api.results import CompareResult, RunResult, build_run_result, finished_line
-from dualtrain.audit.compare import AuditComparison, compare_recorded
-from dualtrain.audit.record import is_recorded
 from dualtrain.backends import parse_backend
-from dualtrain.driver.compare import check_reference, compare_backends, default_out
 from dualtrain.driver.runs import resume_run, start_run
 from dualtrain.errors import RunFailed, UserError
-from dualtrain.jsonio import new_folder
-from dualtrain.parity.report import (
-    REPORT_HTML,
-    REPORT_MD,
-    VERDICT_FILE,
-    AnyComparison,
-    Comparison,
-    compare_dirs,
-    terminal_text,
-    verdict_line,
-    write_report,
-)
-from dualtrain.spec import Backend, Experiment, apply_overrides, from_dict, read_yaml
+from dualtrain.spec import Backend
 
 __all__ = [
     "CompareResult",
@@ -63,76 +46,12 @@ __all__ = [
     "run",
 ]
 
-PathLike = Union[str, "os.PathLike[str]"]
-SpecLike = Union[PathLike, Mapping[str, Any], "Experiment"]
-"""A path to a YAML spec, a dict with the YAML schema, or a :class:`dualtrain.spec.Experiment`."""
-
 
 # ---- the spec ------------------------------------------------------------------------------------
 
 
-def experiment(
-    spec: SpecLike,
-    *,
-    world_size: int | None = None,
-    precision: str | Mapping[str, Any] | None = None,
-    set: Sequence[str] = (),
-    **overrides: Any,
-) -> Experiment:
-    """The spec :func:`run` would run, validated; nothing is started, and nothing is written but
-    the cache a DataFrame or NumPy arrays given as ``data`` go into.
-
-    ``spec``: a path to a YAML file, a dict (the YAML schema) or an Experiment. Overrides: see the
-    module docstring; ``data`` may also be a pandas DataFrame or a dict of NumPy arrays
-    (:mod:`dualtrain.api.inmemory`: written into dualtrain's cache, the one thing this writes).
-    Raises UserError (one line, naming the field) for an unknown key or a bad value.
-    """
-    strings = [set] if isinstance(set, str) else list(set)
-    if isinstance(spec, Experiment):
-        if not (overrides or strings or world_size is not None or precision is not None):
-            return spec
-        raw = spec.to_dict()
-    elif isinstance(spec, Mapping):
-        raw = to_plain(spec)
-    elif isinstance(spec, (str, os.PathLike)):
-        raw = read_yaml(Path(spec))
-    else:
-        raise UserError(
-            f"spec must be a path to a YAML file, a dict or a "
-            f"dualtrain.spec.Experiment. Received: {type(spec).__name__}"
-        )
-    raw = apply_overrides(raw, [])  # the loader's short forms (precision: fp16) first
-    for key, value in overrides.items():
-        if key == "data":  # a DataFrame or NumPy arrays: the section's path (api/inmemory.py)
-            value = inmemory.data_section(value)
-        raw = merge_override(raw, key, value)
-    raw = apply_overrides(raw, strings)
-    if world_size is not None:
-        raw = merge_override(raw, "distribution", {"world_size": world_size})
-    if precision is not None:
-        raw = merge_override(
-            raw, "precision", {"dtype": precision} if isinstance(precision, str) else precision
-        )
-    raw, held = inmemory.hold(raw)  # validated with placeholders, then written into the cache
-    return inmemory.materialise(from_dict(raw), held)
-
-
 def _backend(backend: str) -> Backend:
     return parse_backend(str(backend))  # a dualtrain.spec.Backend is a str too
-
-
-# ---- output --------------------------------------------------------------------------------------
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
-
-
-def _silenced(quiet: bool) -> contextlib.AbstractContextManager[Any]:
-    """quiet: this process's own stdout lines go nowhere while runs start (the launcher's
-    ``dualtrain: torch run -> DIR``); the workers write to the inherited stdout and still show, and
-    warnings and errors (stderr) are kept."""
-    return contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()
 
 
 # ---- run / resume --------------------------------------------------------------------------------
@@ -167,7 +86,7 @@ def run(
     """
     b = _backend(backend)
     resolved = experiment(spec, world_size=world_size, precision=precision, set=set, **overrides)
-    with _silenced(quiet):
+    with silenced(quiet):
         run_dir, summary = start_run(
             resolved, b, _path(out), overwrite=overwrite, resume_from=_path(resume_from)
         )
@@ -185,234 +104,19 @@ def resume(
     with its own spec, like ``dualtrain run --resume RUN_DIR``; ``world_size`` may change (sharding
     exact). ``backend``, if given, must be the checkpoint's."""
     b = _backend(backend) if backend is not None else None
-    with _silenced(quiet):
+    with silenced(quiet):
         path, summary = resume_run(Path(run_dir), b, world_size)
     return _finished(build_run_result(_backend(summary["backend"]), path, summary, None), quiet)
 
 
 def _finished(result: RunResult, quiet: bool) -> RunResult:
     if result.is_chief and not quiet:
-        _say(finished_line(result))
+        say(finished_line(result))
     return result
 
 
 # ---- compare -------------------------------------------------------------------------------------
 
 
-def compare(
-    spec_or_run_a: SpecLike | RunResult,
-    run_b: PathLike | RunResult | None = None,
-    /,
-    *,
-    reference: str | None = None,
-    reference_runs: tuple[PathLike | RunResult, PathLike | RunResult] | None = None,
-    out: PathLike | None = None,
-    overwrite: bool = False,
-    world_size: int | None = None,
-    precision: str | Mapping[str, Any] | None = None,
-    set: Sequence[str] = (),
-    quiet: bool = False,
-    **overrides: Any,
-) -> CompareResult:
-    """Check that the torch and tf backends train the same way, like ``dualtrain compare``.
-
-    * ``compare(spec, **overrides)``: run the spec on torch (OUT/torch) and tf (OUT/tf), then, with
-      ``reference="fp64"`` (the default), both again in float64 (OUT/fp64-torch, OUT/fp64-tf: the
-      semantic check); ``reference="none"`` skips that pair. ``out``: a new or empty folder (default
-      ``<output_dir>/compare-<name>-<time>``), or one an earlier compare of the same spec wrote:
-      its finished runs are reused, interrupted ones continue (``overwrite=True``: replace an
-      earlier compare's runs and report instead).
-    * ``compare(run_a, run_b, reference_runs=(ref_a, ref_b))``: compare two finished run directories
-      (or RunResults); ``reference_runs``: their fp64 runs. ``out`` default:
-      ``<output_dir of A>/compare-<name of A>-<time>``.
-    * ``compare(record_a, record_b)``: two audit records of the user's own scripts
-      (dualtrain.audit): the recorded-run checks and the differences found (``result.findings``),
-      as ``dualtrain compare RECORD_A RECORD_B`` gives them. ``out`` default:
-      ``runs/compare-audit-<time>``.
-
-    Writes verdict.json, report.md and report.html into ``out`` and prints what the CLI prints
-    (``quiet=True``: nothing from dualtrain itself; the workers' progress still shows). A failed
-    check is not an exception: look at ``result.passed``.
-
-    Raises:
-        UserError: a usage mistake (bad spec or override, ``out`` in use, a run dir that is not a
-            finished run, an audit record against a dualtrain run); for a spec, nothing was run
-            or written.
-        RunFailed: one of the runs failed (its partial run directory stays under ``out``).
-    """
-    say = None if quiet else _say
-    if run_b is not None:
-        _check_runs_call(reference, reference_runs, world_size, precision, set, overrides)
-        refs = (
-            None
-            if reference_runs is None
-            else (_dir_of(reference_runs[0]), _dir_of(reference_runs[1]))
-        )
-        cmp, out_dir = _compare_dirs_report(_dir_of(spec_or_run_a), _dir_of(run_b), refs, out)
-    else:
-        if reference_runs is not None:
-            raise UserError(
-                "reference_runs is for comparing finished runs; with a spec compare "
-                "runs its own reference pair. Received: reference_runs with a spec"
-            )
-        if isinstance(spec_or_run_a, RunResult) or (
-            isinstance(spec_or_run_a, (str, os.PathLike)) and Path(spec_or_run_a).is_dir()
-        ):
-            raise UserError(
-                f"a spec is a YAML file, a dict or an Experiment, not a run (to "
-                f"compare finished runs, give two run directories). Received: the "
-                f"folder {str(_dir_of(spec_or_run_a))!r}"
-            )
-
-        check_reference(reference or "fp64")
-        resolved = experiment(
-            spec_or_run_a, world_size=world_size, precision=precision, set=set, **overrides
-        )
-        cmp, out_dir = _compare_spec(resolved, reference or "fp64", out, say, overwrite)
-    return _compare_result(cmp, out_dir, say)
-
-
-def _check_runs_call(
-    reference: str | None,
-    reference_runs: tuple[PathLike | RunResult, PathLike | RunResult] | None,
-    world_size: int | None,
-    precision: str | Mapping[str, Any] | None,
-    set: Sequence[str],
-    overrides: Mapping[str, Any],
-) -> None:
-    """``compare(run_a, run_b, ...)``: the arguments that go with a spec only are refused."""
-    given = sorted(
-        [k for k, v in (("world_size", world_size), ("precision", precision)) if v is not None]
-        + (["set"] if set else [])
-        + list(overrides)
-    )
-    if given:
-        raise UserError(
-            f"spec overrides need a spec; finished runs keep theirs. Received: "
-            f"{', '.join(given)} with two run directories"
-        )
-    if reference is not None:
-        raise UserError(
-            f"reference='fp64'|'none' goes with a spec; for finished runs name "
-            f"their fp64 runs with reference_runs=(ref_a, ref_b). Received: "
-            f"reference={reference!r}"
-        )
-    if reference_runs is not None and len(reference_runs) != 2:
-        raise UserError(
-            f"reference_runs is a pair: the fp64 runs of A's spec on A's and on "
-            f"B's backend. Received: {len(reference_runs)} runs"
-        )
-
-
 def _path(path: PathLike | None) -> Path | None:
     return None if path is None else Path(path)
-
-
-def _dir_of(run: object) -> Path:
-    if isinstance(run, RunResult):
-        return run._dir()
-    if not isinstance(run, (str, os.PathLike)):
-        raise UserError(
-            f"a finished run is a run directory or a RunResult. Received: {type(run).__name__}"
-        )
-    return Path(run)
-
-
-def _compare_spec(
-    spec: Experiment,
-    reference: str,
-    out: PathLike | None,
-    say: Callable[[str], None] | None,
-    overwrite: bool = False,
-) -> tuple[Comparison, Path]:
-    """``dualtrain compare --config``: the four runs (two with reference "none") and the report."""
-    out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
-    with _silenced(say is None):
-        return compare_backends(
-            spec, out_dir, reference=reference, progress=say, overwrite=overwrite
-        ), out_dir
-
-
-def _compare_dirs_report(
-    run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None, out: PathLike | None
-) -> tuple[AnyComparison, Path]:
-    """``dualtrain compare A B``: compare finished runs (two dualtrain runs, or two audit records
-    of the user's own scripts) and write the report."""
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
-    recorded = is_recorded(run_a), is_recorded(run_b)
-    if any(recorded):
-        if not all(recorded):
-            kind = ["an audit record" if r else "not an audit record" for r in recorded]
-            raise UserError(
-                f"compare two audit records or two dualtrain runs, not one of each. Received: "
-                f"{run_a} ({kind[0]}) and {run_b} ({kind[1]})"
-            )
-        if reference_runs is not None:
-            raise UserError(
-                "reference runs (--reference-runs) are for dualtrain runs; recorded runs have no "
-                f"fp64 reference. Received: {reference_runs[0]} {reference_runs[1]}"
-            )
-        audit = compare_recorded(run_a, run_b)
-        out_dir = Path(out) if out is not None else new_folder("runs", "compare-audit")
-        write_report(audit, out_dir)
-        return audit, out_dir
-    cmp = compare_dirs(run_a, run_b, reference_runs)
-    out_dir = (
-        Path(out)
-        if out is not None
-        else default_out(str(cmp.a.spec.get("name", "runs")), cmp.a.spec.get("output_dir", "runs"))
-    )
-    write_report(cmp, out_dir)
-    return cmp, out_dir
-
-
-def _compare_result(
-    cmp: AnyComparison, out_dir: Path, say: Callable[[str], None] | None
-) -> CompareResult:
-    """Print the table, the verdict and where the report is (unless ``say`` is None); the result."""
-    reports = {
-        "json": out_dir / VERDICT_FILE,
-        "md": out_dir / REPORT_MD,
-        "html": out_dir / REPORT_HTML,
-    }
-    if say is not None:
-        say(terminal_text(cmp))
-        say(f"dualtrain compare: report: {reports['html']} (verdict.json, report.md beside it)")
-    if isinstance(cmp, AuditComparison):  # two recorded runs: their differences, no fp64 pair
-        return CompareResult(
-            passed=cmp.passed,
-            verdict=cmp.verdict,
-            category=None,
-            culprits=(),
-            semantics_checked=False,
-            checks=tuple(cmp.checks),
-            findings=tuple(cmp.findings),
-            diagnosis=None,
-            notes=(),
-            out=out_dir,
-            reports=reports,
-            run_a=cmp.a.path,
-            run_b=cmp.b.path,
-            reference_runs=None,
-            comparison=cmp,
-        )
-    ref = cmp.reference
-    d = cmp.diagnosis
-    return CompareResult(
-        passed=cmp.passed,
-        verdict=verdict_line(cmp),
-        category=d.category,
-        culprits=tuple(d.culprits),
-        semantics_checked=ref is not None,
-        checks=tuple(cmp.checks),
-        findings=tuple(d.causes),
-        diagnosis=d,
-        notes=tuple(cmp.notes),
-        out=out_dir,
-        reports=reports,
-        run_a=cmp.a.path,
-        run_b=cmp.b.path,
-        reference_runs=None if ref is None else (ref.a.path, ref.b.path),
-        comparison=cmp,
-    )

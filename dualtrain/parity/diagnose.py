@@ -152,7 +152,7 @@ def _init_difference(a: RunRecord, b: RunRecord) -> str | None:
     return "weights_init differs in " + ", ".join(f"{k} (max {v:.3g})" for k, v in diffs.items())
 
 
-def _explained_by(fieldname: str) -> tuple[str, ...]:
+def explained_by(fieldname: str) -> tuple[str, ...]:
     return tuple(
         kind
         for tag, kind in _SHOWN_BY.items()
@@ -291,7 +291,7 @@ def _add_spec_cause(causes: list[Finding], diffs: list[tuple[str, Any, Any]]) ->
     unexplained = [
         (k, va, vb)
         for k, va, vb in diffs
-        if not R.is_cosmetic(k) and not (set(_explained_by(k)) & seen)
+        if not R.is_cosmetic(k) and not (set(explained_by(k)) & seen)
     ]
     if unexplained:
         causes.append(

@@ -45,7 +45,7 @@ def enable_stack_dump() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
-#: Tests only (tools/mutants.py): ``module:function[=argument]``, called in every worker of
+#: Tests only (tools/mutants/): ``module:function[=argument]``, called in every worker of
 #: every backend right before its engine is built, as ``function(backend, argument)``. It lets the
 #: detection-power tests change one backend's arithmetic on purpose. Nothing in dualtrain sets it; a
 #: worker that runs one says so on stderr and in summary.json (``test_hook``).

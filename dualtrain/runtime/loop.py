@@ -6,8 +6,8 @@ that each do one thing: what each step is fed (:mod:`~dualtrain.runtime.feed`: t
 replica, the loss normaliser, the schedule's lr), when to log, evaluate, checkpoint and probe
 (:mod:`~dualtrain.runtime.cadence`), the records of the steps since the last flush
 (:mod:`~dualtrain.runtime.window`), evaluation and early stopping
-(:mod:`~dualtrain.runtime.evaluation`), checkpoints (:mod:`~dualtrain.runtime.checkpointing`), the
-one-step probes (:mod:`~dualtrain.runtime.probing`) and summary.json
+(:mod:`~dualtrain.runtime.evaluation`), checkpoints (:mod:`~dualtrain.runtime.autosave`), the
+one-step probes (:mod:`~dualtrain.runtime.probes`) and summary.json
 (:mod:`~dualtrain.runtime.summary`). So the two backends cannot disagree on policy, only on
 numerics.
 """
@@ -27,13 +27,12 @@ from dualtrain.core.weights import save_weights
 from dualtrain.errors import UserError
 from dualtrain.records.record import WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter
 from dualtrain.runtime import probes
+from dualtrain.runtime.autosave import Checkpointer, planted_exit
 from dualtrain.runtime.cadence import Cadence, Tick
 from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
-from dualtrain.runtime.checkpointing import Checkpointer, planted_exit
 from dualtrain.runtime.engine import Engine
 from dualtrain.runtime.evaluation import Evaluator, shown
 from dualtrain.runtime.feed import Feed
-from dualtrain.runtime.probing import Prober
 from dualtrain.runtime.progress import Reporter
 from dualtrain.runtime.start import steps_total
 from dualtrain.runtime.summary import summary
@@ -82,7 +81,7 @@ class TrainLoop:
         )
         # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference
         # run to record states, and the requested-precision runs to replay them after training.
-        self.prober = Prober(engine, self.writer, run_dir, probes.role_from_env(), self.feed)
+        self.prober = probes.Prober(engine, self.writer, run_dir, probes.role_from_env(), self.feed)
         self.cadence = Cadence.of(
             spec.train,
             self.total_steps,

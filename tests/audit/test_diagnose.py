@@ -11,6 +11,7 @@ from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS
+from tests.audit.records import record, with_rows
 
 
 def _run(framework: str, optimizer: dict, lrs: list[float]) -> Recorded:
@@ -70,57 +71,10 @@ def test_adam_epsilon_and_coupled_weight_decay_are_named():
     assert "an L2 term" in conv.evidence
 
 
-def _record(
-    framework: str,
-    *,
-    config: dict | None = None,
-    losses: list[float] | None = None,
-    first_epoch: int = 1,
-    world: int = 1,
-    grad_norm: float = 1.0,
-    batches: int = 1,
-    script: str = "",
-) -> Recorded:
-    """A record of ``len(losses)`` steps, two an epoch from ``first_epoch``, the same rows as
-    every other record made here."""
-    losses = losses if losses is not None else [1.0] * 4
-    steps = [
-        {
-            "step": i + 1,
-            "epoch": first_epoch + i // 2,
-            "lr": 0.1,
-            "loss": loss,
-            "samples": 8,
-            "grad_norm": grad_norm,
-            "loss_scale": None,
-            "skipped": False,
-        }
-        for i, loss in enumerate(losses)
-    ]
-    rows = {
-        (s["step"], r): {
-            "step": s["step"],
-            "epoch": s["epoch"],
-            "replica": r,
-            "count": 8 // world,
-            "batches": batches,
-            "exact": [f"{s['step']:08x}{r:08x}"],
-            "pattern": [f"{s['step']:08x}{r:08x}"],
-        }
-        for s in steps
-        for r in range(world)
-    }
-    w = {"w": np.zeros(2, np.float32)}
-    cfg = {"optimizer": {"type": "SGD", "lr": 0.1}} if framework == "torch" else {}
-    cfg |= config or {}
-    text = {"path": f"{framework}.py", "text": script}
-    return Recorded(Path(framework), framework, world, cfg, text, steps, rows, w, w)
-
-
 def test_a_torch_cumulative_batchnorm_is_named_not_a_crash():
     bn = {"name": "bn", "eps": 1e-5, "convention": "torch"}
-    a = _record("torch", config={"batchnorm": [bn | {"momentum": 0.1}]})
-    b = _record("torch", config={"batchnorm": [bn | {"momentum": None}]})
+    a = record("torch", config={"batchnorm": [bn | {"momentum": 0.1}]})
+    b = record("torch", config={"batchnorm": [bn | {"momentum": None}]})
     (f,) = [f for f in diagnose(a, b) if f.name == "different BatchNorm settings"]
     assert "a cumulative average" in f.evidence  # torch against torch: torch's arguments
     assert f.fixes[0].endswith(
@@ -130,45 +84,43 @@ def test_a_torch_cumulative_batchnorm_is_named_not_a_crash():
 
 
 def test_epochs_are_counted_from_each_runs_first_and_step_counts_may_differ():
-    late = _record("tf", first_epoch=2)  # fit(..., initial_epoch=1)
+    late = record("tf", first_epoch=2)  # fit(..., initial_epoch=1)
     assert late.epochs() == {1: [1, 2], 2: [3, 4]}
-    checks = {c.name: c for c in run_checks(late, _record("tf"))}
+    checks = {c.name: c for c in run_checks(late, record("tf"))}
     assert checks["steps"].status == PASS and checks["samples"].status == PASS
-    assert diagnose(late, _record("tf")) == []
-    short = _record("tf", losses=[1.0] * 3)  # 3 steps against 4: windows of common steps only
-    assert run_checks(short, _record("tf"))[-1].status == PASS
+    assert diagnose(late, record("tf")) == []
+    short = record("tf", losses=[1.0] * 3)  # 3 steps against 4: windows of common steps only
+    assert run_checks(short, record("tf"))[-1].status == PASS
 
 
 def test_a_run_without_a_loss_is_not_judged_and_a_diverged_one_fails():
     nan = float("nan")
-    checks = {c.name: c for c in run_checks(_record("tf", losses=[nan] * 4), _record("tf"))}
+    checks = {c.name: c for c in run_checks(record("tf", losses=[nan] * 4), record("tf"))}
     assert checks["loss trajectory"].status == NOT_JUDGED
     assert "A has none at any step" in checks["loss trajectory"].detail
-    diverged = {
-        c.name: c for c in run_checks(_record("tf", losses=[1, 1, nan, nan]), _record("tf"))
-    }
+    diverged = {c.name: c for c in run_checks(record("tf", losses=[1, 1, nan, nan]), record("tf"))}
     assert diverged["loss trajectory"].status == FAIL
     assert diverged["loss trajectory"].first_step == 3
 
 
 def test_a_loss_recorded_per_micro_batch_or_per_replica_is_named():
-    micro = _record("torch", losses=[0.25] * 4, batches=4, script="rec.step(loss)\n")
-    (f,) = [f for f in diagnose(micro, _record("torch")) if f.name.startswith("loss of one micro")]
+    micro = record("torch", losses=[0.25] * 4, batches=4, script="rec.step(loss)\n")
+    (f,) = [f for f in diagnose(micro, record("torch")) if f.name.startswith("loss of one micro")]
     assert "4 micro-batches" in f.evidence and "torch.py:1: rec.step(loss)" in f.fixes[0]
-    guide = _record("tf", losses=[0.5] * 4, world=2)
-    names = [f.name for f in diagnose(guide, _record("tf", world=2))]
+    guide = record("tf", losses=[0.5] * 4, world=2)
+    names = [f.name for f in diagnose(guide, record("tf", world=2))]
     assert "loss reported divided by the replicas (a custom train_step)" in names
     # a different gradient is a different training, not a reporting convention
     assert not [
         f
-        for f in diagnose(_record("tf", losses=[0.5] * 4, world=2, grad_norm=2.0), guide)
+        for f in diagnose(record("tf", losses=[0.5] * 4, world=2, grad_norm=2.0), guide)
         if f.name.startswith("loss reported")
     ]
 
 
 def test_lr_fixes_use_each_scripts_framework_and_a_peak_scheduler():
-    a = _record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
-    b = _record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.2)\n")
+    a = record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
+    b = record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.2)\n")
     for s in b.steps:
         s["lr"] = 0.2
     (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
@@ -180,19 +132,19 @@ def test_lr_fixes_use_each_scripts_framework_and_a_peak_scheduler():
 
 
 def test_settings_that_differ_fail_the_verdict_and_precision_is_named():
-    a = _record("torch", config={"precision": {"param_dtype": "float64"}})
-    b = _record("torch", config={"precision": {"param_dtype": "float32"}})
+    a = record("torch", config={"precision": {"param_dtype": "float64"}})
+    b = record("torch", config={"precision": {"param_dtype": "float32"}})
     assert check_settings(a, b).status == FAIL
     assert "different parameters (float64 vs float32)" in [f.name for f in diagnose(a, b)]
-    k = _record(
+    k = record(
         "tf", config={"precision": {"compute_dtype": "bfloat16", "variable_dtype": "float32"}}
     )
     assert (
-        check_settings(_record("tf", config={"precision": {"compute_dtype": "float32"}}), k).status
+        check_settings(record("tf", config={"precision": {"compute_dtype": "float32"}}), k).status
         == FAIL
     )
     assert check_settings(b, k).status == PASS  # float32 parameters in both
-    zero = _record(
+    zero = record(
         "torch",
         config={"optimizer": {"type": "SGD", "lr": 0.1, "wrapper": "ZeroRedundancyOptimizer"}},
     )
@@ -201,12 +153,12 @@ def test_settings_that_differ_fail_the_verdict_and_precision_is_named():
 
 def test_clipping_in_one_run_fails_and_kerass_per_replica_clipping_is_reported():
     clip = "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-    torch_clips = _record("torch", world=2, script="loss.backward()\n" + clip)
-    torch_plain = _record("torch", world=2, script="loss.backward()\n")
-    keras_clips = _record(
+    torch_clips = record("torch", world=2, script="loss.backward()\n" + clip)
+    torch_plain = record("torch", world=2, script="loss.backward()\n")
+    keras_clips = record(
         "tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 1.0}}
     )
-    keras_plain = _record("tf", world=2, config={"optimizer": {"type": "SGD"}})
+    keras_plain = record("tf", world=2, config={"optimizer": {"type": "SGD"}})
     (f,) = [f for f in diagnose(torch_plain, keras_clips) if f.name.startswith("gradient clipping")]
     assert "B clips its gradients (global_clipnorm=1)" in f.evidence
     assert "loss.backward() -> torch.nn.utils.clip_grad_norm_(model.parameters(), 1)" in f.fixes[0]
@@ -234,12 +186,12 @@ ds = ds.shuffle(1000, seed=1)
 
 def test_the_line_quoted_is_the_recorded_optimizers_and_schedules():
     """A script with argparse branches: the line of what the run recorded, not the first match."""
-    a = _record(
+    a = record(
         "tf",
         config={"optimizer": {"type": "Adam", "learning_rate": "CosineDecay"}},
         script=BRANCHES,
     )
-    b = _record(
+    b = record(
         "tf",
         config={"optimizer": {"type": "AdamW", "learning_rate": "PiecewiseConstantDecay"}},
         script=BRANCHES,
@@ -253,7 +205,7 @@ def test_the_line_quoted_is_the_recorded_optimizers_and_schedules():
 
 
 def test_a_shuffle_fix_is_in_each_runs_framework_words():
-    a, b = _record("tf", script=BRANCHES), _record("tf", script=BRANCHES)
+    a, b = record("tf", script=BRANCHES), record("tf", script=BRANCHES)
     for s in (1, 2):  # the same rows, another order inside epoch 1
         b.replicas[(s, 0)] = {
             **b.replicas[(s, 0)],
@@ -268,7 +220,7 @@ def test_a_pass_with_a_check_not_judged_says_so():
     from dualtrain.audit.compare import AuditComparison
 
     nan = float("nan")
-    a, b = _record("tf", losses=[nan] * 4), _record("tf")
+    a, b = record("tf", losses=[nan] * 4), record("tf")
     cmp = AuditComparison(a, b, run_checks(a, b), diagnose(a, b))
     assert cmp.verdict == (
         "verdict: PASS (7/7 judged checks of two recorded runs; not judged: loss trajectory)"
@@ -276,9 +228,9 @@ def test_a_pass_with_a_check_not_judged_says_so():
 
 
 def test_scheduler_owned_group_keys_are_not_settings_and_tabular_patterns_name_no_normalisation():
-    swa = _record("torch", config={"optimizer": {"type": "SGD", "lr": 0.1, "swa_lr": 0.05}})
-    assert check_settings(_record("torch"), swa).status == PASS  # SWALR's key, not a setting
-    a, b = _record("tf"), _record("tf")
+    swa = record("torch", config={"optimizer": {"type": "SGD", "lr": 0.1, "swa_lr": 0.05}})
+    assert check_settings(record("torch"), swa).status == PASS  # SWALR's key, not a setting
+    a, b = record("tf"), record("tf")
     for run, tag in ((a, "a"), (b, "b")):  # rows without ties share 'all but the argmin' masks
         for (s, r), row in run.replicas.items():
             run.replicas[(s, r)] = {**row, "pattern": ["p0"], "exact": [f"{tag}{s}"]}
@@ -298,13 +250,13 @@ def _clipped(*calls: tuple[str, object]) -> dict:
 
 def test_a_torch_runs_clipping_is_the_calls_its_recorder_saw_not_its_text():
     never = "loss.backward()\nif args.clip:\n    clip_grad_norm_(model.parameters(), 1.0)\n"
-    keras_plain = _record("tf", world=2, config={"optimizer": {"type": "SGD"}})
-    keras_half = _record(
+    keras_plain = record("tf", world=2, config={"optimizer": {"type": "SGD"}})
+    keras_half = record(
         "tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 0.5}}
     )
-    unrun = _record("torch", world=2, script=never, config=_clipped())
-    measured = _record("torch", world=2, config=_clipped(("clip_grad_norm_", "inf")))
-    one = _record("torch", world=2, script=never, config=_clipped(("clip_grad_norm_", 1.0)))
+    unrun = record("torch", world=2, script=never, config=_clipped())
+    measured = record("torch", world=2, config=_clipped(("clip_grad_norm_", "inf")))
+    one = record("torch", world=2, script=never, config=_clipped(("clip_grad_norm_", 1.0)))
     for run in (unrun, measured):  # a clip that did not run, a norm only measured: no clipping
         assert not [f for f in diagnose(run, keras_plain) if "clipping" in f.name]
         assert check_settings(run, keras_plain).status == PASS
@@ -314,12 +266,12 @@ def test_a_torch_runs_clipping_is_the_calls_its_recorder_saw_not_its_text():
     assert "B by global norm 0.5 (global_clipnorm=0.5)" in f.evidence
     assert f.fixes[0].endswith("-> clip as A: global norm 1")
     assert check_settings(one, keras_half).status == FAIL
-    value = _record("torch", world=2, config=_clipped(("clip_grad_value_", 1.0)))
+    value = record("torch", world=2, config=_clipped(("clip_grad_value_", 1.0)))
     assert check_settings(one, value).status == FAIL  # by norm against by value
     (g,) = [f for f in diagnose(one, keras_plain) if "clipping" in f.name]
     assert "A clips its gradients (clip_grad_norm_(1) on 4 of 4 steps" in g.evidence
     assert g.fixes[0].endswith("the optimizer's global_clipnorm=1")
-    same = _record("tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 1.0}})
+    same = record("tf", world=2, config={"optimizer": {"type": "SGD", "global_clipnorm": 1.0}})
     assert check_settings(one, same).status == PASS
 
 
@@ -328,30 +280,23 @@ def test_a_clipped_gradient_is_no_evidence_of_the_loss_reduction():
     run clips: the clipped norm is the limit, not the reduction's (the third round's false
     finding: 2.10x from a clip at 1.0)."""
     name = "per-replica loss reduction (local mean vs global batch)"
-    summed = _record("torch", world=2, grad_norm=2.0)
-    assert [f.name for f in diagnose(summed, _record("torch", world=2))] == [name]
-    clipped = _record("torch", world=2, config=_clipped(("clip_grad_norm_", 1.0)))
+    summed = record("torch", world=2, grad_norm=2.0)
+    assert [f.name for f in diagnose(summed, record("torch", world=2))] == [name]
+    clipped = record("torch", world=2, config=_clipped(("clip_grad_norm_", 1.0)))
     assert name not in [f.name for f in diagnose(summed, clipped)]
     assert "gradient clipping in one run only" in [f.name for f in diagnose(summed, clipped)]
-
-
-def _rows(run: Recorded, rows_of) -> Recorded:
-    """``run`` with replica r's digests at step s made by ``rows_of(s, r)``."""
-    for (s, r), row in run.replicas.items():
-        row["exact"] = row["pattern"] = rows_of(s, r)
-    return run
 
 
 def test_replicas_feeding_each_others_rows_are_named_in_either_framework():
     """No DistributedSampler in a DDP script, AutoShardPolicy.OFF: every replica the same rows
     (the third round's k_OFF pair was only 'different data')."""
     for framework, needle in (("torch", "DistributedSampler(dataset)"), ("tf", "AutoShardPolicy")):
-        same = _rows(_record(framework, world=2), lambda s, r: [f"{s:08x}{0:08x}"])
-        found = {f.name: f for f in diagnose(_record(framework, world=2), same)}
+        same = with_rows(record(framework, world=2), lambda s, r: [f"{s:08x}{0:08x}"])
+        found = {f.name: f for f in diagnose(record(framework, world=2), same)}
         f = found.pop("replicas feed the same rows (no sharding)")
         assert "B's 2 replicas feed each other's rows at 4 of 4 steps" in f.evidence
         assert needle in f.fixes[0] and "different data" not in found, list(found)
-        again = _rows(_record(framework, world=2), lambda s, r: [f"{s:08x}{0:08x}"])
+        again = with_rows(record(framework, world=2), lambda s, r: [f"{s:08x}{0:08x}"])
         assert diagnose(same, again) == []  # both alike: no difference
 
 
@@ -361,8 +306,8 @@ def test_a_different_auto_shard_policy_is_named_where_the_rows_differ():
 
     def keras(policy: str, swap: bool = False) -> Recorded:
         data = {"data": {"kind": "tf.data.Dataset", "workers": 2, "auto_shard_policy": policy}}
-        run = _record("tf", world=2, config=data)
-        return _rows(run, lambda s, r: [f"{s:08x}{(1 - r if swap else r):08x}"])
+        run = record("tf", world=2, config=data)
+        return with_rows(run, lambda s, r: [f"{s:08x}{(1 - r if swap else r):08x}"])
 
     found = {f.name: f for f in diagnose(keras("DATA"), keras("FILE", swap=True))}
     f = found.pop("different tf.data auto-shard policy")
@@ -376,40 +321,40 @@ def test_parameters_frozen_or_stepped_by_another_optimizer_in_one_run_only():
     """A frozen backbone against a trained one (by name in one framework, by values across
     them); parameters outside both recorded optimizers that one run's second optimizer moves
     (the third round's t_freeze and t_subset/t_twoopt pairs named nothing)."""
-    trained = _record("torch")
-    body = _record("torch", config={"frozen": {"body.weight": 12, "body.bias": 4}})
+    trained = record("torch")
+    body = record("torch", config={"frozen": {"body.weight": 12, "body.bias": 4}})
     (f,) = [f for f in diagnose(trained, body) if f.name == "parameters frozen in one run only"]
     assert "B freezes body.bias, body.weight (16 values) where the other run trains them" in (
         f.evidence
     )
     assert check_settings(trained, body).status == FAIL
-    keras_body = _record("tf", config={"frozen": {"body.weight": 12, "body.bias": 4}})
+    keras_body = record("tf", config={"frozen": {"body.weight": 12, "body.bias": 4}})
     assert check_settings(body, keras_body).status == PASS  # the same values frozen
     (g,) = [f for f in diagnose(trained, keras_body) if "frozen" in f.name]
     assert "B freezes body.bias, body.weight (16 values) where the other run freezes 0" in (
         g.evidence
     )
     held = {"not_held": {"names": ["w"], "of": 2}}
-    alone, stepped = _record("torch", config=held), _record("torch", config=held)
+    alone, stepped = record("torch", config=held), record("torch", config=held)
     stepped.weights_final = {"w": np.ones(2, np.float32)}
     (h,) = [f for f in diagnose(alone, stepped) if "outside" in f.name]
     assert h.name == "parameters outside the recorded optimizer updated in one run only"
     assert "B's w change during the run" in h.evidence and h.fixes[0].startswith("A (torch)")
-    assert check_settings(alone, _record("torch", config=held)).status == PASS
+    assert check_settings(alone, record("torch", config=held)).status == PASS
 
 
 def test_a_keras_fit_resumed_after_epoch_1_is_named_against_a_fresh_run():
     """A BackupAndRestore that resumed (the third round's k_resume): named, not only a FAIL of
     the initial weights; two resumed runs, or a torch script numbering its epochs, are not."""
-    resumed, fresh = _record("tf", first_epoch=2), _record("tf")
+    resumed, fresh = record("tf", first_epoch=2), record("tf")
     assert diagnose(fresh, resumed) == []  # the same weights: initial_epoch only numbers epochs
     resumed.weights_init = {"w": np.ones(2, np.float32)}  # a checkpoint's
     (f,) = [f for f in diagnose(fresh, resumed) if f.step == 0]
     assert f.name == "a resumed run against a fresh one"
     assert "B's fit begins at epoch 2" in f.evidence
-    again = _record("tf", first_epoch=2)
+    again = record("tf", first_epoch=2)
     again.weights_init = resumed.weights_init
     assert diagnose(resumed, again) == []
-    numbered = _record("torch", first_epoch=2)
+    numbered = record("torch", first_epoch=2)
     numbered.weights_init = resumed.weights_init
-    assert not [f for f in diagnose(numbered, _record("torch")) if "resumed" in f.name]
+    assert not [f for f in diagnose(numbered, record("torch")) if "resumed" in f.name]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dualtrain.audit.checks import check_settings
 from dualtrain.audit.diagnose import diagnose
-from tests.audit.test_diagnose import _record, _rows
+from tests.audit.records import record, with_rows
 
 TORCH = """\
 opt = torch.optim.NAdam(model.parameters(), lr=0.002)
@@ -29,8 +29,8 @@ KADAM = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-8, "amsgrad": False}
 
 
 def _pair(torch_opt: dict, keras_opt: dict):
-    a = _record("torch", script=TORCH, config={"optimizer": torch_opt})
-    return a, _record("tf", script=KERAS, config={"optimizer": keras_opt})
+    a = record("torch", script=TORCH, config={"optimizer": torch_opt})
+    return a, record("tf", script=KERAS, config={"optimizer": keras_opt})
 
 
 def _conventions(a, b) -> str:
@@ -67,22 +67,22 @@ def test_an_optimizer_keras_lacks_is_not_written_as_a_keras_one():
 def test_a_loss_divided_by_the_global_batch_under_ddp_is_named():
     """sum / (local batch x world) under DDP's averaging: loss and gradient both 1/2 of a
     mean's, every step at half the lr; nothing was named."""
-    half = _record("torch", world=2, losses=[0.5] * 4, grad_norm=0.5, script=TORCH)
+    half = record("torch", world=2, losses=[0.5] * 4, grad_norm=0.5, script=TORCH)
     half.config["ddp"] = True
-    found = {f.name: f for f in diagnose(half, _record("tf", world=2))}
+    found = {f.name: f for f in diagnose(half, record("tf", world=2))}
     f = found["per-replica loss reduction (divided by the global batch under DDP)"]
     assert "A's loss and gradient are both 1/2.00 of the other's" in f.evidence
     assert "torch.py:4: loss = nn.CrossEntropyLoss(" in f.fixes[0]
-    assert diagnose(_record("torch", world=2), _record("tf", world=2)) == []
+    assert diagnose(record("torch", world=2), record("tf", world=2)) == []
 
 
 def test_fits_own_shuffle_of_arrays_is_the_fit_line_to_change():
     """fit(x, y) shuffles NumPy arrays every epoch: the fix sent the user to a tf.data buffer
     and a set_random_seed line."""
-    seq = _record("torch", script=TORCH, config={"sampler": {"type": "SequentialSampler"}})
+    seq = record("torch", script=TORCH, config={"sampler": {"type": "SequentialSampler"}})
     data = {"data": {"kind": "ndarray", "workers": 1, "fit_shuffle": True}}
-    keras = _rows(_record("tf", script=KERAS, config=data), lambda s, r: [f"{5 - s:08x}0"])
-    _rows(seq, lambda s, r: [f"{s:08x}0"])
+    keras = with_rows(record("tf", script=KERAS, config=data), lambda s, r: [f"{5 - s:08x}0"])
+    with_rows(seq, lambda s, r: [f"{s:08x}0"])
     f = {f.name: f for f in diagnose(seq, keras)}["shuffle seeds"]
     assert "fit shuffles its NumPy arrays every epoch by default" in f.evidence
     assert "tf.py:5: model.fit(x, y" in f.fixes[1] and "shuffle=False" in f.fixes[1]
@@ -93,9 +93,9 @@ def test_reduce_lr_on_plateaus_patience_and_threshold_conventions():
     threshold is relative by default: patience=1 on both FAILed the lr with nothing named."""
     sched = {"type": "ReduceLROnPlateau", "patience": 1, "factor": 0.1, "cooldown": 0}
     sched |= {"threshold": 1e-4, "threshold_mode": "rel"}
-    torch_run = _record("torch", script=TORCH, config={"scheduler": sched})
+    torch_run = record("torch", script=TORCH, config={"scheduler": sched})
     cb = {"type": "ReduceLROnPlateau", "monitor": "val_loss", "factor": 0.1, "cooldown": 0}
-    keras = _record("tf", script=KERAS, config={"lr_callbacks": [cb | {"patience": 1}]})
+    keras = record("tf", script=KERAS, config={"lr_callbacks": [cb | {"patience": 1}]})
     keras.config["lr_callbacks"][0]["min_delta"] = 1e-4
     f = {f.name: f for f in diagnose(torch_run, keras)}["ReduceLROnPlateau conventions"]
     assert "torch patience=1 cuts after 2 epochs without improvement, Keras patience=1 after 1" in (
@@ -114,9 +114,9 @@ def test_float64_on_one_side_is_one_finding_at_its_dtype_line():
     """set_default_dtype(float64) against float32: also 'different compute dtype', whose fix
     quoted a disabled autocast line."""
     f64 = {"param_dtype": "float64", "autocast": None, "compute_dtype": "float64"}
-    a = _record("torch", script=TORCH, config={"precision": f64})
+    a = record("torch", script=TORCH, config={"precision": f64})
     policy = {"policy": "float32", "compute_dtype": "float32", "variable_dtype": "float32"}
-    b = _record("tf", script=KERAS, config={"precision": policy})
+    b = record("tf", script=KERAS, config={"precision": policy})
     found = [f for f in diagnose(a, b) if f.name.startswith("different")]
     assert [f.name for f in found] == ["different parameters (float64 vs float32)"]
     assert "torch.py:2: torch.set_default_dtype(torch.float64)" in found[0].fixes[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.audit.diagnose import diagnose
-from tests.audit.test_diagnose import _record, _rows
+from tests.audit.records import record, with_rows
 
 TORCH = """\
 class MLP(nn.Module):
@@ -29,9 +29,9 @@ def _names(a, b) -> dict:
 def test_a_reparametrised_layer_is_named_by_its_arrays_and_line():
     """weight_norm against the plain model: 'A has 4 arrays, B has 5' and the MLP class line,
     which both scripts share."""
-    plain = _record("torch", script=TORCH)
+    plain = record("torch", script=TORCH)
     plain.weights_init = plain.weights_final = {"fc1.weight": np.zeros(2), "fc1.bias": np.zeros(2)}
-    normed = _record("torch", script=TORCH)
+    normed = record("torch", script=TORCH)
     normed.weights_init = normed.weights_final = {
         "fc1.parametrizations.weight.original0": np.zeros(1),
         "fc1.parametrizations.weight.original1": np.zeros(2),
@@ -44,22 +44,22 @@ def test_a_reparametrised_layer_is_named_by_its_arrays_and_line():
 
 def test_an_optimizer_stepping_without_gradients_is_named_at_zero_grad():
     """zero_grad() between backward() and step(): every recorded norm None, nothing named."""
-    empty = _record("torch", script=TORCH, grad_norm=1.0)
+    empty = record("torch", script=TORCH, grad_norm=1.0)
     for s in empty.steps:
         s["grad_norm"] = None
-    f = _names(_record("torch"), empty)["optimizer steps without gradients"]
+    f = _names(record("torch"), empty)["optimizer steps without gradients"]
     assert "B's optimizer stepped with no gradient at 4 of its 4 steps" in f.evidence
     assert "torch.py:3: optimizer.zero_grad() -> optimizer.zero_grad() before" in f.fixes[0]
-    assert "optimizer steps without gradients" not in _names(_record("torch"), _record("torch"))
+    assert "optimizer steps without gradients" not in _names(record("torch"), record("torch"))
 
 
 def test_a_second_backward_under_ddp_is_its_line_not_a_reduction():
     """loss.backward(retain_graph=True) then backward() again: DDP all-reduces the first only.
     The fix said to call the DDP model instead of .module, and a reduction finding (the
     gradient 2x) told the user to divide the loss by the replicas."""
-    twice = _record("torch", world=2, grad_norm=2.0, script=TORCH)
+    twice = record("torch", world=2, grad_norm=2.0, script=TORCH)
     twice.config |= {"ddp": True, "replicas": {"init": {}, "final": {"1": ["fc1.weight"]}}}
-    found = _names(_record("torch", world=2), twice)
+    found = _names(record("torch", world=2), twice)
     f = found.pop("replicas out of step (B's replicas end with different weights)")
     assert (
         "torch.py:4: loss.backward(retain_graph=True) -> one backward() per forward" in (f.fixes[0])
@@ -72,8 +72,8 @@ def test_the_same_samples_with_other_values_are_an_augmentation():
     seed): 'different data (another subset, split or dataset)' at an unrun else-branch."""
 
     def run(seed: int):
-        r = _record("torch", script=TORCH, config={"loader": {"dataset": "Shifted"}})
-        _rows(r, lambda s, rank: [f"{seed:08x}{s:04x}{rank:04x}"])
+        r = record("torch", script=TORCH, config={"loader": {"dataset": "Shifted"}})
+        with_rows(r, lambda s, rank: [f"{seed:08x}{s:04x}{rank:04x}"])
         for row in r.replicas.values():
             row["indices"] = [row["step"] * 2 + row["replica"]]
         for step in r.steps:
@@ -93,23 +93,23 @@ def test_an_early_stopping_in_one_run_is_named():
     """Keras's EarlyStopping stopped after epoch 1 of 2; torch trains both: the steps check
     FAILed with nothing named."""
     stop = {"monitor": "val_loss", "patience": 1, "min_delta": 0, "stopped_epoch": 1}
-    keras = _record(
+    keras = record(
         "tf", script=KERAS, config={"early_stopping": stop | {"restore_best_weights": True}}
     )
     keras.steps = keras.steps[:2]
-    f = _names(_record("torch", script=TORCH), keras)["stopped early in one run (EarlyStopping)"]
+    f = _names(record("torch", script=TORCH), keras)["stopped early in one run (EarlyStopping)"]
     assert "B's EarlyStopping (monitor 'val_loss', patience 1" in f.evidence
     assert "stopped fit after epoch 1; A trains 2 epochs" in f.evidence
     assert "tf.py:1: stop = keras.callbacks.EarlyStopping(" in f.fixes[0]
     assert "torch.py:6: for epoch in range(" in f.fixes[1]
     keras.config["early_stopping"]["stopped_epoch"] = 0  # it did not stop: the steps' finding
-    assert "stopped early in one run (EarlyStopping)" not in _names(_record("torch"), keras)
+    assert "stopped early in one run (EarlyStopping)" not in _names(record("torch"), keras)
 
 
 def test_a_gradient_ratio_from_other_initial_weights_is_no_reduction():
     """Two torch runs from other initial weights (a fine-tuning phase against a fresh run): a
     gradient 1.75x the other's was read as gradients summed over the replicas."""
-    fresh, tuned = _record("torch", world=2), _record("torch", world=2, grad_norm=2.0)
+    fresh, tuned = record("torch", world=2), record("torch", world=2, grad_norm=2.0)
     assert "per-replica loss reduction (local mean vs global batch)" in _names(fresh, tuned)
     tuned.weights_init = {"w": np.ones(2, np.float32)}
     assert "per-replica loss reduction (local mean vs global batch)" not in _names(fresh, tuned)

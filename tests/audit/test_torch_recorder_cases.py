@@ -1,11 +1,11 @@
 """The torch recorder on script patterns beyond examples/audit (found by recording scripts it
 had not seen): an iterable dataset, a bfloat16 model, an lr set after rec.batch, dict batches,
-a loop that leaves its epochs early, misuse of rec.step, a failure inside the recorder."""
+a loop that leaves its epochs early, clipping, a second optimizer, eval mode, autocast (misuse
+and failures: test_torch_recorder_misuse.py)."""
 
 from __future__ import annotations
 
 import collections
-import json
 
 import pytest
 import torch
@@ -16,42 +16,13 @@ from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.identity import row_digests
 from dualtrain.audit.read import read_recorded
-from dualtrain.audit.replicas import check_replicas, replicas_apart
-from dualtrain.errors import UserError
-from testkit.tf_runs import Backend, run_python
-
-
-def _model(dtype=torch.float32):
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 4)).to(dtype)
-
-
-def grads(model):
-    return [p.grad for p in model.parameters()]
-
-
-def _step(model, opt, x, y):
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(x).float(), y)
-    loss.backward()
-    opt.step()
-    return loss
-
-
-class Stream(torch.utils.data.IterableDataset):
-    """Rows without a length (a streaming dataset)."""
-
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-
-    def __iter__(self):
-        return iter(zip(self.x, self.y, strict=True))
+from tests.audit import torch_loops as loops
 
 
 def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
     x, y = torch.rand(12, 1, 4, 4), torch.randint(0, 4, (12,))
-    loader = torch.utils.data.DataLoader(Stream(x, y), batch_size=4)
-    model = _model(torch.bfloat16)
+    loader = torch.utils.data.DataLoader(loops.Stream(x, y), batch_size=4)
+    model = loops.model(torch.bfloat16)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     first = model[1].weight.detach().float().clone()
     norms = []
@@ -82,7 +53,7 @@ def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
 
 def test_the_lr_is_the_one_the_step_used(tmp_path):
     """A script that sets the lr after rec.batch (MAE's and DeiT's adjust_learning_rate)."""
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     x, y = torch.rand(16, 1, 4, 4), torch.randint(0, 4, (16,))
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
@@ -90,7 +61,7 @@ def test_the_lr_is_the_one_the_step_used(tmp_path):
             rec.batch(x[4 * i : 4 * i + 4])
             for group in opt.param_groups:
                 group["lr"] = 0.1 * (i + 1)
-            rec.step(_step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
+            rec.step(loops.step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
     lrs = [s["lr"] for s in read_recorded(tmp_path / "a").steps]
     assert lrs == pytest.approx([0.1, 0.2, 0.3, 0.4], rel=1e-12)
 
@@ -101,7 +72,7 @@ def test_a_dict_batch_digests_its_input_whatever_the_key_order(tmp_path):
         ("labels_first", {"labels": torch.arange(8), "pixel_values": x}),
         ("userdict", collections.UserDict({"attention_mask": torch.ones(8, 16), "features": x})),
     ):
-        model = _model()
+        model = loops.model()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
             rec.batch(batch)
@@ -113,7 +84,7 @@ def test_a_loop_leaving_its_epochs_early_is_counted_by_set_epoch(tmp_path):
     data = torch.utils.data.TensorDataset(torch.rand(24, 1, 4, 4), torch.randint(0, 4, (24,)))
     sampler = torch.utils.data.DistributedSampler(data, num_replicas=1, rank=0, seed=3)
     loader = torch.utils.data.DataLoader(data, batch_size=4, sampler=sampler)
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     seen = []
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader) as rec:
@@ -125,178 +96,16 @@ def test_a_loop_leaving_its_epochs_early_is_counted_by_set_epoch(tmp_path):
                     break
                 seen.append(order[4 * i : 4 * i + 4])
                 rec.batch(xb)  # no epoch=: the sampler's epoch says it
-                rec.step(_step(model, opt, xb, yb))
+                rec.step(loops.step(model, opt, xb, yb))
     run = read_recorded(tmp_path / "a")
     assert [s["epoch"] for s in run.steps] == [1, 1, 2, 2, 3, 3]
     assert [run.replicas[(s, 0)]["indices"] for s in range(1, 7)] == seen
 
 
-def test_rec_step_refuses_a_loss_that_is_not_one_number(tmp_path):
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
-        rec.batch(torch.rand(4, 16))
-        for bad, shown in ((torch.rand(4), "a Tensor (float32, shape (4,))"), (None, "None")):
-            with pytest.raises(UserError) as e:
-                rec.step(bad)
-            assert "rec.step takes the step's loss, a number or a one-element tensor" in str(
-                e.value
-            )
-            assert str(e.value).endswith(f"Received: {shown}") and "\n" not in str(e.value)
-        rec.step(torch.tensor([0.5]))
-
-
-def test_calls_out_of_order_are_one_line_errors_and_rec_step_may_precede_the_step(tmp_path):
-    """rec.batch after the optimizer step, rec.step forgotten, two optimizer steps in one
-    recorded step: each refused in one line (before, each silently moved every step's gradient
-    norm to its neighbour or merged steps); rec.step before optimizer.step records as after."""
-    x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
-
-    def late(rec, m, o):  # rec.batch after the optimizer step
-        _step(m, o, x, y)
-        rec.batch(x)
-
-    def forgotten(rec, m, o):  # no rec.step
-        for _ in range(2):
-            rec.batch(x)
-            _step(m, o, x, y)
-
-    def twice(rec, m, o):  # two optimizer steps, one rec.batch
-        rec.batch(x)
-        _step(m, o, x, y)
-        _step(m, o, x, y)
-
-    cases = {
-        "before any recorded step": late,
-        "rec.step(loss) is missing": forgotten,
-        "twice in one recorded step": twice,
-    }
-    for i, (said, body) in enumerate(cases.items()):
-        model = _model()
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        with pytest.raises(UserError) as e:
-            with audit.torch_recorder(tmp_path / str(i), model=model, optimizer=opt) as rec:
-                body(rec, model, opt)
-        assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    norms = []
-    with audit.torch_recorder(tmp_path / "early", model=model, optimizer=opt) as rec:
-        for _ in range(2):
-            rec.batch(x)
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])))
-            rec.step(loss)
-            opt.step()
-    run = read_recorded(tmp_path / "early")
-    assert [s["grad_norm"] for s in run.steps] == pytest.approx(norms)
-    assert [s["skipped"] for s in run.steps] == [False, False]
-
-
-class NoLength(torch.utils.data.DataLoader):
-    """A loader whose length fails as a broken custom loader's would."""
-
-    def __len__(self):
-        raise RuntimeError("this loader cannot say its length")
-
-
-def test_a_recorder_that_fails_to_start_leaves_a_failed_folder_and_frees_the_process(tmp_path):
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = NoLength(torch.utils.data.TensorDataset(torch.rand(4, 16)), batch_size=2)
-    with pytest.raises(RuntimeError, match="cannot say its length"):
-        audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader)
-    assert json.loads((tmp_path / "a" / "audit.json").read_text())["state"] == "failed"
-    with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:  # not refused
-        rec.batch(torch.rand(2, 16))
-        rec.step(1.0)
-    assert read_recorded(tmp_path / "a").steps[0]["samples"] == 2
-
-
-@pytest.mark.slow  # two DDP processes started twice (~12 s)
-def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
-    """Two processes: ZeroRedundancyOptimizer is recorded as the optimizer it wraps; a folder
-    the chief refuses is a one-line error in both processes, not a hang of the other one."""
-    script = ("-m", "tests.audit.ddp_case")
-    ok = run_python(*script, str(tmp_path / "a"), backend=Backend.TORCH, timeout=120)
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    run = read_recorded(tmp_path / "a")
-    assert run.config["optimizer"]["type"] == "AdamW"
-    assert run.config["optimizer"]["wrapper"] == "ZeroRedundancyOptimizer"
-    assert [s["samples"] for s in run.steps] == [8, 8]
-    assert run.config["replicas"] == {  # every rank's parameters digested: one model
-        "ranks": 2,
-        "init": {},
-        "init_arrays": {},
-        "final": {},
-        "final_arrays": {},
-        "arrays": 2,
-    }
-    assert check_replicas(run, run).status == "PASS"
-    bad = run_python(*script, str(tmp_path / "b"), "--foreign", backend=Backend.TORCH, timeout=120)
-    assert bad.returncode != 0
-    errors = [(tmp_path / f"b.rank{r}.err").read_text() for r in (0, 1)]
-    assert all(e.count("\n") == 1 for e in errors), errors  # one line each
-    assert "is not an audit record (no audit.json) and not empty" in errors[0]
-    assert "the chief process (rank 0) could not prepare the audit folder" in errors[1]
-
-
-@pytest.mark.slow
-def test_replicas_that_train_apart_are_named(tmp_path):
-    """A forward through DDP's .module (no gradient all-reduce) and ranks seeded apart without a
-    broadcast: the chief's record alone looks like any run; every rank's weight digests and
-    gradient norms show the replicas out of step, with the line to change."""
-    script = ("-m", "tests.audit.ddp_case")
-    runs = {}
-    for mode in ("", "--bypass", "--apart"):
-        out = tmp_path / (mode.strip("-") or "ddp")
-        done = run_python(*script, str(out), *([mode] if mode else []), backend=Backend.TORCH)
-        assert done.returncode == 0, done.stderr[-2000:]
-        runs[mode] = read_recorded(out)
-    ddp, bypass, apart = runs[""], runs["--bypass"], runs["--apart"]
-    assert check_replicas(ddp, ddp).status == "PASS"
-    check = check_replicas(ddp, bypass)
-    assert check.status == "FAIL", check
-    assert "B's replicas step with different gradients (step 1)" in check.detail
-    # ZeroRedundancyOptimizer broadcasts each rank's updated shard: the weights end equal, and
-    # only the gradients show it
-    assert "end with different weights" not in check.detail
-    (found,) = replicas_apart(ddp, bypass)
-    assert found.step == 1 and "step 1's gradient norms rank 0: " in found.evidence
-    assert "ddp_case.py:" in found.fixes[0] and "not `model.module(x)`" in found.fixes[0], found
-    check = check_replicas(apart, ddp)
-    assert check.status == "FAIL" and "A's replicas start from different weights" in check.detail
-    assert "step with different gradients" not in check.detail  # averaged by hand: equal
-    (found,) = replicas_apart(apart, ddp)
-    assert found.step == 0 and "the same seed on every rank" in found.fixes[0], found
-
-
-@pytest.mark.slow
-def test_a_recorder_in_some_processes_only_is_one_line_in_those_that_made_one(tmp_path):
-    """A recorder on the chief only waits for the others' and refuses in one line, writing
-    nothing (before, its first collective paired with DDP's and aborted gloo); recorders made
-    before init_process_group are refused at the first rec.batch, each folder marked failed."""
-    script = ("-m", "tests.audit.ddp_case")
-    lone = run_python(*script, str(tmp_path / "a"), "--chief-only", backend=Backend.TORCH)
-    assert lone.returncode != 0
-    error = (tmp_path / "a.rank0.err").read_text()
-    assert error.count("\n") == 1 and "rank(s) [1] made none in 3 s" in error, error
-    assert not (tmp_path / "a").exists() and not (tmp_path / "a.rank1.err").exists()
-    early = run_python(*script, str(tmp_path / "b"), "--before-init", backend=Backend.TORCH)
-    assert early.returncode != 0
-    for r in (0, 1):
-        error = (tmp_path / f"b.rank{r}.err").read_text()
-        assert "made in a world of 1 process(es) but the loop trains in 2" in error, error
-        state = json.loads((tmp_path / f"b.rank{r}" / "audit.json").read_text())["state"]
-        assert state == "failed"
-
-
 def test_an_option_of_a_later_parameter_group_is_judged(tmp_path):
     x = torch.rand(8, 16)
     for name, decay in (("a", 0.0), ("b", 0.1)):
-        model = _model()
+        model = loops.model()
         groups = [{"params": [model[1].weight]}, {"params": [model[1].bias], "weight_decay": decay}]
         opt = torch.optim.AdamW(groups, lr=1e-3)
         with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
@@ -308,26 +117,6 @@ def test_an_option_of_a_later_parameter_group_is_judged(tmp_path):
     assert "group 1's weight_decay" in f.evidence
 
 
-CRASH = """
-import torch, dualtrain.audit as audit
-model = torch.nn.Linear(4, 2)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-rec = audit.torch_recorder(OUT, model=model, optimizer=opt)  # no `with`, no close
-for i in range(3):
-    rec.batch(torch.rand(2, 4))
-    if i == 1:
-        raise RuntimeError("the script's own error")
-    rec.step(1.0)
-"""
-
-
-def test_a_script_that_dies_with_its_recorder_open_leaves_a_failed_folder(tmp_path):
-    out = tmp_path / "a"
-    proc = run_python("-c", f"OUT = {str(out)!r}\n" + CRASH, backend=Backend.TORCH, timeout=60)
-    assert proc.returncode != 0 and "the script's own error" in proc.stderr
-    assert json.loads((out / "audit.json").read_text())["state"] == "failed"
-
-
 def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_path):
     """clip_grad_norm_ and the two-step clip_grads_with_norm_ imported by name before the
     recorder, a limit of inf that only measures the norm, clip_grad_value_, and a clip under an
@@ -337,7 +126,7 @@ def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_p
     fns = (module._clip_grads_with_norm_, module.clip_grad_value_, module.clip_grad_norm_)
     before = [f.__closure__[0].cell_contents for f in fns]
     x, y = torch.rand(24, 1, 4, 4) * 50, torch.randint(0, 4, (24,))
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     active = 0
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
@@ -352,7 +141,7 @@ def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_p
                 active += int(clip_grad_norm_(model.parameters(), 2.0) > 2.0)
             torch.nn.utils.clip_grad_value_(model.parameters(), 5.0)
             if i == 5:  # the two-step API, imported by name before the recorder
-                total = get_total_norm(grads(model))
+                total = get_total_norm(loops.grads(model))
                 active += int(total > 3.0)
                 clip_grads_with_norm_(model.parameters(), 3.0, total)
             if i > 100:
@@ -386,7 +175,7 @@ def test_parameters_a_second_optimizer_steps_are_named_and_judged(tmp_path, caps
         with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
             for i in range(2):
                 rec.batch(x[4 * i : 4 * i + 4])
-                loss = _step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])
+                loss = loops.step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])
                 if head is not None:
                     head.step()
                 rec.step(loss)
@@ -410,14 +199,14 @@ def test_parameters_a_second_optimizer_steps_are_named_and_judged(tmp_path, caps
 def test_the_initial_weights_are_those_the_first_step_starts_from(tmp_path):
     """A checkpoint loaded after the recorder was made (a resume): the record's initial weights
     are the loaded ones, which the first step uses, not the fresh ones."""
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     saved = {k: torch.full_like(v, 0.25) for k, v in model.state_dict().items()}
     x, y = torch.rand(4, 1, 4, 4), torch.randint(0, 4, (4,))
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
         model.load_state_dict(saved)
         rec.batch(x)
-        rec.step(_step(model, opt, x, y))
+        rec.step(loops.step(model, opt, x, y))
     init = read_recorded(tmp_path / "a").weights_init
     assert sorted(init) == ["1.bias", "1.weight"]
     assert all((init[k] == 0.25).all() for k in init)
@@ -433,14 +222,14 @@ def test_a_recorder_without_loader_sampler_or_epoch_says_so_and_compare_judges_t
     data = torch.utils.data.TensorDataset(x, y)
     for name, give in (("blind", False), ("loader", True)):
         loader = torch.utils.data.DataLoader(data, batch_size=4)
-        model = _model()
+        model = loops.model()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         kw = {"loader": loader} if give else {}
         with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt, **kw) as rec:
             for _ in range(2):
                 for xb, yb in loader:
                     rec.batch(xb)
-                    rec.step(_step(model, opt, xb, yb))
+                    rec.step(loops.step(model, opt, xb, yb))
         said = capsys.readouterr().err
         assert ("every step is counted in epoch 1" in said) == (not give), said
     blind, counted = (read_recorded(tmp_path / n) for n in ("blind", "loader"))
@@ -477,7 +266,7 @@ def _loop(out, *, forget_train=False, sched_first=False, batch_sampler=False):
                 rec.batch(x)
                 if sched_first:
                     sched.step()
-                _step(model, opt, x, y)
+                loops.step(model, opt, x, y)
                 rec.step(1.0)
                 if not sched_first:
                     sched.step()
@@ -515,7 +304,7 @@ def test_a_loop_that_leaves_its_epochs_early_without_set_epoch_has_its_epochs(tm
     """No set_epoch, a break after 2 of 4 batches: the epochs used to be counted by the loader's
     length (4 steps in epoch 1), so an identical run with set_epoch FAILed its steps check. Each
     new loop over the loader is an epoch; the loader is left as it was."""
-    model = _model()
+    model = loops.model()
     data = torch.utils.data.TensorDataset(torch.rand(16, 16), torch.randint(0, 4, (16,)))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -526,7 +315,7 @@ def test_a_loop_that_leaves_its_epochs_early_without_set_epoch_has_its_epochs(tm
                 if i == 2:
                     break
                 rec.batch(x)
-                _step(model, opt, x, y)
+                loops.step(model, opt, x, y)
                 rec.step(1.0)
     assert [s["epoch"] for s in read_recorded(tmp_path / "a").steps] == [1, 1, 2, 2, 3, 3]
     assert "_get_iterator" not in vars(loader)
@@ -537,7 +326,7 @@ def test_autocast_is_recorded_as_the_compute_dtype(tmp_path):
     The first forward's autocast context is now the torch run's compute dtype."""
     x, y = torch.rand(8, 16), torch.randint(0, 4, (8,))
     for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
-        model = _model()
+        model = loops.model()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
             for _ in range(2):

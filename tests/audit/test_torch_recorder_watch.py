@@ -19,21 +19,21 @@ from dualtrain.audit.checks import check_settings
 from dualtrain.audit.read import read_recorded
 from dualtrain.backends.torch.audit_setup import read_config
 from dualtrain.errors import UserError
-from tests.audit.test_torch_recorder_cases import Stream, _model, _step
+from tests.audit import torch_loops as loops
 
 
 def test_an_iterable_datasets_epochs_are_its_loops_over_the_loader(tmp_path, capsys):
     """loader= given, no epoch=: the recorder said 'no loader or sampler given' and recorded the
     epochs unknown (compare then judged the steps' total only)."""
     x, y = torch.rand(12, 1, 4, 4), torch.randint(0, 4, (12,))
-    loader = torch.utils.data.DataLoader(Stream(x, y), batch_size=4)
-    model = _model()
+    loader = torch.utils.data.DataLoader(loops.Stream(x, y), batch_size=4)
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, loader=loader) as rec:
         for _ in range(2):
             for xb, yb in loader:
                 rec.batch(xb)
-                rec.step(_step(model, opt, xb, yb))
+                rec.step(loops.step(model, opt, xb, yb))
     assert "no loader or sampler given" not in capsys.readouterr().err
     run = read_recorded(tmp_path / "a")
     assert run.config["epochs"] == "counted"
@@ -57,7 +57,7 @@ def _unfreeze(tmp_path, name: str, when: str, head_lr: float = 0.1):
                 model[2].requires_grad_(True)
                 opt.add_param_group({"params": model[2].parameters(), "lr": head_lr})
             rec.batch(x[4 * i : 4 * i + 4])
-            rec.step(_step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
+            rec.step(loops.step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
     return read_recorded(tmp_path / name)
 
 
@@ -76,14 +76,14 @@ def test_a_group_added_after_the_recorder_was_made_is_held(tmp_path, capsys):
 
 
 def _ema(tmp_path, name: str, copied: bool):
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.99))
     x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
     with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
         for i in range(2):
             rec.batch(x[4 * i : 4 * i + 4])
-            loss = _step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])
+            loss = loops.step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4])
             ema.update_parameters(model)
             rec.step(loss)
         if copied:
@@ -113,14 +113,14 @@ def test_the_line_that_steps_the_scheduler_is_recorded_and_a_checkpoint_pickles(
     (a per-batch branch that did not run); the line is read as the call runs, on the class, so
     a checkpoint of the scheduler's state (its __dict__) still pickles."""
     monkeypatch.setattr(sys, "argv", [__file__])  # this file is the script that records
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt, scheduler=sched) as rec:
         for i in range(2):
             rec.batch(x[4 * i : 4 * i + 4])
-            rec.step(_step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
+            rec.step(loops.step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
             torch.save({"sched": sched.state_dict()}, io.BytesIO())
             pickle.dumps(sched.state_dict())
             line = sys._getframe().f_lineno + 1
@@ -142,13 +142,13 @@ def test_a_sync_batchnorm_is_recorded_as_synchronised():
 def test_a_validation_batch_given_to_rec_batch_is_one_line(tmp_path):
     """rec.batch under torch.no_grad() with the model in eval mode: its rows were added to the
     next optimizer step and its epoch counted otherwise (round 10), silently."""
-    model = _model()
+    model = loops.model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
     with pytest.raises(UserError, match="call it only for the batches the optimizer steps on"):
         with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:
             rec.batch(x[:4], epoch=1)
-            rec.step(_step(model, opt, x[:4], y[:4]))
+            rec.step(loops.step(model, opt, x[:4], y[:4]))
             model.eval()
             with torch.no_grad():
                 rec.batch(x[4:], epoch=1)
@@ -157,5 +157,5 @@ def test_a_validation_batch_given_to_rec_batch_is_one_line(tmp_path):
         with torch.no_grad():  # rows prepared without autograd, the model training: a step
             model.train()
             rec.batch(x[:4], epoch=1)
-        rec.step(_step(model, opt, x[:4], y[:4]))
+        rec.step(loops.step(model, opt, x[:4], y[:4]))
     assert read_recorded(tmp_path / "b").steps[0]["samples"] == 4

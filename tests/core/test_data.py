@@ -154,9 +154,9 @@ def test_inputs_are_normalised_to_the_formulas_bits_without_touching_the_data(
 ):
     # a step normalises only its own rows (no up-front pass over the data set), in place on a
     # float32 copy: the same bits as the formula written out, and the stored rows unchanged
-    from dualtrain.core.data.transforms import _transform
+    from dualtrain.core.data.transforms import make_transform
 
-    t = _transform(mean, std, shape, scale)
+    t = make_transform(mean, std, shape, scale)
     x = np.random.default_rng(0).integers(0, 256, (17, *shape), dtype=np.uint8)
     y = x.astype(np.float32) if scale is None else x.astype(np.float32) / np.float32(scale)
     want = (y - t.mean) / t.std

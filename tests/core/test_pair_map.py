@@ -181,5 +181,5 @@ def test_locator_counts_an_exact_match_as_a_match():
     from dualtrain.core.locate import mistakes as locate
 
     a = np.arange(6.0)
-    assert locate._close(a, a.copy())
-    assert not locate._close(a, a + 1e-6) and not locate._close(a, None)
+    assert locate.close(a, a.copy())
+    assert not locate.close(a, a + 1e-6) and not locate.close(a, None)

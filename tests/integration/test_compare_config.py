@@ -72,6 +72,12 @@ def test_compare_config_tiny(tmp_path):
     steps = json.loads((out / "torch/summary.json").read_text())["steps"]
     checks = {c["name"]: c for c in v["checks"]}
     assert f"{steps} of {steps} steps" in checks["trajectory"]["detail"]
+    the_reference_pair_is_the_spec_in_fp64_and_agrees(out, checks)
+    the_precision_path_is_judged_by_the_probes(out, v, checks)
+    tensorboard_overlays_the_four_runs(out)
+
+
+def the_reference_pair_is_the_spec_in_fp64_and_agrees(out, checks):
     # the reference pair is the same spec in float64, from the same float32 initial weights
     ref_spec = yaml.safe_load((out / "fp64-tf/spec.yaml").read_text())
     assert ref_spec["precision"]["dtype"] == "fp64"
@@ -85,6 +91,9 @@ def test_compare_config_tiny(tmp_path):
     assert (
         checks["reference_loss"]["value"] < 1e-13 and checks["reference_weights"]["value"] < 1e-13
     )
+
+
+def the_precision_path_is_judged_by_the_probes(out, v, checks):
     # the precision path is judged by one-step probes from the fp64 torch run's states
     for name in ("local_loss", "local_grad", "local_update", "convergence"):
         assert checks[name]["ran"] and checks[name]["passed"], checks[name]
@@ -99,6 +108,9 @@ def test_compare_config_tiny(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Precision path: one-step probes" in md
     assert "One-step errors against the fp64 step" in (out / "report.html").read_text()
+
+
+def tensorboard_overlays_the_four_runs(out):
     # `tensorboard --logdir OUT` overlays the four runs, with the same tags, and each run's curves
     # are its metrics.jsonl (read with TensorBoard's own loader, as its scalars dashboard reads
     # them)

@@ -42,7 +42,7 @@ USER_MISTAKES = {
         ("model.weight_map=nope.yaml", "model.torch=no_such_module:f"),
         "model.weight_map: file not found",
     ),
-    # dropout is carried (parity_tests/test_pair_dropout.py) when both sides have it alike
+    # dropout is carried (parity_tests/test_pair_dropout_parity.py) when both sides have it alike
     "dropout on one side (torch)": (
         ("model.torch=mistaken_torch:with_dropout",),
         "dropout layers differ: the torch forward calls 1 with a rate above 0 and the Keras one 0",

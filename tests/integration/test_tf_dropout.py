@@ -11,13 +11,13 @@ import tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
     [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 from dualtrain.core.dropout import NUMPY, keep
-from dualtrain.backends.tf.layers import _OPS, HashDropout
+from dualtrain.backends.tf.layers import INT_OPS, HashDropout
 
 ids = np.arange(3, 3000, 11, dtype=np.int64)
 el = np.arange(8 * 13 * 13, dtype=np.int64)
 for seed, step, layer, rate in [(0, 1, 2, 0.5), (7, 123456, 5, 0.25), (2**32 - 1, 2**31, 9, 0.1)]:
     ref = keep(NUMPY, seed, np.int64(step), ids, layer, el, rate)
-    got = keep(_OPS, seed, tf.fill([len(ids)], tf.constant(step, tf.int64)), tf.constant(ids),
+    got = keep(INT_OPS, seed, tf.fill([len(ids)], tf.constant(step, tf.int64)), tf.constant(ids),
                layer, tf.constant(el), rate).numpy()
     assert np.array_equal(got, ref), (seed, step)
 print("ok masks")

@@ -1,5 +1,5 @@
 """TensorFlow's low-precision products as the calibration sees them (dualtrain.core.kernels), and
-the ce_low_precision mutant's arithmetic on the tf backend (tools/mutants.py), in one process.
+the ce_low_precision mutant's arithmetic on the tf backend (tools/mutants/), in one process.
 
 Without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, as on every CPU without AVX-512 for bf16) TensorFlow's
 Eigen MatMul truncates its float32 result to bfloat16: the calibration must say so from the numbers
@@ -34,15 +34,15 @@ import types
 import tensorflow as tf
 from dualtrain.core.losses import reference
 from dualtrain.spec import Loss, load_spec
-from tools import mutants
+from tools.mutants import patching, precision as mutants
 
 spec = load_spec("configs/mnist_mlp.yaml", ["precision.dtype=bf16"])
 rng = np.random.default_rng(1)
 logits = (rng.standard_normal((64, 10)) * 3).astype(np.float32)
 y = rng.integers(0, 10, 64)
 per = reference(Loss.CROSS_ENTROPY, logits, y)[0].astype(np.float32)
-mutants._tf_ce_low_precision("bf16", None)
-cls = mutants._engine()
+mutants.tf_ce_low_precision("bf16", None)
+cls = patching.tf_engine()
 engine = types.SimpleNamespace(spec=spec, dtype=tf.float32, loss=Loss.CROSS_ENTROPY)
 step = tf.function(lambda z, t: cls._loss_sum(engine, z, t))
 got = float(step(tf.constant(logits, tf.bfloat16), tf.constant(y, tf.int32)))

@@ -1,5 +1,5 @@
 """The README's numbers that come from the code's own lists: the mutants its detection-power
-claims were measured with (tools/mutants.py). The check count of a compare is asserted against a
+claims were measured with (tools/mutants/). The check count of a compare is asserted against a
 real compare's verdict in tests/integration/test_compare_config.py."""
 
 import re

@@ -233,7 +233,7 @@ def test_every_field_policy_names_a_field_of_the_schema():
     """The spec paths the schema tags (cosmetic for compare, free on continuation, the record a
     difference shows in, which the diagnosis reads) all name real fields, and the diagnosis reads
     the tags: a renamed field cannot leave a stale entry."""
-    from dualtrain.parity.diagnose import IDS, INIT, LR, SCALE, _explained_by
+    from dualtrain.parity.diagnose import IDS, INIT, LR, SCALE, explained_by
     from dualtrain.spec import (
         COSMETIC,
         FREE,
@@ -253,7 +253,7 @@ def test_every_field_policy_names_a_field_of_the_schema():
     assert "distribution.master_port" in paths_with(COSMETIC)
     assert "optimizer.lr" not in paths_with(COSMETIC) and "seed" not in paths_with(FREE)
     assert "distribution" in paths_with(FREE)  # a tagged section: everything under it
-    assert set(_explained_by("seed")) == {IDS, INIT} and _explained_by("data.batch_size") == (IDS,)
-    assert _explained_by("optimizer.schedule.gamma") == (LR,) == _explained_by("optimizer.lr")
-    assert _explained_by("precision.loss_scale.init") == (SCALE,)
-    assert _explained_by("optimizer.momentum") == () == _explained_by("optimizer.lrr")
+    assert set(explained_by("seed")) == {IDS, INIT} and explained_by("data.batch_size") == (IDS,)
+    assert explained_by("optimizer.schedule.gamma") == (LR,) == explained_by("optimizer.lr")
+    assert explained_by("precision.loss_scale.init") == (SCALE,)
+    assert explained_by("optimizer.momentum") == () == explained_by("optimizer.lrr")

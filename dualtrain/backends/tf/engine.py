@@ -69,7 +69,7 @@ SUM = tf.distribute.ReduceOp.SUM
 class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     backend = "tf"
     #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on
-    #: an instance before __init__ traces the step: tools/mutants.py)
+    #: an instance before __init__ traces the step: tools/mutants/)
     ops: Ops = OPS
 
     def __init__(

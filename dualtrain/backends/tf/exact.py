@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from keras.src.backend.tensorflow import nn as keras_nn
 
-_ORIGINAL: dict[str, Callable[..., Any]] = {}
+ORIGINAL: dict[str, Callable[..., Any]] = {}
 #: op -> {name scope: width} of each float64 call since install
 _SEEN: dict[str, dict[str, int]] = {}
 #: the probe the measured error is taken on: where both ops differ most (|x| up to 6)
@@ -59,7 +59,7 @@ def _record(op: str, x: tf.Tensor) -> None:
 def _gelu(features: Any, approximate: bool = False, name: str | None = None) -> tf.Tensor:
     x = tf.convert_to_tensor(features)
     if x.dtype != tf.float64:
-        return _ORIGINAL["gelu"](features, approximate=approximate, name=name)
+        return ORIGINAL["gelu"](features, approximate=approximate, name=name)
     _record("gelu", x)
     return exact_gelu(x, approximate)
 
@@ -67,7 +67,7 @@ def _gelu(features: Any, approximate: bool = False, name: str | None = None) -> 
 def _leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> tf.Tensor:
     x = tf.convert_to_tensor(features)
     if x.dtype != tf.float64:
-        return _ORIGINAL["leaky_relu"](features, alpha=alpha, name=name)
+        return ORIGINAL["leaky_relu"](features, alpha=alpha, name=name)
     _record("leaky_relu", x)
     return exact_leaky_relu(x, alpha)
 
@@ -79,7 +79,7 @@ def _attention(query: Any, key: Any, value: Any, bias: Any, mask: Any, is_causal
     if query.dtype == tf.float64 and isinstance(scale, float):
         _record("attention_scale", value)
         scale = _f64(scale)
-    return _ORIGINAL["attention_scale"](query, key, value, bias, mask, is_causal, scale)
+    return ORIGINAL["attention_scale"](query, key, value, bias, mask, is_causal, scale)
 
 
 _REPLACEMENTS: dict[str, Callable[..., Any]] = {"gelu": _gelu, "leaky_relu": _leaky_relu}
@@ -88,16 +88,16 @@ _REPLACEMENTS: dict[str, Callable[..., Any]] = {"gelu": _gelu, "leaky_relu": _le
 def install() -> None:
     """Replace the ops (once per process)."""
     for op, fn in _REPLACEMENTS.items():
-        if op not in _ORIGINAL:
-            _ORIGINAL[op] = getattr(tf.nn, op)
+        if op not in ORIGINAL:
+            ORIGINAL[op] = getattr(tf.nn, op)
             setattr(tf.nn, op, fn)
-    if "attention_scale" not in _ORIGINAL:  # a module-level function the backend calls by name
-        _ORIGINAL["attention_scale"] = keras_nn._dot_product_attention_xla
+    if "attention_scale" not in ORIGINAL:  # a module-level function the backend calls by name
+        ORIGINAL["attention_scale"] = keras_nn._dot_product_attention_xla
         keras_nn._dot_product_attention_xla = _attention
 
 
 def installed() -> bool:
-    return bool(_ORIGINAL)
+    return bool(ORIGINAL)
 
 
 def measured_error(op: str) -> float:
@@ -105,12 +105,12 @@ def measured_error(op: str) -> float:
     leaky_relu at Keras's default slope 0.2)."""
     if op == "attention_scale":  # one head of 8 over 4 positions, the scale 1/sqrt(8)
         q = tf.reshape(tf.constant(_PROBE[:32], tf.float64), (1, 4, 1, 8))
-        fn = _ORIGINAL.get(op, keras_nn._dot_product_attention_xla)
+        fn = ORIGINAL.get(op, keras_nn._dot_product_attention_xla)
         a = fn(q, q, q, None, None, False, 1.0 / math.sqrt(8.0))
         b = fn(q, q, q, None, None, False, _f64(1.0 / math.sqrt(8.0)))
         return float(tf.reduce_max(tf.abs(a - b)))
     x = tf.constant(_PROBE, tf.float64)
-    original = _ORIGINAL.get(op, getattr(tf.nn, op))
+    original = ORIGINAL.get(op, getattr(tf.nn, op))
     if op == "gelu":
         pairs = [(original(x, approximate=a), exact_gelu(x, a)) for a in (False, True)]
     else:

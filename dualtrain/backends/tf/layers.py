@@ -101,7 +101,7 @@ def _i64(v: int | tf.Tensor) -> tf.Tensor:
     return v if tf.is_tensor(v) else tf.constant(v, tf.int64)
 
 
-_OPS = IntOps(
+INT_OPS = IntOps(
     xor=lambda a, b: tf.bitwise.bitwise_xor(_i64(a), _i64(b)),
     shr=lambda a, n: tf.bitwise.right_shift(a, _i64(n)),
     and_=lambda a, b: tf.bitwise.bitwise_and(_i64(a), _i64(b)),
@@ -125,7 +125,7 @@ class HashDropout(keras.layers.Layer):
         if not training or self.rate == 0.0:
             return x
         keep = dropout.keep(
-            _OPS, self.seed, steps, ids, self.layer, tf.constant(self.elements), self.rate
+            INT_OPS, self.seed, steps, ids, self.layer, tf.constant(self.elements), self.rate
         )
         if len(self.in_shape) == 3:  # (N, C*H*W) canonical -> (N, H, W, C)
             keep = tf.transpose(tf.reshape(keep, [-1, *self.in_shape]), [0, 2, 3, 1])
@@ -142,7 +142,7 @@ def pair_mask(x: tf.Tensor, mask: pair_dropout.Mask) -> tf.Tensor:
     channel's mask covers its feature map, its channel first or last)."""
     e = mask.entry
     elements = tf.constant(pair_dropout.elements(e))
-    keep = dropout.keep(_OPS, mask.seed, mask.step, mask.ids, mask.layer, elements, e.rate)
+    keep = dropout.keep(INT_OPS, mask.seed, mask.step, mask.ids, mask.layer, elements, e.rate)
     rank, last = len(e.shape), e.keras_layout == pair_dropout.CHANNELS_LAST
     if e.kind == pair_dropout.CHANNEL:
         ones = [1] * (rank - 1)

@@ -24,7 +24,7 @@ class GlobalAvgPool(nn.Module):
         return x.mean(dim=(2, 3))
 
 
-_OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.bitwise_and)
+INT_OPS = IntOps(xor=torch.bitwise_xor, shr=torch.bitwise_right_shift, and_=torch.bitwise_and)
 
 
 class HashDropout(nn.Module):
@@ -47,7 +47,7 @@ class HashDropout(nn.Module):
         if self.step is None or self.ids is None:
             raise RuntimeError("HashDropout needs step and ids before a training forward")
         keep = dropout.keep(
-            _OPS, self.seed, self.step, self.ids, self.layer, self.elements, self.rate
+            INT_OPS, self.seed, self.step, self.ids, self.layer, self.elements, self.rate
         )
         keep = keep.reshape(x.shape)  # canonical (C, H, W) order is torch's own layout
         return torch.where(
@@ -74,7 +74,7 @@ class PairDropout(nn.Module):
             return x
         e = mask.entry
         elements = torch.arange(e.elements, dtype=torch.int64, device=x.device)
-        keep = dropout.keep(_OPS, mask.seed, mask.step, mask.ids, mask.layer, elements, e.rate)
+        keep = dropout.keep(INT_OPS, mask.seed, mask.step, mask.ids, mask.layer, elements, e.rate)
         # canonical order is torch's own layout; a channel's mask covers its whole feature map
         keep = keep.reshape(
             (x.shape[0], -1, *(1,) * (x.dim() - 2)) if e.kind == pair_dropout.CHANNEL else x.shape

@@ -106,7 +106,7 @@ def user_module(model: ModelSpec, seed: int) -> nn.Module:
                     f"BatchNormalization holds). Received: momentum={m.momentum}, "
                     f"track_running_stats={m.track_running_stats}, affine={m.affine}"
                 )
-        _check_dropout(name, m)
+        check_dropout(name, m)
         for cls, what, why in _REFUSED:
             if isinstance(m, cls):
                 raise UserError(
@@ -119,7 +119,7 @@ def user_module(model: ModelSpec, seed: int) -> nn.Module:
     return module
 
 
-def _check_dropout(name: str, m: nn.Module) -> None:
+def check_dropout(name: str, m: nn.Module) -> None:
     """One line for a random layer the pair cannot give its masks."""
     _, why = dropout_kind(m)
     if why is not None:

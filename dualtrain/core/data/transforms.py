@@ -83,10 +83,10 @@ def _stats(a: np.ndarray, rows: Split, shape: tuple[int, ...]) -> Transform:
         count = total
     std = np.sqrt(m2 / count)
     std[std == 0] = 1.0
-    return _transform(mean, std, shape)
+    return make_transform(mean, std, shape)
 
 
-def _transform(mean: Any, std: Any, shape: tuple[int, ...], scale: float | None = None):
+def make_transform(mean: Any, std: Any, shape: tuple[int, ...], scale: float | None = None):
     c = shape[0]
     m = np.asarray(mean, dtype=np.float32).reshape(-1)
     s = np.asarray(std, dtype=np.float32).reshape(-1)
@@ -117,21 +117,21 @@ def input_transforms(
                     f"data.stats[{i.name}] needs 1 or {c} values (one per "
                     f"{'channel' if len(i.shape) == 3 else 'feature'}). Received: {len(g.mean)}"
                 )
-            out.append(_transform(g.mean, g.std, i.shape))
+            out.append(make_transform(g.mean, g.std, i.shape))
         elif d.normalize is Normalize.NONE:
             out.append(None)
         elif d.dataset is Dataset.MNIST:
             out.append(MNIST_TRANSFORM)
         elif recorded is not None and recorded.get(i.name) is not None:
             r = recorded[i.name]
-            out.append(_transform(r["mean"], r["std"], i.shape))
+            out.append(make_transform(r["mean"], r["std"], i.shape))
         else:
             out.append(_auto_stats(stored[f"{i.name}_train"], splits[TRAIN], i.shape))
     return tuple(out)
 
 
 #: MNIST's standard normalisation (normalize: auto), as a Transform
-MNIST_TRANSFORM = _transform(mnist.MEAN, mnist.STD, (1, 28, 28), scale=255.0)
+MNIST_TRANSFORM = make_transform(mnist.MEAN, mnist.STD, (1, 28, 28), scale=255.0)
 
 
 def normalize(images: np.ndarray) -> np.ndarray:

@@ -52,7 +52,7 @@ def classify(values: np.ndarray) -> tuple[str, float]:
     return (best, err) if err < 1e-6 else ("other", err)
 
 
-def _close(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+def close(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     """Both present and the same to :data:`TOL`."""
     r = rel(a, b)
     return r is not None and r <= TOL
@@ -102,7 +102,7 @@ def flatten_mistake(layout: Layout, module: str, t: dict, k: dict) -> str:
     n = len(x_t)
     hwc_as_chw = x_t.reshape(n, h, w, c).transpose(0, 3, 1, 2).reshape(n, -1)
     chw_as_hwc = x_t.reshape(n, c, h, w).transpose(0, 2, 3, 1).reshape(n, -1)
-    if _close(x_k, hwc_as_chw) or _close(x_k, chw_as_hwc):
+    if close(x_k, hwc_as_chw) or close(x_k, chw_as_hwc):
         return (
             "flatten order: the two sides flatten the (C, H, W) activations in different orders "
             "(torch flattens C,H,W; a port from Keras often flattens H,W,C)"
@@ -138,7 +138,7 @@ def layer_mistake(
     if kind == "dense" and w is not None and x is not None and fed is not None:
         if w.shape[0] == w.shape[1]:
             untransposed = x @ np.asarray(w, np.float64) + (0.0 if b is None else b)
-            if _close(fed, untransposed):
+            if close(fed, untransposed):
                 return "a transposed kernel: the Keras kernel is the torch weight untransposed"
     return ""
 
@@ -225,7 +225,7 @@ def batchnorm_mistake(
     if not torch_style and x is not None and var_k is not None and var0 is not None:
         axes = (0, *range(2, x.ndim))
         biased = (1.0 - m_k) * np.asarray(var0, np.float64) + m_k * x.var(axis=axes)
-        if _close(var_k, biased) and not _close(var_k, t.get(f"running/{module}.running_var")):
+        if close(var_k, biased) and not close(var_k, t.get(f"running/{module}.running_var")):
             found.append(
                 "BatchNorm running-variance convention (Keras's BatchNormalization keeps the "
                 "biased batch variance, torch the unbiased one, n/(n-1) larger; "

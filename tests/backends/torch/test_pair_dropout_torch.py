@@ -116,8 +116,8 @@ def test_the_first_call_takes_the_element_mask_in_torch_layout():
     ],
 )
 def test_a_random_layer_the_pair_cannot_mask_is_one_line(module, text):
-    from dualtrain.backends.torch.pair import _check_dropout
+    from dualtrain.backends.torch.pair import check_dropout
 
     with pytest.raises(UserError, match=text):
-        _check_dropout("layer", module)
-    _check_dropout("attn", nn.MultiheadAttention(8, 2, dropout=0.0))  # rate 0: the identity
+        check_dropout("layer", module)
+    check_dropout("attn", nn.MultiheadAttention(8, 2, dropout=0.0))  # rate 0: the identity

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_torch_masks_equal_numpy_masks():
-    from dualtrain.backends.torch.layers import _OPS
+    from dualtrain.backends.torch.layers import INT_OPS
 
     ids = np.arange(3, 3000, 11, dtype=np.int64)
     el = np.arange(8 * 13 * 13, dtype=np.int64)
@@ -21,7 +21,7 @@ def test_torch_masks_equal_numpy_masks():
     ]:
         ref = keep(NUMPY, seed, np.int64(step), ids, layer, el, rate)
         got = keep(
-            _OPS, seed, torch.tensor(step), torch.from_numpy(ids), layer, torch.from_numpy(el), rate
+            INT_OPS, seed, torch.tensor(step), torch.from_numpy(ids), layer, torch.from_numpy(el), rate
         ).numpy()
         assert np.array_equal(got, ref)
 

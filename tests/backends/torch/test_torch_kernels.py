@@ -1,5 +1,5 @@
 """torch's low-precision products as the calibration sees them (dualtrain.core.kernels), and the
-ce_low_precision mutant's arithmetic on the torch backend (tools/mutants.py).
+ce_low_precision mutant's arithmetic on the torch backend (tools/mutants/).
 
 torch rounds its bf16 and fp16 products to nearest whether oneDNN or ATen computes them (with
 oneDNN off, ATen accumulates in float32 and rounds once): the calibration must say so from the
@@ -41,7 +41,7 @@ def test_the_bf16_loss_mutant_is_its_own_arithmetic():
     from dualtrain.backends.torch.engine import TorchEngine
     from dualtrain.core.losses import reference
     from dualtrain.spec import Loss, load_spec
-    from tools import mutants
+    from tools.mutants import precision as mutants
 
     spec = load_spec(None, ["precision.dtype=bf16"])
     rng = np.random.default_rng(1)
@@ -50,7 +50,7 @@ def test_the_bf16_loss_mutant_is_its_own_arithmetic():
     per = reference(Loss.CROSS_ENTROPY, logits.float().numpy(), y.numpy())[0]
     original = TorchEngine._loss_sum
     try:
-        mutants._torch_ce_low_precision("bf16", None)
+        mutants.torch_ce_low_precision("bf16", None)
         engine = types.SimpleNamespace(spec=spec, dtype=torch.float32, loss=Loss.CROSS_ENTROPY)
         got = float(TorchEngine._loss_sum(engine, logits, y))
     finally:
