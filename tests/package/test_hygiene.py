@@ -18,7 +18,7 @@ from testkit.source import (
     project_files,
 )
 
-# ---- an honest graph: no private name crosses a module, in any tree; no cycle in the tools --------
+# ---- an honest graph: no private name crosses a module, in any tree; no cycle in the tools ------
 
 
 def private_crossings(path: Path, source: str | None = None) -> list[str]:

@@ -21,7 +21,13 @@ def test_torch_masks_equal_numpy_masks():
     ]:
         ref = keep(NUMPY, seed, np.int64(step), ids, layer, el, rate)
         got = keep(
-            INT_OPS, seed, torch.tensor(step), torch.from_numpy(ids), layer, torch.from_numpy(el), rate
+            INT_OPS,
+            seed,
+            torch.tensor(step),
+            torch.from_numpy(ids),
+            layer,
+            torch.from_numpy(el),
+            rate,
         ).numpy()
         assert np.array_equal(got, ref)
 
