@@ -12,8 +12,8 @@ dualtrain's hashed training masks are not part of an exported model) and batchno
 the run's running statistics. Inputs: the model's inputs in their order, normalised as the run
 normalised them (data.json: MNIST's ``(x / 255 - 0.1307) / 0.3081``, or the mean and std per
 channel or feature), images (N, C, H, W) for torch and (N, H, W, C) for Keras; outputs: the last
-layer's (N, width) (logits, or values for mse). ``export.json`` records the source run, the spec
-and these conventions.
+layer's (N, width) (logits, or values for mse: the loss's declared outputs). ``export.json``
+records the source run, the spec and these conventions.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 from dualtrain.backends import check_installed, parse_backend, tools_warm
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import read_record
+from dualtrain.core.losses import LOSSES
 from dualtrain.core.model import output_width
 from dualtrain.core.weights import check_layout, load_weights
 from dualtrain.driver.export_check import load_back
@@ -146,8 +147,7 @@ def export_run(
             "spec": spec.to_dict(),
             "dtype": str(next(iter(weights.values())).dtype),
             "inputs": _inputs(spec, run_dir, fmt),
-            "output": f"(N, {_width(spec, run_dir)}): "
-            + ("values" if spec.model.loss.value == "mse" else "logits"),
+            "output": f"(N, {_width(spec, run_dir)}): " + LOSSES[spec.model.loss].outputs,
             # a table's text target: output i is class_names[i]
             "class_names": ((read_record(run_dir) or {}).get("table") or {}).get("class_names"),
         }

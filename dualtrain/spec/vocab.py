@@ -246,6 +246,9 @@ class Dataset(StrEnum):
 
 
 class Loss(StrEnum):
+    """The losses by name; everything else about each (targets, outputs, its sum, metric and
+    scale) is declared in dualtrain.core.losses.LOSSES."""
+
     CROSS_ENTROPY = "cross_entropy"
     BINARY_CROSS_ENTROPY = "binary_cross_entropy"
     MSE = "mse"

@@ -41,13 +41,14 @@ from dualtrain.backends.tf.step import TrainStep
 from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
+from dualtrain.core.losses import LOSSES
 from dualtrain.core.model import keras_layouts, resolve, walk
 from dualtrain.core.ops import Ops
 from dualtrain.core.pair.transforms import check_identity
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.runtime.engine import Engine
-from dualtrain.spec import Experiment, LayerType, Loss, Precision
+from dualtrain.spec import Experiment, LayerType, Precision
 
 from .forward import ForwardPass
 from .model import (
@@ -164,7 +165,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         ]
         batch_sig.append(
             tf.TensorSpec([None], tf.int32, name="labels")
-            if self.loss is Loss.CROSS_ENTROPY
+            if LOSSES[self.loss].labels
             else tf.TensorSpec([None, None], self.dtype, name="targets")
         )
         step_sig = [

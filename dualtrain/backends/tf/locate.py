@@ -11,10 +11,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.core import pair
+from dualtrain.core import losses, pair
 from dualtrain.core.weights import Weights
-from dualtrain.spec import Experiment, Loss
+from dualtrain.spec import Experiment
 
+from .ops import LOSS_OPS
 from .pair import (
     PairConversion,
     attention_parts,
@@ -124,16 +125,7 @@ def probe_layers(
     ys = tf.constant(y)
     with tf.GradientTape() as tape:
         logits = net(feed, training=True)
-        if spec.model.loss is Loss.CROSS_ENTROPY:
-            loss = tf.reduce_sum(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ys, logits=logits)
-            )
-        elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
-            t = tf.cast(ys, tf.float64)
-            per = tf.nn.sigmoid_cross_entropy_with_logits(labels=t, logits=logits)
-            loss = tf.reduce_sum(tf.reduce_mean(per, axis=1))
-        else:
-            loss = tf.reduce_sum(tf.reduce_mean(tf.square(logits - tf.cast(ys, tf.float64)), 1))
+        loss = losses.loss_sum(LOSS_OPS, spec.model.loss, logits, ys)  # float64: exact form
         loss = loss / len(y)
     grads = tape.gradient(loss, [v.value for _, v in named])
     # the training forward above updated each batchnorm's moving statistics by its own rule

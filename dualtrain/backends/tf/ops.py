@@ -53,6 +53,7 @@ OPS = Ops(
     power=tf.pow,
 )
 
+
 #: TensorFlow's own loss kernels for dualtrain.core.losses.
 LOSS_OPS = LossOps(
     cross_entropy_sum=lambda out, y: tf.reduce_sum(

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from dualtrain.backends.torch.condition import AbsoluteGradient
 from dualtrain.backends.torch.layers import HashDropout
-from dualtrain.backends.torch.ops import LOSS_OPS
+from dualtrain.backends.torch.ops import LOSS_OPS, SCALE_OPS
 from dualtrain.core import losses
 from dualtrain.core.data.splits import TRAIN
 from dualtrain.core.pair import dropout as pair_dropout
@@ -110,20 +110,9 @@ class ForwardPass:
 
     @torch.no_grad()
     def _loss_abs(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The loss's absolute scale, summed over the samples (StepOut.abs_loss): per sample the
-        magnitudes of the terms the loss subtracts, so that rounding the outputs by u relative
-        moves the loss by about u times this. cross-entropy: |logsumexp(z)| + |z_y|; binary
-        cross-entropy: max(z, 0) + |z t| + log1p(exp(-|z|)); mse: 2 |o - t| (|o| + |t|) + (o -
-        t)^2 (the last two per column, then their mean)."""
-        out = out.to(self.dtype)
-        if self.loss is Loss.CROSS_ENTROPY:
-            z_y = out.gather(1, y[:, None])[:, 0]
-            return (torch.logsumexp(out, dim=1).abs() + z_y.abs()).sum()
-        if self.loss is Loss.BINARY_CROSS_ENTROPY:
-            terms = out.clamp(min=0) + (out * y).abs() + torch.log1p(torch.exp(-out.abs()))
-            return terms.mean(dim=1).sum()
-        d = out - y
-        return (2 * d.abs() * (out.abs() + y.abs()) + d * d).mean(dim=1).sum()
+        """The loss's absolute scale, summed over the samples (StepOut.abs_loss; its formula per
+        loss: dualtrain.core.losses)."""
+        return cast(torch.Tensor, losses.scale_sum(SCALE_OPS, self.loss, out.to(self.dtype), y))
 
     def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The evaluation metric summed over these samples (dualtrain.core.losses)."""

@@ -12,8 +12,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from dualtrain.spec import Experiment, Loss
+from dualtrain.core import losses
+from dualtrain.spec import Experiment
 
+from .ops import LOSS_OPS
 from .pair import build_module, load_pair
 
 
@@ -113,22 +115,7 @@ def probe_layers(
                 except Exception:  # flatten, pooling, ...: not an activation
                     continue
     target = torch.from_numpy(y)
-    if spec.model.loss is Loss.CROSS_ENTROPY:
-        loss = nn.functional.cross_entropy(logits, target, reduction="sum")
-    elif spec.model.loss is Loss.BINARY_CROSS_ENTROPY:
-        loss = (
-            nn.functional.binary_cross_entropy_with_logits(
-                logits, target.to(torch.float64), reduction="none"
-            )
-            .mean(dim=1)
-            .sum()
-        )
-    else:
-        loss = (
-            nn.functional.mse_loss(logits, target.to(torch.float64), reduction="none")
-            .mean(dim=1)
-            .sum()
-        )
+    loss = losses.loss_sum(LOSS_OPS, spec.model.loss, logits, target)  # float64: its exact form
     (loss / len(y)).backward()
     for name, p in module.named_parameters():
         if p.grad is not None:

@@ -1,13 +1,13 @@
 """The torch array namespaces: for dualtrain.core.update_rules only the global gradient norm
 (torch.optim and GradScaler stay the reference for the update rules and the loss scale); for
-dualtrain.core.losses torch's own loss kernels."""
+dualtrain.core.losses torch's own loss kernels, and what a loss's absolute scale needs."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from dualtrain.core.losses import LossOps
+from dualtrain.core.losses import LossOps, ScaleOps
 from dualtrain.core.ops import NormOps
 
 
@@ -41,4 +41,14 @@ LOSS_OPS = LossOps(
     count=lambda hit: hit.sum().double(),
     fraction=lambda hit, out: hit.to(out.dtype),
     to_float64=lambda x: x.double(),
+)
+
+SCALE_OPS = ScaleOps(
+    logsumexp=lambda out: torch.logsumexp(out, dim=1),
+    pick=lambda out, y: out.gather(1, y[:, None])[:, 0],
+    clamp0=lambda x: x.clamp(min=0),
+    log1p=torch.log1p,
+    exp=torch.exp,
+    mean_columns=lambda x: x.mean(dim=1),
+    total=lambda x: x.sum(),
 )

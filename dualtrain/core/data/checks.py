@@ -15,38 +15,38 @@ from dualtrain.core.data.dataset import Data, open_data, where_of
 from dualtrain.core.losses import LOSSES
 from dualtrain.core.model import output_width
 from dualtrain.errors import UserError
-from dualtrain.spec import Dataset, Experiment, Loss
+from dualtrain.spec import Dataset, Experiment
 
 
 def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
     target = data.target_name
     table = data.facts.get("table")
-    loss = data.loss
+    loss = LOSSES[data.loss]
     facts: dict[str, Any] = {}
     lo, hi = np.inf, -np.inf
     for split in ("train", "test"):
         a = data.stored[f"{target}_{split}"]
         # a table's target is its column (the stored key is dualtrain's own)
         key = f"{target}_{split}" if table is None else f"target column {table['target']!r}"
-        if loss is Loss.CROSS_ENTROPY:
+        if loss.labels:
             if a.dtype.kind not in "iub" or a.ndim != 1:
                 raise UserError(
                     f"{where}: {key} must be integer class labels of shape (N,) for "
-                    f"model.loss cross_entropy. Received: {a.dtype} {list(a.shape)}"
+                    f"model.loss {loss.name.value}. Received: {a.dtype} {list(a.shape)}"
                 )
         else:
             cols = 1 if a.ndim == 1 else int(np.prod(a.shape[1:]))
             if cols != width:
                 raise UserError(
                     f"{where}: {key} has {cols} target column(s) per sample, the model outputs "
-                    f"{width} (model.loss {loss.value}: one output per target column). Received: "
-                    f"{key} {list(a.shape)}"
+                    f"{width} (model.loss {loss.name.value}: one output per target column). "
+                    f"Received: {key} {list(a.shape)}"
                 )
         for s, e in arrays_mod.row_chunks(a):
             chunk = arrays_mod.take(a, slice(s, e))
             if len(chunk):
                 lo, hi = min(lo, float(chunk.min())), max(hi, float(chunk.max()))
-    if loss is Loss.CROSS_ENTROPY:
+    if loss.labels:
         classes = int(hi) + 1
         names = data.class_names
         if table is not None and names is not None and len(names) > width:
@@ -63,11 +63,13 @@ def _check_targets(data: Data, width: int, where: str) -> dict[str, Any]:
                 f"labels {int(lo)}..{int(hi)}"
             )
         facts["classes"] = classes if names is None else max(classes, len(names))
-    elif loss is Loss.BINARY_CROSS_ENTROPY and (lo < 0 or hi > 1):
+    elif loss.target_range is not None and not (
+        loss.target_range[0] <= lo and hi <= loss.target_range[1]
+    ):
+        low, high = loss.target_range
         raise UserError(
-            f"{where}: {target if table is None else key} must lie in [0, 1] for model.loss "
-            "binary_cross_entropy. Received: "
-            f"values {lo:g}..{hi:g}"
+            f"{where}: {target if table is None else key} must lie in [{low:g}, {high:g}] for "
+            f"model.loss {loss.name.value}. Received: values {lo:g}..{hi:g}"
         )
     return facts
 

@@ -23,6 +23,7 @@ from dualtrain.core.data.sources import (
 )
 from dualtrain.core.data.splits import TEST, TRAIN, VALIDATION, Split, make_splits
 from dualtrain.core.data.transforms import Transform, input_transforms
+from dualtrain.core.losses import LOSSES
 from dualtrain.spec import Dataset, DataSpec, Experiment, Loss, ModelSpec
 
 #: what the driver records about the data in the run directory (workers read the statistics)
@@ -77,10 +78,11 @@ class Data:
         return out
 
     def targets(self, split: str, positions: np.ndarray | slice) -> np.ndarray:
-        """int64 labels (n,) for cross-entropy; float32 (n, T) for the other losses."""
+        """int64 labels (n,) for a loss of class labels (cross-entropy); float32 (n, T) for the
+        other losses."""
         rows = self._rows(split, positions)
         a = arrays_mod.take(self.stored[f"{self.target_name}_{self._stored_split(split)}"], rows)
-        if self.loss is Loss.CROSS_ENTROPY:
+        if LOSSES[self.loss].labels:
             return a.astype(np.int64)
         cols = int(np.prod(a.shape[1:], dtype=np.int64))  # 1 for (N,) targets
         return a.astype(np.float32).reshape(a.shape[0], cols)

@@ -1,0 +1,28 @@
+"""TensorFlow's loss kernels (backends/tf/ops.py) against each loss's NumPy reference, in
+float64."""
+
+import numpy as np
+import pytest
+
+from dualtrain.core import losses
+from dualtrain.core.losses import LOSSES, reference
+from dualtrain.spec import Loss
+
+
+@pytest.mark.parametrize("loss", list(Loss))
+def test_tf_kernels_compute_the_reference(loss):
+    import tensorflow as tf
+
+    from dualtrain.backends.tf.ops import LOSS_OPS
+
+    rng = np.random.default_rng(1)
+    out = rng.standard_normal((32, 4)) * 3
+    if LOSSES[loss].labels:
+        y = rng.integers(0, 4, 32).astype(np.int32)
+    else:
+        lo, hi = LOSSES[loss].target_range or (-4.0, 4.0)
+        y = rng.uniform(lo, hi, (32, 4))
+    per, metric = reference(loss, out, y)
+    o, t = tf.constant(out), tf.constant(y)
+    assert np.isclose(float(losses.loss_sum(LOSS_OPS, loss, o, t)), per.sum(), rtol=1e-13)
+    assert np.isclose(float(losses.metric_sum(LOSS_OPS, loss, o, t)), metric.sum(), rtol=1e-13)

@@ -1,0 +1,68 @@
+"""Each loss declared once (dualtrain.core.losses.LOSSES): the declaration covers every loss the
+spec names, its sum and metric (written against a kernel namespace) equal its NumPy reference on a
+NumPy namespace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dualtrain.core import losses
+from dualtrain.core.losses import LOSSES, LossOps, ScaleOps, reference
+from dualtrain.spec import METRICS, Loss
+
+
+def _ce_sum(out, y):
+    m = out.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(out - m).sum(axis=1)) + m[:, 0]
+    return float((lse - out[np.arange(len(y)), y]).sum())
+
+
+NUMPY = LossOps(
+    cross_entropy_sum=_ce_sum,
+    binary_cross_entropy=lambda x, t: np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x))),
+    squared_difference=lambda a, b: (a - b) ** 2,
+    like=lambda y, out: np.asarray(y, out.dtype).reshape(out.shape),
+    mean_columns=lambda x: x.mean(axis=1),
+    total=np.sum,
+    equal=np.equal,
+    argmax=lambda out: out.argmax(axis=1),
+    count=lambda hit: float(np.sum(hit)),
+    fraction=lambda hit, out: hit.astype(out.dtype),
+    to_float64=np.float64,
+)
+SCALE = ScaleOps(
+    logsumexp=lambda out: np.log(np.exp(out).sum(axis=1)),
+    pick=lambda out, y: out[np.arange(len(y)), y],
+    clamp0=lambda x: np.maximum(x, 0),
+    log1p=np.log1p,
+    exp=np.exp,
+    mean_columns=lambda x: x.mean(axis=1),
+    total=np.sum,
+)
+
+
+def _batch(loss: Loss, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    out = rng.standard_normal((16, 3)) * 2
+    if LOSSES[loss].labels:
+        return out, rng.integers(0, 3, 16)
+    lo, hi = LOSSES[loss].target_range or (-3.0, 3.0)
+    return out, rng.uniform(lo, hi, (16, 3))
+
+
+def test_every_loss_the_spec_names_is_declared_with_its_metric():
+    assert set(LOSSES) == set(Loss) == set(METRICS)
+    for name, d in LOSSES.items():
+        assert d.name is name and d.outputs in ("logits", "values"), name
+        assert d.higher_is_better == (METRICS[name] == "accuracy"), name
+        assert not d.labels or d.min_width >= 2, name  # one logit per class, two classes at least
+
+
+@pytest.mark.parametrize("loss", list(Loss))
+def test_the_declared_sum_and_metric_are_the_reference(loss):
+    out, y = _batch(loss, np.random.default_rng(0))
+    per, metric = reference(loss, out, y)
+    assert np.isclose(losses.loss_sum(NUMPY, loss, out, y), per.sum(), rtol=1e-12)
+    assert np.isclose(losses.metric_sum(NUMPY, loss, out, y), metric.sum(), rtol=1e-12)
+    t = y if LOSSES[loss].labels else y.reshape(out.shape)
+    assert losses.scale_sum(SCALE, loss, out, t) >= abs(per).sum()  # the loss's own size at least
