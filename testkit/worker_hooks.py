@@ -84,3 +84,21 @@ def chief_finishes_late(backend: str, argument: str) -> None:
         return out
 
     TrainLoop.run = late
+
+
+def huber_delta(backend: str, argument: str) -> None:
+    """The TF backend's Huber loss at another delta (``argument``): a port whose Huber is not
+    torch's default (Keras's Huber(delta=...) against torch's huber_loss(delta=1.0))."""
+    if backend != "tf":
+        return
+    import tensorflow as tf  # lazy: framework
+
+    from dualtrain.backends.tf import ops  # lazy: framework
+
+    delta = float(argument)
+
+    def other(d):
+        a = tf.abs(d)
+        return tf.where(a <= delta, 0.5 * a * a, delta * (a - 0.5 * delta))
+
+    ops.huber_elementwise = other

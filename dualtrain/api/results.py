@@ -35,7 +35,7 @@ class RunResult:
     """``torch`` or ``tf``."""
     is_chief: bool
     test_accuracy: float | None
-    """Accuracy of the final evaluation, 0..1 (classification; None for mse)."""
+    """Accuracy of the final evaluation, 0..1 (classification; None for mse and huber)."""
     test_loss: float | None
     """Mean per-sample loss of the final evaluation (the MSE for model.loss mse)."""
     samples_per_s: float | None
@@ -45,7 +45,7 @@ class RunResult:
     wall_s: float | None
     """The workers' wall time (summary.json ``wall_s``; process start-up excluded)."""
     test_mae: float | None
-    """Mean absolute error of the final evaluation (model.loss mse; None otherwise)."""
+    """Mean absolute error of the final evaluation (model.loss mse or huber; None otherwise)."""
     summary: dict[str, Any] = field(repr=False)
     """RUN_DIR/summary.json as written (docs/run-directory.md)."""
     spec: Experiment = field(repr=False)
@@ -122,7 +122,7 @@ class CompareResult:
 def finished_line(result: RunResult) -> str:
     acc, mae = result.test_accuracy, result.test_mae
     if mae is not None and acc is None:
-        score = f"test mse {result.test_loss:.4g}, mae {mae:.4g}"
+        score = f"test {result.spec.model.loss.value} {result.test_loss:.4g}, mae {mae:.4g}"
     else:
         score = f"test accuracy {'n/a' if acc is None else f'{100 * acc:.2f}%'}"
     return (

@@ -47,7 +47,7 @@ def export(run_dir: str, fmt: str, out: str | None, overwrite: bool, which: str)
     keras: model.keras (keras.saving.load_model opens it).
     The model takes its inputs normalised as the run normalised them (export.json records how:
     MNIST's (x / 255 - 0.1307) / 0.3081, or the mean and std per input of your data) and returns
-    logits, or values for an mse model (export.json says which).
+    logits, or values for an mse or huber model (export.json says which).
     """
     from dualtrain.driver.export import export_run  # lazy: heavy (+55 ms on dualtrain --help)
 

@@ -18,6 +18,9 @@ backends, the data checks, the locators and export read it; none names a loss it
   ((logit > 0) == (target > 0.5) per column, the mean over columns).
 - ``mse``: floats, (N,) or (N, T), T outputs; metric ``mae`` (the mean over columns of
   abs(output - target)); the loss itself is the MSE.
+- ``huber``: as mse, the per-element loss Huber's with delta 1 (torch's ``F.huber_loss`` and
+  ``F.smooth_l1_loss`` at their defaults, Keras's ``Huber()``): ``d²/2`` where ``|d| <= 1``, else
+  ``|d| - 1/2``; metric ``mae``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ import numpy as np
 from dualtrain.errors import UserError
 from dualtrain.spec import METRICS, Loss
 
+#: Huber's delta (torch's and Keras's default): quadratic within it, linear beyond
+HUBER_DELTA = 1.0
+
 
 @dataclass(frozen=True)
 class LossOps:
@@ -43,6 +49,8 @@ class LossOps:
     """(logits, targets of the logits' dtype) -> elementwise binary cross-entropy with logits."""
     squared_difference: Callable[[Any, Any], Any]
     """(outputs, targets of their dtype) -> elementwise (output - target)^2."""
+    huber: Callable[[Any, Any], Any]
+    """(outputs, targets of their dtype) -> elementwise Huber loss, delta :data:`HUBER_DELTA`."""
     like: Callable[[Any, Any], Any]
     """(targets, outputs) -> the targets in the outputs' dtype."""
     mean_columns: Callable[[Any], Any]
@@ -72,6 +80,8 @@ class ScaleOps:
     """max(x, 0) elementwise."""
     log1p: Callable[[Any], Any]
     exp: Callable[[Any], Any]
+    minimum: Callable[[Any, float], Any]
+    """min(x, c) elementwise."""
     mean_columns: Callable[[Any], Any]
     total: Callable[[Any], Any]
 
@@ -174,6 +184,19 @@ def _mse_scale(ops: ScaleOps, out: Any, t: Any) -> Any:
     return ops.total(ops.mean_columns(2 * abs(d) * (abs(out) + abs(t)) + d * d))
 
 
+def _huber_reference(out: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = np.abs(out - t)
+    per = np.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
+    return _per_column(per, a)
+
+
+def _huber_scale(ops: ScaleOps, out: Any, t: Any) -> Any:
+    # the slope min(|d|, delta) times the rounded magnitudes, plus the loss's own size's bound
+    a = abs(out - t)
+    slope = ops.minimum(a, HUBER_DELTA)
+    return ops.total(ops.mean_columns(slope * (abs(out) + abs(t)) + slope * a))
+
+
 LOSSES = {
     Loss.CROSS_ENTROPY: LossDef(
         Loss.CROSS_ENTROPY,
@@ -212,6 +235,18 @@ LOSSES = {
         metric_sum=_mae_sum,
         scale_sum=_mse_scale,
         reference=_mse_reference,
+    ),
+    Loss.HUBER: LossDef(
+        Loss.HUBER,
+        False,
+        "torch.nn.functional.huber_loss",
+        "tf.where(|d| <= 1, d²/2, |d| - 1/2)",
+        labels=False,
+        outputs="values",
+        loss_sum=_columns(lambda ops: ops.huber),
+        metric_sum=_mae_sum,
+        scale_sum=_huber_scale,
+        reference=_huber_reference,
     ),
 }
 

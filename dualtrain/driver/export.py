@@ -12,8 +12,8 @@ dualtrain's hashed training masks are not part of an exported model) and batchno
 the run's running statistics. Inputs: the model's inputs in their order, normalised as the run
 normalised them (data.json: MNIST's ``(x / 255 - 0.1307) / 0.3081``, or the mean and std per
 channel or feature), images (N, C, H, W) for torch and (N, H, W, C) for Keras; outputs: the last
-layer's (N, width) (logits, or values for mse: the loss's declared outputs). ``export.json``
-records the source run, the spec and these conventions.
+layer's (N, width) (logits, or values for mse and huber: the loss's declared outputs).
+``export.json`` records the source run, the spec and these conventions.
 """
 
 from __future__ import annotations

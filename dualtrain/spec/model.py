@@ -135,7 +135,8 @@ class ModelSpec:
     (docs/data.md)."""
     loss: Loss = Loss.CROSS_ENTROPY
     """cross_entropy (integer class labels, one logit per class), binary_cross_entropy (targets in
-    [0, 1], one logit per target column) or mse (float targets, one output per target column); the
+    [0, 1], one logit per target column), mse or huber (float targets, one output per target
+    column; huber: delta 1, torch's huber_loss and smooth_l1_loss, Keras's Huber); the
     per-sample loss is the mean over output columns, and the step differentiates its sum over the
     global batch divided by the global batch size, on both backends."""
     preset: str | None = None

@@ -17,8 +17,8 @@ class EarlyStoppingSpec:
     evaluation (train.eval_every; the end of every epoch by default)."""
 
     metric: str = "val_loss"
-    """The evaluation field to watch: loss or accuracy (mae for an mse model) of the test split,
-    or val_loss, val_accuracy, val_mae of the validation split (data.validation)."""
+    """The evaluation field to watch: loss or accuracy (mae for an mse or huber model) of the test
+    split, or val_loss, val_accuracy, val_mae of the validation split (data.validation)."""
     mode: StopMode = StopMode.AUTO
     """min, max, or auto: max for accuracy, min for loss and mae."""
     patience: int | None = 3

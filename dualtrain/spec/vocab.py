@@ -252,6 +252,7 @@ class Loss(StrEnum):
     CROSS_ENTROPY = "cross_entropy"
     BINARY_CROSS_ENTROPY = "binary_cross_entropy"
     MSE = "mse"
+    HUBER = "huber"
 
 
 #: The evaluation metric each loss is recorded with (beside the loss itself; its definition is
@@ -260,6 +261,7 @@ METRICS: dict[Loss, str] = {
     Loss.CROSS_ENTROPY: "accuracy",
     Loss.BINARY_CROSS_ENTROPY: "accuracy",
     Loss.MSE: "mae",
+    Loss.HUBER: "mae",
 }
 
 

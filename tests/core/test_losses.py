@@ -1,6 +1,6 @@
 """Each loss declared once (dualtrain.core.losses.LOSSES): the declaration covers every loss the
 spec names, its sum and metric (written against a kernel namespace) equal its NumPy reference on a
-NumPy namespace."""
+NumPy namespace, and Huber's values are Huber's."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dualtrain.core import losses
-from dualtrain.core.losses import LOSSES, LossOps, ScaleOps, reference
+from dualtrain.core.losses import HUBER_DELTA, LOSSES, LossOps, ScaleOps, reference
 from dualtrain.spec import METRICS, Loss
 
 
@@ -18,10 +18,16 @@ def _ce_sum(out, y):
     return float((lse - out[np.arange(len(y)), y]).sum())
 
 
+def _huber(out, t):
+    a = np.abs(out - t)
+    return np.where(a <= 1.0, 0.5 * a * a, a - 0.5)
+
+
 NUMPY = LossOps(
     cross_entropy_sum=_ce_sum,
     binary_cross_entropy=lambda x, t: np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x))),
     squared_difference=lambda a, b: (a - b) ** 2,
+    huber=_huber,
     like=lambda y, out: np.asarray(y, out.dtype).reshape(out.shape),
     mean_columns=lambda x: x.mean(axis=1),
     total=np.sum,
@@ -37,6 +43,7 @@ SCALE = ScaleOps(
     clamp0=lambda x: np.maximum(x, 0),
     log1p=np.log1p,
     exp=np.exp,
+    minimum=np.minimum,
     mean_columns=lambda x: x.mean(axis=1),
     total=np.sum,
 )
@@ -66,3 +73,15 @@ def test_the_declared_sum_and_metric_are_the_reference(loss):
     assert np.isclose(losses.metric_sum(NUMPY, loss, out, y), metric.sum(), rtol=1e-12)
     t = y if LOSSES[loss].labels else y.reshape(out.shape)
     assert losses.scale_sum(SCALE, loss, out, t) >= abs(per).sum()  # the loss's own size at least
+
+
+def test_huber_is_quadratic_within_delta_and_linear_beyond():
+    out = np.array([[0.5, -2.0, 1.0]])
+    per, mae = reference(Loss.HUBER, out, np.zeros((1, 3)))
+    assert HUBER_DELTA == 1.0
+    assert np.allclose(per, [(0.125 + 1.5 + 0.5) / 3]) and np.allclose(mae, [3.5 / 3])
+
+
+def test_huber_targets_are_values_of_any_range():
+    d = LOSSES[Loss.HUBER]
+    assert not d.labels and d.target_range is None and d.outputs == "values"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from dualtrain.core.losses import LossOps
+from dualtrain.core.losses import HUBER_DELTA, LossOps
 from dualtrain.core.ops import Ops
 
 
@@ -55,6 +55,13 @@ OPS = Ops(
 
 
 #: TensorFlow's own loss kernels for dualtrain.core.losses.
+def huber_elementwise(d: tf.Tensor) -> tf.Tensor:
+    """Huber's loss of the differences ``d``, elementwise (Keras's ``Huber``, torch's
+    ``F.huber_loss``): d²/2 within delta, delta (|d| - delta/2) beyond."""
+    a = tf.abs(d)
+    return tf.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
+
+
 LOSS_OPS = LossOps(
     cross_entropy_sum=lambda out, y: tf.reduce_sum(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
@@ -63,6 +70,7 @@ LOSS_OPS = LossOps(
         labels=t, logits=out
     ),
     squared_difference=tf.math.squared_difference,
+    huber=lambda out, t: huber_elementwise(out - t),
     like=lambda y, out: tf.cast(y, out.dtype),
     mean_columns=lambda x: tf.reduce_mean(x, axis=1),
     total=tf.reduce_sum,

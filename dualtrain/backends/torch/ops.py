@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from dualtrain.core.losses import LossOps, ScaleOps
+from dualtrain.core.losses import HUBER_DELTA, LossOps, ScaleOps
 from dualtrain.core.ops import NormOps
 
 
@@ -33,6 +33,7 @@ LOSS_OPS = LossOps(
         out, t, reduction="none"
     ),
     squared_difference=lambda out, t: F.mse_loss(out, t, reduction="none"),
+    huber=lambda out, t: F.huber_loss(out, t, reduction="none", delta=HUBER_DELTA),
     like=lambda y, out: y.to(out.dtype),
     mean_columns=lambda x: x.mean(dim=1),
     total=lambda x: x.sum(),
@@ -49,6 +50,7 @@ SCALE_OPS = ScaleOps(
     clamp0=lambda x: x.clamp(min=0),
     log1p=torch.log1p,
     exp=torch.exp,
+    minimum=lambda x, c: x.clamp(max=c),
     mean_columns=lambda x: x.mean(dim=1),
     total=lambda x: x.sum(),
 )
