@@ -207,7 +207,7 @@ def group_lrs(run: Recorded) -> list[list[float | None]]:
     ]
 
 
-def lr_pairs(ga: list, gb: list) -> list[tuple[int, Any, Any]]:
+def lr_pairs(ga: list[Any], gb: list[Any]) -> list[tuple[int, Any, Any]]:
     """(group, A's lr, B's lr) to compare at one step: group by group where both have as many
     groups; one lr for all parameters against each of the other's groups; else the first only."""
     if len(ga) == len(gb):

@@ -2,6 +2,8 @@
 (read from the source; the import itself, in a fresh interpreter, is
 tests/integration/test_boundaries_import.py)."""
 
+import re
+
 from testkit.cli import ROOT
 from testkit.source import (
     PKG,
@@ -129,3 +131,34 @@ def test_both_backends_have_the_same_files():
         for b in ("torch", "tf")
     }
     assert files["torch"] == files["tf"], files["torch"] ^ files["tf"]
+
+
+# ---- the pipeline the docs draw is the one the imports keep --------------------------------------
+
+#: the folders of the pipeline, in import order (the plain helpers and the package root left out)
+PIPELINE = [
+    name for layer in LAYERS[1:] for name in sorted(layer) if name not in ("__init__", "__main__")
+]
+
+
+def drawn_pipelines(text: str) -> list[list[str]]:
+    """Every chain ``a -> b -> c`` of folder names drawn in ``text``."""
+    return [
+        [part.strip() for part in line.split("->")]
+        for line in text.splitlines()
+        if line.count("->") >= 3
+        and all(re.fullmatch(r"[a-z_]+", p.strip()) for p in line.split("->"))
+    ]
+
+
+def test_the_pipeline_in_readme_and_architecture_is_the_import_layers():
+    for doc in (ROOT / "README.md", ROOT / "docs" / "architecture.md"):
+        drawn = drawn_pipelines(doc.read_text())
+        assert drawn == [PIPELINE], (doc.name, drawn, PIPELINE)
+
+
+def test_the_pipeline_check_sees_a_folder_left_out():
+    assert drawn_pipelines(" spec -> records -> core -> runtime\n") == [
+        ["spec", "records", "core", "runtime"]
+    ]
+    assert drawn_pipelines("a -> b -> c -> d\n")[0] != PIPELINE
