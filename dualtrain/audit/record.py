@@ -231,7 +231,9 @@ def _save_npz(path: Path, weights: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
-def _metrics_rows(steps: list[dict[str, Any]], replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _metrics_rows(
+    steps: list[dict[str, Any]], replicas: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     by_step: dict[int, list[dict[str, Any]]] = {}
     for r in replicas:
         by_step.setdefault(r["step"], []).append(r)
