@@ -197,7 +197,7 @@ def preimport_env(spec: Experiment) -> dict[str, str]:
     """What a TF worker's environment must hold before TensorFlow is imported (the worker sets it
     itself unless it is set already; a launcher that imports TensorFlow before the worker runs,
     such as Ray Train's TensorflowTrainer, must pass it in): with determinism, oneDNN off (on for
-    bf16: dualtrain.backends.tf.worker.configure_tf says why), and TF's C++ log level at 2 (its
+    bf16: dualtrain.backends.tf.distributed.settings says why), and TF's C++ log level at 2 (its
     start-up chatter off; the worker's default, which TensorFlow reads when it first logs)."""
     out = dict(BASE_PREIMPORT)
     if spec.determinism:

@@ -49,7 +49,7 @@ def forward_logits(
     batch_size: int = 1000,
 ) -> np.ndarray:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see worker.configure_tf)
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # as the workers (see distributed.settings)
     import tensorflow as tf  # lazy: framework (the environment first)
 
     from .model import (  # lazy: framework

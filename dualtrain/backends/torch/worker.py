@@ -16,12 +16,12 @@ import torch.distributed as dist
 from dualtrain.backends.torch import kernels as torch_kernels
 from dualtrain.backends.torch import ps
 from dualtrain.backends.torch.cluster import leave_together
-from dualtrain.backends.torch.engine import (
-    TorchEngine,
+from dualtrain.backends.torch.distributed import (
     configure_determinism,
     init_distributed,
     select_device,
 )
+from dualtrain.backends.torch.engine import TorchEngine
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.backends.torch.launch import ROLE_ENV
 from dualtrain.core import kernels
