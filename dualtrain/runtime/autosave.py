@@ -11,41 +11,27 @@ import platform
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dualtrain.core.stopping import Stopper
 from dualtrain.errors import UserError
-from dualtrain.records.record import RunWriter
 from dualtrain.runtime import checkpoint
+from dualtrain.runtime.context import Counters, RunContext
 from dualtrain.runtime.engine import Engine
-from dualtrain.runtime.progress import Reporter
-from dualtrain.runtime.window import Counters
 from dualtrain.spec import Experiment
 
 
 class Checkpointer:
-    def __init__(
-        self,
-        spec: Experiment,
-        engine: Engine,
-        writer: RunWriter | None,
-        run_dir: Path | None,
-        out: Reporter,
-        *,
-        attempt: int,
-        data_sha256: str,
-        model_sha256: str,
-    ):
-        self.spec = spec
-        self.engine = engine
-        self.writer = writer
-        self.run_dir = run_dir
-        self.out = out
+    def __init__(self, ctx: RunContext, *, attempt: int, model_sha256: str):
+        self.spec = ctx.spec
+        self.engine = ctx.engine
+        self.writer = ctx.writer
+        self.run_dir = ctx.run_dir
+        self.out = ctx.out
         self.attempt = attempt
-        self.data_sha256 = data_sha256
+        self.data_sha256 = ctx.data.sha256
         self.model_sha256 = model_sha256
         self.written = 0
         self.seconds = 0.0

@@ -12,16 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core.data import TEST, VALIDATION, Data
+from dualtrain.core.data import TEST, VALIDATION
 from dualtrain.core.losses import metric_name
 from dualtrain.core.plan import eval_shards
 from dualtrain.core.stopping import Stopper
 from dualtrain.core.weights import save_weights
-from dualtrain.records.record import WEIGHTS_BEST, RunWriter
-from dualtrain.runtime.engine import Engine
-from dualtrain.runtime.progress import Reporter
-from dualtrain.runtime.window import Counters
-from dualtrain.spec import Experiment
+from dualtrain.records.record import WEIGHTS_BEST
+from dualtrain.runtime.context import RunContext
 
 
 def shown(metric: str, value: float | None) -> str:
@@ -32,22 +29,14 @@ def shown(metric: str, value: float | None) -> str:
 
 
 class Evaluator:
-    def __init__(
-        self,
-        spec: Experiment,
-        engine: Engine,
-        data: Data,
-        writer: RunWriter | None,
-        run_dir: Path | None,
-        out: Reporter,
-        counters: Counters,
-    ):
-        self.engine = engine
+    def __init__(self, ctx: RunContext):
+        spec, data = ctx.spec, ctx.data
+        self.engine = ctx.engine
         self.data = data
-        self.writer = writer
-        self.run_dir = run_dir
-        self.out = out
-        self.counters = counters
+        self.writer = ctx.writer
+        self.run_dir = ctx.run_dir
+        self.out = ctx.out
+        self.counters = ctx.counters
         self.ema = spec.train.ema
         self.keep_best = spec.train.keep_best
         self.metric = metric_name(spec.model.loss)

@@ -30,13 +30,14 @@ from dualtrain.runtime import probes
 from dualtrain.runtime.autosave import Checkpointer, planted_exit
 from dualtrain.runtime.cadence import Cadence, Tick
 from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
+from dualtrain.runtime.context import Counters, RunContext
 from dualtrain.runtime.engine import Engine
 from dualtrain.runtime.evaluation import Evaluator, shown
 from dualtrain.runtime.feed import Feed
 from dualtrain.runtime.progress import Reporter
 from dualtrain.runtime.start import steps_total
 from dualtrain.runtime.summary import summary
-from dualtrain.runtime.window import Counters, Entry, Window
+from dualtrain.runtime.window import Entry, Window
 from dualtrain.spec import Experiment
 
 
@@ -79,9 +80,15 @@ class TrainLoop:
         self.out = Reporter(
             f"[{engine.backend}]", spec.logging.progress, self.total_steps, enabled=chief
         )
+        self.counters = (
+            Counters.from_checkpoint(resume.state["loop"]) if resume is not None else Counters()
+        )
+        ctx = RunContext(
+            spec, engine, data, self.feed, self.writer, run_dir, self.out, self.counters
+        )
         # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference
         # run to record states, and the requested-precision runs to replay them after training.
-        self.prober = probes.Prober(engine, self.writer, run_dir, probes.role_from_env(), self.feed)
+        self.prober = probes.Prober(ctx, probes.role_from_env())
         self.cadence = Cadence.of(
             spec.train,
             self.total_steps,
@@ -90,32 +97,15 @@ class TrainLoop:
             dump_grads=frozenset(spec.debug.dump_grads),
         )
         self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
-        self.counters = (
-            Counters.from_checkpoint(resume.state["loop"]) if resume is not None else Counters()
-        )
         self.window = Window(
-            engine,
-            self.writer,
-            self.out,
-            self.counters,
+            ctx,
             accumulate=self.plan.accumulate,
             total_steps=self.total_steps,
             epochs=self.cadence.epochs,
             show_scale=spec.precision.dtype.value == "fp16",
         )
-        self.evaluator = Evaluator(
-            spec, engine, data, self.writer, run_dir, self.out, self.counters
-        )
-        self.checkpointer = Checkpointer(
-            spec,
-            engine,
-            self.writer,
-            run_dir,
-            self.out,
-            attempt=attempt,
-            data_sha256=data.sha256,
-            model_sha256=model_sha256,
-        )
+        self.evaluator = Evaluator(ctx)
+        self.checkpointer = Checkpointer(ctx, attempt=attempt, model_sha256=model_sha256)
         self.history = self._history(resume)
         if resume is not None and self.evaluator.stopper is not None:
             loop = resume.state["loop"]

@@ -37,10 +37,9 @@ import numpy as np
 
 from dualtrain.core.weights import Weights
 from dualtrain.jsonio import write_atomic
-from dualtrain.records.record import RunWriter
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, StepOut
-from dualtrain.runtime.feed import Feed
+from dualtrain.runtime.context import RunContext
+from dualtrain.runtime.engine import StepOut
 
 PROBE_ENV = "DUALTRAIN_PROBES"
 DIR = "probes"
@@ -174,19 +173,12 @@ def state_of(
 
 
 class Prober:
-    def __init__(
-        self,
-        engine: Engine,
-        writer: RunWriter | None,
-        run_dir: Path | None,
-        role: Role | None,
-        feed: Feed,
-    ):
-        self.engine = engine
-        self.writer = writer
-        self.run_dir = run_dir
+    def __init__(self, ctx: RunContext, role: Role | None):
+        self.engine = ctx.engine
+        self.writer = ctx.writer
+        self.run_dir = ctx.run_dir
         self.role = role
-        self.feed = feed
+        self.feed = feed = ctx.feed
         self.index: list[dict[str, Any]] = []
         self.record_at: frozenset[int] = frozenset()
         """The steps whose probe this run records (the fp64 reference run)."""

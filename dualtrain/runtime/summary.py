@@ -12,7 +12,7 @@ from dualtrain.core.data import Data
 from dualtrain.core.stopping import Stopper
 from dualtrain.core.weights import Weights, weights_digest
 from dualtrain.runtime import clock
-from dualtrain.runtime.window import Counters
+from dualtrain.runtime.context import Counters
 from dualtrain.spec import Experiment
 
 

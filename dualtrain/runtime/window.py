@@ -6,15 +6,13 @@ checkpoint carries and the summary reports."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from dualtrain.core.plan import micro_sizes, shard_digest
-from dualtrain.records.record import RunWriter
-from dualtrain.runtime.engine import Engine, StepOut
-from dualtrain.runtime.progress import Reporter
+from dualtrain.runtime.context import RunContext
+from dualtrain.runtime.engine import StepOut
 
 
 @dataclass(frozen=True)
@@ -29,55 +27,22 @@ class Entry:
     """The step's global sample count (its loss normaliser)."""
 
 
-@dataclass
-class Counters:
-    """The run's totals so far; a checkpoint's ``loop`` section (a resumed run continues them)."""
-
-    samples: int = 0
-    skipped: int = 0
-    train_time: float = 0.0
-    """Seconds spent training (evaluation and checkpoints excluded)."""
-    eval_time: float = 0.0
-    last_eval: dict[str, Any] = field(default_factory=dict)
-    """The last eval record (dualtrain.runtime.evaluation)."""
-
-    @classmethod
-    def from_checkpoint(cls, loop: dict[str, Any]) -> Counters:
-        return cls(
-            samples=int(loop["samples"]),
-            skipped=int(loop["skipped"]),
-            train_time=float(loop["train_time"]),
-            last_eval=dict(loop["last_eval"]),
-        )
-
-    def checkpoint_state(self) -> dict[str, Any]:
-        return {
-            "samples": self.samples,
-            "skipped": self.skipped,
-            "train_time": self.train_time,
-            "last_eval": self.last_eval,
-        }
-
-
 class Window:
     """The steps since the last flush (:meth:`flush` empties it)."""
 
     def __init__(
         self,
-        engine: Engine,
-        writer: RunWriter | None,
-        out: Reporter,
-        counters: Counters,
+        ctx: RunContext,
         *,
         accumulate: int,
         total_steps: int,
         epochs: int,
         show_scale: bool,
     ):
-        self.engine = engine
-        self.writer = writer
-        self.out = out
-        self.counters = counters
+        self.engine = ctx.engine
+        self.writer = ctx.writer
+        self.out = ctx.out
+        self.counters = ctx.counters
         self.accumulate = accumulate
         self.total_steps = total_steps
         self.epochs = epochs
