@@ -1,9 +1,11 @@
 """Throughput: dualtrain's TF runner vs plain Keras ``model.fit`` under MirroredStrategy.
 
-    python bench/bench_tf.py [--repeat N] [--epochs E]
+    python bench/bench_tf.py [--repeat N] [--epochs E] [--model mlp|cnn]
 
-Both sides train the MNIST MLP (784-256-128-10), global batch 128, world 2 (MirroredStrategy over
-two logical CPU devices), fp32, full MNIST in memory, each in its own subprocess:
+Both sides train the MNIST MLP (784-256-128-10) or, with --model cnn, the CNN preset (conv 32,
+max-pool, conv 64, max-pool, dense 128), SGD with momentum, global batch 128, world 2
+(MirroredStrategy over two logical CPU devices), fp32, full MNIST in memory, each in its own
+subprocess:
 
 * dualtrain: ``dualtrain run --backend tf --config configs/mnist_mlp.yaml --world-size 2`` with
   ``tf.strategy=mirrored``; the figure is summary.json's ``train_samples_per_s`` (all training
@@ -36,7 +38,7 @@ import json, os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
-epochs = int(sys.argv[1])
+epochs, kind = int(sys.argv[1]), sys.argv[2]
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
@@ -51,9 +53,14 @@ x = np.ascontiguousarray(data.inputs(TRAIN, slice(0, n))[0].transpose(0, 2, 3, 1
 y = data.targets(TRAIN, slice(0, n)).astype(np.int32)
 strategy = tf.distribute.MirroredStrategy(devices=["/cpu:0", "/cpu:1"])
 with strategy.scope():
-    model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
-                              keras.layers.Dense(256, activation="relu"),
-                              keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)])
+    L = keras.layers
+    if kind == "cnn":  # dualtrain's cnn preset (dualtrain/spec/model.py)
+        body = [L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(2),
+                L.Conv2D(64, 3, activation="relu"), L.MaxPooling2D(2), L.Flatten(),
+                L.Dense(128, activation="relu")]
+    else:
+        body = [L.Flatten(), L.Dense(256, activation="relu"), L.Dense(128, activation="relu")]
+    model = keras.Sequential([keras.Input((28, 28, 1)), *body, L.Dense(10)])
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.05, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
@@ -86,7 +93,7 @@ def env() -> dict[str, str]:
     return e
 
 
-def run_dualtrain(epochs: int) -> float:
+def run_dualtrain(epochs: int, kind: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         cmd = [
@@ -108,6 +115,8 @@ def run_dualtrain(epochs: int) -> float:
             "precision.dtype=fp32",
             "--set",
             "data.batch_size=128",
+            "--set",
+            f"model.preset={kind}",
             "--out",
             str(out),
         ]
@@ -117,9 +126,9 @@ def run_dualtrain(epochs: int) -> float:
         return float(json.loads((out / "summary.json").read_text())["train_samples_per_s"])
 
 
-def run_keras(epochs: int) -> float:
+def run_keras(epochs: int, kind: str) -> float:
     proc = subprocess.run(
-        [sys.executable, "-c", KERAS_FIT, str(epochs)],
+        [sys.executable, "-c", KERAS_FIT, str(epochs), kind],
         capture_output=True,
         text=True,
         env=env(),
@@ -134,25 +143,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     args = ap.parse_args()
     ours, keras_fit = [], []
     for i in range(args.repeat):
-        ours.append(run_dualtrain(args.epochs))
-        keras_fit.append(run_keras(args.epochs))
+        ours.append(run_dualtrain(args.epochs, args.model))
+        keras_fit.append(run_keras(args.epochs, args.model))
         print(
             f"run {i + 1}: dualtrain tf {ours[-1]:,.0f} samples/s, keras fit {keras_fit[-1]:,.0f} "
             f"samples/s",
             flush=True,
         )
     a, b = statistics.median(ours), statistics.median(keras_fit)
-    print(
-        f"dualtrain tf runner (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
-        f"{a:,.0f} samples/s"
-    )
-    print(
-        f"keras model.fit    (MirroredStrategy, 2 logical CPUs, MLP, batch 128, fp32): "
-        f"{b:,.0f} samples/s"
-    )
+    shown = {
+        side: ", ".join(f"{x:,.0f}" for x in runs) for side, runs in (("a", ours), ("b", keras_fit))
+    }
+    where = f"(MirroredStrategy, 2 logical CPUs, {args.model}, batch 128, fp32)"
+    print(f"dualtrain tf runner {where}: {a:,.0f} samples/s (median of {shown['a']})")
+    print(f"keras model.fit     {where}: {b:,.0f} samples/s (median of {shown['b']})")
     print(f"ratio dualtrain / keras: {a / b:.2f} (target >= 1.0)")
 
 

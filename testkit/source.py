@@ -59,16 +59,20 @@ def dualtrain_imports(path: Path, source: str | None = None, module: str | None 
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "dualtrain"}
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = imported_from(node, package)
             if mod.split(".")[0] == "dualtrain":
                 found.add(mod)
                 # `from dualtrain.core import plan` names the module dualtrain.core.plan
                 found |= {f"{mod}.{a.name}" for a in node.names if is_module(f"{mod}.{a.name}")}
     return found - {me}
+
+
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` statement in ``package`` names (relative ones resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def is_module(name: str) -> bool:

@@ -13,6 +13,7 @@ from testkit.source import (
     ROOTS,
     TOOLS,
     cycles,
+    imported_from,
     is_module,
     module_name,
     project_files,
@@ -31,11 +32,7 @@ def private_crossings(path: Path, source: str | None = None) -> list[str]:
     found, modules = [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
+            mod = imported_from(node, package)
             if mod.split(".")[0] not in ROOTS or mod == me:
                 continue
             for a in node.names:
