@@ -4,6 +4,7 @@ data pipelines' classic differences apart."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from dualtrain.audit.early import left_early, left_early_at
 from dualtrain.audit.finding import fix
@@ -270,9 +271,11 @@ def _sampler_options(a: Recorded, b: Recorded) -> tuple[str, str] | None:
         return None
     if all(sa.get(k) == sb.get(k) for k in keys) or not all(k in sa for k in keys):
         return None
-    return tuple(  # type: ignore[return-value]  # two strings
-        f"{c['type']}({', '.join(f'{k}={c.get(k)}' for k in keys)})" for c in (sa, sb)
-    )
+
+    def shown(c: dict[str, Any]) -> str:
+        return f"{c['type']}({', '.join(f'{k}={c.get(k)}' for k in keys)})"
+
+    return shown(sa), shown(sb)
 
 
 def _data_fix(run: Recorded, tag: str, other: str) -> str:

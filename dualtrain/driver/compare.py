@@ -198,7 +198,9 @@ def compare_backends(
     _add_run_notes(notes, reference, with_ref, runs, existing, took, t0)
     if failed:
         return _judge_failed(out, runs, dirs, failed, notes)
-    return _judge(spec, out, runs, dirs, with_ref, notes, progress)  # type: ignore[arg-type]
+    finished = [d for d in dirs if d is not None]
+    assert len(finished) == len(dirs)  # no run failed
+    return _judge(spec, out, runs, finished, with_ref, notes, progress)
 
 
 def _launch(run: PlannedRun, have: Existing, out: Path) -> Path:

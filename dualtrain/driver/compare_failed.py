@@ -60,13 +60,14 @@ def judge_partial(
     """The comparison of the runs that finished, with the failure check; None when no pair of
     runs finished."""
     by = {run.label: d for run, d in zip(runs, dirs, strict=True)}
-    ref = (by.get("fp64-torch"), by.get("fp64-tf"))
-    both_ref = ref[0] is not None and ref[1] is not None
-    if by.get("torch") is not None and by.get("tf") is not None:
-        cmp = compare_dirs(by["torch"], by["tf"], ref if both_ref else None, notes)  # type: ignore[arg-type]
-    elif both_ref:
+    ref_a, ref_b = by.get("fp64-torch"), by.get("fp64-tf")
+    ref = (ref_a, ref_b) if ref_a is not None and ref_b is not None else None
+    a, b = by.get("torch"), by.get("tf")
+    if a is not None and b is not None:
+        cmp = compare_dirs(a, b, ref, notes)
+    elif ref is not None:
         notes.append("only the fp64 pair finished: it is compared on its own (the semantic check)")
-        cmp = compare_dirs(ref[0], ref[1], None, notes)  # type: ignore[arg-type]
+        cmp = compare_dirs(ref[0], ref[1], None, notes)
     else:
         return None
     check = failure_check(runs, failed)

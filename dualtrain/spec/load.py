@@ -22,6 +22,15 @@ from dualtrain.spec.vocab import LayerType, StrEnum
 # Loading
 
 
+class SpecMistakes(UserError):
+    """Several mistakes in one section, said in one line; ``count``: how many (the top level
+    says the total)."""
+
+    def __init__(self, message: str, count: int):
+        super().__init__(message)
+        self.count = count
+
+
 def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -124,14 +133,11 @@ def _build(cls: type, data: dict[str, Any], path: str = "") -> Any:
                 kwargs[name] = _convert(hints[name], data[name], sub)
             except UserError as exc:
                 errors.append(str(exc))
-                count += getattr(exc, "count", 1) - 1
+                count += exc.count - 1 if isinstance(exc, SpecMistakes) else 0
     if errors:
         count += len(errors)
         if path or count == 1:
-            err = UserError("; ".join(errors))
-            # read back with getattr(exc, "count", 1) above
-            err.count = count  # type: ignore[attr-defined]
-            raise err
+            raise SpecMistakes("; ".join(errors), count)
         raise UserError(f"{count} mistakes in the spec: " + "; ".join(errors))
     if cls is LayerSpec and "type" not in kwargs:
         raise UserError(

@@ -277,7 +277,8 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         self._ema_fn(tf.constant(decay, tf.float64))
 
     def _ema_update(self, decay: tf.Tensor) -> None:
-        for e, p in zip(self._ema, self.params, strict=True):  # type: ignore[arg-type]  # set by ema()
+        assert self._ema is not None  # set by ema() before its first update
+        for e, p in zip(self._ema, self.params, strict=True):
             e.assign(ema_rule.update(self.ops, e.read_value(), p.read_value(), decay))
 
     def ema_weights(self) -> Weights:

@@ -72,7 +72,9 @@ def _leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> t
     return exact_leaky_relu(x, alpha)
 
 
-def _attention(query: Any, key: Any, value: Any, bias: Any, mask: Any, is_causal: Any, scale: Any):  # type: ignore[no-untyped-def]
+def _attention(
+    query: Any, key: Any, value: Any, bias: Any, mask: Any, is_causal: Any, scale: Any
+) -> Any:
     """Keras's TensorFlow dot_product_attention (MultiHeadAttention's) with its scale, a Python
     float, as a float64 constant for float64 inputs (its own tf.cast of the float goes through
     float32)."""

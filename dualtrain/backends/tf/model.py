@@ -212,7 +212,9 @@ def _flatten(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> 
 def _dropout(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     if b.inference:  # Keras's Dropout: the identity in inference
         return keras.layers.Dropout(r.spec.rate, name=name, dtype=b.policy)(x)
-    return HashDropout(r.spec.rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.dtype())(  # type: ignore[arg-type]  # a dropout's rate is required
+    rate = r.spec.rate
+    assert rate is not None  # a dropout's rate is required (LayerSpec)
+    return HashDropout(rate, r.uid, r.in_shape, b.seed, name=name, dtype=b.dtype())(
         [x, b.ids, b.steps]
     )
 
@@ -229,10 +231,12 @@ def _layernorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -
 
 def _batchnorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     s = r.spec
+    # LayerSpec fills a batchnorm's defaults (spec/layers.py)
+    assert s.momentum is not None and s.eps is not None and s.sync is not None
     if b.inference:  # Keras's BatchNormalization with torch's eps and momentum convention
         layer = keras.layers.BatchNormalization(
             epsilon=s.eps,
-            momentum=1.0 - s.momentum,  # type: ignore[operator]  # LayerSpec fills the default
+            momentum=1.0 - s.momentum,
             name=name,
             dtype=b.policy,
         )
@@ -246,7 +250,7 @@ def _batchnorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -
             )
         ]
         return x
-    layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=b.policy)  # type: ignore[arg-type]  # LayerSpec fills a batchnorm's defaults
+    layer = BatchNorm(s.momentum, s.eps, s.sync, name=name, dtype=b.policy)
     x, mean, var = layer(x)
     b.stats += [mean, var]
     b.named += [

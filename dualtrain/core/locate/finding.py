@@ -250,7 +250,8 @@ def _output_finding(
     )
     if out is not None and out > TOL:
         mistake = ""
-        if rel(k["output"], softmax(t["output"])) < TOL:  # type: ignore[operator]
+        softmaxed = rel(k["output"], softmax(t["output"]))
+        if softmaxed is not None and softmaxed < TOL:
             mistake = "softmax inside the model while the loss takes logits"
         else:
             mistake = activation_mistake(t, k)
