@@ -15,7 +15,7 @@ from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch.forkserver import Warm
 from dualtrain.launch.local import run_workers
 from dualtrain.records.record import SUMMARY_FILE, read_run
-from dualtrain.runtime import checkpoint
+from dualtrain.runtime import checkpoint, probes
 from dualtrain.runtime.entry import WORKER_ERROR
 from dualtrain.runtime.start import Start
 from dualtrain.spec import Backend, Experiment
@@ -29,7 +29,7 @@ def launch_with_restarts(
     ckpt: Path | None,
     *,
     attempt: int,
-    extra_env: dict[str, str] | None = None,
+    probe: probes.Role | None = None,
     resume_with: str | None = None,
 ) -> dict[str, Any]:
     """Launch the workers; on a worker failure restart them all from the latest checkpoint, at most
@@ -44,7 +44,7 @@ def launch_with_restarts(
     restarts = 0
     while True:
         workers = launch.workers(spec)
-        env = {**Start(resume=ckpt, attempt=attempt).env(), **(extra_env or {})}
+        env = Start(resume=ckpt, attempt=attempt, probe=probe).env()
         for w in workers:
             w.env.update(env)
         try:

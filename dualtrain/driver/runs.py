@@ -228,7 +228,7 @@ def start_run(
             launch,
             plan.resume.path if plan.resume else None,
             attempt=0,
-            extra_env=probe.env() if probe is not None else None,
+            probe=probe,
             resume_with=resume_with,
         )
     except UserError:
@@ -300,7 +300,7 @@ def resume_run(
         launch,
         ckpt.path,
         attempt=attempt,
-        extra_env=probe.env() if probe is not None else None,
+        probe=probe,
         resume_with=resume_with,
     )
 

@@ -54,6 +54,7 @@ class TrainLoop:
         resume: Checkpoint | None = None,
         attempt: int = 0,
         model_sha256: str = "",
+        probe: probes.Role | None = None,
     ):
         self.spec = spec
         self.model_sha256 = model_sha256  # a model pair's (dualtrain.core.pair); "" otherwise
@@ -88,7 +89,7 @@ class TrainLoop:
         )
         # Teacher-forced one-step probes (dualtrain.runtime.probes): compare asks the fp64 reference
         # run to record states, and the requested-precision runs to replay them after training.
-        self.prober = probes.Prober(ctx, probes.role_from_env())
+        self.prober = probes.Prober(ctx, probe)
         self.cadence = Cadence.of(
             spec.train,
             self.total_steps,

@@ -20,15 +20,15 @@ measured on the run itself grows with the defect. A one-step probe cannot be wid
    amplified by chaotic training, so the bounds can be tight and hold on any CPU.
 
 Files: ``RUN_DIR/probes/step_<k>.npz`` (arrays) and ``RUN_DIR/probes/probes.json`` (per step: loss,
-gradient norm, loss scale, skipped). The launcher passes the role to the workers in
-:data:`PROBE_ENV` (``record`` or ``replay=<fp64 run dir>``); compare sets it, ``dualtrain run``
-never.
+gradient norm, loss scale, skipped). A worker's role is part of where it starts
+(dualtrain.runtime.start.Start, passed to the loop as an argument); from dualtrain's launcher to a
+worker process it travels in :data:`PROBE_ENV` (``record`` or ``replay=<fp64 run dir>``). compare
+sets it, ``dualtrain run`` never.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +76,9 @@ def replay(source: str | Path) -> Role:
     return Role("replay", Path(source))
 
 
-def role_from_env() -> Role | None:
-    text = os.environ.get(PROBE_ENV, "").strip()
+def parse_role(text: str) -> Role | None:
+    """The role :meth:`Role.env` wrote (None: the run takes no part in the probes)."""
+    text = text.strip()
     if not text:
         return None
     mode, _, source = text.partition("=")

@@ -13,7 +13,7 @@ from typing import Any
 from dualtrain.core.plan import ShardPlan
 from dualtrain.errors import UserError
 from dualtrain.records.envinfo import usable_cores
-from dualtrain.runtime import checkpoint
+from dualtrain.runtime import checkpoint, probes
 from dualtrain.runtime.checkpoint import Checkpoint
 from dualtrain.spec import Device, Experiment
 
@@ -81,20 +81,23 @@ def bind_cores(spec: Experiment, local_rank: int, local_workers: int, threads: i
 
 @dataclass(frozen=True)
 class Start:
-    """Where a worker starts: the checkpoint it continues from (None: step 0) and its attempt (0 for
-    a run's first, n after n restarts or resumes). Passed to ``run_worker`` as an argument; only
-    between processes (dualtrain's launcher -> a worker process) does it travel in the environment
-    (:meth:`env`, :meth:`from_env`)."""
+    """Where a worker starts: the checkpoint it continues from (None: step 0), its attempt (0 for
+    a run's first, n after n restarts or resumes) and its part in the one-step probes. Passed to
+    ``run_worker`` as an argument; only between processes (dualtrain's launcher -> a worker
+    process) does it travel in the environment (:meth:`env`, :meth:`from_env`)."""
 
     resume: Path | None = None
     attempt: int = 0
     launched: bool = False
     """Started by dualtrain's own launcher (which reports a worker's user error once)."""
+    probe: probes.Role | None = None
+    """Its part in compare's one-step probes (dualtrain.runtime.probes); None: none."""
 
     def env(self) -> dict[str, str]:
         return {
             ATTEMPT_ENV: str(self.attempt),
             **({RESUME_ENV: str(self.resume)} if self.resume is not None else {}),
+            **(self.probe.env() if self.probe is not None else {}),
         }
 
     @classmethod
@@ -105,6 +108,7 @@ class Start:
             resume=Path(path) if path else None,
             attempt=int(env.get(ATTEMPT_ENV) or 0),
             launched=ATTEMPT_ENV in env,
+            probe=probes.parse_role(env.get(probes.PROBE_ENV, "")),
         )
 
 

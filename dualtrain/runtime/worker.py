@@ -95,6 +95,7 @@ def train_loop(
         extra_summary=extra,
         started=begun.started,
         resume=inputs.resume,
+        probe=start.probe,
         attempt=start.attempt,
         model_sha256=inputs.layout.digest() if inputs.layout is not None else "",
     )
