@@ -173,10 +173,10 @@ def torch_allreduce_low(path: str, size: float) -> None:
 
     engine = torch_engine()
     init = engine.TorchEngine.__init__
-    active = {"on": False}
+    on = {"path": False}  # this engine's run is in the mutant's precision path
 
     def hook(state, bucket):
-        if not active["on"]:
+        if not on["path"]:
             return engine_hook(state, bucket)
         buf = bucket.buffer()
         low = buf.to(torch.float16)
@@ -191,7 +191,7 @@ def torch_allreduce_low(path: str, size: float) -> None:
     engine_hook = engine.sum_hook
 
     def mutated_init(self, spec, *args, **kwargs):
-        active["on"] = active(spec, path)
+        on["path"] = active(spec, path)
         init(self, spec, *args, **kwargs)
 
     engine.sum_hook = hook
