@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.core.losses import LOSSES
 from dualtrain.core.weights import Weights, init_weights, save_weights
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT, RunWriter
 from dualtrain.spec import dump_spec, from_dict
@@ -297,3 +298,14 @@ def one_ulp_moved(weights):
     flat = out[first].reshape(-1)
     flat[0] = np.nextafter(flat[0], np.float32(np.inf), dtype=np.float32)
     return out
+
+
+def loss_batch(loss: Any, seed: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 outputs (n, k) and targets the loss takes (dualtrain.core.losses.LOSSES): int64
+    labels 0..k-1, or values (n, k) in the loss's target range (-k..k where it has none)."""
+    rng = np.random.default_rng(seed)
+    out = rng.standard_normal((n, k)) * k
+    if LOSSES[loss].labels:
+        return out, rng.integers(0, k, n)
+    lo, hi = LOSSES[loss].target_range or (-float(k), float(k))
+    return out, rng.uniform(lo, hi, (n, k))

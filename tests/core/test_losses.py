@@ -10,6 +10,7 @@ import pytest
 from dualtrain.core import losses
 from dualtrain.core.losses import HUBER_DELTA, LOSSES, LossOps, ScaleOps, reference
 from dualtrain.spec import METRICS, Loss
+from testkit.synth import loss_batch
 
 
 def _ce_sum(out, y):
@@ -49,14 +50,6 @@ SCALE = ScaleOps(
 )
 
 
-def _batch(loss: Loss, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    out = rng.standard_normal((16, 3)) * 2
-    if LOSSES[loss].labels:
-        return out, rng.integers(0, 3, 16)
-    lo, hi = LOSSES[loss].target_range or (-3.0, 3.0)
-    return out, rng.uniform(lo, hi, (16, 3))
-
-
 def test_every_loss_the_spec_names_is_declared_with_its_metric():
     assert set(LOSSES) == set(Loss) == set(METRICS)
     for name, d in LOSSES.items():
@@ -67,7 +60,7 @@ def test_every_loss_the_spec_names_is_declared_with_its_metric():
 
 @pytest.mark.parametrize("loss", list(Loss))
 def test_the_declared_sum_and_metric_are_the_reference(loss):
-    out, y = _batch(loss, np.random.default_rng(0))
+    out, y = loss_batch(loss, 0, 16, 3)
     per, metric = reference(loss, out, y)
     assert np.isclose(losses.loss_sum(NUMPY, loss, out, y), per.sum(), rtol=1e-12)
     assert np.isclose(losses.metric_sum(NUMPY, loss, out, y), metric.sum(), rtol=1e-12)
