@@ -8,8 +8,10 @@ import pytest
 from testkit.cli import isolate_pair_cache, warm_workers
 from testkit.parity_runs import Runs
 from testkit.shared import shared_root
+from testkit.worker_hooks import install as install_worker_hook
 
 isolate_pair_cache()  # every session describes each model pair itself
+install_worker_hook()  # runs' workers see the tests' hook (testkit.worker_hooks)
 warm_workers()  # the parallel part forks its runs' workers warm (testkit.cli.warm_workers)
 
 

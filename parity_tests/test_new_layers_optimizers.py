@@ -10,8 +10,8 @@ import pytest
 from dualtrain.parity import compare_records
 from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.records.record import read_run
-from dualtrain.runtime.entry import TEST_HOOK
 from testkit.cli import ROOT
+from testkit.worker_hooks import hook_env
 
 from .test_reference import assert_reference
 
@@ -157,7 +157,7 @@ def test_a_difference_planted_on_one_side_fails_the_pair(runs, planted):
     case, hook = PLANTED[planted]
     overrides = (*DATA, *CASES[case], "precision.dtype=fp64")
     a = read_run(runs("torch", *overrides))
-    b = read_run(runs("tf", *overrides, env={TEST_HOOK: hook}))
+    b = read_run(runs("tf", *overrides, env=hook_env(hook)))
     check = check_reference_loss(Reference(a, b))
     print(check.detail)
     assert not check.passed and check.first_step == 1

@@ -13,7 +13,8 @@
 * :mod:`testkit.unit_guard`: the unit test folders' rules (no process, no framework), loaded by
   their conftest.py files;
 * :mod:`testkit.launch_stub` and :mod:`testkit.worker_hooks`: run inside worker processes
-  (``python -m testkit.launch_stub``, ``DUALTRAIN_TEST_HOOK=testkit.worker_hooks:...``).
+  (``python -m testkit.launch_stub``; ``DUALTRAIN_TEST_HOOK=testkit.worker_hooks:...``, run by
+  the worker-hook entry point that testkit/hook_site declares).
 
 This file imports nothing: worker processes import the last two.
 """

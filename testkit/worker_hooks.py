@@ -1,6 +1,59 @@
-"""Test-only worker hooks (DUALTRAIN_TEST_HOOK=testkit.worker_hooks:FUNCTION=ARGUMENT)."""
+"""The test suite's worker hook, and the hooks it runs (tests only).
+
+dualtrain calls every entry point of its ``dualtrain.worker_hooks`` group in each worker right
+before the engine is built (dualtrain.runtime.entry.run_worker_hooks). Nothing dualtrain installs
+is in that group: the tests put :data:`SITE` on their processes' PYTHONPATH (:func:`install`), whose
+one distribution declares :func:`from_environment`. That entry does nothing unless
+``DUALTRAIN_TEST_HOOK=module:function[=argument]`` is set, and then calls
+``function(backend, argument)``: the detection-power tests (tools/mutants/) and the hooks below
+change one backend's arithmetic, or stop a worker, on purpose. :func:`hook_env` is the environment
+that does it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
 
 from dualtrain.errors import UserError
+
+TEST_HOOK = "DUALTRAIN_TEST_HOOK"
+#: a folder holding one distribution's metadata (no code): its entry point in dualtrain's
+#: ``dualtrain.worker_hooks`` group is :func:`from_environment`
+SITE = Path(__file__).resolve().parent / "hook_site"
+ROOT = SITE.parent.parent
+
+
+def python_path(existing: str | None = None) -> str:
+    """PYTHONPATH with the hook's site and this checkout first (``existing`` after them)."""
+    folders = [str(SITE), str(ROOT), *(existing or "").split(os.pathsep)]
+    return os.pathsep.join(dict.fromkeys(f for f in folders if f))
+
+
+def install() -> None:
+    """This test process's children (runs, their workers, warm servers) see the hook."""
+    os.environ["PYTHONPATH"] = python_path(os.environ.get("PYTHONPATH"))
+
+
+def hook_env(target: str) -> dict[str, str]:
+    """The environment that makes every worker of a run call ``target``
+    (``module:function[=argument]``)."""
+    return {TEST_HOOK: target, "PYTHONPATH": python_path(os.environ.get("PYTHONPATH"))}
+
+
+def from_environment(backend: str) -> str | None:
+    """The entry point dualtrain calls: runs the DUALTRAIN_TEST_HOOK, if any, and returns it (what
+    the worker reports on stderr and in summary.json's ``test_hook``)."""
+    text = os.environ.get(TEST_HOOK, "").strip()
+    if not text:
+        return None
+    target, _, argument = text.partition("=")
+    module, _, function = target.partition(":")
+    if not module or not function:
+        raise ValueError(f"{TEST_HOOK} must be module:function[=argument]. Received: {text!r}")
+    getattr(importlib.import_module(module), function)(backend, argument)
+    return text
 
 
 def user_error(backend: str, argument: str) -> None:

@@ -53,9 +53,6 @@ WATCHED_ENV = (
     "NVIDIA_TF32_OVERRIDE",
     "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
     "CUDA_VISIBLE_DEVICES",
-    # tests only: a deliberate change of one backend's arithmetic
-    # (dualtrain.runtime.entry.TEST_HOOK)
-    "DUALTRAIN_TEST_HOOK",
 )
 
 #: CPU features that select different kernels (x86 /proc/cpuinfo "flags", Arm "Features"), in the

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
-import importlib
 import json
 import os
 import signal
 import sys
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,29 +45,29 @@ def enable_stack_dump() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
-#: Tests only (tools/mutants/): ``module:function[=argument]``, called in every worker of
-#: every backend right before its engine is built, as ``function(backend, argument)``. It lets the
-#: detection-power tests change one backend's arithmetic on purpose. Nothing in dualtrain sets it; a
-#: worker that runs one says so on stderr and in summary.json (``test_hook``).
-TEST_HOOK = "DUALTRAIN_TEST_HOOK"
+#: The entry-point group of worker hooks: each entry is called in every worker of every backend
+#: right before its engine is built, as ``hook(backend)``, and returns what it changed (None:
+#: nothing). Nothing dualtrain installs is in it: the test suite puts one distribution on its
+#: processes' path (testkit/worker_hooks.py) whose entry changes one backend's arithmetic on purpose
+#: (the detection-power tests). A worker whose hook changed something says so on stderr and in
+#: summary.json (``test_hook``).
+WORKER_HOOKS = "dualtrain.worker_hooks"
 
 
-def run_test_hook(backend: str) -> dict[str, str]:
-    """Run the DUALTRAIN_TEST_HOOK, if any; return what summary.json should record about it."""
-    text = os.environ.get(TEST_HOOK, "").strip()
-    if not text:
-        return {}
-    target, _, argument = text.partition("=")
-    module, _, function = target.partition(":")
-    if not module or not function:
-        raise UserError(f"{TEST_HOOK} must be module:function[=argument]. Received: {text!r}")
-    print(
-        f"dualtrain {backend} worker: WARNING: test hook {text} is active (tests only)",
-        file=sys.stderr,
-        flush=True,
-    )
-    getattr(importlib.import_module(module), function)(backend, argument)
-    return {"test_hook": text}
+def run_worker_hooks(backend: str) -> dict[str, str]:
+    """Call every installed worker hook; return what summary.json should record about them."""
+    said = []
+    for entry in entry_points(group=WORKER_HOOKS):
+        text = entry.load()(backend)
+        if text:
+            print(
+                f"dualtrain {backend} worker: WARNING: worker hook {entry.value} changed this "
+                f"run: {text} (tests only)",
+                file=sys.stderr,
+                flush=True,
+            )
+            said.append(str(text))
+    return {"test_hook": "; ".join(said)} if said else {}
 
 
 #: Where a worker started by dualtrain's launcher leaves the user error it stopped on (the first

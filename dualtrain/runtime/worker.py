@@ -3,7 +3,7 @@
 A backend's ``worker.py`` reads its launcher's conventions (torchrun's variables, TF_CONFIG),
 configures its framework and builds its engine; everything else happens here, once, in the same
 order on both: the data and where training starts (:func:`worker_inputs`: the run's data, the
-checkpoint to continue from, the initial weights, the test hook), then the loop
+checkpoint to continue from, the initial weights, the worker hooks), then the loop
 (:func:`train_loop`: the optimizer state restored, the chief's records, the summary's facts).
 """
 
@@ -23,7 +23,7 @@ from dualtrain.records.envinfo import core_facts
 from dualtrain.runtime import clock
 from dualtrain.runtime.checkpoint import EMA_SLOT, Checkpoint
 from dualtrain.runtime.engine import Engine
-from dualtrain.runtime.entry import run_test_hook
+from dualtrain.runtime.entry import run_worker_hooks
 from dualtrain.runtime.loop import TrainLoop
 from dualtrain.runtime.start import Start, resume_checkpoint, settle_gc
 from dualtrain.spec import Experiment
@@ -41,7 +41,7 @@ class Begun:
 class Inputs:
     """What a worker trains from: the data, the checkpoint it continues (None: a fresh run), the
     weights it starts with (the checkpoint's, or the canonical initial weights) and what the
-    test hook recorded (empty: no hook)."""
+    worker hooks changed (empty: none did; dualtrain.runtime.entry.WORKER_HOOKS)."""
 
     data: Data
     resume: Checkpoint | None
@@ -53,14 +53,14 @@ class Inputs:
 
 
 def worker_inputs(spec: Experiment, run_dir: Path | None, start: Start, backend: str) -> Inputs:
-    """The data, the starting point and the initial weights; then the test hook (tests only), so a
-    hook that stops a worker stops every rank before any collective, as a failed check does."""
+    """The data, the starting point and the initial weights; then the worker hooks (tests only), so
+    a hook that stops a worker stops every rank before any collective, as a failed check does."""
     data = open_data(spec, run_dir)
     resume = resume_checkpoint(spec, start)  # a checkpoint to continue from (--resume ...)
     weights = resume.weights if resume else worker_initial_weights(spec.model, spec.seed, run_dir)
     layout = pair.read(run_dir) if spec.model.is_pair and run_dir is not None else None
     return Inputs(
-        data=data, resume=resume, weights=weights, hook=run_test_hook(backend), layout=layout
+        data=data, resume=resume, weights=weights, hook=run_worker_hooks(backend), layout=layout
     )
 
 

@@ -11,8 +11,8 @@ import yaml
 
 from dualtrain.core.weights import load_weights
 from dualtrain.records.tbevents import EVAL_TAGS, TRAIN_TAGS, read_logdir
-from dualtrain.runtime.entry import TEST_HOOK
 from testkit.cli import ROOT, require, run_cli
+from testkit.worker_hooks import hook_env
 
 require("torch", "tensorflow", "keras")  # both backends' frameworks (skip only if not installed)
 
@@ -246,7 +246,7 @@ def test_a_run_that_cannot_finish_still_gets_a_verdict(tmp_path):
         "--out",
         str(out),
         timeout=300,
-        env={TEST_HOOK: "testkit.worker_hooks:probe_state_does_not_load=tf"},
+        env=hook_env("testkit.worker_hooks:probe_state_does_not_load=tf"),
     )
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     v = json.loads((out / "verdict.json").read_text())

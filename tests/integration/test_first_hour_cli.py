@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from testkit.cli import ROOT, one_line_error, require, run_cli
+from testkit.worker_hooks import hook_env
 
 CONFIG = str(ROOT / "configs" / "mnist_mlp.yaml")
 SMALL = ("--set", "data.train_limit=256", "--set", "data.test_limit=100", "--set", "train.epochs=1")
@@ -135,13 +136,8 @@ def test_another_dataset_in_data_dir_is_refused_by_the_dry_run_too(tmp_path):
 def test_a_worker_user_error_is_one_line_with_its_cause_and_leaves_no_run(tmp_path):
     # A mistake only a worker can see (planted through the test hook every worker runs): reported
     # once, as the launcher's own line, exit 2, and the run folder this call created is gone.
-    from dualtrain.runtime.entry import TEST_HOOK
-
     out = tmp_path / "run"
-    hook = {
-        TEST_HOOK: "testkit.worker_hooks:user_error=the planted cause",
-        "PYTHONPATH": str(ROOT),
-    }
+    hook = hook_env("testkit.worker_hooks:user_error=the planted cause")
     proc = run_cli(
         "run", "--backend", "torch", "--config", CONFIG, *SMALL, "--out", str(out), env=hook
     )

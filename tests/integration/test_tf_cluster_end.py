@@ -4,13 +4,11 @@ step ("Socket closed ... task:1")."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
 
-from dualtrain.runtime.entry import TEST_HOOK
-from testkit.cli import ROOT
+from testkit.worker_hooks import hook_env
 
 
 def _exit_time(pid_file: Path, deadline: float) -> float | None:
@@ -52,10 +50,7 @@ def test_no_task_leaves_before_every_task_has_finished(tmp_path, cli):
         *("--set", "tf.strategy=multi_worker", "--set", "train.max_steps=2"),
         *("--set", "train.epochs=null", "--set", "data.test_limit=100"),
         *("--set", "logging.tensorboard=false"),
-        env={
-            TEST_HOOK: f"testkit.worker_hooks:chief_finishes_late={watch}",
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        },
+        env=hook_env(f"testkit.worker_hooks:chief_finishes_late={watch}"),
     )
     poll.join(timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,10 +1,11 @@
 """Semantic mutants: one backend computes something slightly different on purpose (tests only).
 
-A mutant is applied through dualtrain's test hook: ``DUALTRAIN_TEST_HOOK=tools.mutants:apply=
-[BACKEND/]NAME[:SIZE]`` makes every worker call :func:`apply` right before it builds its engine. A
-mutant changes one backend (tf unless BACKEND says torch; a worker of the other backend ignores it),
-by patching its engine or model builder inside that worker process; the run's records (spec, lr,
-ids) stay what the spec says, unless the mutant is about the records themselves (``swap_id``).
+A mutant is applied through the tests' worker hook (testkit.worker_hooks):
+``DUALTRAIN_TEST_HOOK=tools.mutants:apply=[BACKEND/]NAME[:SIZE]`` makes every worker call
+:func:`apply` right before it builds its engine. A mutant changes one backend (tf unless BACKEND
+says torch; a worker of the other backend ignores it), by patching its engine or model builder
+inside that worker process; the run's records (spec, lr, ids) stay what the spec says, unless the
+mutant is about the records themselves (``swap_id``).
 
 Two kinds:
 
@@ -24,10 +25,7 @@ The package: each kind's table beside its patches (``semantic``, ``precision``, 
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from dualtrain.runtime.entry import TEST_HOOK
+from testkit.worker_hooks import hook_env
 from tools.mutants import either, precision, semantic, tokens
 from tools.mutants.either import BACKEND_MUTANTS
 from tools.mutants.precision import PRECISION_MUTANTS, PRECISION_SPEC, PrecisionMutant, ce_low_sum
@@ -56,14 +54,10 @@ __all__ = [
 def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str, str]:
     """The environment that makes a run's ``backend`` workers apply mutant ``name`` (at
     ``size``)."""
-    root = str(Path(__file__).resolve().parent.parent.parent)
     arg = name if size is None else f"{name}:{size!r}"
     if backend != "tf":
         arg = f"{backend}/{arg}"
-    return {
-        TEST_HOOK: f"tools.mutants:apply={arg}",
-        "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    }
+    return hook_env(f"tools.mutants:apply={arg}")
 
 
 def apply(backend: str, argument: str) -> None:

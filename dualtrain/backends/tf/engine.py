@@ -69,8 +69,8 @@ SUM = tf.distribute.ReduceOp.SUM
 
 class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     backend = "tf"
-    #: the array namespace dualtrain.core.update_rules computes with (a test hook may replace it on
-    #: an instance before __init__ traces the step: tools/mutants/)
+    #: the array namespace dualtrain.core.update_rules computes with (an instance may carry its
+    #: own before __init__ traces the step)
     ops: Ops = OPS
 
     def __init__(

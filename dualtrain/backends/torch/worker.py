@@ -83,7 +83,7 @@ def run_worker(
     run_dir = Path(run_dir) if run_dir is not None else None
     threads, device = settings(spec, env)
 
-    # Before the process group: a test hook that stops a worker (a planted user error) then stops
+    # Before the process group: a worker hook that stops a worker (a planted user error) then stops
     # every rank alike, as the checks above do, instead of leaving the others in a collective.
     inputs = worker_inputs(spec, run_dir, start, "torch")
     route = route_interface(os.environ["MASTER_ADDR"])  # (interface, address) towards rank 0's host
