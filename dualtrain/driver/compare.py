@@ -33,7 +33,7 @@ from dualtrain.driver.compare_plan import PlannedRun, plan_runs
 from dualtrain.driver.locate import locate_pair, table
 from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.runs import resume_run, start_run
-from dualtrain.driver.validate import validate
+from dualtrain.driver.validate import say_warnings, validate
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder
 from dualtrain.parity.diagnose import SEMANTICS
@@ -149,8 +149,8 @@ def compare_backends(
     check_reference(reference)
     _require_backends()
     refuse_external_launch()
-    validate(spec, Backend.TORCH)
-    validate(spec, Backend.TF)
+    warned = validate(spec, Backend.TORCH).warnings + validate(spec, Backend.TF).warnings
+    say_warnings(warned)  # once for the four runs
     out = Path(out)
     runs = plan_runs(spec, out, reference)
     existing = claim_out(out, runs, overwrite)
@@ -182,7 +182,7 @@ def compare_backends(
             )
         tracker.start(i)
         try:
-            run_dir = _launch(run, have, out)
+            run_dir = _launch(run, have, out, warned)
         except RunFailed as exc:  # judged with what finished (compare_failed)
             took[i] = tracker.end(i, ok=False)
             failed[run.label] = str(exc)
@@ -203,14 +203,19 @@ def compare_backends(
     return _judge(spec, out, runs, finished, with_ref, notes, progress)
 
 
-def _launch(run: PlannedRun, have: Existing, out: Path) -> Path:
-    """Start one planned run, or continue it from its latest checkpoint; its folder."""
+def _launch(run: PlannedRun, have: Existing, out: Path, warned: tuple[str, ...]) -> Path:
+    """Start one planned run, or continue it from its latest checkpoint; its folder. ``warned``:
+    what compare has said already."""
     again = f"the same dualtrain compare command with --out {out}"
     run_dir: Path | None  # start_run returns None for a worker of an external launcher
     if have.state == "resumable":
-        run_dir, _ = resume_run(run.where, run.backend, probe=run.probe, resume_with=again)
+        run_dir, _ = resume_run(
+            run.where, run.backend, probe=run.probe, resume_with=again, warned=warned
+        )
     else:
-        run_dir, _ = start_run(run.spec, run.backend, run.where, probe=run.probe, resume_with=again)
+        run_dir, _ = start_run(
+            run.spec, run.backend, run.where, probe=run.probe, resume_with=again, warned=warned
+        )
     assert run_dir is not None  # dualtrain launched the workers (refuse_external_launch)
     return run_dir
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from dualtrain.core import data as data_mod
 from dualtrain.driver.runs import resolve_run
+from dualtrain.driver.validate import say_warnings
 from dualtrain.spec import Backend, Experiment, TFStrategy
 
 
@@ -30,6 +31,7 @@ def plan_run(
 ) -> dict[str, Any]:
     """The resolved plan of ``dualtrain run`` as a JSON-ready dict; raises what the run would."""
     p = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
+    say_warnings(p.warnings)  # on stderr, as the run says them; the plan lists them too
     found, spec = p.launcher, p.spec
     plan: dict[str, Any] = {"dry_run": True, "backend": backend.value, "name": spec.name}
     if found is not None:

@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import os
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from dualtrain.core.weights import initial_weights, save_weights
 from dualtrain.driver.launching import launch_with_restarts
 from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.rewind import check_records, copy_records, truncate_records
-from dualtrain.driver.validate import check_out_dir, validate
+from dualtrain.driver.validate import check_out_dir, say_warnings, validate
 from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder, write_atomic
 from dualtrain.launch import cluster
@@ -101,59 +102,83 @@ def resolve_run(
         )
     if found is not None:
         refuse_resume_from(resume_from)
-        if found.world_size != spec_world:
-            spec = spec.replace(distribution=_with(spec.distribution, world_size=found.world_size))
-        latest = _external_restart_point(out)
-        restart = checkpoint.load(latest) if latest is not None else None
-        if restart is not None:
-            check_continuation(restart.state, spec, restart.path)
-        data = validate(spec, backend)
-        if restart is not None:
-            check_same_data(restart.state, data.sha256, restart.path)
-            check_same_model(restart.state, _model_sha256(spec), restart.path)
-        warnings: tuple[str, ...] = (
-            ()
-            if out is not None
-            else (
-                (
-                    "no --out: rank 0 writes a new timestamped folder, so a restarted worker "
-                    "cannot find the run's checkpoints; give every replica the same --out on "
-                    "shared storage"
-                ),
-            )
-        )
-        chief = found.rank == 0
-        run_dir = Path(out) if out is not None else None
-        if restart is not None:
-            action = "continue" if chief else None
-        elif chief:
-            run_dir = run_dir or default_run_dir(spec, backend)
-            action = "replace" if check_out_dir(run_dir, overwrite) else "create"
-        else:
-            action = None
-        return RunPlan(
-            spec,
-            backend,
-            spec_world,
-            found,
-            run_dir,
-            action,
-            restart=restart,
-            warnings=warnings,
-            data=data,
-        )
+        return _external_plan(spec, backend, found, out, overwrite)
     resume = None
     if resume_from is not None:
         resume = checkpoint.load(resume_from)
         check_continuation(resume.state, spec, resume.path)
         check_records(resume)
-    data = validate(spec, backend)
+    checked = validate(spec, backend)
     if resume is not None:
-        check_same_data(resume.state, data.sha256, resume.path)
+        check_same_data(resume.state, checked.data.sha256, resume.path)
         check_same_model(resume.state, _model_sha256(spec), resume.path)
     run_dir = Path(out) if out is not None else default_run_dir(spec, backend)
     action = "replace" if check_out_dir(run_dir, overwrite) else "create"
-    return RunPlan(spec, backend, spec_world, None, run_dir, action, resume=resume, data=data)
+    return RunPlan(
+        spec,
+        backend,
+        spec_world,
+        None,
+        run_dir,
+        action,
+        resume=resume,
+        warnings=checked.warnings,
+        data=checked.data,
+    )
+
+
+def _external_plan(
+    spec: Experiment,
+    backend: Backend,
+    found: cluster.Launcher,
+    out: str | Path | None,
+    overwrite: bool,
+) -> RunPlan:
+    """This process is one rank of a run an external launcher started (``found``): the world
+    size it imposes, a restarted worker's checkpoint in ``out``, and which rank writes."""
+    spec_world = spec.distribution.world_size
+    if found.world_size != spec_world:
+        spec = spec.replace(distribution=_with(spec.distribution, world_size=found.world_size))
+    latest = _external_restart_point(out)
+    restart = checkpoint.load(latest) if latest is not None else None
+    if restart is not None:
+        check_continuation(restart.state, spec, restart.path)
+    checked = validate(spec, backend)
+    data = checked.data
+    if restart is not None:
+        check_same_data(restart.state, data.sha256, restart.path)
+        check_same_model(restart.state, _model_sha256(spec), restart.path)
+    warnings: tuple[str, ...] = checked.warnings + (
+        ()
+        if out is not None
+        else (
+            (
+                "no --out: rank 0 writes a new timestamped folder, so a restarted worker "
+                "cannot find the run's checkpoints; give every replica the same --out on "
+                "shared storage"
+            ),
+        )
+    )
+    chief = found.rank == 0
+    run_dir = Path(out) if out is not None else None
+    if restart is not None:
+        action = "continue" if chief else None
+    elif chief:
+        run_dir = run_dir or default_run_dir(spec, backend)
+        action = "replace" if check_out_dir(run_dir, overwrite) else "create"
+    else:
+        action = None
+    return RunPlan(
+        spec,
+        backend,
+        spec_world,
+        found,
+        run_dir,
+        action,
+        restart=restart,
+        warnings=warnings,
+        data=data,
+    )
 
 
 def _model_sha256(spec: Experiment) -> str:
@@ -195,6 +220,7 @@ def start_run(
     resume_from: str | Path | None = None,
     probe: probes.Role | None = None,
     resume_with: str | None = None,
+    warned: Collection[str] = (),
 ) -> tuple[Path | None, dict[str, Any]]:
     """Run ``spec`` on ``backend``; return (run_dir, summary).
 
@@ -209,8 +235,10 @@ def start_run(
 
     ``probe``: the run's part in compare's one-step probes (dualtrain.runtime.probes), passed to the
     workers. ``resume_with``: what continues the run if it stops (launch_with_restarts).
+    ``warned``: warnings the caller has said already (compare's, for its four runs).
     """
     plan = resolve_run(spec, backend, out, overwrite=overwrite, resume_from=resume_from)
+    say_warnings(plan.warnings, warned)
     launch = launch_module(backend)
     if plan.launcher is not None:
         return _run_as_external_worker(plan, launch)
@@ -255,6 +283,7 @@ def resume_run(
     world_size: int | None = None,
     probe: probes.Role | None = None,
     resume_with: str | None = None,
+    warned: Collection[str] = (),
 ) -> tuple[Path, dict[str, Any]]:
     """``dualtrain run --resume RUN_DIR``: continue a stopped or killed run from its latest complete
     checkpoint, on the checkpoint's backend, optionally at another world size (sharding exact)."""
@@ -285,8 +314,9 @@ def resume_run(
     if world_size is not None and world_size != spec.distribution.world_size:
         spec = spec.replace(distribution=_with(spec.distribution, world_size=world_size))
     check_continuation(ckpt.state, spec, ckpt.path)
-    data = validate(spec, ckpt_backend)
-    check_same_data(ckpt.state, data.sha256, ckpt.path)
+    checked = validate(spec, ckpt_backend)
+    say_warnings(checked.warnings, warned)
+    check_same_data(ckpt.state, checked.data.sha256, ckpt.path)
     check_same_model(ckpt.state, _model_sha256(spec), ckpt.path)
     launch = launch_module(ckpt_backend)
     # Everything is checked: now cut the records back to the checkpoint and record the new spec.

@@ -5,6 +5,8 @@ is shared by the run and its dry run (through :func:`dualtrain.driver.runs.resol
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from dualtrain.backends import check_installed, launch_module
@@ -21,9 +23,6 @@ from dualtrain.records.record import SPEC_FILE
 from dualtrain.runtime.start import steps_total
 from dualtrain.spec import OPTIMIZERS, Backend, Device, Experiment, LayerType, Strategy
 
-_WARNED: set[tuple[str, str]] = set()  # what this process already warned about
-
-
 _CHECKED: dict[str, data_mod.Data] = {}
 """Data checked in this process, by the spec's data and model inputs (compare validates four runs
 of one spec: the data's content is read and hashed once)."""
@@ -39,12 +38,28 @@ def checked_data(spec: Experiment, width: int | None = None) -> data_mod.Data:
     return _CHECKED[key]
 
 
-def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
+@dataclass(frozen=True)
+class Validated:
+    """What :func:`validate` found: the checked data, and what to warn about before the run
+    (said by the caller, once: compare validates both backends' runs of one spec)."""
+
+    data: data_mod.Data
+    warnings: tuple[str, ...] = ()
+
+
+def say_warnings(warnings: Iterable[str], said: Collection[str] = ()) -> None:
+    """Each warning once, as ``dualtrain: warning: ...`` on stderr, but those in ``said``."""
+    for text in dict.fromkeys(warnings):
+        if text not in said:
+            print(f"dualtrain: warning: {text}", file=sys.stderr, flush=True)
+
+
+def validate(spec: Experiment, backend: Backend) -> Validated:
     """Every check of a run made before any worker starts (the run and its --dry-run share them):
     model shapes, the data against the model (its content checked: another dataset in
     data.data_dir is refused here; the checked data is returned),
     init weights, batches batchnorm can normalise, the device (a child process asks the framework
-    whether a gpu run has a GPU)."""
+    whether a gpu run has a GPU). Prints nothing: the warnings are returned."""
     check_installed(backend)
     check_strategy(spec, backend)
     if spec.logging.tensorboard and not tbevents.available():
@@ -65,13 +80,13 @@ def validate(spec: Experiment, backend: Backend) -> data_mod.Data:
     check_split_sizes(spec, data)
     if spec.model.is_pair:
         check_batchnorm_batches(spec, n_train, pair_batchnorms(layout))
-        warn_cancelled_biases(spec, pair_cancelled_biases(layout))
+        warnings = cancelled_bias_warnings(spec, pair_cancelled_biases(layout))
     else:
         check_batchnorm_batches(spec, n_train)
-        warn_cancelled_biases(spec)
-    check_sizes(spec, n_train)
+        warnings = cancelled_bias_warnings(spec)
+    warnings += check_sizes(spec, n_train)
     launch_module(backend).check_devices(spec)
-    return data
+    return Validated(data, tuple(warnings))
 
 
 def check_strategy(spec: Experiment, backend: Backend, layout: Layout | None = None) -> None:
@@ -102,13 +117,6 @@ def check_strategy(spec: Experiment, backend: Backend, layout: Layout | None = N
         )
 
 
-def _warn_once(key: tuple[str, str], text: str) -> None:
-    if key in _WARNED:  # compare validates four runs of one spec: say it once
-        return
-    _WARNED.add(key)
-    print(f"dualtrain: warning: {text}", file=sys.stderr, flush=True)
-
-
 def check_split_sizes(spec: Experiment, data: data_mod.Data) -> None:
     """With data.last_batch: drop no replica is meant to go without samples: a split (train,
     validation or test) smaller than the world size is refused."""
@@ -125,8 +133,8 @@ def check_split_sizes(spec: Experiment, data: data_mod.Data) -> None:
             )
 
 
-def check_sizes(spec: Experiment, num_train: int) -> None:
-    """Refuse a setup that cannot train (no step at all); warn once about one that trains with
+def check_sizes(spec: Experiment, num_train: int) -> list[str]:
+    """Refuse a setup that cannot train (no step at all); the warning for one that trains with
     replicas that never get a sample (world size above the global batch or the samples)."""
     plan = ShardPlan.from_spec(spec, num_train)
     world, batch = spec.distribution.world_size, plan.global_batch  # accumulate x batch_size
@@ -144,52 +152,45 @@ def check_sizes(spec: Experiment, num_train: int) -> None:
         )
     busy = min(batch, num_train)  # the most samples any step holds
     if world > busy:
-        _warn_once(
-            ("idle", f"{world}/{busy}"),
+        return [
             f"{world - busy} of the {world} replicas get no sample at any step (a step holds "
             f"at most {busy} sample(s)); they only take part in the collectives. Use "
-            f"--world-size {busy} or less. {got}",
-        )
-    elif batch > num_train:
-        _warn_once(
-            ("batch", f"{batch}/{num_train}"),
+            f"--world-size {busy} or less. {got}"
+        ]
+    if batch > num_train:
+        return [
             f"the global batch ({batch}) is larger than the {num_train} training "
-            f"sample(s): every epoch is one step of {num_train}. {got}",
-        )
+            f"sample(s): every epoch is one step of {num_train}. {got}"
+        ]
+    return []
 
 
-def warn_cancelled_biases(
+def cancelled_bias_warnings(
     spec: Experiment, found: list[tuple[str, str, str]] | None = None
-) -> None:
+) -> list[str]:
     """A bias right before a batchnorm has an exactly-zero gradient; what is computed is rounding
     noise, which Adam-like optimizers divide by eps into real updates that differ between any two
     implementations. Training is unaffected, but the fp64 reference pair sees those tensors differ
     (docs/parity.md §9), so say so before the run, with the fix. ``found``: (layer, its kind, the
     batchnorm) of a model pair (pair_cancelled_biases); a spec's own layers otherwise."""
     if not OPTIMIZERS[spec.optimizer.name].normalises:
-        return
+        return []
     if found is None:
         found = [
             (where(layer.prefix), layer.spec.type.value, where(norm.prefix))
             for layer, norm in cancelled_biases(spec.model)
         ]
-    for layer, kind, norm in found:
-        key = (layer, spec.optimizer.name.value)
-        if key in _WARNED:  # compare validates four runs of one spec: say it once
-            continue
-        _WARNED.add(key)
-        print(
-            f"dualtrain: warning: {layer} ({kind}) feeds the batchnorm {norm}, which cancels its "
-            f"bias (zero gradient); under {spec.optimizer.name.value} rounding noise moves it, "
-            f"and the fp64 reference pair may report that bias and the batchnorm's running_mean "
-            + (
-                f"as differing. Set bias=False / use_bias=False for {layer} on both sides."
-                if spec.model.is_pair
-                else f"as differing. Set bias: false on {layer}."
-            ),
-            file=sys.stderr,
-            flush=True,
+    return [
+        f"{layer} ({kind}) feeds the batchnorm {norm}, which cancels its bias (zero gradient); "
+        f"under {spec.optimizer.name.value} rounding noise moves it, and the fp64 reference pair "
+        f"may report that bias and the batchnorm's running_mean "
+        + (
+            f"as differing. Set bias=False / use_bias=False for {layer} on both sides."
+            if spec.model.is_pair
+            else f"as differing. Set bias: false on {layer}."
         )
+        for layer, kind, norm in found
+    ]
 
 
 def pair_cancelled_biases(layout: Layout) -> list[tuple[str, str, str]]:
