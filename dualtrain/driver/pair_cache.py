@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dualtrain.core.mnist import cache_dir
+from dualtrain.core.data.mnist import cache_dir
 from dualtrain.core.pair.precheck import module_source
 from dualtrain.spec import Experiment
 

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 import dualtrain.audit  # AUDIT
-from dualtrain.core import mnist
+from dualtrain.core.data import mnist
 from dualtrain.spec import DataSpec
 
 

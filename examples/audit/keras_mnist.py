@@ -25,7 +25,7 @@ import tensorflow as tf  # noqa: E402
 from multi_worker import launch_workers, multi_worker_fixes  # noqa: E402  (examples/audit)
 
 import dualtrain.audit  # noqa: E402  # AUDIT
-from dualtrain.core import mnist  # noqa: E402
+from dualtrain.core.data import mnist  # noqa: E402
 from dualtrain.spec import DataSpec  # noqa: E402
 
 

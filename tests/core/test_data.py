@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dualtrain.core import data
-from dualtrain.core import mnist as mnist_files
+from dualtrain.core.data import mnist as mnist_files
 from dualtrain.errors import UserError
 from dualtrain.spec import load_spec
 

@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from dualtrain.core import arrays, bundled, data
+from dualtrain.core import data
+from dualtrain.core.data import arrays, bundled
 from dualtrain.core.losses import reference
 from dualtrain.core.plan import torch_randperm
 from dualtrain.errors import UserError

@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from dualtrain.core import arrays, data
-from dualtrain.core.data import tablecache, tables
+from dualtrain.core import data
+from dualtrain.core.data import arrays, tablecache, tables
 from dualtrain.core.plan import torch_randperm
 from dualtrain.errors import UserError
 from dualtrain.spec import from_dict

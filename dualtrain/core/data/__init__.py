@@ -7,9 +7,9 @@ where they are .npy files), and one :class:`Transform` per input. A step asks fo
 backends, computed here once, so neither framework normalises or casts anything itself (fp64 runs
 widen these float32 values exactly).
 
-Sources: MNIST (:mod:`dualtrain.core.mnist`, content pinned), your arrays
-(:mod:`dualtrain.core.arrays`), your table (:mod:`.tables`, converted once into cached arrays),
-scikit-learn's bundled datasets (:mod:`dualtrain.core.bundled`,
+Sources: MNIST (:mod:`dualtrain.core.data.mnist`, content pinned), your arrays
+(:mod:`dualtrain.core.data.arrays`), your table (:mod:`.tables`, converted once into cached arrays),
+scikit-learn's bundled datasets (:mod:`dualtrain.core.data.bundled`,
 content pinned). The sample ids the plan deals in are positions in the training split: with no
 validation split and no limit they are the rows.
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import arrays as arrays_mod
-from dualtrain.core import mnist
+from dualtrain.core.data import arrays as arrays_mod
+from dualtrain.core.data import mnist
 from dualtrain.core.data.dataset import Data, open_data, where_of
 from dualtrain.core.losses import LOSSES
 from dualtrain.core.model import output_width

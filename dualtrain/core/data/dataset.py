@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import arrays as arrays_mod
+from dualtrain.core.data import arrays as arrays_mod
 from dualtrain.core.data.sources import (
     check_shapes,
     input_names,

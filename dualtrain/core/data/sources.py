@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import arrays as arrays_mod
-from dualtrain.core import bundled, filekinds, mnist
-from dualtrain.core.data import tablecache, tables
+from dualtrain.core.data import arrays as arrays_mod
+from dualtrain.core.data import bundled, filekinds, mnist, tablecache, tables
 from dualtrain.core.data.columns import listed
 from dualtrain.errors import UserError
 from dualtrain.spec import Dataset, DataSpec, Experiment, ModelSpec

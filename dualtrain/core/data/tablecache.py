@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import arrays as arrays_mod
+from dualtrain.core.data import arrays as arrays_mod
 from dualtrain.core.data import tables
-from dualtrain.core.mnist import cache_dir
+from dualtrain.core.data.mnist import cache_dir
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import filekinds
+from dualtrain.core.data import filekinds
 from dualtrain.core.data.columns import encode_target, features, listed, pandas
 from dualtrain.core.plan import torch_randperm
 from dualtrain.errors import UserError

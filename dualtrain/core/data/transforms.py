@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import arrays as arrays_mod
-from dualtrain.core import mnist
+from dualtrain.core.data import arrays as arrays_mod
+from dualtrain.core.data import mnist
 from dualtrain.core.data.splits import TRAIN, Split
 from dualtrain.errors import UserError
 from dualtrain.spec import Dataset, Experiment, Normalize
@@ -50,7 +50,7 @@ def _auto_stats(a: np.ndarray, rows: Split, shape: tuple[int, ...]) -> Transform
     """Per-channel (images) or per-feature (tables) mean and population std over the split's rows,
     accumulated in float64 a chunk at a time (Chan et al.'s pairwise update), stored float32; a
     constant channel gets std 1. A NaN or inf in the data makes them NaN without a NumPy warning:
-    the data's finite check refuses it in one line (core.arrays)."""
+    the data's finite check refuses it in one line (core.data.arrays)."""
     with np.errstate(invalid="ignore", over="ignore"):
         return _stats(a, rows, shape)
 

@@ -27,7 +27,7 @@ from torch.optim.lr_scheduler import StepLR
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 import dualtrain.audit  # AUDIT
-from dualtrain.core import mnist
+from dualtrain.core.data import mnist
 from dualtrain.spec import DataSpec
 
 

@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import dualtrain.audit  # noqa: E402  # AUDIT
-from dualtrain.core import mnist  # noqa: E402
+from dualtrain.core.data import mnist  # noqa: E402
 from dualtrain.spec import DataSpec  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dualtrain.core import filekinds
+from dualtrain.core.data import filekinds
 from dualtrain.errors import UserError
 
 SPLITS = ("train", "test")

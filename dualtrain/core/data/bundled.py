@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from dualtrain.core import arrays as arrays_mod
-from dualtrain.core.mnist import cache_dir
+from dualtrain.core.data import arrays as arrays_mod
+from dualtrain.core.data.mnist import cache_dir
 from dualtrain.errors import UserError
 
-#: content digest (dualtrain.core.arrays.digest) of each materialised dataset
+#: content digest (dualtrain.core.data.arrays.digest) of each materialised dataset
 CONTENT_SHA256 = {
     "digits": "04b428167a664a9650273a339a26b6a9962b8f97fa4660c933c8d07a142882d9",
     "wine": "467a495790d131d40ba9171163680956f0a2217ed8b13cee63ec06ec42a8d690",
