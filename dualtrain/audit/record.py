@@ -227,7 +227,8 @@ def script_info() -> dict[str, Any]:
 
 def _save_npz(path: Path, weights: dict[str, np.ndarray]) -> None:
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **weights)  # type: ignore[arg-type]  # numpy stubs: names -> arrays
+    arrays: dict[str, Any] = dict(weights)  # savez's stubs type its keywords as its options'
+    np.savez(tmp, **arrays)
     os.replace(tmp, path)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 import torch
 from torch.nn.utils import clip_grad
@@ -188,9 +189,9 @@ class SchedulerLines:
 
         def noted(this: Any, *args: Any, **kwargs: Any) -> Any:
             if this is sched and len(self.lines) < self.MAX and script is not None:
-                frame = sys._getframe(1)
+                frame: FrameType | None = sys._getframe(1)
                 while frame is not None and not ours(frame.f_code.co_filename):
-                    frame = frame.f_back  # type: ignore[assignment]  # None ends the walk
+                    frame = frame.f_back  # None ends the walk
                 if frame is not None and frame.f_lineno not in self.lines:
                     self.lines.append(frame.f_lineno)
             return step(this, *args, **kwargs)
@@ -216,7 +217,8 @@ class EmaWatch:
 
     def __init__(self, model: Any):
         self.model, self.avg, self.updates = unwrapped(model), None, 0
-        self.kind = torch.optim.swa_utils.AveragedModel
+        #: the class whose method is wrapped until close (None: closed)
+        self.kind: Any = cast(Any, torch.optim.swa_utils.AveragedModel)
         self.update = self.kind.update_parameters
 
         def noted(this: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -224,12 +226,12 @@ class EmaWatch:
                 self.avg, self.updates = this, self.updates + 1
             return self.update(this, model, *args, **kwargs)
 
-        self.kind.update_parameters = noted  # type: ignore[method-assign,assignment]  # until close
+        self.kind.update_parameters = noted  # until close
 
     def close(self) -> None:
         if self.kind is not None:
-            self.kind.update_parameters = self.update  # type: ignore[method-assign]
-            self.kind = None  # type: ignore[assignment]  # closed
+            self.kind.update_parameters = self.update
+            self.kind = None
 
     def summary(self) -> dict[str, Any] | None:
         if self.avg is None:

@@ -247,7 +247,13 @@ class FirstUse(TorchFunctionMode):
                 self.owner.setdefault(id(t), mname)
         self.order: dict[str, int] = {}
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         for a in (*args, *kwargs.values()):
             for t in a if isinstance(a, (list, tuple)) else (a,):
