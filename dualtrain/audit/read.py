@@ -21,13 +21,34 @@ from dualtrain.errors import UserError
 from dualtrain.records.record import as_float
 
 
+@dataclass(frozen=True)
+class Script:
+    """The script that recorded (audit.json's ``script``): its path, arguments and text, which the
+    findings quote line by line (None: not a readable .py file, as under ``python -c``)."""
+
+    path: str | None = None
+    argv: tuple[str, ...] = ()
+    text: str | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Script:
+        return cls(d.get("path"), tuple(d.get("argv") or ()), d.get("text"))
+
+    @property
+    def name(self) -> str:
+        return Path(self.path or "script").name
+
+    def lines(self) -> list[str]:
+        return (self.text or "").splitlines()
+
+
 @dataclass
 class Recorded:
     path: Path
     framework: str
     world_size: int
     config: dict[str, Any]
-    script: dict[str, Any]
+    script: Script
     steps: list[dict[str, Any]]
     """metrics.jsonl's train rows, in step order."""
     replicas: dict[tuple[int, int], dict[str, Any]]
@@ -41,7 +62,7 @@ class Recorded:
 
     @property
     def script_name(self) -> str:
-        return Path(self.script.get("path") or "script").name
+        return self.script.name
 
     def rows(self, step: int) -> list[dict[str, Any]]:
         return [
@@ -70,12 +91,12 @@ class Recorded:
 
     def line_at(self, n: int) -> str | None:
         """``script.py:N: text`` of line ``n`` (where the recorder saw a call run)."""
-        lines = (self.script.get("text") or "").splitlines()
+        lines = self.script.lines()
         return f"{self.script_name}:{n}: {lines[n - 1].strip()}" if 0 < n <= len(lines) else None
 
     def line_of(self, *needles: str) -> str | None:
         """``script.py:LINE: text`` of the first line of the recorded script holding a needle."""
-        code = code_lines(self.script.get("text") or "")
+        code = code_lines(self.script.text or "")
         # a command-line option's definition names the setting but does not make it: the line
         # that builds the object first, the option's line only where no other holds the needle
         for lines in ([c for c in code if ARGUMENT not in c[1]], code):
@@ -130,7 +151,7 @@ def read_recorded(run_dir: str | Path) -> Recorded:
         framework=meta["framework"],
         world_size=int(meta["world_size"]),
         config=meta.get("config") or {},
-        script=meta.get("script") or {},
+        script=Script.from_json(meta.get("script") or {}),
         steps=sorted(metrics, key=lambda m: m["step"]),
         replicas={(r["step"], r["replica"]): r for r in _jsonl(d / REPLICAS_FILE)},
         weights_init=_npz(d / WEIGHTS_INIT),

@@ -217,7 +217,7 @@ def read_parts(run_dir: Path, ranks: int, timeout_s: float = 120.0) -> list[dict
 
 def script_info() -> dict[str, Any]:
     """The script that records (``sys.argv[0]``): its path, arguments and text (the diagnoses
-    quote its lines)."""
+    quote its lines), as audit.json's ``script`` (read back as dualtrain.audit.read.Script)."""
     path = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     text = None
     if path is not None and path.suffix == ".py" and path.is_file():

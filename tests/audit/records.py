@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dualtrain.audit.read import Recorded
+from dualtrain.audit.read import Recorded, Script
 
 
 def record(
@@ -53,7 +53,7 @@ def record(
     w = {"w": np.zeros(2, np.float32)}
     cfg = {"optimizer": {"type": "SGD", "lr": 0.1}} if framework == "torch" else {}
     cfg |= config or {}
-    text = {"path": f"{framework}.py", "text": script}
+    text = Script(f"{framework}.py", (), script)
     return Recorded(Path(framework), framework, world, cfg, text, steps, rows, w, w)
 
 

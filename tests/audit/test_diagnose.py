@@ -3,13 +3,14 @@ momentum and a Keras SGD, an lr that changes): the conventions no example script
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
-from dualtrain.audit.read import Recorded
+from dualtrain.audit.read import Recorded, Script
 from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS
 from tests.audit.records import record, with_rows
 
@@ -40,7 +41,8 @@ def _run(framework: str, optimizer: dict, lrs: list[float]) -> Recorded:
         for s in steps
     }
     w = {"w": np.zeros(2, np.float32)}
-    return Recorded(Path(framework), framework, 1, {"optimizer": optimizer}, {}, steps, rows, w, w)
+    config = {"optimizer": optimizer}
+    return Recorded(Path(framework), framework, 1, config, Script(), steps, rows, w, w)
 
 
 def test_sgd_momentum_under_a_changing_lr_is_named():
@@ -126,7 +128,8 @@ def test_lr_fixes_use_each_scripts_framework_and_a_peak_scheduler():
     (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
     assert f.fixes[1].endswith("-> lr=0.1"), f.fixes
     b.config["scheduler"] = {"type": "OneCycleLR"}
-    b.script["text"] += "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1)\n"
+    added = "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1)\n"
+    b.script = dataclasses.replace(b.script, text=f"{b.script.text}{added}")
     (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
     assert "OneCycleLR(opt, max_lr=1) -> a max_lr" in f.fixes[1], f.fixes
 

@@ -46,7 +46,7 @@ def audit_verdict(cmp: AuditComparison) -> dict[str, Any]:
                 "framework": r.framework,
                 "world_size": r.world_size,
                 "steps": len(r.steps),
-                "script": r.script.get("path"),
+                "script": r.script.path,
             }
             for tag, r in (("A", cmp.a), ("B", cmp.b))
         },
@@ -60,7 +60,7 @@ def audit_verdict(cmp: AuditComparison) -> dict[str, Any]:
 def _run_line(tag: str, r: Recorded) -> str:
     return (
         f"- {tag}: `{r.path}`: {r.framework}, {r.world_size} replicas, {len(r.steps)} steps, "
-        f"script `{r.script.get('path')}`"
+        f"script `{r.script.path}`"
     )
 
 
@@ -109,7 +109,7 @@ def audit_html(cmp: AuditComparison, v: dict[str, Any]) -> str:
     ]
     for tag, r, label in (("A", cmp.a, la), ("B", cmp.b, lb)):
         cells = [f"{tag}: {label}", r.framework, str(r.world_size), str(len(r.steps))]
-        cells.append(str(r.script.get("path")))
+        cells.append(str(r.script.path))
         parts.append(
             "<tr>"
             + "".join(f"<td>{e(x)}</td>" for x in cells)
