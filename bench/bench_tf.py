@@ -1,6 +1,6 @@
 """Throughput: dualtrain's TF runner vs plain Keras ``model.fit`` under MirroredStrategy.
 
-    python bench/bench_tf.py [--repeat N] [--epochs E] [--model mlp|cnn]
+    python bench/bench_tf.py [--repeat N] [--epochs E] [--model mlp|cnn] [--same-kernels]
 
 Both sides train the MNIST MLP (784-256-128-10) or, with --model cnn, the CNN preset (conv 32,
 max-pool, conv 64, max-pool, dense 128), SGD with momentum, global batch 128, world 2
@@ -18,6 +18,11 @@ subprocess:
 
 Prints both throughputs and their ratio (dualtrain / Keras; target >= 1.0). With --repeat N each
 side runs N times (alternating) and the median is reported.
+
+``--same-kernels``: Keras fit runs under the environment dualtrain's TF worker sets before
+TensorFlow's import (dualtrain.backends.tf.launch.preimport_env): with the spec's determinism on,
+oneDNN off, so both sides compute with TensorFlow's Eigen kernels. Without it, fit uses oneDNN's,
+which are faster on convolutions; the difference between the two ratios is the kernels' share.
 """
 
 from __future__ import annotations
@@ -126,12 +131,18 @@ def run_dualtrain(epochs: int, kind: str) -> float:
         return float(json.loads((out / "summary.json").read_text())["train_samples_per_s"])
 
 
-def run_keras(epochs: int, kind: str) -> float:
+def run_keras(epochs: int, kind: str, same_kernels: bool = False) -> float:
+    extra = {}
+    if same_kernels:
+        from dualtrain.backends.tf.launch import preimport_env  # framework-free
+        from dualtrain.spec import load_spec
+
+        extra = preimport_env(load_spec(ROOT / "configs" / "mnist_mlp.yaml"))
     proc = subprocess.run(
         [sys.executable, "-c", KERAS_FIT, str(epochs), kind],
         capture_output=True,
         text=True,
-        env=env(),
+        env={**env(), **extra},
         cwd=ROOT,
     )
     if proc.returncode != 0:
@@ -144,11 +155,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument(
+        "--same-kernels", action="store_true", help="fit under dualtrain's kernel environment"
+    )
     args = ap.parse_args()
     ours, keras_fit = [], []
     for i in range(args.repeat):
         ours.append(run_dualtrain(args.epochs, args.model))
-        keras_fit.append(run_keras(args.epochs, args.model))
+        keras_fit.append(run_keras(args.epochs, args.model, args.same_kernels))
         print(
             f"run {i + 1}: dualtrain tf {ours[-1]:,.0f} samples/s, keras fit {keras_fit[-1]:,.0f} "
             f"samples/s",
@@ -158,7 +172,8 @@ def main() -> None:
     shown = {
         side: ", ".join(f"{x:,.0f}" for x in runs) for side, runs in (("a", ours), ("b", keras_fit))
     }
-    where = f"(MirroredStrategy, 2 logical CPUs, {args.model}, batch 128, fp32)"
+    kernels = ", fit on dualtrain's kernels" if args.same_kernels else ""
+    where = f"(MirroredStrategy, 2 logical CPUs, {args.model}, batch 128, fp32{kernels})"
     print(f"dualtrain tf runner {where}: {a:,.0f} samples/s (median of {shown['a']})")
     print(f"keras model.fit     {where}: {b:,.0f} samples/s (median of {shown['b']})")
     print(f"ratio dualtrain / keras: {a / b:.2f} (target >= 1.0)")
