@@ -1,7 +1,7 @@
 """How far training carries a rounding-level difference: the fp64 pair against a rounding twin.
 
     python -m tools.rounding_twin --config SPEC.yaml [--set KEY=VALUE ...] [--out DIR]
-    python -m tools.rounding_twin --config examples/ports/row_transformer.yaml \
+    python -m tools.rounding_twin --config tools/row_transformer.yaml \
         --set model.args.width=384 --set optimizer.name=sgd --set optimizer.lr=0.05 \
         --set optimizer.momentum=0.9     # pair 1.46e-10, twin 2.3e-8 (ratio 0.0064)
 

@@ -4,7 +4,7 @@ zero, ``depth`` pre-LN blocks of ``nn.TransformerEncoderLayer`` left at its defa
 forward 4 x width), a final LayerNorm, the mean over the tokens and a linear head. Its Keras port is
 row_transformer_keras.py (Keras's MultiHeadAttention).
 
-    python -m tools.rounding_twin --config examples/ports/row_transformer.yaml \\
+    python -m tools.rounding_twin --config tools/row_transformer.yaml \\
         --set model.args.width=384 --set optimizer.name=sgd --set optimizer.lr=0.05
 """
 
