@@ -315,9 +315,9 @@ def resume_run(
         spec = spec.replace(distribution=_with(spec.distribution, world_size=world_size))
     check_continuation(ckpt.state, spec, ckpt.path)
     checked = validate(spec, ckpt_backend)
-    say_warnings(checked.warnings, warned)
     check_same_data(ckpt.state, checked.data.sha256, ckpt.path)
     check_same_model(ckpt.state, _model_sha256(spec), ckpt.path)
+    say_warnings(checked.warnings, warned)  # the run goes ahead: every check passed
     launch = launch_module(ckpt_backend)
     # Everything is checked: now cut the records back to the checkpoint and record the new spec.
     write_atomic(run_dir / SPEC_FILE, dump_spec(spec))
