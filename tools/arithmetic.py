@@ -18,7 +18,6 @@ oneDNN off, TensorFlow's oneDNN off, MKL at AVX2 with its conditional numerical 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import re
 import subprocess
@@ -27,7 +26,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from dualtrain.core.weights import Weights, load_weights, weights_digest
+from dualtrain.parity.readings import rel_diff
+from dualtrain.records.record import WEIGHTS_FINAL
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANGELOG = ROOT / "CHANGELOG.md"
@@ -76,19 +77,8 @@ RUNS = (
 )
 
 
-def digest(weights: dict[str, np.ndarray]) -> str:
-    """Every array's name, dtype, shape and bytes: equal only where bit-identical."""
-    h = hashlib.sha256()
-    for name in sorted(weights):
-        w = np.ascontiguousarray(weights[name])
-        h.update(f"{name}:{w.dtype}:{w.shape}:".encode())
-        h.update(w.tobytes())
-    return h.hexdigest()[:16]
-
-
-def final_weights(run_dir: Path) -> dict[str, np.ndarray]:
-    with np.load(run_dir / "weights_final.npz") as f:
-        return {k: f[k] for k in f.files}
+def final_weights(run_dir: Path) -> Weights:
+    return load_weights(run_dir / WEIGHTS_FINAL)
 
 
 def run_all(
@@ -114,7 +104,9 @@ def run_all(
 
 
 def digests(dirs: dict[str, Path]) -> dict[str, str]:
-    return {name: digest(final_weights(d)) for name, d in dirs.items()}
+    """Each run's final weights digest (dualtrain.core.weights.weights_digest: equal only where
+    bit-identical)."""
+    return {name: weights_digest(final_weights(d)) for name, d in dirs.items()}
 
 
 #: a row of CHANGELOG.md's digest tables: | run | digest |
@@ -153,11 +145,7 @@ def changes(a: dict[str, Path], b: dict[str, Path]) -> dict[str, tuple[str, floa
     much (||b - a|| / ||a||)."""
     out = {}
     for name in a:
-        wa, wb = final_weights(a[name]), final_weights(b[name])
-        rel = {
-            k: float(np.linalg.norm(wb[k] - wa[k]) / max(float(np.linalg.norm(wa[k])), 1e-300))
-            for k in wa
-        }
+        rel = rel_diff(final_weights(a[name]), final_weights(b[name]))
         worst = max(rel, key=rel.__getitem__)
         out[name] = (worst, rel[worst])
     return out

@@ -28,12 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dualtrain.core.weights import load_weights, save_weights
 from dualtrain.parity.readings import rel_diff
-
-
-def _load(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as f:
-        return {k: f[k] for k in f.files}
 
 
 def _run(backend: str, config: str, sets: list[str], out: Path) -> Path:
@@ -59,11 +55,11 @@ def measure(config: str, sets: list[str], out: Path, top: int = 3) -> dict[str, 
     torch_dir = _run("torch", config, sets, out / "fp64-torch")
     tf_dir = _run("tf", config, sets, out / "fp64-tf")
     init = out / "twin-init.npz"
-    np.savez(init, **one_ulp_away(_load(torch_dir / "weights_init.npz")))
+    save_weights(init, one_ulp_away(load_weights(torch_dir / "weights_init.npz")))
     twin_dir = _run("torch", config, [*sets, f"model.init_from={init}"], out / "fp64-twin")
-    a = _load(torch_dir / "weights_final.npz")
-    pair = rel_diff(a, _load(tf_dir / "weights_final.npz"))
-    twin = rel_diff(a, _load(twin_dir / "weights_final.npz"))
+    a = load_weights(torch_dir / "weights_final.npz")
+    pair = rel_diff(a, load_weights(tf_dir / "weights_final.npz"))
+    twin = rel_diff(a, load_weights(twin_dir / "weights_final.npz"))
     worst = sorted(pair, key=lambda k: -pair[k])[:top]
     return {
         "sets": sets,
