@@ -4,6 +4,7 @@ fixtures, no framework)."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -33,7 +34,7 @@ def base_spec(**changes: Any) -> dict[str, Any]:
     raw = {
         "name": "synth",
         "seed": 0,
-        "model": TINY_MODEL,
+        "model": copy.deepcopy(TINY_MODEL),  # changes to model.* must not reach the next spec
         "distribution": {"world_size": WORLD},
         "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
         "train": {"epochs": 1},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from dualtrain.cli import main
@@ -71,6 +72,34 @@ def test_the_report_says_what_was_compared(pair, tmp_path):
     for text in (md, page):
         assert "4 layers: flatten, dense 16, relu, dense 10" in text and "name: synth" in text
     assert "<title>dualtrain compare: synth: PASS</title>" in page
+
+
+def test_the_header_is_right_for_a_model_pair_on_a_small_dataset(tmp_path):
+    # issue 46 item 3: a model pair showed "0 layers:" and 1,438 digits "all (60,000)"
+    spec = base_spec(
+        **{
+            "data.dataset": "digits",
+            "model.layers": [],
+            "model.torch": "mine_torch:model",
+            "model.keras": "mine_keras:model",
+            "model.args": {"width": 384},
+            "train.max_steps": 30,
+        }
+    )
+    init = {"w": np.ones((4, 3), np.float32)}  # a pair's weights come from its factories
+    runs = [
+        make_run(tmp_path / n, backend=n, spec=spec, steps=30, init=init) for n in ("torch", "tf")
+    ]
+    for run in runs:
+        facts = {"dataset": "digits", "sizes": {"train": 1438, "test": 359}}
+        (run / "data.json").write_text(json.dumps(facts))
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "epochs_run": 0.6667}))
+    x = json.loads(write_report(compare_dirs(*runs), tmp_path / "rep")["verdict"].read_text())
+    head = x["experiment"]
+    assert head["model"] == "model pair: torch mine_torch:model, keras mine_keras:model (width 384)"
+    assert head["train_samples"] == "all 1,438 (digits)"
+    assert head["epochs"] == "0.667 (max_steps 30 of epochs 1)"
 
 
 def test_html_is_self_contained(bad_pair, tmp_path):

@@ -3,13 +3,16 @@ environment)."""
 
 from __future__ import annotations
 
+import json
 import platform
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from dualtrain.core.data.dataset import DATA_FILE
 from dualtrain.parity import readings as R
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
@@ -73,6 +76,12 @@ def environment(cmp: Comparison) -> dict[str, Any]:
 def _model_line(model: dict[str, Any]) -> str:
     if model.get("preset"):
         return f"preset {model['preset']}"
+    if model.get("torch") or model.get("keras"):  # a model pair: the user's two factories
+        args = model.get("args") or {}
+        shown = ", ".join(f"{k} {v}" for k, v in args.items())
+        return f"model pair: torch {model.get('torch')}, keras {model.get('keras')}" + (
+            f" ({shown})" if shown else ""
+        )
     layers = model.get("layers") or []
 
     def name(layer: dict[str, Any]) -> str:
@@ -81,6 +90,32 @@ def _model_line(model: dict[str, Any]) -> str:
         return f"{t} {size}" if size else t
 
     return f"{len(layers)} layers: " + ", ".join(name(x) for x in layers)
+
+
+def _epochs(ran: Any, train: dict[str, Any]) -> Any:
+    """The epochs the run made, and the spec's where max_steps (or early stopping) ended it first:
+    ``0.667 (max_steps 30 of epochs 1)``."""
+    asked = train.get("epochs")
+    if not isinstance(ran, (int, float)) or ran == asked:
+        return asked
+    why = f"max_steps {train['max_steps']}" if train.get("max_steps") else "stopped early"
+    return f"{ran:.3g} ({why} of epochs {asked})" if asked else f"{ran:.3g}"
+
+
+def _train_samples(rec: RunRecord, data: dict[str, Any]) -> str:
+    """How many training samples the run drew from, of how many its dataset holds (the run's
+    data.json, written by both backends), e.g. ``all 1,438 (digits)`` or ``12,800 of 60,000
+    (mnist)``."""
+    limit = data.get("train_limit")
+    try:
+        facts = json.loads((Path(rec.path) / DATA_FILE).read_text())
+        held = int(facts["sizes"]["train"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{limit:,}" if limit else "all"
+    name = facts.get("dataset") or data.get("dataset") or "the dataset"
+    if limit and int(limit) < held:
+        return f"{int(limit):,} of {held:,} ({name})"
+    return f"all {held:,} ({name})"
 
 
 def experiment(cmp: Comparison) -> dict[str, Any]:
@@ -101,9 +136,9 @@ def experiment(cmp: Comparison) -> dict[str, Any]:
         "tf_strategy": (spec.get("tf") or {}).get("strategy"),
         "precision": precision_of(spec),
         "steps": cmp.a.summary.get("steps"),
-        "epochs": train.get("epochs"),
+        "epochs": _epochs(cmp.a.summary.get("epochs_run"), train),
         "batch_size": data.get("batch_size"),
-        "train_samples": data.get("train_limit") or "all (60,000)",
+        "train_samples": _train_samples(cmp.a, data),
         "optimizer": " ".join(
             [str(opt.get("name")), f"lr {opt.get('lr')}", *extras, f"schedule {schedule}"]
         ),
