@@ -114,6 +114,12 @@ def probe_layers(
                     out[f"act/{n}"] = m(probe).numpy().reshape(-1).copy()
                 except Exception:  # flatten, pooling, ...: not an activation
                     continue
+        for n, m in module.named_modules():
+            # an activation held as a function, not a module: nn.TransformerEncoderLayer(
+            # activation="gelu") keeps F.gelu, which no leaf shows
+            fn = getattr(m, "activation", None)
+            if callable(fn) and not isinstance(fn, nn.Module):
+                out[f"act/{n}.activation"] = fn(probe).numpy().reshape(-1).copy()
     target = torch.from_numpy(y)
     loss = losses.loss_sum(LOSS_OPS, spec.model.loss, logits, target)  # float64: its exact form
     (loss / len(y)).backward()

@@ -110,6 +110,21 @@ def flatten_mistake(layout: Layout, module: str, t: dict, k: dict) -> str:
     return ""
 
 
+def _inside_activation(act: str, t: dict[str, np.ndarray]) -> str:
+    """A Keras layer that applies ``act`` itself: against the activations torch applies (its
+    activation modules, and those held as functions, as nn.TransformerEncoderLayer holds F.relu)."""
+    torch_acts: dict[str, list[str]] = {}
+    for where, (kind, _) in _activations(t).items():
+        if kind not in ("identity", "other"):
+            torch_acts.setdefault(kind, []).append(where)
+    if torch_acts and not any(kind.split(" ")[0] == act for kind in torch_acts):
+        shown = "; ".join(f"{kind} at {', '.join(w)}" for kind, w in sorted(torch_acts.items()))
+        return f"a different activation: the Keras layer applies {act}, torch {shown}"
+    return (
+        f"an activation inside the Keras layer ({act}) that torch applies elsewhere or not at all"
+    )
+
+
 def layer_mistake(
     layout: Layout, module: str, layer: str, kind: str, t: dict, k: dict, weights: dict
 ) -> str:
@@ -129,10 +144,7 @@ def layer_mistake(
     if act == "softmax":
         return "softmax inside the model while the loss takes logits (the loss applies its own)"
     if isinstance(act, str) and act not in ("linear", "None", ""):
-        return (
-            f"an activation inside the Keras layer ({act}) that torch applies elsewhere or not "
-            f"at all"
-        )
+        return _inside_activation(act, t)
     w, b = weights.get(f"{module}.weight"), weights.get(f"{module}.bias")
     x, fed = t.get(f"in/{module}"), k.get(f"fed/{module}")
     if kind == "dense" and w is not None and x is not None and fed is not None:
