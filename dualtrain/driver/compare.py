@@ -8,6 +8,8 @@ Layout of OUT::
                          itself)
     OUT/torch/           the torch run (the requested precision; torch/probes/: its one-step probes)
     OUT/tf/              the tf run
+    OUT/fp64-twin/       the rounding twin, where the reference pair parts beyond the fixed
+                         bounds (dualtrain.driver.compare_twin)
     OUT/verdict.json, report.md, report.html
 
 Each backend runs in its own worker processes (``dualtrain.driver.runs.start_run``); this process
@@ -30,6 +32,7 @@ from dualtrain.backends import PACKAGES, launch_module
 from dualtrain.driver.compare_failed import judge_partial, write_failed_only
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
+from dualtrain.driver.compare_twin import run_twin
 from dualtrain.driver.locate import locate_pair, table
 from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.runs import resume_run, start_run
@@ -306,14 +309,26 @@ def _judge(
 ) -> Comparison:
     """Compare the finished runs, locate a model pair's fp64 disagreement, write the report."""
     by = {run.label: d for run, d in zip(runs, dirs, strict=True)}
-    cmp = compare_dirs(
-        by["torch"], by["tf"], (by["fp64-torch"], by["fp64-tf"]) if with_ref else None, notes
-    )
+    pair = (by["fp64-torch"], by["fp64-tf"]) if with_ref else None
+    cmp = compare_dirs(by["torch"], by["tf"], pair, notes)
+    twin = run_twin(cmp, runs[0], _start_twin, _say(progress))
+    if twin is not None:
+        cmp = compare_dirs(by["torch"], by["tf"], pair, cmp.notes, twin)
     (out / LOCATOR_FILE).unlink(missing_ok=True)  # an earlier compare's finding
     if spec.model.is_pair and not cmp.passed and cmp.diagnosis.category == SEMANTICS:
         locate_into(spec, cmp, out, progress)
     write_report(cmp, out)
     return cmp
+
+
+def _start_twin(spec: Experiment, backend: Backend, where: Path) -> Path:
+    run_dir, _ = start_run(spec, backend, where, warned=tuple(validate(spec, backend).warnings))
+    assert run_dir is not None  # dualtrain launched the workers (refuse_external_launch)
+    return run_dir
+
+
+def _say(progress: Callable[[str], None] | None) -> Callable[[str], None]:
+    return lambda line: progress(f"{Progress.PREFIX} {line}") if progress else None
 
 
 def locate_into(

@@ -41,6 +41,14 @@ class ReferenceBound:
     eval_loss_abs: float = 1e-10
     """|eval loss difference| at every evaluation (relative above 1, as loss_abs), of the test and
     the validation split (accuracy must be identical; an mae within this bound)."""
+    twin_factor: float = 100.0
+    """Where training amplifies rounding past the fixed bounds above (a wide model, many steps, an
+    optimizer that normalises small gradients), each bound becomes ``twin_factor`` times what the
+    **rounding twin** makes of one rounding: the reference run again on its own backend from the
+    same initial weights, every element one ulp away (:mod:`dualtrain.parity.twin`). The pair
+    differs by rounding at every step, the twin by one rounding once; measured, the pair stays
+    within 1.5x of the twin at every faithful size (width 16-1024, depth 1-6, 10-500 steps, each
+    optimizer), and a porting mistake stands 10^5x or more above it (docs/parity.md §7)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,9 @@ class Reference:
 
     a: RunRecord
     b: RunRecord
+    twin: RunRecord | None = None
+    """The rounding twin of ``a`` (dualtrain.parity.twin), where compare ran one: the scale the
+    semantic bounds grow to where training amplifies rounding."""
 
 
 def tolerance_of(a: RunRecord, b: RunRecord) -> Tolerance:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from dualtrain.parity import readings as R
+from dualtrain.parity import twin
 from dualtrain.parity.checks.base import (
     Reference,
     earliest_step,
@@ -24,7 +25,8 @@ from dualtrain.records.verdict import SEMANTICS, Check
 
 def check_reference_loss(ref: Reference) -> Check:
     """Per-step |loss| difference of the fp64 pair over the whole run, against
-    REFERENCE.loss_abs."""
+    REFERENCE.loss_abs, or, with a rounding twin, against what the twin makes of one rounding by
+    that step (dualtrain.parity.twin.envelope)."""
     la, lb = R.labels(ref.a, ref.b)
     steps, _ = R.loss_diff(ref.a, ref.b)
     ma, mb = R.step_map(ref.a, "loss"), R.step_map(ref.b, "loss")
@@ -43,22 +45,29 @@ def check_reference_loss(ref: Reference) -> Check:
             group=SEMANTICS,
         )
     diff = np.where(np.isnan(diff), np.inf, diff)
-    over = diff > REFERENCE.loss_abs
-    worst = int(np.argmax(diff))
+    bound = _loss_bounds(ref, steps.tolist(), "loss", "train", REFERENCE.loss_abs)
+    over = diff > bound
+    worst = int(np.argmax(diff / bound))
     first = int(steps[np.argmax(over)]) if over.any() else None
     detail = (
-        f"fp64 pair, {steps.size} steps: max |loss diff| {fmt_num(float(diff[worst]))} at step "
-        f"{int(steps[worst])}"
+        f"fp64 pair, {steps.size} steps: max |loss diff| {fmt_num(float(np.max(diff)))} at step "
+        f"{int(steps[int(np.argmax(diff))])}"
     )
     if first is not None:
-        at = float(diff[np.argmax(over)])
-        detail += f"; first over {fmt_num(REFERENCE.loss_abs)} at step {first} ({fmt_num(at)})"
+        at = int(np.argmax(over))
+        detail += (
+            f"; first over {fmt_num(float(bound[at]))} at step {first} ({fmt_num(float(diff[at]))})"
+            f"{_no_twin(ref)}"
+        )
+    if ref.twin is not None:
+        near = f"step {int(steps[worst])}, {fmt_num(float(diff[worst]))} of {fmt_num(bound[worst])}"
+        detail += f"; {_twin_clause(ref, REFERENCE.loss_abs, near)}"
     if note:
         detail += f"; {note}"
     return Check(
         "reference_loss",
         float(diff[worst]),
-        REFERENCE.loss_abs,
+        float(bound[worst]),
         first is None and not note,
         detail,
         unit="abs",
@@ -68,6 +77,42 @@ def check_reference_loss(ref: Reference) -> Check:
         ),
         group=SEMANTICS,
     )
+
+
+def _loss_bounds(ref: Reference, steps: list[int], key: str, kind: str, fixed: float) -> np.ndarray:
+    """The bound at each step: ``fixed``, or with a rounding twin the twin's envelope over it."""
+    if ref.twin is None:
+        return np.full(len(steps), fixed)
+    bound = twin.envelope(ref.a, ref.twin, key, kind, floor=fixed)
+    return np.array([bound(s) for s in steps], dtype=np.float64)
+
+
+def _twin_clause(ref: Reference, fixed: float, nearest: str) -> str:
+    assert ref.twin is not None
+    return (
+        f"bounds grow to {REFERENCE.twin_factor:g}x what training makes of one rounding "
+        f"({twin.describe(ref.a, ref.twin)}), at least {fmt_num(fixed)}; nearest its bound: "
+        f"{nearest}"
+    )
+
+
+def _no_twin(ref: Reference) -> str:
+    """Where a fixed bound failed without a rounding twin: how to learn whether training amplifies
+    rounding this far."""
+    if ref.twin is not None:
+        return ""
+    return (
+        " (fixed bound, no rounding twin: dualtrain compare --config runs one, to tell a pair "
+        "that training parts by rounding from one that computes something else)"
+    )
+
+
+def exceeds_fixed(ref: Reference) -> bool:
+    """Whether the pair fails a semantic check under the fixed bounds alone: where compare runs the
+    rounding twin (dualtrain.parity.twin) to learn how far training carries a rounding."""
+    plain = Reference(ref.a, ref.b)
+    checks = (check_reference_loss(plain), check_reference_weights(plain))
+    return any(not c.passed for c in (*checks, check_reference_eval(plain)))
 
 
 def check_reference_weights(ref: Reference) -> Check:
@@ -96,20 +141,28 @@ def check_reference_weights(ref: Reference) -> Check:
             group=SEMANTICS,
         )
     rel = {k: (math.inf if math.isnan(v) else v) for k, v in R.rel_diff(wa, wb).items()}
-    worst = max(rel, key=rel.__getitem__)
-    bad = [k for k, v in rel.items() if v > REFERENCE.weights_rel]
+    bounds = dict.fromkeys(rel, REFERENCE.weights_rel)
+    if ref.twin is not None:
+        bounds = twin.tensor_bounds(ref.a, ref.twin, REFERENCE.weights_rel) or bounds
+    largest = max(rel, key=rel.__getitem__)
+    worst = max(rel, key=lambda k: rel[k] / bounds[k])
+    bad = [k for k, v in rel.items() if v > bounds[k]]
     dtypes = sorted({str(v.dtype) for v in (*wa.values(), *wb.values())})
     detail = (
-        f"fp64 pair, per tensor: worst {worst} {fmt_num(rel[worst])} ({'/'.join(dtypes)} weights)"
+        f"fp64 pair, per tensor: worst {largest} {fmt_num(rel[largest])} "
+        f"({'/'.join(dtypes)} weights)"
     )
+    if ref.twin is not None:
+        near = f"{worst}, {fmt_num(rel[worst])} of {fmt_num(bounds[worst])}"
+        detail += f"; {_twin_clause(ref, REFERENCE.weights_rel, near)}"
     if dtypes != ["float64"]:
         detail += "; the reference runs' final weights are not float64"
     if bad:
-        detail += f"; over: {', '.join(bad)}"
+        detail += f"; over: {', '.join(bad)}{_no_twin(ref)}"
     return Check(
         "reference_weights",
         rel[worst],
-        REFERENCE.weights_rel,
+        bounds[worst],
         not bad and dtypes == ["float64"],
         detail,
         unit="rel",
@@ -120,7 +173,9 @@ def check_reference_weights(ref: Reference) -> Check:
 def check_reference_eval(ref: Reference) -> Check:
     """At every evaluation, of the test split and of the validation split where there is one:
     |eval loss diff| <= REFERENCE.eval_loss_abs (relative above 1, :func:`records.scaled_diff`)
-    and identical accuracy (classification) or an mae within the same bound (regression)."""
+    and identical accuracy (classification) or an mae within the same bound (regression). With a
+    rounding twin, the bound is the twin's envelope, and accuracy may differ at the evaluations
+    where the twin's differs too."""
     la, lb = R.labels(ref.a, ref.b)
     metric = R.metric_name(ref.a)
     loss_a, loss_b = R.step_map(ref.a, "loss", "eval"), R.step_map(ref.b, "loss", "eval")
@@ -142,10 +197,16 @@ def check_reference_eval(ref: Reference) -> Check:
             group=SEMANTICS,
         )
 
-    def same_metric(x: float | None, y: float | None) -> bool:
-        if metric == "accuracy" or x is None or y is None:
+    bounds = _loss_bounds(ref, steps, "loss", "eval", REFERENCE.eval_loss_abs)
+    bound = {s: float(b) for s, b in zip(steps, bounds, strict=True)}
+    # where one rounding of the initial weights already flips samples (the twin's accuracy moves),
+    # accuracy is not held identical: the eval loss, which every sample moves, judges the step
+    flips = set() if ref.twin is None else twin.accuracy_flips(ref.a, ref.twin, metric)
+
+    def same_metric(s: int, x: float | None, y: float | None) -> bool:
+        if x is None or y is None or (metric == "accuracy" and s not in flips):
             return x == y
-        return R.scaled_diff(x, y) <= REFERENCE.eval_loss_abs
+        return metric == "accuracy" or R.scaled_diff(x, y) <= bound[s]
 
     diff = {s: R.scaled_diff(loss_a[s], loss_b[s]) for s in steps}
     for s in steps:  # the validation split, evaluated at the same steps
@@ -153,12 +214,12 @@ def check_reference_eval(ref: Reference) -> Check:
             diff[s] = max(diff[s], R.scaled_diff(val_a.get(s, math.nan), val_b.get(s, math.nan)))
     diff = {s: (math.inf if math.isnan(v) else v) for s, v in diff.items()}
     agree = {
-        s: same_metric(acc_a.get(s), acc_b.get(s)) and same_metric(vm_a.get(s), vm_b.get(s))
+        s: same_metric(s, acc_a.get(s), acc_b.get(s)) and same_metric(s, vm_a.get(s), vm_b.get(s))
         for s in steps
     }
-    bad = [s for s in steps if diff[s] > REFERENCE.eval_loss_abs or not agree[s]]
-    worst = max(steps, key=diff.__getitem__)
-    same_acc = all(agree.values())
+    bad = [s for s in steps if diff[s] > bound[s] or not agree[s]]
+    worst = max(steps, key=lambda s: diff[s] / bound[s])
+    same_acc = all(acc_a.get(s) == acc_b.get(s) for s in steps)
     final = acc_a[steps[-1]]
     shown = f"{100 * final:.2f}%" if metric == "accuracy" else f"{final:.6g}"
     split = "test and validation" if val_a else "test"
@@ -167,6 +228,14 @@ def check_reference_eval(ref: Reference) -> Check:
         f"fp64 pair, {len(steps)} evaluation(s) of the {split} split: max |eval loss diff| "
         f"{fmt_num(diff[worst])} at step {worst}; {metric} {verdict} (final {shown})"
     )
+    if ref.twin is not None:
+        near = f"step {worst}, {fmt_num(diff[worst])} of {fmt_num(bound[worst])}"
+        detail += f"; {_twin_clause(ref, REFERENCE.eval_loss_abs, near)}"
+    if flips:
+        detail += (
+            f"; the twin's {metric} moves too at step(s) {', '.join(map(str, sorted(flips)))} "
+            f"(one rounding flips samples): the eval loss judges those"
+        )
     if bad:
         s = bad[0]
         detail += (
@@ -178,7 +247,7 @@ def check_reference_eval(ref: Reference) -> Check:
     return Check(
         "reference_eval",
         diff[worst],
-        REFERENCE.eval_loss_abs,
+        bound[worst],
         not bad and not note,
         detail,
         unit="abs",

@@ -63,8 +63,8 @@ def run_checks(a: RunRecord, b: RunRecord, ref: Reference | None = None) -> list
             for r in (a, b)
         }
         apart = stop.passed and len(ends) > 1
-    if fp64:
-        ref = Reference(a, b)
+    if fp64:  # their own reference pair (with the rounding twin the caller ran, if any)
+        ref = Reference(a, b, ref.twin if ref is not None else None)
     if ref is not None:
         checks += [
             check_reference_loss(ref),

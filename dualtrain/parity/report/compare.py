@@ -74,9 +74,11 @@ def compare_dirs(
     run_b: str | Path,
     reference: tuple[str | Path, str | Path] | None = None,
     notes: list[str] | None = None,
+    twin: str | Path | None = None,
 ) -> Comparison:
     """Load finished run directories (UserError if one is not) and run every check. ``reference``:
-    the fp64 runs of A's spec on A's backend and on B's backend."""
+    the fp64 runs of A's spec on A's backend and on B's backend (two fp64 runs are their own).
+    ``twin``: the rounding twin of the reference's A run (dualtrain.parity.twin), where one ran."""
     a, b = read_run(run_a), read_run(run_b)
     ref = None
     if reference is not None:
@@ -84,4 +86,14 @@ def compare_dirs(
         # reference is the caller's pair: its first two items are the ones read above
         for d, rec, of in zip(reference, (ref.a, ref.b), (a, b), strict=False):
             _check_reference(Path(d), rec, of)
+    elif twin is not None and is_fp64_pair(a, b):
+        ref = Reference(a, b)
+    if twin is not None and ref is not None:
+        ref.twin = read_run(twin)
+        _check_reference(Path(twin), ref.twin, ref.a)
+        if R.label(ref.twin, "") != R.label(ref.a, ""):
+            raise UserError(
+                f"a rounding twin runs on its reference run's backend ({R.label(ref.a, '?')}). "
+                f"Received: {str(twin)!r} on {R.label(ref.twin, '?')}"
+            )
     return compare_records(a, b, ref, notes)
