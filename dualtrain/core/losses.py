@@ -268,6 +268,13 @@ def metric_sum(ops: LossOps, loss: Loss, out: Any, y: Any) -> Any:
     return LOSSES[loss].metric_sum(ops, out, y)
 
 
+def correct(ops: LossOps, loss: Loss, out: Any, y: Any) -> Any:
+    """Per sample, whether the prediction is right (argmax == label), for a loss on class labels
+    (its metric is accuracy); None for the others. What the convergence check pairs sample by sample
+    between a run and its fp64 run (dualtrain.parity.checks.convergence)."""
+    return ops.equal(ops.argmax(out), y) if LOSSES[loss].labels else None
+
+
 def scale_sum(ops: ScaleOps, loss: Loss, out: Any, y: Any) -> Any:
     """The loss's absolute scale summed over the samples (:attr:`LossDef.scale_sum`)."""
     return LOSSES[loss].scale_sum(ops, out, y)

@@ -37,6 +37,9 @@ WEIGHTS_FINAL = "weights_final.npz"
 WEIGHTS_BEST = "weights_best.npz"
 #: train.ema: the averaged weights at the end (with the live batchnorm statistics)
 WEIGHTS_EMA = "weights_ema.npz"
+#: For a loss on class labels: whether each test sample was predicted right (uint8, in the test
+#: split's order) at the run's latest evaluation; the convergence check pairs it with the fp64 run's
+TEST_CORRECT = "test_correct.npy"
 
 
 def as_float(value: Any) -> float:

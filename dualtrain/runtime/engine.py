@@ -68,6 +68,9 @@ class Evaluation:
     loss_sum: float
     metric_sum: float
     count: float
+    correct: np.ndarray | None = None
+    """For a loss on class labels: whether each sample of this process's ranges was predicted
+    right (uint8, the ranges' samples in order); None for the other losses."""
 
 
 class Engine(Protocol):

@@ -17,7 +17,7 @@ from dualtrain.core.losses import metric_name
 from dualtrain.core.plan import eval_shards
 from dualtrain.core.stopping import Stopper
 from dualtrain.core.weights import save_weights
-from dualtrain.records.record import WEIGHTS_BEST
+from dualtrain.records.record import TEST_CORRECT, WEIGHTS_BEST
 from dualtrain.runtime.context import RunContext
 
 
@@ -63,6 +63,8 @@ class Evaluator:
                 local = [self.ranges[split][r] for r in self.engine.local_replicas]
                 with self.out.busy(f"evaluating on {self.data.size(split):,} {split} samples"):
                     ev = self.engine.evaluate(split, local)
+                if split == TEST and ev.correct is not None:
+                    self._keep_correct(local, ev.correct)
                 value = ev.metric_sum / ev.count
                 row |= {
                     f"{prefix}loss": ev.loss_sum / ev.count,
@@ -88,6 +90,21 @@ class Evaluator:
                 f"{s.min_delta:g} for {s.wait} evaluation(s); best {s.best:.6g} after step "
                 f"{s.best_step}" + (" (weights_best.npz)" if self.keep_best else "")
             )
+
+    def _keep_correct(self, local: list[tuple[int, int]], correct: np.ndarray) -> None:
+        """The test split's per-sample correctness, every process's ranges in place (a gather
+        every process joins), written by the chief as TEST_CORRECT: the latest evaluation's."""
+        mine = np.full(self.data.size(TEST), -1, dtype=np.int64)
+        at = 0
+        for start, stop in local:
+            mine[start:stop] = correct[at : at + stop - start]
+            at += stop - start
+        whole = self.engine.gather(mine).max(axis=0)  # each sample is one process's
+        if self.writer is not None and self.run_dir is not None and (whole >= 0).all():
+            path = Path(self.run_dir) / TEST_CORRECT
+            tmp = path.with_name(path.name + ".tmp.npy")
+            np.save(tmp, whole.astype(np.uint8))
+            tmp.replace(path)  # atomically: a stopped run leaves the previous evaluation's
 
     def _early_stopping(self, row: dict[str, Any], step: int) -> dict[str, Any]:
         """The chief's decision on this evaluation, shared with every process (a gather every

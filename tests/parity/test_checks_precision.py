@@ -3,12 +3,17 @@ diagnosis they lead, on synthetic run directories."""
 
 from __future__ import annotations
 
+import json
+import math
+
+import numpy as np
 import pytest
 
 from dualtrain.parity import checks as C
 from dualtrain.parity import compare_dirs
 from dualtrain.parity import diagnose as D
-from dualtrain.records.record import read_run
+from dualtrain.parity.checks.convergence import mcnemar_p
+from dualtrain.records.record import TEST_CORRECT, read_run
 from testkit.synth import (
     add_probes,
     base_loss,
@@ -154,6 +159,55 @@ def test_convergence_fails_a_run_far_below_its_fp64_run(tmp_path):
     a, b, ra, rb = quad(tmp_path, accuracy=lambda s: 0.1)
     c = compare_dirs(a, b, (ra, rb)).check("convergence")
     assert not c.passed and c.culprits == ["tf fp32 path"] and c.value == pytest.approx(80.0)
+
+
+def _correct(run, right: np.ndarray) -> None:
+    np.save(run / TEST_CORRECT, right.astype(np.uint8))
+
+
+@pytest.mark.parametrize(
+    "flips,passed",
+    [
+        # issue 46: 51% on 359 samples, 7 samples (1.95 pp) below its fp64 run, 10 flipped one
+        # way and 3 the other: McNemar p = 0.046, the test split's sampling noise
+        ((10, 3), True),
+        # the same split, 40 samples right only in the fp64 run and 2 only in tf's: a real drop
+        ((40, 2), False),
+    ],
+)
+def test_convergence_knows_the_test_splits_sampling_noise(tmp_path, flips, passed):
+    n, worse, better = 359, *flips
+    acc64 = 183 / n
+    acc = acc64 - (worse - better) / n
+    a, b, ra, rb = quad(tmp_path, accuracy=lambda s: acc)
+    # fp64 runs at acc64; torch identical to its fp64 run; tf flips `worse` right samples to
+    # wrong and `better` wrong ones to right
+    for path in (ra, rb, a):
+        summary = json.loads((path / "summary.json").read_text())
+        summary["test_accuracy"] = acc64
+        (path / "summary.json").write_text(json.dumps(summary))
+    right64 = np.arange(n) < 183
+    tf_right = right64.copy()
+    tf_right[:worse] = False
+    tf_right[183 : 183 + better] = True
+    for path, right in ((ra, right64), (rb, right64), (a, right64), (b, tf_right)):
+        _correct(path, right)
+    c = compare_dirs(a, b, (ra, rb)).check("convergence")
+    assert c.value == pytest.approx(100 * (worse - better) / n) and c.value > 1.0
+    assert c.passed is passed, c.detail
+    assert f"{worse} test samples right only in its fp64 run, {better} only in tf's" in c.detail
+    assert ("sampling noise" in c.detail) is passed
+    # without the per-sample records, the fixed 1 pp judges (as before)
+    for path in (ra, rb, a, b):
+        (path / TEST_CORRECT).unlink()
+    assert not compare_dirs(a, b, (ra, rb)).check("convergence").passed
+
+
+def test_mcnemar_p_is_the_exact_binomial_tail():
+    assert mcnemar_p(0, 5) == 1.0
+    assert mcnemar_p(7, 0) == pytest.approx(0.5**7)
+    assert mcnemar_p(10, 3) == pytest.approx(sum(math.comb(13, k) for k in range(10, 14)) / 2**13)
+    assert mcnemar_p(500, 20) < 1e-100
 
 
 @pytest.mark.parametrize("tf_accuracy,passed", [(0.5, True), (0.1, False)])

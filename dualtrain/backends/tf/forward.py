@@ -152,20 +152,27 @@ class ForwardPass:
         collective until its sums are added over the processes."""
         logits = tf.cast(self._forward(list(batch[:-1]))[0], self.dtype)
         loss = tf.cast(self._loss_sum(logits, batch[-1]), tf.float64)
-        return tf.stack([loss, self._metric_sum(logits, batch[-1])])
+        sums = tf.stack([loss, self._metric_sum(logits, batch[-1])])
+        hit = losses.correct(LOSS_OPS, self.loss, logits, batch[-1])
+        return sums, (tf.zeros([0], tf.uint8) if hit is None else tf.cast(hit, tf.uint8))
 
     def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
         if len(ranges) != self.n_local:
             raise ValueError(f"expected {self.n_local} eval ranges, got {len(ranges)}")
         sums = np.zeros(3)
+        right = []
         with tf.device(self.host):
             for start, stop in ranges:
                 for s in range(start, stop, self._eval_chunk):
                     e = min(s + self._eval_chunk, stop)
-                    loss, metric = self._eval_fn(*self.feed(split, slice(s, e))).numpy()
+                    chunk, hit = self._eval_fn(*self.feed(split, slice(s, e)))
+                    loss, metric = chunk.numpy()
                     sums += (loss, metric, e - s)
+                    right.append(hit.numpy())
         loss_sum, metric_sum, count = self.gather(sums).sum(axis=0).tolist()
-        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
+        labels = losses.LOSSES[self.loss].labels  # correct() gave per-sample results
+        correct = np.concatenate(right) if right and labels else None
+        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count, correct=correct)
 
 
 def zero_masks(conversion: Any, layout: Layout, names: list[str]) -> list[Any]:

@@ -123,6 +123,7 @@ class ForwardPass:
     def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
         self.module.eval()
         acc = torch.zeros(3, dtype=torch.float64, device=self.device)
+        right: list[torch.Tensor] = []
         for start, stop in ranges:
             for s in range(start, stop, self._eval_bs):
                 e = min(s + self._eval_bs, stop)
@@ -133,7 +134,11 @@ class ForwardPass:
                 acc[0] += self._loss_sum(out, y).double()
                 acc[1] += self._metric_sum(out, y).double()
                 acc[2] += e - s
+                hit = losses.correct(LOSS_OPS, self.loss, out, y)
+                if hit is not None:
+                    right.append(hit.to(torch.uint8).cpu())
         self.module.train()
         dist.all_reduce(acc, op=dist.ReduceOp.SUM)
         loss_sum, metric_sum, count = acc.tolist()
-        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count)
+        correct = torch.cat(right).numpy() if right else None
+        return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count, correct=correct)
