@@ -91,6 +91,14 @@ def accuracy_flips(run: RunRecord, twin: RunRecord, metric: str) -> set[int]:
     return {s for s in R.common_steps(mine, its) if mine[s] != its[s]}
 
 
+def grows_past(run: RunRecord, twin: RunRecord, fixed: float) -> bool:
+    """Whether the twin raises any bound above ``fixed`` (its final weights or its loss)."""
+    bounds = tensor_bounds(run, twin, fixed) or {}
+    loss = envelope(run, twin, "loss", floor=fixed)
+    last = max((int(r["step"]) for r in run.train), default=0)
+    return any(b > fixed for b in bounds.values()) or loss(last) > fixed
+
+
 def describe(run: RunRecord, twin: RunRecord) -> str:
     """One clause for a check's detail: how far the twin ended from the run."""
     bounds = tensor_bounds(run, twin, 0.0)

@@ -89,11 +89,13 @@ def _loss_bounds(ref: Reference, steps: list[int], key: str, kind: str, fixed: f
 
 def _twin_clause(ref: Reference, fixed: float, nearest: str) -> str:
     assert ref.twin is not None
-    return (
-        f"bounds grow to {REFERENCE.twin_factor:g}x what training makes of one rounding "
-        f"({twin.describe(ref.a, ref.twin)}), at least {fmt_num(fixed)}; nearest its bound: "
-        f"{nearest}"
-    )
+    grown = twin.describe(ref.a, ref.twin)
+    if twin.grows_past(ref.a, ref.twin, fixed):
+        return (
+            f"bounds grow to {REFERENCE.twin_factor:g}x what training makes of one rounding "
+            f"({grown}), at least {fmt_num(fixed)}; nearest its bound: {nearest}"
+        )
+    return f"{grown}: training does not amplify rounding past the fixed {fmt_num(fixed)} here"
 
 
 def _no_twin(ref: Reference) -> str:
@@ -158,7 +160,9 @@ def check_reference_weights(ref: Reference) -> Check:
     if dtypes != ["float64"]:
         detail += "; the reference runs' final weights are not float64"
     if bad:
-        detail += f"; over: {', '.join(bad)}{_no_twin(ref)}"
+        shown = sorted(bad, key=lambda k: -rel[k] / bounds[k])[:5]
+        more = f" and {len(bad) - len(shown)} more" if len(bad) > len(shown) else ""
+        detail += f"; over: {', '.join(shown)}{more}{_no_twin(ref)}"
     return Check(
         "reference_weights",
         rel[worst],

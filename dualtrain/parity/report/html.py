@@ -109,9 +109,10 @@ def _diagnosis_html(parts: list[str], d: Diagnosis) -> None:
         step = d.first_divergent_step if d.first_divergent_step is not None else "none"
         if d.finding:
             parts.append(f"<p>Finding (the locator): <b>{e(d.finding)}</b></p>")
+        likely = f" Likely cause: <b>{e(str(d.cause))}</b>." if d.cause != d.category else ""
         parts.append(
             f"<p>Category: <b>{e(str(d.category))}</b>. First divergent step: "
-            f"<b>{e(str(step))}</b>. Likely cause: <b>{e(str(d.cause))}</b>.</p><ul>"
+            f"<b>{e(str(step))}</b>.{likely}</p><ul>"
         )
         parts += [
             f"<li>{e(c.name)} ({'before training' if c.step == 0 else f'step {c.step}'}): "

@@ -93,7 +93,8 @@ def _diagnosis_markdown(lines: list[str], d: Diagnosis) -> None:
             f"{step if step is not None else 'none (no per-step check failed)'}"
         )
         lines.append(f"- category: **{d.category}**")
-        lines.append(f"- likely cause: **{d.cause}**")
+        if d.cause != d.category:  # the category's name is the cause: said once
+            lines.append(f"- likely cause: **{d.cause}**")
         for cause in d.causes:
             at = "before training" if cause.step == 0 else f"step {cause.step}"
             lines.append(f"  - {cause.name} ({at}): {cause.evidence}")
