@@ -21,7 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from dualtrain.core.weights import load_weights
+from dualtrain.parity.readings import rel_diff
 from dualtrain.parity.tolerances import REFERENCE
+from dualtrain.records.record import WEIGHTS_FINAL
 
 CONFIG = "tools/row_transformer.yaml"
 PLANTED = {
@@ -46,8 +49,9 @@ CASES: dict[str, list[str]] = {
     "depth4": ["model.args.depth=4"],
     "depth6": ["model.args.depth=6"],
     "10steps": ["train.max_steps=10"],
-    "100steps": ["train.max_steps=100"],
-    "500steps": ["train.max_steps=500", "train.log_every=50"],
+    # digits holds 45 steps an epoch at batch 32: longer runs lift the spec's epochs: 1
+    "100steps": ["train.max_steps=100", "train.epochs=null"],
+    "500steps": ["train.max_steps=500", "train.epochs=null", "train.log_every=50"],
     "w384-sgd": [*_w(384), "optimizer.name=sgd", "optimizer.lr=0.05"],
     "w384-sgd-momentum": [*_w(384), *SGD_MOMENTUM],
     "w384-adamw": [*_w(384), "optimizer.name=adamw", "optimizer.weight_decay=0.01"],
@@ -55,7 +59,7 @@ CASES: dict[str, list[str]] = {
     "w384-adadelta": [*_w(384), "optimizer.name=adadelta", "optimizer.lr=1.0"],
     "w384-rmsprop": [*_w(384), "optimizer.name=rmsprop"],
     "w768-20steps": [*_w(768, 8), "train.max_steps=20"],
-    "w1024-h8-100steps": [*_w(1024, 8), "train.max_steps=100"],
+    "w1024-h8-100steps": [*_w(1024, 8), "train.max_steps=100", "train.epochs=null"],
 }
 PLANTED_AT = ("w16", "w384", "w1024-h8-100steps", "500steps", "w384-sgd-momentum", "w384-rmsprop")
 
@@ -97,10 +101,6 @@ def _pair_over_twin(where: Path) -> float | None:
     """The largest per-tensor ratio of the pair's final-weights difference to the twin's."""
     if not (where / "fp64-twin").is_dir():
         return None
-    from dualtrain.core.weights import load_weights
-    from dualtrain.parity.readings import rel_diff
-    from dualtrain.records.record import WEIGHTS_FINAL
-
     a = load_weights(where / "torch" / WEIGHTS_FINAL)
     pair = rel_diff(a, load_weights(where / "tf" / WEIGHTS_FINAL))
     twin = rel_diff(a, load_weights(where / "fp64-twin" / WEIGHTS_FINAL))

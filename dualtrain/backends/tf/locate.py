@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.core import losses, pair
+from dualtrain.core.locate.mistakes import ACTIVATION_PROBE
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
 
@@ -28,7 +29,6 @@ from .pair import (
 )
 
 #: one probe vector; an activation is told by what it makes of it (dualtrain.core.locate)
-PROBE = np.linspace(-4.0, 4.0, 81)
 
 
 def _to_torch_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> np.ndarray:
@@ -82,8 +82,8 @@ def probe_layers(
     """The locator's Keras side, in float64, in torch's layouts: for each mapped layer, its input
     and output in the Keras forward (``kin/``, ``kout/``) and its output when fed the torch
     module's input (``fed/``: what the layer itself does); the activation every leaf layer applies
-    to :data:`PROBE` (``act/``); each batchnorm's training-mode output and running statistics when
-    fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
+    to ACTIVATION_PROBE (``act/``); each batchnorm's training-mode output and running statistics
+    when fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
     inference and in training; the running statistics after the training forward; each
     parameter's gradient (training mode) in canonical names and layouts."""
     net = build_keras(spec.model, "float64")
@@ -201,14 +201,14 @@ def _record_intermediates(
 
 
 def _record_activations(by_path: dict[str, Any], out: dict[str, np.ndarray]) -> None:
-    """probe_layers' ``act/``: what every leaf layer's activation makes of :data:`PROBE`."""
+    """probe_layers' ``act/``: what every leaf layer's activation makes of ACTIVATION_PROBE."""
     for path, layer in by_path.items():
         fn = getattr(layer, "activation", None)
         if fn is not None and not isinstance(layer, keras.layers.Activation):
-            v = fn(PROBE[None, :])  # Dense/Conv2D's own activation argument
+            v = fn(ACTIVATION_PROBE[None, :])  # Dense/Conv2D's own activation argument
         elif not layer.weights:
             try:
-                v = layer(PROBE[None, :])
+                v = layer(ACTIVATION_PROBE[None, :])
             except Exception:  # a layer that is no activation (flatten, add, padding, ...)
                 continue
         else:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from dualtrain.core import losses
+from dualtrain.core.locate.mistakes import ACTIVATION_PROBE
 from dualtrain.spec import Experiment
 
 from .ops import LOSS_OPS
@@ -106,7 +107,7 @@ def probe_layers(
         if name.rsplit(".", 1)[-1] in ("running_mean", "running_var"):
             out[f"running/{name}"] = b.numpy().copy()
     out["output"] = logits.detach().numpy().copy()
-    probe = torch.from_numpy(np.linspace(-4.0, 4.0, 81)[None, :])
+    probe = torch.from_numpy(ACTIVATION_PROBE[None, :])
     with torch.no_grad():
         for n, m in leaves:
             if not list(m.parameters(recurse=False)):

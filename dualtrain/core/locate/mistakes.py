@@ -16,7 +16,9 @@ import numpy as np
 from dualtrain.core.locate.compare import TOL, rel
 from dualtrain.core.pair.record import Layout
 
-_PROBE = np.linspace(-4.0, 4.0, 81)
+#: The points every activation is probed at, on both sides (the backends' locators apply each
+#: parameter-free layer and each layer's own activation to it: ``act/``), and classified here.
+ACTIVATION_PROBE = np.linspace(-4.0, 4.0, 81)
 _ERF = np.vectorize(math.erf)
 
 
@@ -43,7 +45,7 @@ def classify(values: np.ndarray) -> tuple[str, float]:
     """(the activation that maps the probe vector onto ``values``, its largest deviation)."""
     best, err = "other", math.inf
     for name, fn in ACTIVATIONS.items():
-        ref = fn(_PROBE)
+        ref = fn(ACTIVATION_PROBE)
         if values.shape != ref.shape:
             continue
         e = float(np.max(np.abs(values - ref)))
@@ -81,7 +83,7 @@ def activation_mistake(t: dict[str, np.ndarray], k: dict[str, np.ndarray]) -> st
             f"a different activation (torch: {', '.join(only_t) or '-'}; Keras: "
             f"{', '.join(only_k) or '-'})"
         )
-    exact = ACTIVATIONS["gelu (exact, erf)"](_PROBE)
+    exact = ACTIVATIONS["gelu (exact, erf)"](ACTIVATION_PROBE)
     for name, v in k.items():
         if name.startswith("act/") and classify(v)[0] == "gelu (exact, erf)":
             err = float(np.max(np.abs(v - exact)))

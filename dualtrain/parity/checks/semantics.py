@@ -174,6 +174,28 @@ def check_reference_weights(ref: Reference) -> Check:
     )
 
 
+def _metric_agreement(
+    ref: Reference, metric: str, steps: list[int], bound: dict[int, float]
+) -> tuple[dict[int, bool], set[int]]:
+    """Per eval step, whether the pair's metric agrees (test and validation split): accuracy
+    identical, an mae within the step's bound; and the steps where the rounding twin's accuracy
+    moves too (one rounding of the initial weights already flips samples), where accuracy is not
+    held identical and the eval loss, which every sample moves, judges the step."""
+    flips = set() if ref.twin is None else twin.accuracy_flips(ref.a, ref.twin, metric)
+
+    def same(s: int, x: float | None, y: float | None) -> bool:
+        if x is None or y is None or (metric == "accuracy" and s not in flips):
+            return x == y
+        return metric == "accuracy" or R.scaled_diff(x, y) <= bound[s]
+
+    pairs = [
+        (R.step_map(r.a, key, "eval", present=True), R.step_map(r.b, key, "eval", present=True))
+        for r, key in ((ref, metric), (ref, f"val_{metric}"))
+    ]
+    agree = {s: all(same(s, a.get(s), b.get(s)) for a, b in pairs) for s in steps}
+    return agree, flips
+
+
 def check_reference_eval(ref: Reference) -> Check:
     """At every evaluation, of the test split and of the validation split where there is one:
     |eval loss diff| <= REFERENCE.eval_loss_abs (relative above 1, :func:`records.scaled_diff`)
@@ -186,8 +208,6 @@ def check_reference_eval(ref: Reference) -> Check:
     acc_a, acc_b = R.step_map(ref.a, metric, "eval"), R.step_map(ref.b, metric, "eval")
     val_a = R.step_map(ref.a, "val_loss", "eval", present=True)
     val_b = R.step_map(ref.b, "val_loss", "eval", present=True)
-    vm_a = R.step_map(ref.a, f"val_{metric}", "eval", present=True)
-    vm_b = R.step_map(ref.b, f"val_{metric}", "eval", present=True)
     steps = R.common_steps(loss_a, loss_b)
     note = missing_steps_note(set(loss_a), set(loss_b), la, lb)
     if not steps:
@@ -203,24 +223,12 @@ def check_reference_eval(ref: Reference) -> Check:
 
     bounds = _loss_bounds(ref, steps, "loss", "eval", REFERENCE.eval_loss_abs)
     bound = {s: float(b) for s, b in zip(steps, bounds, strict=True)}
-    # where one rounding of the initial weights already flips samples (the twin's accuracy moves),
-    # accuracy is not held identical: the eval loss, which every sample moves, judges the step
-    flips = set() if ref.twin is None else twin.accuracy_flips(ref.a, ref.twin, metric)
-
-    def same_metric(s: int, x: float | None, y: float | None) -> bool:
-        if x is None or y is None or (metric == "accuracy" and s not in flips):
-            return x == y
-        return metric == "accuracy" or R.scaled_diff(x, y) <= bound[s]
-
+    agree, flips = _metric_agreement(ref, metric, steps, bound)
     diff = {s: R.scaled_diff(loss_a[s], loss_b[s]) for s in steps}
     for s in steps:  # the validation split, evaluated at the same steps
         if s in val_a or s in val_b:
             diff[s] = max(diff[s], R.scaled_diff(val_a.get(s, math.nan), val_b.get(s, math.nan)))
     diff = {s: (math.inf if math.isnan(v) else v) for s, v in diff.items()}
-    agree = {
-        s: same_metric(s, acc_a.get(s), acc_b.get(s)) and same_metric(s, vm_a.get(s), vm_b.get(s))
-        for s in steps
-    }
     bad = [s for s in steps if diff[s] > bound[s] or not agree[s]]
     worst = max(steps, key=lambda s: diff[s] / bound[s])
     same_acc = all(acc_a.get(s) == acc_b.get(s) for s in steps)
