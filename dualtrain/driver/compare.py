@@ -10,6 +10,8 @@ Layout of OUT::
     OUT/tf/              the tf run
     OUT/fp64-twin/       the rounding twin, where the reference pair parts beyond the fixed
                          bounds (dualtrain.driver.compare_twin)
+    OUT/replay/          where the reference pair parts: both backends replayed up to the first
+                         divergent step, op by op (dualtrain.driver.compare_replay)
     OUT/verdict.json, report.md, report.html
 
 Each backend runs in its own worker processes (``dualtrain.driver.runs.start_run``); this process
@@ -32,6 +34,7 @@ from dualtrain.backends import PACKAGES, launch_module
 from dualtrain.driver.compare_failed import judge_partial, write_failed_only
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
+from dualtrain.driver.compare_replay import run_replay
 from dualtrain.driver.compare_twin import run_twin
 from dualtrain.driver.locate import locate_pair, table
 from dualtrain.driver.pair import pair_layout
@@ -311,9 +314,10 @@ def _judge(
     by = {run.label: d for run, d in zip(runs, dirs, strict=True)}
     pair = (by["fp64-torch"], by["fp64-tf"]) if with_ref else None
     cmp = compare_dirs(by["torch"], by["tf"], pair, notes)
-    twin = run_twin(cmp, runs[0], _start_twin, _say(progress))
+    twin = run_twin(cmp, runs[0], _start_aside, _say(progress))
     if twin is not None:
         cmp = compare_dirs(by["torch"], by["tf"], pair, cmp.notes, twin)
+    run_replay(cmp, runs[0], _start_aside, _say(progress))
     (out / LOCATOR_FILE).unlink(missing_ok=True)  # an earlier compare's finding
     if spec.model.is_pair and not cmp.passed and cmp.diagnosis.category == SEMANTICS:
         locate_into(spec, cmp, out, progress)
@@ -321,7 +325,8 @@ def _judge(
     return cmp
 
 
-def _start_twin(spec: Experiment, backend: Backend, where: Path) -> Path:
+def _start_aside(spec: Experiment, backend: Backend, where: Path) -> Path:
+    """A run compare adds beside its four (the rounding twin, the replay)."""
     run_dir, _ = start_run(spec, backend, where, warned=tuple(validate(spec, backend).warnings))
     assert run_dir is not None  # dualtrain launched the workers (refuse_external_launch)
     return run_dir

@@ -14,6 +14,7 @@ from dualtrain.driver.compare_plan import PlannedRun
 from dualtrain.driver.outdir import check_creatable
 from dualtrain.driver.pair import pair_layout
 from dualtrain.errors import UserError
+from dualtrain.parity.replay import REPLAY
 from dualtrain.parity.report import REPORT_HTML, REPORT_MD, VERDICT_FILE
 from dualtrain.parity.twin import TWIN, TWIN_INIT
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL
@@ -80,7 +81,7 @@ def claim_out(out: Path, runs: list[PlannedRun], overwrite: bool) -> dict[str, E
     check_creatable(out)
     labels = {r.where.name for r in runs} | {"fp64-torch", "fp64-tf", "torch", "tf", TWIN}
     content = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    ours = [n for n in content if n in labels or n in (*REPORT_FILES, TWIN_INIT, PARTIAL)]
+    ours = [n for n in content if n in labels or n in (*REPORT_FILES, TWIN_INIT, REPLAY, PARTIAL)]
     if len(ours) < len(content) or (content and not any(n in labels for n in content)):
         raise UserError(
             f"--out must be a new or empty folder, or one an earlier compare wrote "

@@ -1,0 +1,58 @@
+"""The first divergent operation (issue 46 item 1; dualtrain.parity.replay): a semantic mutant
+planted in the TF backend through the worker hook, replayed as compare replays the fp64 pair up to
+its first divergent step, is named by the operation it changes (the loss, a gradient, an update,
+a running statistic) and, where the mechanism is a known one, by it; the unmutated pair has no
+first divergent operation."""
+
+import pytest
+
+from dualtrain.parity.replay import GRADIENT, LOSS, RUNNING, UPDATE, first_divergent_op
+from dualtrain.spec import load_spec
+from testkit.parity_runs import MLP
+from tools.mutants import MUTANTS, SPECS, hook
+
+
+def _replayed(runs, spec: str, steps: int, mutant: str | None):
+    sets = (
+        *SPECS[spec],
+        f"train.max_steps={steps}",
+        "train.epochs=null",
+        "train.checkpoint_every=1",
+        f"train.keep_checkpoints={steps}",
+        f"debug.dump_grads=[{', '.join(str(s) for s in range(1, steps + 1))}]",
+    )
+    a = runs("torch", *sets)
+    b = runs("tf", *sets, env=hook(mutant) if mutant else None)
+    return a, b, load_spec(MLP, list(sets)).optimizer
+
+
+def test_the_unmutated_pair_has_no_first_divergent_operation(runs):
+    a, b, opt = _replayed(runs, "adam", 3, None)
+    assert first_divergent_op(a, b, opt) is None
+
+
+# (mutant, its spec, steps replayed, the stage named, words the finding must hold)
+CASES = [
+    (
+        "adam_eps",
+        "adam",
+        2,
+        UPDATE,
+        ["Adam's update of", "tf departs from the spec's rule", "eps 1e-07"],
+    ),
+    ("lr_scale", "sgd", 2, UPDATE, ["SGD's update of", "tf's update is the spec's rule x 1.000001"]),
+    ("mse_half", "mse", 1, LOSS, ["the loss of step 1 differs on the same weights and batch"]),
+    ("keras_bn_variance", "bn", 1, RUNNING, ["running_var", "biased variance"]),
+]
+
+
+@pytest.mark.parametrize("mutant,spec,steps,stage,words", CASES, ids=[c[0] for c in CASES])
+def test_a_planted_mutant_is_named_by_its_operation(runs, mutant, spec, steps, stage, words):
+    a, b, opt = _replayed(runs, spec, steps, mutant)
+    found = first_divergent_op(a, b, opt)
+    assert found is not None, MUTANTS[mutant].what
+    print(f"{mutant}: {found.lead()}")
+    assert found.stage == stage, found.lead()
+    for w in words:
+        assert w in found.lead(), found.lead()
+    assert found.stage != GRADIENT or found.tensor
