@@ -46,7 +46,8 @@ def run_replay(
     return the first divergent operation; its line leads the diagnosis and joins the notes."""
     d = cmp.diagnosis
     k = d.first_divergent_step
-    if cmp.passed or d.category != SEMANTICS or cmp.reference is None or not k:
+    # only where the records agree (same ids, initial weights, lr, spec): else the cause is named
+    if cmp.passed or d.cause != SEMANTICS or cmp.reference is None or not k:
         return None
     if k > MAX_STEPS:
         cmp.notes.append(
