@@ -40,13 +40,28 @@ CASES = [
         UPDATE,
         ["Adam's update of", "tf departs from the spec's rule", "eps 1e-07"],
     ),
-    ("lr_scale", "sgd", 2, UPDATE, ["SGD's update of", "tf's update is the spec's rule x 1.000001"]),
+    (
+        "lr_scale",
+        "sgd",
+        2,
+        UPDATE,
+        ["SGD's update of", "tf's update is the spec's rule x 1.000001"],
+    ),
     ("mse_half", "mse", 1, LOSS, ["the loss of step 1 differs on the same weights and batch"]),
     ("keras_bn_variance", "bn", 1, RUNNING, ["running_var", "biased variance"]),
 ]
 
 
-@pytest.mark.parametrize("mutant,spec,steps,stage,words", CASES, ids=[c[0] for c in CASES])
+# adam_eps keeps an update finding with its mechanism in the default suite; the CI slow part runs
+# the other stages
+SLOW = ("lr_scale", "mse_half", "keras_bn_variance")
+
+
+@pytest.mark.parametrize(
+    "mutant,spec,steps,stage,words",
+    [pytest.param(*c, marks=pytest.mark.slow) if c[0] in SLOW else c for c in CASES],
+    ids=[c[0] for c in CASES],
+)
 def test_a_planted_mutant_is_named_by_its_operation(runs, mutant, spec, steps, stage, words):
     a, b, opt = _replayed(runs, spec, steps, mutant)
     found = first_divergent_op(a, b, opt)

@@ -59,9 +59,9 @@ CASES: dict[str, list[str]] = {
     "w384-adadelta": [*_w(384), "optimizer.name=adadelta", "optimizer.lr=1.0"],
     "w384-rmsprop": [*_w(384), "optimizer.name=rmsprop"],
     "w768-20steps": [*_w(768, 8), "train.max_steps=20"],
-    "w1024-h8-100steps": [*_w(1024, 8), "train.max_steps=100", "train.epochs=null"],
+    "w1024-h8-45steps": [*_w(1024, 8), "train.max_steps=45"],
 }
-PLANTED_AT = ("w16", "w384", "w1024-h8-100steps", "500steps", "w384-sgd-momentum", "w384-rmsprop")
+PLANTED_AT = ("w16", "w384", "w1024-h8-45steps", "500steps", "w384-sgd-momentum", "w384-rmsprop")
 
 
 def cases(only: list[str]) -> list[tuple[str, list[str], str]]:

@@ -191,7 +191,7 @@ def _step(a: _Side, b: _Side, s: int, opt: OptimizerSpec) -> OpFinding | None:
             r,
             f"the running statistic {name!r} after step {s} differs ({r:.3g} relative); the "
             f"gradients agree: the layer's statistics update",
-            _running_mechanism(a.label, b.label, old, wa[name], wb[name]),
+            running_mechanism(a.label, b.label, old, wa[name], wb[name]),
         )
     return None
 
@@ -257,7 +257,7 @@ def _by_spec(changes: dict[str, Any]) -> Variant:
     return apply
 
 
-def _adam_amsgrad(
+def adam_amsgrad(
     opt: OptimizerSpec, lr: float, p: Array, g: Array, slots: Weights, name: str, applied: int
 ) -> Array:
     b1, b2 = opt.betas
@@ -298,7 +298,7 @@ def _variants(opt: OptimizerSpec) -> dict[str, Variant]:
     """The known ways a port's optimizer departs from the spec's, by what the finding says."""
     out: dict[str, Variant] = {}
     if opt.name in (OptimizerName.ADAM, OptimizerName.ADAMW):
-        out["amsgrad: the max of the second moments"] = _adam_amsgrad
+        out["amsgrad: the max of the second moments"] = adam_amsgrad
         other = OptimizerName.ADAM if opt.name is OptimizerName.ADAMW else OptimizerName.ADAMW
         out[
             "AdamW ported as Adam plus L2"
@@ -356,7 +356,7 @@ def _update_mechanism(
     return f"{label}'s update departs from the spec's rule, {other}'s follows it"
 
 
-def _running_mechanism(la: str, lb: str, old: Array | None, new_a: Array, new_b: Array) -> str:
+def running_mechanism(la: str, lb: str, old: Array | None, new_a: Array, new_b: Array) -> str:
     """The known conventions that relate the two running statistics, ``a`` read as torch's
     ``(1 - m) old + m batch`` for a momentum m: the momentum convention read the other way
     (``m old + (1 - m) batch``), the biased batch variance (``(n - 1) / n`` of the unbiased)."""
