@@ -9,10 +9,10 @@ import pytest
 from dualtrain.parity.replay import GRADIENT, LOSS, RUNNING, UPDATE, first_divergent_op
 from dualtrain.spec import load_spec
 from testkit.parity_runs import MLP
-from tools.mutants import MUTANTS, SPECS, hook
+from tools.mutants import MUTANTS, PORTING_MUTANTS, SPECS, hook
 
 
-def _replayed(runs, spec: str, steps: int, mutant: str | None):
+def _replayed(runs, spec: str, steps: int, mutant: str | None, backend: str = "tf"):
     sets = (
         *SPECS[spec],
         f"train.max_steps={steps}",
@@ -21,8 +21,9 @@ def _replayed(runs, spec: str, steps: int, mutant: str | None):
         f"train.keep_checkpoints={steps}",
         f"debug.dump_grads=[{', '.join(str(s) for s in range(1, steps + 1))}]",
     )
-    a = runs("torch", *sets)
-    b = runs("tf", *sets, env=hook(mutant) if mutant else None)
+    env = hook(mutant, backend=backend) if mutant else None
+    a = runs("torch", *sets, env=env if backend == "torch" else None)
+    b = runs("tf", *sets, env=env if backend == "tf" else None)
     return a, b, load_spec(MLP, list(sets)).optimizer
 
 
@@ -71,3 +72,16 @@ def test_a_planted_mutant_is_named_by_its_operation(runs, mutant, spec, steps, s
     for w in words:
         assert w in found.lead(), found.lead()
     assert found.stage != GRADIENT or found.tensor
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PORTING_MUTANTS))
+def test_a_porting_mistake_is_named_by_its_operation_and_mechanism(runs, name):
+    m = PORTING_MUTANTS[name]
+    a, b, opt = _replayed(runs, m.spec, 2, name, m.backend)
+    found = first_divergent_op(a, b, opt)
+    assert found is not None, m.what
+    print(f"{name}: {found.lead()}")
+    assert found.stage == m.stage, found.lead()
+    for w in m.words:
+        assert w in found.lead(), found.lead()

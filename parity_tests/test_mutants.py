@@ -15,7 +15,7 @@ from tools.mutants import MUTANTS, SPECS, hook
 
 # adam, bce, val, bn, bn_mw and stride2: the slow set (CI) runs them; mse keeps a non-cross-entropy
 # loss in the default, sgd the plain pair
-SLOW_SPECS = ("adam", "bce", "val", "bn", "bn_mw", "stride2")
+SLOW_SPECS = ("adam", "adamw", "rmsprop", "bce", "val", "bn", "bn_mw", "stride2")
 
 
 @pytest.mark.parametrize(

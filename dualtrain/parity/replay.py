@@ -164,10 +164,15 @@ def _step(a: _Side, b: _Side, s: int, opt: OptimizerSpec) -> OpFinding | None:
     after_a, after_b = a.state(s), b.state(s)
     if after_a is None or after_b is None or before_a is None or before_b is None:
         return None
+    (wa, _, _), (wb, _, _) = after_a, after_b
     found = _slots(a, b, s, opt, after_a[1], after_b[1])
+    if found is not None and found.tensor is not None:
+        name = found.tensor.partition("/")[2]
+        if name in ga and not found.mechanism:  # a slot the update reads: which rule moved it
+            mechanism = _update_mechanism(a, b, s, opt, name, before_a, ga, (wa, wb))
+            found = dataclasses.replace(found, mechanism=mechanism)
     if found is not None:
         return found
-    (wa, _, _), (wb, _, _) = after_a, after_b
     for name in wa:
         r = _rel(wa[name], wb.get(name, np.full(1, np.nan)))
         if r <= TOL:

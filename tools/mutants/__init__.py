@@ -11,6 +11,9 @@ Two kinds:
 
 * :data:`MUTANTS`, **semantic** mutants (tf only): they change what the backend computes in every
   precision, so the fp64 reference pair must fail, with the cause named here;
+* :data:`PORTING_MUTANTS`, **porting** mutants (one backend each): a convention a port between the
+  frameworks gets wrong (amsgrad, dampening, RMSprop's eps, AdamW as Adam plus L2, the batchnorm
+  momentum convention), named by the first divergent operation (dualtrain.parity.replay);
 * :data:`PRECISION_MUTANTS`, **precision-path** mutants (either backend): active only in runs of
   their precision path (``path``), so the fp64 pair cannot see them; ``dualtrain compare`` must fail
   with "numerics: <backend> <path> path", found by the one-step probes (dualtrain.parity.local);
@@ -26,8 +29,9 @@ The package: each kind's table beside its patches (``semantic``, ``precision``, 
 from __future__ import annotations
 
 from testkit.worker_hooks import hook_env
-from tools.mutants import either, precision, semantic, tokens
+from tools.mutants import either, porting, precision, semantic, tokens
 from tools.mutants.either import BACKEND_MUTANTS
+from tools.mutants.porting import PORTING_MUTANTS, PortingMutant
 from tools.mutants.precision import PRECISION_MUTANTS, PRECISION_SPEC, PrecisionMutant, ce_low_sum
 from tools.mutants.semantic import MUTANTS, SWAP_STEP, Mutant
 from tools.mutants.specs import SPECS
@@ -36,6 +40,7 @@ from tools.mutants.tokens import TOKEN_PRECISION_MUTANTS, TOKEN_SPEC, bf16_row_s
 __all__ = [
     "BACKEND_MUTANTS",
     "MUTANTS",
+    "PORTING_MUTANTS",
     "PRECISION_MUTANTS",
     "PRECISION_SPEC",
     "SPECS",
@@ -43,6 +48,7 @@ __all__ = [
     "TOKEN_PRECISION_MUTANTS",
     "TOKEN_SPEC",
     "Mutant",
+    "PortingMutant",
     "PrecisionMutant",
     "apply",
     "bf16_row_sum",
@@ -74,6 +80,10 @@ def apply(backend: str, argument: str) -> None:
             return
     if name in BACKEND_MUTANTS:
         getattr(either, f"{backend}_{name}")()
+        return
+    if name in PORTING_MUTANTS:  # one backend's: the other's workers ignore it
+        if PORTING_MUTANTS[name].backend == backend:
+            getattr(porting, f"{backend}_{name}")()
         return
     if name not in MUTANTS or backend != "tf":
         raise ValueError(

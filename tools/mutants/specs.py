@@ -33,6 +33,8 @@ SPECS = {
         "optimizer.clip_grad_norm=0.5",
     ),
     "adam": (*DATA, "optimizer.name=adam", "optimizer.lr=0.001"),
+    "adamw": (*DATA, "optimizer.name=adamw", "optimizer.lr=0.001", "optimizer.weight_decay=0.01"),
+    "rmsprop": (*DATA, "optimizer.name=rmsprop", "optimizer.lr=0.001"),
     "stride2": (
         *DATA,
         "optimizer.lr=0.05",
