@@ -6,7 +6,14 @@ first divergent operation."""
 
 import pytest
 
-from dualtrain.parity.replay import GRADIENT, LOSS, RUNNING, UPDATE, first_divergent_op
+from dualtrain.parity.replay import (
+    EVALUATION,
+    GRADIENT,
+    LOSS,
+    RUNNING,
+    UPDATE,
+    first_divergent_op,
+)
 from dualtrain.spec import load_spec
 from testkit.parity_runs import MLP
 from tools.mutants import MUTANTS, PORTING_MUTANTS, SPECS, hook
@@ -50,12 +57,19 @@ CASES = [
     ),
     ("mse_half", "mse", 1, LOSS, ["the loss of step 1 differs on the same weights and batch"]),
     ("keras_bn_variance", "bn", 1, RUNNING, ["running_var", "biased variance"]),
+    (
+        "validation_tail",
+        "val",
+        2,
+        EVALUATION,
+        ["the evaluation of the validation split after step 2"],
+    ),
 ]
 
 
 # adam_eps keeps an update finding with its mechanism in the default suite; the CI slow part runs
 # the other stages
-SLOW = ("lr_scale", "mse_half", "keras_bn_variance")
+SLOW = ("lr_scale", "mse_half", "keras_bn_variance", "validation_tail")
 
 
 @pytest.mark.parametrize(

@@ -41,12 +41,13 @@ MAX_STEPS = 64
 #: Relative difference that counts as parting: the first steps of a fp64 pair sit at 1e-16-1e-15.
 TOL = 1e-10
 
-LOSS, GRADIENT, SLOT, UPDATE, RUNNING = (
+LOSS, GRADIENT, SLOT, UPDATE, RUNNING, EVALUATION = (
     "loss",
     "gradient",
     "optimizer slot",
     "update",
     "running statistic",
+    "evaluation",
 )
 
 
@@ -132,6 +133,29 @@ def first_divergent_op(a_dir: Path, b_dir: Path, opt: OptimizerSpec) -> OpFindin
         found = _step(a, b, s, opt)
         if found is not None:
             return found
+    return _evaluation(a, b)
+
+
+def _evaluation(a: _Side, b: _Side) -> OpFinding | None:
+    """Every training step agrees: an evaluation that differs is the evaluation's own (the model in
+    inference: dropout left on, batchnorm's running statistics, another split)."""
+    ra, rb = (read_run(x.path, require_summary=False) for x in (a, b))
+    for key, split in (("loss", "test"), ("val_loss", "validation")):
+        ea = R.step_map(ra, key, "eval", present=True)
+        eb = R.step_map(rb, key, "eval", present=True)
+        for s in sorted(set(ea) & set(eb)):
+            d = R.scaled_diff(ea[s], eb[s])
+            if d > TOL:
+                return OpFinding(
+                    s,
+                    EVALUATION,
+                    None,
+                    d,
+                    f"the evaluation of the {split} split after step {s} differs ({a.label} loss "
+                    f"{ea[s]:.17g}, {b.label} {eb[s]:.17g}) while every training step agrees: the "
+                    f"model in inference (dropout left on, batchnorm's running statistics) or the "
+                    f"evaluated samples",
+                )
     return None
 
 
