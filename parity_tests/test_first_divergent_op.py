@@ -64,12 +64,13 @@ CASES = [
         EVALUATION,
         ["the evaluation of the validation split after step 2"],
     ),
+    ("bce_label_smoothing", "bce", 1, LOSS, ["the loss of step 1 differs", "the forward pass or"]),
 ]
 
 
 # adam_eps keeps an update finding with its mechanism in the default suite; the CI slow part runs
 # the other stages
-SLOW = ("lr_scale", "mse_half", "keras_bn_variance", "validation_tail")
+SLOW = ("lr_scale", "mse_half", "keras_bn_variance", "validation_tail", "bce_label_smoothing")
 
 
 @pytest.mark.parametrize(

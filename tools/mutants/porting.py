@@ -72,6 +72,14 @@ PORTING_MUTANTS = {
             "running statistic",
             ("running", "momentum convention: tf's running value = 0.1 x old + 0.9 x batch"),
         ),
+        PortingMutant(
+            "bn_eps_keras",
+            "tf",
+            "batchnorm eps 1e-3 (Keras's default) where the spec says torch's 1e-5, on the tf side",
+            "bn",
+            "loss",
+            ("the loss of step 1 differs on the same weights and batch", "the forward pass"),
+        ),
     ]
 }
 
@@ -125,3 +133,12 @@ def tf_adamw_as_adam_l2() -> None:
 
 def tf_bn_momentum_convention() -> None:
     batchnorm.update_running = lambda running, batch, m: running * m + batch * (1.0 - m)
+
+
+def tf_bn_eps_keras() -> None:
+    normalize = batchnorm.normalize
+
+    def keras_eps(ops: Any, x: Any, mean: Any, var: Any, w: Any, b: Any, eps: float) -> Any:
+        return normalize(ops, x, mean, var, w, b, 1e-3)
+
+    batchnorm.normalize = keras_eps
