@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.core import optim_ref
-from dualtrain.parity.replay import adam_amsgrad, running_mechanism
+from dualtrain.parity.mechanisms import adam_amsgrad, running_mechanism
 from dualtrain.spec import OptimizerName, OptimizerSpec
 
 RNG = np.random.default_rng(0)
