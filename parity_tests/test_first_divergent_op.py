@@ -4,6 +4,8 @@ its first divergent step, is named by the operation it changes (the loss, a grad
 a running statistic) and, where the mechanism is a known one, by it; the unmutated pair has no
 first divergent operation."""
 
+import json
+
 import pytest
 
 from dualtrain.parity.replay import (
@@ -15,6 +17,7 @@ from dualtrain.parity.replay import (
     first_divergent_op,
 )
 from dualtrain.spec import load_spec
+from testkit.cli import run_cli
 from testkit.parity_runs import MLP
 from tools.mutants import MUTANTS, PORTING_MUTANTS, SPECS, hook
 
@@ -100,3 +103,28 @@ def test_a_porting_mistake_is_named_by_its_operation_and_mechanism(runs, name):
     assert found.stage == m.stage, found.lead()
     for w in m.words:
         assert w in found.lead(), found.lead()
+
+
+@pytest.mark.slow
+def test_compare_leads_its_verdict_with_the_first_divergent_operation(tmp_path):
+    # the whole `dualtrain compare` of a fp64 spec with Keras's Adam eps planted on the tf side:
+    # the pair parts at step 2, compare replays it and the verdict names the update and its eps
+    out = tmp_path / "cmp"
+    sets = [a for o in SPECS["adam"] if "precision" not in o for a in ("--set", o)]
+    res = run_cli(
+        "compare",
+        "--config",
+        MLP,
+        "--precision",
+        "fp64",
+        *sets,
+        "--out",
+        str(out),
+        env=hook("adam_eps"),
+    )
+    assert res.returncode == 1, res.stderr[-3000:]
+    verdict = json.loads((out / "verdict.json").read_text())
+    line = verdict["verdict"]
+    assert "Adam's update of" in line and "eps 1e-07, Keras's default" in line, line
+    assert "replaying" in res.stdout + res.stderr
+    assert (out / "replay" / "torch" / "checkpoints").is_dir()

@@ -132,7 +132,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], metavar="NAME")
     ap.add_argument("--out", type=Path, help="keep the compares here")
     ap.add_argument("--json", type=Path, help="append each case's result here (JSON lines)")
+    ap.add_argument(
+        "--table",
+        type=Path,
+        metavar="JSONL",
+        help="print the table of an earlier sweep's --json file (the latest row of each case)",
+    )
     args = ap.parse_args(argv)
+    if args.table:
+        latest = {}
+        for line in args.table.read_text().splitlines():
+            row_ = json.loads(line)
+            latest[row_["case"]] = row_
+        print("| case | expected | verdict | loss | weights | eval | twin | pair/twin | s |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, _, expected in cases([]):
+            if name in latest:
+                print(row(latest[name], expected))
+        return 0
     print(f"twin_factor {REFERENCE.twin_factor:g}; fixed bounds {REFERENCE.weights_rel:g}")
     print("| case | expected | verdict | loss | weights | eval | twin | pair/twin | s |")
     print("|---|---|---|---|---|---|---|---|---|")
