@@ -29,7 +29,7 @@ processes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 import keras
 import numpy as np
@@ -124,7 +124,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         self.data = data
         self.loss = spec.model.loss
         self.accumulate = spec.train.accumulate
-        self._ema: list[Any] | None = None  # train.ema's average (ema())
+        self._ema: list[tf.Variable] | None = None  # train.ema's average (ema())
 
         with strategy.scope():
             if layout is not None:  # the user's Keras model, its variables by the pair's map

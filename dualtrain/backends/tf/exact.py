@@ -23,6 +23,8 @@ import numpy as np
 import tensorflow as tf
 from keras.src.backend.tensorflow import nn as keras_nn
 
+from .layers import Tensor
+
 ORIGINAL: dict[str, Callable[..., Any]] = {}
 #: op -> {name scope: width} of each float64 call since install
 _SEEN: dict[str, dict[str, int]] = {}
@@ -56,7 +58,7 @@ def _record(op: str, x: tf.Tensor) -> None:
     _SEEN.setdefault(op, {})[scope] = width
 
 
-def _gelu(features: Any, approximate: bool = False, name: str | None = None) -> tf.Tensor:
+def _gelu(features: Tensor, approximate: bool = False, name: str | None = None) -> tf.Tensor:
     x = tf.convert_to_tensor(features)
     if x.dtype != tf.float64:
         return ORIGINAL["gelu"](features, approximate=approximate, name=name)
@@ -64,7 +66,7 @@ def _gelu(features: Any, approximate: bool = False, name: str | None = None) -> 
     return exact_gelu(x, approximate)
 
 
-def _leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> tf.Tensor:
+def _leaky_relu(features: Tensor, alpha: float = 0.2, name: str | None = None) -> tf.Tensor:
     x = tf.convert_to_tensor(features)
     if x.dtype != tf.float64:
         return ORIGINAL["leaky_relu"](features, alpha=alpha, name=name)
@@ -73,8 +75,14 @@ def _leaky_relu(features: Any, alpha: float = 0.2, name: str | None = None) -> t
 
 
 def _attention(
-    query: Any, key: Any, value: Any, bias: Any, mask: Any, is_causal: Any, scale: Any
-) -> Any:
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    bias: Tensor | None,
+    mask: Tensor | None,
+    is_causal: bool,
+    scale: float | None,
+) -> Tensor:
     """Keras's TensorFlow dot_product_attention (MultiHeadAttention's) with its scale, a Python
     float, as a float64 constant for float64 inputs (its own tf.cast of the float goes through
     float32)."""

@@ -19,7 +19,7 @@ from dualtrain.core.pair.record import Layout
 from dualtrain.runtime.engine import Evaluation
 from dualtrain.spec import Experiment, Loss
 
-from .model import call_model
+from .model import Conversion, call_model
 from .ops import LOSS_OPS
 from .pair import engine_names
 
@@ -40,7 +40,7 @@ class ForwardPass:
     n_local: int
     params: list[tf.Variable]
     param_names: list[str]
-    conversion: Any
+    conversion: Conversion
     running: list[tf.Variable]
     spec: Experiment
 
@@ -122,7 +122,7 @@ class ForwardPass:
         ]
         return loss_sum, stats, grads, own
 
-    def _zero_masks(self) -> list[Any]:
+    def _zero_masks(self) -> list[np.ndarray | None]:
         """zero_masks of this engine's trainable variables (all None for dualtrain's own layers)."""
         if self.layout is None:
             return [None] * len(self.params)
@@ -175,7 +175,7 @@ class ForwardPass:
         return Evaluation(loss_sum=loss_sum, metric_sum=metric_sum, count=count, correct=correct)
 
 
-def zero_masks(conversion: Any, layout: Layout, names: list[str]) -> list[Any]:
+def zero_masks(conversion: Conversion, layout: Layout, names: list[str]) -> list[np.ndarray | None]:
     """Per trainable variable (the engine's ``names``): None, or a 0/1 mask in its Keras layout
     that zeroes the gradient where its exact value is zero (dualtrain.core.pair.attention
     .zero_gradients: the key's bias of nn.MultiheadAttention, the whole key bias of a Keras

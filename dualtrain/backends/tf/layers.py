@@ -7,7 +7,7 @@ builder (model.py) places them. pair_dropout_call: a model pair's dropout layers
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import keras
 import tensorflow as tf
@@ -16,6 +16,14 @@ from dualtrain.core import batchnorm, dropout
 from dualtrain.core.dropout import IntOps, canonical_elements
 from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.spec import Approximate, LayerSpec
+
+# What the backend's annotations name. keras and tensorflow carry no type information (mypy reads
+# them as Any, pyproject.toml), so these aliases check nothing; they tell the reader what a value
+# is where ``Any`` would not.
+Layer: TypeAlias = keras.layers.Layer
+Model: TypeAlias = keras.Model
+Variable: TypeAlias = keras.Variable
+Tensor: TypeAlias = tf.Tensor
 
 
 def batchnorm_ops(x: tf.Tensor) -> batchnorm.Ops:
@@ -166,7 +174,7 @@ def scaled(x: tf.Tensor, scale: float) -> tf.Tensor:
 
 
 def pair_dropout_call(
-    layer: Any, path: Callable[[], str], on_call: Callable[[tf.Tensor], None]
+    layer: Layer, path: Callable[[], str], on_call: Callable[[tf.Tensor], None]
 ) -> Callable[..., tf.Tensor]:
     """The ``call`` a model pair's Keras dropout layer runs instead of its own: the pair's mask
     inside a training forward (dualtrain.core.pair.dropout.training_forward), the identity

@@ -5,6 +5,7 @@ gradients), for the driver to find where the two sides first part."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -16,6 +17,7 @@ from dualtrain.core.locate.mistakes import ACTIVATION_PROBE
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
 
+from .layers import Layer, Model, Tensor, Variable
 from .ops import LOSS_OPS
 from .pair import (
     PairConversion,
@@ -28,7 +30,8 @@ from .pair import (
     named_variables,
 )
 
-#: one probe vector; an activation is told by what it makes of it (dualtrain.core.locate)
+#: a model's input: one array, or one per input
+Feed = np.ndarray | list[np.ndarray]
 
 
 def _to_torch_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> np.ndarray:
@@ -57,7 +60,7 @@ def _to_keras_layout(a: np.ndarray, chw: tuple[int, int, int] | None = None) -> 
     return a
 
 
-def _padding_chain(layer: Any) -> list[Any]:
+def _padding_chain(layer: Layer) -> list[Layer]:
     """``layer`` with the ZeroPadding2D layers right before it (torch's padding=P is one of those
     and a 'valid' conv in a faithful port): what one torch module corresponds to."""
     chain = [layer]
@@ -95,8 +98,8 @@ def probe_layers(
     parts = attention_parts(net)
     by_path = {layer_path(layer): layer for layer in leaves(net) if id(layer) not in parts}
     by_path.update({layer_path(layer): layer for layer in leaves(net) if id(layer) in parts})
-    modules: dict[str, tuple[Any, tuple[int, int, int] | None]] = {}
-    attention: dict[str, Any] = {}  # torch MultiheadAttention -> the Keras MultiHeadAttention
+    modules: dict[str, tuple[Layer, tuple[int, int, int] | None]] = {}
+    attention: dict[str, Layer] = {}  # torch MultiheadAttention -> the Keras MultiHeadAttention
     entries = layout.by_torch()
     for a in layout.torch.torch:
         e = entries[a.name]
@@ -140,9 +143,9 @@ def probe_layers(
 
 
 def _record_attention(
-    net: Any,
-    feed: Any,
-    attention: dict[str, Any],
+    net: Model,
+    feed: Feed,
+    attention: dict[str, Layer],
     torch_side: dict[str, np.ndarray],
     out: dict[str, np.ndarray],
 ) -> None:
@@ -150,10 +153,10 @@ def _record_attention(
     torch MultiheadAttention: its query and output in the Keras forward (its own ``call`` wrapped
     on this instance for that forward), and its output fed the torch module's input as query,
     key and value, with the mask the Keras forward gave it."""
-    calls: dict[str, tuple[Any, dict[str, Any], Any]] = {}
+    calls: dict[str, tuple[Tensor, dict[str, Any], Any]] = {}
 
-    def wrap(module: str, mha: Any) -> Any:
-        def call(query: Any, value: Any, key: Any = None, **kwargs: Any) -> Any:
+    def wrap(module: str, mha: Layer) -> Callable[..., Any]:
+        def call(query: Tensor, value: Tensor, key: Tensor | None = None, **kwargs: Any) -> Any:
             result = type(mha).call(mha, query, value, key, **kwargs)
             calls.setdefault(module, (query, kwargs, result))
             return result
@@ -180,10 +183,10 @@ def _record_attention(
 
 
 def _record_intermediates(
-    net: Any,
-    feed: Any,
-    modules: dict[str, tuple[Any, tuple[int, int, int] | None]],
-    chains: dict[str, list[Any]],
+    net: Model,
+    feed: Feed,
+    modules: dict[str, tuple[Layer, tuple[int, int, int] | None]],
+    chains: dict[str, list[Layer]],
     out: dict[str, np.ndarray],
 ) -> None:
     """probe_layers' ``kin/`` and ``kout/``: each mapped layer's input and output in the Keras
@@ -200,7 +203,7 @@ def _record_intermediates(
         pass  # a subclassed model: no intermediate tensors (only what each layer does, below)
 
 
-def _record_activations(by_path: dict[str, Any], out: dict[str, np.ndarray]) -> None:
+def _record_activations(by_path: dict[str, Layer], out: dict[str, np.ndarray]) -> None:
     """probe_layers' ``act/``: what every leaf layer's activation makes of ACTIVATION_PROBE."""
     for path, layer in by_path.items():
         fn = getattr(layer, "activation", None)
@@ -218,9 +221,9 @@ def _record_activations(by_path: dict[str, Any], out: dict[str, np.ndarray]) -> 
 
 def _record_batchnorms_fed(
     layout: pair.Layout,
-    named: list[tuple[str, Any]],
-    modules: dict[str, tuple[Any, tuple[int, int, int] | None]],
-    chains: dict[str, list[Any]],
+    named: list[tuple[str, Variable]],
+    modules: dict[str, tuple[Layer, tuple[int, int, int] | None]],
+    chains: dict[str, list[Layer]],
     torch_side: dict[str, np.ndarray],
     out: dict[str, np.ndarray],
 ) -> None:

@@ -18,7 +18,7 @@ from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
 from . import exact
-from .layers import pair_dropout_call
+from .layers import Layer, Model, Tensor, Variable, pair_dropout_call
 from .model import Conversion
 from .port import TorchBatchNormalization
 
@@ -31,14 +31,14 @@ _KINDS = (
 _CALLS: list[list[dict[str, Any]]] = []
 
 
-def kind(layer: Any) -> str:
+def kind(layer: Layer) -> str:
     return next((k for cls, k in _KINDS if isinstance(layer, cls)), "other")
 
 
-def attention_parts(net: Any) -> dict[int, tuple[Any, int]]:
+def attention_parts(net: Layer) -> dict[int, tuple[Layer, int]]:
     """Each MultiHeadAttention projection sublayer of ``net`` (by id): (its attention layer, its
     place in query, key, value, attention_output)."""
-    out: dict[int, tuple[Any, int]] = {}
+    out: dict[int, tuple[Layer, int]] = {}
     for layer in net._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, keras.layers.MultiHeadAttention):
             subs = (layer._query_dense, layer._key_dense, layer._value_dense, layer._output_dense)
@@ -47,7 +47,7 @@ def attention_parts(net: Any) -> dict[int, tuple[Any, int]]:
     return out
 
 
-def weighted_leaves(net: Any) -> list[Any]:
+def weighted_leaves(net: Layer) -> list[Layer]:
     """:func:`leaves`, each MultiHeadAttention's projections in the order it applies them (query,
     key, value, attention_output; Keras tracks them the other way round), where its first one
     was."""
@@ -58,7 +58,7 @@ def weighted_leaves(net: Any) -> list[Any]:
         if id(layer) in parts:
             first.setdefault(id(parts[id(layer)][0]), i)
 
-    def key(item: tuple[int, Any]) -> tuple[int, int]:
+    def key(item: tuple[int, Layer]) -> tuple[int, int]:
         i, layer = item
         if id(layer) in parts:
             mha, place = parts[id(layer)]
@@ -73,7 +73,7 @@ def nhwc(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[1], shape[2], shape[0]) if len(shape) == 3 else tuple(shape)
 
 
-def leaves(model: Any) -> list[Any]:
+def leaves(model: Layer) -> list[Layer]:
     """The model's leaf layers (no sublayers), in the model's own layer order."""
     out = []
     for layer in model._flatten_layers(include_self=False, recursive=True):
@@ -82,7 +82,7 @@ def leaves(model: Any) -> list[Any]:
     return out
 
 
-def build_keras(model: ModelSpec, policy: str) -> Any:
+def build_keras(model: ModelSpec, policy: str) -> Model:
     """The user's Keras model under ``policy`` (the run's: float64 for fp64, mixed_float16, ...),
     built on a zero batch of the data's input shapes. In float64, Keras's float32-accurate ops run
     exactly (exact.py, core.limits): the fp64 runs and the locator compute them alike."""
@@ -123,13 +123,13 @@ def build_keras(model: ModelSpec, policy: str) -> Any:
     return net
 
 
-def install_dropouts(net: Any) -> None:
+def install_dropouts(net: Model) -> None:
     """Each dropout layer of ``net`` takes the pair's masks (:func:`_install_dropout`)."""
     for layer in leaves(net):
         _install_dropout(layer)
 
 
-def _install_dropout(layer: Any) -> None:
+def _install_dropout(layer: Layer) -> None:
     """A dropout layer of the user's model takes the pair's masks in a training forward
     (dualtrain.core.pair.dropout; its own ``call`` replaced on this instance only: the class, its
     config and a saved model are Keras's); a random layer the pair cannot carry is one line."""
@@ -147,7 +147,7 @@ def _install_dropout(layer: Any) -> None:
         getattr(layer, "data_format", "channels_last") == "channels_last"
     )
 
-    def record(x: Any) -> None:
+    def record(x: Tensor) -> None:
         if _CALLS:
             path = layer_path(layer)
             node = sum(c["name"] == path for c in _CALLS[-1])  # this call's node, in call order
@@ -177,7 +177,7 @@ def dropout_calls() -> Iterator[list[dict[str, Any]]]:
         _CALLS.pop()
 
 
-def layer_path(layer: Any) -> str:
+def layer_path(layer: Layer) -> str:
     """A layer's name in the model (Keras 3's path where it has one)."""
     return getattr(layer, "path", None) or layer.name
 
@@ -193,7 +193,7 @@ def _plain(v: Any) -> Any:
     return getattr(v, "__name__", type(v).__name__)
 
 
-def _flatten_hwc(layer: Any, node: int = 0) -> list[int] | None:
+def _flatten_hwc(layer: Layer, node: int = 0) -> list[int] | None:
     """A Dense (or dropout) layer fed by a Flatten of an (N, H, W, C) tensor (its ``node``-th
     call): that (H, W, C). A dropout between them keeps each feature in its place."""
     try:
@@ -272,7 +272,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
     }
 
 
-def named_variables(net: Any, layout: pair.Layout) -> list[tuple[str, Any]]:
+def named_variables(net: Model, layout: pair.Layout) -> list[tuple[str, Variable]]:
     """[(name, Keras variable)] in the canonical (torch state dict) order: the canonical name, or
     for an array split across several variables (torch's packed in_proj_weight onto the query,
     key and value kernels) each part's name (``MapEntry.part``), whose canonical form is its
@@ -289,7 +289,9 @@ def named_variables(net: Any, layout: pair.Layout) -> list[tuple[str, Any]]:
     return out
 
 
-def load_canonical(named: list[tuple[str, Any]], layout: pair.Layout, weights: Weights) -> None:
+def load_canonical(
+    named: list[tuple[str, Variable]], layout: pair.Layout, weights: Weights
+) -> None:
     conv = PairConversion(layout)
     if set(weights) != set(layout.shapes()):
         raise ValueError(f"weights do not match the pair: {sorted(weights)}")
@@ -301,7 +303,7 @@ def load_canonical(named: list[tuple[str, Any]], layout: pair.Layout, weights: W
         var.assign(value)
 
 
-def export_canonical(named: list[tuple[str, Any]], layout: pair.Layout) -> Weights:
+def export_canonical(named: list[tuple[str, Variable]], layout: pair.Layout) -> Weights:
     conv = PairConversion(layout)
     return conv.join(
         (name, conv.to_canonical(name, keras.ops.convert_to_numpy(var.value)))
@@ -374,14 +376,14 @@ def engine_names(conversion: Conversion, arrays: dict[str, np.ndarray]) -> dict[
     return conversion.split(arrays) if isinstance(conversion, PairConversion) else arrays
 
 
-def keras_only(net: Any) -> Any:
+def keras_only(net: Model) -> Model:
     """``net`` with dualtrain's port layers (TorchBatchNormalization) replaced by Keras's own,
     which are the same in inference, so the saved model opens without dualtrain; a model that is
     not functional is saved as it is."""
     if not any(isinstance(layer, TorchBatchNormalization) for layer in leaves(net)):
         return net
 
-    def clone(layer: Any) -> Any:
+    def clone(layer: Layer) -> Layer:
         if isinstance(layer, TorchBatchNormalization):
             return layer.as_keras()
         return layer.__class__.from_config(layer.get_config())

@@ -165,7 +165,7 @@ class PSEngine(TFEngine):
                 args = (tf.constant(part, tf.int64), count, step_t, tf.constant(poison[r]), *batch)
                 remote.append(self.coordinator.schedule(self._replica_fn, args=args))
         self.coordinator.join()  # the barrier: every replica's gradient is in
-        total: list[Any] | None = None
+        total: list[tf.Tensor] | None = None
         loss_sum = 0.0
         fed: list[list[np.ndarray]] = [[] for _ in ids]
         for r, rv in zip(owner, remote, strict=True):  # replica by replica, micro-batches in order

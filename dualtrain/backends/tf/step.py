@@ -20,6 +20,7 @@ from dualtrain.core.pair.record import Layout
 from dualtrain.core.plan import micro_batches
 from dualtrain.runtime.engine import StepOut
 
+from .layers import Tensor
 from .model import Conversion
 from .pair import canonical
 
@@ -139,10 +140,10 @@ class TrainStep:
         # train.accumulate: K micro-batches (dualtrain.core.plan.micro_batches; the process's
         # ids are laid out micro-batch by micro-batch, replica by replica), each loss over the
         # whole step's global count; the gradients add up here and are all-reduced once
-        fed: list[Any] = []
-        stats: list[Any] = []
-        grads: list[Any] = []
-        loss_sum: Any = None
+        fed: list[Tensor] = []
+        stats: list[Tensor] = []
+        grads: list[Tensor] = []
+        loss_sum: Tensor | None = None
         own = tf.constant(0.0, tf.float64)
         for j in range(self.accumulate):
             with tf.device(self.host):  # this replica's rows of the process's batch

@@ -13,13 +13,14 @@ float32 side) the model builder gives those layers a float32 policy (model.py)."
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.backends.tf.layers import Conv2D, scaled
+from dualtrain.backends.tf.layers import Conv2D, Variable, scaled
+from dualtrain.core.model import ResolvedLayer
 
 
 class Position(keras.layers.Layer):
@@ -159,12 +160,38 @@ def export_targets(
     return targets
 
 
+T = TypeVar("T")
+
+
+def given(value: T | None, field: str) -> T:
+    """A layer field the resolved spec always fills for this layer type (core.model.resolve)."""
+    assert value is not None, f"{field} unresolved"
+    return value
+
+
+class Builder(Protocol):
+    """What the token layers' entries use of the model builder (backends/tf/model.py's, which
+    imports this module)."""
+
+    inference: bool
+    policy: str
+    mixed: bool
+    wide: bool
+    named: list[tuple[str, Variable]]
+
+    def dtype(self) -> str: ...
+
+    def weighted(
+        self, r: ResolvedLayer, layer: keras.layers.Layer, x: keras.KerasTensor
+    ) -> keras.KerasTensor: ...
+
+
 # ---- the model builder's entries (model.LAYERS) for the token layer types: (builder, resolved
 # layer, Keras name, input) -> output; ``b.dtype()`` is the token stream's policy (float32 where
 # torch's promotion makes the stream float32 under autocast, ``b.wide``).
 
 
-def patches(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def patches(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     """A stride = kernel convolution, its NHWC output read row by row as tokens (torch's
     flatten(2).transpose(1, 2) of NCHW: the same order)."""
     s = r.spec
@@ -176,7 +203,7 @@ def patches(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTenso
     return keras.layers.Reshape(r.out_shape, name=f"{name}_tokens", dtype=b.policy)(x)
 
 
-def position(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def position(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     b.wide = b.mixed  # a float32 parameter added: float32 tokens under autocast
     if b.inference:  # Keras's own layers: x * ones + bias, the bias the embedding (T, D)
         layer = keras.layers.EinsumDense(
@@ -192,26 +219,26 @@ def position(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTens
     return x
 
 
-def attention(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def attention(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     s = r.spec
-    dim = r.in_shape[1]
+    dim, heads, causal = r.in_shape[1], given(s.heads, "attention.heads"), bool(s.causal)
     b.wide = False
     if b.inference:
         mha = keras.layers.MultiHeadAttention(
-            s.heads, dim // s.heads, use_bias=s.bias, name=name, dtype=b.policy
+            heads, dim // heads, use_bias=s.bias, name=name, dtype=b.policy
         )
-        x = mha(x, x, use_causal_mask=s.causal)
-        targets = export_targets(mha, dim, s.heads, s.bias, b.policy)
+        x = mha(x, x, use_causal_mask=causal)
+        targets = export_targets(mha, dim, heads, s.bias, b.policy)
         b.named += list(zip([n for n, _ in r.params], targets, strict=True))
         return x
-    layer = SelfAttention(dim, s.heads, s.causal, s.bias, name=name, dtype=b.policy)
+    layer = SelfAttention(dim, heads, causal, s.bias, name=name, dtype=b.policy)
     x = layer(x)
     b.named += list(zip([n for n, _ in r.params], layer.variables_in_canonical_order, strict=True))
     return x
 
 
-def token_pool(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
-    first = r.spec.pool.value == "first"
+def token_pool(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+    first = given(r.spec.pool, "token_pool.pool").value == "first"
     if not b.inference:
         return TokenPool(first, name=name, dtype=b.dtype())(x)
     if not first:
@@ -221,12 +248,13 @@ def token_pool(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTe
     return keras.layers.Flatten(name=name, dtype=b.dtype())(x)
 
 
-def embedding(b: Any, r: Any, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def embedding(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     """Embedding (Keras's own in the export; it casts the ids to int32); float32 tokens under
     mixed precision, as torch's embedding lookup (no autocast) gives."""
     b.wide = b.mixed
     kind = keras.layers.Embedding if b.inference else Embedding
-    layer = kind(r.spec.vocab, r.spec.dim, name=name, dtype=b.dtype())
+    vocab, dim = given(r.spec.vocab, "embedding.vocab"), given(r.spec.dim, "embedding.dim")
+    layer = kind(vocab, dim, name=name, dtype=b.dtype())
     x = layer(x)
     b.named.append((r.params[0][0], layer.embeddings))
     return x

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from dualtrain.backends.torch.layers import BatchNorm
 from dualtrain.backends.torch.tokens import Embedding, Patches, Position, SelfAttention
@@ -53,7 +54,7 @@ class AbsoluteGradient:
         self.mha = [
             (name, m) for name, m in module.named_modules() if isinstance(m, nn.MultiheadAttention)
         ]
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
         self._seen: dict[str, tuple[nn.Module, torch.Tensor, torch.Tensor]] = {}
         self._grad: dict[str, torch.Tensor] = {}
         self._mha_masks: dict[str, torch.Tensor | None] = {}
