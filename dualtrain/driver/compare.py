@@ -317,10 +317,11 @@ def _judge(
     twin = run_twin(cmp, runs[0], _start_aside, _say(progress))
     if twin is not None:
         cmp = compare_dirs(by["torch"], by["tf"], pair, cmp.notes, twin)
-    run_replay(cmp, runs[0], _start_aside, _say(progress))
     (out / LOCATOR_FILE).unlink(missing_ok=True)  # an earlier compare's finding
     if spec.model.is_pair and not cmp.passed and cmp.diagnosis.category == SEMANTICS:
         locate_into(spec, cmp, out, progress)
+    if not cmp.diagnosis.finding:  # a pair's layer and mistake, where the locator named them
+        run_replay(cmp, runs[0], _start_aside, _say(progress))
     write_report(cmp, out)
     return cmp
 

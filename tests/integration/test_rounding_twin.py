@@ -1,7 +1,8 @@
 """compare's rounding twin (dualtrain.parity.twin, issue 46 item 0) on real runs of the sweep pair
 (tools/row_transformer.yaml: a torch nn.TransformerEncoderLayer stack and its Keras port): a pair
-within the fixed bounds runs no twin; a planted mistake runs it and still FAILs, its bounds grown by
-no more than what one rounding makes of itself; and at width 384 with SGD and momentum, where a
+within the fixed bounds runs no twin, nor does one that parts at step 1; a mistake that parts later
+runs it and still FAILs, its bounds grown by no more than what one rounding makes of itself; and at
+width 384 with SGD and momentum, where a
 faithful pair parts past the fixed 1e-10, the twin turns the false FAIL into a PASS."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import pytest
 
 from testkit.cli import ROOT, require, run_cli
+from testkit.parity_runs import MLP
+from tools.mutants import SPECS, hook
 
 require("torch", "tensorflow", "keras")
 
@@ -39,22 +42,52 @@ def test_a_pair_within_the_fixed_bounds_runs_no_twin(tmp_path):
     assert all(checks[n]["tolerance"] == 1e-10 for n in SEMANTIC)
 
 
-def test_a_planted_mistake_runs_the_twin_and_still_fails(tmp_path):
+def test_a_pair_that_parts_at_step_1_runs_no_twin(tmp_path):
+    # the loss of step 1 is on the initial weights: no training carried a rounding yet
     out = tmp_path / "eps"
     proc, verdict, checks = _compare(out, *EPS)
-    assert not verdict["passed"]
+    assert not verdict["passed"] and checks["reference_loss"]["first_step"] == 1
+    assert not (out / "fp64-twin").exists()
+    assert "rounding twin: not run (the fp64 pair parts at step 1" in proc.stdout + proc.stderr
+
+
+def test_a_mistake_that_parts_later_runs_the_twin_and_still_fails(tmp_path):
+    # lr x (1 + 1e-6) on the tf side: the pair parts at step 2; the twin runs, and what it makes of
+    # one rounding by step 2 leaves the fixed bound in force: a bound that cannot grow with the
+    # mistake it judges
+    out = tmp_path / "lr"
+    sets = [a for o in SPECS["sgd"] if "precision" not in o for a in ("--set", o)]
+    proc = run_cli(
+        "compare",
+        "--config",
+        MLP,
+        "--precision",
+        "fp64",
+        *sets,
+        "--out",
+        str(out),
+        env=hook("lr_scale", 1e-6),
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
     assert (out / "fp64-twin").is_dir() and (out / "fp64-twin-init.npz").is_file()
     assert "running its rounding twin" in proc.stdout + proc.stderr
-    for name in ("reference_loss", "reference_weights"):
-        check = checks[name]
-        assert check["status"] == "FAIL" and "rounding twin" in check["detail"], check
-        # the bound grew from the twin, by orders of magnitude less than the mistake's distance
-        assert check["value"] > 1e3 * check["tolerance"], check
-    # the twin's spec is the pair's, but for its initial weights
-    twin = (out / "fp64-twin" / "spec.yaml").read_text()
-    assert "fp64-twin-init.npz" in twin
-    # a rerun of the same compare reuses the twin with the other runs
-    again, _, _ = _compare(out, *EPS)
+    verdict = json.loads((out / "verdict.json").read_text())
+    loss = next(c for c in verdict["checks"] if c["name"] == "reference_loss")
+    assert loss["status"] == "FAIL" and loss["first_step"] == 2, loss
+    assert "rounding twin" in loss["detail"] and loss["tolerance"] == 1e-10, loss
+    # the replay names the update, and a rerun reuses the twin with the other runs
+    assert "x 1.000001" in verdict["verdict"], verdict["verdict"]
+    again = run_cli(
+        "compare",
+        "--config",
+        MLP,
+        "--precision",
+        "fp64",
+        *sets,
+        "--out",
+        str(out),
+        env=hook("lr_scale", 1e-6),
+    )
     assert "rounding twin: finished earlier, reused" in again.stdout + again.stderr
 
 
