@@ -17,9 +17,8 @@ from dualtrain.parity.replay import (
     first_divergent_op,
 )
 from dualtrain.spec import load_spec
-from testkit.cli import run_cli
 from testkit.parity_runs import MLP
-from tools.mutants import MUTANTS, PORTING_MUTANTS, SPECS, hook
+from tools.mutants import MUTANTS, PORTING_MUTANTS, SPECS, compare_fp64, hook
 
 
 def _replayed(runs, spec: str, steps: int, mutant: str | None, backend: str = "tf"):
@@ -125,18 +124,7 @@ def test_compare_leads_its_verdict_with_the_first_divergent_operation(tmp_path):
     # the whole `dualtrain compare` of a fp64 spec with Keras's Adam eps planted on the tf side:
     # the pair parts at step 2, compare replays it and the verdict names the update and its eps
     out = tmp_path / "cmp"
-    sets = [a for o in SPECS["adam"] if "precision" not in o for a in ("--set", o)]
-    res = run_cli(
-        "compare",
-        "--config",
-        MLP,
-        "--precision",
-        "fp64",
-        *sets,
-        "--out",
-        str(out),
-        env=hook("adam_eps"),
-    )
+    res = compare_fp64(out, "adam", "adam_eps")
     assert res.returncode == 1, res.stderr[-3000:]
     verdict = json.loads((out / "verdict.json").read_text())
     line = verdict["verdict"]

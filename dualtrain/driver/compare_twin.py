@@ -17,7 +17,7 @@ from pathlib import Path
 from dualtrain.core.weights import load_weights, save_weights
 from dualtrain.driver.compare_plan import PlannedRun
 from dualtrain.errors import RunFailed
-from dualtrain.parity.checks.semantics import exceeds_fixed
+from dualtrain.parity.checks.semantics import REFERENCE_CHECKS
 from dualtrain.parity.report import Comparison
 from dualtrain.parity.twin import TWIN, TWIN_INIT, every_ulp_away
 from dualtrain.records.record import SPEC_FILE, SUMMARY_FILE, WEIGHTS_FINAL, WEIGHTS_INIT
@@ -39,8 +39,8 @@ def run_twin(
     """Run (or reuse) the rounding twin of ``first`` (the reference pair's run A) where ``cmp``'s
     fp64 pair exceeds the fixed bounds; its folder, or None where none is needed or it could not
     run (a note of ``cmp`` says why). ``start(spec, backend, where)`` launches one run."""
-    ref = cmp.reference
-    if ref is None or not exceeds_fixed(ref):
+    ref = cmp.reference  # cmp was judged without a twin: its semantic checks are the fixed bounds'
+    if ref is None or all(cmp.check(n).passed for n in REFERENCE_CHECKS):
         return None
     if cmp.check("reference_loss").first_step == 1:
         # the loss of the first step is computed on the initial weights: no training has carried a

@@ -18,9 +18,8 @@ Framework-free: it reads run folders only.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ import numpy as np
 from dualtrain.core.weights import Weights, load_weights
 from dualtrain.parity import readings as R
 from dualtrain.parity.mechanisms import rel, running_mechanism, update_mechanism
-from dualtrain.records.record import WEIGHTS_INIT, read_run
+from dualtrain.records.record import WEIGHTS_INIT, RunRecord, read_run
 from dualtrain.runtime import checkpoint
 from dualtrain.spec import OPTIMIZERS, OptimizerSpec
 
@@ -80,34 +79,40 @@ def _floor(tensors: Weights) -> float:
 
 @dataclass
 class _Side:
-    """One replayed run: its label, losses and lrs per step, and its state after each step."""
+    """One replayed run: its record (losses and lrs per step, evaluations) and its state after
+    each step (the checkpoints, read once)."""
 
     label: str
-    path: Path
+    rec: RunRecord
     loss: dict[int, float]
     lr: dict[int, float]
+    states: dict[int, tuple[Weights, Weights, int] | None] = field(default_factory=dict)
 
     def grads(self, step: int) -> Weights | None:
-        p = self.path / f"grads_step{step}.npz"
+        p = Path(self.rec.path) / f"grads_step{step}.npz"
         return load_weights(p) if p.is_file() else None
 
     def state(self, step: int) -> tuple[Weights, Weights, int] | None:
-        """(weights, optimizer slots, updates applied) after ``step``; step 0: the initial
-        weights, no slots."""
+        """(weights, optimizer slots, updates applied) after ``step`` (its checkpoint); step 0:
+        the initial weights, no slots."""
+        if step not in self.states:
+            self.states[step] = self._read(step)
+        return self.states[step]
+
+    def _read(self, step: int) -> tuple[Weights, Weights, int] | None:
         if step == 0:
-            return load_weights(self.path / WEIGHTS_INIT), {}, 0
-        where = checkpoint.step_dir(self.path, step)
-        if not (where / checkpoint.WEIGHTS).is_file():
+            return load_weights(Path(self.rec.path) / WEIGHTS_INIT), {}, 0
+        where = checkpoint.step_dir(self.rec.path, step)
+        if not where.is_dir():
             return None
-        weights = load_weights(where / checkpoint.WEIGHTS)
-        slots = load_weights(where / checkpoint.OPTIMIZER)
-        applied = int(json.loads((where / checkpoint.STATE).read_text()).get("applied", step))
-        return {k: v for k, v in weights.items() if not k.startswith("ema/")}, slots, applied
+        ckpt = checkpoint.load(where)
+        weights = {k: v for k, v in ckpt.weights.items() if not k.startswith(checkpoint.EMA_SLOT)}
+        return weights, ckpt.optimizer.slots, ckpt.optimizer.applied
 
 
 def _side(path: Path, fallback: str) -> _Side:
     rec = read_run(path, require_summary=False)
-    return _Side(R.label(rec, fallback), path, R.step_map(rec, "loss"), R.step_map(rec, "lr"))
+    return _Side(R.label(rec, fallback), rec, R.step_map(rec, "loss"), R.step_map(rec, "lr"))
 
 
 def first_divergent_op(a_dir: Path, b_dir: Path, opt: OptimizerSpec) -> OpFinding | None:
@@ -125,7 +130,7 @@ def first_divergent_op(a_dir: Path, b_dir: Path, opt: OptimizerSpec) -> OpFindin
 def _evaluation(a: _Side, b: _Side) -> OpFinding | None:
     """Every training step agrees: an evaluation that differs is the evaluation's own (the model in
     inference: dropout left on, batchnorm's running statistics, another split)."""
-    ra, rb = (read_run(x.path, require_summary=False) for x in (a, b))
+    ra, rb = a.rec, b.rec
     for key, split in (("loss", "test"), ("val_loss", "validation")):
         ea = R.step_map(ra, key, "eval", present=True)
         eb = R.step_map(rb, key, "eval", present=True)
@@ -146,7 +151,7 @@ def _evaluation(a: _Side, b: _Side) -> OpFinding | None:
 
 
 def _step(a: _Side, b: _Side, s: int, opt: OptimizerSpec) -> OpFinding | None:
-    before_a, before_b = a.state(s - 1), b.state(s - 1)
+    before_a = a.state(s - 1)  # b's is a's: every earlier step agreed
     if R.scaled_diff(a.loss[s], b.loss[s]) > TOL:
         return OpFinding(
             s,
@@ -172,7 +177,7 @@ def _step(a: _Side, b: _Side, s: int, opt: OptimizerSpec) -> OpFinding | None:
                 f"agrees: the backward pass, at the layer that holds {name!r}",
             )
     after_a, after_b = a.state(s), b.state(s)
-    if after_a is None or after_b is None or before_a is None or before_b is None:
+    if after_a is None or after_b is None or before_a is None:
         return None
     (wa, _, _), (wb, _, _) = after_a, after_b
     found = _slots(a, b, s, opt, after_a[1], after_b[1])

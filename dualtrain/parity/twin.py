@@ -12,7 +12,7 @@ may differ by at most :attr:`ReferenceBound.twin_factor` times that (and always 
 bounds).
 
 The twin runs only where a fixed bound is exceeded (compare decides,
-:func:`dualtrain.parity.checks.semantics.exceeds_fixed`): a pair within them needs no twin. It is
+:mod:`dualtrain.driver.compare_twin`): a pair within them needs no twin. It is
 run A's own backend alone, so a defect on B's side cannot grow it; a defect on A's side changes
 what it amplifies, not how much a rounding grows, and a semantic difference shows from the first
 steps, where the twin is still at 1e-16.
@@ -20,6 +20,7 @@ steps, where the twin is still at 1e-16.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 
@@ -64,8 +65,8 @@ def envelope(
         worst[s] = so_far
 
     def bound(step: int) -> float:
-        before = [s for s in steps if s <= step]
-        grown = worst[before[-1]] if before else 0.0
+        at = bisect.bisect_right(steps, step)  # the last common step <= step
+        grown = worst[steps[at - 1]] if at else 0.0
         return max(floor, REFERENCE.twin_factor * grown)
 
     return bound
@@ -91,22 +92,18 @@ def accuracy_flips(run: RunRecord, twin: RunRecord, metric: str) -> set[int]:
     return {s for s in R.common_steps(mine, its) if mine[s] != its[s]}
 
 
-def grows_past(run: RunRecord, twin: RunRecord, fixed: float) -> bool:
-    """Whether the twin raises any bound above ``fixed`` (its final weights or its loss)."""
-    bounds = tensor_bounds(run, twin, fixed) or {}
-    loss = envelope(run, twin, "loss", floor=fixed)
-    last = max((int(r["step"]) for r in run.train), default=0)
-    return any(b > fixed for b in bounds.values()) or loss(last) > fixed
-
-
-def describe(run: RunRecord, twin: RunRecord) -> str:
-    """One clause for a check's detail: how far the twin ended from the run."""
+def measured(run: RunRecord, twin: RunRecord, fixed: float) -> tuple[str, bool]:
+    """(a clause for a check's detail: how far the twin ended from the run; whether the twin
+    raises a bound above ``fixed``: its final weights' or its loss's), the final weights read
+    once."""
     bounds = tensor_bounds(run, twin, 0.0)
     if not bounds:
-        return "the rounding twin's final weights could not be read"
+        return "the rounding twin's final weights could not be read", False
     worst = max(bounds, key=bounds.__getitem__)
-    grown = bounds[worst] / REFERENCE.twin_factor
-    return (
-        f"the rounding twin (every initial weight one ulp away) ends {grown:.3g} from "
-        f"{R.label(run, 'A')}'s fp64 run ({worst})"
+    last = max((int(r["step"]) for r in run.train), default=0)
+    grows = bounds[worst] > fixed or envelope(run, twin, "loss", floor=fixed)(last) > fixed
+    clause = (
+        f"the rounding twin (every initial weight one ulp away) ends "
+        f"{bounds[worst] / REFERENCE.twin_factor:.3g} from {R.label(run, 'A')}'s fp64 run ({worst})"
     )
+    return clause, grows

@@ -12,8 +12,7 @@ import json
 import pytest
 
 from testkit.cli import ROOT, require, run_cli
-from testkit.parity_runs import MLP
-from tools.mutants import SPECS, hook
+from tools.mutants import compare_fp64
 
 require("torch", "tensorflow", "keras")
 
@@ -56,18 +55,7 @@ def test_a_mistake_that_parts_later_runs_the_twin_and_still_fails(tmp_path):
     # one rounding by step 2 leaves the fixed bound in force: a bound that cannot grow with the
     # mistake it judges
     out = tmp_path / "lr"
-    sets = [a for o in SPECS["sgd"] if "precision" not in o for a in ("--set", o)]
-    proc = run_cli(
-        "compare",
-        "--config",
-        MLP,
-        "--precision",
-        "fp64",
-        *sets,
-        "--out",
-        str(out),
-        env=hook("lr_scale", 1e-6),
-    )
+    proc = compare_fp64(out, "sgd", "lr_scale", 1e-6)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert (out / "fp64-twin").is_dir() and (out / "fp64-twin-init.npz").is_file()
     assert "running its rounding twin" in proc.stdout + proc.stderr
@@ -77,17 +65,7 @@ def test_a_mistake_that_parts_later_runs_the_twin_and_still_fails(tmp_path):
     assert "rounding twin" in loss["detail"] and loss["tolerance"] == 1e-10, loss
     # the replay names the update, and a rerun reuses the twin with the other runs
     assert "x 1.000001" in verdict["verdict"], verdict["verdict"]
-    again = run_cli(
-        "compare",
-        "--config",
-        MLP,
-        "--precision",
-        "fp64",
-        *sets,
-        "--out",
-        str(out),
-        env=hook("lr_scale", 1e-6),
-    )
+    again = compare_fp64(out, "sgd", "lr_scale", 1e-6)
     assert "rounding twin: finished earlier, reused" in again.stdout + again.stderr
 
 

@@ -28,6 +28,9 @@ The package: each kind's table beside its patches (``semantic``, ``precision``, 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from testkit.worker_hooks import hook_env
 from tools.mutants import either, porting, precision, semantic, tokens
 from tools.mutants.either import BACKEND_MUTANTS
@@ -51,6 +54,7 @@ __all__ = [
     "PortingMutant",
     "PrecisionMutant",
     "apply",
+    "compare_fp64",
     "bf16_row_sum",
     "ce_low_sum",
     "hook",
@@ -64,6 +68,26 @@ def hook(name: str, size: float | None = None, backend: str = "tf") -> dict[str,
     if backend != "tf":
         arg = f"{backend}/{arg}"
     return hook_env(f"tools.mutants:apply={arg}")
+
+
+def compare_fp64(out: Path, spec: str, name: str, size: float | None = None) -> Any:
+    """``dualtrain compare`` of the MNIST MLP with :data:`SPECS` ``spec`` in fp64 (the runs are
+    the reference pair), mutant ``name`` planted on its backend: the finished process."""
+    from testkit.cli import run_cli  # lazy: heavy (the CLI's forkserver)
+    from testkit.parity_runs import MLP  # lazy: heavy
+
+    sets = [a for o in SPECS[spec] if "precision" not in o for a in ("--set", o)]
+    return run_cli(
+        "compare",
+        "--config",
+        MLP,
+        "--precision",
+        "fp64",
+        *sets,
+        "--out",
+        str(out),
+        env=hook(name, size),
+    )
 
 
 def apply(backend: str, argument: str) -> None:

@@ -20,6 +20,9 @@ from dualtrain.parity.tolerances import (
 )
 from dualtrain.records.verdict import SEMANTICS, Check
 
+#: the semantic checks, in report order
+REFERENCE_CHECKS = ("reference_loss", "reference_weights", "reference_eval")
+
 # ---- semantics: the fp64 reference pair ----------------------------------------------------------
 
 
@@ -89,8 +92,8 @@ def _loss_bounds(ref: Reference, steps: list[int], key: str, kind: str, fixed: f
 
 def _twin_clause(ref: Reference, fixed: float, nearest: str) -> str:
     assert ref.twin is not None
-    grown = twin.describe(ref.a, ref.twin)
-    if twin.grows_past(ref.a, ref.twin, fixed):
+    grown, raised = twin.measured(ref.a, ref.twin, fixed)
+    if raised:
         return (
             f"bounds grow to {REFERENCE.twin_factor:g}x what training makes of one rounding "
             f"({grown}), at least {fmt_num(fixed)}; nearest its bound: {nearest}"
@@ -107,14 +110,6 @@ def _no_twin(ref: Reference) -> str:
         " (fixed bound, no rounding twin: dualtrain compare --config runs one, to tell a pair "
         "that training parts by rounding from one that computes something else)"
     )
-
-
-def exceeds_fixed(ref: Reference) -> bool:
-    """Whether the pair fails a semantic check under the fixed bounds alone: where compare runs the
-    rounding twin (dualtrain.parity.twin) to learn how far training carries a rounding."""
-    plain = Reference(ref.a, ref.b)
-    checks = (check_reference_loss(plain), check_reference_weights(plain))
-    return any(not c.passed for c in (*checks, check_reference_eval(plain)))
 
 
 def check_reference_weights(ref: Reference) -> Check:

@@ -12,6 +12,7 @@ from dualtrain.parity.checks.loss_scale import check_loss_scale, check_skipped
 from dualtrain.parity.checks.numerics import check_eval, check_final_weights, check_trajectory
 from dualtrain.parity.checks.probes import local_checks
 from dualtrain.parity.checks.semantics import (
+    REFERENCE_CHECKS,
     check_reference_eval,
     check_reference_loss,
     check_reference_weights,
@@ -76,10 +77,7 @@ def run_checks(a: RunRecord, b: RunRecord, ref: Reference | None = None) -> list
             "no fp64 reference pair (compare --config --reference none, or two run folders "
             "without --reference-runs): semantics were not checked"
         )
-        checks += [
-            not_run(n, SEMANTICS, why)
-            for n in ("reference_loss", "reference_weights", "reference_eval")
-        ]
+        checks += [not_run(n, SEMANTICS, why) for n in REFERENCE_CHECKS]
     if fp64:
         why = "the runs are fp64: the reference checks are their result checks"
         checks += [not_run("trajectory", NUMERICS, why), not_run("final_weights", NUMERICS, why)]
