@@ -29,16 +29,17 @@ def _replayed(runs, spec: str, steps: int, mutant: str | None, backend: str = "t
         "train.checkpoint_every=1",
         f"train.keep_checkpoints={steps}",
         f"debug.dump_grads=[{', '.join(str(s) for s in range(1, steps + 1))}]",
+        f"debug.dump_layers=[{', '.join(str(s) for s in range(1, steps + 1))}]",
     )
     env = hook(mutant, backend=backend) if mutant else None
     a = runs("torch", *sets, env=env if backend == "torch" else None)
     b = runs("tf", *sets, env=env if backend == "tf" else None)
-    return a, b, load_spec(MLP, list(sets)).optimizer
+    return a, b, load_spec(MLP, list(sets))
 
 
 def test_the_unmutated_pair_has_no_first_divergent_operation(runs):
-    a, b, opt = _replayed(runs, "adam", 3, None)
-    assert first_divergent_op(a, b, opt) is None
+    a, b, spec = _replayed(runs, "adam", 3, None)
+    assert first_divergent_op(a, b, spec) is None
 
 
 # (mutant, its spec, steps replayed, the stage named, words the finding must hold)
@@ -57,16 +58,36 @@ CASES = [
         UPDATE,
         ["SGD's update of", "tf's update is the spec's rule x 1.000001"],
     ),
-    ("mse_half", "mse", 1, LOSS, ["the loss of step 1 differs on the same weights and batch"]),
+    (
+        "mse_half",
+        "mse",
+        1,
+        LOSS,
+        [
+            "the loss of step 1 differs",
+            "every layer's output agrees",
+            "tf departs from the spec's rule: its loss is the spec's x 0.5 (the 1/2 (o - t)^2",
+        ],
+    ),
     ("keras_bn_variance", "bn", 1, RUNNING, ["running_var", "biased variance"]),
     (
         "validation_tail",
         "val",
         2,
         EVALUATION,
-        ["the evaluation of the validation split after step 2"],
+        ["the evaluation of the validation split after step 2", "the evaluated samples"],
     ),
-    ("bce_label_smoothing", "bce", 1, LOSS, ["the loss of step 1 differs", "the forward pass or"]),
+    (
+        "bce_label_smoothing",
+        "bce",
+        1,
+        LOSS,
+        [
+            "the loss of step 1 differs",
+            "every layer's output agrees",
+            "tf departs from the spec's rule: label smoothing 1e-06",
+        ],
+    ),
 ]
 
 
@@ -88,8 +109,8 @@ def _marked(case: tuple, slow: tuple[str, ...], sweep: tuple[str, ...]):
     ids=[c[0] for c in CASES],
 )
 def test_a_planted_mutant_is_named_by_its_operation(runs, mutant, spec, steps, stage, words):
-    a, b, opt = _replayed(runs, spec, steps, mutant)
-    found = first_divergent_op(a, b, opt)
+    a, b, experiment = _replayed(runs, spec, steps, mutant)
+    found = first_divergent_op(a, b, experiment)
     assert found is not None, MUTANTS[mutant].what
     print(f"{mutant}: {found.lead()}")
     assert found.stage == stage, found.lead()
@@ -110,8 +131,8 @@ PORTING_CI = ("amsgrad", "bn_momentum_convention")
 )
 def test_a_porting_mistake_is_named_by_its_operation_and_mechanism(runs, name):
     m = PORTING_MUTANTS[name]
-    a, b, opt = _replayed(runs, m.spec, 2, name, m.backend)
-    found = first_divergent_op(a, b, opt)
+    a, b, spec = _replayed(runs, m.spec, 2, name, m.backend)
+    found = first_divergent_op(a, b, spec)
     assert found is not None, m.what
     print(f"{name}: {found.lead()}")
     assert found.stage == m.stage, found.lead()

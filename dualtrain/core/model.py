@@ -115,6 +115,18 @@ def walk(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...]):
         yield from walk(r.shortcut)
 
 
+def forward_order(layers: list[ResolvedLayer] | tuple[ResolvedLayer, ...]):
+    """Every resolved layer in the order a forward pass finishes them: a concat's branches and a
+    residual block's body and shortcut before the layer that joins them (debug.dump_layers: the
+    first layer that differs is the first in this order)."""
+    for r in layers:
+        for b in r.branches:
+            yield from forward_order(b)
+        yield from forward_order(r.body)
+        yield from forward_order(r.shortcut)
+        yield r
+
+
 def _resolve_list(
     specs,
     shape,

@@ -14,15 +14,17 @@ from pathlib import Path
 
 from dualtrain.driver.compare_plan import PlannedRun
 from dualtrain.errors import RunFailed
+from dualtrain.parity import readings as R
+from dualtrain.parity.checks.base import Reference
 from dualtrain.parity.diagnose import SEMANTICS
-from dualtrain.parity.replay import MAX_STEPS, REPLAY, OpFinding, first_divergent_op
+from dualtrain.parity.replay import MAX_STEPS, REPLAY, TOL, OpFinding, first_divergent_op
 from dualtrain.parity.report import Comparison
 from dualtrain.spec import Backend, Experiment
 
 
-def replay_spec(reference: Experiment, steps: int) -> Experiment:
-    """The reference spec stopped after ``steps``, with a checkpoint after every step (all kept)
-    and every step's gradient written."""
+def replay_spec(reference: Experiment, steps: int, tap: int | None = None) -> Experiment:
+    """The reference spec stopped after ``steps``, with a checkpoint after every step (all kept),
+    every step's gradient written and every layer's output at step ``tap`` (default: the last)."""
     train = dataclasses.replace(
         reference.train,
         max_steps=steps,
@@ -31,8 +33,20 @@ def replay_spec(reference: Experiment, steps: int) -> Experiment:
         keep_checkpoints=steps,
         early_stopping=None,
     )
-    debug = dataclasses.replace(reference.debug, dump_grads=tuple(range(1, steps + 1)))
+    debug = dataclasses.replace(
+        reference.debug,
+        dump_grads=tuple(range(1, steps + 1)),
+        dump_layers=(tap or steps,),
+    )
     return reference.replace(train=train, debug=debug)
+
+
+def tap_step(reference: Reference, k: int) -> int:
+    """The step whose layers the replay taps: the first at which the fp64 pair's losses part (the
+    only step a loss finding can name), else ``k`` (an evaluation's finding reads any)."""
+    la, lb = R.step_map(reference.a, "loss"), R.step_map(reference.b, "loss")
+    parted = [s for s in sorted(set(la) & set(lb)) if s <= k and R.scaled_diff(la[s], lb[s]) > TOL]
+    return parted[0] if parted else k
 
 
 def run_replay(
@@ -58,7 +72,7 @@ def run_replay(
     where = first.where.parent / REPLAY
     if where.exists():
         shutil.rmtree(where)
-    spec = replay_spec(first.spec, k)
+    spec = replay_spec(first.spec, k, tap_step(cmp.reference, k))
     say(
         f"the fp64 pair parts at step {k}: replaying {k} step(s) on both backends, op by op "
         f"-> {where}"
@@ -68,7 +82,7 @@ def run_replay(
     except RunFailed as exc:
         cmp.notes.append(f"replay: could not run ({exc})")
         return None
-    found = first_divergent_op(dirs[0], dirs[1], spec.optimizer)
+    found = first_divergent_op(dirs[0], dirs[1], spec)
     if found is None:
         cmp.notes.append(f"replay: the replayed pair agrees over its {k} step(s)")
         return None

@@ -26,10 +26,12 @@ import numpy as np
 
 from dualtrain.core.weights import Weights, load_weights
 from dualtrain.parity import readings as R
+from dualtrain.parity import taps
 from dualtrain.parity.mechanisms import rel, running_mechanism, update_mechanism
+from dualtrain.parity.taps import LayerRow
 from dualtrain.records.record import WEIGHTS_INIT, RunRecord, read_run
 from dualtrain.runtime import checkpoint
-from dualtrain.spec import OPTIMIZERS, OptimizerSpec
+from dualtrain.spec import OPTIMIZERS, Experiment, OptimizerSpec
 
 #: compare's replay folder under OUT (torch/ and tf/ in it)
 REPLAY = "replay"
@@ -38,7 +40,8 @@ MAX_STEPS = 64
 #: Relative difference that counts as parting: the first steps of a fp64 pair sit at 1e-16-1e-15.
 TOL = 1e-10
 
-LOSS, GRADIENT, SLOT, UPDATE, RUNNING, EVALUATION = (
+LAYER, LOSS, GRADIENT, SLOT, UPDATE, RUNNING, EVALUATION = (
+    "layer",
     "loss",
     "gradient",
     "optimizer slot",
@@ -61,12 +64,18 @@ class OpFinding:
     """The finding in the user's words."""
     mechanism: str = ""
     """The known mechanism that reproduces it, where one does."""
+    layers: tuple[LayerRow, ...] = ()
+    """Where the replay tapped the step's layers (debug.dump_layers): each layer's relative
+    difference in training and in inference, in forward order (the report's picture)."""
+    layer: str | None = None
+    """The layer the finding names (its canonical prefix), where it names one."""
 
     def lead(self) -> str:
         return f"{self.what} ({self.mechanism})" if self.mechanism else self.what
 
     def to_json(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "lead": self.lead()}
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "layers"}
+        return {**out, "layers": [r.to_json() for r in self.layers], "lead": self.lead()}
 
 
 #: A tensor whose norm is below this share of its kind's largest (gradients, slots) counts as zero.
@@ -115,19 +124,52 @@ def _side(path: Path, fallback: str) -> _Side:
     return _Side(R.label(rec, fallback), rec, R.step_map(rec, "loss"), R.step_map(rec, "lr"))
 
 
-def first_divergent_op(a_dir: Path, b_dir: Path, opt: OptimizerSpec) -> OpFinding | None:
-    """The first operation at which two replayed runs part (see the module's docstring), or None
-    where they agree over every step both replayed."""
+def first_divergent_op(a_dir: Path, b_dir: Path, spec: Experiment) -> OpFinding | None:
+    """The first operation at which two replayed runs of ``spec`` part (see the module's
+    docstring), or None where they agree over every step both replayed."""
     a, b = _side(Path(a_dir), "A"), _side(Path(b_dir), "B")
     steps = sorted(set(a.loss) & set(b.loss))
     for s in steps:
-        found = _step(a, b, s, opt)
+        found = _step(a, b, s, spec)
         if found is not None:
             return found
-    return _evaluation(a, b)
+    return _evaluation(a, b, spec)
 
 
-def _evaluation(a: _Side, b: _Side) -> OpFinding | None:
+def _in_layers(
+    a: _Side, b: _Side, spec: Experiment, step: int, mode: str, found: OpFinding
+) -> OpFinding:
+    """``found`` (the loss or an evaluation) told layer by layer where both runs tapped ``step``
+    (debug.dump_layers): the first layer that differs, or the loss function, and its mechanism."""
+    tapped = taps.read_taps(a.rec.path, step), taps.read_taps(b.rec.path, step)
+    before = a.state(step - 1)
+    if tapped[0] is None or tapped[1] is None or before is None:
+        return found
+    rows = tuple(taps.layer_rows(spec, tapped[0], tapped[1]))
+    hit = taps.first_layer(spec, (a.label, b.label), (tapped[0], tapped[1]), before[0], step, mode)
+    if hit is None and mode == taps.INFERENCE:  # the model agrees: the samples do not
+        what = (
+            f"{found.what.split(' while ')[0]} while every training step agrees, and every "
+            f"layer's inference output and loss agree on step {step}'s samples in the first "
+            f"replica: the evaluated samples (another split, or other rows of it), or state "
+            f"another replica holds (its own running statistics)"
+        )
+        return dataclasses.replace(found, what=what, layers=rows)
+    if hit is None:
+        return dataclasses.replace(found, layers=rows)
+    return OpFinding(
+        found.step,
+        LAYER if hit.prefix is not None else found.stage,
+        found.tensor,
+        found.rel,
+        hit.what,
+        hit.mechanism,
+        rows,
+        hit.prefix,
+    )
+
+
+def _evaluation(a: _Side, b: _Side, spec: Experiment) -> OpFinding | None:
     """Every training step agrees: an evaluation that differs is the evaluation's own (the model in
     inference: dropout left on, batchnorm's running statistics, another split)."""
     ra, rb = a.rec, b.rec
@@ -137,7 +179,7 @@ def _evaluation(a: _Side, b: _Side) -> OpFinding | None:
         for s in sorted(set(ea) & set(eb)):
             d = R.scaled_diff(ea[s], eb[s])
             if d > TOL:
-                return OpFinding(
+                found = OpFinding(
                     s,
                     EVALUATION,
                     None,
@@ -147,13 +189,18 @@ def _evaluation(a: _Side, b: _Side) -> OpFinding | None:
                     f"model in inference (dropout left on, batchnorm's running statistics) or the "
                     f"evaluated samples",
                 )
+                tapped = [t for t in taps.tapped_steps(a.rec.path) if t <= s]
+                if not tapped:
+                    return found
+                return _in_layers(a, b, spec, tapped[-1], taps.INFERENCE, found)
     return None
 
 
-def _step(a: _Side, b: _Side, s: int, opt: OptimizerSpec) -> OpFinding | None:
+def _step(a: _Side, b: _Side, s: int, spec: Experiment) -> OpFinding | None:
+    opt = spec.optimizer
     before_a = a.state(s - 1)  # b's is a's: every earlier step agreed
     if R.scaled_diff(a.loss[s], b.loss[s]) > TOL:
-        return OpFinding(
+        differs = OpFinding(
             s,
             LOSS,
             None,
@@ -161,6 +208,7 @@ def _step(a: _Side, b: _Side, s: int, opt: OptimizerSpec) -> OpFinding | None:
             f"the loss of step {s} differs on the same weights and batch ({a.label} "
             f"{a.loss[s]:.17g}, {b.label} {b.loss[s]:.17g}): the forward pass or the loss",
         )
+        return _in_layers(a, b, spec, s, taps.TRAINING, differs)
     ga, gb = a.grads(s), b.grads(s)
     if ga is None or gb is None:
         return None

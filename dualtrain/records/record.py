@@ -42,6 +42,11 @@ WEIGHTS_EMA = "weights_ema.npz"
 TEST_CORRECT = "test_correct.npy"
 
 
+def layers_file(step: int) -> str:
+    """debug.dump_layers: every layer's output at ``step`` (dualtrain.parity.taps reads it)."""
+    return f"layers_step{step}.npz"
+
+
 def as_float(value: Any) -> float:
     return float(value)  # float() reads "nan", "inf" and "-inf" too
 

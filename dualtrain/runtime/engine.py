@@ -99,6 +99,13 @@ class Engine(Protocol):
         saved). ``measure_scale``: also the gradient's absolute scale in StepOut.abs_grads (the fp64
         reference's probe steps; an engine that cannot measure it leaves it None)."""
 
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
+        """debug.dump_layers, before step ``step``'s update: every layer's output on these samples
+        (one replica's micro-batch) in training and in inference, by canonical prefix, in torch's
+        layouts (``train/{prefix}``, ``eval/{prefix}``, ``{train,eval}/output``), each sample's
+        loss (``{train,eval}/loss``), ``ids``, ``y`` and the inputs (``input/{k}``); the model's
+        state left as it was. None where the engine cannot (dualtrain.parity.taps reads it)."""
+
     def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
         """A split's (test, validation) sums over ALL replicas. ``ranges``: [start, stop) per local
         replica, positions in the split."""

@@ -22,10 +22,10 @@ import numpy as np
 
 from dualtrain.core import ema as ema_rule
 from dualtrain.core.data import TRAIN, Data
-from dualtrain.core.plan import ShardPlan
+from dualtrain.core.plan import ShardPlan, micro_batches
 from dualtrain.core.weights import save_weights
 from dualtrain.errors import UserError
-from dualtrain.records.record import WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter
+from dualtrain.records.record import WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter, layers_file
 from dualtrain.runtime import probes
 from dualtrain.runtime.autosave import Checkpointer, planted_exit
 from dualtrain.runtime.cadence import Cadence, Tick
@@ -214,6 +214,8 @@ class TrainLoop:
         poison = [(step, r) in self._poison for r in engine.local_replicas]
         if self.cadence.record_probe(tick):
             self.prober.record(step, local, feed.count, feed.lr)
+        if step in self.spec.debug.dump_layers and self.writer is not None:
+            self._tap(local[0], step)
         dump = self.cadence.dump_grad(tick)
         out = engine.train_step(
             local, lr=feed.lr, global_count=feed.count, poison=poison, capture_grads=dump, step=step
@@ -229,6 +231,17 @@ class TrainLoop:
             save_weights(Path(self.run_dir) / f"grads_step{step}.npz", out.grads)
         self.window.add(Entry(step, tick.epoch, feed.lr, out, feed.count))
         self.out.advance(step, tick.epoch)
+
+    def _tap(self, ids: np.ndarray, step: int) -> None:
+        """debug.dump_layers: the chief's first micro-batch through every layer, before the step."""
+        taps = self.engine.tap_layers(micro_batches(ids, self.plan.accumulate)[0], step)
+        if taps is not None:
+            assert self.run_dir is not None  # a writer implies a run directory
+            path = Path(self.run_dir) / layers_file(step)
+            tmp = path.with_name(path.name + ".tmp.npz")
+            arrays: dict[str, Any] = taps  # Any: savez's **arrays also match allow_pickle
+            np.savez(tmp, **arrays)
+            tmp.replace(path)
 
     def _finish(self, steps: int) -> dict[str, Any]:
         engine, spec = self.engine, self.spec

@@ -142,6 +142,11 @@ class DebugSpec:
     dump_grads: tuple[int, ...] = tagged_field(COSMETIC, default=())
     """Steps (1-based) whose all-reduced, unscaled, unclipped gradient the chief saves as
     ``grads_step{N}.npz`` (canonical layout)."""
+    dump_layers: tuple[int, ...] = tagged_field(COSMETIC, default=())
+    """Steps (1-based) at which the chief saves, before the step's update, every layer's output on
+    its first replica's batch in training and in inference, with each sample's loss, as
+    ``layers_step{N}.npz`` (canonical layouts; dualtrain.parity.taps; compare's replay asks for
+    it). dualtrain's own layers only, not a model pair nor synchronised batchnorm at world > 1."""
     nonfinite_grad: tuple[tuple[int, int], ...] = ()
     """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
     exit_rank: tuple[int, int] | None = None

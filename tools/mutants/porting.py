@@ -77,8 +77,34 @@ PORTING_MUTANTS = {
             "tf",
             "batchnorm eps 1e-3 (Keras's default) where the spec says torch's 1e-5, on the tf side",
             "bn",
-            "loss",
-            ("the loss of step 1 differs on the same weights and batch", "the forward pass"),
+            "layer",
+            (
+                "the output of layer '1' (batchnorm) at step 1 differs in training",
+                "tf departs from the spec's rule: eps 0.001 (Keras's default)",
+            ),
+        ),
+        PortingMutant(
+            "dropout_by_position",
+            "tf",
+            "dropout masks drawn by the sample's position in the local batch, not by its id, on "
+            "the tf side",
+            "dropout",
+            "layer",
+            (
+                "the output of layer '3' (dropout) at step 1 differs in training",
+                "tf departs from the spec's rule: masks drawn by the sample's position",
+            ),
+        ),
+        PortingMutant(
+            "dropout_in_eval",
+            "tf",
+            "dropout left on in evaluation on the tf side",
+            "dropout",
+            "layer",
+            (
+                "the output of layer '3' (dropout) at step 2 differs in inference",
+                "tf departs from the spec's rule: dropout left on in inference",
+            ),
         ),
     ]
 }
@@ -133,6 +159,31 @@ def tf_adamw_as_adam_l2() -> None:
 
 def tf_bn_momentum_convention() -> None:
     batchnorm.update_running = lambda running, batch, m: running * m + batch * (1.0 - m)
+
+
+def tf_dropout_by_position() -> None:
+    import tensorflow as tf  # lazy: framework
+
+    from dualtrain.backends.tf.layers import HashDropout  # lazy: framework
+
+    call = HashDropout.call
+
+    def by_position(self: Any, inputs: Any, training: Any = None) -> Any:
+        x, ids, steps = inputs
+        return call(self, [x, tf.range(tf.shape(ids)[0], dtype=tf.int64), steps], training)
+
+    HashDropout.call = by_position  # type: ignore[method-assign]
+
+
+def tf_dropout_in_eval() -> None:
+    from dualtrain.backends.tf.layers import HashDropout  # lazy: framework
+
+    call = HashDropout.call
+
+    def always(self: Any, inputs: Any, training: Any = None) -> Any:
+        return call(self, inputs, True)
+
+    HashDropout.call = always  # type: ignore[method-assign]
 
 
 def tf_bn_eps_keras() -> None:

@@ -53,6 +53,7 @@ from dualtrain.spec import Experiment, LayerType, Precision
 from .forward import ForwardPass
 from .model import (
     Conversion,
+    Taps,
     build_model,
     export_canonical,
     has_dropout,
@@ -127,15 +128,7 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         self._ema: list[tf.Variable] | None = None  # train.ema's average (ema())
 
         with strategy.scope():
-            if layout is not None:  # the user's Keras model, its variables by the pair's map
-                self.model = build_keras(spec.model, policy_name(spec.precision.dtype))
-                self.named = named_variables(self.model, layout)
-                self._dropout = False
-            else:
-                self.model, self.named = build_model(
-                    spec.model, policy_name(spec.precision.dtype), seed=spec.seed
-                )
-                self._dropout = has_dropout(spec.model)
+            self._build(spec, layout)
             self.load_weights(init_weights)
             if layout is not None:
                 check_identity(init_weights, self.weights())
@@ -153,6 +146,21 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
             self.good_steps = self.optimizer.good_steps
 
         self._trace()
+
+    def _build(self, spec: Experiment, layout: pair.Layout | None) -> None:
+        """The model (under the strategy's scope) and its variables in canonical order: the
+        user's Keras model by the pair's map, or dualtrain's from the spec, every layer's output
+        kept in ``taps`` (tap_layers)."""
+        self.taps: Taps = {}
+        if layout is not None:
+            self.model = build_keras(spec.model, policy_name(spec.precision.dtype))
+            self.named = named_variables(self.model, layout)
+            self._dropout = False
+        else:
+            self.model, self.named = build_model(
+                spec.model, policy_name(spec.precision.dtype), seed=spec.seed, taps=self.taps
+            )
+            self._dropout = has_dropout(spec.model)
 
     def _trace(self) -> None:
         """The traced functions: the step (with and without gradient capture) and evaluation."""

@@ -1,5 +1,5 @@
 """``dualtrain export --format keras``: the run's inference model as a ``.keras`` file, built from
-Keras's own layers only (``model.build_inference_model``), so ``keras.saving.load_model`` opens it
+Keras's own layers only (:func:`build_inference_model`), so ``keras.saving.load_model`` opens it
 without dualtrain. Run by ``python -m dualtrain.backends.tf.tools export``.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core import pair
-from dualtrain.core.model import keras_layouts
+from dualtrain.core.model import conv_flatten_shape, keras_layouts, resolve
 from dualtrain.core.weights import Weights
-from dualtrain.spec import Experiment
+from dualtrain.spec import Experiment, ModelSpec
 
 
 def _own(obj: Any) -> bool:
@@ -44,7 +44,7 @@ def export_keras(
     user's own Keras model with the run's weights through the map (it opens without dualtrain
     where the model's layers are Keras's own or registered by the user's code)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .model import build_inference_model, load_canonical  # lazy: framework
+    from .model import load_canonical  # lazy: framework
 
     dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
     if layout is not None:
@@ -60,3 +60,20 @@ def export_keras(
     model, named = build_inference_model(spec.model, dtype)
     load_canonical(named, weights, keras_layouts(spec.model))
     model.save(str(Path(out) / "model.keras"))
+
+
+def build_inference_model(spec: ModelSpec, dtype: str = "float32") -> tuple[Any, list[Any]]:
+    """The model from Keras's own layers only (keras.Model, [(canonical name, keras.Variable)]):
+    keras.saving.load_model opens it without dualtrain. Dropout is keras's Dropout (identity in
+    inference), batchnorm is BatchNormalization with torch's eps and the running statistics as its
+    moving ones, gelu is Keras's exact gelu. Inputs: NHWC images, (F,) features, in model.inputs
+    order; output: the model's outputs (logits)."""
+    import keras  # lazy: framework
+
+    from .model import Builder, keras_inputs  # lazy: framework
+
+    inputs = keras_inputs(spec, dtype)
+    b = Builder(dtype, 0, conv_flatten_shape(spec), None, None, inference=True)
+    x = b.model(resolve(spec), inputs)
+    model = keras.Model(inputs if len(inputs) > 1 else inputs[0], x, name="dualtrain_export")
+    return model, b.named

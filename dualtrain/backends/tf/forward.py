@@ -13,13 +13,15 @@ import numpy as np
 import tensorflow as tf
 
 from dualtrain.core import losses
+from dualtrain.core.data import TRAIN
+from dualtrain.core.model import forward_order, resolve
 from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.core.pair.attention import zero_gradients
 from dualtrain.core.pair.record import Layout
 from dualtrain.runtime.engine import Evaluation
 from dualtrain.spec import Experiment, Loss
 
-from .model import Conversion, call_model
+from .model import Conversion, Taps, call_model
 from .ops import LOSS_OPS
 from .pair import engine_names
 
@@ -43,6 +45,9 @@ class ForwardPass:
     conversion: Conversion
     running: list[tf.Variable]
     spec: Experiment
+    strategy: tf.distribute.Strategy
+    taps: Taps
+    _norms: list[tuple[float, bool]]
 
     if TYPE_CHECKING:  # TFEngine's own (engine.py)
 
@@ -121,6 +126,45 @@ class ForwardPass:
             for g, m in zip(grads, self._zero_masks(), strict=True)
         ]
         return loss_sum, stats, grads, own
+
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
+        """debug.dump_layers (dualtrain.parity.taps): every layer's output on these samples before
+        this step's update, in training (this step's dropout masks, the batch's statistics) and in
+        inference, and each sample's loss, in torch's layouts (NCHW). None for a model pair, and
+        for synchronised batchnorm across replicas (its statistics are the whole batch's)."""
+        if self.layout is not None or (
+            self.strategy.num_replicas_in_sync > 1 and any(sync for _, sync in self._norms)
+        ):
+            return None
+        prefixes = [
+            r.prefix for r in forward_order(resolve(self.spec.model)) if r.prefix in self.taps
+        ]
+        tapped = keras.Model(
+            self.model.input, [*self.model.outputs, *(self.taps[p] for p in prefixes)]
+        )
+        *xs, y = self.feed(TRAIN, ids)
+        nchw = [np.transpose(x, (0, 3, 1, 2)) if x.ndim == 4 else x for x in xs]
+        out: dict[str, np.ndarray] = {"ids": np.asarray(ids, np.int64), "y": y}
+        out.update({f"input/{k}": x for k, x in enumerate(nchw)})
+        model, self.model = self.model, tapped  # the engine's own forward, with the taps out
+        try:
+            for tag, training in (("train", True), ("eval", False)):
+                logits, rest = self._forward(
+                    [tf.constant(x) for x in xs],
+                    tf.constant(ids, tf.int64) if training else None,
+                    tf.constant(step, tf.int64) if training else None,
+                    training,
+                )
+                for p, t in zip(prefixes, rest[len(model.outputs) - 1 :], strict=True):
+                    a = t.numpy()
+                    out[f"{tag}/{p}"] = np.transpose(a, (0, 3, 1, 2)) if a.ndim == 4 else a
+                out[f"{tag}/output"] = logits.numpy()
+                out[f"{tag}/loss"] = np.array(
+                    [float(self._loss_sum(logits[i : i + 1], y[i : i + 1])) for i in range(len(y))]
+                )
+        finally:
+            self.model = model
+        return out
 
     def _zero_masks(self) -> list[np.ndarray | None]:
         """zero_masks of this engine's trainable variables (all None for dualtrain's own layers)."""

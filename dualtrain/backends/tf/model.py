@@ -35,6 +35,9 @@ from dualtrain.core.model import (
 from dualtrain.core.weights import Weights
 from dualtrain.spec import LayerType, ModelSpec
 
+#: every layer's output tensor by its canonical prefix (build_model's taps: debug.dump_layers)
+Taps = dict[str, keras.KerasTensor]
+
 
 def keras_inputs(spec: ModelSpec, dtype: str) -> list[keras.KerasTensor]:
     """One keras.Input per model input: images (C, H, W) as NHWC, features as (F,)."""
@@ -53,7 +56,7 @@ def has_dropout(spec: ModelSpec) -> bool:
 
 
 def build_model(
-    spec: ModelSpec, policy: str = "float32", seed: int = 0
+    spec: ModelSpec, policy: str = "float32", seed: int = 0, taps: Taps | None = None
 ) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
     """The Keras model and [(canonical name, Keras variable)] in canonical order: trainable
     parameters and batchnorm running statistics (``variable.trainable`` tells them apart).
@@ -63,7 +66,8 @@ def build_model(
     it takes the inputs (one tensor for a one-input model). A model with batchnorm outputs
     ``[logits, mean_0, var_0, mean_1, ...]``: each batchnorm
     layer's batch mean and unbiased variance in training (the engine updates the running statistics
-    from them, docs/parity.md §9), its running ones in evaluation."""
+    from them, docs/parity.md §9), its running ones in evaluation. ``taps``, where given, is
+    filled with every layer's output tensor by its canonical prefix (debug.dump_layers)."""
     reorder = conv_flatten_shape(spec)
     compute = keras.DTypePolicy(policy).compute_dtype
     inputs = keras_inputs(spec, "float64" if compute == "float64" else "float32")
@@ -71,7 +75,8 @@ def build_model(
     if has_dropout(spec):
         ids = keras.Input(shape=(), name="sample_ids", dtype="int64")
         steps = keras.Input(shape=(), name="steps", dtype="int64")
-    b = _Builder(policy, seed, reorder, ids, steps)
+    b = Builder(policy, seed, reorder, ids, steps)
+    b.taps = taps
     x = b.model(resolve(spec), inputs)
     model = keras.Model(
         [*inputs, ids, steps] if ids is not None else (inputs if len(inputs) > 1 else inputs[0]),
@@ -103,25 +108,10 @@ def call_model(
     return (out[0], list(out[1:])) if isinstance(out, (list, tuple)) else (out, [])
 
 
-def build_inference_model(
-    spec: ModelSpec, dtype: str = "float32"
-) -> tuple[keras.Model, list[tuple[str, keras.Variable]]]:
-    """The model from Keras's own layers only, for export (dualtrain.driver.export):
-    keras.saving.load_model opens it without dualtrain. Dropout is keras's Dropout (identity in
-    inference), batchnorm is BatchNormalization with torch's eps and the running statistics as its
-    moving ones, gelu is Keras's exact gelu. Inputs: NHWC images, (F,) features, in model.inputs
-    order; output: the model's outputs (logits)."""
-    inputs = keras_inputs(spec, dtype)
-    b = _Builder(dtype, 0, conv_flatten_shape(spec), None, None, inference=True)
-    x = b.model(resolve(spec), inputs)
-    return keras.Model(
-        inputs if len(inputs) > 1 else inputs[0], x, name="dualtrain_export"
-    ), b.named
-
-
-class _Builder:
-    """Applies resolved layers to a Keras tensor, recording variables and batchnorm outputs.
-    ``inference``: Keras's own layers where dualtrain has its own (build_inference_model)."""
+class Builder:
+    """Applies resolved layers to a Keras tensor, recording variables, batchnorm outputs and (where
+    given ``taps``) every layer's output (the shape tokens.Builder describes). ``inference``:
+    Keras's own layers where dualtrain has its own (backends/tf/export.py)."""
 
     def __init__(
         self,
@@ -142,6 +132,7 @@ class _Builder:
         self.inference = inference
         self.named: list[tuple[str, keras.Variable]] = []
         self.stats: list[keras.KerasTensor] = []
+        self.taps: Taps | None = None
         self.mixed = policy.startswith("mixed_")
         #: the token stream is float32 where torch's autocast leaves it float32 (backends/tf/tokens)
         self.wide = False
@@ -158,6 +149,8 @@ class _Builder:
             return self.apply(layers, inputs[0])
         outs = [self.apply(branch, x) for branch, x in zip(layers[0].branches, inputs, strict=True)]
         x = keras.layers.Concatenate(axis=-1, name="l0_concat", dtype=self.policy)(outs)
+        if self.taps is not None:
+            self.taps[layers[0].prefix] = x
         return self.apply(layers[1:], x)
 
     def apply(self, layers: Sequence[ResolvedLayer], x: keras.KerasTensor) -> keras.KerasTensor:
@@ -165,6 +158,8 @@ class _Builder:
             x = LAYERS[r.spec.type](
                 self, r, f"l{r.prefix.replace('.', '_')}_{r.spec.type.value}", x
             )
+            if self.taps is not None:
+                self.taps[r.prefix] = x
         return x
 
     def weighted(
@@ -187,7 +182,7 @@ class _Builder:
 # adds one entry here (and one in backends/torch/model.py's LAYERS).
 
 
-def _residual(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def _residual(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     wide = b.wide
     body = b.apply(r.body, x)
     wide, b.wide = b.wide, wide
@@ -196,12 +191,12 @@ def _residual(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) ->
     return keras.layers.Add(name=name, dtype=b.dtype())([body, skip])
 
 
-def _conv(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def _conv(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     x, layer = conv2d(x, r.spec, name, b.policy, b.inference)
     return b.weighted(r, layer, x)
 
 
-def _flatten(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def _flatten(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     if r.prefix in b.reorder:  # NHWC -> NCHW first: flatten in torch's C,H,W order
         x = keras.layers.Permute(
             (3, 1, 2), name=f"l{r.prefix.replace('.', '_')}_to_chw", dtype=b.policy
@@ -209,7 +204,7 @@ def _flatten(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> 
     return keras.layers.Flatten(name=name, dtype=b.policy)(x)
 
 
-def _dropout(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def _dropout(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     if b.inference:  # Keras's Dropout: the identity in inference
         return keras.layers.Dropout(r.spec.rate, name=name, dtype=b.policy)(x)
     rate = r.spec.rate
@@ -219,7 +214,7 @@ def _dropout(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> 
     )
 
 
-def _layernorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def _layernorm(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     """Keras's LayerNormalization with torch's eps: the same function (in float32 for fp16/bf16
     inputs, as torch's autocast runs layer_norm; Keras casts the output back to the compute dtype,
     which the next dense layer's autocast does on torch)."""
@@ -229,7 +224,7 @@ def _layernorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -
     return x
 
 
-def _batchnorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+def _batchnorm(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
     s = r.spec
     # LayerSpec fills a batchnorm's defaults (spec/layers.py)
     assert s.momentum is not None and s.eps is not None and s.sync is not None
@@ -264,15 +259,15 @@ def _batchnorm(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -
     return x
 
 
-def _concat(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
-    # a concat has several inputs: _Builder.model applies it, never _Builder.apply
+def _concat(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+    # a concat has several inputs: Builder.model applies it, never Builder.apply
     raise RuntimeError(f"{name}: a concat layer is applied by the model builder")
 
 
 def _pool(
     kind: type[keras.layers.Layer],
-) -> Callable[[_Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
-    def apply(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+) -> Callable[[Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
+    def apply(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
         s = r.spec
         return kind(
             s.pool_size, strides=s.stride or s.pool_size, padding="valid", name=name, dtype=b.policy
@@ -283,8 +278,8 @@ def _pool(
 
 def _activation(
     fn: str,
-) -> Callable[[_Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
-    def apply(b: _Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
+) -> Callable[[Builder, ResolvedLayer, str, keras.KerasTensor], keras.KerasTensor]:
+    def apply(b: Builder, r: ResolvedLayer, name: str, x: keras.KerasTensor) -> keras.KerasTensor:
         return keras.layers.Activation(fn, name=name, dtype=b.dtype())(x)
 
     return apply

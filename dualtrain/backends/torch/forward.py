@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from dualtrain.backends.torch.condition import AbsoluteGradient
-from dualtrain.backends.torch.layers import HashDropout
+from dualtrain.backends.torch.layers import BatchNorm, HashDropout
 from dualtrain.backends.torch.ops import LOSS_OPS, SCALE_OPS
 from dualtrain.core import losses
 from dualtrain.core.data.splits import TRAIN
+from dualtrain.core.model import forward_order, resolve
 from dualtrain.core.pair import dropout as pair_dropout
 from dualtrain.core.pair.dropout import DropoutEntry
 from dualtrain.runtime.engine import Evaluation
-from dualtrain.spec import Loss
+from dualtrain.spec import Experiment, Loss
 
 
 class ForwardPass:
@@ -41,6 +43,7 @@ class ForwardPass:
     """A model pair's dropout calls (model_pair.json), in forward order."""
     scaler: torch.amp.GradScaler | None
     seed: int
+    spec: Experiment
     world: int
 
     if TYPE_CHECKING:  # TorchEngine's own (engine.py)
@@ -117,6 +120,57 @@ class ForwardPass:
     def _metric_sum(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The evaluation metric summed over these samples (dualtrain.core.losses)."""
         return cast(torch.Tensor, losses.metric_sum(LOSS_OPS, self.loss, out, y))
+
+    # ---- debug.dump_layers ----------------------------------------------------------------------
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
+        """debug.dump_layers (dualtrain.parity.taps): every layer's output on these samples before
+        this step's update, in training (this step's dropout masks, the batch's statistics; the
+        running statistics left as they were) and in inference, and each sample's loss. None for
+        a model pair, and for synchronised batchnorm across processes (its statistics are the
+        whole batch's)."""
+        if self.spec.model.is_pair or (
+            self.world > 1
+            and any(isinstance(m, BatchNorm) and m.sync for m in self.module.modules())
+        ):
+            return None
+        mods = dict(self.module.named_modules())
+        prefixes = [r.prefix for r in forward_order(resolve(self.spec.model)) if r.prefix in mods]
+        xs, y = self.batch(TRAIN, ids)
+        out: dict[str, np.ndarray] = {"ids": np.asarray(ids, np.int64), "y": y.cpu().numpy()}
+        out.update({f"input/{k}": x.cpu().numpy() for k, x in enumerate(xs)})
+
+        def forward(tag: str) -> torch.Tensor:
+            def hook(prefix: str) -> Any:
+                def record(m: nn.Module, args: Any, result: Any) -> None:
+                    out[f"{tag}/{prefix}"] = result.detach().cpu().numpy().copy()
+
+                return record
+
+            handles = [mods[p].register_forward_hook(hook(p)) for p in prefixes]
+            try:
+                with torch.no_grad(), self.autocast:
+                    logits = self.module(*xs)
+            finally:
+                for h in handles:
+                    h.remove()
+            out[f"{tag}/output"] = logits.cpu().numpy().copy()
+            out[f"{tag}/loss"] = np.array(
+                [self._loss_sum(logits[i : i + 1], y[i : i + 1]).item() for i in range(len(y))]
+            )
+            return logits
+
+        kept = {k: b.clone() for k, b in self.module.named_buffers()}
+        idx = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        for m in self.dropouts:
+            m.step, m.ids = torch.tensor(step, dtype=torch.int64, device=self.device), idx
+        forward("train")
+        with torch.no_grad():  # the training forward moved the running statistics: put them back
+            for k, b in self.module.named_buffers():
+                b.copy_(kept[k])
+        self.module.eval()
+        forward("eval")
+        self.module.train()
+        return out
 
     # ---- evaluation ------------------------------------------------------------------------------
     @torch.no_grad()
