@@ -15,6 +15,7 @@ from dualtrain.api.results import CompareResult, RunResult
 from dualtrain.audit.compare import AuditComparison, compare_recorded
 from dualtrain.audit.record import is_recorded
 from dualtrain.driver.compare import check_reference, compare_backends, default_out
+from dualtrain.driver.compare_against import saved_compare
 from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder
 from dualtrain.parity.report import (
@@ -32,10 +33,11 @@ from dualtrain.spec import Experiment
 
 
 def compare(
-    spec_or_run_a: SpecLike | RunResult,
+    spec_or_run_a: SpecLike | RunResult | None = None,
     run_b: PathLike | RunResult | None = None,
     /,
     *,
+    against: PathLike | None = None,
     reference: str | None = None,
     reference_runs: tuple[PathLike | RunResult, PathLike | RunResult] | None = None,
     out: PathLike | None = None,
@@ -57,6 +59,10 @@ def compare(
     * ``compare(run_a, run_b, reference_runs=(ref_a, ref_b))``: compare two finished run directories
       (or RunResults); ``reference_runs``: their fp64 runs. ``out`` default:
       ``<output_dir of A>/compare-<name of A>-<time>``.
+    * ``compare(against=SAVED)``: the saved compare in folder SAVED (a finished ``compare`` of a
+      spec) run again with today's frameworks, each backend's runs held to the saved ones: which
+      backend changed, between which framework versions, and today's first divergent operation
+      as a change of that op (OUT/against.json).
     * ``compare(record_a, record_b)``: two audit records of the user's own scripts
       (dualtrain.audit): the recorded-run checks and the differences found (``result.findings``),
       as ``dualtrain compare RECORD_A RECORD_B`` gives them. ``out`` default:
@@ -73,6 +79,14 @@ def compare(
         RunFailed: one of the runs failed (its partial run directory stays under ``out``).
     """
     say = None if quiet else print_line
+    if against is not None:
+        given = {"world_size": world_size, "precision": precision, "set": list(set) or None}
+        _check_against_call(spec_or_run_a, run_b, reference, reference_runs, given, overrides)
+        return _compare_result(*_compare_against(Path(against), out, say, overwrite), say)
+    if spec_or_run_a is None:
+        raise UserError(
+            "compare needs a spec, two finished runs, or against=SAVED. Received: nothing"
+        )
     if run_b is not None:
         _check_runs_call(reference, reference_runs, world_size, precision, set, overrides)
         refs = (
@@ -102,6 +116,31 @@ def compare(
         )
         cmp, out_dir = _compare_spec(resolved, reference or "fp64", out, say, overwrite)
     return _compare_result(cmp, out_dir, say)
+
+
+def _check_against_call(
+    spec: object,
+    run_b: object,
+    reference: str | None,
+    reference_runs: object,
+    options: Mapping[str, object],
+    overrides: Mapping[str, object],
+) -> None:
+    """``compare(against=SAVED)``: the saved compare is the spec, its reference as it ran."""
+    named = {
+        "a spec or run": spec,
+        "a second run": run_b,
+        "reference": reference,
+        "reference_runs": reference_runs,
+        **options,
+        **overrides,
+    }
+    given = [name for name, v in named.items() if v is not None]
+    if given:
+        raise UserError(
+            f"against=SAVED replays the saved compare's own spec and reference; give nothing "
+            f"else but out and overwrite. Received: {', '.join(given)}"
+        )
 
 
 def _check_runs_call(
@@ -152,13 +191,33 @@ def _compare_spec(
     out: PathLike | None,
     say: Callable[[str], None] | None,
     overwrite: bool = False,
+    against: Path | None = None,
 ) -> tuple[Comparison, Path]:
-    """``dualtrain compare --config``: the four runs (two with reference "none") and the report."""
+    """``dualtrain compare --config``: the four runs (two with reference "none") and the report
+    (``against``: held to a saved compare's runs)."""
     out_dir = Path(out) if out is not None else default_out(spec.name, spec.output_dir)
+    if against is not None and out_dir.resolve() == against.resolve():
+        raise UserError(
+            f"--out must be a new folder: --against reads the saved compare in it. Received: "
+            f"--out {str(out_dir)!r}"
+        )
     with silenced(say is None):
         return compare_backends(
-            spec, out_dir, reference=reference, progress=say, overwrite=overwrite
+            spec,
+            out_dir,
+            reference=reference,
+            progress=say,
+            overwrite=overwrite,
+            against=against,
         ), out_dir
+
+
+def _compare_against(
+    saved: Path, out: PathLike | None, say: Callable[[str], None] | None, overwrite: bool
+) -> tuple[Comparison, Path]:
+    """``compare(against=SAVED)``: the saved compare's spec and reference, run today."""
+    spec_file, reference = saved_compare(saved)
+    return _compare_spec(experiment(str(spec_file)), reference, out, say, overwrite, saved)
 
 
 def _compare_dirs_report(

@@ -54,6 +54,16 @@ from dualtrain.errors import UserError
     "stopped: finished runs are reused, interrupted ones continue.",
 )
 @click.option(
+    "--against",
+    "against",
+    type=str,
+    default=None,
+    metavar="SAVED",
+    help="Run a saved compare (its folder) again with today's frameworks and hold each "
+    "backend's runs to the saved ones: which backend changed, between which versions, and "
+    "at which operation. Takes no spec options: the saved spec and reference are replayed.",
+)
+@click.option(
     "--overwrite",
     is_flag=True,
     default=False,
@@ -70,6 +80,7 @@ def compare(
     reference: str | None,
     reference_runs: tuple[str, str] | None,
     out: str | None,
+    against: str | None,
     overwrite: bool,
 ) -> None:
     """Check that the torch and tf backends train the same way.
@@ -88,10 +99,31 @@ def compare(
       dualtrain compare --config configs/mnist_mlp.yaml --world-size 2 --set train.epochs=1
       dualtrain compare --config configs/mnist_cnn.yaml --reference none
       dualtrain compare runs/a runs/b --reference-runs runs/a-fp64 runs/b-fp64 --out runs/a-vs-b
+      dualtrain compare --against runs/compare-mnist-mlp-1 --out runs/after-upgrade
     """
     from dualtrain.api import compare as compare_api  # lazy: heavy (+120 ms on dualtrain --help)
 
-    if config is not None:
+    if against is not None:
+        given = [
+            flag
+            for flag, v in (
+                ("--config", config),
+                ("run directories", run_dirs or None),
+                ("--world-size", world_size),
+                ("--precision", precision),
+                ("--set", overrides or None),
+                ("--reference", reference),
+                ("--reference-runs", reference_runs),
+            )
+            if v is not None
+        ]
+        if given:
+            raise UserError(
+                f"--against replays the saved compare's own spec and reference; give only --out "
+                f"and --overwrite with it. Received: {', '.join(given)}"
+            )
+        result = compare_api(against=against, out=out, overwrite=overwrite)
+    elif config is not None:
         if run_dirs:
             raise UserError(
                 f"give either --config or two run directories, not both. "

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dualtrain.backends import PACKAGES, launch_module
+from dualtrain.driver.compare_against import judge_against
 from dualtrain.driver.compare_failed import judge_partial, write_failed_only
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
@@ -138,6 +139,7 @@ def compare_backends(
     overlap: bool = False,
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
+    against: Path | None = None,
 ) -> Comparison:
     """Run ``spec`` on torch (OUT/torch) and tf (OUT/tf), then, with ``reference="fp64"``, the fp64
     reference pair (OUT/fp64-torch, OUT/fp64-tf; a fp64 spec is its own reference), and compare.
@@ -151,7 +153,8 @@ def compare_backends(
     An OUT that holds an earlier compare of the same spec is taken up where it stopped: finished
     runs are reused (checked by their spec), interrupted ones continue from their latest checkpoint
     or, without one, run again (the stopped run is moved to OUT/partial/). ``overwrite`` replaces an
-    earlier compare's runs and report instead."""
+    earlier compare's runs and report instead. ``against``: a saved compare's folder each backend's
+    runs are held to (driver/compare_against.py)."""
     check_reference(reference)
     _require_backends()
     refuse_external_launch()
@@ -206,7 +209,7 @@ def compare_backends(
         return _judge_failed(out, runs, dirs, failed, notes)
     finished = [d for d in dirs if d is not None]
     assert len(finished) == len(dirs)  # no run failed
-    return _judge(spec, out, runs, finished, with_ref, notes, progress)
+    return _judge(spec, out, runs, finished, with_ref, notes, progress, against)
 
 
 def _launch(run: PlannedRun, have: Existing, out: Path, warned: tuple[str, ...]) -> Path:
@@ -309,8 +312,10 @@ def _judge(
     with_ref: bool,
     notes: list[str],
     progress: Callable[[str], None] | None,
+    against: Path | None = None,
 ) -> Comparison:
-    """Compare the finished runs, locate a model pair's fp64 disagreement, write the report."""
+    """Compare the finished runs, locate a model pair's fp64 disagreement, hold them to a saved
+    compare (``against``), write the report."""
     by = {run.label: d for run, d in zip(runs, dirs, strict=True)}
     pair = (by["fp64-torch"], by["fp64-tf"]) if with_ref else None
     cmp = compare_dirs(by["torch"], by["tf"], pair, notes)
@@ -322,6 +327,8 @@ def _judge(
         locate_into(spec, cmp, out, progress)
     if not cmp.diagnosis.finding:  # a pair's layer and mistake, where the locator named them
         run_replay(cmp, runs[0], _start_aside, _say(progress))
+    if against is not None:
+        judge_against(cmp, against, out, _say(progress))
     write_report(cmp, out)
     return cmp
 

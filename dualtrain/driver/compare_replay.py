@@ -86,7 +86,9 @@ def run_replay(
     if found is None:
         cmp.notes.append(f"replay: the replayed pair agrees over its {k} step(s)")
         return None
-    cmp.notes.append(f"replay: first divergent operation: {found.lead()}")
+    cmp.replay = found
     if not d.finding:  # a model pair's locator finding names the layer and leads
         d.finding = found.lead()
+    else:
+        cmp.notes.append(f"replay: first divergent operation: {found.lead()}")
     return found

@@ -69,13 +69,40 @@ class OpFinding:
     difference in training and in inference, in forward order (the report's picture)."""
     layer: str | None = None
     """The layer the finding names (its canonical prefix), where it names one."""
+    params: tuple[ParamRow, ...] = ()
+    """Each parameter's relative difference at the finding's step: its gradient and its value
+    after the update (the per-operation picture of an optimizer's or a backward's finding)."""
 
     def lead(self) -> str:
         return f"{self.what} ({self.mechanism})" if self.mechanism else self.what
 
     def to_json(self) -> dict[str, object]:
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "layers"}
-        return {**out, "layers": [r.to_json() for r in self.layers], "lead": self.lead()}
+        out = {k: getattr(self, k) for k in ("step", "stage", "tensor", "what", "mechanism")}
+        return {
+            **out,
+            "rel": self.rel if math.isfinite(self.rel) else "inf",
+            "layer": self.layer,
+            "layers": [r.to_json() for r in self.layers],
+            "params": [r.to_json() for r in self.params],
+            "lead": self.lead(),
+        }
+
+
+@dataclass(frozen=True)
+class ParamRow:
+    """One parameter at the finding's step: its gradient's and its updated value's relative
+    difference (nan: not recorded)."""
+
+    name: str
+    gradient: float
+    update: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "gradient": None if math.isnan(self.gradient) else self.gradient,
+            "update": None if math.isnan(self.update) else self.update,
+        }
 
 
 #: A tensor whose norm is below this share of its kind's largest (gradients, slots) counts as zero.
@@ -132,8 +159,25 @@ def first_divergent_op(a_dir: Path, b_dir: Path, spec: Experiment) -> OpFinding 
     for s in steps:
         found = _step(a, b, s, spec)
         if found is not None:
-            return found
+            return dataclasses.replace(found, params=_params(a, b, s))
     return _evaluation(a, b, spec)
+
+
+def _params(a: _Side, b: _Side, s: int) -> tuple[ParamRow, ...]:
+    """Every parameter's gradient and updated value at step ``s``, both sides."""
+    ga, gb = a.grads(s), b.grads(s)
+    after_a, after_b = a.state(s), b.state(s)
+    if ga is None or gb is None:
+        return ()
+    floor = _floor(ga)
+    rows = []
+    for name in ga:
+        g = rel(ga[name], gb.get(name, np.full(1, np.nan)), floor)
+        u = math.nan
+        if after_a is not None and after_b is not None and name in after_a[0]:
+            u = rel(after_a[0][name], after_b[0].get(name, np.full(1, np.nan)))
+        rows.append(ParamRow(name, g, u))
+    return tuple(rows)
 
 
 def _in_layers(
@@ -161,7 +205,7 @@ def _in_layers(
         found.step,
         LAYER if hit.prefix is not None else found.stage,
         found.tensor,
-        found.rel,
+        hit.rel,
         hit.what,
         hit.mechanism,
         rows,

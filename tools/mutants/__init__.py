@@ -7,7 +7,7 @@ says torch; a worker of the other backend ignores it), by patching its engine or
 inside that worker process; the run's records (spec, lr, ids) stay what the spec says, unless the
 mutant is about the records themselves (``swap_id``).
 
-Two kinds:
+The kinds:
 
 * :data:`MUTANTS`, **semantic** mutants (tf only): they change what the backend computes in every
   precision, so the fp64 reference pair must fail, with the cause named here;
@@ -17,7 +17,9 @@ Two kinds:
 * :data:`PRECISION_MUTANTS`, **precision-path** mutants (either backend): active only in runs of
   their precision path (``path``), so the fp64 pair cannot see them; ``dualtrain compare`` must fail
   with "numerics: <backend> <path> path", found by the one-step probes (dualtrain.parity.local);
-  :data:`TOKEN_PRECISION_MUTANTS` are the same kind in the token layers (on :data:`TOKEN_SPEC`).
+  :data:`TOKEN_PRECISION_MUTANTS` are the same kind in the token layers (on :data:`TOKEN_SPEC`);
+* :data:`UPGRADES`, **simulated framework upgrades** (one backend each): an op of one framework
+  changed with its version, which ``dualtrain compare --against`` a saved compare must name.
 
 parity_tests/test_mutants.py and test_precision_mutants.py apply each one;
 tools/detection_power.py measures the smallest detected sizes (docs/parity.md §7).
@@ -32,13 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from testkit.worker_hooks import hook_env
-from tools.mutants import either, porting, precision, semantic, tokens
+from tools.mutants import either, porting, precision, semantic, tokens, upgrade
 from tools.mutants.either import BACKEND_MUTANTS
 from tools.mutants.porting import PORTING_MUTANTS, PortingMutant
 from tools.mutants.precision import PRECISION_MUTANTS, PRECISION_SPEC, PrecisionMutant, ce_low_sum
 from tools.mutants.semantic import MUTANTS, SWAP_STEP, Mutant
 from tools.mutants.specs import SPECS
 from tools.mutants.tokens import TOKEN_PRECISION_MUTANTS, TOKEN_SPEC, bf16_row_sum
+from tools.mutants.upgrade import UPGRADES, Upgrade
 
 __all__ = [
     "BACKEND_MUTANTS",
@@ -50,6 +53,8 @@ __all__ = [
     "SWAP_STEP",
     "TOKEN_PRECISION_MUTANTS",
     "TOKEN_SPEC",
+    "UPGRADES",
+    "Upgrade",
     "Mutant",
     "PortingMutant",
     "PrecisionMutant",
@@ -104,6 +109,10 @@ def apply(backend: str, argument: str) -> None:
             return
     if name in BACKEND_MUTANTS:
         getattr(either, f"{backend}_{name}")()
+        return
+    if name in UPGRADES:  # one framework's: the other's workers ignore it
+        if UPGRADES[name].backend == backend:
+            getattr(upgrade, f"{backend}_{name}")()
         return
     if name in PORTING_MUTANTS:  # one backend's: the other's workers ignore it
         if PORTING_MUTANTS[name].backend == backend:

@@ -84,6 +84,14 @@ SPECS["dropout"] = (
     "model.layers=[{type: flatten}, {type: dense, units: 32}, {type: relu}, "
     "{type: dropout, rate: 0.3}, {type: dense, units: 10}]",
 )
+# the MNIST MLP with gelu (erf form) after its hidden layer (the simulated upgrades)
+SPECS["gelu"] = (
+    *DATA,
+    "optimizer.lr=0.05",
+    "model.preset=null",
+    "model.layers=[{type: flatten}, {type: dense, units: 32}, {type: gelu}, "
+    "{type: dense, units: 10}]",
+)
 # The bn spec with the TF run as two worker processes (MultiWorkerMirroredStrategy): each worker
 # evaluates its ranges on the host with its own copy of the variables, so a replica whose running
 # statistics drifted from replica 0's shows in the evaluation. In one mirrored process evaluation

@@ -60,7 +60,7 @@ def check_reference_loss(ref: Reference) -> Check:
         at = int(np.argmax(over))
         detail += (
             f"; first over {fmt_num(float(bound[at]))} at step {first} ({fmt_num(float(diff[at]))})"
-            f"{_no_twin(ref)}"
+            f"{_no_twin(ref, first)}"
         )
     if ref.twin is not None:
         near = f"step {int(steps[worst])}, {fmt_num(float(diff[worst]))} of {fmt_num(bound[worst])}"
@@ -101,11 +101,13 @@ def _twin_clause(ref: Reference, fixed: float, nearest: str) -> str:
     return f"{grown}: training does not amplify rounding past the fixed {fmt_num(fixed)} here"
 
 
-def _no_twin(ref: Reference) -> str:
+def _no_twin(ref: Reference, first: int | None = None) -> str:
     """Where a fixed bound failed without a rounding twin: how to learn whether training amplifies
-    rounding this far."""
+    rounding this far (not a question at step 1: its loss is on the initial weights)."""
     if ref.twin is not None:
         return ""
+    if first == 1:
+        return " (fixed bound: step 1's loss is on the initial weights, no rounding carried yet)"
     return (
         " (fixed bound, no rounding twin: dualtrain compare --config runs one, to tell a pair "
         "that training parts by rounding from one that computes something else)"

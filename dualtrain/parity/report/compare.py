@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dualtrain.errors import UserError
 from dualtrain.parity import readings as R
+from dualtrain.parity.against import Against, same_backend_versions
 from dualtrain.parity.checks import (
     Check,
     Reference,
@@ -15,6 +16,7 @@ from dualtrain.parity.checks import (
     tolerance_of,
 )
 from dualtrain.parity.diagnose import Diagnosis, diagnose
+from dualtrain.parity.replay import OpFinding
 from dualtrain.parity.tolerances import Tolerance, precision_of
 from dualtrain.records.record import RunRecord, read_run
 from dualtrain.records.verdict import all_passed
@@ -30,6 +32,10 @@ class Comparison:
     checks: list[Check]
     diagnosis: Diagnosis
     notes: list[str] = field(default_factory=list)
+    replay: OpFinding | None = None
+    """compare's replay of the fp64 pair: the first divergent operation (its per-layer picture)."""
+    against: Against | None = None
+    """compare --against: today's runs held to a saved compare's."""
 
     @property
     def passed(self) -> bool:
@@ -45,9 +51,12 @@ def compare_records(
     checks = run_checks(a, b, reference)
     if reference is None and is_fp64_pair(a, b):
         reference = Reference(a, b)
-    return Comparison(
-        a, b, reference, tolerance_of(a, b), checks, diagnose(a, b, checks), list(notes or [])
-    )
+    d = diagnose(a, b, checks)
+    upgrade = same_backend_versions(a, b)  # two runs of one backend: a framework upgrade?
+    notes = list(notes or []) + ([f"the runs' versions differ: {upgrade}"] if upgrade else [])
+    if upgrade and not d.passed:
+        d.finding = f"{upgrade}: {d.finding or d.cause}"
+    return Comparison(a, b, reference, tolerance_of(a, b), checks, d, notes)
 
 
 def _check_reference(ref_dir: Path, rec: RunRecord, of: RunRecord) -> None:

@@ -13,6 +13,7 @@ from dualtrain.parity.checks import (
     is_fp64_pair,
     trajectory,
 )
+from dualtrain.parity.report import where
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.page import loss_scale_curve, png, pyplot, series, training_loss
 from dualtrain.parity.report.tables import local_data
@@ -32,6 +33,8 @@ def figures(cmp: Comparison) -> dict[str, str]:
     if ref is not None and separate_ref:
         runs += [(ref.a, f"{la} fp64", ":", 1.0), (ref.b, f"{lb} fp64", "-.", 1.0)]
     out: dict[str, str] = {}
+
+    where.figure(plt, cmp, out)  # the first divergent step, where a replay ran: first
 
     training_loss(plt, runs, out)
 

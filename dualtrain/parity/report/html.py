@@ -8,6 +8,7 @@ from typing import Any
 from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
+from dualtrain.parity.report import where
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.figures import figures
 from dualtrain.parity.report.page import CSS, env_html
@@ -67,6 +68,7 @@ def html_report(
     parts += kernels_report.html_parts(v.get("kernels"))
     parts += limits_report.html_parts(v.get("framework_limits"))
     _diagnosis_html(parts, d)
+    parts += where.html_parts(cmp)
     if cmp.notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in cmp.notes) + "</ul>")
     parts += env_html(v)
@@ -108,7 +110,7 @@ def _diagnosis_html(parts: list[str], d: Diagnosis) -> None:
     else:
         step = d.first_divergent_step if d.first_divergent_step is not None else "none"
         if d.finding:
-            parts.append(f"<p>Finding (the locator): <b>{e(d.finding)}</b></p>")
+            parts.append(f"<p>Finding: <b>{e(d.finding)}</b></p>")
         likely = f" Likely cause: <b>{e(str(d.cause))}</b>." if d.cause != d.category else ""
         parts.append(
             f"<p>Category: <b>{e(str(d.category))}</b>. First divergent step: "

@@ -7,6 +7,7 @@ from typing import Any
 from dualtrain.parity.diagnose import Diagnosis
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
+from dualtrain.parity.report import where
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.report.page import env_markdown
 from dualtrain.parity.report.sections import checks_markdown
@@ -67,6 +68,7 @@ def markdown(cmp: Comparison, v: dict[str, Any] | None = None) -> str:
     lines += kernels_report.markdown(v.get("kernels"))
     lines += limits_report.markdown(v.get("framework_limits"))
     _diagnosis_markdown(lines, d)
+    lines += where.markdown(cmp)
     lines += env_markdown(v)
     if cmp.notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in cmp.notes]
@@ -87,7 +89,7 @@ def _diagnosis_markdown(lines: list[str], d: Diagnosis) -> None:
     else:
         step = d.first_divergent_step
         if d.finding:
-            lines.append(f"- **finding** (the locator, docs/own-models.md): **{d.finding}**")
+            lines.append(f"- **finding**: **{d.finding}**")
         lines.append(
             f"- first divergent step: "
             f"{step if step is not None else 'none (no per-step check failed)'}"

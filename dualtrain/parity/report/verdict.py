@@ -16,6 +16,7 @@ from dualtrain.core.data.dataset import DATA_FILE
 from dualtrain.parity import readings as R
 from dualtrain.parity.report import kernels as kernels_report
 from dualtrain.parity.report import limits as limits_report
+from dualtrain.parity.report import where
 from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.tolerances import LOCAL, REFERENCE, precision_of
 from dualtrain.records.envinfo import env_differences
@@ -210,6 +211,7 @@ def verdict(cmp: Comparison) -> dict[str, Any]:
         "environment": environment(cmp),
         "kernels": kernels_report.model(cmp),
         "framework_limits": limits_report.model(cmp),
+        **where.model(cmp),
         "notes": cmp.notes,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
