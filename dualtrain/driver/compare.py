@@ -35,7 +35,7 @@ from dualtrain.driver.compare_against import judge_against
 from dualtrain.driver.compare_failed import judge_partial, write_failed_only
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
-from dualtrain.driver.compare_replay import run_replay
+from dualtrain.driver.compare_replay import located, run_replay
 from dualtrain.driver.compare_twin import run_twin
 from dualtrain.driver.locate import locate_pair, table
 from dualtrain.driver.pair import pair_layout
@@ -360,5 +360,6 @@ def locate_into(
     cmp.notes.append(finding.line())
     if not finding.agrees:  # the layer and the mistake lead the verdict and the Diagnosis
         cmp.diagnosis.finding = finding.lead()
+        cmp.replay = located(finding)  # the report's picture: each layer of the locator's batch
     doc = {**finding.to_json(), "table": table(finding)}
     (out / LOCATOR_FILE).write_text(json.dumps(doc, indent=1) + "\n")

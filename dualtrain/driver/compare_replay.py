@@ -8,17 +8,27 @@ gradient and state, and the first operation that differs leads the verdict.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from dualtrain.core import locate
 from dualtrain.driver.compare_plan import PlannedRun
 from dualtrain.errors import RunFailed
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import Reference
 from dualtrain.parity.diagnose import SEMANTICS
-from dualtrain.parity.replay import MAX_STEPS, REPLAY, TOL, OpFinding, first_divergent_op
+from dualtrain.parity.replay import (
+    LAYER,
+    MAX_STEPS,
+    REPLAY,
+    TOL,
+    OpFinding,
+    first_divergent_op,
+)
 from dualtrain.parity.report import Comparison
+from dualtrain.parity.taps import LayerRow
 from dualtrain.spec import Backend, Experiment
 
 
@@ -39,6 +49,22 @@ def replay_spec(reference: Experiment, steps: int, tap: int | None = None) -> Ex
         dump_layers=(tap or steps,),
     )
     return reference.replace(train=train, debug=debug)
+
+
+def located(finding: locate.Finding) -> OpFinding:
+    """A model pair's locator finding (on the initial weights, step 0) as the report's picture:
+    each torch module's own output in inference and in training, the finding's marked."""
+    rows = tuple(
+        LayerRow(
+            r.module,
+            r.keras,
+            math.nan if r.train is None else r.train,
+            math.nan if r.own is None else r.own,
+        )
+        for r in finding.rows
+    )
+    marked = next((r.module for r in finding.rows if f"torch '{r.module}'" in finding.where), None)
+    return OpFinding(0, LAYER, None, finding.size, finding.lead(), "", rows, marked)
 
 
 def tap_step(reference: Reference, k: int) -> int:

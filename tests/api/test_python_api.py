@@ -123,6 +123,10 @@ def test_compare_usage_errors_are_one_line(tmp_path):
         (lambda: dualtrain.compare(CONFIG, reference_runs=(a, b)), "reference_runs is for"),
         (lambda: dualtrain.compare(a), "not a run"),
         (lambda: dualtrain.compare(a, tmp_path / "nope"), "run directory not found"),
+        (lambda: dualtrain.compare(), "compare needs a spec, two finished runs, or against"),
+        (lambda: dualtrain.compare(against=a), "--against takes the folder of a finished"),
+        (lambda: dualtrain.compare(CONFIG, against=a), "against=SAVED replays the saved"),
+        (lambda: dualtrain.compare(against=a, world_size=2), "Received: world_size"),
     ]:
         with pytest.raises(dualtrain.UserError) as err:
             call()

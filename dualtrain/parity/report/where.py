@@ -61,6 +61,11 @@ def _cells(row: Row) -> list[str]:
     return [*row[0], *(_num(v) for v in row[1])]
 
 
+def _at(step: int) -> str:
+    """A replay's step, or the locator's batch on the initial weights (step 0)."""
+    return f"step {step}" if step else "the locator's batch, initial weights"
+
+
 def _said(cmp: Comparison, lead: str) -> str:
     """The finding where the diagnosis did not lead with it already."""
     assert cmp.replay is not None
@@ -75,7 +80,7 @@ def markdown(cmp: Comparison) -> list[str]:
     if found is not None:
         lines += [
             "",
-            f"## First divergent operation (step {found.step}, {found.stage})",
+            f"## First divergent operation ({_at(found.step)}, {found.stage})",
             "",
             _said(cmp, f"**{found.lead()}**"),
         ]
@@ -117,7 +122,7 @@ def html_parts(cmp: Comparison) -> list[str]:
     found = cmp.replay
     if found is not None:
         parts.append(
-            f"<h2>First divergent operation (step {found.step}, {e(found.stage)})</h2>"
+            f"<h2>First divergent operation ({_at(found.step)}, {e(found.stage)})</h2>"
             f"<p>{_said(cmp, f'<b>{e(found.lead())}</b>')}</p>"
         )
         head, rows, mark = _rows(cmp)
@@ -172,7 +177,7 @@ def figure(plt: Any, cmp: Comparison, out: dict[str, str]) -> None:
     found = cmp.replay
     assert found is not None  # rows come from it
     named = found.layer or found.tensor or "the loss"
-    ax.set_title(f"step {found.step}, {found.stage}: {named} marked", fontsize=9)
+    ax.set_title(f"{_at(found.step)}, {found.stage}: {named} marked", fontsize=9)
     out[FIGURE] = png(fig)
 
 
