@@ -89,9 +89,10 @@ def test_tanh_gelu_on_one_side_fails_named_at_that_layer(tmp_path):
     where = verdict["first_divergent_operation"]  # the report's picture: each module, fc2 marked
     assert where["step"] == 0 and where["layer"] == "fc2", where
     assert [r["layer"] for r in where["layers"]][:1] == ["fc1"], where["layers"]
-    assert "First divergent operation (the locator's batch, initial weights, layer)" in (
-        out / "report.md"
-    ).read_text()
+    assert (
+        "First divergent operation (the locator's batch, initial weights, layer)"
+        in (out / "report.md").read_text()
+    )
 
 
 #: each mistaken port: the overrides that make it (the side that carries the mistake, and what
