@@ -7,6 +7,7 @@ Framework-free, float64 NumPy."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +41,11 @@ class Layer:
     training: bool
 
 
-#: (what the candidate is, its output: from the layer and a side's observed output)
-Candidate = tuple[str, Callable[[Layer, np.ndarray], np.ndarray]]
+#: (what the candidate is: words, or words from the layer and the side's output; its output: from
+#: the layer and a side's observed output)
+Candidate = tuple[
+    str | Callable[[Layer, np.ndarray], str], Callable[[Layer, np.ndarray], np.ndarray]
+]
 
 
 def layer_mechanism(labels: tuple[str, str], case: Layer, ya: np.ndarray, yb: np.ndarray) -> str:
@@ -50,26 +54,49 @@ def layer_mechanism(labels: tuple[str, str], case: Layer, ya: np.ndarray, yb: np
         LayerType.DROPOUT: _dropout,
         LayerType.BATCHNORM: _batchnorm,
         LayerType.GELU: _gelu,
+        LayerType.LAYERNORM: _layernorm,
+        LayerType.FLATTEN: _flatten,
+        LayerType.RELU: _relu,
     }
     make = kinds.get(case.r.spec.type)
-    if make is None or case.x is None:
+    said = "" if make is None or case.x is None else _match(labels, make(case), case, (ya, yb))
+    return said or _float32(labels, ya, yb)
+
+
+def _float32(labels: tuple[str, str], ya: np.ndarray, yb: np.ndarray) -> str:
+    """One side's float64 outputs all float32 values, the other's not: that side computed the
+    layer in float32."""
+    narrow = [bool(np.array_equal(y, y.astype(np.float32).astype(np.float64))) for y in (ya, yb)]
+    if narrow[0] == narrow[1]:
         return ""
-    return _match(labels, make(case), case, (ya, yb))
+    who = labels[0] if narrow[0] else labels[1]
+    return f"{who}'s outputs are float32 values in a float64 run: it computes this layer in float32"
 
 
 def _match(
     labels: tuple[str, str], candidates: list[Candidate], case: Layer, ys: tuple[np.ndarray, ...]
 ) -> str:
     def fits(k: int) -> list[str]:
-        return [what for what, f in candidates if rel(f(case, ys[k]), ys[k]) <= FITS]
+        return [
+            what if isinstance(what, str) else what(case, ys[k])
+            for what, f in candidates
+            if rel(f(case, ys[k]), ys[k]) <= FITS
+        ]
 
     spec_rule = candidates[0][0]
+    assert isinstance(spec_rule, str)  # the spec's rule is said in fixed words
     found = [fits(0), fits(1)]
     for k in (0, 1):
         other = found[1 - k]
         if spec_rule in found[k] and other and spec_rule not in other:
             return f"{labels[1 - k]} departs from the spec's rule: {other[0]}"
     return ""
+
+
+def _identity(c: Layer, y: np.ndarray) -> np.ndarray:
+    """The layer's input unchanged."""
+    assert c.x is not None  # candidates run only where the input is known
+    return c.x
 
 
 # ---- dropout ---------------------------------------------------------------------------------
@@ -96,10 +123,28 @@ def _dropped(case: Layer, keep: np.ndarray, scale: bool = True) -> np.ndarray:
     return np.where(keep, case.x * (1.0 / (1.0 - rate) if scale else 1.0), 0.0)
 
 
+def _seen_rate(c: Layer, y: np.ndarray) -> float:
+    """The rate a side's kept values were scaled by (1 / (1 - rate))."""
+    assert c.x is not None
+    kept = (y != 0) & (c.x != 0)
+    return 1.0 - float(np.median(c.x[kept] / y[kept])) if kept.any() else math.nan
+
+
+def _rate_seen(c: Layer, y: np.ndarray) -> np.ndarray:
+    """Dropout at the rate the side's kept values say, masks by id."""
+    r = dataclasses.replace(c.r, spec=dataclasses.replace(c.r.spec, rate=_seen_rate(c, y)))
+    at = dataclasses.replace(c, r=r)
+    return _dropped(at, _mask(at, c.ids, c.step))
+
+
+def _rate_words(c: Layer, y: np.ndarray) -> str:
+    return f"dropout rate {_seen_rate(c, y):.6g} where the spec says {c.r.spec.rate:g}"
+
+
 def _dropout(case: Layer) -> list[Candidate]:
     if not case.training:
         return [
-            ("the identity in inference", lambda c, y: c.x),
+            ("the identity in inference", _identity),
             (
                 "dropout left on in inference (kept values scaled by 1 / (1 - rate), the rest 0)",
                 lambda c, y: _dropped(c, (y != 0) | (c.x == 0)),
@@ -121,7 +166,8 @@ def _dropout(case: Layer) -> list[Candidate]:
             "kept values not scaled by 1 / (1 - rate)",
             lambda c, y: _dropped(c, _mask(c, c.ids, c.step), scale=False),
         ),
-        ("dropout off in training (the identity)", lambda c, y: c.x),
+        ("dropout off in training (the identity)", _identity),
+        (_rate_words, _rate_seen),
     ]
 
 
@@ -182,6 +228,71 @@ def _batchnorm(case: Layer) -> list[Candidate]:
             )
         )
     return out
+
+
+# ---- layernorm, flatten ---------------------------------------------------------------------
+
+#: LayerNormalization's default eps in Keras, nn.LayerNorm's in torch, the 1e-6 many ports use
+LAYERNORM_EPS = ((1e-3, "Keras's default"), (1e-5, "torch's default"), (1e-6, "a port's 1e-6"))
+
+
+def _layer_norm(case: Layer, eps: float) -> np.ndarray:
+    x = case.x
+    assert x is not None
+    w, b = (np.asarray(case.weights[n], np.float64) for n, _ in case.r.params)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def _layernorm(case: Layer) -> list[Candidate]:
+    eps = float(case.r.spec.eps or 1e-5)
+    out: list[Candidate] = [(f"eps {eps:g}", lambda c, y: _layer_norm(c, eps))]
+    for other, name in LAYERNORM_EPS:
+        if not math.isclose(other, eps) and len(case.r.params) == 2:
+            out.append((f"eps {other:g} ({name})", _ln_eps(other)))
+    return out
+
+
+def _ln_eps(eps: float) -> Callable[[Layer, np.ndarray], np.ndarray]:
+    return lambda c, y: _layer_norm(c, eps)
+
+
+def _flatten(case: Layer) -> list[Candidate]:
+    def chw(c: Layer, y: np.ndarray) -> np.ndarray:
+        assert c.x is not None
+        return c.x.reshape(len(c.x), -1)
+
+    def hwc(c: Layer, y: np.ndarray) -> np.ndarray:
+        assert c.x is not None
+        x = c.x if c.x.ndim != 4 else c.x.transpose(0, 2, 3, 1)
+        return x.reshape(len(c.x), -1)
+
+    return [
+        ("flattened in C,H,W order", chw),
+        (
+            "flattened in H,W,C order (Keras's channels-last Flatten, without the permute to "
+            "torch's order)",
+            hwc,
+        ),
+    ]
+
+
+def _slope(c: Layer, y: np.ndarray) -> float:
+    assert c.x is not None
+    neg = c.x < 0
+    return float(np.median(y[neg] / c.x[neg])) if neg.any() else 0.0
+
+
+def _relu(case: Layer) -> list[Candidate]:
+    def leaky(c: Layer, y: np.ndarray) -> np.ndarray:
+        assert c.x is not None
+        return np.where(c.x < 0, _slope(c, y) * c.x, c.x)
+
+    def words(c: Layer, y: np.ndarray) -> str:
+        return f"a leaky relu, slope {_slope(c, y):.6g} below zero (LeakyReLU)"
+
+    return [("max(x, 0)", lambda c, y: np.maximum(_identity(c, y), 0.0)), (words, leaky)]
 
 
 # ---- gelu ------------------------------------------------------------------------------------

@@ -199,8 +199,13 @@ def _in_layers(
             f"another replica holds (its own running statistics)"
         )
         return dataclasses.replace(found, what=what, layers=rows)
-    if hit is None:
-        return dataclasses.replace(found, layers=rows)
+    if hit is None:  # the first micro-batch agrees layer by layer and sample by sample
+        what = (
+            f"{found.what.split(': the forward pass')[0]}, while every layer's output and each "
+            f"sample's loss agree on the first replica's first micro-batch: another replica's "
+            f"samples, or how the per-sample losses are summed and normalised"
+        )
+        return dataclasses.replace(found, what=what, layers=rows)
     return OpFinding(
         found.step,
         LAYER if hit.prefix is not None else found.stage,

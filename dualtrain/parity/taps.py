@@ -159,7 +159,7 @@ def first_layer(
     key = f"{mode}/loss"
     d = _rel(a, b, key)
     if math.isnan(d) or d <= TOL:
-        return None
+        return None  # the tapped samples agree: the replay keeps its own words
     what = (
         f"the loss of step {step} differs ({d:.3g} relative) while every layer's output agrees: "
         f"the loss function"

@@ -3,6 +3,7 @@ synthetic outputs: each names the side and the variant where the variant reprodu
 output and the other side follows the spec's rule, and names nothing where no candidate
 reproduces it (a mistake not on the list, or both sides off the rule)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -156,3 +157,77 @@ def test_layer_types_without_candidates_name_nothing():
     assert layer_mechanism(LABELS, case, np.ones((2, 3)), np.zeros((2, 3))) == ""
     assert LayerType.DENSE is r.spec.type and isinstance(spec.model, ModelSpec)
     assert isinstance(r.spec, LayerSpec)
+
+
+def test_layernorm_eps_of_keras_is_named():
+    spec, r = _layer(
+        [{"type": "dense", "units": 12}, {"type": "layernorm"}, {"type": "dense", "units": 3}], 1
+    )
+    x = RNG.normal(size=(4, 12))
+    w = {"1.weight": RNG.uniform(0.5, 2, 12), "1.bias": RNG.normal(size=12)}
+
+    def ln(eps):
+        m, v = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + eps) * w["1.weight"] + w["1.bias"]
+
+    case = Layer(r, spec.seed, 1, np.arange(4), x, w, True)
+    said = layer_mechanism(LABELS, case, ln(1e-5), ln(1e-3))
+    assert said == "tf departs from the spec's rule: eps 0.001 (Keras's default)"
+    assert layer_mechanism(LABELS, case, ln(1e-5), ln(3e-4)) == ""
+
+
+def test_a_channels_last_flatten_is_named():
+    spec = from_dict(
+        base_spec(
+            model={
+                "preset": None,
+                "inputs": [{"name": "x", "shape": [2, 3, 3]}],
+                "layers": [{"type": "flatten"}, {"type": "dense", "units": 3}],
+            }
+        )
+    )
+    r = resolve(spec.model)[0]
+    x = RNG.normal(size=(4, 2, 3, 3))
+    case = Layer(r, spec.seed, 1, np.arange(4), x, {}, True)
+    hwc = x.transpose(0, 2, 3, 1).reshape(4, -1)
+    said = layer_mechanism(LABELS, case, x.reshape(4, -1), hwc)
+    assert said.startswith("tf departs from the spec's rule: flattened in H,W,C order")
+    assert layer_mechanism(LABELS, case, x.reshape(4, -1), hwc[:, ::-1]) == ""
+
+
+def test_another_dropout_rate_is_measured_from_the_kept_values():
+    case = _dropout_case()
+    r = dataclasses.replace(case.r, spec=dataclasses.replace(case.r.spec, rate=0.31))
+    other = dataclasses.replace(case, r=r)
+    keep = dropout.keep(
+        dropout.NUMPY,
+        case.seed,
+        np.int64(case.step),
+        case.ids,
+        case.r.uid,
+        dropout.canonical_elements(case.r.in_shape),
+        0.31,
+    ).reshape(case.x.shape)
+    at_031 = np.where(keep, other.x / 0.69, 0.0)
+    said = layer_mechanism(LABELS, case, _masked(case, case.ids), at_031)
+    assert said == "tf departs from the spec's rule: dropout rate 0.31 where the spec says 0.3"
+
+
+def test_a_leaky_relu_and_a_float32_layer_are_named():
+    spec, r = _layer(
+        [{"type": "dense", "units": 12}, {"type": "relu"}, {"type": "dense", "units": 3}], 1
+    )
+    x = RNG.normal(size=(4, 12))
+    case = Layer(r, spec.seed, 1, np.arange(4), x, {}, True)
+    relu = np.maximum(x, 0)
+    said = layer_mechanism(LABELS, case, relu, np.where(x < 0, 0.2 * x, x))
+    assert said == "tf departs from the spec's rule: a leaky relu, slope 0.2 below zero (LeakyReLU)"
+    # no candidate for a dense layer, but one side's outputs are float32 values
+    spec, r = _layer([{"type": "dense", "units": 3}], 0)
+    case = Layer(r, spec.seed, 1, np.arange(4), x, {}, True)
+    y = x[:, :3] * 1.1
+    narrow = y.astype(np.float32).astype(np.float64)
+    assert layer_mechanism(LABELS, case, y, narrow).startswith(
+        "tf's outputs are float32 values in a float64 run"
+    )
+    assert layer_mechanism(LABELS, case, y, y * (1 + 1e-7)) == ""
