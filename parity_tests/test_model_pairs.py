@@ -87,12 +87,7 @@ def test_tanh_gelu_on_one_side_fails_named_at_that_layer(tmp_path):
     assert verdict["verdict"] == line and verdict["diagnosis"]["finding"] in line
     assert [e["op"] for e in verdict["framework_limits"]] == ["gelu"]
     where = verdict["first_divergent_operation"]  # the report's picture: each module, fc2 marked
-    assert where["step"] == 0 and where["layer"] == "fc2", where
-    assert [r["layer"] for r in where["layers"]][:1] == ["fc1"], where["layers"]
-    assert (
-        "First divergent operation (the locator's batch, initial weights, layer)"
-        in (out / "report.md").read_text()
-    )
+    assert where["step"] == 0 and where["layer"] == "fc2" and where["layers"][0]["layer"] == "fc1"
 
 
 #: each mistaken port: the overrides that make it (the side that carries the mistake, and what

@@ -89,11 +89,7 @@ def compare(
         )
     if run_b is not None:
         _check_runs_call(reference, reference_runs, world_size, precision, set, overrides)
-        refs = (
-            None
-            if reference_runs is None
-            else (_dir_of(reference_runs[0]), _dir_of(reference_runs[1]))
-        )
+        refs = reference_runs and (_dir_of(reference_runs[0]), _dir_of(reference_runs[1]))
         cmp, out_dir = _compare_dirs_report(_dir_of(spec_or_run_a), _dir_of(run_b), refs, out)
     else:
         if reference_runs is not None:

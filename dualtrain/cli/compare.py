@@ -104,24 +104,17 @@ def compare(
     from dualtrain.api import compare as compare_api  # lazy: heavy (+120 ms on dualtrain --help)
 
     if against is not None:
-        given = [
-            flag
-            for flag, v in (
-                ("--config", config),
-                ("run directories", run_dirs or None),
-                ("--world-size", world_size),
-                ("--precision", precision),
-                ("--set", overrides or None),
-                ("--reference", reference),
-                ("--reference-runs", reference_runs),
-            )
-            if v is not None
-        ]
-        if given:
-            raise UserError(
-                f"--against replays the saved compare's own spec and reference; give only --out "
-                f"and --overwrite with it. Received: {', '.join(given)}"
-            )
+        _against_only(
+            {
+                "--config": config,
+                "run directories": run_dirs or None,
+                "--world-size": world_size,
+                "--precision": precision,
+                "--set": overrides or None,
+                "--reference": reference,
+                "--reference-runs": reference_runs,
+            }
+        )
         result = compare_api(against=against, out=out, overwrite=overwrite)
     elif config is not None:
         if run_dirs:
@@ -144,26 +137,48 @@ def compare(
             set=overrides,
         )
     else:
-        if len(run_dirs) != 2:
-            raise UserError(
-                f"give --config FILE, or exactly two run directories. Received: "
-                f"{len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}"
-            )
-        if world_size is not None or precision is not None or overrides:
-            raise UserError(
-                "--world-size, --precision and --set need --config (finished runs keep "
-                "their spec). Received: spec options without --config"
-            )
-        if overwrite:
-            raise UserError(
-                "--overwrite goes with --config (it replaces an earlier compare's runs); "
-                "the report of two finished runs is rewritten anyway. Received: "
-                "--overwrite with two run directories"
-            )
-        if reference is not None:
-            raise UserError(
-                "--reference fp64|none goes with --config; for finished runs name the fp64 "
-                f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}"
-            )
+        _runs_only(run_dirs, world_size, precision, overrides, overwrite, reference)
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
     ctx.exit(0 if result.passed else 1)
+
+
+def _against_only(flags: dict[str, object]) -> None:
+    """--against takes the saved compare's spec and reference: no other source or spec flag."""
+    given = [flag for flag, v in flags.items() if v is not None]
+    if given:
+        raise UserError(
+            f"--against replays the saved compare's own spec and reference; give only --out "
+            f"and --overwrite with it. Received: {', '.join(given)}"
+        )
+
+
+def _runs_only(
+    run_dirs: tuple[str, ...],
+    world_size: int | None,
+    precision: str | None,
+    overrides: tuple[str, ...],
+    overwrite: bool,
+    reference: str | None,
+) -> None:
+    """Two finished runs keep their spec: exactly two, and no spec or --config flag."""
+    if len(run_dirs) != 2:
+        raise UserError(
+            f"give --config FILE, or exactly two run directories. Received: "
+            f"{len(run_dirs)} run director{'y' if len(run_dirs) == 1 else 'ies'}"
+        )
+    if world_size is not None or precision is not None or overrides:
+        raise UserError(
+            "--world-size, --precision and --set need --config (finished runs keep "
+            "their spec). Received: spec options without --config"
+        )
+    if overwrite:
+        raise UserError(
+            "--overwrite goes with --config (it replaces an earlier compare's runs); "
+            "the report of two finished runs is rewritten anyway. Received: "
+            "--overwrite with two run directories"
+        )
+    if reference is not None:
+        raise UserError(
+            "--reference fp64|none goes with --config; for finished runs name the fp64 "
+            f"runs with --reference-runs REF_A REF_B. Received: --reference {reference}"
+        )
