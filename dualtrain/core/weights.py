@@ -102,13 +102,18 @@ def _storage_dtype(array: np.ndarray) -> type:
 
 
 def save_weights(path: str | Path, weights: Weights) -> None:
+    save_arrays(
+        path, {k: np.ascontiguousarray(v, dtype=_storage_dtype(v)) for k, v in weights.items()}
+    )
+
+
+def save_arrays(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as an .npz at ``path``, each in its own dtype, replacing the file at once."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
     # Any: mypy also matches **arrays against savez's allow_pickle: bool parameter
-    arrays: dict[str, Any] = {
-        k: np.ascontiguousarray(v, dtype=_storage_dtype(v)) for k, v in weights.items()
-    }
-    np.savez(tmp, **arrays)
+    named: dict[str, Any] = arrays
+    np.savez(tmp, **named)
     tmp.replace(path)
 
 

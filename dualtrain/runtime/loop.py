@@ -23,7 +23,7 @@ import numpy as np
 from dualtrain.core import ema as ema_rule
 from dualtrain.core.data import TRAIN, Data
 from dualtrain.core.plan import ShardPlan, micro_batches
-from dualtrain.core.weights import save_weights
+from dualtrain.core.weights import save_arrays, save_weights
 from dualtrain.errors import UserError
 from dualtrain.records.record import WEIGHTS_EMA, WEIGHTS_FINAL, RunWriter, layers_file
 from dualtrain.runtime import probes
@@ -237,11 +237,7 @@ class TrainLoop:
         taps = self.engine.tap_layers(micro_batches(ids, self.plan.accumulate)[0], step)
         if taps is not None:
             assert self.run_dir is not None  # a writer implies a run directory
-            path = Path(self.run_dir) / layers_file(step)
-            tmp = path.with_name(path.name + ".tmp.npz")
-            arrays: dict[str, Any] = taps  # Any: savez's **arrays also match allow_pickle
-            np.savez(tmp, **arrays)
-            tmp.replace(path)
+            save_arrays(Path(self.run_dir) / layers_file(step), taps)
 
     def _finish(self, steps: int) -> dict[str, Any]:
         engine, spec = self.engine, self.spec

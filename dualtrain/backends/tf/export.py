@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from dualtrain.core import pair
 from dualtrain.core.model import conv_flatten_shape, keras_layouts, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment, ModelSpec
+
+if TYPE_CHECKING:  # keras is imported by the functions that build (this module loads without it)
+    from dualtrain.backends.tf.layers import Model, Variable
 
 
 def _own(obj: Any) -> bool:
@@ -62,7 +65,9 @@ def export_keras(
     model.save(str(Path(out) / "model.keras"))
 
 
-def build_inference_model(spec: ModelSpec, dtype: str = "float32") -> tuple[Any, list[Any]]:
+def build_inference_model(
+    spec: ModelSpec, dtype: str = "float32"
+) -> tuple[Model, list[tuple[str, Variable]]]:
     """The model from Keras's own layers only (keras.Model, [(canonical name, keras.Variable)]):
     keras.saving.load_model opens it without dualtrain. Dropout is keras's Dropout (identity in
     inference), batchnorm is BatchNormalization with torch's eps and the running statistics as its

@@ -34,6 +34,10 @@ from torch.utils.hooks import RemovableHandle
 from dualtrain.backends.torch.layers import BatchNorm
 from dualtrain.backends.torch.tokens import Embedding, Patches, Position, SelfAttention
 
+#: AbsoluteGradient's measure: (canonical name -> absolute gradient, canonical name -> terms each
+#: element sums, kind of product -> the loss's sensitivity to it)
+AbsoluteScale = tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]
+
 
 class AbsoluteGradient:
     """Context manager around one forward and backward of ``module``; then :meth:`result`."""
@@ -123,9 +127,7 @@ class AbsoluteGradient:
 
         return tap
 
-    def result(
-        self, world: int
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def result(self, world: int) -> AbsoluteScale:
         """(canonical name -> absolute gradient, canonical name -> the number of terms each of its
         elements sums, kind of product -> the loss's sensitivity to it), all float64 and summed over
         the replicas.

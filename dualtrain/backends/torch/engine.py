@@ -173,7 +173,9 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
             ]
 
     # ---- batches, collectives (the step: step.py, forward.py, update.py; evaluation: forward.py) -
-    def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def batch(
+        self, split: str, positions: np.ndarray | slice
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The inputs (parameter dtype) and targets of these samples, on the device."""
         xs = [
             torch.from_numpy(a).to(self.device, self.dtype)

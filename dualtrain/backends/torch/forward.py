@@ -7,14 +7,15 @@ scale), and evaluation (the module in inference, the sums all-reduced). A mixin 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from dualtrain.backends.torch.condition import AbsoluteGradient
+from dualtrain.backends.torch.condition import AbsoluteGradient, AbsoluteScale
 from dualtrain.backends.torch.layers import BatchNorm, HashDropout
 from dualtrain.backends.torch.ops import LOSS_OPS, SCALE_OPS
 from dualtrain.core import losses
@@ -30,7 +31,7 @@ class ForwardPass:
     """The methods of TorchEngine this file holds; the engine's state they use, declared:"""
 
     _eval_bs: int
-    autocast: contextlib.AbstractContextManager[Any]
+    autocast: contextlib.AbstractContextManager[object]
     ddp: torch.nn.Module
     """DistributedDataParallel around ``module``, or the module itself where nothing
     all-reduces."""
@@ -48,7 +49,9 @@ class ForwardPass:
 
     if TYPE_CHECKING:  # TorchEngine's own (engine.py)
 
-        def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]: ...
+        def batch(
+            self, split: str, positions: np.ndarray | slice
+        ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
 
     def _micro_step(
         self,
@@ -57,14 +60,14 @@ class ForwardPass:
         global_count: int,
         measure_scale: bool,
         capture: bool = False,
-    ) -> tuple[torch.Tensor, float | None, Any, float | None]:
+    ) -> tuple[torch.Tensor, float | None, AbsoluteScale | None, float | None]:
         """One micro-batch's forward under autocast and its backward of sum(loss) / global_count
         (times the loss scale under fp16; gradients accumulate in .grad). Returns the loss sum,
         on the fp64 run's probe steps the loss's and the gradient's absolute scales, and with
         ``capture`` (a probe replay) the exact loss of its own outputs (the same losses in
         float64, which the probes' loss-path check holds the loss sum to)."""
         idx = torch.tensor(ids, dtype=torch.int64)
-        masks: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        masks: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         if self.dropouts or self.pair_dropouts:  # the masks hash (seed, step, id, layer, element)
             dev_idx = idx.to(self.device, non_blocking=True) if self.device.type == "cuda" else idx
             step_t = torch.tensor(step, dtype=torch.int64, device=self.device)
@@ -89,7 +92,7 @@ class ForwardPass:
 
     def pair_masks(
         self, step: torch.Tensor, ids: torch.Tensor
-    ) -> contextlib.AbstractContextManager[Any]:
+    ) -> contextlib.AbstractContextManager[object]:
         """A training forward of a model pair's module: its dropout calls take the pair's masks
         of ``step`` and these sample ids (dualtrain.core.pair.dropout)."""
         if not self.pair_dropouts:
@@ -140,8 +143,8 @@ class ForwardPass:
         out.update({f"input/{k}": x.cpu().numpy() for k, x in enumerate(xs)})
 
         def forward(tag: str) -> torch.Tensor:
-            def hook(prefix: str) -> Any:
-                def record(m: nn.Module, args: Any, result: Any) -> None:
+            def hook(prefix: str) -> Callable[[nn.Module, tuple[torch.Tensor], torch.Tensor], None]:
+                def record(m: nn.Module, args: tuple[torch.Tensor], result: torch.Tensor) -> None:
                     out[f"{tag}/{prefix}"] = result.detach().cpu().numpy().copy()
 
                 return record

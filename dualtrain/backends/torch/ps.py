@@ -22,7 +22,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -93,19 +93,27 @@ def shutdown(who: str) -> None:
         )
 
 
+class Updater(Protocol):
+    """What the server needs of its engine: an update from the replicas' summed gradient (and,
+    through :func:`serve_call`, the engine's other methods by name)."""
+
+    def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> Outcome: ...
+
+
 class Server:
     """The server's state in its process: the engine that updates, and the step being gathered."""
 
-    def __init__(self, engine: Any, world: int):
+    def __init__(self, engine: Updater, world: int):
         self.engine = engine
         self.world = world
         self.lock = threading.Lock()
         self.pending: dict[int, tuple[torch.Tensor, float, bool]] = {}
+        # untyped: torch's stubs type set_exception's argument as the result type
         self.future: torch.futures.Future[Any] = torch.futures.Future()
 
     def add(
         self, replica: int, grads: torch.Tensor, lr: float, capture: bool
-    ) -> torch.futures.Future[Any]:
+    ) -> torch.futures.Future[Outcome]:
         with self.lock:
             if replica in self.pending:
                 raise RuntimeError(f"replica {replica} sent two gradients for one step")
@@ -121,7 +129,7 @@ class Server:
                     fut.set_exception(exc)
         return fut
 
-    def _update(self, pending: list[tuple[torch.Tensor, float, bool]]) -> Any:
+    def _update(self, pending: list[tuple[torch.Tensor, float, bool]]) -> Outcome:
         """One update from every replica's gradient sum: summed in replica order, whatever order
         they came in; the replicas must agree on the step's learning rate and whether it is
         captured (they compute both from the same step number), else they are out of step."""
@@ -143,12 +151,12 @@ _SERVER: Server | None = None
 @rpc.functions.async_execution
 def server_step(
     replica: int, grads: torch.Tensor, lr: float, capture: bool
-) -> torch.futures.Future[Any]:
+) -> torch.futures.Future[Outcome]:
     assert _SERVER is not None, "server_step runs in the parameter server's process"
     return _SERVER.add(replica, grads, lr, capture)
 
 
-def serve(engine: Any, world: int, timeout_s: float) -> None:
+def serve(engine: Updater, world: int, timeout_s: float) -> None:
     """The server process: answer the replicas' steps until every one of them has finished."""
     global _SERVER
     _SERVER = Server(engine, world)

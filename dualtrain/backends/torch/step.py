@@ -8,16 +8,18 @@ the process group's hooks."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from dualtrain.backends.torch.condition import AbsoluteScale
 from dualtrain.backends.torch.layers import HashDropout
 from dualtrain.core.data.splits import TRAIN
 from dualtrain.core.plan import micro_batches
+from dualtrain.core.weights import Weights
 from dualtrain.runtime.engine import StepOut
 
 
@@ -63,7 +65,9 @@ class TrainStep:
 
     if TYPE_CHECKING:  # the engine's own (engine.py) and its other mixins' (forward.py, update.py)
 
-        def batch(self, split: str, positions: Any) -> tuple[list[torch.Tensor], torch.Tensor]: ...
+        def batch(
+            self, split: str, positions: np.ndarray | slice
+        ) -> tuple[list[torch.Tensor], torch.Tensor]: ...
 
         def _micro_step(
             self,
@@ -72,17 +76,19 @@ class TrainStep:
             global_count: int,
             measure_scale: bool,
             capture: bool = False,
-        ) -> tuple[torch.Tensor, float | None, Any, float | None]: ...
+        ) -> tuple[torch.Tensor, float | None, AbsoluteScale | None, float | None]: ...
 
-        def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]: ...
+        def _update(
+            self, capture_grads: bool
+        ) -> tuple[float, float | None, Weights | None, float, bool]: ...
 
         def pair_masks(
             self, step: torch.Tensor, ids: torch.Tensor
-        ) -> contextlib.AbstractContextManager[Any]: ...
+        ) -> contextlib.AbstractContextManager[object]: ...
 
         def _through_server(
             self, lr: float, poison: bool, capture_grads: bool
-        ) -> tuple[float, float | None, Any, float, bool]: ...
+        ) -> tuple[float, float | None, Weights | None, float, bool]: ...
 
     def _no_sync(self) -> contextlib.AbstractContextManager[None]:
         """DDP's no_sync (an accumulating micro-batch: no all-reduce in its backward)."""
@@ -148,7 +154,7 @@ class TrainStep:
             if own is not None and own_j is not None:
                 own += own_j
             if part_abs is not None:  # the fp64 reference's probe steps: sums over micro-batches
-                assert abs_loss is not None
+                assert abs_loss is not None and scale_j is not None  # measured together
                 abs_loss += part_abs
                 grads_j, terms_j, sens_j = scale_j
                 abs_grads = grads_j if abs_grads is None else _add(abs_grads, grads_j)

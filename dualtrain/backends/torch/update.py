@@ -6,13 +6,14 @@ dualtrain.backends.torch.ps). A mixin of :class:`~dualtrain.backends.torch.engin
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import torch
 
 from dualtrain.backends.torch import ps
 from dualtrain.backends.torch.ops import NORM_OPS
 from dualtrain.core import update_rules
+from dualtrain.core.weights import Weights
 
 
 class GradientUpdate:
@@ -26,7 +27,9 @@ class GradientUpdate:
     rank: int
     scaler: torch.amp.GradScaler | None
 
-    def _update(self, capture_grads: bool) -> tuple[float, float | None, Any, float, bool]:
+    def _update(
+        self, capture_grads: bool
+    ) -> tuple[float, float | None, Weights | None, float, bool]:
         """The step after the gradients are summed: GradScaler's unscale and skip, the global norm,
         clipping, torch.optim's update, the loss scale's next value. The same code for an
         all-reduce step (on every replica) and a parameter server's (on the server). Returns (grad
@@ -64,7 +67,7 @@ class GradientUpdate:
 
     def _through_server(
         self, lr: float, poison: bool, capture_grads: bool
-    ) -> tuple[float, float | None, Any, float, bool]:
+    ) -> tuple[float, float | None, Weights | None, float, bool]:
         """A replica of a parameter-server run: its gradient (flattened) to the server, the
         server's parameters and outcome back (dualtrain.backends.torch.ps)."""
         flat = torch.cat(
@@ -88,7 +91,7 @@ class GradientUpdate:
         return out.grad_norm, out.grad_amax, out.grads, out.loss_scale, out.skipped
 
     @torch.no_grad()
-    def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> Any:
+    def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> ps.Outcome:
         """The parameter server's update from the replicas' summed gradient (flattened)."""
         offset = 0
         for p in self.params:
