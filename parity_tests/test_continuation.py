@@ -5,12 +5,17 @@ canonical form); in fp16 the loss-scale state carries over, so the scale and ski
 "torch then TF" are torch's.
 """
 
+import json
+
 import pytest
 
 from dualtrain.parity import compare_records
 from dualtrain.parity.checks import Reference, check_reference_loss, check_reference_weights
 from dualtrain.records.record import read_run
 from dualtrain.runtime import checkpoint
+from testkit.cli import run_cli
+from testkit.parity_runs import MLP
+from tools.mutants import hook
 
 DATA = (
     "data.train_limit=1001",
@@ -97,3 +102,38 @@ def test_fp16_loss_scale_state_carries_over(runs):
     full, cont = continued(runs, "torch", "tf", overrides)
     assert [r["loss_scale"] for r in cont.train] == [r["loss_scale"] for r in full.train]
     assert [r["skipped"] for r in cont.train] == [r["skipped"] for r in full.train]
+
+
+@pytest.mark.slow
+def test_a_continuation_that_parts_is_replayed_from_its_checkpoint(runs, tmp_path):
+    # TF continuing torch's step-10 checkpoint with Keras's Adam eps planted (the worker hook): the
+    # compare of "torch all the way" and "torch then TF" parts at step 11; compare continues the
+    # checkpoint on both backends and names the first divergent operation after the switch
+    overrides = (*DATA, "optimizer.name=adam", "optimizer.lr=0.001", "precision.dtype=fp64")
+    full = runs("torch", *overrides)
+    sets = [a for o in ("train.log_every=1000000", *overrides) for a in ("--set", o)]
+    env = hook("adam_eps")
+    ckpt = checkpoint.step_dir(full, 10)
+    cont = tmp_path / "torch-then-tf"
+    res = run_cli(
+        "run",
+        "--backend",
+        "tf",
+        "--config",
+        MLP,
+        *sets,
+        "--resume-from",
+        str(ckpt),
+        "--out",
+        str(cont),
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = tmp_path / "cmp"
+    res = run_cli("compare", str(full), str(cont), "--out", str(out), env=env)
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    line = json.loads((out / "verdict.json").read_text())["verdict"]
+    print(line)
+    assert "after the switch at step 10: Adam's update of" in line, line
+    assert "at step 11" in line and "eps 1e-07, Keras's default" in line, line
+    assert (out / "replay" / "tf" / "checkpoints").is_dir()

@@ -16,6 +16,7 @@ from dualtrain.audit.compare import AuditComparison, compare_recorded
 from dualtrain.audit.record import is_recorded
 from dualtrain.driver.compare import check_reference, compare_backends, default_out
 from dualtrain.driver.compare_against import saved_compare
+from dualtrain.driver.compare_replay import replay_continuation
 from dualtrain.errors import UserError
 from dualtrain.jsonio import new_folder
 from dualtrain.parity.report import (
@@ -90,7 +91,7 @@ def compare(
     if run_b is not None:
         _check_runs_call(reference, reference_runs, world_size, precision, set, overrides)
         refs = reference_runs and (_dir_of(reference_runs[0]), _dir_of(reference_runs[1]))
-        cmp, out_dir = _compare_dirs_report(_dir_of(spec_or_run_a), _dir_of(run_b), refs, out)
+        cmp, out_dir = _compare_dirs_report(_dir_of(spec_or_run_a), _dir_of(run_b), refs, out, say)
     else:
         if reference_runs is not None:
             raise UserError(
@@ -217,7 +218,11 @@ def _compare_against(
 
 
 def _compare_dirs_report(
-    run_a: Path, run_b: Path, reference_runs: tuple[Path, Path] | None, out: PathLike | None
+    run_a: Path,
+    run_b: Path,
+    reference_runs: tuple[Path, Path] | None,
+    out: PathLike | None,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[AnyComparison, Path]:
     """``dualtrain compare A B``: compare finished runs (two dualtrain runs, or two audit records
     of the user's own scripts) and write the report."""
@@ -246,6 +251,8 @@ def _compare_dirs_report(
         if out is not None
         else default_out(str(cmp.a.spec.get("name", "runs")), cmp.a.spec.get("output_dir", "runs"))
     )
+    with silenced(say is None):  # one run continued the other backend's: where they part
+        replay_continuation(cmp, out_dir, say or (lambda line: None))
     write_report(cmp, out_dir)
     return cmp, out_dir
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from dualtrain.core import locate
 from dualtrain.driver.compare_plan import PlannedRun
-from dualtrain.errors import RunFailed
+from dualtrain.driver.runs import start_run
+from dualtrain.driver.validate import validate
+from dualtrain.errors import RunFailed, UserError
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import Reference
 from dualtrain.parity.diagnose import SEMANTICS
@@ -29,7 +31,9 @@ from dualtrain.parity.replay import (
 )
 from dualtrain.parity.report import Comparison
 from dualtrain.parity.taps import LayerRow
+from dualtrain.records.record import SPEC_FILE
 from dualtrain.spec import Backend, Experiment
+from dualtrain.spec.load import load_spec
 
 
 def replay_spec(reference: Experiment, steps: int, tap: int | None = None) -> Experiment:
@@ -67,11 +71,88 @@ def located(finding: locate.Finding) -> OpFinding:
     return OpFinding(0, LAYER, None, finding.size, finding.lead(), "", rows, marked)
 
 
-def tap_step(reference: Reference, k: int) -> int:
-    """The step whose layers the replay taps: the first at which the fp64 pair's losses part (the
-    only step a loss finding can name), else ``k`` (an evaluation's finding reads any)."""
+def continued(cmp: Comparison) -> tuple[int, Path] | None:
+    """Where one of the compared runs continued the other backend's checkpoint (``--resume-from``):
+    (its step, the checkpoint folder), else None."""
+    for rec in (cmp.b, cmp.a):
+        last = (rec.summary.get("resumed") or [{}])[-1]
+        if last.get("checkpoint_backend") not in (None, last.get("backend")):
+            return int(last["from_step"]), Path(str(last["checkpoint"]))
+    return None
+
+
+def continuing(spec: Experiment, backend: Backend, where: Path, ckpt: Path) -> Path:
+    """A replay run that continues ``ckpt`` on ``backend`` (dualtrain launches its workers)."""
+    warned = tuple(validate(spec, backend).warnings)
+    run_dir, _ = start_run(spec, backend, where, resume_from=ckpt, warned=warned)
+    assert run_dir is not None  # dualtrain launched the workers
+    return run_dir
+
+
+def replay_continuation(
+    cmp: Comparison,
+    out: Path,
+    say: Callable[[str], None],
+    start: Callable[[Experiment, Backend, Path, Path], Path] = continuing,
+) -> OpFinding | None:
+    """Two fp64 runs of which one continued the other backend's checkpoint, parting on
+    semantics at step k after the switch at c: both backends continue that checkpoint up to k
+    (``start(spec, backend, folder, checkpoint)``), and the first divergent operation after it
+    leads the diagnosis."""
+    d, switch = cmp.diagnosis, continued(cmp)
+    k = d.first_divergent_step
+    if cmp.passed or d.cause != SEMANTICS or switch is None or not k or cmp.reference is None:
+        return None
+    c, ckpt = switch
+    if k <= c or k - c > MAX_STEPS or not ckpt.is_dir():
+        why = (
+            "its checkpoint is gone"
+            if k > c and k - c <= MAX_STEPS
+            else (
+                f"the runs part at step {k}, "
+                + ("before the switch" if k <= c else f"past {MAX_STEPS} steps after it")
+            )
+        )
+        cmp.notes.append(f"replay: the continuation from step {c} is not replayed ({why})")
+        return None
+    spec = load_spec(Path(cmp.b.path) / SPEC_FILE)
+    steps = tuple(range(c + 1, k + 1))
+    debug = dataclasses.replace(
+        spec.debug, dump_grads=steps, dump_layers=(tap_step(cmp.reference, k, c + 1),), stop_after=k
+    )
+    train = dataclasses.replace(spec.train, checkpoint_every=1, keep_checkpoints=len(steps) + 1)
+    spec = spec.replace(train=train, debug=debug)
+    where = out / REPLAY
+    if where.exists():
+        shutil.rmtree(where)
+    say(
+        f"the runs part at step {k}, {k - c} after the switch at step {c}: replaying both "
+        f"backends from its checkpoint, op by op -> {where}"
+    )
+    try:
+        dirs = [start(spec, b, where / b.value, ckpt) for b in (Backend.TORCH, Backend.TF)]
+    except (RunFailed, UserError) as exc:
+        cmp.notes.append(f"replay: could not continue the checkpoint ({exc})")
+        return None
+    found = first_divergent_op(dirs[0], dirs[1], spec)
+    if found is None:
+        cmp.notes.append(f"replay: both backends continuing the step-{c} checkpoint agree")
+        return None
+    cmp.replay = found
+    d.finding = f"after the switch at step {c}: {found.lead()}"
+    return found
+
+
+def tap_step(reference: Reference, k: int, first: int = 1) -> int:
+    """The step whose layers the replay taps: the first from ``first`` at which the fp64 pair's
+    losses part (the only step a loss finding can name), else ``k`` (an evaluation's finding
+    reads any)."""
     la, lb = R.step_map(reference.a, "loss"), R.step_map(reference.b, "loss")
-    parted = [s for s in sorted(set(la) & set(lb)) if s <= k and R.scaled_diff(la[s], lb[s]) > TOL]
+    parted = [
+        s
+        for s in sorted(set(la) & set(lb))
+        if first <= s <= k and R.scaled_diff(la[s], lb[s]) > TOL
+    ]
     return parted[0] if parted else k
 
 

@@ -139,6 +139,9 @@ class _Side:
         if step == 0:
             return load_weights(Path(self.rec.path) / WEIGHTS_INIT), {}, 0
         where = checkpoint.step_dir(self.rec.path, step)
+        resumed = (self.rec.summary.get("resumed") or [{}])[-1]
+        if not where.is_dir() and resumed.get("from_step") == step:  # a run that continued it
+            where = Path(str(resumed.get("checkpoint")))
         if not where.is_dir():
             return None
         ckpt = checkpoint.load(where)

@@ -40,6 +40,9 @@ class Cadence:
     """Steps whose one-step probe the fp64 reference run records (dualtrain.runtime.probes)."""
     dump_grads: frozenset[int] = frozenset()
     """Steps whose all-reduced gradient the run saves (debug.dump_grads)."""
+    stop_after: int | None = None
+    """debug.stop_after: the run ends after this step as after its last (the schedule and the
+    plan still those of the whole run)."""
 
     @classmethod
     def of(
@@ -50,6 +53,7 @@ class Cadence:
         *,
         record_probes: frozenset[int] = frozenset(),
         dump_grads: frozenset[int] = frozenset(),
+        stop_after: int | None = None,
     ) -> Cadence:
         """From the spec's ``train`` section and the plan's sizes."""
         epochs = train.epochs or -(-total_steps // steps_per_epoch)
@@ -62,13 +66,15 @@ class Cadence:
             checkpoint_every=train.checkpoint_every,
             record_probes=record_probes,
             dump_grads=dump_grads,
+            stop_after=stop_after,
         )
 
     def ticks(self, start: int) -> Iterator[Tick]:
         """The steps after ``start`` (0, or a checkpoint's step) to the end of the run."""
         spe = self.steps_per_epoch
-        for step in range(start + 1, self.total_steps + 1):
-            last = step == self.total_steps
+        end = min(self.total_steps, self.stop_after or self.total_steps)
+        for step in range(start + 1, end + 1):
+            last = step == end
             yield Tick(step, (step - 1) // spe + 1, step % spe == 0 or last, last)
 
     def log(self, tick: Tick) -> bool:

@@ -96,6 +96,7 @@ class TrainLoop:
             self.plan.steps_per_epoch,
             record_probes=self.prober.record_at,
             dump_grads=frozenset(spec.debug.dump_grads),
+            stop_after=spec.debug.stop_after,
         )
         self._poison = {tuple(p) for p in spec.debug.nonfinite_grad}
         self.window = Window(

@@ -147,6 +147,10 @@ class DebugSpec:
     its first replica's batch in training and in inference, with each sample's loss, as
     ``layers_step{N}.npz`` (canonical layouts; dualtrain.parity.taps; compare's replay asks for
     it). dualtrain's own layers only, not a model pair nor synchronised batchnorm at world > 1."""
+    stop_after: int | None = None
+    """The run ends after this step (1-based) as after its last: a final evaluation and, where it
+    checkpoints, a checkpoint; the learning rate's schedule stays the whole run's. A replay that
+    continues a checkpoint up to one step uses it (the train length must stay the checkpoint's)."""
     nonfinite_grad: tuple[tuple[int, int], ...] = ()
     """(step, replica) pairs: that replica's local gradient is set to inf at that step."""
     exit_rank: tuple[int, int] | None = None
@@ -157,3 +161,7 @@ class DebugSpec:
     crash_in_checkpoint: int | None = None
     """Step whose checkpoint write the chief dies in (SIGKILL after the weights file, before the
     manifest), in the first attempt only."""
+
+    def __post_init__(self) -> None:
+        if self.stop_after is not None:
+            check_field(self.stop_after >= 1, "debug.stop_after", "must be >= 1", self.stop_after)

@@ -26,6 +26,16 @@ def test_ticks_number_steps_and_epochs_and_mark_the_ends():
     assert list(_cadence(total=7, spe=3).ticks(7)) == []
 
 
+def test_stop_after_ends_the_run_there_as_at_its_last_step():
+    c = _cadence(total=7, spe=3, ev=0, stop_after=5)
+    ticks = list(c.ticks(0))
+    assert [t.step for t in ticks] == [1, 2, 3, 4, 5]
+    assert [t.step for t in ticks if t.last] == [5] and ticks[-1].end_of_epoch
+    assert [t.step for t in c.ticks(0) if c.evaluate(t)] == [3, 5]
+    assert [t.step for t in _cadence(total=7, spe=3, stop_after=5).ticks(3)] == [4, 5]
+    assert [t.step for t in _cadence(total=7, stop_after=9).ticks(0)][-1] == 7  # past the end
+
+
 def test_log_every_n_steps_and_every_epoch_end():
     c = _cadence(total=7, spe=3, log=2)
     assert [t.step for t in c.ticks(0) if c.log(t)] == [2, 3, 4, 6, 7]
