@@ -2,8 +2,8 @@
 candidate recomputes the layer's output from its input (the same on both sides) and the weights
 both sides stepped from, the spec's rule first, then the variants ports carry; the side whose
 output a variant reproduces, where the other follows the spec's rule, is named with it. Checked,
-not guessed: a mechanism is named only where it reproduces the output to float64 rounding.
-Framework-free, float64 NumPy."""
+not guessed: a mechanism is named only where it reproduces the output to float64 rounding (a
+loss's: dualtrain.parity.loss_mechanisms). Framework-free, float64 NumPy."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dualtrain.core import dropout, losses
+from dualtrain.core import dropout
 from dualtrain.core.model import ResolvedLayer
 from dualtrain.core.weights import Weights
 from dualtrain.parity.mechanisms import rel
-from dualtrain.spec import Approximate, LayerType, Loss
+from dualtrain.spec import Approximate, LayerType
 
 #: A recomputed output within this relative distance of a side's reproduces it.
 FITS = 1e-9
@@ -318,56 +318,3 @@ def _gelu(case: Layer) -> list[Candidate]:
     )
     tanh: Candidate = ("gelu's tanh approximation (Keras's approximate=True)", _gelu_tanh)
     return [tanh, erf] if case.r.spec.approximate is Approximate.TANH else [erf, tanh]
-
-
-# ---- the loss --------------------------------------------------------------------------------
-
-
-def loss_mechanism(
-    labels: tuple[str, str],
-    loss: Loss,
-    out: np.ndarray,
-    y: np.ndarray,
-    sides: tuple[np.ndarray, np.ndarray],
-) -> str:
-    """Where one side's per-sample losses are the spec's (dualtrain.core.losses.reference) on the
-    shared outputs: the other's, as a constant factor or as label smoothing, in words; else ""."""
-    ref = losses.reference(loss, out, y)[0]
-    for k in (0, 1):
-        mine, other = sides[k], sides[1 - k]
-        if rel(ref, mine) > FITS or rel(ref, other) <= FITS:
-            continue
-        who = labels[1 - k]
-        ratio = other / np.where(ref == 0, np.nan, ref)
-        ratio = ratio[np.isfinite(ratio)]
-        if ratio.size >= 2 and float(np.ptp(ratio)) <= FITS * abs(float(ratio.mean())):
-            r = float(ratio.mean())
-            half = " (the 1/2 (o - t)^2 convention)" if abs(r - 0.5) < 1e-12 else ""
-            return f"{who} departs from the spec's rule: its loss is the spec's x {r:.6g}{half}"
-        return _smoothing(who, loss, out, y, ref, other)
-    return ""
-
-
-def _smoothing(
-    who: str, loss: Loss, out: np.ndarray, y: np.ndarray, ref: np.ndarray, other: np.ndarray
-) -> str:
-    """``other`` as the loss with smoothed labels: linear in the smoothing, so one factor fitted
-    over every sample, and named only where it reproduces each."""
-    if loss is Loss.CROSS_ENTROPY:
-        m = out.max(axis=1, keepdims=True)
-        lse = np.log(np.exp(out - m).sum(axis=1)) + m[:, 0]
-        full = (lse[:, None] - out).mean(axis=1)  # every class's share, label_smoothing = 1
-    elif loss is Loss.BINARY_CROSS_ENTROPY:
-        full = losses.reference(loss, out, np.full_like(np.asarray(y, np.float64), 0.5))[0]
-    else:
-        return ""
-    d, step = other - ref, full - ref
-    if len(d) < 2 or not np.any(step):
-        return ""
-    eps = float(d @ step / (step @ step))
-    if rel(d, eps * step) > 1e-6:
-        return ""
-    return (
-        f"{who} departs from the spec's rule: label smoothing {eps:.3g} (targets t (1 - s) + s / "
-        f"{'K' if loss is Loss.CROSS_ENTROPY else '2'}, Keras's label_smoothing=s)"
-    )

@@ -20,6 +20,7 @@ import numpy as np
 from dualtrain.core.model import ResolvedLayer, forward_order, resolve
 from dualtrain.core.weights import Weights
 from dualtrain.parity import layer_mechanisms as M
+from dualtrain.parity.loss_mechanisms import loss_mechanism
 from dualtrain.parity.mechanisms import rel
 from dualtrain.records.record import layers_file
 from dualtrain.spec import Experiment
@@ -165,7 +166,7 @@ def first_layer(
         f"the loss function"
     )
     out = a[f"{mode}/output"]
-    mechanism = M.loss_mechanism(labels, spec.model.loss, out, a["y"], (a[key], b[key]))
+    mechanism = loss_mechanism(labels, spec.model.loss, out, a["y"], (a[key], b[key]))
     return LayerFinding(mode, None, d, what, mechanism)
 
 

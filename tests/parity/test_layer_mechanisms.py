@@ -11,7 +11,8 @@ import pytest
 
 from dualtrain.core import dropout, losses
 from dualtrain.core.model import resolve
-from dualtrain.parity.layer_mechanisms import Layer, layer_mechanism, loss_mechanism
+from dualtrain.parity.layer_mechanisms import Layer, layer_mechanism
+from dualtrain.parity.loss_mechanisms import loss_mechanism
 from dualtrain.spec import Approximate, LayerSpec, LayerType, Loss, ModelSpec
 from dualtrain.spec.load import from_dict
 from testkit.synth import base_spec
