@@ -21,7 +21,9 @@ Modules:
 * ``build``: a run's Layout from both sides, by the map file or the automatic match;
 * ``factories``: importing and calling the user's factories, and checking what they build;
 * ``dropout``: the sides' dropout calls matched in forward order, and their hash masks in a
-  training forward.
+  training forward;
+* ``learn``: a weight map learned from values, where a converter builds the Keras side (issue
+  47: the core alone so far; a pair cannot name a converter yet).
 
 The names other modules use as ``pair.<name>`` are re-exported here.
 """
