@@ -191,7 +191,10 @@ def _in_layers(
     tapped = taps.read_taps(a.rec.path, step), taps.read_taps(b.rec.path, step)
     before = a.state(step - 1)
     if tapped[0] is None or tapped[1] is None or before is None:
-        return found
+        why = (
+            "; its layers were not tapped (a model pair, or batchnorm synchronised across replicas)"
+        )
+        return dataclasses.replace(found, what=found.what + why)
     rows = tuple(taps.layer_rows(spec, tapped[0], tapped[1]))
     hit = taps.first_layer(spec, (a.label, b.label), (tapped[0], tapped[1]), before[0], step, mode)
     if hit is None and mode == taps.INFERENCE:  # the model agrees: the samples do not
