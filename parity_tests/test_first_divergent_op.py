@@ -8,14 +8,8 @@ import json
 
 import pytest
 
-from dualtrain.parity.replay import (
-    EVALUATION,
-    GRADIENT,
-    LOSS,
-    RUNNING,
-    UPDATE,
-    first_divergent_op,
-)
+from dualtrain.parity.op_finding import EVALUATION, GRADIENT, LOSS, RUNNING, UPDATE
+from dualtrain.parity.replay import first_divergent_op
 from dualtrain.spec import load_spec
 from testkit.parity_runs import MLP
 from tools.mutants import MUTANTS, PORTING_MUTANTS, SPECS, compare_fp64, hook

@@ -21,14 +21,8 @@ from dualtrain.errors import RunFailed, UserError
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks.base import Reference
 from dualtrain.parity.diagnose import SEMANTICS
-from dualtrain.parity.replay import (
-    LAYER,
-    MAX_STEPS,
-    REPLAY,
-    TOL,
-    OpFinding,
-    first_divergent_op,
-)
+from dualtrain.parity.op_finding import LAYER, OpFinding
+from dualtrain.parity.replay import MAX_STEPS, REPLAY, TOL, first_divergent_op
 from dualtrain.parity.report import Comparison
 from dualtrain.parity.taps import LayerRow
 from dualtrain.records.record import SPEC_FILE

@@ -16,7 +16,7 @@ from dualtrain.parity.checks import (
     tolerance_of,
 )
 from dualtrain.parity.diagnose import Diagnosis, diagnose
-from dualtrain.parity.replay import OpFinding
+from dualtrain.parity.op_finding import OpFinding
 from dualtrain.parity.tolerances import Tolerance, precision_of
 from dualtrain.records.record import RunRecord, read_run
 from dualtrain.records.verdict import all_passed
