@@ -30,13 +30,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dualtrain.backends import PACKAGES, launch_module
+from dualtrain.backends import PACKAGES
 from dualtrain.driver.compare_against import judge_against
 from dualtrain.driver.compare_failed import judge_partial, write_failed_only
 from dualtrain.driver.compare_out import LOCATOR_FILE, Existing, claim_out, set_aside
 from dualtrain.driver.compare_plan import PlannedRun, plan_runs
 from dualtrain.driver.compare_replay import located, run_replay
 from dualtrain.driver.compare_twin import run_twin
+from dualtrain.driver.launching import refuse_external_launch
 from dualtrain.driver.locate import locate_pair, table
 from dualtrain.driver.pair import pair_layout
 from dualtrain.driver.runs import resume_run, start_run
@@ -112,23 +113,6 @@ class Progress:
                 f"{self._others('; still running: ')}"
             )
             return took
-
-
-def refuse_external_launch() -> None:
-    """compare launches its own workers for every run: it cannot be one rank of someone else's run
-    (under torchrun each rank would start all four runs, and a TF_CONFIG would make this process a
-    TensorFlow worker)."""
-    for backend, how in (
-        (Backend.TORCH, "torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT"),
-        (Backend.TF, "TF_CONFIG"),
-    ):
-        if launch_module(backend).detect() is not None:  # detect() only reads the environment
-            raise UserError(
-                f"dualtrain compare launches its own workers; run it outside "
-                f"torchrun, a TF_CONFIG cluster or a multi-task srun step. Received: "
-                f"an external {backend.value} launch in the environment ({how} or a "
-                f"Slurm step)"
-            )
 
 
 def compare_backends(

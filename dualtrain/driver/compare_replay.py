@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dualtrain.core import locate
 from dualtrain.driver.compare_plan import PlannedRun
+from dualtrain.driver.launching import refuse_external_launch
 from dualtrain.driver.runs import start_run
 from dualtrain.driver.validate import validate
 from dualtrain.errors import RunFailed, UserError
@@ -76,7 +77,9 @@ def continued(cmp: Comparison) -> tuple[int, Path] | None:
 
 
 def continuing(spec: Experiment, backend: Backend, where: Path, ckpt: Path) -> Path:
-    """A replay run that continues ``ckpt`` on ``backend`` (dualtrain launches its workers)."""
+    """A replay run that continues ``ckpt`` on ``backend`` (dualtrain launches its workers: never
+    one rank of an external launch)."""
+    refuse_external_launch()
     warned = tuple(validate(spec, backend).warnings)
     run_dir, _ = start_run(spec, backend, where, resume_from=ckpt, warned=warned)
     assert run_dir is not None  # dualtrain launched the workers

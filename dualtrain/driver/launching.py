@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dualtrain.backends import LaunchModule
+from dualtrain.backends import LaunchModule, launch_module
 from dualtrain.driver.rewind import has_trained, truncate_records
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.launch.forkserver import Warm
@@ -125,3 +125,20 @@ def resume_hint(run_dir: Path, resume_with: str | None = None) -> str:
     if checkpoint.latest(run_dir) is None:
         return "no checkpoint to resume from (train.checkpoint_every writes them)"
     return f"continue it with: dualtrain run --resume {shlex.quote(str(run_dir))}"
+
+
+def refuse_external_launch() -> None:
+    """compare (and its replays) launches its own workers for every run: it cannot be one rank of
+    someone else's run (under torchrun each rank would start all four runs, and a TF_CONFIG would
+    make this process a TensorFlow worker)."""
+    for backend, how in (
+        (Backend.TORCH, "torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT"),
+        (Backend.TF, "TF_CONFIG"),
+    ):
+        if launch_module(backend).detect() is not None:  # detect() only reads the environment
+            raise UserError(
+                f"dualtrain compare launches its own workers; run it outside "
+                f"torchrun, a TF_CONFIG cluster or a multi-task srun step. Received: "
+                f"an external {backend.value} launch in the environment ({how} or a "
+                f"Slurm step)"
+            )
