@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from testkit.browser import chromium, look
 from testkit.cli import run_cli
 from testkit.parity_runs import MLP
 from tools.mutants import SPECS, UPGRADES, hook
@@ -45,6 +46,10 @@ def test_compare_against_a_saved_compare_names_the_upgrade_and_its_op(tmp_path, 
     changed = {r["label"]: r["changed"] for r in held["runs"]}
     other = "torch" if u.backend == "tf" else "tf"
     assert changed[u.backend] and not changed[other], held
+    if chromium() is not None:  # the report's against table, as a person sees it
+        seen = look(today / "report.html")
+        assert "Against the saved compare" in seen.headings
+        assert not seen.wide_tables and not seen.overflowing_cells, seen
 
 
 def test_against_refuses_what_is_not_a_saved_compare(tmp_path):
