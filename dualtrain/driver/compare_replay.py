@@ -66,13 +66,13 @@ def located(finding: locate.Finding) -> OpFinding:
     return OpFinding(0, LAYER, None, finding.size, finding.lead(), "", rows, marked)
 
 
-def continued(cmp: Comparison) -> tuple[int, Path] | None:
+def continued(cmp: Comparison) -> tuple[int, Path, Path] | None:
     """Where one of the compared runs continued the other backend's checkpoint (``--resume-from``):
-    (its step, the checkpoint folder), else None."""
+    (its step, the checkpoint folder, the run that continued it), else None."""
     for rec in (cmp.b, cmp.a):
         last = (rec.summary.get("resumed") or [{}])[-1]
         if last.get("checkpoint_backend") not in (None, last.get("backend")):
-            return int(last["from_step"]), Path(str(last["checkpoint"]))
+            return int(last["from_step"]), Path(str(last["checkpoint"])), Path(rec.path)
     return None
 
 
@@ -100,7 +100,7 @@ def replay_continuation(
     k = d.first_divergent_step
     if cmp.passed or d.cause != SEMANTICS or switch is None or not k or cmp.reference is None:
         return None
-    c, ckpt = switch
+    c, ckpt, run_dir = switch
     if k <= c or k - c > MAX_STEPS or not ckpt.is_dir():
         why = (
             "its checkpoint is gone"
@@ -112,7 +112,7 @@ def replay_continuation(
         )
         cmp.notes.append(f"replay: the continuation from step {c} is not replayed ({why})")
         return None
-    spec = load_spec(Path(cmp.b.path) / SPEC_FILE)
+    spec = load_spec(run_dir / SPEC_FILE)
     steps = tuple(range(c + 1, k + 1))
     debug = dataclasses.replace(
         spec.debug, dump_grads=steps, dump_layers=(tap_step(cmp.reference, k, c + 1),), stop_after=k
@@ -120,23 +120,44 @@ def replay_continuation(
     train = dataclasses.replace(spec.train, checkpoint_every=1, keep_checkpoints=len(steps) + 1)
     spec = spec.replace(train=train, debug=debug)
     where = out / REPLAY
-    if where.exists():
-        shutil.rmtree(where)
     say(
         f"the runs part at step {k}, {k - c} after the switch at step {c}: replaying both "
         f"backends from its checkpoint, op by op -> {where}"
     )
+    found = _replayed(
+        cmp,
+        spec,
+        where,
+        lambda b, to: start(spec, b, to, ckpt),
+        f"the steps after the step-{c} checkpoint",
+    )
+    if found is not None:
+        d.finding = f"after the switch at step {c}: {found.lead()}"
+    return found
+
+
+def _replayed(
+    cmp: Comparison,
+    spec: Experiment,
+    where: Path,
+    run: Callable[[Backend, Path], Path],
+    over: str,
+) -> OpFinding | None:
+    """Both backends run ``spec`` into ``where``/torch and ``where``/tf (``run(backend, folder)``)
+    and the first divergent operation between them, kept as the comparison's replay; a note where
+    they could not run or agree ``over`` what they replayed."""
+    if where.exists():
+        shutil.rmtree(where)
     try:
-        dirs = [start(spec, b, where / b.value, ckpt) for b in (Backend.TORCH, Backend.TF)]
+        dirs = [run(b, where / b.value) for b in (Backend.TORCH, Backend.TF)]
     except (RunFailed, UserError) as exc:
-        cmp.notes.append(f"replay: could not continue the checkpoint ({exc})")
+        cmp.notes.append(f"replay: could not run ({exc})")
         return None
     found = first_divergent_op(dirs[0], dirs[1], spec)
     if found is None:
-        cmp.notes.append(f"replay: both backends continuing the step-{c} checkpoint agree")
+        cmp.notes.append(f"replay: the replayed pair agrees over {over}")
         return None
     cmp.replay = found
-    d.finding = f"after the switch at step {c}: {found.lead()}"
     return found
 
 
@@ -174,23 +195,14 @@ def run_replay(
         )
         return None
     where = first.where.parent / REPLAY
-    if where.exists():
-        shutil.rmtree(where)
     spec = replay_spec(first.spec, k, tap_step(cmp.reference, k))
     say(
         f"the fp64 pair parts at step {k}: replaying {k} step(s) on both backends, op by op "
         f"-> {where}"
     )
-    try:
-        dirs = [start(spec, b, where / b.value) for b in (Backend.TORCH, Backend.TF)]
-    except RunFailed as exc:
-        cmp.notes.append(f"replay: could not run ({exc})")
-        return None
-    found = first_divergent_op(dirs[0], dirs[1], spec)
+    found = _replayed(cmp, spec, where, lambda b, to: start(spec, b, to), f"its {k} step(s)")
     if found is None:
-        cmp.notes.append(f"replay: the replayed pair agrees over its {k} step(s)")
         return None
-    cmp.replay = found
     if not d.finding:  # a model pair's locator finding names the layer and leads
         d.finding = found.lead()
     else:

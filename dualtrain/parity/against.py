@@ -146,14 +146,14 @@ def _lead(runs: list[RunChange]) -> str:
 
 
 def between(changes: list[str]) -> str:
-    """``["keras 3.15.1 -> 3.16.0"]`` -> ``"keras 3.15.1 and 3.16.0"``."""
+    """``["keras 3.15.1 -> 3.16.0"]`` -> ``"keras 3.15.1 and 3.16.0"``; several read as two sets
+    (``"keras 3.15.1 / tensorflow 2.21.0 and keras 3.16.0 / tensorflow 2.22.0"``)."""
+    if len(changes) == 1:  # the issue's own words: "keras 3.15.1 and 3.16.0"
+        return changes[0].replace(" -> ", " and ")
     olds, news = [], []
     for c in changes:
         name, _, pair = c.partition(" ")
         a, _, b = pair.partition(" -> ")
         olds.append(f"{name} {a}")
         news.append(f"{name} {b}")
-    if len(changes) == 1:
-        name, _, pair = changes[0].partition(" ")
-        return f"{name} {pair.replace(' -> ', ' and ')}"
     return f"{' / '.join(olds)} and {' / '.join(news)}"

@@ -68,10 +68,14 @@ class _Side:
     loss: dict[int, float]
     lr: dict[int, float]
     states: dict[int, tuple[Weights, Weights, int] | None] = field(default_factory=dict)
+    dumped: dict[int, Weights | None] = field(default_factory=dict)
 
     def grads(self, step: int) -> Weights | None:
-        p = Path(self.rec.path) / f"grads_step{step}.npz"
-        return load_weights(p) if p.is_file() else None
+        """The all-reduced gradient of ``step`` (``grads_step{N}.npz``), read once."""
+        if step not in self.dumped:
+            p = Path(self.rec.path) / f"grads_step{step}.npz"
+            self.dumped[step] = load_weights(p) if p.is_file() else None
+        return self.dumped[step]
 
     def state(self, step: int) -> tuple[Weights, Weights, int] | None:
         """(weights, optimizer slots, updates applied) after ``step`` (its checkpoint); step 0:
@@ -128,35 +132,38 @@ def _params(a: _Side, b: _Side, s: int) -> tuple[ParamRow, ...]:
     return tuple(rows)
 
 
+#: What a loss or an evaluation finding says after its head, by what the step's taps showed
+UNTAPPED = "its layers were not tapped (a model pair, or batchnorm synchronised across replicas)"
+SAMPLES_AGREE = {
+    taps.TRAINING: (
+        ", while every layer's output and each sample's loss agree on the first replica's first "
+        "micro-batch: another replica's samples, or how the per-sample losses are summed and "
+        "normalised"
+    ),
+    taps.INFERENCE: (
+        " while every training step agrees, and every layer's inference output and loss agree "
+        "on the tapped samples in the first replica: the evaluated samples (another split, or "
+        "other rows of it), or state another replica holds (its own running statistics)"
+    ),
+}
+
+
 def _in_layers(
-    a: _Side, b: _Side, spec: Experiment, step: int, mode: str, found: OpFinding
+    a: _Side, b: _Side, spec: Experiment, step: int, mode: str, found: OpFinding, head: str
 ) -> OpFinding:
-    """``found`` (the loss or an evaluation) told layer by layer where both runs tapped ``step``
-    (debug.dump_layers): the first layer that differs, or the loss function, and its mechanism."""
+    """``found`` (the loss or an evaluation, whose words begin with ``head``) told layer by layer
+    where both runs tapped ``step`` (debug.dump_layers): the first layer that differs, or the loss
+    function, and its mechanism."""
     tapped = taps.read_taps(a.rec.path, step), taps.read_taps(b.rec.path, step)
+    if tapped[0] is None or tapped[1] is None:
+        return dataclasses.replace(found, what=f"{found.what}; {UNTAPPED}")
     before = a.state(step - 1)
-    if tapped[0] is None or tapped[1] is None or before is None:
-        why = (
-            "; its layers were not tapped (a model pair, or batchnorm synchronised across replicas)"
-        )
-        return dataclasses.replace(found, what=found.what + why)
+    if before is None:  # no state to recompute a layer from: the finding as it stands
+        return found
     rows = tuple(taps.layer_rows(spec, tapped[0], tapped[1]))
     hit = taps.first_layer(spec, (a.label, b.label), (tapped[0], tapped[1]), before[0], step, mode)
-    if hit is None and mode == taps.INFERENCE:  # the model agrees: the samples do not
-        what = (
-            f"{found.what.split(' while ')[0]} while every training step agrees, and every "
-            f"layer's inference output and loss agree on step {step}'s samples in the first "
-            f"replica: the evaluated samples (another split, or other rows of it), or state "
-            f"another replica holds (its own running statistics)"
-        )
-        return dataclasses.replace(found, what=what, layers=rows)
-    if hit is None:  # the first micro-batch agrees layer by layer and sample by sample
-        what = (
-            f"{found.what.split(': the forward pass')[0]}, while every layer's output and each "
-            f"sample's loss agree on the first replica's first micro-batch: another replica's "
-            f"samples, or how the per-sample losses are summed and normalised"
-        )
-        return dataclasses.replace(found, what=what, layers=rows)
+    if hit is None:  # the tapped samples agree layer by layer and sample by sample
+        return dataclasses.replace(found, what=head + SAMPLES_AGREE[mode], layers=rows)
     return OpFinding(
         found.step,
         LAYER if hit.prefix is not None else found.stage,
@@ -179,20 +186,22 @@ def _evaluation(a: _Side, b: _Side, spec: Experiment) -> OpFinding | None:
         for s in sorted(set(ea) & set(eb)):
             d = R.scaled_diff(ea[s], eb[s])
             if d > TOL:
+                head = (
+                    f"the evaluation of the {split} split after step {s} differs ({a.label} loss "
+                    f"{ea[s]:.17g}, {b.label} {eb[s]:.17g})"
+                )
                 found = OpFinding(
                     s,
                     EVALUATION,
                     None,
                     d,
-                    f"the evaluation of the {split} split after step {s} differs ({a.label} loss "
-                    f"{ea[s]:.17g}, {b.label} {eb[s]:.17g}) while every training step agrees: the "
-                    f"model in inference (dropout left on, batchnorm's running statistics) or the "
-                    f"evaluated samples",
+                    f"{head} while every training step agrees: the model in inference (dropout "
+                    f"left on, batchnorm's running statistics) or the evaluated samples",
                 )
                 tapped = [t for t in taps.tapped_steps(a.rec.path) if t <= s]
                 if not tapped:
                     return found
-                return _in_layers(a, b, spec, tapped[-1], taps.INFERENCE, found)
+                return _in_layers(a, b, spec, tapped[-1], taps.INFERENCE, found, head)
     return None
 
 
@@ -200,15 +209,13 @@ def _step(a: _Side, b: _Side, s: int, spec: Experiment) -> OpFinding | None:
     opt = spec.optimizer
     before_a = a.state(s - 1)  # b's is a's: every earlier step agreed
     if R.scaled_diff(a.loss[s], b.loss[s]) > TOL:
-        differs = OpFinding(
-            s,
-            LOSS,
-            None,
-            R.scaled_diff(a.loss[s], b.loss[s]),
+        head = (
             f"the loss of step {s} differs on the same weights and batch ({a.label} "
-            f"{a.loss[s]:.17g}, {b.label} {b.loss[s]:.17g}): the forward pass or the loss",
+            f"{a.loss[s]:.17g}, {b.label} {b.loss[s]:.17g})"
         )
-        return _in_layers(a, b, spec, s, taps.TRAINING, differs)
+        d = R.scaled_diff(a.loss[s], b.loss[s])
+        differs = OpFinding(s, LOSS, None, d, f"{head}: the forward pass or the loss")
+        return _in_layers(a, b, spec, s, taps.TRAINING, differs, head)
     ga, gb = a.grads(s), b.grads(s)
     if ga is None or gb is None:
         return None

@@ -22,7 +22,7 @@ from dualtrain.core.weights import Weights
 from dualtrain.parity import layer_mechanisms as M
 from dualtrain.parity.loss_mechanisms import loss_mechanism
 from dualtrain.parity.mechanisms import rel
-from dualtrain.records.record import layers_file
+from dualtrain.records.record import LAYERS_PREFIX, LAYERS_SUFFIX, layers_file
 from dualtrain.spec import Experiment
 
 TRAINING, INFERENCE = "train", "eval"
@@ -77,8 +77,8 @@ def read_taps(run_dir: Path, step: int) -> Taps | None:
 
 def tapped_steps(run_dir: Path) -> list[int]:
     steps = []
-    for p in Path(run_dir).glob(layers_file(0).replace("0", "*")):
-        digits = p.name.removeprefix("layers_step").removesuffix(".npz")
+    for p in Path(run_dir).glob(f"{LAYERS_PREFIX}*{LAYERS_SUFFIX}"):
+        digits = p.name.removeprefix(LAYERS_PREFIX).removesuffix(LAYERS_SUFFIX)
         if digits.isdigit():
             steps.append(int(digits))
     return sorted(steps)

@@ -42,9 +42,12 @@ WEIGHTS_EMA = "weights_ema.npz"
 TEST_CORRECT = "test_correct.npy"
 
 
+#: debug.dump_layers: ``layers_step{N}.npz``, every layer's output at step N (parity/taps.py)
+LAYERS_PREFIX, LAYERS_SUFFIX = "layers_step", ".npz"
+
+
 def layers_file(step: int) -> str:
-    """debug.dump_layers: every layer's output at ``step`` (dualtrain.parity.taps reads it)."""
-    return f"layers_step{step}.npz"
+    return f"{LAYERS_PREFIX}{step}{LAYERS_SUFFIX}"
 
 
 def as_float(value: Any) -> float:
