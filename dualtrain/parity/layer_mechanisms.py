@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dualtrain.core import dropout
+from dualtrain.core import batchnorm, dropout
 from dualtrain.core.model import ResolvedLayer
 from dualtrain.core.weights import Weights
 from dualtrain.parity.mechanisms import rel
@@ -174,23 +174,34 @@ def _dropout(case: Layer) -> list[Candidate]:
 # ---- batchnorm -------------------------------------------------------------------------------
 
 
-def _normalise(case: Layer, eps: float, stats: str) -> np.ndarray:
-    x = case.x
-    assert x is not None
+def _bn_ops(x: np.ndarray) -> batchnorm.Ops:
+    """dualtrain.core.batchnorm's arithmetic on NumPy (one replica: nothing to all-reduce)."""
     axes = (0, 2, 3) if x.ndim == 4 else (0,)
     shape = (1, -1, 1, 1) if x.ndim == 4 else (1, -1)
+    return batchnorm.Ops(
+        channel_sum=lambda t: t.sum(axis=axes),
+        count=lambda t: float(t.size // t.shape[1]),
+        expand=lambda v: np.reshape(v, shape),
+        all_reduce=list,
+        sqrt=np.sqrt,
+    )
+
+
+def _normalise(case: Layer, eps: float, stats: str) -> np.ndarray:
+    """The layer's output by dualtrain.core.batchnorm (the rule both backends run), with ``eps``
+    and the ``stats`` named: the batch's (biased variance), the batch's with the unbiased
+    variance, or the running ones."""
+    x = case.x
+    assert x is not None
+    ops = _bn_ops(x)
     names = [n for n, _ in case.r.arrays]  # weight, bias, running_mean, running_var
     w, b, rm, rv = (np.asarray(case.weights[n], np.float64) for n in names)
     if stats == "running":
         mean, var = rm, rv
     else:
-        mean = x.mean(axis=axes)
-        n = x.size // x.shape[1]
-        var = ((x - mean.reshape(shape)) ** 2).sum(axis=axes) / (
-            n - 1 if stats == "unbiased" else n
-        )
-    scale = w / np.sqrt(var + eps)
-    return (x - mean.reshape(shape)) * scale.reshape(shape) + b.reshape(shape)
+        mean, biased, unbiased = batchnorm.batch_stats(ops, x, False)
+        var = unbiased if stats == "unbiased" else biased
+    return np.asarray(batchnorm.normalize(ops, x, mean, var, w, b, eps))
 
 
 def _with_eps(eps: float, stats: str) -> Callable[[Layer, np.ndarray], np.ndarray]:
