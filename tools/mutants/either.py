@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dualtrain.core import stopping
-from tools.mutants.patching import tf_engine, torch_engine
+from tools.mutants.patching import tf_engine, tf_forward, tf_step, torch_engine, torch_forward
 
 #: Mutants that run on either backend ([BACKEND/]NAME): a model pair's native layers
 #: (configs/port_resnet.yaml with model.args.bn=true; parity_tests/test_model_pairs.py), and
@@ -30,15 +30,16 @@ BACKEND_MUTANTS = {
 
 
 def tf_pair_bn_own_stats() -> None:
-    cls = tf_engine()
-    updates = cls._running_updates
+    cls = tf_step()
+    updates = cls.running_updates
 
     def mutated(self, ctx, stats):
-        if self.layout is None:
+        if self.state.layout is None:
             return updates(self, ctx, stats)
-        return [r.read_value() for r in self.running]  # as the forward left them: no broadcast
+        # as the forward left them: no broadcast
+        return [r.read_value() for r in self.state.running]
 
-    cls._running_updates = mutated
+    cls.running_updates = mutated
 
 
 def torch_pair_bn_own_stats() -> None:
@@ -48,7 +49,7 @@ def torch_pair_bn_own_stats() -> None:
     def mutated(self, *args, **kwargs):
         init(self, *args, **kwargs)
         if self._pair:  # a pair's broadcast holds its own batchnorm layers' statistics only
-            self._broadcast = []
+            self.state.broadcast = []
 
     cls.__init__ = mutated
 
@@ -56,53 +57,54 @@ def torch_pair_bn_own_stats() -> None:
 def tf_accumulate_micro_mean() -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    micro_step = cls._micro_step
+    cls = tf_forward()
+    micro_step = cls.micro_step
 
     def mutated(self, ids, x, y, global_count, step, scale, **kw):
         count = tf.cast(tf.maximum(tf.size(ids), 1), tf.float32)
-        per = count * self.accumulate * self.strategy.num_replicas_in_sync
+        per = count * self.state.accumulate * self.state.strategy.num_replicas_in_sync
         return micro_step(self, ids, x, y, per, step, scale, **kw)
 
-    cls._micro_step = mutated
+    cls.micro_step = mutated
 
 
 def torch_accumulate_micro_mean() -> None:
-    cls = torch_engine().TorchEngine
-    micro_step = cls._micro_step
+    cls = torch_forward()
+    micro_step = cls.micro_step
 
     def mutated(self, ids, step, global_count, measure_scale, **kw):
-        per = max(len(ids), 1) * self.accumulate * self.world
+        per = max(len(ids), 1) * self.state.accumulate * self.state.world
         return micro_step(self, ids, step, per, measure_scale, **kw)
 
-    cls._micro_step = mutated
+    cls.micro_step = mutated
 
 
 def torch_ps_mean_of_means() -> None:
-    cls = torch_engine().TorchEngine
-    micro_step = cls._micro_step
+    cls = torch_forward()
+    micro_step = cls.micro_step
 
     def mutated(self, ids, step, global_count, measure_scale, **kw):
-        if self.server:  # a parameter-server replica only: the all-reduce path is untouched
-            global_count = max(len(ids), 1) * self.world
+        if self.state.server:  # a parameter-server replica only: the all-reduce path is untouched
+            global_count = max(len(ids), 1) * self.state.world
         return micro_step(self, ids, step, global_count, measure_scale, **kw)
 
-    cls._micro_step = mutated
+    cls.micro_step = mutated
 
 
 def tf_ps_mean_of_means() -> None:
     import tensorflow as tf  # lazy: framework
 
-    from dualtrain.backends.tf import ps  # lazy: framework
-
-    cls = ps.PSEngine
-    micro_step = cls._micro_step
+    cls = tf_forward()
+    micro_step = cls.micro_step
 
     def mutated(self, ids, x, y, global_count, step, scale, **kw):
-        own = tf.cast(tf.maximum(tf.size(ids), 1) * self.n_local, tf.float32)
+        if self.state.spec.distribution.strategy != "parameter_server":
+            return micro_step(self, ids, x, y, global_count, step, scale, **kw)
+        # a parameter-server run only: the mirrored step is untouched
+        own = tf.cast(tf.maximum(tf.size(ids), 1) * self.state.n_local, tf.float32)
         return micro_step(self, ids, x, y, own, step, scale, **kw)
 
-    cls._micro_step = mutated
+    cls.micro_step = mutated
 
 
 def early_stop_late() -> None:

@@ -9,7 +9,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from dualtrain.core.kernels import round_to
-from tools.mutants.patching import active, tf_engine, torch_engine
+from tools.mutants.patching import (
+    active,
+    tf_engine,
+    tf_forward,
+    tf_step,
+    tf_update,
+    torch_engine,
+    torch_forward,
+    torch_update,
+)
 
 
 @dataclass(frozen=True)
@@ -85,30 +94,30 @@ PRECISION_SPEC = (
 
 
 def torch_unscale_factor(path: str, size: float) -> None:
-    cls = torch_engine().TorchEngine
-    unscale = cls._unscale
+    cls = torch_update()
+    unscale = cls.unscale
 
     def mutated(self):
         unscale(self)
-        if active(self.spec, path):
-            for p in self.params:
+        if active(self.state.spec, path):
+            for p in self.state.params:
                 if p.grad is not None:
                     p.grad.div_(1.0 + size)
 
-    cls._unscale = mutated
+    cls.unscale = mutated
 
 
 def tf_unscale_factor(path: str, size: float) -> None:
-    cls = tf_engine()
-    unscale = cls._unscale
+    cls = tf_update()
+    unscale = cls.unscale
 
     def mutated(self, grads, scale):
         grads = unscale(self, grads, scale)
-        if active(self.spec, path):
+        if active(self.state.spec, path):
             grads = [g / (1.0 + size) for g in grads]
         return grads
 
-    cls._unscale = mutated
+    cls.unscale = mutated
 
 
 def ce_low_sum(per_sample: np.ndarray) -> float:
@@ -128,43 +137,44 @@ def torch_ce_low_precision(path: str, size: float) -> None:
     import torch  # lazy: framework
     import torch.nn.functional as F  # lazy: framework
 
-    cls = torch_engine().TorchEngine
-    loss_sum = cls._loss_sum
+    cls = torch_forward()
+    loss_sum = cls.loss_sum
 
     def mutated(self, logits, y):
-        if not active(self.spec, path):
+        if not active(self.state.spec, path):
             return loss_sum(self, logits, y)
         # ce_low_sum's arithmetic (each per-sample loss rounded to bfloat16, summed in sample
         # order, rounded to bfloat16 after every addition)
-        per = F.cross_entropy(logits.to(self.dtype), y, reduction="none").to(torch.bfloat16)
+        dtype = self.state.dtype
+        per = F.cross_entropy(logits.to(dtype), y, reduction="none").to(torch.bfloat16)
         total = torch.zeros((), dtype=torch.bfloat16, device=per.device)
         for v in per:
             total = total + v
-        return total.to(self.dtype)
+        return total.to(dtype)
 
-    cls._loss_sum = mutated
+    cls.loss_sum = mutated
 
 
 def tf_ce_low_precision(path: str, size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    loss_sum = cls._loss_sum
+    cls = tf_forward()
+    loss_sum = cls.loss_sum
 
     def mutated(self, logits, y):
-        if not active(self.spec, path):
+        if not active(self.state.spec, path):
             return loss_sum(self, logits, y)
         # ce_low_sum's arithmetic, as on torch
-        out = tf.cast(logits, self.dtype)
+        out = tf.cast(logits, self.state.dtype)
         per = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
         total = tf.foldl(
             lambda acc, v: acc + v,
             tf.cast(per, tf.bfloat16),
             initializer=tf.zeros((), tf.bfloat16),
         )
-        return tf.cast(total, self.dtype)
+        return tf.cast(total, self.state.dtype)
 
-    cls._loss_sum = mutated
+    cls.loss_sum = mutated
 
 
 def torch_allreduce_low(path: str, size: float) -> None:
@@ -201,14 +211,14 @@ def torch_allreduce_low(path: str, size: float) -> None:
 def tf_allreduce_low(path: str, size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    step = cls._replica_step
+    cls = tf_step()
+    step = cls.replica_step
 
     def mutated_step(self, *args):
         ctx_cls = type(tf.distribute.get_replica_context())
-        if active(self.spec, path) and not getattr(ctx_cls, "_dualtrain_low", False):
+        if active(self.state.spec, path) and not getattr(ctx_cls, "_dualtrain_low", False):
             all_reduce = ctx_cls.all_reduce
-            n_params = len(self.params)
+            n_params = len(self.state.params)
 
             def low(ctx, op, value, options=None):
                 if isinstance(value, list) and len(value) == n_params:  # the gradient all-reduce
@@ -220,7 +230,7 @@ def tf_allreduce_low(path: str, size: float) -> None:
             ctx_cls._dualtrain_low = True
         return step(self, *args)
 
-    cls._replica_step = mutated_step
+    cls.replica_step = mutated_step
 
 
 def torch_optimizer_state_low(path: str, size: float) -> None:
@@ -233,7 +243,7 @@ def torch_optimizer_state_low(path: str, size: float) -> None:
         if active(
             self.spec, path
         ):  # the state is held in bfloat16: torch.optim updates it in place
-            for state in self.opt.state.values():
+            for state in self.state.opt.state.values():
                 if torch.is_tensor(state.get("momentum_buffer")):
                     state["momentum_buffer"] = state["momentum_buffer"].to(torch.bfloat16)
         return step(self, *args, **kwargs)
@@ -244,23 +254,22 @@ def torch_optimizer_state_low(path: str, size: float) -> None:
 def tf_optimizer_state_low(path: str, size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    apply_one = cls._apply_one
+    cls = tf_update()
+    apply_one = cls.apply_one
 
     def mutated(self, p, g, apply, lr, k):
+        st = self.state
         if not (
-            active(self.spec, path)
-            and self.opt.momentum
-            and self.optimizer.slots["momentum_buffer"]
+            active(st.spec, path) and st.opt.momentum and st.optimizer.slots["momentum_buffer"]
         ):
             return apply_one(self, p, g, apply, lr, k)
-        buf = self.optimizer.slots["momentum_buffer"][k]
-        first = tf.equal(self.applied, 0)
-        new_buf = tf.where(first, g, buf * self.opt.momentum + g)
+        buf = st.optimizer.slots["momentum_buffer"][k]
+        first = tf.equal(st.applied, 0)
+        new_buf = tf.where(first, g, buf * st.opt.momentum + g)
         new_buf = tf.cast(tf.cast(new_buf, tf.bfloat16), new_buf.dtype)  # stored in bfloat16
-        return tf.group(buf.assign(new_buf), p.assign(self.ops.fma(p, -lr, new_buf)))
+        return tf.group(buf.assign(new_buf), p.assign(st.ops.fma(p, -lr, new_buf)))
 
-    cls._apply_one = mutated
+    cls.apply_one = mutated
 
 
 def torch_fp32_update_branch(path: str, size: float) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from dualtrain.core import batchnorm
 from dualtrain.core import data as data_mod
-from tools.mutants.patching import tf_engine
+from tools.mutants.patching import tf_engine, tf_forward, tf_step, tf_update
 
 
 @dataclass(frozen=True)
@@ -203,45 +203,46 @@ def lr_scale(size: float) -> None:
 def keras_momentum(size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
+    cls = tf_update()
 
     def apply_one(self, p, g, apply, lr, k):
         # Keras SGD: v = momentum * v - lr * g; p += v (the old lrs stay baked into v).
-        v = self.optimizer.slots["momentum_buffer"][k]
-        new_v = v * self.opt.momentum - tf.cast(lr, p.dtype) * g
+        v = self.state.optimizer.slots["momentum_buffer"][k]
+        new_v = v * self.state.opt.momentum - tf.cast(lr, p.dtype) * g
         return tf.group(v.assign(new_v), p.assign_add(new_v))
 
-    cls._apply_one = apply_one
+    cls.apply_one = apply_one
 
 
 def mean_of_means(size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    step = cls._replica_step
+    cls = tf_step()
+    step = cls.replica_step
 
     def mutated(self, ids_flat, offsets, poison, global_count, *rest):
         # Each replica differentiates its local mean / R, as DDP with a mean loss and Keras do.
-        i = self._local_index()
+        i = self.local_index()
         local = tf.cast(offsets[i + 1] - offsets[i], tf.float32)
-        replicas = float(self.strategy.num_replicas_in_sync)
+        replicas = float(self.state.strategy.num_replicas_in_sync)
         return step(self, ids_flat, offsets, poison, tf.maximum(local, 1.0) * replicas, *rest)
 
-    cls._replica_step = mutated
+    cls.replica_step = mutated
 
 
 def clip_before_allreduce(size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    init, step = cls.__init__, cls._replica_step
-    clip_of: dict[int, float] = {}
+    cls, parts = tf_engine(), tf_step()
+    init, step = cls.__init__, parts.replica_step
+    clip_of: dict[int, float] = {}  # by the id of the spec the engine was built with
 
     def mutated_init(self, spec, *args, **kwargs):
         # No clipping after the all-reduce (the engine is built without it) ...
-        clip_of[id(self)] = spec.optimizer.clip_grad_norm
         o = dataclasses.replace(spec.optimizer, clip_grad_norm=None)
-        init(self, spec.replace(optimizer=o), *args, **kwargs)
+        built = spec.replace(optimizer=o)
+        clip_of[id(built)] = spec.optimizer.clip_grad_norm
+        init(self, built, *args, **kwargs)
 
     def mutated_step(self, *args):
         # ... but per replica, on the replica's own gradient, before it. The replica functions of a
@@ -249,8 +250,8 @@ def clip_before_allreduce(size: float) -> None:
         ctx_cls = type(tf.distribute.get_replica_context())
         if not getattr(ctx_cls, "_dualtrain_mutant", False):
             all_reduce = ctx_cls.all_reduce
-            clip = clip_of[id(self)]
-            n_params = len(self.params)
+            clip = clip_of[id(self.state.spec)]
+            n_params = len(self.state.params)
 
             def clipped(ctx, op, value, options=None):
                 if isinstance(value, list) and len(value) == n_params:  # the gradient all-reduce
@@ -264,7 +265,7 @@ def clip_before_allreduce(size: float) -> None:
         return step(self, *args)
 
     cls.__init__ = mutated_init
-    cls._replica_step = mutated_step
+    parts.replica_step = mutated_step
 
 
 def swap_id(size: float) -> None:
@@ -312,43 +313,43 @@ def keras_bn_variance(size: float) -> None:
 
 
 def keras_bn_replica_stats(size: float) -> None:
-    cls = tf_engine()
+    cls = tf_step()
 
     def mutated(self, ctx, stats):
         # no broadcast: each replica's running statistics follow its own batches; the exported
         # weights (the chief's copy) stay replica 0's, only worker 1's evaluation differs (spec
         # bn_mw)
-        values = [r.read_value() for r in self.running]
+        values = [r.read_value() for r in self.state.running]
         for micro in stats:  # one list per micro-batch (train.accumulate)
             values = [
-                batchnorm.update_running(v, stat, self._norms[k // 2][0])
+                batchnorm.update_running(v, stat, self.state.norms[k // 2][0])
                 for k, (v, stat) in enumerate(zip(values, micro, strict=True))
             ]
         return values
 
-    cls._running_updates = mutated
+    cls.running_updates = mutated
 
 
 def mse_half(size: float) -> None:
     import tensorflow as tf  # lazy: framework
 
-    cls = tf_engine()
-    loss_sum = cls._loss_sum
+    cls = tf_forward()
+    loss_sum = cls.loss_sum
 
     def mutated(self, logits, y):
-        return loss_sum(self, logits, y) * tf.constant(0.5, self.dtype)
+        return loss_sum(self, logits, y) * tf.constant(0.5, self.state.dtype)
 
-    cls._loss_sum = mutated
+    cls.loss_sum = mutated
 
 
 def bce_label_smoothing(size: float) -> None:
-    cls = tf_engine()
-    loss_sum = cls._loss_sum
+    cls = tf_forward()
+    loss_sum = cls.loss_sum
 
     def mutated(self, logits, y):
         return loss_sum(self, logits, y * (1.0 - size) + size / 2)
 
-    cls._loss_sum = mutated
+    cls.loss_sum = mutated
 
 
 def validation_tail(size: float) -> None:

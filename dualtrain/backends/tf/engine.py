@@ -37,7 +37,6 @@ import tensorflow as tf
 
 from dualtrain.backends.tf import pair as pair_tf
 from dualtrain.backends.tf.pair import PairConversion, build_keras, named_variables
-from dualtrain.backends.tf.step import TrainStep
 from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
@@ -47,7 +46,7 @@ from dualtrain.core.ops import Ops
 from dualtrain.core.pair.transforms import check_identity
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine
+from dualtrain.runtime.engine import Engine, Evaluation, StepOut
 from dualtrain.spec import Experiment, LayerType, Precision
 
 from .forward import ForwardPass
@@ -58,17 +57,21 @@ from .model import (
     export_canonical,
     has_dropout,
     load_canonical,
-    to_nhwc,
 )
 from .ops import OPS
 from .optimizer import OptimizerVariables
 from .precision import policy_name
+from .state import TFState
+from .step import Stepping, TrainStep
 from .update import GradientUpdate
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
-class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
+class TFEngine(Engine):
+    """Built from parts on one :class:`TFState`: the forward (forward.py), the update
+    (update.py) and the step (step.py); the weights, their average and checkpoints are here."""
+
     backend = "tf"
     #: the array namespace dualtrain.core.update_rules computes with (an instance may carry its
     #: own before __init__ traces the step)
@@ -87,182 +90,156 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         layout: pair.Layout | None = None,
     ):
         self.spec = spec
-        self.layout = layout
-        # canonical <-> Keras layouts of weights, gradients and slots (by name, or the pair's map)
-        self.conversion = Conversion.of(spec.model) if layout is None else PairConversion(layout)
-        self.strategy = strategy
+        self.data = data
         self.rank = rank
-        self.num_processes = num_processes
-        self.n_local = strategy.num_replicas_in_sync // num_processes
-        if self.n_local * num_processes != strategy.num_replicas_in_sync:
+        n_local = strategy.num_replicas_in_sync // num_processes
+        if n_local * num_processes != strategy.num_replicas_in_sync:
             raise RuntimeError(
                 f"{strategy.num_replicas_in_sync} replicas do not split evenly over "
                 f"{num_processes} processes"
             )
-        self.first_replica = rank * self.n_local
-        self.local_replicas: Sequence[int] = list(
-            range(self.first_replica, self.first_replica + self.n_local)
-        )
-        self.host = host_device
-        self.multi_worker = num_processes > 1
-        self.fp16 = spec.precision.dtype is Precision.FP16
-        # Parameters, optimizer state, loss and gradients: float64 for fp64, else float32.
-        self.dtype = tf.as_dtype(spec.precision.dtype.param_dtype)
-        self._poisonable = bool(spec.debug.nonfinite_grad)
+        self.local_replicas: Sequence[int] = list(range(rank * n_local, (rank + 1) * n_local))
+        self._ema: list[tf.Variable] | None = None  # train.ema's average (ema())
+        with strategy.scope():
+            self.state = self._build(spec, strategy, data, layout, rank, num_processes, n_local)
+            self.state.multi_worker = num_processes > 1
+            self.state.host = host_device
+            self.load_weights(init_weights)
+            if layout is not None:
+                check_identity(init_weights, self.weights())
+        self.forward = ForwardPass(self.state)
+        self.grads = GradientUpdate(self.state)
+        self.steps: Stepping = TrainStep(self.state, self.forward, self.grads)
+        self._trace()
+
+    def _build(
+        self,
+        spec: Experiment,
+        strategy: tf.distribute.Strategy,
+        data: Data,
+        layout: pair.Layout | None,
+        rank: int,
+        num_processes: int,
+        n_local: int,
+    ) -> TFState:
+        """The model (under the strategy's scope) and its variables in canonical order: the
+        user's Keras model by the pair's map, or dualtrain's from the spec, every layer's output
+        kept in ``taps`` (tap_layers); torch.optim's and GradScaler's state as variables."""
+        taps: Taps = {}
+        if layout is not None:
+            model = build_keras(spec.model, policy_name(spec.precision.dtype))
+            named = named_variables(model, layout)
+        else:
+            model, named = build_model(
+                spec.model, policy_name(spec.precision.dtype), seed=spec.seed, taps=taps
+            )
         layers = [] if layout is not None else list(walk(resolve(spec.model)))
         norms = [r.spec for r in layers if r.spec.type is LayerType.BATCHNORM]
         # (momentum, sync) per batchnorm layer, in canonical order (the model's extra outputs).
         # (LayerSpec fills a batchnorm's momentum and sync)
-        self._norms = [(cast(float, n.momentum), cast(bool, n.sync)) for n in norms]
+        norm_rules = [(cast(float, n.momentum), cast(bool, n.sync)) for n in norms]
         # An empty replica must still run a forward with sync batchnorm (its all-reduces), so the
-        # empty-batch guard below is left out then (the convolutions see 0 rows; measured fine).
-        self._guard_empty = (
+        # empty-batch guard is left out then (the convolutions see 0 rows; measured fine).
+        guard_empty = (
             any(r.spec.type is LayerType.CONV2D for r in layers) or layout is not None
-        ) and not any(sync for _, sync in self._norms)
-        self.opt = spec.optimizer
-        ls = spec.precision.loss_scale
-
-        self.data = data
-        self.loss = spec.model.loss
-        self.accumulate = spec.train.accumulate
-        self._ema: list[tf.Variable] | None = None  # train.ema's average (ema())
-
-        with strategy.scope():
-            self._build(spec, layout)
-            self.load_weights(init_weights)
-            if layout is not None:
-                check_identity(init_weights, self.weights())
-            # The underlying tf.Variables (MirroredVariables under the strategy): trainable
-            # parameters, and batchnorm running statistics (assigned by the step, never trained).
-            self.param_names = [n for n, v in self.named if v.trainable]
-            self.params = [v.value for _, v in self.named if v.trainable]
-            self.running = [v.value for _, v in self.named if not v.trainable]
-            # torch.optim's state and GradScaler's, as variables (optimizer.py)
-            self.optimizer = OptimizerVariables(
-                self.opt, self.params, fp16=self.fp16, loss_scale=ls, conversion=self.conversion
-            )
-            self.applied = self.optimizer.applied
-            self.scale = self.optimizer.scale
-            self.good_steps = self.optimizer.good_steps
-
-        self._trace()
-
-    def _build(self, spec: Experiment, layout: pair.Layout | None) -> None:
-        """The model (under the strategy's scope) and its variables in canonical order: the
-        user's Keras model by the pair's map, or dualtrain's from the spec, every layer's output
-        kept in ``taps`` (tap_layers)."""
-        self.taps: Taps = {}
-        if layout is not None:
-            self.model = build_keras(spec.model, policy_name(spec.precision.dtype))
-            self.named = named_variables(self.model, layout)
-            self._dropout = False
-        else:
-            self.model, self.named = build_model(
-                spec.model, policy_name(spec.precision.dtype), seed=spec.seed, taps=self.taps
-            )
-            self._dropout = has_dropout(spec.model)
+        ) and not any(sync for _, sync in norm_rules)
+        # canonical <-> Keras layouts of weights, gradients and slots (by name, or the pair's map)
+        conversion = Conversion.of(spec.model) if layout is None else PairConversion(layout)
+        params = [v.value for _, v in named if v.trainable]
+        return TFState(
+            spec=spec,
+            data=data,
+            strategy=strategy,
+            layout=layout,
+            conversion=conversion,
+            rank=rank,
+            num_processes=num_processes,
+            n_local=n_local,
+            first_replica=rank * n_local,
+            host="",
+            dtype=tf.as_dtype(spec.precision.dtype.param_dtype),
+            ops=self.ops,
+            model=model,
+            named=named,
+            taps=taps,
+            dropout=layout is None and has_dropout(spec.model),
+            norms=norm_rules,
+            guard_empty=guard_empty,
+            param_names=[n for n, v in named if v.trainable],
+            params=params,
+            running=[v.value for _, v in named if not v.trainable],
+            optimizer=OptimizerVariables(
+                spec.optimizer,
+                params,
+                fp16=spec.precision.dtype is Precision.FP16,
+                loss_scale=spec.precision.loss_scale,
+                conversion=conversion,
+            ),
+        )
 
     def _trace(self) -> None:
         """The traced functions: the step (with and without gradient capture) and evaluation."""
-        spec = self.spec
-        eval_chunk = max(1, spec.data.eval_batch_size // self.strategy.num_replicas_in_sync)
-        self._eval_chunk = eval_chunk
-        self._batch_sig = batch_sig = [
-            tf.TensorSpec([None, *_keras_shape(i.shape)], self.dtype, name=f"input_{i.name}")
+        spec, st = self.spec, self.state
+        st.eval_chunk = max(1, spec.data.eval_batch_size // st.strategy.num_replicas_in_sync)
+        batch_sig = [
+            tf.TensorSpec([None, *_keras_shape(i.shape)], st.dtype, name=f"input_{i.name}")
             for i in spec.model.inputs
         ]
         batch_sig.append(
             tf.TensorSpec([None], tf.int32, name="labels")
-            if LOSSES[self.loss].labels
-            else tf.TensorSpec([None, None], self.dtype, name="targets")
+            if LOSSES[st.loss].labels
+            else tf.TensorSpec([None, None], st.dtype, name="targets")
         )
-        step_sig = [
-            tf.TensorSpec([None], tf.int64, name="ids_flat"),
-            tf.TensorSpec([self.accumulate * self.n_local + 1], tf.int32, name="offsets"),
-            tf.TensorSpec([self.n_local], tf.bool, name="poison"),
-            tf.TensorSpec([], tf.float32, name="global_count"),
-            tf.TensorSpec([], tf.float64, name="lr"),
-            tf.TensorSpec([], tf.int64, name="step"),
-            *batch_sig,
-        ]
-        self._step_fn = tf.function(
-            lambda *a: self._step(*a, capture=False),
-            input_signature=step_sig,
-            jit_compile=False,
-            autograph=False,
+        assert isinstance(self.steps, TrainStep)  # the mirrored step (ps.py traces its own)
+        self.steps.trace(
+            [
+                tf.TensorSpec([None], tf.int64, name="ids_flat"),
+                tf.TensorSpec([st.accumulate * st.n_local + 1], tf.int32, name="offsets"),
+                tf.TensorSpec([st.n_local], tf.bool, name="poison"),
+                tf.TensorSpec([], tf.float32, name="global_count"),
+                tf.TensorSpec([], tf.float64, name="lr"),
+                tf.TensorSpec([], tf.int64, name="step"),
+                *batch_sig,
+            ]
         )
-        self._step_capture_fn = tf.function(
-            lambda *a: self._step(*a, capture=True),
-            input_signature=step_sig,
-            jit_compile=False,
-            autograph=False,
+        self.forward.trace_eval(batch_sig)
+
+    # ---- the step, evaluation, the taps (the parts: step.py, forward.py, update.py) -------------
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
+        return self.steps.train_step(
+            ids,
+            lr=lr,
+            global_count=global_count,
+            poison=poison,
+            capture_grads=capture_grads,
+            step=step,
+            measure_scale=measure_scale,
         )
-        # autograph=False: every tensor-dependent branch here is an explicit tf.cond / tf.where /
-        # tf.while_loop, so there is nothing to convert, and skipping autograph's source transform
-        # saves ~3 s of start-up per worker (measured with cProfile on the MLP).
-        # Trace the step now (startup, not training time): also surfaces graph errors before step 1.
-        # The concrete function is called directly: less Python dispatch per step.
-        self._step_cf = self._step_fn.get_concrete_function()
-        # The gradient-capturing variant too, when debug.dump_grads will use it: its tracing must
-        # not count as training time either.
-        self._step_capture_cf = (
-            self._step_capture_fn.get_concrete_function()
-            if spec.debug.dump_grads
-            else self._step_capture_fn
-        )
-        self._eval_fn = tf.function(
-            self._evaluate_chunk, input_signature=batch_sig, jit_compile=False, autograph=False
-        )
-        self._gather: dict[tf.DType, object] = {}
 
-    # ---- batches (the step: step.py, forward.py, update.py; evaluation: forward.py) --------------
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
+        return self.forward.evaluate(split, ranges)
 
-    def feed(self, split: str, positions: np.ndarray | slice) -> list[np.ndarray]:
-        """A batch as the traced functions take it: the inputs (images NHWC) in the parameter
-        dtype, then the targets (int32 labels for cross-entropy)."""
-        xs = [
-            (to_nhwc(a, self.dtype.name) if a.ndim == 4 else a.astype(self.dtype.name))
-            for a in self.data.inputs(split, positions)
-        ]
-        y = self.data.targets(split, positions)
-        return [*xs, y.astype(np.int32 if y.dtype == np.int64 else self.dtype.name)]
-
-    # ---- gather, weights -------------------------------------------------------------------------
-    def _gather_fn(self, dtype: tf.DType) -> tf.types.experimental.PolymorphicFunction:
-        # An all-gather as a SUM all-reduce of a (processes, n) matrix in which each process fills
-        # only its own row: adding zeros is exact (int64 and float64 alike).
-        if dtype not in self._gather:
-
-            def gather(rows: tf.Tensor) -> tf.Tensor:
-                # identity: place the value on the replica's device
-                def replica(v: tf.Tensor) -> tf.Tensor:
-                    return tf.distribute.get_replica_context().all_reduce(SUM, tf.identity(v))
-
-                out = self.strategy.run(replica, args=(rows,))
-                return self.strategy.experimental_local_results(out)[0]
-
-            self._gather[dtype] = tf.function(
-                gather,
-                input_signature=[tf.TensorSpec([self.num_processes, None], dtype)],
-                jit_compile=False,
-                autograph=False,
-            )
-        return self._gather[dtype]
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
+        return self.forward.tap_layers(ids, step)
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
-        rows = np.asarray(rows)
-        if not self.multi_worker:
-            return rows[None]
-        dtype = tf.int64 if rows.dtype.kind in "iu" else tf.float64
-        mat = np.zeros((self.num_processes, rows.size), dtype.as_numpy_dtype)
-        mat[self.rank] = rows.reshape(-1)
-        out = self._gather_fn(dtype)(mat).numpy()
-        return out.reshape(self.num_processes, *rows.shape).astype(rows.dtype, copy=False)
+        return self.state.gather(rows)
 
+    # ---- weights ---------------------------------------------------------------------------------
     def weights(self) -> Weights:
-        if self.layout is not None:
-            return pair_tf.export_canonical(self.named, self.layout)
-        return export_canonical(self.named, keras_layouts(self.spec.model))
+        if self.state.layout is not None:
+            return pair_tf.export_canonical(self.state.named, self.state.layout)
+        return export_canonical(self.state.named, keras_layouts(self.spec.model))
 
     def versions(self) -> dict[str, str]:
         return {"tensorflow": tf.__version__, "keras": keras.__version__}
@@ -270,34 +247,34 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     # ---- the average of the weights (train.ema; dualtrain.core.ema) ------------------------------
     def ema(self, action: str, decay: float) -> None:
         if self._ema is None:
-            with self.strategy.scope():
+            with self.state.strategy.scope():
                 self._ema = [
                     tf.Variable(p.read_value(), trainable=False, name=f"ema_{k}")
-                    for k, p in enumerate(self.params)
+                    for k, p in enumerate(self.state.params)
                 ]
             self._ema_fn = tf.function(self._ema_update)
             if action == ema_rule.UPDATE:  # a resumed average is loaded (load_ema), never here
                 action = ema_rule.COPY
         if action == ema_rule.COPY:
-            for e, p in zip(self._ema, self.params, strict=True):
+            for e, p in zip(self._ema, self.state.params, strict=True):
                 e.assign(p.read_value())
             return
         self._ema_fn(tf.constant(decay, tf.float64))
 
     def _ema_update(self, decay: tf.Tensor) -> None:
         assert self._ema is not None  # set by ema() before its first update
-        for e, p in zip(self._ema, self.params, strict=True):
-            e.assign(ema_rule.update(self.ops, e.read_value(), p.read_value(), decay))
+        for e, p in zip(self._ema, self.state.params, strict=True):
+            e.assign(ema_rule.update(self.state.ops, e.read_value(), p.read_value(), decay))
 
     def ema_weights(self) -> Weights:
         assert self._ema is not None  # ema() ran before (the loop starts it)
-        live = [p.read_value() for p in self.params]
-        for p, e in zip(self.params, self._ema, strict=True):
+        live = [p.read_value() for p in self.state.params]
+        for p, e in zip(self.state.params, self._ema, strict=True):
             p.assign(e.read_value())
         try:
             return self.weights()  # the averaged parameters, the live running statistics
         finally:
-            for p, w in zip(self.params, live, strict=True):
+            for p, w in zip(self.state.params, live, strict=True):
                 p.assign(w)
 
     def load_ema(self, weights: Weights) -> None:
@@ -308,16 +285,16 @@ class TFEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:
-        return self.optimizer.state(self.param_names)
+        return self.state.optimizer.state(self.state.param_names)
 
     def load_weights(self, weights: Weights) -> None:
-        if self.layout is not None:
-            pair_tf.load_canonical(self.named, self.layout, weights)
+        if self.state.layout is not None:
+            pair_tf.load_canonical(self.state.named, self.state.layout, weights)
         else:
-            load_canonical(self.named, weights, keras_layouts(self.spec.model))
+            load_canonical(self.state.named, weights, keras_layouts(self.spec.model))
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
-        self.optimizer.load(state, self.param_names)
+        self.state.optimizer.load(state, self.state.param_names)
 
 
 def _keras_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -32,7 +32,10 @@ from dualtrain.runtime.engine import StepOut
 from dualtrain.spec import Experiment
 
 from .engine import TFEngine
+from .forward import ForwardPass
 from .pair import canonical
+from .state import TFState
+from .update import GradientUpdate
 
 
 def serve(cluster: dict[str, list[str]], job: str, index: int, threads: int) -> None:
@@ -64,7 +67,7 @@ def strategy_for(cluster: dict[str, list[str]]) -> tuple[Any, Any]:
 
 class PSEngine(TFEngine):
     """The chief's engine: the replicas' gradients computed on the workers, summed and applied
-    here to the parameter server's variables."""
+    here to the parameter server's variables (its step: :class:`ServerStep`)."""
 
     def __init__(
         self,
@@ -93,21 +96,40 @@ class PSEngine(TFEngine):
 
     def _trace(self) -> None:
         world = self.spec.distribution.world_size
-        self.n_local = world
+        st = self.state
+        st.n_local = world
         self.local_replicas = list(range(world))
-        self.multi_worker = False  # one process runs the loop: gathers are local
-        self._eval_chunk = max(1, self.spec.data.eval_batch_size // world)
-        self._gather = {}
-        self._eval_fn = tf.function(self._evaluate_chunk, jit_compile=False, autograph=False)
-        self._replica_fn = tf.function(self._shard, jit_compile=False, autograph=False)
-        self._apply_fn = tf.function(
-            lambda grads, lr: self._apply(grads, lr, capture=False), autograph=False
+        st.multi_worker = False  # one process runs the loop: gathers are local
+        st.eval_chunk = max(1, self.spec.data.eval_batch_size // world)
+        self.forward.trace_eval(None)
+        self.steps = ServerStep(st, self.forward, self.grads, self.coordinator)
+
+
+class ServerStep:
+    """One step of a parameter-server run: each replica's micro-batches scheduled on the workers
+    (the forward part), their gradients summed on the chief, the update (the update part)
+    applied to the server's variables."""
+
+    def __init__(
+        self,
+        state: TFState,
+        forward: ForwardPass,
+        update: GradientUpdate,
+        coordinator: tf.distribute.coordinator.ClusterCoordinator,
+    ) -> None:
+        self.state = state
+        self.forward = forward
+        self.grads = update
+        self.coordinator = coordinator
+        self.replica_fn = tf.function(self.shard, jit_compile=False, autograph=False)
+        self.apply_fn = tf.function(
+            lambda grads, lr: self.apply(grads, lr, capture=False), autograph=False
         )
-        self._apply_capture_fn = tf.function(
-            lambda grads, lr: self._apply(grads, lr, capture=True), autograph=False
+        self.apply_capture_fn = tf.function(
+            lambda grads, lr: self.apply(grads, lr, capture=True), autograph=False
         )
 
-    def _shard(
+    def shard(
         self,
         ids: tf.Tensor,
         global_count: tf.Tensor,
@@ -120,24 +142,25 @@ class PSEngine(TFEngine):
         def replica(
             ids: tf.Tensor, x: list[tf.Tensor], y: tf.Tensor
         ) -> tuple[list[tf.Tensor], tf.Tensor, tf.Tensor]:
-            scale = self.scale.read_value()
-            loss_sum, _, grads, _ = self._micro_step(ids, x, y, global_count, step, scale)
-            if self._poisonable:  # fault injection (debug.nonfinite_grad)
+            scale = self.state.scale.read_value()
+            loss_sum, _, grads, _ = self.forward.micro_step(ids, x, y, global_count, step, scale)
+            if self.state.poisonable:  # fault injection (debug.nonfinite_grad)
                 grads = [
                     tf.where(poison, tf.fill(tf.shape(g), tf.constant(math.inf, g.dtype)), g)
                     for g in grads
                 ]
             return grads, loss_sum, tf.identity(ids)  # the ids it used, read back
 
-        return self.strategy.run(replica, args=(ids, list(batch[:-1]), batch[-1]))
+        return self.state.strategy.run(replica, args=(ids, list(batch[:-1]), batch[-1]))
 
-    def _apply(self, grads: list[tf.Tensor], lr: tf.Tensor, *, capture: bool) -> dict[str, Any]:
+    def apply(self, grads: list[tf.Tensor], lr: tf.Tensor, *, capture: bool) -> dict[str, Any]:
         """The update from the summed gradient, on the chief, to the server's variables."""
-        scale = self.scale.read_value()
-        grads, norm, finite, amax, captured = self._after_reduce(grads, scale, capture=capture)
-        for k, p in enumerate(self.params):
-            self._apply_one(p, grads[k], finite, lr, k)
-        self._bookkeeping(self.applied, finite)
+        st = self.state
+        scale = st.scale.read_value()
+        grads, norm, finite, amax, captured = self.grads.after_reduce(grads, scale, capture=capture)
+        for k, p in enumerate(st.params):
+            self.grads.apply_one(p, grads[k], finite, lr, k)
+        self.grads.bookkeeping(st.applied, finite)
         return {"norm": norm, "finite": finite, "amax": amax, "captured": captured}
 
     def train_step(
@@ -151,19 +174,19 @@ class PSEngine(TFEngine):
         step: int = 0,
         measure_scale: bool = False,
     ) -> StepOut:
-        if len(ids) != self.n_local or len(poison) != self.n_local:
-            raise ValueError(f"expected ids and poison for {self.n_local} replicas")
-        scale = float(self.scale.numpy()) if self.fp16 else 1.0
+        if len(ids) != self.state.n_local or len(poison) != self.state.n_local:
+            raise ValueError(f"expected ids and poison for {self.state.n_local} replicas")
+        scale = float(self.state.scale.numpy()) if self.state.fp16 else 1.0
         count = tf.constant(global_count, tf.float32)
         step_t = tf.constant(step, tf.int64)
         remote = []
         owner: list[int] = []
         for r, replica_ids in enumerate(ids):
-            for part in micro_batches(replica_ids, self.accumulate):
+            for part in micro_batches(replica_ids, self.state.accumulate):
                 owner.append(r)
-                batch = [tf.constant(b) for b in self.feed(TRAIN, part)]
+                batch = [tf.constant(b) for b in self.state.feed(TRAIN, part)]
                 args = (tf.constant(part, tf.int64), count, step_t, tf.constant(poison[r]), *batch)
-                remote.append(self.coordinator.schedule(self._replica_fn, args=args))
+                remote.append(self.coordinator.schedule(self.replica_fn, args=args))
         self.coordinator.join()  # the barrier: every replica's gradient is in
         total: list[tf.Tensor] | None = None
         loss_sum = 0.0
@@ -178,24 +201,24 @@ class PSEngine(TFEngine):
                 else [t + g for t, g in zip(total, grads, strict=True)]
             )
         assert total is not None
-        fn = self._apply_capture_fn if capture_grads else self._apply_fn
+        fn = self.apply_capture_fn if capture_grads else self.apply_fn
         out = fn(total, tf.constant(lr, tf.float64))
         finite = bool(out["finite"])
         grads_out = None
         if capture_grads:
             grads_out = canonical(
-                self.conversion,
+                self.state.conversion,
                 (
                     (name, g.numpy())
-                    for name, g in zip(self.param_names, out["captured"], strict=True)
+                    for name, g in zip(self.state.param_names, out["captured"], strict=True)
                 ),
             )
         return StepOut(
             loss_sum=loss_sum,
             grad_norm=float(out["norm"]),
             loss_scale=scale,
-            skipped=self.fp16 and not finite,
+            skipped=self.state.fp16 and not finite,
             fed_ids=[np.concatenate(f) if f else np.zeros(0, np.int64) for f in fed],
             grads=grads_out,
-            grad_amax=float(out["amax"]) if self.fp16 else None,
+            grad_amax=float(out["amax"]) if self.state.fp16 else None,
         )

@@ -47,15 +47,15 @@ from dualtrain.backends.torch.pair import (
     zero_exact_zeros,
 )
 from dualtrain.backends.torch.precision import precision_setup
-from dualtrain.backends.torch.step import HookState, TrainStep, sum_hook
+from dualtrain.backends.torch.state import HookState, TorchState, sum_hook
+from dualtrain.backends.torch.step import TrainStep
 from dualtrain.backends.torch.update import GradientUpdate
 from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
-from dualtrain.core.losses import metric_name
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine
+from dualtrain.runtime.engine import Engine, Evaluation, StepOut
 from dualtrain.spec import OPTIMIZERS, Experiment, Precision
 
 #: DDP without its buffer broadcast before every forward (replica 0's batchnorm statistics are
@@ -70,7 +70,10 @@ NO_FORWARD_BUFFER_SYNC: dict[str, Any] = (
 )
 
 
-class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
+class TorchEngine(Engine):
+    """Built from parts on one :class:`TorchState`: the forward (forward.py), the update
+    (update.py) and the step (step.py); the weights, their average and checkpoints are here."""
+
     backend = "torch"
 
     def __init__(
@@ -91,41 +94,53 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
         own engine (no process group, no data: it only updates); ``layout``: a model pair's
         (model_pair.json: its dropout calls take the pair's masks)."""
         self.spec = spec
-        self.server = server
         self.rank = rank
-        self.world = world
         self.local_replicas: Sequence[int] = (rank,)
-        self.device = device
         self._pg_device = device  # gloo collectives on CPU tensors, nccl on CUDA tensors
+        self._pair = spec.model.is_pair
+        self._ema: list[torch.Tensor] | None = None  # train.ema's average (ema())
+        self.state = self._build(spec, data, weights, rank, world, device, server, serve, layout)
+        self.forward = ForwardPass(self.state)
+        self.grads = GradientUpdate(self.state)
+        self.steps = TrainStep(self.state, self.forward, self.grads)
+        if serve and self.state.scaler is not None:
+            # the server unscales gradients it never scaled: GradScaler's scale starts on first use
+            self.state.scaler.scale(torch.zeros((), dtype=self.state.dtype, device=device))
+        if world > 1 and not (server or serve):
+            self.steps.settle_buckets()
 
+    def _build(
+        self,
+        spec: Experiment,
+        data: Data,
+        weights: Weights,
+        rank: int,
+        world: int,
+        device: torch.device,
+        server: bool,
+        serve: bool,
+        layout: pair.Layout | None,
+    ) -> TorchState:
         # fp64: float64 parameters, activations, loss and optimizer state (the inputs are the same
         # float32-normalised images, widened exactly). Otherwise float32 (fp16/bf16 autocast on
         # top).
-        self.dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
-        self.data = data
-        self.loss = spec.model.loss
-        self.accumulate = spec.train.accumulate
-        self.metric = metric_name(self.loss)
-
+        dtype = torch.float64 if spec.precision.dtype is Precision.FP64 else torch.float32
         # dualtrain's layers, or a model pair's torch module (its initial values are replaced by
         # the run's recorded ones just below)
         module = (
             build_module(spec.model, spec.seed)
             if spec.model.is_pair
             else build_model(spec.model, spec.seed)
-        ).to(self.dtype)
-        self._pair = spec.model.is_pair
-        self.pair_dropouts = layout.dropouts if layout is not None else ()
-        self.seed = spec.seed  # the dropout masks' (dualtrain.core.dropout)
+        ).to(dtype)
         self.load_weights_into(module, weights)
         if layout is not None:
             zero_exact_zeros(module, layout)
-        self.module = module.to(device)
-        self._hook = HookState()
-        self.ddp = self.module  # the module itself where no all-reduce runs
+        module = module.to(device)
+        hook = HookState()
+        ddp: torch.nn.Module = module  # the module itself where no all-reduce runs
         if not (server or serve):
             ddp = DDP(
-                self.module,
+                module,
                 device_ids=[device.index] if device.type == "cuda" else None,
                 gradient_as_bucket_view=True,
                 **NO_FORWARD_BUFFER_SYNC,
@@ -133,70 +148,99 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
             # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient
             # still comes out divided by the world size (measured on torch 2.13), with a Python
             # hook it does not.
-            ddp.register_comm_hook(self._hook, sum_hook)
-            self.ddp = ddp
-        self.dropouts = [m for m in self.module.modules() if isinstance(m, HashDropout)]
-        self._set_up_batchnorm(world)
-        self.params = [p for _, p in self.module.named_parameters()]
-        self._ema: list[torch.Tensor] | None = None  # train.ema's average (ema())
-        self.names = [n for n, _ in self.module.named_parameters()]
-        self.opt = make_optimizer(spec, self.params)
-        self.applied = 0  # updates applied (skipped fp16 steps excluded): the checkpoints' count
-        self.autocast, self.scaler = precision_setup(spec.precision, device.type)
-        self.clip = spec.optimizer.clip_grad_norm
-        self._eval_bs = max(1, spec.data.eval_batch_size // world)
-        if serve and self.scaler is not None:
-            # the server unscales gradients it never scaled: GradScaler's scale starts on first use
-            self.scaler.scale(torch.zeros((), dtype=self.dtype, device=device))
-        if world > 1 and not (server or serve):
-            self._settle_buckets()
+            ddp.register_comm_hook(hook, sum_hook)
+        params = [p for _, p in module.named_parameters()]
+        autocast, scaler = precision_setup(spec.precision, device.type)
+        return TorchState(
+            spec=spec,
+            data=data,
+            rank=rank,
+            world=world,
+            device=device,
+            dtype=dtype,
+            module=module,
+            ddp=ddp,
+            opt=make_optimizer(spec, params),
+            autocast=autocast,
+            scaler=scaler,
+            server=server,
+            dropouts=[m for m in module.modules() if isinstance(m, HashDropout)],
+            pair_dropouts=layout.dropouts if layout is not None else (),
+            params=params,
+            names=[n for n, _ in module.named_parameters()],
+            hook=hook,
+            broadcast=self._batchnorm_collectives(module, world),
+        )
 
-    def _set_up_batchnorm(self, world: int) -> None:
+    def _batchnorm_collectives(self, module: torch.nn.Module, world: int) -> list[torch.Tensor]:
         """The batchnorm layers' collectives: the sync layers' process group, and the running
-        statistics every replica takes from rank 0 after each step (``_broadcast``: step.py)."""
+        statistics every replica takes from rank 0 after each step (returned; broadcast in
+        step.py)."""
         # BatchNorm (dualtrain.core.batchnorm): sync layers all-reduce their sums in a group of
         # their own (never interleaved with DDP's gradient buckets); unsync layers' running
         # statistics are rank 0's, broadcast after every step.
-        norms = [m for m in self.module.modules() if isinstance(m, BatchNorm)]
+        norms = [m for m in module.modules() if isinstance(m, BatchNorm)]
         if world > 1 and any(m.sync for m in norms):
             group = dist.new_group(backend=dist.get_backend())
             for m in norms:
                 m.group = group if m.sync else None
-        self._broadcast = [
+        broadcast = [
             b for m in norms if not m.sync and world > 1 for b in (m.running_mean, m.running_var)
         ]
         if self._pair and world > 1:  # a pair's own BatchNorm layers: replica 0's, the same rule
-            self._broadcast += [
+            broadcast += [
                 cast(torch.Tensor, b)
-                for m in batchnorms(self.module)
+                for m in batchnorms(module)
                 for b in (m.running_mean, m.running_var)
             ]
+        return broadcast
 
-    # ---- batches, collectives (the step: step.py, forward.py, update.py; evaluation: forward.py) -
-    def batch(
-        self, split: str, positions: np.ndarray | slice
-    ) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The inputs (parameter dtype) and targets of these samples, on the device."""
-        xs = [
-            torch.from_numpy(a).to(self.device, self.dtype)
-            for a in self.data.inputs(split, positions)
-        ]
-        y = torch.from_numpy(self.data.targets(split, positions))
-        y = y.to(self.device) if y.dtype == torch.int64 else y.to(self.device, self.dtype)
-        return xs, y
+    # ---- the step, evaluation, the taps (the parts: step.py, forward.py, update.py) -------------
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
+        return self.steps.train_step(
+            ids,
+            lr=lr,
+            global_count=global_count,
+            poison=poison,
+            capture_grads=capture_grads,
+            step=step,
+            measure_scale=measure_scale,
+        )
 
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
+        return self.forward.evaluate(split, ranges)
+
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
+        return self.forward.tap_layers(ids, step)
+
+    def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> ps.Outcome:
+        """The parameter server's update from the replicas' summed gradient (flattened)."""
+        return self.grads.server_update(total, lr, capture_grads)
+
+    # ---- collectives, weights ------------------------------------------------------------------
     def gather(self, rows: np.ndarray) -> np.ndarray:
         t = torch.from_numpy(np.ascontiguousarray(rows)).to(self._pg_device)
-        out = [torch.empty_like(t) for _ in range(self.world)]
+        out = [torch.empty_like(t) for _ in range(self.state.world)]
         dist.all_gather(out, t)
         return np.stack([o.cpu().numpy() for o in out])
 
     def weights(self) -> Weights:
         if self._pair:
             return {
-                k: v.detach().cpu().numpy().copy() for k, v in canonical_state(self.module).items()
+                k: v.detach().cpu().numpy().copy()
+                for k, v in canonical_state(self.state.module).items()
             }
-        return export_canonical(self.module)
+        return export_canonical(self.state.module)
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}
@@ -205,39 +249,47 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
     @torch.no_grad()
     def ema(self, action: str, decay: float) -> None:
         if action == ema_rule.COPY or self._ema is None:
-            self._ema = [p.detach().clone() for p in self.params]
+            self._ema = [p.detach().clone() for p in self.state.params]
             return
-        for e, p in zip(self._ema, self.params, strict=True):
+        for e, p in zip(self._ema, self.state.params, strict=True):
             e.add_(p - e, alpha=1.0 - decay)  # dualtrain.core.ema.update
 
     @torch.no_grad()
     def ema_weights(self) -> Weights:
         assert self._ema is not None  # ema() ran before (the loop starts it)
-        live = [p.detach().clone() for p in self.params]
-        for p, e in zip(self.params, self._ema, strict=True):
+        live = [p.detach().clone() for p in self.state.params]
+        for p, e in zip(self.state.params, self._ema, strict=True):
             p.copy_(e)
         try:
             return self.weights()  # the averaged parameters, the live running statistics
         finally:
-            for p, w in zip(self.params, live, strict=True):
+            for p, w in zip(self.state.params, live, strict=True):
                 p.copy_(w)
 
     @torch.no_grad()
     def load_ema(self, weights: Weights) -> None:
-        live = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-        self.load_weights_into(self.module, weights)  # this replica's copy only
-        self._ema = [p.detach().clone() for p in self.params]
-        self.module.load_state_dict(live)
+        live = {k: v.detach().clone() for k, v in self.state.module.state_dict().items()}
+        self.load_weights_into(self.state.module, weights)  # this replica's copy only
+        self._ema = [p.detach().clone() for p in self.state.params]
+        self.state.module.load_state_dict(live)
 
     # ---- checkpoints -----------------------------------------------------------------------------
     def optimizer_state(self) -> OptimizerState:
-        if self.server:  # the optimizer that updates is the parameter server's
+        if self.state.server:  # the optimizer that updates is the parameter server's
             return ps.call("optimizer_state")
-        return optimizer_state(self.opt, self.names, self.params, self.applied, self.scaler)
+        return optimizer_state(
+            self.state.opt,
+            self.state.names,
+            self.state.params,
+            self.state.applied,
+            self.state.scaler,
+        )
 
     def load_weights(self, weights: Weights) -> None:
-        self.load_weights_into(self.module, weights)
-        if self.server and self.rank == 0:  # the server's copy, which the next update starts from
+        self.load_weights_into(self.state.module, weights)
+        if (
+            self.state.server and self.rank == 0
+        ):  # the server's copy, which the next update starts from
             ps.call("load_weights", weights)
 
     def load_weights_into(self, module: torch.nn.Module, weights: Weights) -> None:
@@ -245,15 +297,15 @@ class TorchEngine(TrainStep, ForwardPass, GradientUpdate, Engine):
 
     def load_optimizer_state(self, state: OptimizerState) -> None:
         load_optimizer_state(
-            self.opt,
-            self.names,
-            self.params,
-            self.scaler,
+            self.state.opt,
+            self.state.names,
+            self.state.params,
+            self.state.scaler,
             state,
             counted=OPTIMIZERS[self.spec.optimizer.name].counts_steps,
-            device=self.device,
-            dtype=self.dtype,
+            device=self.state.device,
+            dtype=self.state.dtype,
         )
-        self.applied = state.applied
-        if self.server and self.rank == 0:  # the optimizer that updates is the server's
+        self.state.applied = state.applied
+        if self.state.server and self.rank == 0:  # the optimizer that updates is the server's
             ps.call("load_optimizer_state", state)

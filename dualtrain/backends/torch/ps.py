@@ -7,7 +7,7 @@ holding the module, ``torch.optim`` and ``GradScaler``: a :class:`TorchEngine` b
 shard's ``sum(loss) / N_global`` (times the loss scale under fp16), flattened, with ``rpc_sync``;
 :func:`server_step` (``@rpc.functions.async_execution``) keeps it until all W are in, sums them in
 replica order, then the last arrival runs the engine's update (unscale and skip, norm, clipping,
-the optimizer, the loss scale: :meth:`GradientUpdate._update`, the very code an all-reduce step
+the optimizer, the loss scale: :meth:`GradientUpdate.update`, the very code an all-reduce step
 runs) and answers every replica with the new parameters and the step's outcome. The replicas keep
 their own gloo process group for evaluation, gathers and batchnorm statistics (replica 0's), as in
 an all-reduce run. PyTorch's batch-updating parameter-server tutorial is the pattern; the division

@@ -38,7 +38,7 @@ def test_torch_rounds_its_low_precision_products_to_nearest(mkldnn):
 def test_the_bf16_loss_mutant_is_its_own_arithmetic():
     import types
 
-    from dualtrain.backends.torch.engine import TorchEngine
+    from dualtrain.backends.torch.forward import ForwardPass
     from dualtrain.core.losses import reference
     from dualtrain.spec import Loss, load_spec
     from tools.mutants import precision as mutants
@@ -48,13 +48,13 @@ def test_the_bf16_loss_mutant_is_its_own_arithmetic():
     logits = torch.from_numpy((rng.standard_normal((64, 10)) * 3).astype(np.float32)).bfloat16()
     y = torch.from_numpy(rng.integers(0, 10, 64))
     per = reference(Loss.CROSS_ENTROPY, logits.float().numpy(), y.numpy())[0]
-    original = TorchEngine._loss_sum
+    original = ForwardPass.loss_sum
     try:
         mutants.torch_ce_low_precision("bf16", None)
-        engine = types.SimpleNamespace(spec=spec, dtype=torch.float32, loss=Loss.CROSS_ENTROPY)
-        got = float(TorchEngine._loss_sum(engine, logits, y))
+        state = types.SimpleNamespace(spec=spec, dtype=torch.float32, loss=Loss.CROSS_ENTROPY)
+        got = float(ForwardPass.loss_sum(types.SimpleNamespace(state=state), logits, y))
     finally:
-        TorchEngine._loss_sum = original
+        ForwardPass.loss_sum = original
     own = torch.nn.functional.cross_entropy(logits.float(), y, reduction="none").numpy()
     assert got == mutants.ce_low_sum(own)  # the backend's own float32 per-sample losses
     assert abs(got - per.sum()) > 1e-3 * per.sum()  # the mutant is a real error here
