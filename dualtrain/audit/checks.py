@@ -20,7 +20,6 @@ from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import check_replicas
 from dualtrain.audit.settings import SETTINGS_DIAGNOSES
 from dualtrain.audit.trajectory import check_loss, loss_windows
-from dualtrain.records.record import as_float
 from dualtrain.records.verdict import FAIL, PASS, Check, judged_check
 
 #: the lr's relative tolerance: a float32 lr (Keras keeps it in a float32 variable) is within
@@ -100,9 +99,9 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
     first_exact = first_pattern = None
     for s in range(1, n + 1):
         for ra, rb in zip(a.rows(s), b.rows(s), strict=False):
-            if first_exact is None and sorted(ra["exact"]) != sorted(rb["exact"]):
+            if first_exact is None and sorted(ra.exact) != sorted(rb.exact):
                 first_exact = s
-            if first_pattern is None and sorted(ra["pattern"]) != sorted(rb["pattern"]):
+            if first_pattern is None and sorted(ra.pattern) != sorted(rb.pattern):
                 first_pattern = s
         if first_pattern is not None:
             break
@@ -201,10 +200,7 @@ def check_init(a: Recorded, b: Recorded) -> Check:
 def group_lrs(run: Recorded) -> list[list[float | None]]:
     """Each step's lr per parameter group (``lrs``, recorded where an optimizer has several),
     else its one lr."""
-    return [
-        [None if v is None else as_float(v) for v in (s.get("lrs") or [s.get("lr")])]
-        for s in run.steps
-    ]
+    return [list(s.lrs or [s.lr]) for s in run.steps]
 
 
 def lr_pairs(ga: list[Any], gb: list[Any]) -> list[tuple[int, Any, Any]]:

@@ -53,15 +53,16 @@ def _set_lr(run: Recorded) -> float | None:
     if run.framework != "torch" or not run.config.get("scheduler") or not run.steps:
         return None
     made = opt.get("initial_lr")
-    return None if made is None or C.same_value(made, run.steps[0]["lr"]) else float(made)
+    return None if made is None or C.same_value(made, run.steps[0].lr) else float(made)
 
 
 def _scheduled_start(a: Recorded, b: Recorded) -> list[Finding]:
     """Step 1's lrs differ, the optimizers were made with one lr: a scheduler set step 1's."""
     sa, sb = _set_lr(a), _set_lr(b)
-    if not a.steps or not b.steps or (sa is None and sb is None):
+    first = first_lrs(a, b)
+    if first is None or (sa is None and sb is None):
         return []
-    la, lb = a.steps[0]["lr"], b.steps[0]["lr"]
+    la, lb = first
     made = (sa if sa is not None else la, sb if sb is not None else lb)
     if lr_close(la, lb, lr_peak(a, b)) or not C.same_value(*made):
         return []
@@ -84,10 +85,18 @@ def _scheduled_start(a: Recorded, b: Recorded) -> list[Finding]:
     ]
 
 
+def first_lrs(a: Recorded, b: Recorded) -> tuple[float, float] | None:
+    """Step 1's lr in A and in B (None: a record without steps, or without its lr)."""
+    la = a.steps[0].lr if a.steps else None
+    lb = b.steps[0].lr if b.steps else None
+    return None if la is None or lb is None else (la, lb)
+
+
 def _base_lr(a: Recorded, b: Recorded) -> list[Finding]:
-    if not a.steps or not b.steps or lr_close(a.steps[0]["lr"], b.steps[0]["lr"], lr_peak(a, b)):
+    first = first_lrs(a, b)
+    if first is None or lr_close(*first, lr_peak(a, b)):
         return []  # (within the lr check's tolerance: a float32 schedule's step 1)
-    la, lb = a.steps[0]["lr"], b.steps[0]["lr"]
+    la, lb = first
     return [
         Finding(
             "different base learning rate",
@@ -346,7 +355,7 @@ def _unpaired(a: Recorded, b: Recorded) -> tuple[str, tuple[str, ...]]:
 def resumed(a: Recorded, b: Recorded) -> list[Finding]:
     """A Keras fit that begins after epoch 1 (``initial_epoch``, a BackupAndRestore resuming)
     from other weights than a run that begins at 1: its initial weights are a checkpoint's."""
-    first = [int(r.steps[0]["epoch"]) if r.steps else 1 for r in (a, b)]
+    first = [r.steps[0].epoch if r.steps else 1 for r in (a, b)]
     pairs = paired_weights(a, b)
     if isinstance(pairs, str) or all(
         np.array_equal(a.weights_init[x], b.weights_init[y]) for x, y in pairs

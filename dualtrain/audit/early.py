@@ -22,7 +22,7 @@ def left_early_at(a: Recorded, b: Recorded) -> tuple[int, str, int, int] | None:
         m = min(len(sa), len(sb))
         longer, steps = (a, sa) if len(sa) > len(sb) else (b, sb)
         last = longer.steps[steps[-1] - 1]  # the longer epoch's last step
-        if len(sa) - len(sb) in (1, -1) and last["samples"] < longer.steps[0]["samples"]:
+        if len(sa) - len(sb) in (1, -1) and last.samples < longer.steps[0].samples:
             return None  # the one more step is a partial batch: drop_remainder's finding
         same = all(
             a.global_rows(x, KIND) == b.global_rows(y, KIND)

@@ -32,11 +32,11 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
     if not a.steps or not b.steps:
         return []
     (sa, sb), out = (a.steps[0], b.steps[0]), []
-    ratio = float(sa["loss"]) / float(sb["loss"]) if float(sb["loss"]) else 0.0
-    local = sa["samples"] / max(a.world_size, 1)
+    ratio = sa.loss / sb.loss if sb.loss else 0.0
+    local = sa.samples / max(a.world_size, 1)
     for r, tag, run, other in ((ratio, "A", a, "B"), (1 / ratio if ratio else 0, "B", b, "A")):
         # a Keras sum-reduced loss is reported over the global batch (the replicas' sums)
-        rows = float(sa["samples"]) if run.framework == "tf" and run.world_size > 1 else local
+        rows = float(sa.samples) if run.framework == "tf" and run.world_size > 1 else local
         if rows > 2 and abs(r / rows - 1) < 0.25:
             change = (
                 "reduction='mean' (the local batch's mean; DDP averages the replicas)"
@@ -53,7 +53,7 @@ def reduction(a: Recorded, b: Recorded) -> list[Finding]:
                     step=1,
                 )
             )
-    ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
+    ga, gb = float(sa.grad_norm or 0), float(sb.grad_norm or 0)
     # a clipped gradient's norm says nothing of the reduction (clipping is named on its own)
     same_start = same_weights(a, b) and not out
     same_start = same_start and not clips(a) and not clips(b)
@@ -126,7 +126,9 @@ def _summed_fix(run: Recorded, tag: str) -> str:
 def _micro_batches(run: Recorded) -> int:
     """Micro-batches per optimizer step (the torch recorder's ``rec.batch`` calls), when every
     step of replica 0 has the same number; else 1."""
-    counts = {int(r.get("batches", 1)) for (_, rep), r in run.replicas.items() if rep == 0}
+    counts = {
+        1 if r.batches is None else r.batches for (_, rep), r in run.replicas.items() if rep == 0
+    }
     return counts.pop() if len(counts) == 1 else 1
 
 
@@ -137,8 +139,8 @@ def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
     if not a.steps or not b.steps or not same_weights(a, b):
         return []
     (sa, sb), out = (a.steps[0], b.steps[0]), []
-    la, lb = float(sa["loss"]), float(sb["loss"])
-    ga, gb = float(sa.get("grad_norm") or 0), float(sb.get("grad_norm") or 0)
+    la, lb = sa.loss, sb.loss
+    ga, gb = float(sa.grad_norm or 0), float(sb.grad_norm or 0)
     if not (la > 0 and lb > 0 and ga > 0 and gb > 0) or abs(ga / gb - 1) > 0.05:
         return []
     for run, tag, ratio in ((a, "A", lb / la), (b, "B", la / lb)):
@@ -214,9 +216,7 @@ def _empty(run: Recorded) -> int:
     """Steps taken with no gradient: the torch recorder's norm is None (every ``.grad`` None)
     or 0 at ``optimizer.step()``."""
     return sum(
-        1
-        for s in run.steps
-        if not s.get("skipped") and (s.get("grad_norm") is None or float(s["grad_norm"]) == 0.0)
+        1 for s in run.steps if not s.skipped and (s.grad_norm is None or s.grad_norm == 0.0)
     )
 
 

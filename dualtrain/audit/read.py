@@ -17,8 +17,8 @@ from dualtrain.audit.record import (
     WEIGHTS_FINAL,
     WEIGHTS_INIT,
 )
+from dualtrain.audit.rows import DigestKind, ReplicaRow, Series, StepRow
 from dualtrain.errors import UserError
-from dualtrain.records.record import as_float
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ class Recorded:
     world_size: int
     config: dict[str, Any]
     script: Script
-    steps: list[dict[str, Any]]
+    steps: list[StepRow]
     """metrics.jsonl's train rows, in step order."""
-    replicas: dict[tuple[int, int], dict[str, Any]]
+    replicas: dict[tuple[int, int], ReplicaRow]
     """(step, replica) -> replicas.jsonl's row."""
     weights_init: dict[str, np.ndarray] = field(repr=False)
     weights_final: dict[str, np.ndarray] = field(repr=False)
@@ -64,13 +64,13 @@ class Recorded:
     def script_name(self) -> str:
         return self.script.name
 
-    def rows(self, step: int) -> list[dict[str, Any]]:
+    def rows(self, step: int) -> list[ReplicaRow]:
         return [
             self.replicas[(step, r)] for r in range(self.world_size) if (step, r) in self.replicas
         ]
 
-    def global_rows(self, step: int, kind: str = "exact") -> Counter[str]:
-        return Counter(d for row in self.rows(step) for d in row[kind])
+    def global_rows(self, step: int, kind: DigestKind = "exact") -> Counter[str]:
+        return Counter(d for row in self.rows(step) for d in row.digests(kind))
 
     def epochs(self) -> dict[int, list[int]]:
         """epoch -> its steps, in order; epochs counted from the run's first, 1 (a script that
@@ -78,16 +78,16 @@ class Recorded:
         out: dict[int, list[int]] = {}
         number: dict[int, int] = {}
         for s in self.steps:
-            e = number.setdefault(int(s["epoch"]), len(number) + 1)
-            out.setdefault(e, []).append(int(s["step"]))
+            e = number.setdefault(s.epoch, len(number) + 1)
+            out.setdefault(e, []).append(s.step)
         return out
 
     def epoch_of(self, step: int) -> int:
         """The epoch (counted as :meth:`epochs` counts them) of a step."""
         return next(e for e, steps in self.epochs().items() if step in steps)
 
-    def series(self, key: str) -> list[float | None]:
-        return [None if s.get(key) is None else as_float(s[key]) for s in self.steps]
+    def series(self, key: Series) -> list[float | None]:
+        return [s.value(key) for s in self.steps]
 
     def line_at(self, n: int) -> str | None:
         """``script.py:N: text`` of line ``n`` (where the recorder saw a call run)."""
@@ -145,15 +145,15 @@ def read_recorded(run_dir: str | Path) -> Recorded:
             f"{d} is a half-written audit record (state {meta.get('state')!r}: the script "
             f"stopped before its recorder closed); record the run again. Received: {str(d)!r}"
         )
-    metrics = [m for m in _jsonl(d / METRICS_FILE) if m.get("kind") == "train"]
+    metrics = [StepRow.of(m) for m in _jsonl(d / METRICS_FILE) if m.get("kind") == "train"]
     return Recorded(
         path=d,
         framework=meta["framework"],
         world_size=int(meta["world_size"]),
         config=meta.get("config") or {},
         script=Script.from_json(meta.get("script") or {}),
-        steps=sorted(metrics, key=lambda m: m["step"]),
-        replicas={(r["step"], r["replica"]): r for r in _jsonl(d / REPLICAS_FILE)},
+        steps=sorted(metrics, key=lambda m: m.step),
+        replicas={(r.step, r.replica): r for r in map(ReplicaRow.of, _jsonl(d / REPLICAS_FILE))},
         weights_init=_npz(d / WEIGHTS_INIT),
         weights_final=_npz(d / WEIGHTS_FINAL),
     )

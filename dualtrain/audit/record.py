@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from dualtrain.audit.rows import ReplicaRow, StepRow, weighted_loss
 from dualtrain.errors import UserError
 from dualtrain.jsonio import json_safe, write_atomic
 from dualtrain.records import tbevents
@@ -232,30 +233,26 @@ def _save_npz(path: Path, weights: dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
-def _metrics_rows(
-    steps: list[dict[str, Any]], replicas: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    by_step: dict[int, list[dict[str, Any]]] = {}
+def _metrics_rows(steps: list[dict[str, Any]], replicas: list[ReplicaRow]) -> list[StepRow]:
+    """The recorder's step rows with each step's loss and sample count from its replicas'."""
+    by_step: dict[int, list[ReplicaRow]] = {}
     for r in replicas:
-        by_step.setdefault(r["step"], []).append(r)
+        by_step.setdefault(r.step, []).append(r)
     out = []
     for s in steps:
-        rows = by_step.get(s["step"], [])
-        n = sum(r["count"] for r in rows)
-        known = n and all(r["loss"] is not None for r in rows)
-        loss = sum(float(r["loss"]) * r["count"] for r in rows) / n if known else float("nan")
-        out.append({"kind": "train", **s, "loss": loss, "samples": n})
+        loss, n = weighted_loss(by_step.get(int(s["step"]), []))
+        out.append(StepRow.of({**s, "loss": loss, "samples": n}))
     return out
 
 
-def _shard_rows(replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _shard_rows(replicas: list[ReplicaRow]) -> list[dict[str, Any]]:
     return [
         {
-            "step": r["step"],
-            "epoch": r["epoch"],
-            "replica": r["replica"],
-            "digest": hashlib.sha256(",".join(r["exact"]).encode()).hexdigest()[:16],
-            "count": r["count"],
+            "step": r.step,
+            "epoch": r.epoch,
+            "replica": r.replica,
+            "digest": hashlib.sha256(",".join(r.exact).encode()).hexdigest()[:16],
+            "count": r.count,
         }
         for r in replicas
     ]
@@ -275,13 +272,13 @@ def finish(
     wall_s: float,
 ) -> None:
     """The chief's last act: merge the processes' parts, write every file, audit.json last."""
-    replicas = read_parts(run_dir, ranks)
+    replicas = [ReplicaRow.of(r) for r in read_parts(run_dir, ranks)]
     in_step = replica_weights(run_dir, ranks)
     if in_step is not None:
         config = {**config, "replicas": in_step}
     metrics = _metrics_rows(steps, replicas)
-    _write_jsonl(run_dir / REPLICAS_FILE, replicas)
-    _write_jsonl(run_dir / METRICS_FILE, metrics)
+    _write_jsonl(run_dir / REPLICAS_FILE, [r.to_json() for r in replicas])
+    _write_jsonl(run_dir / METRICS_FILE, [m.to_json() for m in metrics])
     _write_jsonl(run_dir / SHARDS_FILE, _shard_rows(replicas))
     _save_npz(run_dir / WEIGHTS_INIT, weights_init)
     _save_npz(run_dir / WEIGHTS_FINAL, weights_final)
@@ -304,7 +301,7 @@ def finish(
     if tbevents.available():
         events = tbevents.EventLog(run_dir)
         for row in metrics:
-            events.train(row)
+            events.train(row.to_json())
         events.close()
     shutil.rmtree(run_dir / PARTS, ignore_errors=True)
     _write_json(

@@ -27,13 +27,13 @@ def _norms_apart(run: Recorded) -> tuple[int, list[float]] | None:
     """The first step whose replicas stepped with different gradients (or some skipped it), and
     their norms."""
     for s in run.steps:
-        rows = run.rows(int(s["step"]))
-        norms = [float(r["grad_norm"]) for r in rows if r.get("grad_norm") is not None]
+        rows = run.rows(s.step)
+        norms = [r.grad_norm for r in rows if r.grad_norm is not None]
         live = [n for n in norms if not math.isnan(n)]
         if len(norms) < 2 or not live:
             continue
         if len(live) < len(norms) or max(live) - min(live) > NORM_RTOL * max(map(abs, live)):
-            return int(s["step"]), norms
+            return s.step, norms
     return None
 
 

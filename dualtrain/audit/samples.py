@@ -9,6 +9,7 @@ from typing import Any
 from dualtrain.audit.early import left_early, left_early_at
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.rows import DigestKind
 from dualtrain.audit.split import (
     duplicated,
     orders_in_words,
@@ -20,7 +21,7 @@ from dualtrain.audit.split import (
 )
 from dualtrain.records.verdict import Finding
 
-KIND = "pattern"  # the same sample under any normalisation
+KIND: DigestKind = "pattern"  # the same sample under any normalisation
 
 
 def _epoch_rows(run: Recorded, epoch: int) -> Counter[str]:
@@ -105,7 +106,7 @@ def padding(a: Recorded, b: Recorded) -> list[Finding]:
 def batches(a: Recorded, b: Recorded) -> list[Finding]:
     """The global batch size, and drop_remainder (a last partial batch in one run only)."""
     out = []
-    na, nb = a.steps[0]["samples"] if a.steps else 0, b.steps[0]["samples"] if b.steps else 0
+    na, nb = a.steps[0].samples if a.steps else 0, b.steps[0].samples if b.steps else 0
     if na != nb:
         out.append(
             Finding(
@@ -124,8 +125,8 @@ def batches(a: Recorded, b: Recorded) -> list[Finding]:
     la, lb = len(ea.get(1, [])), len(eb.get(1, []))
     if abs(la - lb) == 1:
         longer, tag, shorter, stag = (a, "A", b, "B") if la > lb else (b, "B", a, "A")
-        last = longer.steps[len(longer.epochs()[1]) - 1]["samples"]
-        whole = shorter.steps[len(shorter.epochs()[1]) - 1]["samples"] == na  # else its own
+        last = longer.steps[len(longer.epochs()[1]) - 1].samples
+        whole = shorter.steps[len(shorter.epochs()[1]) - 1].samples == na  # else its own
         if last < na and whole:  # partial batch too: other rows (a validation_split), not a drop
             change_long = (
                 "`.batch(GLOBAL_BATCH, drop_remainder=True)`"
@@ -166,7 +167,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     """Different data, a different shuffle, or the same global batches split differently over
     the replicas (DistributedSampler's interleaving against MirroredStrategy's blocks)."""
     n = min(len(a.steps), len(b.steps))
-    if not n or a.steps[0]["samples"] != b.steps[0]["samples"] or splits_differ(a, b):
+    if not n or a.steps[0].samples != b.steps[0].samples or splits_differ(a, b):
         return []  # the split's own finding says it
     first_global = next(
         (s for s in range(1, n + 1) if a.global_rows(s, KIND) != b.global_rows(s, KIND)), None
@@ -179,10 +180,10 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
         epoch = a.epoch_of(first_global)
         rows_a, rows_b = _epoch_rows(a, epoch), _epoch_rows(b, epoch)
         only_a, only_b = sum((rows_a - rows_b).values()), sum((rows_b - rows_a).values())
-        if 0 < max(only_a, only_b) < a.steps[0]["samples"] and not (only_a and only_b):
+        if 0 < max(only_a, only_b) < a.steps[0].samples and not (only_a and only_b):
             return []  # one epoch's rows hold the other's and less than a batch more: a partial
             # last batch one run keeps (drop_remainder's finding says it)
-        if max(only_a, only_b) >= a.steps[0]["samples"] or (only_a and only_b and not _drops(a, b)):
+        if max(only_a, only_b) >= a.steps[0].samples or (only_a and only_b and not _drops(a, b)):
             if _same_indices(a, b, epoch):
                 return [_augmented(a, b, epoch, first_global)]
             return [
@@ -216,7 +217,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
         ]
     for s in range(1, n + 1):
         for ra, rb in zip(a.rows(s), b.rows(s), strict=False):
-            if sorted(ra[KIND]) != sorted(rb[KIND]):
+            if sorted(ra.digests(KIND)) != sorted(rb.digests(KIND)):
                 return [sharding(a, b, s)]
     return []
 
@@ -226,9 +227,9 @@ def _indices(run: Recorded, epoch: int) -> Counter[int] | None:
     out: Counter[int] = Counter()
     for step in run.epochs().get(epoch, []):
         for row in run.rows(step):
-            if row.get("indices") is None:
+            if row.indices is None:
                 return None
-            out.update(int(i) for i in row["indices"])
+            out.update(row.indices)
     return out
 
 
@@ -260,7 +261,7 @@ def _augmented(a: Recorded, b: Recorded, epoch: int, step: int) -> Finding:
 def _drops(a: Recorded, b: Recorded) -> bool:
     """Both runs feed whole batches only (each drops its epochs' last partial batch): their
     epochs may leave out other rows where they shuffle otherwise."""
-    return all(s["samples"] == r.steps[0]["samples"] for r in (a, b) for s in r.steps)
+    return all(s.samples == r.steps[0].samples for r in (a, b) for s in r.steps)
 
 
 def _sampler_options(a: Recorded, b: Recorded) -> tuple[str, str] | None:
@@ -322,7 +323,7 @@ def _values(run: Recorded) -> dict[str, str] | None:
     pairs = {
         (p, e)
         for row in run.replicas.values()
-        for p, e in zip(row[KIND], row["exact"], strict=True)
+        for p, e in zip(row.digests(KIND), row.exact, strict=True)
     }
     values = dict(pairs)
     if len(values) < 0.9 * len({e for _, e in pairs}):

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.rows import DigestKind
 from dualtrain.records.verdict import Finding
 
-KIND = "pattern"  # the same sample under any normalisation
+KIND: DigestKind = "pattern"  # the same sample under any normalisation
 
 
 def duplicate_steps(run: Recorded) -> tuple[int, int]:
     """(steps at which every replica fed the same rows, steps with rows on 2+ replicas)."""
     same = judged = 0
     for s in run.steps:
-        rows = [sorted(r[KIND]) for r in run.rows(int(s["step"])) if r[KIND]]
+        rows = [sorted(r.digests(KIND)) for r in run.rows(s.step) if r.digests(KIND)]
         if len(rows) > 1:
             judged += 1
             same += all(r == rows[0] for r in rows[1:])
@@ -101,7 +102,8 @@ def policies(a: Recorded, b: Recorded) -> list[Finding]:
 def _rows_differ(a: Recorded, b: Recorded) -> bool:
     steps = range(1, min(len(a.steps), len(b.steps)) + 1)
     return any(
-        [sorted(r[KIND]) for r in a.rows(s)] != [sorted(r[KIND]) for r in b.rows(s)] for s in steps
+        [sorted(r.digests(KIND)) for r in a.rows(s)] != [sorted(r.digests(KIND)) for r in b.rows(s)]
+        for s in steps
     )
 
 

@@ -3,11 +3,13 @@ them: the rows each replica fed, the lr of each step."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from dualtrain.audit.read import Recorded, Script
+from dualtrain.audit.rows import ReplicaRow, StepRow
 
 
 def record(
@@ -54,18 +56,47 @@ def record(
     cfg = {"optimizer": {"type": "SGD", "lr": 0.1}} if framework == "torch" else {}
     cfg |= config or {}
     text = Script(f"{framework}.py", (), script)
-    return Recorded(Path(framework), framework, world, cfg, text, steps, rows, w, w)
+    return Recorded(
+        Path(framework),
+        framework,
+        world,
+        cfg,
+        text,
+        [StepRow.of(s) for s in steps],
+        {k: ReplicaRow.of(v) for k, v in rows.items()},
+        w,
+        w,
+    )
 
 
 def with_rows(run: Recorded, rows_of) -> Recorded:
     """``run`` with replica r's digests at step s made by ``rows_of(s, r)``."""
-    for (s, r), row in run.replicas.items():
-        row["exact"] = row["pattern"] = rows_of(s, r)
-    return run
+    return edit_rows(run, lambda s, r, row: {"exact": rows_of(s, r), "pattern": rows_of(s, r)})
 
 
 def with_lrs(run, lrs):
     run.steps = run.steps[: len(lrs)]
-    for s, lr in zip(run.steps, lrs, strict=True):
-        s["lr"] = float(lr)
+    return edit_steps(run, lambda k, s: {"lr": float(lrs[k])})
+
+
+def edit_steps(run: Recorded, change, steps: slice = slice(None)) -> Recorded:
+    """``run`` with each of ``steps`` (all by default) given the fields ``change(k, row)`` returns
+    (k: the step's index in run.steps)."""
+    picked = range(len(run.steps))[steps]
+    run.steps = [
+        replace(s, **_typed(change(k, s))) if k in picked else s for k, s in enumerate(run.steps)
+    ]
     return run
+
+
+def edit_rows(run: Recorded, change) -> Recorded:
+    """``run`` with each replica row given the fields ``change(step, replica, row)`` returns."""
+    run.replicas = {
+        (s, r): replace(row, **_typed(change(s, r, row))) for (s, r), row in run.replicas.items()
+    }
+    return run
+
+
+def _typed(fields: dict) -> dict:
+    """Lists as the rows' tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}

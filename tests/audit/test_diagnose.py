@@ -11,8 +11,9 @@ import numpy as np
 from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded, Script
+from dualtrain.audit.rows import ReplicaRow, StepRow
 from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS
-from tests.audit.records import record, with_rows
+from tests.audit.records import edit_rows, edit_steps, record, with_rows
 
 
 def _run(framework: str, optimizer: dict, lrs: list[float]) -> Recorded:
@@ -42,7 +43,17 @@ def _run(framework: str, optimizer: dict, lrs: list[float]) -> Recorded:
     }
     w = {"w": np.zeros(2, np.float32)}
     config = {"optimizer": optimizer}
-    return Recorded(Path(framework), framework, 1, config, Script(), steps, rows, w, w)
+    return Recorded(
+        Path(framework),
+        framework,
+        1,
+        config,
+        Script(),
+        [StepRow.of(s) for s in steps],
+        {k: ReplicaRow.of(v) for k, v in rows.items()},
+        w,
+        w,
+    )
 
 
 def test_sgd_momentum_under_a_changing_lr_is_named():
@@ -123,8 +134,7 @@ def test_a_loss_recorded_per_micro_batch_or_per_replica_is_named():
 def test_lr_fixes_use_each_scripts_framework_and_a_peak_scheduler():
     a = record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.1)\n")
     b = record("torch", script="opt = torch.optim.SGD(model.parameters(), lr=0.2)\n")
-    for s in b.steps:
-        s["lr"] = 0.2
+    edit_steps(b, lambda k, s: {"lr": 0.2})
     (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
     assert f.fixes[1].endswith("-> lr=0.1"), f.fixes
     b.config["scheduler"] = {"type": "OneCycleLR"}
@@ -201,19 +211,22 @@ def test_the_line_quoted_is_the_recorded_optimizers_and_schedules():
     )
     (f,) = [f for f in diagnose(a, b) if f.name == "different optimizer settings"]
     assert 'tf.py:3: "adam": lambda: keras.optimizers.Adam(0.001),' in f.fixes[0], f.fixes
-    for s in b.steps[2:]:
-        s["lr"] = 0.01
+    edit_steps(b, lambda k, s: {"lr": 0.01}, slice(2, None))
     (g,) = [f for f in diagnose(a, b) if f.name == "different lr schedules"]
     assert "tf.py:5: lrs = {" in g.fixes[0] and "tf.py:6:" in g.fixes[1], g.fixes
 
 
 def test_a_shuffle_fix_is_in_each_runs_framework_words():
     a, b = record("tf", script=BRANCHES), record("tf", script=BRANCHES)
-    for s in (1, 2):  # the same rows, another order inside epoch 1
-        b.replicas[(s, 0)] = {
-            **b.replicas[(s, 0)],
-            **{k: a.replicas[(3 - s, 0)][k] for k in ("exact", "pattern")},
-        }
+    # the same rows, another order inside epoch 1
+    edit_rows(
+        b,
+        lambda s, r, row: (
+            {k: getattr(a.replicas[(3 - s, 0)], k) for k in ("exact", "pattern")}
+            if s in (1, 2)
+            else {}
+        ),
+    )
     (f,) = [f for f in diagnose(a, b) if f.name == "shuffle seeds"]
     assert all("no `.shuffle`" in x and "Sampler" not in x for x in f.fixes), f.fixes
     assert "tf.py:8: ds = ds.shuffle(1000, seed=1)" in f.fixes[0]
@@ -235,8 +248,7 @@ def test_scheduler_owned_group_keys_are_not_settings_and_tabular_patterns_name_n
     assert check_settings(record("torch"), swa).status == PASS  # SWALR's key, not a setting
     a, b = record("tf"), record("tf")
     for run, tag in ((a, "a"), (b, "b")):  # rows without ties share 'all but the argmin' masks
-        for (s, r), row in run.replicas.items():
-            run.replicas[(s, r)] = {**row, "pattern": ["p0"], "exact": [f"{tag}{s}"]}
+        edit_rows(run, lambda s, r, row, tag=tag: {"pattern": ["p0"], "exact": [f"{tag}{s}"]})
     assert not [f for f in diagnose(a, b) if f.name == "input normalisation"]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from dualtrain.audit.checks import run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.replicas import check_replicas
-from tests.audit.records import record, with_lrs, with_rows
+from tests.audit.records import edit_rows, edit_steps, record, with_lrs, with_rows
 
 TORCH = """\
 p.add_argument("--opt", default="sgd")
@@ -32,14 +32,12 @@ def test_a_schedulers_first_lr_is_a_schedule_not_a_base_lr():
     'different base learning rate' with lr=0.05 to write into the optimizer line, and the run
     without a scheduler was sent to a SequentialLR line of a branch it never ran."""
     plain = _torch(optimizer={"type": "SGD", "lr": 0.05})
-    for s in plain.steps:
-        s["lr"] = 0.05
+    edit_steps(plain, lambda k, s: {"lr": 0.05})
     warm = _torch(
         optimizer={"type": "SGD", "lr": 0.005, "initial_lr": 0.05},
         scheduler={"type": "SequentialLR"},
     )
-    for s in warm.steps:
-        s["lr"] = 0.005
+    edit_steps(warm, lambda k, s: {"lr": 0.005})
     names = {f.name: f for f in diagnose(plain, warm)}
     assert "different base learning rate" not in names, list(names)
     f = names["different lr schedules"]
@@ -96,10 +94,8 @@ def test_replicas_out_of_step_in_a_record():
             "replicas": {"ranks": 2, "arrays": 1, "final": {"1": ["w"]}, "final_arrays": {"1": 1}}
         },
     )
-    for row in ddp.replicas.values():
-        row["grad_norm"] = 1.0
-    for (s, r), row in apart.replicas.items():
-        row["grad_norm"] = 1.0 + (r if s >= 3 else 0) * 1e-3
+    edit_rows(ddp, lambda s, r, row: {"grad_norm": 1.0})
+    edit_rows(apart, lambda s, r, row: {"grad_norm": 1.0 + (r if s >= 3 else 0) * 1e-3})
     assert check_replicas(ddp, ddp).status == "PASS"
     check = check_replicas(ddp, apart)
     assert check.status == "FAIL", check
@@ -167,9 +163,7 @@ def test_a_loss_all_reduced_for_the_log_and_gradients_summed_by_hand_quote_the_a
 def _epochs(run, epochs: list[int], samples: list[int]):
     """``run`` with its steps' epochs and row counts set."""
     run.steps = run.steps[: len(epochs)]
-    for s, e, n in zip(run.steps, epochs, samples, strict=True):
-        s["epoch"], s["samples"] = e, n
-    return run
+    return edit_steps(run, lambda k, s: {"epoch": epochs[k], "samples": samples[k]})
 
 
 def test_drop_remainder_needs_the_shorter_epoch_to_end_on_a_whole_batch():
@@ -219,7 +213,7 @@ def test_a_float32_cosine_passes_and_a_warmup_from_zero_is_named():
     schedules were compared relative to step 1's lr)."""
     torch_run = with_lrs(record("torch", losses=[1.0] * 12), _cosine(12, 4, np.float64))
     keras_run = with_lrs(record("tf", losses=[1.0] * 12), _cosine(12, 4, np.float32))
-    last = torch_run.steps[-1]["lr"], keras_run.steps[-1]["lr"]
+    last = torch_run.steps[-1].lr, keras_run.steps[-1].lr
     assert abs(last[0] - last[1]) > 1e-6 * max(last)  # what the relative tolerance refused
     checks = {c.name: c for c in run_checks(torch_run, keras_run)}
     assert checks["learning rate"].status == "PASS", checks["learning rate"]

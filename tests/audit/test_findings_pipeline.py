@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.audit.diagnose import diagnose
-from tests.audit.records import record, with_rows
+from tests.audit.records import edit_rows, edit_steps, record, with_rows
 
 TORCH = """\
 class MLP(nn.Module):
@@ -45,8 +45,7 @@ def test_a_reparametrised_layer_is_named_by_its_arrays_and_line():
 def test_an_optimizer_stepping_without_gradients_is_named_at_zero_grad():
     """zero_grad() between backward() and step(): every recorded norm None, nothing named."""
     empty = record("torch", script=TORCH, grad_norm=1.0)
-    for s in empty.steps:
-        s["grad_norm"] = None
+    edit_steps(empty, lambda k, s: {"grad_norm": None})
     f = _names(record("torch"), empty)["optimizer steps without gradients"]
     assert "B's optimizer stepped with no gradient at 4 of its 4 steps" in f.evidence
     assert "torch.py:3: optimizer.zero_grad() -> optimizer.zero_grad() before" in f.fixes[0]
@@ -74,18 +73,15 @@ def test_the_same_samples_with_other_values_are_an_augmentation():
     def run(seed: int):
         r = record("torch", script=TORCH, config={"loader": {"dataset": "Shifted"}})
         with_rows(r, lambda s, rank: [f"{seed:08x}{s:04x}{rank:04x}"])
-        for row in r.replicas.values():
-            row["indices"] = [row["step"] * 2 + row["replica"]]
-        for step in r.steps:
-            step["samples"] = 1  # one row a step, its digest above
+        edit_rows(r, lambda s, rank, row: {"indices": [s * 2 + rank]})
+        edit_steps(r, lambda k, s: {"samples": 1})  # one row a step, its digest above
         return r
 
     f = _names(run(7), run(8))["same samples, other values (augmentation or preprocessing)"]
     assert "both runs' samplers feed the same dataset indices" in f.evidence
     assert "torch.py:5: class Shifted(Dataset):" in f.fixes[0]
     other = run(8)
-    for row in other.replicas.values():
-        row["indices"] = [100 + row["step"]]
+    edit_rows(other, lambda s, rank, row: {"indices": [100 + s]})
     assert "different data" in _names(run(7), other)
 
 

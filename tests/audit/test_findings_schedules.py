@@ -10,7 +10,7 @@ import numpy as np
 
 from dualtrain.audit.checks import check_settings, run_checks
 from dualtrain.audit.diagnose import diagnose
-from tests.audit.records import record, with_lrs, with_rows
+from tests.audit.records import edit_steps, record, with_lrs, with_rows
 
 TORCH = """\
 opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -53,7 +53,7 @@ def test_a_float32_one_cycle_start_is_no_base_lr_or_schedule_difference():
     to write in and 'different lr schedules' with 9.21x against 9.21x."""
     a = with_lrs(record("torch", losses=[1.0] * 8, script=TORCH), _one_cycle(8))
     b = with_lrs(record("tf", losses=[1.0] * 8, script=KERAS), _one_cycle(8, -0.73))
-    assert abs(a.steps[0]["lr"] - b.steps[0]["lr"]) > 1e-6 * a.steps[0]["lr"]  # beyond 1e-6
+    assert abs(a.steps[0].lr - b.steps[0].lr) > 1e-6 * a.steps[0].lr  # beyond 1e-6
     assert {c.name: c.status for c in run_checks(a, b)}["learning rate"] == "PASS"
     assert not [f for f in diagnose(a, b) if "lr" in f.name or "learning" in f.name]
     c = with_lrs(record("tf", losses=[1.0] * 8), [x * 1.01 for x in _one_cycle(8)])
@@ -102,8 +102,7 @@ def test_a_parameter_groups_own_lr_is_named_at_its_line():
     """A head given its own lr by add_param_group: the lr check FAILed group 1 with no finding."""
     one = with_lrs(record("torch", script=TORCH), [0.05] * 4)
     two = with_lrs(record("torch", script=TORCH), [0.05] * 4)
-    for s in two.steps:
-        s["lrs"] = [0.05, 0.01]
+    edit_steps(two, lambda k, s: {"lrs": [0.05, 0.01]})
     (f,) = [f for f in diagnose(one, two) if f.name == "different lr in a parameter group"]
     assert "step 1: parameter group 1's lr 0.05 in A, 0.01 in B (group 0's agree: 0.05)" in (
         f.evidence

@@ -53,9 +53,11 @@ def test_recording_the_same_loop_twice_passes(tmp_path):
     _train(tmp_path / "b")
     run = read_recorded(tmp_path / "a")
     assert [s["step"] for s in run.steps] == [1, 2, 3, 4, 5, 6]
-    assert run.replicas[(1, 0)]["indices"] == [0, 1, 2, 3]  # the SequentialSampler's
+    assert list(run.replicas[(1, 0)].indices) == [0, 1, 2, 3]  # the SequentialSampler's
     exact, pattern = row_digests(data.tensors[0][:4].numpy())  # torch's digests are NumPy's
-    assert run.replicas[(1, 0)]["exact"] == exact and run.replicas[(1, 0)]["pattern"] == pattern
+    assert (
+        list(run.replicas[(1, 0)].exact) == exact and list(run.replicas[(1, 0)].pattern) == pattern
+    )
     assert all(s["grad_norm"] > 0 and s["skipped"] is False for s in run.steps)
     assert set(run.weights_init) == {"1.weight", "1.bias"}
     cmp = dualtrain.compare(tmp_path / "a", tmp_path / "b", out=tmp_path / "cmp", quiet=True)
@@ -199,7 +201,7 @@ def test_micro_batches_of_one_step_add_up_and_the_epoch_can_be_given(tmp_path):
         (3, 2, 8),
         (4, 2, 8),
     ]
-    assert run.replicas[(1, 0)]["exact"] == row_digests(x[:8].numpy())[0]
+    assert list(run.replicas[(1, 0)].exact) == row_digests(x[:8].numpy())[0]
     assert not any(s["skipped"] for s in run.steps)
 
 
@@ -223,8 +225,8 @@ def test_on_cuda_the_digests_are_numpys_and_a_gradscaler_skip_is_recorded(tmp_pa
             scaler.update()
             rec.step(loss)
     run = read_recorded(tmp_path / "a")
-    assert run.replicas[(1, 0)]["exact"] == row_digests(xs[0].numpy())[0]
-    assert run.replicas[(1, 0)]["pattern"] == row_digests(xs[0].numpy())[1]
+    assert list(run.replicas[(1, 0)].exact) == row_digests(xs[0].numpy())[0]
+    assert list(run.replicas[(1, 0)].pattern) == row_digests(xs[0].numpy())[1]
     assert [s["skipped"] for s in run.steps] == [False, True, False, False]
     assert [s["loss_scale"] for s in run.steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
 

@@ -41,7 +41,7 @@ def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
     # the norm of bfloat16 gradients summed in float32 (bfloat16's own sum is ~0.5% off)
     assert [s["grad_norm"] for s in run.steps] == pytest.approx(norms, rel=1e-5)
     assert [s["epoch"] for s in run.steps] == [1, 1, 1, 2, 2, 2]
-    assert run.replicas[(1, 0)]["exact"] == row_digests(x[:4].numpy())[0]
+    assert list(run.replicas[(1, 0)].exact) == row_digests(x[:4].numpy())[0]
     assert torch.equal(torch.from_numpy(run.weights_init["1.weight"]), first)
     assert run.config["precision"] == {  # no autocast: a bfloat16 model computes in bfloat16
         "param_dtype": "bfloat16",
@@ -77,7 +77,9 @@ def test_a_dict_batch_digests_its_input_whatever_the_key_order(tmp_path):
         with audit.torch_recorder(tmp_path / name, model=model, optimizer=opt) as rec:
             rec.batch(batch)
             rec.step(1.0)
-        assert read_recorded(tmp_path / name).replicas[(1, 0)]["exact"] == row_digests(x.numpy())[0]
+        assert (
+            list(read_recorded(tmp_path / name).replicas[(1, 0)].exact) == row_digests(x.numpy())[0]
+        )
 
 
 def test_a_loop_leaving_its_epochs_early_is_counted_by_set_epoch(tmp_path):
@@ -99,7 +101,7 @@ def test_a_loop_leaving_its_epochs_early_is_counted_by_set_epoch(tmp_path):
                 rec.step(loops.step(model, opt, xb, yb))
     run = read_recorded(tmp_path / "a")
     assert [s["epoch"] for s in run.steps] == [1, 1, 2, 2, 3, 3]
-    assert [run.replicas[(s, 0)]["indices"] for s in range(1, 7)] == seen
+    assert [list(run.replicas[(s, 0)].indices) for s in range(1, 7)] == seen
 
 
 def test_an_option_of_a_later_parameter_group_is_judged(tmp_path):

@@ -98,7 +98,7 @@ def test_a_recorder_that_fails_to_start_leaves_a_failed_folder_and_frees_the_pro
     with audit.torch_recorder(tmp_path / "a", model=model, optimizer=opt) as rec:  # not refused
         rec.batch(torch.rand(2, 16))
         rec.step(1.0)
-    assert read_recorded(tmp_path / "a").steps[0]["samples"] == 2
+    assert read_recorded(tmp_path / "a").steps[0].samples == 2
 
 
 @pytest.mark.slow  # two DDP processes started twice (~12 s)

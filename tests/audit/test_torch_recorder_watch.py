@@ -158,4 +158,4 @@ def test_a_validation_batch_given_to_rec_batch_is_one_line(tmp_path):
             model.train()
             rec.batch(x[:4], epoch=1)
         rec.step(loops.step(model, opt, x[:4], y[:4]))
-    assert read_recorded(tmp_path / "b").steps[0]["samples"] == 4
+    assert read_recorded(tmp_path / "b").steps[0].samples == 4
