@@ -109,8 +109,7 @@ def test_a_parameter_groups_own_lr_is_named_at_its_line():
     )
     assert "torch.py:1: opt = torch.optim.Adam(" in f.fixes[0], f.fixes  # A has one group
     assert "torch.py:10: opt.add_param_group(" in f.fixes[1], f.fixes
-    for s in one.steps:
-        s["lrs"] = [0.05, 0.01]
+    edit_steps(one, lambda k, s: {"lrs": [0.05, 0.01]})
     assert diagnose(one, two) == []
 
 

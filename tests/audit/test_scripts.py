@@ -31,8 +31,8 @@ def test_the_ddp_script_recorded_twice_passes(torch_run, tmp_path):
     assert cmp.passed and found == [], cmp.verdict
     assert [c.status for c in cmp.checks] == ["PASS"] * 8
     rows = cmp.a.rows(1)
-    assert [len(r["exact"]) for r in rows] == [64, 64]  # two replicas, 64 rows each
-    assert rows[0]["indices"][:2] != rows[1]["indices"][:2]  # the DistributedSampler's
+    assert [len(r.exact) for r in rows] == [64, 64]  # two replicas, 64 rows each
+    assert (rows[0].indices or ())[:2] != (rows[1].indices or ())[:2]  # the DistributedSampler's
 
 
 @pytest.mark.slow  # the Keras recorder's default test is test_keras_errors.py (one process)
@@ -40,8 +40,8 @@ def test_the_keras_script_recorded_twice_passes(keras_run, tmp_path):
     again = record("keras_mnist.py", tmp_path / "again")
     cmp, found = names(keras_run, again, tmp_path)
     assert cmp.passed and found == [], cmp.verdict
-    assert [len(r["exact"]) for r in cmp.a.rows(1)] == [64, 64]
-    assert len(cmp.a.steps) == 16 and all(s["grad_norm"] > 0 for s in cmp.a.steps)
+    assert [len(r.exact) for r in cmp.a.rows(1)] == [64, 64]
+    assert len(cmp.a.steps) == 16 and all((s.grad_norm or 0) > 0 for s in cmp.a.steps)
 
 
 TORCH_PLANTS = [
@@ -157,5 +157,5 @@ def test_the_keras_script_under_multi_worker_mirrored_records_what_mirrored_does
     cmp, found = names(workers, keras_run, tmp_path)
     assert cmp.passed and found == [], cmp.verdict
     assert cmp.a.config["strategy"] == "MultiWorkerMirroredStrategy"
-    assert [len(r["exact"]) for r in cmp.a.rows(1)] == [64, 64]
-    assert len(cmp.a.steps) == 16 and all(s["grad_norm"] > 0 for s in cmp.a.steps)
+    assert [len(r.exact) for r in cmp.a.rows(1)] == [64, 64]
+    assert len(cmp.a.steps) == 16 and all((s.grad_norm or 0) > 0 for s in cmp.a.steps)

@@ -52,13 +52,13 @@ def test_recording_the_same_loop_twice_passes(tmp_path):
     data = _train(tmp_path / "a")
     _train(tmp_path / "b")
     run = read_recorded(tmp_path / "a")
-    assert [s["step"] for s in run.steps] == [1, 2, 3, 4, 5, 6]
+    assert [s.step for s in run.steps] == [1, 2, 3, 4, 5, 6]
     assert list(run.replicas[(1, 0)].indices) == [0, 1, 2, 3]  # the SequentialSampler's
     exact, pattern = row_digests(data.tensors[0][:4].numpy())  # torch's digests are NumPy's
     assert (
         list(run.replicas[(1, 0)].exact) == exact and list(run.replicas[(1, 0)].pattern) == pattern
     )
-    assert all(s["grad_norm"] > 0 and s["skipped"] is False for s in run.steps)
+    assert all(s.grad_norm > 0 and s.skipped is False for s in run.steps)
     assert set(run.weights_init) == {"1.weight", "1.bias"}
     cmp = dualtrain.compare(tmp_path / "a", tmp_path / "b", out=tmp_path / "cmp", quiet=True)
     assert cmp.passed, [c.detail for c in cmp.checks]
@@ -92,9 +92,9 @@ def test_a_gradscaler_skip_is_recorded(tmp_path):
 
     _train(tmp_path / "a", steps=4, scaler=scaler, loss_fn=overflow_once)
     steps = read_recorded(tmp_path / "a").steps
-    assert [s["skipped"] for s in steps] == [False, True, False, False]
-    assert [s["loss_scale"] for s in steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
-    assert np.isnan(float(steps[1]["grad_norm"]))
+    assert [s.skipped for s in steps] == [False, True, False, False]
+    assert [s.loss_scale for s in steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
+    assert np.isnan(float(steps[1].grad_norm or 0.0))
 
 
 def test_a_different_lr_is_named_with_the_line(tmp_path):
@@ -195,14 +195,14 @@ def test_micro_batches_of_one_step_add_up_and_the_epoch_can_be_given(tmp_path):
                 opt.step()
                 rec.step(0.5)
     run = read_recorded(tmp_path / "a")
-    assert [(s["step"], s["epoch"], s["samples"]) for s in run.steps] == [
+    assert [(s.step, s.epoch, s.samples) for s in run.steps] == [
         (1, 1, 8),
         (2, 1, 8),
         (3, 2, 8),
         (4, 2, 8),
     ]
     assert list(run.replicas[(1, 0)].exact) == row_digests(x[:8].numpy())[0]
-    assert not any(s["skipped"] for s in run.steps)
+    assert not any(s.skipped for s in run.steps)
 
 
 @pytest.mark.gpu
@@ -227,8 +227,8 @@ def test_on_cuda_the_digests_are_numpys_and_a_gradscaler_skip_is_recorded(tmp_pa
     run = read_recorded(tmp_path / "a")
     assert list(run.replicas[(1, 0)].exact) == row_digests(xs[0].numpy())[0]
     assert list(run.replicas[(1, 0)].pattern) == row_digests(xs[0].numpy())[1]
-    assert [s["skipped"] for s in run.steps] == [False, True, False, False]
-    assert [s["loss_scale"] for s in run.steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
+    assert [s.skipped for s in run.steps] == [False, True, False, False]
+    assert [s.loss_scale for s in run.steps] == [2.0**16, 2.0**16, 2.0**15, 2.0**15]
 
 
 def test_the_python_api_compares_two_records_as_the_cli_does(cli, tmp_path):

@@ -39,8 +39,8 @@ def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
                 rec.step(loss)
     run = read_recorded(tmp_path / "a")
     # the norm of bfloat16 gradients summed in float32 (bfloat16's own sum is ~0.5% off)
-    assert [s["grad_norm"] for s in run.steps] == pytest.approx(norms, rel=1e-5)
-    assert [s["epoch"] for s in run.steps] == [1, 1, 1, 2, 2, 2]
+    assert [s.grad_norm for s in run.steps] == pytest.approx(norms, rel=1e-5)
+    assert [s.epoch for s in run.steps] == [1, 1, 1, 2, 2, 2]
     assert list(run.replicas[(1, 0)].exact) == row_digests(x[:4].numpy())[0]
     assert torch.equal(torch.from_numpy(run.weights_init["1.weight"]), first)
     assert run.config["precision"] == {  # no autocast: a bfloat16 model computes in bfloat16
@@ -62,7 +62,7 @@ def test_the_lr_is_the_one_the_step_used(tmp_path):
             for group in opt.param_groups:
                 group["lr"] = 0.1 * (i + 1)
             rec.step(loops.step(model, opt, x[4 * i : 4 * i + 4], y[4 * i : 4 * i + 4]))
-    lrs = [s["lr"] for s in read_recorded(tmp_path / "a").steps]
+    lrs = [s.lr for s in read_recorded(tmp_path / "a").steps]
     assert lrs == pytest.approx([0.1, 0.2, 0.3, 0.4], rel=1e-12)
 
 
@@ -100,7 +100,7 @@ def test_a_loop_leaving_its_epochs_early_is_counted_by_set_epoch(tmp_path):
                 rec.batch(xb)  # no epoch=: the sampler's epoch says it
                 rec.step(loops.step(model, opt, xb, yb))
     run = read_recorded(tmp_path / "a")
-    assert [s["epoch"] for s in run.steps] == [1, 1, 2, 2, 3, 3]
+    assert [s.epoch for s in run.steps] == [1, 1, 2, 2, 3, 3]
     assert [list(run.replicas[(s, 0)].indices) for s in range(1, 7)] == seen
 
 
@@ -236,7 +236,7 @@ def test_a_recorder_without_loader_sampler_or_epoch_says_so_and_compare_judges_t
         assert ("every step is counted in epoch 1" in said) == (not give), said
     blind, counted = (read_recorded(tmp_path / n) for n in ("blind", "loader"))
     assert blind.config["epochs"] == "unknown" and counted.config["epochs"] == "counted"
-    assert [s["epoch"] for s in counted.steps] == [1, 1, 2, 2]
+    assert [s.epoch for s in counted.steps] == [1, 1, 2, 2]
     steps = run_checks(blind, counted)[0]
     assert steps.name == "steps" and steps.status == "PASS", steps.detail
     assert "A's epochs unknown" in steps.not_judged
@@ -296,10 +296,10 @@ def test_eval_mode_a_scheduler_stepped_first_and_a_batch_samplers_indices(tmp_pa
     assert "scheduler stepped before optimizer.step()" in names, names
     batches = _loop(tmp_path / "bs", batch_sampler=True)
     assert batches.config["sampler"]["type"] == "DistributedSampler"
-    assert [r["indices"] for r in batches.replicas.values()] == [
-        r["indices"] for r in base.replicas.values()
+    assert [r.indices for r in batches.replicas.values()] == [
+        r.indices for r in base.replicas.values()
     ]
-    assert all(r["indices"] for r in batches.replicas.values())
+    assert all(r.indices for r in batches.replicas.values())
 
 
 def test_a_loop_that_leaves_its_epochs_early_without_set_epoch_has_its_epochs(tmp_path):
@@ -319,7 +319,7 @@ def test_a_loop_that_leaves_its_epochs_early_without_set_epoch_has_its_epochs(tm
                 rec.batch(x)
                 loops.step(model, opt, x, y)
                 rec.step(1.0)
-    assert [s["epoch"] for s in read_recorded(tmp_path / "a").steps] == [1, 1, 2, 2, 3, 3]
+    assert [s.epoch for s in read_recorded(tmp_path / "a").steps] == [1, 1, 2, 2, 3, 3]
     assert "_get_iterator" not in vars(loader)
 
 

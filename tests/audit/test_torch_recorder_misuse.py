@@ -77,8 +77,8 @@ def test_calls_out_of_order_are_one_line_errors_and_rec_step_may_precede_the_ste
             rec.step(loss)
             opt.step()
     run = read_recorded(tmp_path / "early")
-    assert [s["grad_norm"] for s in run.steps] == pytest.approx(norms)
-    assert [s["skipped"] for s in run.steps] == [False, False]
+    assert [s.grad_norm for s in run.steps] == pytest.approx(norms)
+    assert [s.skipped for s in run.steps] == [False, False]
 
 
 class NoLength(torch.utils.data.DataLoader):
@@ -111,7 +111,7 @@ def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
     run = read_recorded(tmp_path / "a")
     assert run.config["optimizer"]["type"] == "AdamW"
     assert run.config["optimizer"]["wrapper"] == "ZeroRedundancyOptimizer"
-    assert [s["samples"] for s in run.steps] == [8, 8]
+    assert [s.samples for s in run.steps] == [8, 8]
     assert run.config["replicas"] == {  # every rank's parameters digested: one model
         "ranks": 2,
         "init": {},

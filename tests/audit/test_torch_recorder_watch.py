@@ -37,7 +37,7 @@ def test_an_iterable_datasets_epochs_are_its_loops_over_the_loader(tmp_path, cap
     assert "no loader or sampler given" not in capsys.readouterr().err
     run = read_recorded(tmp_path / "a")
     assert run.config["epochs"] == "counted"
-    assert [s["epoch"] for s in run.steps] == [1, 1, 1, 2, 2, 2]
+    assert [s.epoch for s in run.steps] == [1, 1, 1, 2, 2, 2]
 
 
 def _unfreeze(tmp_path, name: str, when: str, head_lr: float = 0.1):
