@@ -106,6 +106,19 @@ again = audit.keras_recorder(OUT + "/j", model=m)  # the process may record agai
 m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[again], verbose=0)
 print("after a failed fit", state, json.load(open(OUT + "/j/audit.json"))["state"],
       "train_step" in vars(m), m.jit_compile == jit)
+class Warmup(keras.optimizers.schedules.LearningRateSchedule):  # no get_config: fit trains fine
+    def __call__(self, step):
+        return 0.1 * tf.minimum(1.0, tf.cast(step + 1, tf.float32) / 3.0)
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m.compile(optimizer=keras.optimizers.SGD(Warmup(), momentum=0.5), loss="mse")
+rec = audit.keras_recorder(OUT + "/l", model=m)
+m.fit(np.ones((16, 3), "float32"), np.ones((16, 2), "float32"), batch_size=4, callbacks=[rec],
+      verbose=0)
+opt = json.load(open(OUT + "/l/audit.json"))["config"]["optimizer"]
+lrs = [round(json.loads(line)["lr"], 6) for line in open(OUT + "/l/metrics.jsonl")]
+kept = isinstance(m.optimizer._learning_rate, Warmup)
+print("schedule", opt["learning_rate"], opt["momentum"], lrs, kept)
 """
 
 
@@ -129,3 +142,7 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     # a failed fit marks its record failed and frees the process for another recorder; a finished
     # one leaves the model as the script built it (its own train step, its jit_compile)
     assert "after a failed fit failed False complete False True" in proc.stdout, proc.stdout
+    # a LearningRateSchedule without get_config (fit trains with one; Keras needs it only to
+    # save): recorded, named by its class, its lr per step read from its values, the optimizer's
+    # other options still read, the script's schedule left in place (issue 48's crash)
+    assert "schedule Warmup 0.5 [0.033333, 0.066667, 0.1, 0.1] True" in proc.stdout, proc.stdout

@@ -161,6 +161,25 @@ def _plain(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if isinstance(v, (int, float, bool, str, type(None)))}
 
 
+def optimizer_config(opt: Any) -> dict[str, Any]:
+    """``opt.get_config()``, also where its learning rate is a schedule without a get_config
+    (Keras serialises the schedule through it; fit trains without one): the options are read with
+    the schedule set aside, and the recorder reads the lr each step used from its value."""
+    try:
+        return dict(opt.get_config())
+    except NotImplementedError:
+        if not isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            raise
+    schedule = opt._learning_rate
+    opt._learning_rate = None  # get_config's branch for an lr it cannot serialise
+    try:
+        config = dict(opt.get_config())
+    finally:
+        opt._learning_rate = schedule
+    config["learning_rate"] = None  # not a value: the caller names the schedule
+    return config
+
+
 def strategy_name(strategy: Any) -> str:
     """The strategy's public name (MultiWorkerMirroredStrategy's class is
     CollectiveAllReduceStrategy)."""
@@ -209,9 +228,9 @@ def config_of(model: Any) -> dict[str, Any]:
             "backoff_factor": 0.5,
         }
         opt = opt.inner_optimizer
-    oc = _plain(opt.get_config())
-    if not isinstance(opt.get_config().get("learning_rate"), (int, float)):
-        oc["learning_rate"] = type(opt._learning_rate).__name__
+    oc = _plain(optimizer_config(opt))
+    if not isinstance(oc.get("learning_rate"), (int, float)):
+        oc["learning_rate"] = type(opt._learning_rate).__name__  # a schedule: its lr per step
     cfg["optimizer"] = {"type": type(opt).__name__, **oc}
     if oc.get("weight_decay"):  # exclude_from_weight_decay's variables (not in get_config)
         decays = getattr(opt, "_use_weight_decay", None)  # Keras's own test, per variable
