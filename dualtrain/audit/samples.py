@@ -24,11 +24,21 @@ from dualtrain.records.verdict import Finding
 KIND: DigestKind = "pattern"  # the same sample under any normalisation
 
 
-def _epoch_rows(run: Recorded, epoch: int) -> Counter[str]:
+def _epoch_rows(run: Recorded, epoch: int, kind: DigestKind = KIND) -> Counter[str]:
     total: Counter[str] = Counter()
     for s in run.epochs().get(epoch, []):
-        total += run.global_rows(s, KIND)
+        total += run.global_rows(s, kind)
     return total
+
+
+def repeated(run: Recorded, epoch: int = 1) -> tuple[int, str]:
+    """(rows fed more than once in the epoch, counted how): by the sampler's dataset indices where
+    every row has one, else by the rows' exact digests (distinct rows can share a pattern)."""
+    indices = _indices(run, epoch)
+    if indices:
+        return sum(n - 1 for n in indices.values() if n > 1), "by the sampler's indices"
+    exact = _epoch_rows(run, epoch, "exact")
+    return sum(n - 1 for n in exact.values() if n > 1), "by the rows' exact digests"
 
 
 def repeats_epochs(run: Recorded) -> bool:
@@ -77,29 +87,38 @@ def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
 
 
 def padding(a: Recorded, b: Recorded) -> list[Finding]:
+    """A DistributedSampler that pads, where its repeated rows are a difference: named only when
+    the run fed a row twice in epoch 1 and the other run did not feed the same rows as often."""
     out = []
-    for run, tag in ((a, "A"), (b, "B")):
+    for run, other, tag in ((a, b, "A"), (b, a, "B")):
         cfg = run.config.get("sampler", {})
         size, total = cfg.get("dataset_size"), cfg.get("total_size")
-        twice = sum(n - 1 for n in _epoch_rows(run, 1).values() if n > 1)
-        if size and total and total > size:
-            out.append(
-                Finding(
-                    "DistributedSampler padding",
-                    f"{tag}'s DistributedSampler pads {size} samples to {total} (a multiple of "
-                    f"{cfg.get('num_replicas')} replicas): {twice} row(s) fed twice in epoch 1; "
-                    f"tf.data's auto-shard never repeats a row",
-                    [
-                        fix(
-                            run,
-                            tag,
-                            ("DistributedSampler(",),
-                            "DistributedSampler(..., "
-                            "drop_last=True), or a dataset size divisible by the replicas",
-                        )
-                    ],
-                )
+        if not (size and total and total > size):
+            continue
+        twice, how = repeated(run)
+        again, _ = repeated(other)
+        if not twice or _epoch_rows(run, 1, "exact") == _epoch_rows(other, 1, "exact"):
+            continue  # nothing repeated, or the other run fed the very same rows as often
+        if again == twice:
+            continue  # the other run repeats as many: not this sampler's difference
+        said = "feeds every row once" if not again else f"repeats {again} row(s)"
+        out.append(
+            Finding(
+                "DistributedSampler padding",
+                f"{tag}'s DistributedSampler pads {size} samples to {total} (a multiple of "
+                f"{cfg.get('num_replicas')} replicas): {twice} row(s) fed twice in epoch 1 "
+                f"({how}); the other run {said}",
+                [
+                    fix(
+                        run,
+                        tag,
+                        ("DistributedSampler(",),
+                        "DistributedSampler(..., "
+                        "drop_last=True), or a dataset size divisible by the replicas",
+                    )
+                ],
             )
+        )
     return out
 
 

@@ -109,3 +109,31 @@ def test_a_gradient_ratio_from_other_initial_weights_is_no_reduction():
     assert "per-replica loss reduction (local mean vs global batch)" in _names(fresh, tuned)
     tuned.weights_init = {"w": np.ones(2, np.float32)}
     assert "per-replica loss reduction (local mean vs global batch)" not in _names(fresh, tuned)
+
+
+def _padded(framework: str = "torch") -> dict:
+    """A DistributedSampler that pads 3 samples to 4 (two replicas' worth of one row each)."""
+    sampler = {"type": "DistributedSampler", "num_replicas": 2, "dataset_size": 3}
+    return {"sampler": sampler | {"total_size": 4}} if framework == "torch" else {}
+
+
+def test_padding_is_named_only_where_a_row_is_fed_twice_and_the_other_run_does_not():
+    """Every compare with a torch record listed 'DistributedSampler padding: N row(s) fed twice',
+    also when both records were the same script, and counted distinct rows that share a pattern
+    digest as repeats (issue 48)."""
+    same = _names(record("torch", config=_padded()), record("torch", config=_padded()))
+    assert "DistributedSampler padding" not in same, list(same)
+    # distinct rows (their exact digests) that share one pattern: nothing was fed twice
+    alike = edit_rows(record("torch", config=_padded()), lambda s, r, row: {"pattern": ["p"]})
+    assert "DistributedSampler padding" not in _names(alike, record("tf")), "pattern repeats"
+    # step 2 feeds step 1's row again (the padding), the Keras run feeds each row once
+    padded = edit_rows(
+        record("torch", config=_padded(), script="s = DistributedSampler(ds)\n"),
+        lambda s, r, row: {"exact": ["00000001" + "0" * 8]} if s == 2 else {},
+    )
+    f = _names(padded, record("tf"))["DistributedSampler padding"]
+    assert "1 row(s) fed twice in epoch 1 (by the rows' exact digests)" in f.evidence, f.evidence
+    assert "the other run feeds every row once" in f.evidence
+    assert (
+        "torch.py:1: s = DistributedSampler(ds) -> DistributedSampler(..., drop_last" in f.fixes[0]
+    )
