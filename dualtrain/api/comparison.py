@@ -66,8 +66,8 @@ def compare(
       as a change of that op (OUT/against.json).
     * ``compare(record_a, record_b)``: two audit records of the user's own scripts
       (dualtrain.audit): the recorded-run checks and the differences found (``result.findings``),
-      as ``dualtrain compare RECORD_A RECORD_B`` gives them. ``out`` default:
-      ``runs/compare-audit-<time>``.
+      as ``dualtrain compare RECORD_A RECORD_B`` gives them. ``out`` default: beside the first
+      record, ``compare-<name of A>-<name of B>-<time>``.
 
     Writes verdict.json, report.md and report.html into ``out`` and prints what the CLI prints
     (``quiet=True``: nothing from dualtrain itself; the workers' progress still shows). A failed
@@ -228,6 +228,9 @@ def _compare_dirs_report(
     of the user's own scripts) and write the report."""
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out exists and is not a folder. Received: {str(out)!r}")
+    for run in (run_a, run_b):
+        if not run.exists():
+            raise UserError(f"run directory not found: {str(run)!r}")  # nor an audit record
     recorded = is_recorded(run_a), is_recorded(run_b)
     if any(recorded):
         if not all(recorded):
@@ -242,7 +245,12 @@ def _compare_dirs_report(
                 f"fp64 reference. Received: {reference_runs[0]} {reference_runs[1]}"
             )
         audit = compare_recorded(run_a, run_b)
-        out_dir = Path(out) if out is not None else new_folder("runs", "compare-audit")
+        # beside the records (not the current folder): compare-A-B-TIME
+        out_dir = (
+            Path(out)
+            if out is not None
+            else new_folder(run_a.resolve().parent, f"compare-{run_a.name}-{run_b.name}")
+        )
         write_report(audit, out_dir)
         return audit, out_dir
     cmp = compare_dirs(run_a, run_b, reference_runs)

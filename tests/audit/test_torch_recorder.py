@@ -82,6 +82,22 @@ def test_report_html_names_a_difference_with_its_line(tmp_path):
     assert "different base learning rate" in {f.name for f in cmp.findings}
 
 
+def test_two_records_compare_beside_them_and_a_missing_one_is_said_missing(tmp_path, monkeypatch):
+    """Without --out the report went into the current folder's runs/ (issue 48); a record folder
+    that does not exist was 'not an audit record' (now what a missing run directory is told)."""
+    _train(tmp_path / "recs" / "a")
+    _train(tmp_path / "recs" / "b")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cmp = dualtrain.compare(tmp_path / "recs" / "a", tmp_path / "recs" / "b", quiet=True)
+    assert cmp.passed and list(elsewhere.iterdir()) == []
+    (out,) = (tmp_path / "recs").glob("compare-a-b-*")
+    assert (out / "verdict.json").is_file() and cmp.out.resolve() == out.resolve()
+    with pytest.raises(UserError, match=r"run directory not found: '.*recs/gone'"):
+        dualtrain.compare(tmp_path / "recs" / "a", tmp_path / "recs" / "gone", quiet=True)
+
+
 def test_a_gradscaler_skip_is_recorded(tmp_path):
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
 
