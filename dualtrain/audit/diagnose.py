@@ -12,7 +12,7 @@ import numpy as np
 from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.early import stopped
 from dualtrain.audit.finding import fix
-from dualtrain.audit.losses import no_gradients, reduction, reported_loss
+from dualtrain.audit.losses import computed_loss, no_gradients, reduction, reported_loss
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import replicas_apart
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
@@ -109,6 +109,7 @@ DIAGNOSES = (
     *SETTINGS_DIAGNOSES,
     reduction,
     reported_loss,
+    computed_loss,
     no_gradients,
     stopped,
 )

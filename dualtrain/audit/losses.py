@@ -212,6 +212,50 @@ def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
     return out
 
 
+#: two frameworks' float32 forward passes of the same weights on the same rows give losses this
+#: close (their kernels' rounding: about 1e-6 relative); further apart, the loss itself differs
+LOSS_AGREES = 1e-4
+
+#: the lines that make a script's loss
+LOSS_LINES = ("loss=", "compile(", "CrossEntropyLoss(", "cross_entropy(", "loss_fn", "criterion")
+
+
+def computed_loss(a: Recorded, b: Recorded) -> list[Finding]:
+    """Step 1 from the same weights on the same rows (every replica's, exact digests), neither
+    model drawing random numbers (dropout), yet another loss: the scripts compute the loss
+    otherwise (a regularizer or add_loss, label smoothing, class or sample weights, another
+    function). Named where the reduction and the reported-loss findings do not explain it."""
+    if not a.steps or not b.steps or not same_weights(a, b):
+        return []
+    rows = a.global_rows(1, "exact")
+    if not rows or rows != b.global_rows(1, "exact"):
+        return []
+    if a.config.get("random_layers") != [] or b.config.get("random_layers") != []:
+        return []  # random masks of their own (or not recorded): the losses may differ
+    la, lb = a.steps[0].loss, b.steps[0].loss
+    if not (np.isfinite(la) and np.isfinite(lb)):
+        return []
+    if abs(la - lb) <= LOSS_AGREES * max(abs(la), abs(lb)) or reduction(a, b):
+        return []
+    if reported_loss(a, b):
+        return []
+    change = (
+        "the loss the other script computes: the same function and reduction, the same "
+        "regularizers (Keras adds kernel_regularizer and add_loss terms to the loss it reports and "
+        "differentiates), label smoothing, and class or sample weights"
+    )
+    return [
+        Finding(
+            "different loss",
+            f"step 1: the same initial weights and the same rows on every replica, and no random "
+            f"layer in either model, yet the loss is {la:.6g} in A and {lb:.6g} in B "
+            f"({(la - lb) / abs(lb):+.3%}): the scripts compute the loss otherwise",
+            [fix(a, "A", LOSS_LINES, change), fix(b, "B", LOSS_LINES, change)],
+            step=1,
+        )
+    ]
+
+
 def _empty(run: Recorded) -> int:
     """Steps taken with no gradient: the torch recorder's norm is None (every ``.grad`` None)
     or 0 at ``optimizer.step()``."""

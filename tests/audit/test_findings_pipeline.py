@@ -137,3 +137,31 @@ def test_padding_is_named_only_where_a_row_is_fed_twice_and_the_other_run_does_n
     assert (
         "torch.py:1: s = DistributedSampler(ds) -> DistributedSampler(..., drop_last" in f.fixes[0]
     )
+
+
+def test_the_same_weights_and_rows_with_another_first_loss_name_the_loss():
+    """A Keras kernel_regularizer (2.631 against 2.296) or label smoothing (2.298): bit-identical
+    weights and rows, another step-1 loss, and the report named nothing (issue 48)."""
+    still = {"random_layers": []}
+    script = "loss = F.cross_entropy(model(x), y)\n"
+    torch_run = record("torch", config=still, losses=[2.296] * 4, script=script)
+    for other in (2.631, 2.298):
+        keras_run = record(
+            "tf", config=still, losses=[other] * 4, script="m.compile(optimizer=o, loss=loss)\n"
+        )
+        f = _names(torch_run, keras_run)["different loss"]
+        assert f"the loss is 2.296 in A and {other:g} in B" in f.evidence, f.evidence
+        assert "torch.py:1: loss = F.cross_entropy(model(x), y) -> the loss" in f.fixes[0]
+        assert "tf.py:1: m.compile(optimizer=o, loss=loss) -> the loss" in f.fixes[1]
+    keras_run = record("tf", config=still, losses=[2.631] * 4)
+    # dropout in one model (its masks are its own), a record that does not say, float32 rounding
+    dropout = record("torch", config={"random_layers": ["1 (Dropout)"]}, losses=[2.296] * 4)
+    unsaid = record("torch", losses=[2.296] * 4)
+    rounding = record("tf", config=still, losses=[2.296 * (1 + 1e-6)] * 4)
+    for a, b in ((dropout, keras_run), (unsaid, keras_run), (torch_run, rounding)):
+        assert "different loss" not in _names(a, b)
+    # other rows at step 1: the loss says nothing of how it is computed
+    moved = edit_rows(
+        record("tf", config=still, losses=[2.631] * 4), lambda s, r, row: {"exact": ["x"]}
+    )
+    assert "different loss" not in _names(torch_run, moved)

@@ -115,10 +115,19 @@ with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
 rec = audit.keras_recorder(OUT + "/l", model=m)
 m.fit(np.ones((16, 3), "float32"), np.ones((16, 2), "float32"), batch_size=4, callbacks=[rec],
       verbose=0)
-opt = json.load(open(OUT + "/l/audit.json"))["config"]["optimizer"]
+config = json.load(open(OUT + "/l/audit.json"))["config"]
+opt = config["optimizer"]
 lrs = [round(json.loads(line)["lr"], 6) for line in open(OUT + "/l/metrics.jsonl")]
 kept = isinstance(m.optimizer._learning_rate, Warmup)
 print("schedule", opt["learning_rate"], opt["momentum"], lrs, kept)
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # the layers drawing random numbers
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dropout(0.5, name="drop"),
+                          keras.layers.GaussianNoise(0.1, name="noise"), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse")
+rec = audit.keras_recorder(OUT + "/m", model=m)
+m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[rec], verbose=0)
+random = json.load(open(OUT + "/m/audit.json"))["config"]["random_layers"]
+print("random layers", config["random_layers"], random)
 """
 
 
@@ -146,3 +155,6 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     # save): recorded, named by its class, its lr per step read from its values, the optimizer's
     # other options still read, the script's schedule left in place (issue 48's crash)
     assert "schedule Warmup 0.5 [0.033333, 0.066667, 0.1, 0.1] True" in proc.stdout, proc.stdout
+    # the layers that draw random numbers in training, which make two runs' step-1 losses differ
+    want = "random layers [] ['drop (Dropout)', 'noise (GaussianNoise)']"
+    assert want in proc.stdout, proc.stdout

@@ -206,6 +206,11 @@ def config_of(model: Any) -> dict[str, Any]:
             if isinstance(layer, keras.layers.BatchNormalization)
         ],
         "strategy": strategy_name(model.distribute_strategy),
+        "random_layers": [  # layers drawing random numbers in training (Dropout, noise, ...)
+            f"{layer.name} ({type(layer).__name__})"
+            for layer in model._flatten_layers(include_self=False)
+            if getattr(layer, "_seed_generators", None)
+        ],
         "precision": {
             "policy": str(policy.name),
             "compute_dtype": str(policy.compute_dtype),

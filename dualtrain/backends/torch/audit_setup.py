@@ -203,6 +203,11 @@ def read_config(
             for n, m in inner.named_modules()
             if isinstance(m, MODE_LAYERS)
         ],
+        "random_layers": [  # layers drawing random numbers in training (dropout)
+            f"{n} ({type(m).__name__})"
+            for n, m in inner.named_modules()
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd)
+        ],
         "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel)
         or isinstance(getattr(model, "_orig_mod", None), torch.nn.parallel.DistributedDataParallel),
     }
