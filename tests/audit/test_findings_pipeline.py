@@ -142,7 +142,7 @@ def test_padding_is_named_only_where_a_row_is_fed_twice_and_the_other_run_does_n
 def test_the_same_weights_and_rows_with_another_first_loss_name_the_loss():
     """A Keras kernel_regularizer (2.631 against 2.296) or label smoothing (2.298): bit-identical
     weights and rows, another step-1 loss, and the report named nothing (issue 48)."""
-    still = {"random_layers": []}
+    still = {"random_layers": [], "precision": {"compute_dtype": "float32"}}
     script = "loss = F.cross_entropy(model(x), y)\n"
     torch_run = record("torch", config=still, losses=[2.296] * 4, script=script)
     for other in (2.631, 2.298):
@@ -158,7 +158,10 @@ def test_the_same_weights_and_rows_with_another_first_loss_name_the_loss():
     dropout = record("torch", config={"random_layers": ["1 (Dropout)"]}, losses=[2.296] * 4)
     unsaid = record("torch", losses=[2.296] * 4)
     rounding = record("tf", config=still, losses=[2.296 * (1 + 1e-6)] * 4)
-    for a, b in ((dropout, keras_run), (unsaid, keras_run), (torch_run, rounding)):
+    half = {"random_layers": [], "precision": {"compute_dtype": "bfloat16"}}
+    mixed = record("tf", config=half, losses=[2.631] * 4)  # a mixed_bfloat16 forward
+    pairs = ((dropout, keras_run), (unsaid, keras_run), (torch_run, rounding), (torch_run, mixed))
+    for a, b in pairs:
         assert "different loss" not in _names(a, b)
     # other rows at step 1: the loss says nothing of how it is computed
     moved = edit_rows(
