@@ -14,8 +14,8 @@ from dualtrain.audit.checks import (
     lr_peak,
 )
 from dualtrain.audit.finding import fix, opt_lines
+from dualtrain.audit.optimizers import describe
 from dualtrain.audit.read import Recorded
-from dualtrain.audit.settings import describe
 from dualtrain.records.verdict import Finding
 
 

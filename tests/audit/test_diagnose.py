@@ -82,6 +82,17 @@ def test_adam_epsilon_and_coupled_weight_decay_are_named():
     (conv,) = [f for f in diagnose(a, b) if f.name.startswith("optimizer conventions")]
     assert "epsilon: torch eps=1e-08, Keras epsilon=1e-07" in conv.evidence
     assert "an L2 term" in conv.evidence
+    # the fixes are the values to write (issue 48: they read "the torch values under Keras's
+    # names"), each side's in its own framework's names
+    also = " (and the weight decay the evidence names)"
+    assert conv.fixes[0].endswith(f"-> epsilon=1e-08{also}"), conv.fixes
+    assert conv.fixes[1].endswith(f"-> or eps=1e-07{also}"), conv.fixes
+    keras = {"type": "Adam", "learning_rate": 1e-3, "epsilon": 1e-8, "beta_1": 0.8, "beta_2": 0.999}
+    b2 = _run("tf", keras, lrs)
+    a2 = _run("torch", {"type": "Adam", "lr": 1e-3, "eps": 1e-8, "betas": [0.9, 0.99]}, lrs)
+    (conv,) = [f for f in diagnose(a2, b2) if f.name.startswith("optimizer conventions")]
+    assert conv.fixes[0].endswith("-> beta_1=0.9, beta_2=0.99"), conv.fixes
+    assert conv.fixes[1].endswith("-> or betas=(0.8, 0.999)"), conv.fixes
 
 
 def test_a_torch_cumulative_batchnorm_is_named_not_a_crash():

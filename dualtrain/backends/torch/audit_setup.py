@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from dualtrain.audit import meeting, record
-from dualtrain.audit.settings import SCHEDULER_KEYS
+from dualtrain.audit.optimizers import SCHEDULER_KEYS
 from dualtrain.errors import UserError, shown
 
 _SCALAR = (int, float, bool, str, type(None))

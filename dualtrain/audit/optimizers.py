@@ -1,0 +1,185 @@
+"""The optimizer diagnoses of two recorded runs: another optimizer, other settings of one (its
+parameter groups' too), and a torch optimizer against its Keras counterpart under each
+framework's conventions (momentum, epsilon, weight decay's coupling, NAdam's schedule), each fix
+the values to write in that script's framework's names."""
+
+from typing import Any
+
+from dualtrain.audit import conventions as C
+from dualtrain.audit.cycles import OWNED, cycled, without_momentum
+from dualtrain.audit.finding import fix, opt_lines
+from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
+
+#: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
+SCHEDULER_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
+
+#: torch optimizer options that pick an implementation of one update rule, not the rule
+IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
+
+
+def describe(run: Recorded) -> str:
+    return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
+
+
+def _group_differences(oa: dict[str, Any], ob: dict[str, Any]) -> list[str]:
+    """``group N's OPTION`` for each option of a parameter group beyond the first that differs
+    (the torch recorder's ``groups``: every group's options but its lr)."""
+    ga, gb = oa.get("groups") or [], ob.get("groups") or []
+    out = []
+    for n, (x, y) in enumerate(zip(ga, gb, strict=False)):
+        out += [
+            f"group {n}'s {k}"
+            for k in sorted(set(x) | set(y))
+            if n > 0 and k not in IMPLEMENTATION and not C.same_value(x.get(k), y.get(k))
+        ]
+    if len(ga) != len(gb) and ga and gb:
+        out.append(f"the number of parameter groups ({len(ga)} and {len(gb)})")
+    return out
+
+
+def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
+    oa, ob = a.config.get("optimizer", {}), b.config.get("optimizer", {})
+    if not oa or not ob:
+        return []
+    if a.framework == b.framework:
+        if cycled(a) or cycled(b):  # a scheduler's, judged by momentum_cycle
+            oa, ob = without_momentum(oa), without_momentum(ob)
+        diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
+        ignored = (*SCHEDULER_KEYS, *IMPLEMENTATION, "learning_rate", "name", "wrapper", "groups")
+        keys = [k for k in diff if k not in ignored]
+        diff = keys + _group_differences(oa, ob)
+        if not diff:
+            return []
+        values = "; ".join(
+            [f"{k}: {C.short(oa.get(k))} in A, {C.short(ob.get(k))} in B" for k in keys]
+            + diff[len(keys) :]
+        )
+        return [
+            Finding(
+                "different optimizer settings",
+                f"A {describe(a)}, B {describe(b)} (differ in {values})",
+                [
+                    fix(a, "A", opt_lines(a), f"the same {', '.join(diff)} as B"),
+                    fix(b, "B", opt_lines(b), f"or the same {', '.join(diff)} as A"),
+                ],
+            )
+        ]
+    (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
+    trun, krun = (a, b) if a.framework == "torch" else (b, a)
+    if C.keras_class(t.get("type", "")) != k.get("type"):
+        return [
+            Finding(
+                "different optimizers",
+                f"{tt} uses {describe(trun)}, {kt} uses {describe(krun)}",
+                [
+                    fix(trun, tt, opt_lines(trun), f"the optimizer {kt} uses, with its options"),
+                    fix(
+                        krun,
+                        kt,
+                        opt_lines(krun),
+                        f"keras.optimizers.{C.keras_class(t['type'])} with {tt}'s options"
+                        if C.keras_class(t.get("type", ""))
+                        else f"Keras has no {t.get('type')}: an optimizer both frameworks have "
+                        f"(SGD, Adam, AdamW, RMSprop, ...) in both scripts",
+                    ),
+                ],
+            )
+        ]
+    return _conventions(t, k, trun, krun, tt, kt)
+
+
+def _value_fixes(
+    t: dict[str, Any], values: list[tuple[str, str, Any, Any]], rest: list[str]
+) -> tuple[str, str]:
+    """The options to write: the torch values under Keras's names (``epsilon=1e-08``) and the
+    Keras values under torch's (``betas=(0.8, 0.999)``: a tuple option whole), plus the topics
+    of the evidence that are no single value (weight decay's coupling, NAdam's schedule)."""
+    keras_side = [f"{kname}={C.short(tv)}" for _, kname, tv, _ in values]
+    torch_side: list[str] = []
+    tuples: dict[str, list[Any]] = {}
+    for tname, _, _, kv in values:
+        key, _, idx = tname.partition(".")
+        if idx:
+            tuples.setdefault(key, list(t.get(key) or []))[int(idx)] = kv
+        else:
+            torch_side.append(f"{tname}={C.short(kv)}")
+    torch_side += [f"{key}=({', '.join(map(C.short, v))})" for key, v in tuples.items()]
+    topics = sorted({line.split(":", 1)[0] for line in rest})
+    also = f" (and the {', '.join(topics)} the evidence names)" if topics else ""
+    if not values:
+        return (
+            f"the same {', '.join(topics)} as the torch script",
+            f"the {', '.join(topics)} of the Keras script",
+        )
+    return ", ".join(keras_side) + also, ", ".join(torch_side) + also
+
+
+def _conventions(
+    t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
+) -> list[Finding]:
+    out: list[str] = []
+    values: list[tuple[str, str, Any, Any]] = []  # (torch option, Keras option, torch, Keras)
+    for tname, kname, what in C.keras_options(t["type"]):
+        if tname in OWNED and cycled(trun):
+            continue  # the scheduler's, judged by momentum_cycle
+        tv, kv = C.torch_option(t, tname), k.get(kname)
+        if not C.same_value(tv, kv):
+            out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
+            values.append((tname, kname, tv, kv))
+    rest = _weight_decay(t, k)
+    if t["type"] == "NAdam" and not C.same_value(t.get("momentum_decay", 4e-3), 1.0):
+        rest.append(
+            f"NAdam's momentum schedule: torch's mu_t = beta1 (1 - 0.5 * 0.96**(t * "
+            f"momentum_decay)) with momentum_decay={t.get('momentum_decay')}; Keras's Nadam "
+            f"uses 0.96**t, which is torch's momentum_decay=1.0"
+        )
+    rest += C.keras_only(t, k)
+    found = []
+    if out or rest:
+        keras_fix, torch_fix = _value_fixes(t, values, rest)
+        found.append(
+            Finding(
+                "optimizer conventions (momentum, epsilon, weight decay)",
+                "; ".join(out + rest),
+                [
+                    fix(krun, kt, opt_lines(krun), keras_fix),
+                    fix(trun, tt, opt_lines(trun), f"or {torch_fix}"),
+                ],
+            )
+        )
+    both = (t.get("momentum") or 0) > 0 and (k.get("momentum") or 0) > 0  # else: an option's
+    if t["type"] == "SGD" and both and len(set(trun.series("lr"))) > 1:
+        found.append(
+            Finding(
+                "SGD momentum convention under a changing lr",
+                "torch's momentum buffer holds gradients (the lr applied after), Keras's holds "
+                "lr-scaled steps: the two part where the lr changes (no setting of either "
+                "optimizer changes it)",
+                [],
+                inherent=True,
+            )
+        )
+    return found
+
+
+def _weight_decay(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+    """torch's weight_decay is an L2 term in the gradient (but AdamW's, and Adam's or NAdam's
+    with ``decoupled_weight_decay=True``); every Keras optimizer's is decoupled."""
+    tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
+    if t["type"] == "AdamW":
+        return []  # C.keras_options compares it
+    if t.get("decoupled_weight_decay"):
+        same = C.same_value(tw, kw)
+        return [] if same else [f"weight decay: torch weight_decay={tw}, Keras weight_decay={kw}"]
+    if tw > 0:
+        return [
+            f"weight decay: torch {t['type']}'s weight_decay={tw} is an L2 term in the "
+            f"gradient; Keras's weight_decay is decoupled (AdamW-style)"
+        ]
+    if kw > 0:
+        return [
+            f"weight decay: Keras {k.get('type')}'s weight_decay={kw} decays the weights "
+            f"(decoupled, AdamW-style); torch's {t['type']} has none (weight_decay=0)"
+        ]
+    return []
