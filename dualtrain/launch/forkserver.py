@@ -127,6 +127,11 @@ def popen(
             stderr=stderr,
             text=text,
             cwd=cwd,
+            # started from a process that ignores SIGINT (a background job of a non-interactive
+            # shell), the child would inherit it ignored and Python would leave it so
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            if interrupt
+            else None,
         )
     key = import_environment(env, set(), warm.preimport, cwd)
     return spawn(
