@@ -213,10 +213,10 @@ def reported_loss(a: Recorded, b: Recorded) -> list[Finding]:
 
 
 #: two frameworks' float32 forward passes of the same weights on the same rows give losses this
-#: close: measured 2.1e-7 relative at most (torch against Keras, MLPs of width 128 and 1024,
-#: batches of 64 and 512 MNIST rows; 1.9e-7 under the avx2 kernel setting), so 1e-4 leaves 500x;
-#: further apart, the loss itself differs. Judged in float32 and float64 only (a float16 or
-#: bfloat16 forward rounds far more)
+#: close: measured 2.1e-7 relative at most (python -m tools.loss_gap: torch against Keras, MLPs
+#: of width 128 and 1024, batches of 64 and 512 MNIST rows; 1.9e-7 under the avx2 kernel
+#: setting), so 1e-4 leaves 500x; further apart, the loss itself differs. Judged in float32 and
+#: float64 only (a float16 or bfloat16 forward rounds far more)
 LOSS_AGREES = 1e-4
 EXACT_ENOUGH = ("float32", "float64")
 
