@@ -73,13 +73,7 @@ class Evaluation:
     right (uint8, the ranges' samples in order); None for the other losses."""
 
 
-class Engine(Protocol):
-    backend: str
-    rank: int
-    """Process index; 0 is the chief that prints and writes."""
-    local_replicas: Sequence[int]
-    """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
-
+class TrainSteps(Protocol):
     def train_step(
         self,
         ids: list[np.ndarray],
@@ -98,6 +92,14 @@ class Engine(Protocol):
         ``capture_grads``: return the all-reduced gradient in StepOut.grads (the chief's copy is
         saved). ``measure_scale``: also the gradient's absolute scale in StepOut.abs_grads (the fp64
         reference's probe steps; an engine that cannot measure it leaves it None)."""
+
+
+class Engine(TrainSteps, Protocol):
+    backend: str
+    rank: int
+    """Process index; 0 is the chief that prints and writes."""
+    local_replicas: Sequence[int]
+    """Global replica indices this process feeds (torch: [rank]; tf mirrored: all of them)."""
 
     def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
         """debug.dump_layers, before step ``step``'s update: every layer's output on these samples
@@ -141,3 +143,46 @@ class Engine(Protocol):
     def load_weights(self, weights: Weights) -> None:
         """Replace the weights (and batchnorm statistics) by canonical arrays, rounded to the
         engine's parameter dtype (a probe's recorded state)."""
+
+
+class Forward(Protocol):
+    """An engine's forward part: evaluation and the layer taps."""
+
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation: ...
+
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None: ...
+
+
+class BuiltFromParts:
+    """An engine whose step, evaluation and layer taps are its parts' (each backend's engine.py
+    builds ``steps`` and ``forward`` on its state)."""
+
+    steps: TrainSteps
+    forward: Forward
+
+    def train_step(
+        self,
+        ids: list[np.ndarray],
+        *,
+        lr: float,
+        global_count: int,
+        poison: list[bool],
+        capture_grads: bool = False,
+        step: int = 0,
+        measure_scale: bool = False,
+    ) -> StepOut:
+        return self.steps.train_step(
+            ids,
+            lr=lr,
+            global_count=global_count,
+            poison=poison,
+            capture_grads=capture_grads,
+            step=step,
+            measure_scale=measure_scale,
+        )
+
+    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
+        return self.forward.evaluate(split, ranges)
+
+    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
+        return self.forward.tap_layers(ids, step)

@@ -46,7 +46,7 @@ from dualtrain.core.ops import Ops
 from dualtrain.core.pair.transforms import check_identity
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, Evaluation, StepOut
+from dualtrain.runtime.engine import BuiltFromParts, Engine, TrainSteps
 from dualtrain.spec import Experiment, LayerType, Precision
 
 from .forward import ForwardPass
@@ -62,17 +62,18 @@ from .ops import OPS
 from .optimizer import OptimizerVariables
 from .precision import policy_name
 from .state import TFState
-from .step import Stepping, TrainStep
+from .step import TrainStep
 from .update import GradientUpdate
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
-class TFEngine(Engine):
+class TFEngine(BuiltFromParts, Engine):
     """Built from parts on one :class:`TFState`: the forward (forward.py), the update
     (update.py) and the step (step.py); the weights, their average and checkpoints are here."""
 
     backend = "tf"
+    forward: ForwardPass
     #: the array namespace dualtrain.core.update_rules computes with (an instance may carry its
     #: own before __init__ traces the step)
     ops: Ops = OPS
@@ -109,7 +110,7 @@ class TFEngine(Engine):
                 check_identity(init_weights, self.weights())
         self.forward = ForwardPass(self.state)
         self.grads = GradientUpdate(self.state)
-        self.steps: Stepping = TrainStep(self.state, self.forward, self.grads)
+        self.steps: TrainSteps = TrainStep(self.state, self.forward, self.grads)
         self._trace()
 
     def _build(
@@ -204,34 +205,7 @@ class TFEngine(Engine):
         )
         self.forward.trace_eval(batch_sig)
 
-    # ---- the step, evaluation, the taps (the parts: step.py, forward.py, update.py) -------------
-    def train_step(
-        self,
-        ids: list[np.ndarray],
-        *,
-        lr: float,
-        global_count: int,
-        poison: list[bool],
-        capture_grads: bool = False,
-        step: int = 0,
-        measure_scale: bool = False,
-    ) -> StepOut:
-        return self.steps.train_step(
-            ids,
-            lr=lr,
-            global_count=global_count,
-            poison=poison,
-            capture_grads=capture_grads,
-            step=step,
-            measure_scale=measure_scale,
-        )
-
-    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
-        return self.forward.evaluate(split, ranges)
-
-    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
-        return self.forward.tap_layers(ids, step)
-
+    # ---- gather (the step, evaluation and the taps: the parts, runtime.engine.BuiltFromParts) --
     def gather(self, rows: np.ndarray) -> np.ndarray:
         return self.state.gather(rows)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -26,23 +26,6 @@ from .state import TFState
 from .update import GradientUpdate
 
 SUM = tf.distribute.ReduceOp.SUM
-
-
-class Stepping(Protocol):
-    """What the engine's step part does (this module's :class:`TrainStep`; a parameter-server
-    run's: ps.ServerStep)."""
-
-    def train_step(
-        self,
-        ids: list[np.ndarray],
-        *,
-        lr: float,
-        global_count: int,
-        poison: list[bool],
-        capture_grads: bool = False,
-        step: int = 0,
-        measure_scale: bool = False,
-    ) -> StepOut: ...
 
 
 class TrainStep:

@@ -55,7 +55,7 @@ from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
 from dualtrain.core.weights import Weights
 from dualtrain.runtime.checkpoint import OptimizerState
-from dualtrain.runtime.engine import Engine, Evaluation, StepOut
+from dualtrain.runtime.engine import BuiltFromParts, Engine
 from dualtrain.spec import OPTIMIZERS, Experiment, Precision
 
 #: DDP without its buffer broadcast before every forward (replica 0's batchnorm statistics are
@@ -70,7 +70,7 @@ NO_FORWARD_BUFFER_SYNC: dict[str, Any] = (
 )
 
 
-class TorchEngine(Engine):
+class TorchEngine(BuiltFromParts, Engine):
     """Built from parts on one :class:`TorchState`: the forward (forward.py), the update
     (update.py) and the step (step.py); the weights, their average and checkpoints are here."""
 
@@ -195,34 +195,7 @@ class TorchEngine(Engine):
             ]
         return broadcast
 
-    # ---- the step, evaluation, the taps (the parts: step.py, forward.py, update.py) -------------
-    def train_step(
-        self,
-        ids: list[np.ndarray],
-        *,
-        lr: float,
-        global_count: int,
-        poison: list[bool],
-        capture_grads: bool = False,
-        step: int = 0,
-        measure_scale: bool = False,
-    ) -> StepOut:
-        return self.steps.train_step(
-            ids,
-            lr=lr,
-            global_count=global_count,
-            poison=poison,
-            capture_grads=capture_grads,
-            step=step,
-            measure_scale=measure_scale,
-        )
-
-    def evaluate(self, split: str, ranges: list[tuple[int, int]]) -> Evaluation:
-        return self.forward.evaluate(split, ranges)
-
-    def tap_layers(self, ids: np.ndarray, step: int) -> dict[str, np.ndarray] | None:
-        return self.forward.tap_layers(ids, step)
-
+    # ---- the server's update (the step, evaluation and the taps: runtime.engine.BuiltFromParts) -
     def server_update(self, total: torch.Tensor, lr: float, capture_grads: bool) -> ps.Outcome:
         """The parameter server's update from the replicas' summed gradient (flattened)."""
         return self.grads.server_update(total, lr, capture_grads)
