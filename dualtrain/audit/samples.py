@@ -3,13 +3,19 @@ data pipelines' classic differences apart."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from dualtrain.audit.early import left_early, left_early_at
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
-from dualtrain.audit.rows import DigestKind
+from dualtrain.audit.repeats import (
+    KIND,
+    epoch_indices,
+    epoch_rows,
+    padding,
+    repeats_epochs,
+    set_epoch,
+)
 from dualtrain.audit.split import (
     duplicated,
     orders_in_words,
@@ -20,106 +26,6 @@ from dualtrain.audit.split import (
     splits_differ,
 )
 from dualtrain.records.verdict import Finding
-
-KIND: DigestKind = "pattern"  # the same sample under any normalisation
-
-
-def _epoch_rows(run: Recorded, epoch: int, kind: DigestKind = KIND) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for s in run.epochs().get(epoch, []):
-        total += run.global_rows(s, kind)
-    return total
-
-
-def repeated(run: Recorded, epoch: int = 1) -> tuple[int, str]:
-    """(rows fed more than once in the epoch, counted how): by the sampler's dataset indices where
-    every row has one, else by the rows' exact digests (distinct rows can share a pattern)."""
-    indices = _indices(run, epoch)
-    if indices:
-        return sum(n - 1 for n in indices.values() if n > 1), "by the sampler's indices"
-    exact = _epoch_rows(run, epoch, "exact")
-    return sum(n - 1 for n in exact.values() if n > 1), "by the rows' exact digests"
-
-
-def repeats_epochs(run: Recorded) -> bool:
-    """Every later epoch feeds exactly epoch 1's global batches in epoch 1's order."""
-    ep = run.epochs()
-    if len(ep) < 2:
-        return False
-    first = [run.global_rows(s, KIND) for s in ep[1]]
-    return all(
-        [run.global_rows(s, KIND) for s in steps] == first for e, steps in ep.items() if e > 1
-    )
-
-
-def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
-    out = []
-    for run, other, tag in ((a, b, "A"), (b, a, "B")):
-        if repeats_epochs(run) and not repeats_epochs(other):
-            sampler = run.config.get("sampler", {})
-            name = "set_epoch forgotten (every epoch the same order)"
-            if run.framework == "torch" and (
-                sampler.get("shuffle") is False or sampler.get("type") == "SequentialSampler"
-            ):  # an order no set_epoch changes
-                name = "no shuffling (every epoch the same order)"
-                change = f"shuffle=True (this {sampler.get('type')} does not shuffle)" + (
-                    ", with `sampler.set_epoch(epoch)` each epoch"
-                    if "Distributed" in str(sampler.get("type"))
-                    else ""
-                )
-                needles: tuple[str, ...] = (f"{sampler.get('type')}(", "shuffle=", "DataLoader(")
-            elif run.framework == "torch":
-                change = "call `sampler.set_epoch(epoch)` at the start of every epoch"
-                needles = (".set_epoch(", "for epoch")  # the call, not a sampler's def
-            else:
-                change = "shuffle with `reshuffle_each_iteration=True` (the default)"
-                needles = (".shuffle(",)
-            out.append(
-                Finding(
-                    name,
-                    f"{tag} feeds epoch 1's batches again in the same order in every later epoch; "
-                    f"the other run reshuffles",
-                    [fix(run, tag, needles, change)],
-                    step=run.epochs()[2][0],
-                )
-            )
-    return out
-
-
-def padding(a: Recorded, b: Recorded) -> list[Finding]:
-    """A DistributedSampler that pads, where its repeated rows are a difference: named only when
-    the run fed a row twice in epoch 1 and the other run did not feed the same rows as often."""
-    out = []
-    for run, other, tag in ((a, b, "A"), (b, a, "B")):
-        cfg = run.config.get("sampler", {})
-        size, total = cfg.get("dataset_size"), cfg.get("total_size")
-        if not (size and total and total > size):
-            continue
-        twice, how = repeated(run)
-        again, _ = repeated(other)
-        if not twice or _epoch_rows(run, 1, "exact") == _epoch_rows(other, 1, "exact"):
-            continue  # nothing repeated, or the other run fed the very same rows as often
-        if again == twice:
-            continue  # the other run repeats as many: not this sampler's difference
-        said = "feeds every row once" if not again else f"repeats {again} row(s)"
-        out.append(
-            Finding(
-                "DistributedSampler padding",
-                f"{tag}'s DistributedSampler pads {size} samples to {total} (a multiple of "
-                f"{cfg.get('num_replicas')} replicas): {twice} row(s) fed twice in epoch 1 "
-                f"({how}); the other run {said}",
-                [
-                    fix(
-                        run,
-                        tag,
-                        ("DistributedSampler(",),
-                        "DistributedSampler(..., "
-                        "drop_last=True), or a dataset size divisible by the replicas",
-                    )
-                ],
-            )
-        )
-    return out
 
 
 def batches(a: Recorded, b: Recorded) -> list[Finding]:
@@ -197,7 +103,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
         if left_early_at(a, b) is not None:
             return []  # the same rows until one epoch ends early: its own finding says it
         epoch = a.epoch_of(first_global)
-        rows_a, rows_b = _epoch_rows(a, epoch), _epoch_rows(b, epoch)
+        rows_a, rows_b = epoch_rows(a, epoch), epoch_rows(b, epoch)
         only_a, only_b = sum((rows_a - rows_b).values()), sum((rows_b - rows_a).values())
         if 0 < max(only_a, only_b) < a.steps[0].samples and not (only_a and only_b):
             return []  # one epoch's rows hold the other's and less than a batch more: a partial
@@ -241,19 +147,8 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
     return []
 
 
-def _indices(run: Recorded, epoch: int) -> Counter[int] | None:
-    """The dataset indices ``run``'s replicas fed in ``epoch`` (None where a row has none)."""
-    out: Counter[int] = Counter()
-    for step in run.epochs().get(epoch, []):
-        for row in run.rows(step):
-            if row.indices is None:
-                return None
-            out.update(row.indices)
-    return out
-
-
 def _same_indices(a: Recorded, b: Recorded, epoch: int) -> bool:
-    ia, ib = _indices(a, epoch), _indices(b, epoch)
+    ia, ib = epoch_indices(a, epoch), epoch_indices(b, epoch)
     return ia is not None and ib is not None and ia == ib and bool(ia)
 
 

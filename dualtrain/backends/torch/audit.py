@@ -18,7 +18,6 @@ merges them.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch.distributed as dist
 from dualtrain.audit import record
 from dualtrain.audit.identity import hexes, input_key
 from dualtrain.backends.torch.audit_digests import Digests
+from dualtrain.backends.torch.audit_epochs import Epochs
 from dualtrain.backends.torch.audit_setup import (
     canonical_weights,
     check_setup,
@@ -84,16 +84,11 @@ class TorchRecorder:
             raise
         self.steps: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
-        self.order: list[int] | None = None
         self.current: dict[str, Any] | None = None
-        self.epoch_now, self.pos, self.calls = 0, 0, 0
-        self.sampler_epoch = getattr(sampler, "epoch", None)
+        self.calls = 0
         # the watchers (loops over the loader count an IterableDataset's epochs)
         self.watch = Watchers(model, loader, scheduler, lambda: len(self.steps))
-        # how epochs are known: the script's epoch=, else the loader's length, set_epoch or loops
-        self.set_epoch = hasattr(sampler, "set_epoch")
-        known = self.batches or self.set_epoch or self.watch.loops.ok
-        self.epochs = "counted" if known else "unknown"
+        self.epochs = Epochs(sampler, self.batches, self.batch_size, self.watch.loops)
         self.stepped = False
         self.norm: torch.Tensor | None = None
         self.digests = Digests()
@@ -131,35 +126,6 @@ class TorchRecorder:
         self.stepped = True
 
     # ---- the user's calls ------------------------------------------------------------------------
-    def _sampler_indices(self, n: int) -> list[int] | None:
-        deterministic = (torch.utils.data.DistributedSampler, torch.utils.data.SequentialSampler)
-        if not isinstance(self.sampler, deterministic) or not self.batch_size:
-            return None  # iterating another sampler could draw from the script's RNG
-        if self.pos == 0 or self.order is None:
-            self.order = [int(i) for i in iter(self.sampler)]
-        start = self.pos * self.batch_size
-        got = self.order[start : start + n]
-        return got if len(got) == n else None
-
-    def _epoch(self, epoch: int | None) -> int:
-        """The epoch of this batch: the script's; else a new one when the sampler's epoch moved
-        (``set_epoch``: a loop that leaves its epochs early) or the loader's length of batches
-        is done."""
-        if epoch is None and self.epochs == "unknown" and not self.steps and self.rank == 0:
-            print(NO_EPOCHS, file=sys.stderr)
-        if epoch is not None:
-            self.epochs = "script"
-        if epoch is None:
-            moved, began = getattr(self.sampler, "epoch", None), self.watch.loops.began()
-            full = bool(self.batches) and self.pos >= (self.batches or 0)
-            new = self.epoch_now == 0 or moved != self.sampler_epoch
-            new = new or (full if began is None else began)  # a new loop over the loader
-            self.sampler_epoch = moved
-            epoch = self.epoch_now + 1 if new else self.epoch_now
-        if epoch != self.epoch_now:
-            self.epoch_now, self.pos, self.order = epoch, 0, None
-        return epoch
-
     def _close_step(self) -> None:
         if self.steps:
             last = self.steps[-1]
@@ -188,7 +154,7 @@ class TorchRecorder:
         n = int(inputs.shape[0])
         if self.current is None:  # a new optimizer step
             self._close_step()
-            now = self._epoch(epoch)
+            now = self.epochs.of(epoch, not self.steps and self.rank == 0)
             step = len(self.steps) + 1
             self.current = {
                 "step": step,
@@ -213,9 +179,9 @@ class TorchRecorder:
                 f"{len(self.steps)} after its optimizer step"
             )
         else:
-            self._epoch(epoch)
-        idx = [int(i) for i in indices] if indices is not None else self._sampler_indices(n)
-        self.pos += 1
+            self.epochs.of(epoch, False)
+        idx = [int(i) for i in indices] if indices is not None else self.epochs.indices(n)
+        self.epochs.pos += 1
         row = self.current
         row["count"] += n
         row["batches"] += 1
@@ -243,11 +209,7 @@ class TorchRecorder:
         try:
             self._close_step()
             self._unhook()
-            if self.epochs == "counted" and not (
-                self.batches or self.watch.loops.n or self.set_epoch
-            ):
-                self.epochs = "unknown"  # counted by loops over a loader the script never looped
-            self.config["epochs"] = self.epochs
+            self.epochs.summary(self.config)
             final_config(self.config, self.optimizer)
             self.config["eval_steps"] = [s["step"] for s in self.steps if s.pop("eval", False)]
             self.watch.summary(self.config, len(self.steps))
@@ -297,13 +259,6 @@ class TorchRecorder:
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()
-
-
-NO_EPOCHS = (
-    "dualtrain audit: no loader or sampler given and no rec.batch(..., epoch=): every step is "
-    "counted in epoch 1 and compare judges the steps' total only (give the recorder loader=, "
-    "or rec.batch(data, epoch=epoch))"
-)
 
 
 def _not_validation(model: Any) -> None:
