@@ -17,6 +17,33 @@ def opt_lines(run: Recorded) -> tuple[str, ...]:
     return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
 
 
+#: where each framework's scripts set their schedule
+SCHEDULE_LINES = {
+    "torch": ("lr_scheduler.", "Scheduler(", "LR(", "scheduler"),
+    "tf": ("LearningRateScheduler", "schedules.", "ReduceLROnPlateau", "def decay", "def schedule"),
+}
+
+
+def schedule_lines(run: Recorded) -> tuple[str, ...]:
+    """Where ``run``'s script sets its schedule: its recorded scheduler (torch) or
+    LearningRateSchedule (Keras: the optimizer's learning_rate, when a schedule) first."""
+    if run.framework == "torch":
+        kind = run.config.get("scheduler", {}).get("type")
+        if not kind:  # no scheduler ran: where one would go, not a branch that did not run
+            return opt_lines(run)
+    else:
+        kind = run.config.get("optimizer", {}).get("learning_rate")
+        if not isinstance(kind, str):  # a number: a callback set it (fit's lr callbacks first)
+            called = [f"{c['type']}(" for c in run.config.get("lr_callbacks") or []]
+            return (*called, *CALLBACK_LINES, *SCHEDULE_LINES["tf"])
+    specific = (f"{kind}(",) if isinstance(kind, str) else ()
+    return (*specific, *SCHEDULE_LINES[run.framework])
+
+
+#: where a Keras script sets its lr from a callback
+CALLBACK_LINES = ("LearningRateScheduler", "ReduceLROnPlateau", "on_epoch_begin", "learning_rate")
+
+
 def fix(
     run: Recorded, tag: str, needles: tuple[str, ...], change: str, at: int | None = None
 ) -> str:

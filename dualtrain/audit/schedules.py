@@ -13,9 +13,10 @@ from dualtrain.audit.checks import (
     lr_pairs,
     lr_peak,
 )
-from dualtrain.audit.finding import fix, opt_lines
+from dualtrain.audit.finding import fix, opt_lines, schedule_lines
 from dualtrain.audit.optimizers import describe
 from dualtrain.audit.read import Recorded
+from dualtrain.audit.warmups import Warmup, warmup_findings, warmup_of
 from dualtrain.records.verdict import Finding
 
 
@@ -30,12 +31,68 @@ def _change_points(run: Recorded) -> tuple[list[int], bool]:
 def schedule(a: Recorded, b: Recorded) -> list[Finding]:
     pa, epoch_a = _change_points(a)
     pb, epoch_b = _change_points(b)
-    if pa and pb and epoch_a != epoch_b:
-        return _granularity(a, b, pa, pb, epoch_a)
     if any(r.config.get("scheduler", {}).get("before_optimizer") for r in (a, b)):
         return _shape(a, b, pa, pb)  # step 1's lr is a step of the schedule (scheduler_first)
+    wa, wb = warmup_of(a), warmup_of(b)
+    warm = warmup_findings(a, b, wa, wb)
+    if warm or (wa and wb):
+        return warm + _after_warmup(a, b, wa, wb)
+    if pa and pb and epoch_a != epoch_b:
+        return _granularity(a, b, pa, pb, epoch_a)
     start = _scheduled_start(a, b)
-    return start or (_base_lr(a, b) + _shape(a, b, pa, pb))
+    if start:
+        return start
+    if epoch_a and epoch_b and _epoch_lengths(a) != _epoch_lengths(b):
+        return _base_lr(a, b) + _per_epoch(a, b)  # step k is another point of each schedule
+    return _base_lr(a, b) + _shape(a, b, pa, pb)
+
+
+def _epoch_lengths(run: Recorded) -> list[int]:
+    return [len(steps) for steps in run.epochs().values()]
+
+
+def _after_warmup(a: Recorded, b: Recorded, wa: Warmup | None, wb: Warmup | None) -> list[Finding]:
+    """After the warmups (the longer one's steps): the lr each reached, then the schedule's
+    granularity and shape relative to it."""
+    skip = max(w.steps for w in (wa, wb) if w)
+    peak_a, peak_b = (w.peak if w else float(r.steps[0].lr or 0) for w, r in ((wa, a), (wb, b)))
+    if not lr_close(peak_a, peak_b, lr_peak(a, b)):
+        return _base_lr(a, b, (peak_a, peak_b), "the warmups' peaks")
+    pa, pb = ([p for p in _change_points(r)[0] if p > skip] for r in (a, b))
+    starts = [{steps[0] for steps in r.epochs().values()} for r in (a, b)]
+    epoch_a, epoch_b = (all(p in s for p in ps) for ps, s in ((pa, starts[0]), (pb, starts[1])))
+    if pa and pb and epoch_a != epoch_b:
+        return _granularity(a, b, pa, pb, epoch_a)
+    return _shape(a, b, pa, pb, skip, (peak_a, peak_b))
+
+
+def _per_epoch(a: Recorded, b: Recorded) -> list[Finding]:
+    """Two schedules that change the lr only at epoch starts, over epochs of other lengths:
+    compared epoch by epoch, relative to epoch 1's lr."""
+    ea, eb = a.epochs(), b.epochs()
+    lr_a = {s.step: float(s.lr or 0) for s in a.steps}
+    lr_b = {s.step: float(s.lr or 0) for s in b.steps}
+    ref_a, ref_b = lr_a[ea[1][0]], lr_b[eb[1][0]]
+    if not ref_a or not ref_b:
+        return []
+    for e in sorted(set(ea) & set(eb)):
+        x, y = lr_a[ea[e][0]] / ref_a, lr_b[eb[e][0]] / ref_b
+        if C.same_value(x, y) or abs(x - y) <= LR_F32_ULPS * (1 + max(x, y)):
+            continue
+        return [
+            Finding(
+                "different lr schedules",
+                f"relative to epoch 1, the lr at epoch {e}: {x:.4g}x in A, {y:.4g}x in B (both "
+                f"change it only at epoch starts; A's epochs are {len(ea[1])} steps, B's "
+                f"{len(eb[1])})",
+                [
+                    fix(a, "A", schedule_lines(a), "the schedule B follows"),
+                    fix(b, "B", schedule_lines(b), "the schedule A follows"),
+                ],
+                step=min(ea[e][0], eb[e][0]),
+            )
+        ]
+    return []
 
 
 def _set_lr(run: Recorded) -> float | None:
@@ -84,47 +141,23 @@ def first_lrs(a: Recorded, b: Recorded) -> tuple[float, float] | None:
     return None if la is None or lb is None else (la, lb)
 
 
-def _base_lr(a: Recorded, b: Recorded) -> list[Finding]:
-    first = first_lrs(a, b)
+def _base_lr(
+    a: Recorded, b: Recorded, lrs: tuple[float, float] | None = None, what: str = "step 1"
+) -> list[Finding]:
+    """Step 1's lrs (or ``lrs``, what ``what`` names) apart."""
+    first = lrs or first_lrs(a, b)
     if first is None or lr_close(*first, lr_peak(a, b)):
         return []  # (within the lr check's tolerance: a float32 schedule's step 1)
     la, lb = first
     return [
         Finding(
             "different base learning rate",
-            f"step 1: lr {la:.6g} in A, {lb:.6g} in B (each optimizer's own default or "
+            f"{what}: lr {la:.6g} in A, {lb:.6g} in B (each optimizer's own default or "
             f"setting: A {describe(a)}, B {describe(b)})",
             [_lr_fix(a, "A", lb), _lr_fix(b, "B", la)],
             step=1,
         )
     ]
-
-
-#: where each framework's scripts set their schedule
-SCHEDULE_LINES = {
-    "torch": ("lr_scheduler.", "Scheduler(", "LR(", "scheduler"),
-    "tf": ("LearningRateScheduler", "schedules.", "ReduceLROnPlateau", "def decay", "def schedule"),
-}
-
-
-def schedule_lines(run: Recorded) -> tuple[str, ...]:
-    """Where ``run``'s script sets its schedule: its recorded scheduler (torch) or
-    LearningRateSchedule (Keras: the optimizer's learning_rate, when a schedule) first."""
-    if run.framework == "torch":
-        kind = run.config.get("scheduler", {}).get("type")
-        if not kind:  # no scheduler ran: where one would go, not a branch that did not run
-            return opt_lines(run)
-    else:
-        kind = run.config.get("optimizer", {}).get("learning_rate")
-        if not isinstance(kind, str):  # a number: a callback set it (fit's lr callbacks first)
-            called = [f"{c['type']}(" for c in run.config.get("lr_callbacks") or []]
-            return (*called, *CALLBACK_LINES, *SCHEDULE_LINES["tf"])
-    specific = (f"{kind}(",) if isinstance(kind, str) else ()
-    return (*specific, *SCHEDULE_LINES[run.framework])
-
-
-#: where a Keras script sets its lr from a callback
-CALLBACK_LINES = ("LearningRateScheduler", "ReduceLROnPlateau", "on_epoch_begin", "learning_rate")
 
 
 #: torch schedulers that set the lr from their own peak (the optimizer's lr is overridden)
@@ -146,24 +179,36 @@ def _lr_fix(run: Recorded, tag: str, lr: float) -> str:
     return fix(run, tag, opt_lines(run), f"{name}={lr:.6g}")
 
 
-def _shape(a: Recorded, b: Recorded, pa: list[int], pb: list[int]) -> list[Finding]:
+def _shape(
+    a: Recorded,
+    b: Recorded,
+    pa: list[int],
+    pb: list[int],
+    start: int = 0,
+    peaks: tuple[float, float] | None = None,
+) -> list[Finding]:
     """The same granularity, another schedule: the lr relative to step 1's (to the peak's where
-    a warmup starts from 0) parts."""
+    a warmup starts from 0; to the warmups' ``peaks`` from step ``start`` + 1) parts."""
     ra, rb = [float(x or 0) for x in a.series("lr")], [float(x or 0) for x in b.series("lr")]
     if not ra or not rb or not max(ra) or not max(rb):
         return []
-    base = "step 1" if ra[0] and rb[0] else "the peak"
-    ref_a, ref_b = (ra[0], rb[0]) if base == "step 1" else (max(ra), max(rb))
+    if peaks:
+        base, (ref_a, ref_b) = "the warmup's peak", peaks
+    else:
+        base = "step 1" if ra[0] and rb[0] else "the peak"
+        ref_a, ref_b = (ra[0], rb[0]) if base == "step 1" else (max(ra), max(rb))
     rel_a, rel_b = [x / ref_a for x in ra], [x / ref_b for x in rb]
     # a schedule computed in float32 (check_lr's): each lr within LR_F32_ULPS of the peak, the
     # reference's error scaling every part with it, so a part x errs by up to ulps*peak/ref*(1+x)
     top = max(*rel_a, *rel_b)
-    pairs = zip(rel_a, rel_b, strict=False)
+    pairs = list(zip(rel_a, rel_b, strict=False))
     first = next(
         (
             i + 1
             for i, (x, y) in enumerate(pairs)
-            if not C.same_value(x, y) and abs(x - y) > LR_F32_ULPS * top * (1 + max(x, y))
+            if i >= start
+            and not C.same_value(x, y)
+            and abs(x - y) > LR_F32_ULPS * top * (1 + max(x, y))
         ),
         None,
     )

@@ -210,7 +210,7 @@ def _cosine(n: int, warmup: int, dtype) -> list[float]:
 def test_a_float32_cosine_passes_and_a_warmup_from_zero_is_named():
     """Keras computes CosineDecay in float32: near its end the lr is off by more than 1e-6 of
     itself (a false lr FAIL on a matching pair); a warmup from lr 0 was never named (the
-    schedules were compared relative to step 1's lr)."""
+    schedules were compared relative to step 1's lr); it is now named as the warmups that part."""
     torch_run = with_lrs(record("torch", losses=[1.0] * 12), _cosine(12, 4, np.float64))
     keras_run = with_lrs(record("tf", losses=[1.0] * 12), _cosine(12, 4, np.float32))
     last = torch_run.steps[-1].lr, keras_run.steps[-1].lr
@@ -220,8 +220,9 @@ def test_a_float32_cosine_passes_and_a_warmup_from_zero_is_named():
     assert not [f for f in diagnose(torch_run, keras_run) if "lr" in f.name]
     short = with_lrs(record("tf", losses=[1.0] * 12), _cosine(12, 2, np.float32))
     assert {c.name: c.status for c in run_checks(torch_run, short)}["learning rate"] == "FAIL"
-    (f,) = [f for f in diagnose(torch_run, short) if f.name == "different lr schedules"]
-    assert f.evidence.startswith("relative to the peak, the lr parts at step 2"), f.evidence
+    (f,) = [f for f in diagnose(torch_run, short) if f.name == "different warmups"]
+    assert f.evidence == "A's lr rises to 0.001 over 5 steps (from 0), B's over 3 steps (from 0)"
+    assert "lambda s: min(1.0, s / 2)" in f.fixes[0], f.fixes  # LinearLR refuses a 0 start
 
 
 def test_a_scheduler_stepped_first_is_not_a_base_lr():

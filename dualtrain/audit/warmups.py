@@ -1,0 +1,153 @@
+"""Warmups: a run whose lr rises over its first steps. Compared as warmups (their lengths, their
+rise relative to the peak) and the lr after them, never by step 1's lr alone: a warmup's first lr
+is a fraction of the lr the script set, and the steps that rise inside an epoch are no scheduler
+stepped per step. Each fix is the warmup to write, in the run's framework's words."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dualtrain.audit import conventions as C
+from dualtrain.audit.checks import LR_F32_ULPS, lr_close, lr_peak
+from dualtrain.audit.finding import fix, opt_lines, schedule_lines
+from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Finding
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The lr rising from step 1 to its ``peak`` at step ``steps``."""
+
+    lrs: tuple[float, ...]
+    """The lr of steps 1..steps."""
+
+    @property
+    def steps(self) -> int:
+        return len(self.lrs)
+
+    @property
+    def start(self) -> float:
+        return self.lrs[0]
+
+    @property
+    def peak(self) -> float:
+        return self.lrs[-1]
+
+    def relative(self) -> list[float]:
+        return [x / self.peak for x in self.lrs]
+
+    def linear(self) -> bool:
+        """Each step adds the same lr (LinearLR, Keras's warmup_target): within float32's error."""
+        n = self.steps - 1
+        line = [self.start + (self.peak - self.start) * i / n for i in range(self.steps)]
+        return all(
+            abs(x - y) <= LR_F32_ULPS * self.peak for x, y in zip(self.lrs, line, strict=True)
+        )
+
+
+def warmup_of(run: Recorded) -> Warmup | None:
+    """``run``'s warmup: its lr rising at each of its first steps (beyond the lr check's
+    tolerance), to step 2 at least; None when step 2's lr is not above step 1's."""
+    lrs = run.series("lr")
+    peak = lr_peak(run)
+    rise: list[float] = []
+    for x in lrs:
+        if x is None or (rise and (x <= rise[-1] or lr_close(x, rise[-1], peak))):
+            break
+        rise.append(float(x))
+    return Warmup(tuple(rise)) if len(rise) >= 2 else None
+
+
+def starts_at_peak(run: Recorded) -> bool:
+    """No lr of ``run`` is above its step 1's: a run with no warmup of any granularity."""
+    lrs = [float(x) for x in run.series("lr") if x is not None]
+    return bool(lrs) and all(x <= lrs[0] or lr_close(x, lrs[0], lrs[0]) for x in lrs)
+
+
+def same_warmup(wa: Warmup, wb: Warmup) -> bool:
+    """The same length, the same rise relative to each peak (the peaks themselves may differ:
+    that is the base lr's finding)."""
+    return wa.steps == wb.steps and all(
+        C.same_value(x, y) or abs(x - y) <= 2 * LR_F32_ULPS
+        for x, y in zip(wa.relative(), wb.relative(), strict=True)
+    )
+
+
+def _optimizer_name(run: Recorded) -> str:
+    """The variable the script's optimizer is bound to (``opt = torch.optim.SGD(``)."""
+    found = run.line_of(*opt_lines(run)) or ""
+    m = re.search(r":\s*(\w+)\s*=\s*[\w.]*(optim|optimizers)\.", found)
+    return m.group(1) if m else "optimizer"
+
+
+def torch_warmup(w: Warmup, opt: str) -> str:
+    """The torch scheduler that makes warmup ``w`` (stepped once per optimizer step)."""
+    n = w.steps - 1
+    if w.linear() and w.start > 0:
+        made = f"LinearLR({opt}, start_factor={w.start / w.peak:.6g}, total_iters={n})"
+    elif w.linear():  # LinearLR refuses a start_factor of 0
+        made = f"LambdaLR({opt}, lambda s: min(1.0, s / {n}))"
+    else:
+        factors = ", ".join(f"{x:.6g}" for x in w.relative()[:-1])
+        made = f"LambdaLR({opt}, lambda s: [{factors}][s] if s < {n} else 1.0)"
+    return (
+        f"{made}, stepped every optimizer step, before this schedule (SequentialLR or "
+        f"ChainedScheduler; a per-epoch schedule chained per step needs its step_size in steps)"
+    )
+
+
+def keras_warmup(w: Warmup) -> str:
+    """The Keras schedule that makes warmup ``w``."""
+    n = w.steps - 1
+    if w.linear():
+        return (
+            f"a warmup from {w.start:.6g} to {w.peak:.6g} over {n} steps (CosineDecay(...,"
+            f" initial_learning_rate={w.start:.6g}, warmup_target={w.peak:.6g}, warmup_steps={n}))"
+        )
+    shown = ", ".join(f"{x:.6g}" for x in w.lrs)
+    return f"a LearningRateSchedule whose first {w.steps} lrs are {shown}"
+
+
+def _add(run: Recorded, tag: str, w: Warmup, what: str) -> str:
+    change = torch_warmup(w, _optimizer_name(run)) if run.framework == "torch" else keras_warmup(w)
+    return fix(run, tag, schedule_lines(run), f"{what}: {change}")
+
+
+def _drop(run: Recorded, tag: str, w: Warmup) -> str:
+    name = "lr" if run.framework == "torch" else "learning_rate"
+    return fix(run, tag, schedule_lines(run), f"no warmup: {name}={w.peak:.6g} from step 1")
+
+
+def warmup_findings(
+    a: Recorded, b: Recorded, wa: Warmup | None, wb: Warmup | None
+) -> list[Finding]:
+    """A warmup in one run only (the other starting at its peak), or two warmups of another
+    length or shape; [] where the warmups agree."""
+    if wa and wb:
+        if same_warmup(wa, wb):
+            return []
+        to = "" if lr_close(wa.peak, wb.peak, max(wa.peak, wb.peak)) else f" to {wb.peak:.6g}"
+        return [
+            Finding(
+                "different warmups",
+                f"A's lr rises to {wa.peak:.6g} over {wa.steps} steps (from {wa.start:.6g}), "
+                f"B's{to} over {wb.steps} steps (from {wb.start:.6g})",
+                [_add(a, "A", wb, "B's warmup"), _add(b, "B", wa, "A's warmup")],
+                step=2,
+            )
+        ]
+    w, on, tag, off, otag = (wa, a, "A", b, "B") if wa else (wb, b, "B", a, "A")
+    if w is None or not starts_at_peak(off):
+        return []
+    first = off.steps[0].lr
+    fixes = [_add(off, otag, w, f"{tag}'s warmup"), _drop(on, tag, w)]
+    return [
+        Finding(
+            "warmup in one run only",
+            f"{tag}'s lr rises from {w.start:.6g} at step 1 to {w.peak:.6g} at step {w.steps} "
+            f"(a warmup); {otag}'s starts at {first:.6g}",
+            sorted(fixes),
+            step=1,
+        )
+    ]
