@@ -30,6 +30,7 @@ from dualtrain.parity.report import (
     verdict_line,
     write_report,
 )
+from dualtrain.records.verdict import CONVENTION_CATEGORY
 from dualtrain.spec import Experiment
 
 
@@ -281,7 +282,7 @@ def _compare_result(
         return CompareResult(
             passed=cmp.passed,
             verdict=cmp.verdict,
-            category=None,
+            category=CONVENTION_CATEGORY if cmp.convention else None,
             culprits=(),
             semantics_checked=False,
             checks=tuple(cmp.checks),

@@ -80,8 +80,10 @@ class CompareResult:
     verdict: str
     """The verdict line, e.g. ``verdict: PASS (16/16 checks; semantics checked against ...)``."""
     category: str | None
-    """``semantics differ`` or ``numerics`` when a check failed; None when all passed, and for
-    two audit records (their findings name each difference)."""
+    """``semantics differ`` or ``numerics`` when a check failed; None when all passed. Two audit
+    records: ``convention`` where a convention of the frameworks, which no line changes, explains
+    the only failure (the verdict's word CONVENTION, the CLI's exit code 3), else None (their
+    findings name each difference)."""
     culprits: tuple[str, ...]
     """The precision paths found off (``("tf fp16 path",)``) when the category is numerics and the
     one-step probes or the convergence check name one; empty otherwise."""

@@ -127,9 +127,55 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
                     "Keras clips each replica's gradient before the all-reduce",
                     f"{tag} ({how}) clips each of its {run.world_size} replicas' gradients, then "
                     f"sums them; a DDP script's clip_grad_norm_ clips the averaged gradient (no "
-                    f"Keras setting clips the sum; the two agree while no clip is active)",
+                    f"Keras setting clips the sum); {_active(run, tag, other)}",
                     [],
+                    step=_first_over(run),
                     inherent=True,
                 )
             )
     return out
+
+
+def _first_over(keras_run: Recorded) -> int | None:
+    """The first step whose summed gradient's norm passed the run's norm limit: where the
+    per-replica clipping first shows (None: not seen)."""
+    limit = _norm_limit(keras_run)
+    return next((s.step for s in keras_run.steps if _over(s.grad_norm, limit)), None)
+
+
+def _norm_limit(keras_run: Recorded) -> float | None:
+    return min((x for kind, x in _rule(keras_run) or () if "norm" in kind), default=None)
+
+
+def _over(norm: float | None, limit: float | None) -> bool:
+    """A gradient norm past a clip's limit (beyond float32's rounding of the clipped norm)."""
+    return limit is not None and norm is not None and norm > limit * (1 + 1e-6)
+
+
+def _active(keras_run: Recorded, tag: str, torch_run: Recorded) -> str:
+    """Where the two clippings part, by the records: the torch clip's active steps, the Keras
+    run's summed gradient norms past its norm limit."""
+    seen = torch_run.config.get("clipping")
+    seen = seen if isinstance(seen, dict) else {}
+    calls = seen.get("calls", [])
+    other = "B" if tag == "A" else "A"
+    said = [
+        f"{other}'s {c['function']} was active on {c['active_steps']} of {seen.get('steps')} steps"
+        for c in calls
+        if c.get("active_steps")
+    ]
+    limit = _norm_limit(keras_run)
+    over = [float(s.grad_norm or 0) for s in keras_run.steps if _over(s.grad_norm, limit)]
+    if over:
+        said.append(
+            f"{tag}'s summed gradient's norm passed {limit:g} on {len(over)} of "
+            f"{len(keras_run.steps)} steps (up to {max(over):.3g})"
+        )
+    if said:
+        return "; ".join(said) + ": the two part on those steps"
+    known = calls and all(c.get("active_steps") is not None for c in calls)
+    return (
+        "no clip was active in either run: they agree here"
+        if known
+        else ("the two agree on steps where no clip is active")
+    )

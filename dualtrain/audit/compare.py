@@ -9,7 +9,15 @@ from pathlib import Path
 from dualtrain.audit.checks import run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded, read_recorded
-from dualtrain.records.verdict import FAIL, NOT_JUDGED, Check, Finding, all_passed
+from dualtrain.records.verdict import (
+    CONVENTION,
+    FAIL,
+    NOT_JUDGED,
+    PASS,
+    Check,
+    Finding,
+    all_passed,
+)
 
 
 @dataclass
@@ -24,6 +32,25 @@ class AuditComparison:
         return all_passed(self.checks)
 
     @property
+    def convention(self) -> list[Finding]:
+        """The frameworks' conventions that explain every failed check, or [] (where a failure
+        stays a FAIL): only the loss trajectory failed, no difference a line can change was
+        found, and the first failing window ends at or after the step where a convention first
+        shows. The verdict's word is then CONVENTION, not PASS and not a FAIL to fix."""
+        failed = [c for c in self.checks if c.status == FAIL]
+        if not failed or any(c.name != "loss trajectory" for c in failed):
+            return []
+        if any(not f.inherent for f in self.findings):
+            return []
+        first = failed[0].first_step or 1
+        return [f for f in self.findings if f.inherent and f.step is not None and f.step <= first]
+
+    @property
+    def word(self) -> str:
+        """PASS, FAIL or CONVENTION (dualtrain compare's exit code 0, 1 or 3)."""
+        return PASS if self.passed else CONVENTION if self.convention else FAIL
+
+    @property
     def verdict(self) -> str:
         failed = [c.name for c in self.checks if c.status == FAIL]
         n = len(self.checks)
@@ -36,9 +63,26 @@ class AuditComparison:
             )
         if not failed:
             return f"verdict: PASS ({n}/{n} checks of two recorded runs)"
+        if self.convention:
+            return self._convention_line(n, failed)
         names = ", ".join(f.name for f in self.findings[:4])
         return f"verdict: FAIL ({n - len(failed)}/{n} checks; failed: {', '.join(failed)})" + (
             f"; differences: {names}" if names else ""
+        )
+
+    def _convention_line(self, n: int, failed: list[str]) -> str:
+        (loss,) = [c for c in self.checks if c.status == FAIL]
+        effect = (
+            f"the mean loss parts by {loss.value:.3g} at most, {loss.value / loss.tolerance:.0%} "
+            f"of its bound"
+            if loss.value is not None and loss.tolerance
+            else loss.detail
+        )
+        shown = ", ".join(f"{f.name} (from step {f.step})" for f in self.convention)
+        return (
+            f"verdict: {CONVENTION} ({n - len(failed)}/{n} checks; {', '.join(failed)}: "
+            f"{effect}; explained by {shown}: a convention of the frameworks that no line of "
+            f"either script changes)"
         )
 
 

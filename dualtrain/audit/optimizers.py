@@ -149,18 +149,26 @@ def _conventions(
             )
         )
     both = (t.get("momentum") or 0) > 0 and (k.get("momentum") or 0) > 0  # else: an option's
-    if t["type"] == "SGD" and both and len(set(trun.series("lr"))) > 1:
+    changed = _lr_changes(trun)
+    if t["type"] == "SGD" and both and changed is not None:
         found.append(
             Finding(
                 "SGD momentum convention under a changing lr",
                 "torch's momentum buffer holds gradients (the lr applied after), Keras's holds "
-                "lr-scaled steps: the two part where the lr changes (no setting of either "
-                "optimizer changes it)",
+                "lr-scaled steps: the two part where the lr changes, first at step "
+                f"{changed} (no setting of either optimizer changes it)",
                 [],
+                step=changed,
                 inherent=True,
             )
         )
     return found
+
+
+def _lr_changes(run: Recorded) -> int | None:
+    """The first step whose lr is not its step before's."""
+    lrs = run.series("lr")
+    return next((i + 1 for i in range(1, len(lrs)) if lrs[i] != lrs[i - 1]), None)
 
 
 def _weight_decay(t: dict[str, Any], k: dict[str, Any]) -> list[str]:

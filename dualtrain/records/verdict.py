@@ -19,6 +19,10 @@ VERDICT_FILE, REPORT_MD, REPORT_HTML = "verdict.json", "report.md", "report.html
 
 #: a check's result, as reports print it
 PASS, FAIL, INFO, NOT_JUDGED = "PASS", "FAIL", "INFO", "NOT JUDGED"
+#: the verdict of two recorded runs whose only failure a convention of the frameworks explains
+CONVENTION = "CONVENTION"
+#: its category in a compare's result
+CONVENTION_CATEGORY = "convention"
 
 #: the groups a check belongs to: a spec compare's three (docs/report.md) and the audit's
 RECORDS, SEMANTICS, NUMERICS, RECORDED = "records", "semantics", "numerics", "recorded runs"

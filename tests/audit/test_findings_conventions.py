@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dualtrain.audit.checks import check_settings
 from dualtrain.audit.diagnose import diagnose
-from tests.audit.records import record, with_rows
+from tests.audit.records import edit_steps, record, with_rows
 
 TORCH = """\
 opt = torch.optim.NAdam(model.parameters(), lr=0.002)
@@ -121,3 +121,23 @@ def test_float64_on_one_side_is_one_finding_at_its_dtype_line():
     assert [f.name for f in found] == ["different parameters (float64 vs float32)"]
     assert "torch.py:2: torch.set_default_dtype(torch.float64)" in found[0].fixes[0]
     assert "tf.py:3: keras.config.set_floatx(" in found[0].fixes[1]
+
+
+def test_kerass_per_replica_clipping_note_says_when_a_clip_was_active():
+    """The note said 'the two agree while no clip is active' when torch's clip was active on 36
+    of 69 steps and Keras's summed gradient reached 1.70 against a limit of 1: it now says what
+    the records show, and that the two agree only where no clip was active."""
+    calls = [{"function": "clip_grad_norm_", "limit": 1.0, "steps": 4, "active_steps": 3}]
+    torch_run = record("torch", world=2, config={"clipping": {"calls": calls, "steps": 4}})
+    opt = {"type": "SGD", "global_clipnorm": 1.0}
+    keras_run = record("tf", world=2, config={"optimizer": opt})
+    edit_steps(keras_run, lambda k, s: {"grad_norm": [1.7, 1.2, 0.4, 0.3][k]})
+    (f,) = [f for f in diagnose(torch_run, keras_run) if "before the all-reduce" in f.name]
+    assert "A's clip_grad_norm_ was active on 3 of 4 steps" in f.evidence, f.evidence
+    assert "B's summed gradient's norm passed 1 on 2 of 4 steps (up to 1.7)" in f.evidence
+    assert "while no clip is active" not in f.evidence
+    quiet = [{**calls[0], "active_steps": 0}]
+    torch_quiet = record("torch", world=2, config={"clipping": {"calls": quiet, "steps": 4}})
+    edit_steps(keras_run, lambda k, s: {"grad_norm": 0.5})
+    (g,) = [f for f in diagnose(torch_quiet, keras_run) if "before the all-reduce" in f.name]
+    assert "no clip was active in either run: they agree here" in g.evidence, g.evidence

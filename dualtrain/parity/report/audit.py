@@ -38,6 +38,7 @@ def audit_verdict(cmp: AuditComparison) -> dict[str, Any]:
     return {
         "kind": "audit",
         "verdict": cmp.verdict,
+        "word": cmp.word,
         "passed": cmp.passed,
         "runs": {
             tag: {
