@@ -22,12 +22,17 @@ __all__ = [
     "compare_recorded",
     "is_recorded",
     "keras_recorder",
+    "lightning_recorder",
     "torch_recorder",
 ]
 
 #: the recorders' modules, by framework (loaded by name: they sit in the backends, above this
 #: package in the pipeline, and import the record format from here)
-RECORDERS = {"torch": "dualtrain.backends.torch.audit", "tf": "dualtrain.backends.tf.audit"}
+RECORDERS = {
+    "torch": "dualtrain.backends.torch.audit",
+    "tf": "dualtrain.backends.tf.audit",
+    "trainers": "dualtrain.backends.torch.audit_trainers",
+}
 
 
 def torch_recorder(
@@ -55,6 +60,16 @@ def torch_recorder(
         sampler=sampler,
         scheduler=scheduler,
     )
+
+
+def lightning_recorder(run_dir: str | Path) -> Any:
+    """A PyTorch Lightning callback recording ``trainer.fit`` into ``run_dir`` (pass it in
+    ``Trainer(callbacks=[...])``): what torch_recorder records of a hand-written loop, read from
+    the trainer's model, optimizer, scheduler, GradScaler and train loader as training starts. A
+    recorder failure is said on stderr and training goes on unrecorded (the folder marked
+    failed). For ``lightning.pytorch`` and the older ``pytorch_lightning`` alike."""
+    module = importlib.import_module(RECORDERS["trainers"])
+    return module.lightning_callback(run_dir)
 
 
 def keras_recorder(run_dir: str | Path, *, model: Any, weight_map: str | Path | None = None) -> Any:

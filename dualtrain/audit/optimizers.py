@@ -89,8 +89,36 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
     return _conventions(t, k, trun, krun, tt, kt)
 
 
+def _decay_values(t: dict[str, Any], k: dict[str, Any]) -> tuple[str, str] | None:
+    """The weight decay to write, in each framework's words (Keras's first), where one value on
+    each side makes them agree: torch's coupled ``weight_decay=wd`` adds wd * w to each gradient,
+    which is Keras's ``L2(wd / 2)`` regularizer on every weight (L2(l2) adds 2 * l2 * w); torch's
+    decoupled decay (AdamW, ``decoupled_weight_decay=True``) is Keras's ``weight_decay``. None
+    where no torch option makes Keras's decay (SGD has no decoupled one)."""
+    tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
+    decoupled = t["type"] == "AdamW" or t.get("decoupled_weight_decay")
+    if decoupled:
+        return f"weight_decay={C.short(tw)}", f"weight_decay={C.short(kw)}"
+    l2 = C.short(tw / 2)
+    keras = (
+        f"kernel_regularizer=keras.regularizers.L2({l2}) and bias_regularizer="
+        f"keras.regularizers.L2({l2}) on every layer, weight_decay=None (torch's weight_decay="
+        f"{C.short(tw)} adds {C.short(tw)} * w to each gradient)"
+        if tw
+        else "weight_decay=None"
+    )
+    if not kw:
+        return keras, "weight_decay=0"
+    if "decoupled_weight_decay" in t:
+        return keras, f"decoupled_weight_decay=True, weight_decay={C.short(kw)}"
+    return None
+
+
 def _value_fixes(
-    t: dict[str, Any], values: list[tuple[str, str, Any, Any]], rest: list[str]
+    t: dict[str, Any],
+    values: list[tuple[str, str, Any, Any]],
+    rest: list[str],
+    decay: tuple[str, str] | None = None,
 ) -> tuple[str, str]:
     """The options to write: the torch values under Keras's names (``epsilon=1e-08``) and the
     Keras values under torch's (``betas=(0.8, 0.999)``: a tuple option whole), plus the topics
@@ -106,8 +134,12 @@ def _value_fixes(
             torch_side.append(f"{tname}={C.short(kv)}")
     torch_side += [f"{key}=({', '.join(map(C.short, v))})" for key, v in tuples.items()]
     topics = sorted({line.split(":", 1)[0] for line in rest})
+    if decay and "weight decay" in topics:
+        topics.remove("weight decay")
+        keras_side.append(decay[0])
+        torch_side.append(decay[1])
     also = f" (and the {', '.join(topics)} the evidence names)" if topics else ""
-    if not values:
+    if not values and not (decay and keras_side):
         return (
             f"the same {', '.join(topics)} as the torch script",
             f"the {', '.join(topics)} of the Keras script",
@@ -137,7 +169,7 @@ def _conventions(
     rest += C.keras_only(t, k)
     found = []
     if out or rest:
-        keras_fix, torch_fix = _value_fixes(t, values, rest)
+        keras_fix, torch_fix = _value_fixes(t, values, rest, _decay_values(t, k))
         found.append(
             Finding(
                 "optimizer conventions (momentum, epsilon, weight decay)",

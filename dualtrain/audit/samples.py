@@ -22,7 +22,6 @@ from dualtrain.audit.split import (
     policies,
     sampler_needles,
     sharding,
-    sharding_convention,
     splits_differ,
 )
 from dualtrain.records.verdict import Finding
@@ -32,6 +31,9 @@ def batches(a: Recorded, b: Recorded) -> list[Finding]:
     """The global batch size, and drop_remainder (a last partial batch in one run only)."""
     out = []
     na, nb = a.steps[0].samples if a.steps else 0, b.steps[0].samples if b.steps else 0
+    ka, kb = micro_batches(a), micro_batches(b)
+    if na != nb and ka != kb and na * kb == nb * ka:  # the same micro-batch, accumulated
+        return [_accumulation(a, b, na, nb, ka, kb)]
     if na != nb:
         out.append(
             Finding(
@@ -88,6 +90,45 @@ def batches(a: Recorded, b: Recorded) -> list[Finding]:
     return out
 
 
+def micro_batches(run: Recorded) -> int:
+    """The micro-batches each replica fed in step 1 (rec.batch calls; 1 where not recorded)."""
+    return max((row.batches or 1 for row in run.rows(1)), default=1)
+
+
+#: where a script accumulates gradients
+ACCUMULATION_LINES = ("accumulate", "accumulation", "gradient_accumulation_steps")
+
+
+def _accumulation(a: Recorded, b: Recorded, na: int, nb: int, ka: int, kb: int) -> Finding:
+    """One run steps its optimizer every k micro-batches: k times the other's global batch."""
+    many, tag, k, few, otag, j = (a, "A", ka, b, "B", kb) if ka > kb else (b, "B", kb, a, "A", ka)
+    rows, other_rows = (na, nb) if many is a else (nb, na)
+    keep = (
+        f"gradient_accumulation_steps={k // j} in the optimizer, or a global batch of {rows} "
+        f"(the same mean gradient)"
+        if few.framework == "tf"
+        else f"accumulate {k // j} batches a step (Lightning: Trainer(accumulate_grad_batches="
+        f"{k // j})), or a global batch of {rows}"
+    )
+    drop = (
+        "Trainer(accumulate_grad_batches=1): step the optimizer on every batch"
+        if many.framework == "torch"
+        else "no gradient_accumulation_steps"
+    )
+    return Finding(
+        "gradient accumulation in one run only",
+        f"{tag} steps its optimizer every {k} micro-batches ({rows} rows a step, {rows // k} a "
+        f"micro-batch); {otag} every {j} ({other_rows} rows a step)",
+        sorted(
+            [
+                fix(many, tag, ACCUMULATION_LINES, drop),
+                fix(few, otag, ("batch_size", ".batch(", *ACCUMULATION_LINES), keep),
+            ]
+        ),
+        step=1,
+    )
+
+
 def order(a: Recorded, b: Recorded) -> list[Finding]:
     """Different data, a different shuffle, or the same global batches split differently over
     the replicas (DistributedSampler's interleaving against MirroredStrategy's blocks)."""
@@ -121,8 +162,7 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
                 )
             ]
         samplers = _sampler_options(a, b)
-        return [
-            *sharding_convention(a, b),
+        return [  # (the split's convention is named from the rows once the orders agree)
             Finding(
                 "shuffle seeds",
                 f"epoch {epoch} feeds the same samples in A and B but in another order from step "

@@ -102,8 +102,10 @@ def keras_warmup(w: Warmup) -> str:
     n = w.steps - 1
     if w.linear():
         return (
-            f"a warmup from {w.start:.6g} to {w.peak:.6g} over {n} steps (CosineDecay(...,"
-            f" initial_learning_rate={w.start:.6g}, warmup_target={w.peak:.6g}, warmup_steps={n}))"
+            f"a warmup from {w.start:.6g} to {w.peak:.6g} over {n} steps: CosineDecay("
+            f"initial_learning_rate={w.start:.6g}, decay_steps=1, alpha=1.0, "
+            f"warmup_target={w.peak:.6g}, warmup_steps={n}) (constant after it; a decay's own "
+            f"decay_steps and alpha in their place)"
         )
     shown = ", ".join(f"{x:.6g}" for x in w.lrs)
     return f"a LearningRateSchedule whose first {w.steps} lrs are {shown}"

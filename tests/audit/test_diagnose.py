@@ -84,9 +84,11 @@ def test_adam_epsilon_and_coupled_weight_decay_are_named():
     assert "an L2 term" in conv.evidence
     # the fixes are the values to write (issue 48: they read "the torch values under Keras's
     # names"), each side's in its own framework's names
-    also = " (and the weight decay the evidence names)"
-    assert conv.fixes[0].endswith(f"-> epsilon=1e-08{also}"), conv.fixes
-    assert conv.fixes[1].endswith(f"-> or eps=1e-07{also}"), conv.fixes
+    # torch's coupled weight_decay=0.01 is Keras's L2(0.005) on every weight (2 * l2 * w)
+    l2 = "keras.regularizers.L2(0.005)"
+    decay = f"kernel_regularizer={l2} and bias_regularizer={l2} on every layer, weight_decay=None"
+    assert f"-> epsilon=1e-08, {decay}" in conv.fixes[0], conv.fixes
+    assert conv.fixes[1].endswith("-> or eps=1e-07, weight_decay=0"), conv.fixes
     keras = {"type": "Adam", "learning_rate": 1e-3, "epsilon": 1e-8, "beta_1": 0.8, "beta_2": 0.999}
     b2 = _run("tf", keras, lrs)
     a2 = _run("torch", {"type": "Adam", "lr": 1e-3, "eps": 1e-8, "betas": [0.9, 0.99]}, lrs)

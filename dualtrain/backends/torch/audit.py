@@ -89,7 +89,7 @@ class TorchRecorder:
         # the watchers (loops over the loader count an IterableDataset's epochs)
         self.watch = Watchers(model, loader, scheduler, lambda: len(self.steps))
         self.epochs = Epochs(sampler, self.batches, self.batch_size, self.watch.loops)
-        self.stepped = False
+        self.stepped = self.deferred = False
         self.norm: torch.Tensor | None = None
         self.digests = Digests()
         self.started = time.perf_counter()
@@ -112,6 +112,13 @@ class TorchRecorder:
         _set_lrs(self.steps[-1], self.optimizer)
         if len(self.steps) == 1 and getattr(self.sched, "_step_count", 1) > 1:  # torch's count
             self.config["scheduler"]["before_optimizer"] = True  # (1 once made): stepped early
+        closure = kwargs.get("closure", args[0] if args else None)
+        self.deferred = closure is not None  # a closure computes this step's gradient (Lightning,
+        if not self.deferred:  # LBFGS): measured after the step, once the closure has run
+            self._measure(optimizer)
+
+    def _measure(self, optimizer: Any) -> None:
+        """The norm of the gradient the optimizer steps with (over every group's parameters)."""
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
@@ -123,6 +130,8 @@ class TorchRecorder:
             self.norm = torch.nn.utils.get_total_norm(grads, foreach=grads[0].device.type != "cpu")
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.deferred:
+            self._measure(optimizer)
         self.stepped = True
 
     # ---- the user's calls ------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The torch recorder inside the trainers teams run: a PyTorch Lightning ``Callback`` that feeds a
+TorchRecorder what a hand-written loop's two calls would (each optimizer step's rows from
+``on_train_batch_start``, its loss from ``on_train_batch_end``), made on the trainer's own model
+(DDP-wrapped where the strategy wraps it), optimizer, scheduler, GradScaler and train loader (the
+DistributedSampler Lightning put in it) when training starts.
+
+A recorder failure never stops the user's training: it is said once on stderr, the folder is
+marked failed (compare refuses it), and training goes on unrecorded."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from dualtrain.backends.torch.audit import TorchRecorder
+
+
+def _lightning() -> Any:
+    """The Lightning package the script imported (``lightning.pytorch`` or the older
+    ``pytorch_lightning``: a Trainer accepts only its own package's callbacks)."""
+    if "lightning.pytorch" in sys.modules or "pytorch_lightning" not in sys.modules:
+        return importlib.import_module("lightning.pytorch")  # lazy: heavy
+    return importlib.import_module("pytorch_lightning")  # lazy: heavy
+
+
+def _first(found: Any) -> Any:
+    return found[0] if isinstance(found, (list, tuple)) and found else found
+
+
+class Recording:
+    """One trainer's recording: a TorchRecorder fed per micro-batch, its losses averaged into the
+    optimizer step's, any failure said once on stderr and the recording dropped (the folder
+    marked failed), never raised into the training."""
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.rec: TorchRecorder | None = None
+        self.losses: list[float] = []
+        self.failed = False
+
+    def _fail(self, where: str, error: BaseException) -> None:
+        if not self.failed:
+            print(
+                f"dualtrain audit: the recorder stopped at {where} and records nothing more "
+                f"(training goes on): {type(error).__name__}: {error}",
+                file=sys.stderr,
+            )
+        self.failed = True
+        if self.rec is not None:  # (a recorder that failed to start cleaned up itself)
+            self.rec.__exit__(type(error), error, None)
+
+    def start(self, where: str, **parts: Any) -> None:
+        try:
+            self.rec = TorchRecorder(self.run_dir, **parts)
+        except Exception as e:  # noqa: BLE001  (said, and training goes on)
+            self._fail(where, e)
+
+    def batch(self, where: str, batch: Any, epoch: int) -> None:
+        if self.rec is not None and not self.failed:
+            try:
+                self.rec.batch(batch, epoch=epoch)
+            except Exception as e:  # noqa: BLE001
+                self._fail(where, e)
+
+    def end(self, where: str, loss: Any, boundary: bool) -> None:
+        """A micro-batch's end: its loss kept; the step's (their mean) recorded where the
+        optimizer stepped or the accumulation's ``boundary`` is reached."""
+        if self.rec is None or self.failed:
+            return
+        try:
+            if loss is not None:
+                self.losses.append(float(loss.detach()))
+            if self.rec.stepped or boundary:
+                mean = sum(self.losses) / len(self.losses) if self.losses else float("nan")
+                self.rec.step(mean)
+                self.losses = []
+        except Exception as e:  # noqa: BLE001
+            self._fail(where, e)
+
+    def close(self, where: str) -> None:
+        if self.rec is not None and not self.failed:
+            try:
+                self.rec.close()
+            except Exception as e:  # noqa: BLE001
+                self._fail(where, e)
+
+    def abandon(self, error: BaseException) -> None:
+        if self.rec is not None and not self.failed:
+            self.rec.__exit__(type(error), error, None)
+
+
+def lightning_callback(run_dir: str | Path) -> Any:
+    """A Lightning callback recording ``trainer.fit`` into ``run_dir`` (every process makes one;
+    the chief writes the record when training ends)."""
+    pl = _lightning()
+
+    # the base class is whichever Lightning the script runs (typed Any): a subclass of Any
+    class LightningRecorder(pl.Callback):  # type: ignore[name-defined]
+        """dualtrain's audit recorder as a Lightning callback (docs/audit.md)."""
+
+        def __init__(self) -> None:
+            self.recording = Recording(run_dir)
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            configs = getattr(trainer, "lr_scheduler_configs", None) or []
+            self.recording.start(
+                "on_train_start",
+                model=getattr(trainer.strategy, "model", None) or pl_module,
+                optimizer=_first(trainer.optimizers),
+                scaler=getattr(getattr(trainer, "precision_plugin", None), "scaler", None),
+                loader=_first(trainer.train_dataloader),
+                scheduler=configs[0].scheduler if configs else None,
+            )
+
+        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, i: int) -> None:
+            self.recording.batch("on_train_batch_start", batch, trainer.current_epoch + 1)
+
+        def on_train_batch_end(
+            self, trainer: Any, module: Any, outputs: Any, batch: Any, i: int
+        ) -> None:
+            k = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+            last = i + 1 == getattr(trainer, "num_training_batches", -1)
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            self.recording.end("on_train_batch_end", loss, (i + 1) % k == 0 or last)
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            self.recording.close("on_train_end")
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            self.recording.abandon(exception)
+
+    return LightningRecorder()
