@@ -35,6 +35,7 @@ from dualtrain.backends.torch.audit_setup import (
     check_setup,
     final_config,
     first_step_config,
+    inner_optimizer,
     loader_len,
     loader_part,
     param_digests,
@@ -66,6 +67,7 @@ class TorchRecorder:
         self.rank, self.world, self.dir = 0, 1, Path(run_dir)
         prepared = False
         try:
+            optimizer = inner_optimizer(optimizer)
             sampler = sampler if sampler is not None else loader_part(loader, "sampler")
             check_setup(model, optimizer, sampler)
             self.rank, self.world = world_of()

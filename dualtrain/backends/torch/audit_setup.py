@@ -107,6 +107,15 @@ def check_setup(model: Any, optimizer: Any, sampler: Any) -> None:
         )
 
 
+def inner_optimizer(optimizer: Any) -> Any:
+    """The torch optimizer inside a trainer's wrapper (Accelerate's AcceleratedOptimizer,
+    Lightning's LightningOptimizer: each keeps it as ``.optimizer`` and steps it, so its step
+    hooks and param groups are the ones that run)."""
+    while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
 def unwrapped(model: Any) -> Any:
     """The user's module inside DDP's and torch.compile's wrappers (in either order)."""
     while True:
