@@ -24,6 +24,7 @@ __all__ = [
     "keras_recorder",
     "lightning_recorder",
     "torch_recorder",
+    "transformers_recorder",
 ]
 
 #: the recorders' modules, by framework (loaded by name: they sit in the backends, above this
@@ -70,6 +71,16 @@ def lightning_recorder(run_dir: str | Path) -> Any:
     failed). For ``lightning.pytorch`` and the older ``pytorch_lightning`` alike."""
     module = importlib.import_module(RECORDERS["trainers"])
     return module.lightning_callback(run_dir)
+
+
+def transformers_recorder(run_dir: str | Path) -> Any:
+    """A Hugging Face ``TrainerCallback`` recording ``trainer.train()`` into ``run_dir`` (pass it
+    in ``Trainer(callbacks=[...])``): each optimizer step's rows (read from the model's training
+    forwards), its loss (the model's ``outputs.loss``, averaged over accumulated micro-batches),
+    lr, gradient norm, settings and initial weights, as torch_recorder records a loop. A recorder
+    failure is said on stderr and training goes on unrecorded (the folder marked failed)."""
+    module = importlib.import_module(RECORDERS["trainers"])
+    return module.transformers_callback(run_dir)
 
 
 def keras_recorder(run_dir: str | Path, *, model: Any, weight_map: str | Path | None = None) -> Any:

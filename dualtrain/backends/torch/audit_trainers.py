@@ -1,8 +1,8 @@
-"""The torch recorder inside the trainers teams run: a PyTorch Lightning ``Callback`` that feeds a
-TorchRecorder what a hand-written loop's two calls would (each optimizer step's rows from
-``on_train_batch_start``, its loss from ``on_train_batch_end``), made on the trainer's own model
-(DDP-wrapped where the strategy wraps it), optimizer, scheduler, GradScaler and train loader (the
-DistributedSampler Lightning put in it) when training starts.
+"""The torch recorder inside the trainers teams run: a PyTorch Lightning ``Callback`` (each
+optimizer step's rows from ``on_train_batch_start``, its loss from ``on_train_batch_end``) and a
+Hugging Face ``TrainerCallback`` (the rows and loss read from the model's training forwards, the
+step closed at ``on_step_end``), each feeding a TorchRecorder made on the trainer's own model,
+optimizer, scheduler, GradScaler and train loader when training starts.
 
 A recorder failure never stops the user's training: it is said once on stderr, the folder is
 marked failed (compare refuses it), and training goes on unrecorded."""
@@ -13,6 +13,8 @@ import importlib
 import sys
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from dualtrain.backends.torch.audit import TorchRecorder
 
@@ -91,44 +93,107 @@ class Recording:
             self.rec.__exit__(type(error), error, None)
 
 
+def _made(base: Any, hooks: type, run_dir: str | Path) -> Any:
+    """A callback of the trainer's own class ``base`` (whichever the script imported) with
+    ``hooks``' methods: the trainer accepts only its callback class's instances."""
+    return type(hooks.__name__, (hooks, base), {})(run_dir)
+
+
+class LightningRecorder:
+    """dualtrain's audit recorder as a Lightning callback (docs/audit.md)."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.recording = Recording(run_dir)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        configs = getattr(trainer, "lr_scheduler_configs", None) or []
+        self.recording.start(
+            "on_train_start",
+            model=getattr(trainer.strategy, "model", None) or pl_module,
+            optimizer=_first(trainer.optimizers),
+            scaler=getattr(getattr(trainer, "precision_plugin", None), "scaler", None),
+            loader=_first(trainer.train_dataloader),
+            scheduler=configs[0].scheduler if configs else None,
+        )
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, i: int) -> None:
+        self.recording.batch("on_train_batch_start", batch, trainer.current_epoch + 1)
+
+    def on_train_batch_end(
+        self, trainer: Any, module: Any, outputs: Any, batch: Any, i: int
+    ) -> None:
+        k = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+        last = i + 1 == getattr(trainer, "num_training_batches", -1)
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        self.recording.end("on_train_batch_end", loss, (i + 1) % k == 0 or last)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.recording.close("on_train_end")
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.recording.abandon(exception)
+
+
 def lightning_callback(run_dir: str | Path) -> Any:
     """A Lightning callback recording ``trainer.fit`` into ``run_dir`` (every process makes one;
     the chief writes the record when training ends)."""
-    pl = _lightning()
+    return _made(_lightning().Callback, LightningRecorder, run_dir)
 
-    # the base class is whichever Lightning the script runs (typed Any): a subclass of Any
-    class LightningRecorder(pl.Callback):  # type: ignore[name-defined]
-        """dualtrain's audit recorder as a Lightning callback (docs/audit.md)."""
 
-        def __init__(self) -> None:
-            self.recording = Recording(run_dir)
+class TransformersRecorder:
+    """dualtrain's audit recorder as a Hugging Face Trainer callback (docs/audit.md). The Trainer
+    gives its callbacks no batch and no loss: the recorder reads each training forward's inputs (a
+    pre-hook on the model: ``input_ids``, ``pixel_values``, ...) and the loss the model returns
+    (``outputs.loss``; none where the Trainer computes its own, as with
+    ``label_smoothing_factor``), and closes a step at ``on_step_end``."""
 
-        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-            configs = getattr(trainer, "lr_scheduler_configs", None) or []
-            self.recording.start(
-                "on_train_start",
-                model=getattr(trainer.strategy, "model", None) or pl_module,
-                optimizer=_first(trainer.optimizers),
-                scaler=getattr(getattr(trainer, "precision_plugin", None), "scaler", None),
-                loader=_first(trainer.train_dataloader),
-                scheduler=configs[0].scheduler if configs else None,
-            )
+    def __init__(self, run_dir: str | Path) -> None:
+        self.recording = Recording(run_dir)
+        self.epoch = 0
+        self.hooks: list[Any] = []
 
-        def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, i: int) -> None:
-            self.recording.batch("on_train_batch_start", batch, trainer.current_epoch + 1)
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        model = kw.get("model")
+        self.recording.start(
+            "on_train_begin",
+            model=model,
+            optimizer=kw.get("optimizer"),
+            loader=kw.get("train_dataloader"),
+            scheduler=kw.get("lr_scheduler"),
+        )
+        if self.recording.rec is not None and model is not None:
+            self.hooks = [
+                model.register_forward_pre_hook(self._inputs, with_kwargs=True),
+                model.register_forward_hook(self._loss),
+            ]
 
-        def on_train_batch_end(
-            self, trainer: Any, module: Any, outputs: Any, batch: Any, i: int
-        ) -> None:
-            k = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
-            last = i + 1 == getattr(trainer, "num_training_batches", -1)
-            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            self.recording.end("on_train_batch_end", loss, (i + 1) % k == 0 or last)
+    @staticmethod
+    def _training(module: Any) -> bool:
+        return bool(module.training) and torch.is_grad_enabled()
 
-        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-            self.recording.close("on_train_end")
+    def _inputs(self, module: Any, args: Any, kwargs: Any) -> None:
+        if self._training(module):
+            self.recording.batch("the model's forward", kwargs or args, max(self.epoch, 1))
 
-        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-            self.recording.abandon(exception)
+    def _loss(self, module: Any, args: Any, output: Any) -> None:
+        loss = output.get("loss") if hasattr(output, "get") else None
+        if self._training(module) and loss is not None and not self.recording.failed:
+            self.recording.losses.append(float(loss.detach()))
 
-    return LightningRecorder()
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.epoch += 1
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.recording.end("on_step_end", None, True)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.recording.close("on_train_end")
+
+
+def transformers_callback(run_dir: str | Path) -> Any:
+    """A Hugging Face TrainerCallback recording ``trainer.train()`` into ``run_dir`` (every
+    process makes one)."""
+    base = importlib.import_module("transformers").TrainerCallback  # lazy: heavy
+    return _made(base, TransformersRecorder, run_dir)
