@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 import dualtrain.audit as audit  # noqa: E402
 from dualtrain.audit.read import read_recorded  # noqa: E402
+from dualtrain.errors import UserError  # noqa: E402
 
 
 class Tiny(torch.nn.Module):
@@ -41,7 +42,7 @@ class Rows(torch.utils.data.Dataset):
         return {"x": self.x[i], "labels": self.y[i]}
 
 
-@pytest.mark.parametrize("accumulate", [1, 2])
+@pytest.mark.parametrize("accumulate", [2])  # (1: a micro-batch a step, as any loop)
 def test_a_trainer_is_recorded_as_it_logs_each_step(tmp_path, accumulate):
     torch.manual_seed(0)
     args = transformers.TrainingArguments(
@@ -85,3 +86,42 @@ def test_a_trainer_is_recorded_as_it_logs_each_step(tmp_path, accumulate):
     assert (
         run.config["optimizer"]["type"] == "AdamW" and run.config["scheduler"]["type"] == "LambdaLR"
     )
+
+
+@pytest.mark.parametrize("method", ["__init__", "batch", "step", "close"])
+def test_a_failing_recorder_never_stops_the_trainer(tmp_path, monkeypatch, capsys, method):
+    from dualtrain.backends.torch.audit import TorchRecorder
+
+    real, calls = getattr(TorchRecorder, method), {"n": 0}
+
+    def planted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == (1 if method in ("__init__", "close") else 3):
+            raise RuntimeError(f"planted in {method}")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TorchRecorder, method, planted)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_train_epochs=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    model = Tiny()
+    before = model.net.weight.detach().clone()
+    trainer = transformers.Trainer(
+        model=model,
+        args=args,
+        train_dataset=Rows(16),
+        callbacks=[audit.transformers_recorder(tmp_path / "rec")],
+    )
+    trainer.train()
+    assert trainer.state.global_step == 4 and not torch.equal(model.net.weight, before)
+    err = capsys.readouterr().err
+    assert err.count("dualtrain audit: the recorder stopped at") == 1, err
+    assert f"RuntimeError: planted in {method}" in err
+    with pytest.raises(UserError):
+        read_recorded(tmp_path / "rec")

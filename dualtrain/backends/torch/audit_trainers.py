@@ -161,7 +161,10 @@ class TransformersRecorder:
             loader=kw.get("train_dataloader"),
             scheduler=kw.get("lr_scheduler"),
         )
-        if self.recording.rec is not None and model is not None:
+        rec = self.recording.rec
+        if rec is not None and getattr(args.parallel_mode, "value", None) == "distributed":
+            rec.config["ddp"] = True  # the Trainer wraps the model its callbacks get in DDP
+        if rec is not None and model is not None:
             self.hooks = [
                 model.register_forward_pre_hook(self._inputs, with_kwargs=True),
                 model.register_forward_hook(self._loss),
