@@ -15,7 +15,7 @@ unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,test,ray,trainers]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,test,ray,trainers,hub]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,9 +1,8 @@
 """The learned weight map (dualtrain.core.pair.learn) on KerasHub's own Hugging Face converters: a
 tiny random-init Hugging Face model saved with ``save_pretrained``, converted by KerasHub's
 ``Backbone.from_preset`` on that folder (the converter users trust), once per probe pass on the
-distinct values, then checked on the real weights. Needs transformers and keras-hub importable
-(not installed by ``make``: issue 47's ``hub`` extra is to come), e.g. from a ``pip --target``
-folder on PYTHONPATH.
+distinct values, then checked on the real weights. Needs transformers and keras-hub (the ``hub``
+extra, which ``make`` installs).
 
     python -m tools.learned_map_hub gpt2 bert llama vit
 """

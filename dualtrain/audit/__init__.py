@@ -14,8 +14,13 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dualtrain.audit.compare import AuditComparison, compare_recorded
+from dualtrain.audit.identity import row_digests
+from dualtrain.audit.read import read_recorded
 from dualtrain.audit.record import is_recorded
+from dualtrain.errors import UserError
 
 __all__ = [
     "AuditComparison",
@@ -23,6 +28,7 @@ __all__ = [
     "is_recorded",
     "keras_recorder",
     "lightning_recorder",
+    "rows_fed",
     "torch_recorder",
     "transformers_recorder",
 ]
@@ -34,6 +40,30 @@ RECORDERS = {
     "tf": "dualtrain.backends.tf.audit",
     "trainers": "dualtrain.backends.torch.audit_trainers",
 }
+
+
+def rows_fed(run_dir: str | Path, rows: Any) -> Any:
+    """The rows a recorded run fed, as indices into ``rows`` (the dataset's inputs, first axis the
+    samples, as the run fed them): step by step, each step's replica 0 rows, then replica 1's, ...
+    (the blocks MirroredStrategy hands out). For a port that must feed what the recorded run fed
+    (examples/audit/hub): each row found by its exact digest. A row of the record that ``rows``
+    does not hold is a one-line UserError."""
+    run = read_recorded(run_dir)
+    where: dict[str, int] = {}
+    for i, d in enumerate(row_digests(np.asarray(rows))[0]):
+        where.setdefault(d, i)
+    out = []
+    for s in run.steps:
+        for row in run.rows(s.step):
+            for d in row.exact:
+                if d not in where:
+                    raise UserError(
+                        f"{run_dir} fed a row these rows do not hold (step {s.step}, replica "
+                        f"{row.replica}); give the inputs as the run fed them. Received: "
+                        f"{len(where)} distinct rows"
+                    )
+                out.append(where[d])
+    return np.asarray(out, dtype=np.int64)
 
 
 def torch_recorder(

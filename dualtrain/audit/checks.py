@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.audit.pairing import paired_weights
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import check_replicas
 from dualtrain.audit.settings import SETTINGS_DIAGNOSES
@@ -133,28 +134,10 @@ def check_samples(a: Recorded, b: Recorded) -> Check:
     )
 
 
-def paired_weights(a: Recorded, b: Recorded) -> list[tuple[str, str]] | str:
-    """A's and B's initial arrays paired by name when both records use the same names (a Keras
-    record made with a model pair's weight map has the torch script's), else in order (shapes
-    equal); or why they cannot be."""
-    na, nb = list(a.weights_init), list(b.weights_init)
-    if len(na) != len(nb):
-        return f"A has {len(na)} arrays, B has {len(nb)}"
-    if set(na) == set(nb):
-        nb = na
-    for x, y in zip(na, nb, strict=True):
-        if a.weights_init[x].shape != b.weights_init[y].shape:
-            return (
-                f"A's {x} {tuple(a.weights_init[x].shape)} against B's {y} "
-                f"{tuple(b.weights_init[y].shape)}"
-            )
-    return list(zip(na, nb, strict=True))
-
-
 def check_init(a: Recorded, b: Recorded) -> Check:
     judged = (
-        "every initial array, paired by name (a weight map's) or else in order (torch's layout, "
-        "Keras's converted), exactly"
+        "every initial array, paired by name (a weight map's), else in order (torch's layout, "
+        "Keras's converted), else by its values (a converter's port), exactly"
     )
     not_judged = (
         "what the layers compute (activations, dropout, the flatten order): arrays only; "
@@ -171,15 +154,22 @@ def check_init(a: Recorded, b: Recorded) -> Check:
             first_step=0,
         )
     worst, where = 0.0, ""
-    for x, y in pairs:
-        d = float(np.max(np.abs(a.weights_init[x].astype(np.float64) - b.weights_init[y])))
+    for p in pairs:
+        d = float(np.max(np.abs(p.va.astype(np.float64) - p.vb), initial=0.0))
         if d > worst:
-            worst, where = d, f"{x} / {y}"
+            worst, where = d, f"{p.a} / {p.b}"
+    valued = sum(p.by_values for p in pairs)
     if worst == 0.0:
         return judged_check(
             "initial weights",
             PASS,
-            f"{len(pairs)} arrays, bit-identical values",
+            f"{len(pairs)} arrays, bit-identical values"
+            + (
+                f" ({valued} paired by their values: a converter's layout, whose arrangement "
+                f"is not judged here)"
+                if valued
+                else ""
+            ),
             judged,
             not_judged,
             value=0.0,

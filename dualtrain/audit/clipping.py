@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dualtrain.audit.finding import OPT_LINES, fix, opt_lines
+from dualtrain.audit.finding import OPT_LINES, fix, hf_trainer, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Finding
 
@@ -99,12 +99,15 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
     if bool(ca) != bool(cb):
         on, tag, off, otag = (a, "A", b, "B") if ca else (b, "B", a, "A")
         limit = next((f"{x:g}" for kind, x in _rule(on) or () if kind == "global norm"), None)
-        change = (
-            f"torch.nn.utils.clip_grad_norm_(model.parameters(), {limit or 'max_norm'}) after "
-            f"backward"
-            if off.framework == "torch"
-            else f"the optimizer's global_clipnorm={limit or 'max_norm'}"
-        )
+        if hf_trainer(off):
+            change = f"max_grad_norm={limit or 'max_norm'} in TrainingArguments"
+        elif off.framework == "torch":
+            change = (
+                f"torch.nn.utils.clip_grad_norm_(model.parameters(), {limit or 'max_norm'}) "
+                f"after backward"
+            )
+        else:
+            change = f"the optimizer's global_clipnorm={limit or 'max_norm'}"
         return [
             Finding(
                 "gradient clipping in one run only",
@@ -113,7 +116,9 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
                     fix(
                         off,
                         otag,
-                        opt_lines(off) if off.framework == "tf" else ("backward()",),
+                        opt_lines(off)
+                        if off.framework == "tf" or hf_trainer(off)
+                        else ("backward()",),
                         change,
                     )
                 ],

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.early import stopped
 from dualtrain.audit.finding import fix
 from dualtrain.audit.losses import computed_loss, no_gradients, reduction, reported_loss
+from dualtrain.audit.pairing import paired_weights
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import replicas_apart
 from dualtrain.audit.samples import SAMPLE_DIAGNOSES
@@ -71,9 +71,7 @@ def resumed(a: Recorded, b: Recorded) -> list[Finding]:
     from other weights than a run that begins at 1: its initial weights are a checkpoint's."""
     first = [r.steps[0].epoch if r.steps else 1 for r in (a, b)]
     pairs = paired_weights(a, b)
-    if isinstance(pairs, str) or all(
-        np.array_equal(a.weights_init[x], b.weights_init[y]) for x, y in pairs
-    ):
+    if isinstance(pairs, str) or all(np.array_equal(p.va, p.vb) for p in pairs):
         return []  # an initial_epoch that only numbers epochs: the same weights
     out = []
     for run, tag, mine, theirs in ((a, "A", first[0], first[1]), (b, "B", first[1], first[0])):

@@ -10,9 +10,22 @@ from dualtrain.audit.read import Recorded
 OPT_LINES = ("optim.", "optimizers.")
 
 
+#: where a Hugging Face Trainer script sets its optimizer, schedule and clipping
+TRAINING_ARGUMENTS = ("TrainingArguments(", "learning_rate=")
+
+
+def hf_trainer(run: Recorded) -> bool:
+    """A torch record of a Hugging Face Trainer (its optimizer, schedule and clipping are set by
+    TrainingArguments, under their names: learning_rate, warmup_steps, max_grad_norm, ...)."""
+    return run.config.get("trainer") == "transformers"
+
+
 def opt_lines(run: Recorded) -> tuple[str, ...]:
     """Where ``run``'s script makes its optimizer: its recorded class first (a script with
-    argparse branches for several optimizers has the one it ran quoted), then any optimizer."""
+    argparse branches for several optimizers has the one it ran quoted), then any optimizer (a
+    Hugging Face Trainer's: its TrainingArguments)."""
+    if hf_trainer(run):
+        return TRAINING_ARGUMENTS
     kind = run.config.get("optimizer", {}).get("type")
     return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
 
@@ -27,6 +40,8 @@ SCHEDULE_LINES = {
 def schedule_lines(run: Recorded) -> tuple[str, ...]:
     """Where ``run``'s script sets its schedule: its recorded scheduler (torch) or
     LearningRateSchedule (Keras: the optimizer's learning_rate, when a schedule) first."""
+    if hf_trainer(run):
+        return ("warmup_steps=", "lr_scheduler_type=", *TRAINING_ARGUMENTS)
     if run.framework == "torch":
         kind = run.config.get("scheduler", {}).get("type")
         if not kind:  # no scheduler ran: where one would go, not a branch that did not run

@@ -64,6 +64,7 @@ TARGET_KEYS = ("label", "labels", "label_ids", "target", "targets", "y")
 #: keys that name the input, in this order of preference (Hugging Face's and common names)
 INPUT_KEYS = (
     "input_ids",
+    "token_ids",
     "pixel_values",
     "input_values",
     "inputs",

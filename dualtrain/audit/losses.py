@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dualtrain.audit.checks import paired_weights
 from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import fix
+from dualtrain.audit.pairing import paired_weights
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.replicas import out_of_step
 from dualtrain.records.verdict import Finding
@@ -21,9 +21,7 @@ def same_weights(a: Recorded, b: Recorded) -> bool:
     """Both runs start from the same initial weights, bit for bit: their step-1 gradients are
     comparable (from other weights a gradient's ratio says nothing of the reduction)."""
     pairs = paired_weights(a, b)
-    return not isinstance(pairs, str) and all(
-        np.array_equal(a.weights_init[x], b.weights_init[y]) for x, y in pairs
-    )
+    return not isinstance(pairs, str) and all(np.array_equal(p.va, p.vb) for p in pairs)
 
 
 def reduction(a: Recorded, b: Recorded) -> list[Finding]:

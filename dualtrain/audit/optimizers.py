@@ -3,11 +3,12 @@ parameter groups' too), and a torch optimizer against its Keras counterpart unde
 framework's conventions (momentum, epsilon, weight decay's coupling, NAdam's schedule), each fix
 the values to write in that script's framework's names."""
 
+import re
 from typing import Any
 
 from dualtrain.audit import conventions as C
 from dualtrain.audit.cycles import OWNED, cycled, without_momentum
-from dualtrain.audit.finding import fix, opt_lines
+from dualtrain.audit.finding import fix, hf_trainer, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Finding
 
@@ -170,6 +171,7 @@ def _conventions(
     found = []
     if out or rest:
         keras_fix, torch_fix = _value_fixes(t, values, rest, _decay_values(t, k))
+        torch_fix = trainer_names(torch_fix) if hf_trainer(trun) else torch_fix
         found.append(
             Finding(
                 "optimizer conventions (momentum, epsilon, weight decay)",
@@ -195,6 +197,15 @@ def _conventions(
             )
         )
     return found
+
+
+def trainer_names(change: str) -> str:
+    """torch.optim's option names as a Hugging Face Trainer's TrainingArguments spell them
+    (its AdamW's eps and betas are adam_epsilon, adam_beta1 and adam_beta2)."""
+    change = re.sub(r"\beps=", "adam_epsilon=", change)
+    return re.sub(r"\bbetas=\(([^,]+), ([^)]+)\)", r"adam_beta1=\1, adam_beta2=\2", change).replace(
+        "lr=", "learning_rate="
+    )
 
 
 def _lr_changes(run: Recorded) -> int | None:

@@ -13,10 +13,10 @@ from dualtrain.audit.checks import (
     lr_pairs,
     lr_peak,
 )
-from dualtrain.audit.finding import fix, opt_lines, schedule_lines
+from dualtrain.audit.finding import fix, hf_trainer, opt_lines, schedule_lines
 from dualtrain.audit.optimizers import describe
 from dualtrain.audit.read import Recorded
-from dualtrain.audit.warmups import Warmup, warmup_findings, warmup_of
+from dualtrain.audit.warmups import Warmup, schedule_to_write, warmup_findings, warmup_of
 from dualtrain.records.verdict import Finding
 
 
@@ -86,8 +86,8 @@ def _per_epoch(a: Recorded, b: Recorded) -> list[Finding]:
                 f"change it only at epoch starts; A's epochs are {len(ea[1])} steps, B's "
                 f"{len(eb[1])})",
                 [
-                    fix(a, "A", schedule_lines(a), "the schedule B follows"),
-                    fix(b, "B", schedule_lines(b), "the schedule A follows"),
+                    fix(a, "A", schedule_lines(a), schedule_to_write(a, b, "B")),
+                    fix(b, "B", schedule_lines(b), schedule_to_write(b, a, "A")),
                 ],
                 step=min(ea[e][0], eb[e][0]),
             )
@@ -175,7 +175,7 @@ def _lr_fix(run: Recorded, tag: str, lr: float) -> str:
             f"a {PEAK_SCHEDULERS[sched]} whose schedule starts at lr={lr:.6g} (step 1's lr "
             f"comes from the {sched}, not the optimizer)",
         )
-    name = "lr" if run.framework == "torch" else "learning_rate"
+    name = "lr" if run.framework == "torch" and not hf_trainer(run) else "learning_rate"
     return fix(run, tag, opt_lines(run), f"{name}={lr:.6g}")
 
 
@@ -221,8 +221,8 @@ def _shape(
             f"(changes at steps {pa[:6]}), {rel_b[first - 1]:.4g}x in B (changes at steps "
             f"{pb[:6]})",
             [
-                fix(a, "A", schedule_lines(a), "the schedule B follows"),
-                fix(b, "B", schedule_lines(b), "the schedule A follows"),
+                fix(a, "A", schedule_lines(a), schedule_to_write(a, b, "B")),
+                fix(b, "B", schedule_lines(b), schedule_to_write(b, a, "A")),
             ],
             step=first,
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import LR_F32_ULPS, lr_close, lr_peak
-from dualtrain.audit.finding import fix, opt_lines, schedule_lines
+from dualtrain.audit.finding import fix, hf_trainer, opt_lines, schedule_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Finding
 
@@ -112,13 +112,22 @@ def keras_warmup(w: Warmup) -> str:
 
 
 def _add(run: Recorded, tag: str, w: Warmup, what: str) -> str:
-    change = torch_warmup(w, _optimizer_name(run)) if run.framework == "torch" else keras_warmup(w)
+    if hf_trainer(run) and w.linear() and w.start == 0:  # the Trainer's warmup: 0 to its lr
+        change = f"warmup_steps={w.steps - 1} in TrainingArguments (learning_rate={w.peak:.6g})"
+    elif run.framework == "torch":
+        change = torch_warmup(w, _optimizer_name(run))
+    else:
+        change = keras_warmup(w)
     return fix(run, tag, schedule_lines(run), f"{what}: {change}")
 
 
 def _drop(run: Recorded, tag: str, w: Warmup) -> str:
-    name = "lr" if run.framework == "torch" else "learning_rate"
-    return fix(run, tag, schedule_lines(run), f"no warmup: {name}={w.peak:.6g} from step 1")
+    if hf_trainer(run):
+        change = f"warmup_steps=0 (learning_rate={w.peak:.6g} from step 1)"
+    else:
+        name = "lr" if run.framework == "torch" else "learning_rate"
+        change = f"no warmup: {name}={w.peak:.6g} from step 1"
+    return fix(run, tag, schedule_lines(run), change)
 
 
 def warmup_findings(
@@ -153,3 +162,48 @@ def warmup_findings(
             step=1,
         )
     ]
+
+
+def _constant(lrs: list[float]) -> bool:
+    return bool(lrs) and all(lr_close(x, lrs[0], lrs[0]) for x in lrs)
+
+
+def _linear_steps(lrs: list[float]) -> int | None:
+    """N where the lrs fall linearly to 0 over N steps from step 1's (lr_1 * (1 - i / N));
+    None for another shape."""
+    if len(lrs) < 3 or not lrs[0] or lrs[1] >= lrs[0]:
+        return None
+    n = round(lrs[0] / (lrs[0] - lrs[1]))
+    line = [max(lrs[0] * (1 - i / n), 0.0) for i in range(len(lrs))]
+    return (
+        n
+        if all(abs(x - y) <= 2 * LR_F32_ULPS * lrs[0] for x, y in zip(lrs, line, strict=True))
+        else None
+    )
+
+
+def schedule_to_write(run: Recorded, like: Recorded, tag: str) -> str:
+    """What ``run``'s script writes to follow ``like``'s (run ``tag``'s) schedule, where that is
+    a constant lr or a linear decay to 0 (a Hugging Face Trainer's default); else the words."""
+    lrs = [float(x or 0) for x in like.series("lr")]
+    n = _linear_steps(lrs)
+    if not _constant(lrs) and n is None:
+        return f"the schedule {tag} follows"
+    lr = lrs[0] if lrs else 0.0
+    if hf_trainer(run):
+        kind = "constant" if n is None else "linear"
+        return f'lr_scheduler_type="{kind}" in TrainingArguments' + (
+            f" (its decay ends with the training, here at step {n})" if n else ""
+        )
+    if run.framework == "torch":
+        if n is None:
+            return f"no scheduler (lr={lr:.6g} at every step)"
+        opt = _optimizer_name(run)
+        return (
+            f"LinearLR({opt}, start_factor=1.0, end_factor=0.0, total_iters={n}), stepped every "
+            f"optimizer step"
+        )
+    if n is None:
+        return f"learning_rate={lr:.6g}, a number (no schedule)"
+    decay = f"PolynomialDecay({lr:.6g}, decay_steps={n}, end_learning_rate=0.0)"
+    return f"keras.optimizers.schedules.{decay}"

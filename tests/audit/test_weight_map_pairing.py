@@ -101,3 +101,42 @@ def test_order_pairing_without_the_map_cannot_see_a_faithful_flatten(tmp_path):
 def test_a_map_that_does_not_fit_the_keras_model_is_one_error(tmp_path, entries, expected):
     with pytest.raises(UserError, match=expected):
         canonical_from_keras(_map(tmp_path, entries), _keras_side(), list(_keras_side()))
+
+
+def test_a_converters_port_pairs_by_its_values_and_a_changed_value_fails():
+    """KerasHub's port of a Hugging Face model holds the source's numbers in another order,
+    shape and layout (attention kernels (hidden, heads, head_dim), a layer norm built before the
+    dense layers): neither by name nor in order do the arrays pair, by their values they do. One
+    value off, or a fresh initialisation, fails the check."""
+    from tests.audit.records import record
+
+    torch_like = {
+        "q.weight": RNG.normal(size=(4, 4)).astype(np.float32),
+        "q.bias": np.zeros(4, np.float32),
+        "ffn.weight": RNG.normal(size=(8, 4)).astype(np.float32),
+        "ffn.bias": np.zeros(8, np.float32),
+        "ln.weight": np.ones(4, np.float32),
+        "ln.bias": np.zeros(4, np.float32),
+    }
+    port = {
+        "attn/query/kernel": torch_like["q.weight"].T.reshape(4, 2, 2),
+        "attn/query/bias": np.zeros((2, 2), np.float32),
+        "ln/gamma": np.ones(4, np.float32),
+        "ln/beta": np.zeros(4, np.float32),
+        "ffn/kernel": torch_like["ffn.weight"].T.copy(),
+        "ffn/bias": np.zeros(8, np.float32),
+    }
+    a, b = record("torch"), record("tf")
+    a.weights_init, b.weights_init = torch_like, port
+    check = check_init(a, b)
+    assert check.status == "PASS", check.detail
+    assert "6 arrays, bit-identical values (6 paired by their values" in check.detail
+    b.weights_init = {
+        **port,
+        "ffn/kernel": port["ffn/kernel"]
+        + np.float32(1e-3) * (port["ffn/kernel"] == port["ffn/kernel"].max()),
+    }
+    bad = check_init(a, b)
+    assert bad.status == "FAIL" and "nor do they pair by their values" in bad.detail, bad.detail
+    b.weights_init = {k: RNG.normal(size=v.shape).astype(np.float32) for k, v in port.items()}
+    assert check_init(a, b).status == "FAIL"

@@ -162,6 +162,8 @@ class TransformersRecorder:
             scheduler=kw.get("lr_scheduler"),
         )
         rec = self.recording.rec
+        if rec is not None:  # its settings are TrainingArguments' (the fixes use their names)
+            rec.config["trainer"] = "transformers"
         if rec is not None and getattr(args.parallel_mode, "value", None) == "distributed":
             rec.config["ddp"] = True  # the Trainer wraps the model its callbacks get in DDP
         if rec is not None and model is not None:
