@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dualtrain.audit import penalties as P
 from dualtrain.audit.clipping import clips
 from dualtrain.audit.finding import fix
 from dualtrain.audit.pairing import paired_weights
@@ -251,13 +252,22 @@ def computed_loss(a: Recorded, b: Recorded) -> list[Finding]:
         "regularizers (Keras adds kernel_regularizer and add_loss terms to the loss it reports and "
         "differentiates), label smoothing, and class or sample weights"
     )
+    terms = [(tag, P.said(run)) for tag, run in (("A", a), ("B", b)) if P.said(run)]
+    keras = next((r for r in (a, b) if r.framework == "tf" and P.said(r)), None)
+    fixes = [fix(a, "A", LOSS_LINES, change), fix(b, "B", LOSS_LINES, change)]
+    if keras is not None:  # what the Keras loss adds, as values on either side
+        fixes = [
+            fix(run, tag, LOSS_LINES, P.to_match(run, keras) or change)
+            for run, tag in ((a, "A"), (b, "B"))
+        ]
     return [
         Finding(
             "different loss",
             f"step 1: the same initial weights and the same rows on every replica, and no random "
             f"layer in either model, yet the loss is {la:.6g} in A and {lb:.6g} in B "
-            f"({(la - lb) / abs(lb):+.3%}): the scripts compute the loss otherwise",
-            [fix(a, "A", LOSS_LINES, change), fix(b, "B", LOSS_LINES, change)],
+            f"({(la - lb) / abs(lb):+.3%}): the scripts compute the loss otherwise"
+            + "".join(f"; {tag}'s compiled loss has {t}" for tag, t in terms),
+            fixes,
             step=1,
         )
     ]

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from dualtrain.audit import conventions as C
+from dualtrain.audit import penalties as P
 from dualtrain.audit.cycles import OWNED, cycled, without_momentum
 from dualtrain.audit.finding import fix, hf_trainer, opt_lines
 from dualtrain.audit.read import Recorded
@@ -90,7 +91,7 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
     return _conventions(t, k, trun, krun, tt, kt)
 
 
-def _decay_values(t: dict[str, Any], k: dict[str, Any]) -> tuple[str, str] | None:
+def _decay_values(t: dict[str, Any], k: dict[str, Any], krun: Recorded) -> tuple[str, str] | None:
     """The weight decay to write, in each framework's words (Keras's first), where one value on
     each side makes them agree: torch's coupled ``weight_decay=wd`` adds wd * w to each gradient,
     which is Keras's ``L2(wd / 2)`` regularizer on every weight (L2(l2) adds 2 * l2 * w); torch's
@@ -100,6 +101,10 @@ def _decay_values(t: dict[str, Any], k: dict[str, Any]) -> tuple[str, str] | Non
     decoupled = t["type"] == "AdamW" or t.get("decoupled_weight_decay")
     if decoupled:
         return f"weight_decay={C.short(tw)}", f"weight_decay={C.short(kw)}"
+    reg = P.common_l2(krun)
+    if reg is not None and not kw:  # the Keras model's L2 regularizers are its decay
+        keep = f"L2({C.short(tw / 2)}) on every weight" if tw else "no weight regularizers"
+        return keep, f"weight_decay={C.short(2 * reg)}"
     l2 = C.short(tw / 2)
     keras = (
         f"kernel_regularizer=keras.regularizers.L2({l2}) and bias_regularizer="
@@ -160,7 +165,7 @@ def _conventions(
         if not C.same_value(tv, kv):
             out.append(f"{what}: torch {tname}={tv!r}, Keras {kname}={kv!r}")
             values.append((tname, kname, tv, kv))
-    rest = _weight_decay(t, k)
+    rest = _weight_decay(t, k, krun)
     if t["type"] == "NAdam" and not C.same_value(t.get("momentum_decay", 4e-3), 1.0):
         rest.append(
             f"NAdam's momentum schedule: torch's mu_t = beta1 (1 - 0.5 * 0.96**(t * "
@@ -170,7 +175,7 @@ def _conventions(
     rest += C.keras_only(t, k)
     found = []
     if out or rest:
-        keras_fix, torch_fix = _value_fixes(t, values, rest, _decay_values(t, k))
+        keras_fix, torch_fix = _value_fixes(t, values, rest, _decay_values(t, k, krun))
         torch_fix = trainer_names(torch_fix) if hf_trainer(trun) else torch_fix
         found.append(
             Finding(
@@ -214,12 +219,23 @@ def _lr_changes(run: Recorded) -> int | None:
     return next((i + 1 for i in range(1, len(lrs)) if lrs[i] != lrs[i - 1]), None)
 
 
-def _weight_decay(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+def _weight_decay(t: dict[str, Any], k: dict[str, Any], krun: Recorded) -> list[str]:
     """torch's weight_decay is an L2 term in the gradient (but AdamW's, and Adam's or NAdam's
-    with ``decoupled_weight_decay=True``); every Keras optimizer's is decoupled."""
+    with ``decoupled_weight_decay=True``); every Keras optimizer's is decoupled. A Keras model's
+    L2(l2) regularizers on every weight add the gradient torch's coupled ``weight_decay=2 * l2``
+    does."""
     tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
+    l2 = P.common_l2(krun)
     if t["type"] == "AdamW":
         return []  # C.keras_options compares it
+    coupled = not t.get("decoupled_weight_decay")
+    if coupled and not kw and l2 is not None:
+        if C.same_value(tw, 2 * l2):
+            return []  # the same gradient (the reported losses differ by the penalty)
+        return [
+            f"weight decay: Keras's L2({l2:g}) regularizers add {2 * l2:g} * w to each gradient; "
+            f"torch {t['type']}'s weight_decay={tw}"
+        ]
     if t.get("decoupled_weight_decay"):
         same = C.same_value(tw, kw)
         return [] if same else [f"weight decay: torch weight_decay={tw}, Keras weight_decay={kw}"]

@@ -22,6 +22,7 @@ from dualtrain.audit.split import (
     policies,
     sampler_needles,
     sharding,
+    sharding_convention,
     splits_differ,
 )
 from dualtrain.records.verdict import Finding
@@ -162,7 +163,8 @@ def order(a: Recorded, b: Recorded) -> list[Finding]:
                 )
             ]
         samplers = _sampler_options(a, b)
-        return [  # (the split's convention is named from the rows once the orders agree)
+        return [
+            *sharding_convention(a, b),
             Finding(
                 "shuffle seeds",
                 f"epoch {epoch} feeds the same samples in A and B but in another order from step "

@@ -172,3 +172,30 @@ def test_a_difference_planted_in_the_lightning_pair_is_named_with_its_value(
     (found,) = [f for f in cmp.findings if f.name.startswith(name)] or [None]
     assert found is not None, [f.name for f in cmp.findings]
     assert any(value in x for x in found.fixes), found.fixes
+
+
+@pytest.mark.slow
+@pytest.mark.sweep  # four more runs
+def test_what_a_keras_loss_adds_is_read_and_named_with_its_values(tmp_path):
+    """Label smoothing and L2 regularizers in the Keras port (issue 48: a regularizer was called
+    'Keras's weight_decay is decoupled', with a fix that would decay twice; label smoothing was
+    named by nothing). With no dropout on either side, step 1's loss names the loss's terms; L2
+    regularizers are a coupled weight decay's gradient, named against a torch script without one
+    and not against one with weight_decay = 2 * l2."""
+    lit = record("lightning/lit_mnist.py", tmp_path / "lit", "--dropout", "0")
+    port = ("--torch-record", str(lit), "--dropout", "0")
+    smooth = record("lightning/keras_mnist.py", tmp_path / "ls", *port, "--label-smoothing", "0.1")
+    (f,) = [f for f in compare_recorded(lit, smooth).findings if f.name == "different loss"]
+    assert "B's compiled loss has label_smoothing=0.1" in f.evidence, f.evidence
+    assert "CrossEntropyLoss(label_smoothing=0.1)" in f.fixes[0], f.fixes
+    assert "label_smoothing=0 in the loss" in f.fixes[1], f.fixes
+    l2 = record("lightning/keras_mnist.py", tmp_path / "l2", *port, "--l2", "5e-5")
+    found = {f.name: f for f in compare_recorded(lit, l2).findings}
+    conv = found["optimizer conventions (momentum, epsilon, weight decay)"]
+    assert "Keras's L2(5e-05) regularizers add 0.0001 * w to each gradient" in conv.evidence
+    assert conv.fixes[1].endswith("weight_decay=0.0001"), conv.fixes
+    decayed = record(
+        "lightning/lit_mnist.py", tmp_path / "wd", "--dropout", "0", "--weight-decay", "1e-4"
+    )
+    names = [f.name for f in compare_recorded(decayed, l2).findings]
+    assert not [n for n in names if n.startswith("optimizer conventions")], names

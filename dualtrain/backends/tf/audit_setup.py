@@ -209,8 +209,9 @@ def config_of(model: Any) -> dict[str, Any]:
         "random_layers": [  # layers drawing random numbers in training (Dropout, noise, ...)
             f"{layer.name} ({type(layer).__name__})"
             for layer in model._flatten_layers(include_self=False)
-            if getattr(layer, "_seed_generators", None)
+            if getattr(layer, "_seed_generators", None) and getattr(layer, "rate", 1) != 0
         ],
+        "loss_terms": loss_terms(model),
         "precision": {
             "policy": str(policy.name),
             "compute_dtype": str(policy.compute_dtype),
@@ -245,6 +246,23 @@ def config_of(model: Any) -> dict[str, Any]:
                 names[id(v)] for v in variables if v.trainable and not decays(v)
             ]
     return cfg
+
+
+def loss_terms(model: Any) -> dict[str, Any]:
+    """What the compiled loss adds to the arithmetic: each layer's kernel, bias and activity
+    regularizer (Keras adds them to the loss it reports and differentiates) and the loss's own
+    options (label smoothing, from_logits)."""
+    regs = []
+    for layer in model._flatten_layers(include_self=False):
+        for kind in ("kernel", "bias", "activity"):
+            r: Any = getattr(layer, f"{kind}_regularizer", None)
+            if r is not None and hasattr(r, "get_config"):
+                values = {k: float(v) for k, v in r.get_config().items() if isinstance(v, float)}
+                regs.append({"layer": layer.name, "kind": kind, "type": type(r).__name__} | values)
+    loss: Any = getattr(model, "loss", None)
+    options = loss.get_config() if hasattr(loss, "get_config") else {}
+    kept = {k: v for k, v in options.items() if k in ("label_smoothing", "from_logits")}
+    return {"regularizers": regs, "loss": {"type": type(loss).__name__, **kept}}
 
 
 def fit_input(model: Any) -> tuple[Any, Any, Any]:

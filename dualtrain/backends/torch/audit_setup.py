@@ -215,7 +215,7 @@ def read_config(
         "random_layers": [  # layers drawing random numbers in training (dropout)
             f"{n} ({type(m).__name__})"
             for n, m in inner.named_modules()
-            if isinstance(m, torch.nn.modules.dropout._DropoutNd)
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0  # (p=0: none)
         ],
         "ddp": isinstance(model, torch.nn.parallel.DistributedDataParallel)
         or isinstance(getattr(model, "_orig_mod", None), torch.nn.parallel.DistributedDataParallel),

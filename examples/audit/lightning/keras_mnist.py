@@ -53,7 +53,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--epsilon", type=float, default=1e-8, help="Adam's (Keras's default 1e-7)")
+    p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.0)
+    p.add_argument("--l2", type=float, default=0.0, help="L2 regularizers on every weight")
     p.add_argument(
         "--shuffle", action="store_true", help="each epoch shuffled, not in the run's order"
     )
@@ -83,15 +85,17 @@ def main() -> None:
     )
 
     with strategy.scope():
+        reg = {"kernel_regularizer": keras.regularizers.L2(args.l2)} if args.l2 else {}
+        reg |= {"bias_regularizer": keras.regularizers.L2(args.l2)} if args.l2 else {}
         model = keras.Sequential(
             [
                 keras.Input((28, 28, 1)),
                 keras.layers.Flatten(),
-                keras.layers.Dense(64, activation="relu"),
-                keras.layers.Dropout(0.1),
-                keras.layers.Dense(64, activation="relu"),
-                keras.layers.Dropout(0.1),
-                keras.layers.Dense(10),
+                keras.layers.Dense(64, activation="relu", **reg),
+                keras.layers.Dropout(args.dropout),
+                keras.layers.Dense(64, activation="relu", **reg),
+                keras.layers.Dropout(args.dropout),
+                keras.layers.Dense(10, **reg),
             ]
         )
         torch_weights(model, args.torch_record)

@@ -1,0 +1,68 @@
+"""What a Keras model's compiled loss adds to the arithmetic, as its record says (the Keras
+recorder's ``loss_terms``): layers' kernel, bias and activity regularizers, which Keras adds to the
+loss it reports and differentiates, and the loss's label smoothing; and the value the other script
+writes to match. A torch script's own loss is code the recorder does not see: its side is said as
+the option to write (``weight_decay``, ``CrossEntropyLoss(label_smoothing=...)``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dualtrain.audit.read import Recorded
+
+
+def _terms(run: Recorded) -> dict[str, Any]:
+    return run.config.get("loss_terms") or {}
+
+
+def regularizers(run: Recorded) -> list[dict[str, Any]]:
+    return list(_terms(run).get("regularizers") or [])
+
+
+def smoothing(run: Recorded) -> float:
+    return float((_terms(run).get("loss") or {}).get("label_smoothing") or 0.0)
+
+
+def common_l2(run: Recorded) -> float | None:
+    """The one L2 factor of every weight regularizer (kernel and bias; an L1L2 without L1), or
+    None (none, several values, an L1 term, an activity regularizer)."""
+    regs = regularizers(run)
+    l2s = {r.get("l2") for r in regs if not r.get("l1")}
+    if not regs or len(l2s) != 1 or any(r["kind"] == "activity" or r.get("l1") for r in regs):
+        return None
+    (l2,) = l2s
+    return float(l2) if l2 else None
+
+
+def said(run: Recorded) -> str:
+    """``label_smoothing=0.1, 3 L2(0.0001) regularizers (kernel, bias)`` or ''."""
+    out = [f"label_smoothing={smoothing(run):g}"] if smoothing(run) else []
+    regs = regularizers(run)
+    if regs:
+        kinds = sorted({r["kind"] for r in regs})
+        types = sorted({f"{r['type']}({r.get('l2', r.get('l1', 0)):g})" for r in regs})
+        out.append(f"{len(regs)} {', '.join(types)} regularizer(s) ({', '.join(kinds)})")
+    return ", ".join(out)
+
+
+def to_match(run: Recorded, keras_run: Recorded) -> str | None:
+    """The values ``run``'s script writes to compute the loss ``keras_run``'s compiles (None:
+    nothing recorded to match)."""
+    parts = []
+    ls, l2 = smoothing(keras_run), common_l2(keras_run)
+    if run.framework == "torch":
+        if ls:
+            parts.append(f"CrossEntropyLoss(label_smoothing={ls:g})")
+        if l2:
+            parts.append(
+                f"weight_decay={2 * l2:g} in the optimizer (the same gradient as L2({l2:g}) on "
+                f"every weight; Keras's reported loss holds the penalty, torch's does not)"
+            )
+        elif regularizers(keras_run):
+            parts.append("the regularizers' penalty added to the loss before backward()")
+    else:
+        if ls:
+            parts.append("label_smoothing=0 in the loss")
+        if regularizers(keras_run):
+            parts.append("no kernel_regularizer, bias_regularizer or activity_regularizer")
+    return ", ".join(parts) or None
