@@ -1,8 +1,9 @@
 """What a Keras model's compiled loss adds to the arithmetic, as its record says (the Keras
 recorder's ``loss_terms``): layers' kernel, bias and activity regularizers, which Keras adds to the
-loss it reports and differentiates, and the loss's label smoothing; and the value the other script
-writes to match. A torch script's own loss is code the recorder does not see: its side is said as
-the option to write (``weight_decay``, ``CrossEntropyLoss(label_smoothing=...)``)."""
+loss it reports and differentiates, the loss's label smoothing, and fit's class and sample
+weights; and the value the other script writes to match. A torch script's own loss is code the
+recorder does not see: its side is said as the option to write (``weight_decay``,
+``CrossEntropyLoss(label_smoothing=...)``)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,18 @@ def common_l2(run: Recorded) -> float | None:
     return float(l2) if l2 else None
 
 
+def class_weight(run: Recorded) -> dict[str, float]:
+    """fit's ``class_weight`` (class -> weight; JSON's keys are strings), or {}."""
+    return {str(k): float(v) for k, v in (_terms(run).get("class_weight") or {}).items()}
+
+
 def said(run: Recorded) -> str:
     """``label_smoothing=0.1, 3 L2(0.0001) regularizers (kernel, bias)`` or ''."""
     out = [f"label_smoothing={smoothing(run):g}"] if smoothing(run) else []
+    if class_weight(run):
+        out.append(f"fit's class_weight={class_weight(run)}")
+    if _terms(run).get("sample_weight"):
+        out.append("fit's sample_weight")
     regs = regularizers(run)
     if regs:
         kinds = sorted({r["kind"] for r in regs})
@@ -50,9 +60,19 @@ def to_match(run: Recorded, keras_run: Recorded) -> str | None:
     nothing recorded to match)."""
     parts = []
     ls, l2 = smoothing(keras_run), common_l2(keras_run)
+    weights = class_weight(keras_run)
     if run.framework == "torch":
         if ls:
             parts.append(f"CrossEntropyLoss(label_smoothing={ls:g})")
+        if weights:  # Keras divides by the batch size, CrossEntropyLoss(weight=) by the weights'
+            table = [weights.get(str(c), 1.0) for c in range(max(map(int, weights)) + 1)]
+            parts.append(
+                f"(F.cross_entropy(out, y, reduction='none') * torch.tensor({table})[y]).mean() "
+                f"(fit's class_weight: each row's loss times its class's weight, divided by the "
+                f"batch size; CrossEntropyLoss(weight=) divides by the weights' sum instead)"
+            )
+        if _terms(keras_run).get("sample_weight"):
+            parts.append("each row's loss times the weight fit's sample_weight gives it")
         if l2:
             parts.append(
                 f"weight_decay={2 * l2:g} in the optimizer (the same gradient as L2({l2:g}) on "
@@ -65,4 +85,6 @@ def to_match(run: Recorded, keras_run: Recorded) -> str | None:
             parts.append("label_smoothing=0 in the loss")
         if regularizers(keras_run):
             parts.append("no kernel_regularizer, bias_regularizer or activity_regularizer")
+        if weights or _terms(keras_run).get("sample_weight"):
+            parts.append("no class_weight or sample_weight in fit")
     return ", ".join(parts) or None

@@ -168,3 +168,18 @@ def test_the_same_weights_and_rows_with_another_first_loss_name_the_loss():
         record("tf", config=still, losses=[2.631] * 4), lambda s, r, row: {"exact": ["x"]}
     )
     assert "different loss" not in _names(torch_run, moved)
+
+
+def test_a_keras_class_weight_is_named_with_the_torch_loss_that_matches_it():
+    """fit's class_weight weights each row's loss and divides by the batch size; torch's
+    CrossEntropyLoss(weight=) divides by the weights' sum: the fix is the sum that matches."""
+    a = record("torch", losses=[2.296] * 4)
+    b = record("tf", losses=[2.9] * 4)
+    for run in (a, b):
+        run.config["random_layers"] = []
+        run.config["precision"] = {"compute_dtype": "float32"}
+    b.config["loss_terms"] = {"class_weight": {"0": 1.0, "2": 3.0}, "sample_weight": False}
+    (f,) = [f for f in diagnose(a, b) if f.name == "different loss"]
+    assert "B's compiled loss has fit's class_weight={'0': 1.0, '2': 3.0}" in f.evidence
+    assert "torch.tensor([1.0, 1.0, 3.0])[y]).mean()" in f.fixes[0], f.fixes
+    assert "no class_weight or sample_weight in fit" in f.fixes[1], f.fixes

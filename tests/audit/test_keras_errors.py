@@ -128,6 +128,14 @@ rec = audit.keras_recorder(OUT + "/m", model=m)
 m.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), callbacks=[rec], verbose=0)
 random = json.load(open(OUT + "/m/audit.json"))["config"]["random_layers"]
 print("random layers", config["random_layers"], random)
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # what fit's arguments add to the loss
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+rec = audit.keras_recorder(OUT + "/n", model=m)
+m.fit(np.ones((4, 3), "float32"), np.array([0, 1, 0, 1]), class_weight={0: 1.0, 1: 3.0},
+      callbacks=[rec], verbose=0)
+terms = json.load(open(OUT + "/n/audit.json"))["config"]["loss_terms"]
+print("loss terms", terms["class_weight"], terms["sample_weight"], terms["loss"]["from_logits"])
 """
 
 
@@ -158,3 +166,6 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     # the layers that draw random numbers in training, which make two runs' step-1 losses differ
     want = "random layers [] ['drop (Dropout)', 'noise (GaussianNoise)']"
     assert want in proc.stdout, proc.stdout
+    # fit's class_weight is read from fit's own arguments (issue 48: class weights were read by
+    # nothing), with the loss's options
+    assert "loss terms {'0': 1.0, '1': 3.0} False True" in proc.stdout, proc.stdout

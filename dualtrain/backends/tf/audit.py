@@ -32,12 +32,8 @@ from dualtrain.backends.tf.audit_digests import Digests, input_of
 from dualtrain.backends.tf.audit_setup import (
     canonical_weights,
     check_setup,
-    config_of,
-    data_facts,
-    early_stopping,
     final_weights,
-    fit_input,
-    lr_callbacks,
+    fit_config,
     meet,
     rank_of,
 )
@@ -229,10 +225,7 @@ class KerasRecorder(keras.callbacks.Callback):
                 canonical_weights(self.model, self.weight_map)  # (or refused before writing)
             self.init: dict[str, Any] = {}
             self.fresh = True  # read at the first batch, after every callback's on_train_begin
-            given = fit_input(self.model)
-            self.config = config_of(self.model) | {"data": data_facts(given, self.ranks)}
-            self.config["lr_callbacks"] = lr_callbacks(given[2])
-            self.stopper = early_stopping(given[2])
+            self.config, self.stopper = fit_config(self.model, self.ranks)
             meet(self.rank, self.ranks)  # before the folder: a lone recorder writes nothing
             if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
                 record.prepare(self.dir, "tf")

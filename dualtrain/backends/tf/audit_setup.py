@@ -5,8 +5,6 @@ LossScaleOptimizer, BatchNorm layers, strategy, dtype policy)."""
 
 from __future__ import annotations
 
-import sys
-import types
 from collections import Counter
 from typing import Any
 
@@ -16,6 +14,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from dualtrain.audit import meeting
+from dualtrain.backends.tf.audit_watch import fit_input, fit_weights
 from dualtrain.core.pair import mapfile
 from dualtrain.errors import UserError, shown
 
@@ -188,10 +187,20 @@ def strategy_name(strategy: Any) -> str:
     return type(strategy).__name__
 
 
-def config_of(model: Any) -> dict[str, Any]:
+def fit_config(model: Any, ranks: int) -> tuple[dict[str, Any], Any]:
+    """The configuration read as the recorded fit starts (the model's, with fit's class and
+    sample weights; fit's input; its lr callbacks) and its EarlyStopping callback (or None)."""
+    given = fit_input(model)
+    config = config_of(model, fit_weights(model)) | {"data": data_facts(given, ranks)}
+    config["lr_callbacks"] = lr_callbacks(given[2])
+    return config, early_stopping(given[2])
+
+
+def config_of(model: Any, fit_weights: dict[str, Any]) -> dict[str, Any]:
     """The configuration read from the model as fit starts: BatchNorm layers, the strategy, the
-    dtype policy (``precision``: the policy's name, compute and variable dtypes), the
-    LossScaleOptimizer's settings and the optimizer's own."""
+    terms of its loss (with ``fit_weights``, fit's class and sample weights), the dtype policy
+    (``precision``: the policy's name, compute and variable dtypes), the LossScaleOptimizer's
+    settings and the optimizer's own."""
     opt, policy = model.optimizer, model.dtype_policy
     cfg: dict[str, Any] = {
         "batchnorm": [
@@ -211,7 +220,7 @@ def config_of(model: Any) -> dict[str, Any]:
             for layer in model._flatten_layers(include_self=False)
             if getattr(layer, "_seed_generators", None) and getattr(layer, "rate", 1) != 0
         ],
-        "loss_terms": loss_terms(model),
+        "loss_terms": loss_terms(model) | fit_weights,
         "precision": {
             "policy": str(policy.name),
             "compute_dtype": str(policy.compute_dtype),
@@ -263,20 +272,6 @@ def loss_terms(model: Any) -> dict[str, Any]:
     options = loss.get_config() if hasattr(loss, "get_config") else {}
     kept = {k: v for k, v in options.items() if k in ("label_smoothing", "from_logits")}
     return {"regularizers": regs, "loss": {"type": type(loss).__name__, **kept}}
-
-
-def fit_input(model: Any) -> tuple[Any, Any, Any]:
-    """The ``x``, ``shuffle`` and ``callbacks`` the running ``fit`` of ``model`` was given (read
-    from fit's frame: a callback is not handed them, and a recorder made in fit's own arguments
-    is made after ``model.fit`` was looked up, so no wrapper of fit sees that call); Nones where
-    no such frame is found."""
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            found = frame.f_locals
-            return found.get("x"), found.get("shuffle"), found.get("callbacks")
-        frame = frame.f_back
-    return None, None, None
 
 
 #: what the lr callbacks' settings are named in Keras

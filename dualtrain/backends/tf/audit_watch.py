@@ -1,10 +1,12 @@
 """What the Keras recorder watches while the script runs: the fit calls of its model, the one
 whose callbacks list the recorder recorded, any other (a warm-up) run with the model as the
-script built it."""
+script built it; and the arguments the recorded fit was given (its input, shuffle, callbacks,
+class and sample weights), read from fit's frame."""
 
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any
 
 
@@ -32,3 +34,33 @@ def bare_fit(
         return fit(*args, **kwargs)
     finally:
         model.train_step, model.jit_compile, model.train_function = wrapped, recorded_jit, None
+
+
+def fit_arguments(model: Any) -> dict[str, Any]:
+    """The arguments the running ``fit`` of ``model`` was given (read from fit's frame: a
+    callback is not handed them, and a recorder made in fit's own arguments is made after
+    ``model.fit`` was looked up, so no wrapper of fit sees that call); {} where no such frame is
+    found."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return dict(frame.f_locals)
+        frame = frame.f_back
+    return {}
+
+
+def fit_input(model: Any) -> tuple[Any, Any, Any]:
+    """The ``x``, ``shuffle`` and ``callbacks`` the running ``fit`` was given (Nones: none)."""
+    found = fit_arguments(model)
+    return found.get("x"), found.get("shuffle"), found.get("callbacks")
+
+
+def fit_weights(model: Any) -> dict[str, Any]:
+    """What fit's arguments add to the loss: ``class_weight`` (class -> weight) and whether a
+    ``sample_weight`` was given."""
+    found = fit_arguments(model)
+    weights = found.get("class_weight")
+    return {
+        "class_weight": {int(k): float(v) for k, v in weights.items()} if weights else None,
+        "sample_weight": found.get("sample_weight") is not None,
+    }
