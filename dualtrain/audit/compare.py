@@ -35,7 +35,7 @@ class AuditComparison:
     def convention(self) -> list[Finding]:
         """The frameworks' conventions that explain every failed check, or [] (where a failure
         stays a FAIL): only the loss trajectory failed, no difference a line can change was
-        found, and the first failing window ends at or after the step where a convention first
+        found, and the first failing window begins at or after the step where a convention first
         shows. The verdict's word is then CONVENTION, not PASS and not a FAIL to fix."""
         failed = [c for c in self.checks if c.status == FAIL]
         if not failed or any(c.name != "loss trajectory" for c in failed):

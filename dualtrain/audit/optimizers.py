@@ -145,7 +145,7 @@ def _value_fixes(
         keras_side.append(decay[0])
         torch_side.append(decay[1])
     also = f" (and the {', '.join(topics)} the evidence names)" if topics else ""
-    if not values and not (decay and keras_side):
+    if not keras_side:  # neither an option's value nor the weight decay's
         return (
             f"the same {', '.join(topics)} as the torch script",
             f"the {', '.join(topics)} of the Keras script",
@@ -188,7 +188,7 @@ def _conventions(
             )
         )
     both = (t.get("momentum") or 0) > 0 and (k.get("momentum") or 0) > 0  # else: an option's
-    changed = _lr_changes(trun)
+    changed = next(iter(trun.lr_changes()), None)
     if t["type"] == "SGD" and both and changed is not None:
         found.append(
             Finding(
@@ -208,15 +208,8 @@ def trainer_names(change: str) -> str:
     """torch.optim's option names as a Hugging Face Trainer's TrainingArguments spell them
     (its AdamW's eps and betas are adam_epsilon, adam_beta1 and adam_beta2)."""
     change = re.sub(r"\beps=", "adam_epsilon=", change)
-    return re.sub(r"\bbetas=\(([^,]+), ([^)]+)\)", r"adam_beta1=\1, adam_beta2=\2", change).replace(
-        "lr=", "learning_rate="
-    )
-
-
-def _lr_changes(run: Recorded) -> int | None:
-    """The first step whose lr is not its step before's."""
-    lrs = run.series("lr")
-    return next((i + 1 for i in range(1, len(lrs)) if lrs[i] != lrs[i - 1]), None)
+    change = re.sub(r"\blr=", "learning_rate=", change)
+    return re.sub(r"\bbetas=\(([^,]+), ([^)]+)\)", r"adam_beta1=\1, adam_beta2=\2", change)
 
 
 def _weight_decay(t: dict[str, Any], k: dict[str, Any], krun: Recorded) -> list[str]:

@@ -89,6 +89,11 @@ class Recorded:
     def series(self, key: Series) -> list[float | None]:
         return [s.value(key) for s in self.steps]
 
+    def lr_changes(self) -> list[int]:
+        """The steps whose lr is not the step before's."""
+        lr = self.series("lr")
+        return [i + 1 for i in range(1, len(lr)) if lr[i] != lr[i - 1]]
+
     def line_at(self, n: int) -> str | None:
         """``script.py:N: text`` of line ``n`` (where the recorder saw a call run)."""
         lines = self.script.lines()

@@ -22,9 +22,8 @@ from dualtrain.records.verdict import Finding
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:
     """Steps where the lr changes, and whether every change falls on an epoch's first step."""
-    lr = run.series("lr")
     starts = {steps[0] for steps in run.epochs().values()}
-    points = [i + 1 for i in range(1, len(lr)) if lr[i] != lr[i - 1]]
+    points = run.lr_changes()
     return points, all(p in starts for p in points)
 
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from dualtrain.audit import meeting
-from dualtrain.backends.tf.audit_watch import fit_input, fit_weights
+from dualtrain.backends.tf.audit_watch import fit_arguments, fit_weights
 from dualtrain.core.pair import mapfile
 from dualtrain.errors import UserError, shown
 
@@ -190,8 +190,9 @@ def strategy_name(strategy: Any) -> str:
 def fit_config(model: Any, ranks: int) -> tuple[dict[str, Any], Any]:
     """The configuration read as the recorded fit starts (the model's, with fit's class and
     sample weights; fit's input; its lr callbacks) and its EarlyStopping callback (or None)."""
-    given = fit_input(model)
-    config = config_of(model, fit_weights(model)) | {"data": data_facts(given, ranks)}
+    found = fit_arguments(model)
+    given = found.get("x"), found.get("shuffle"), found.get("callbacks")
+    config = config_of(model, fit_weights(found)) | {"data": data_facts(given, ranks)}
     config["lr_callbacks"] = lr_callbacks(given[2])
     return config, early_stopping(given[2])
 

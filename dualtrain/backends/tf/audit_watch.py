@@ -49,16 +49,9 @@ def fit_arguments(model: Any) -> dict[str, Any]:
     return {}
 
 
-def fit_input(model: Any) -> tuple[Any, Any, Any]:
-    """The ``x``, ``shuffle`` and ``callbacks`` the running ``fit`` was given (Nones: none)."""
-    found = fit_arguments(model)
-    return found.get("x"), found.get("shuffle"), found.get("callbacks")
-
-
-def fit_weights(model: Any) -> dict[str, Any]:
-    """What fit's arguments add to the loss: ``class_weight`` (class -> weight) and whether a
-    ``sample_weight`` was given."""
-    found = fit_arguments(model)
+def fit_weights(found: dict[str, Any]) -> dict[str, Any]:
+    """What fit's arguments (``found``: fit_arguments') add to the loss: ``class_weight`` (class
+    -> weight) and whether a ``sample_weight`` was given."""
     weights = found.get("class_weight")
     return {
         "class_weight": {int(k): float(v) for k, v in weights.items()} if weights else None,
