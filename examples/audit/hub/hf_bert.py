@@ -63,15 +63,17 @@ def main() -> None:
     p.add_argument("--warmup-steps", type=int, default=0)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
+    p.add_argument("--hidden", type=int, default=32, help="the model's width (heads of 16)")
+    p.add_argument("--layers", type=int, default=2)
     args = p.parse_args()
 
     torch.manual_seed(args.seed)
     config = BertConfig(
         vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.hidden // 16,
+        intermediate_size=2 * args.hidden,
         max_position_embeddings=LENGTH,
         num_labels=CLASSES,
     )
