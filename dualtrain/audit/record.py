@@ -318,6 +318,16 @@ def finish(
     )
 
 
+def say_stopped(where: str, error: BaseException) -> None:
+    """A recorder that failed inside the training it records: said once on stderr (it records
+    nothing more; the training goes on)."""
+    print(
+        f"dualtrain audit: the recorder stopped at {where} and records nothing more "
+        f"(training goes on): {type(error).__name__}: {error}",
+        file=sys.stderr,
+    )
+
+
 def abandon(run_dir: Path) -> None:
     """A recording that ended in an exception: the directory says so (compare refuses it)."""
     _write_json(run_dir / AUDIT_FILE, {"format": FORMAT, "state": "failed"})

@@ -13,6 +13,10 @@ recorder's own). A replica's loss is the change of its own copy of fit's loss tr
 (the tracker's variables are per replica until read across them): ``sum`` grows by the replica's
 loss times its rows, ``count`` by its rows, so the step's loss, the rows' weighted mean, is the
 global batch's as fit computes it.
+
+A failure of the recorder inside fit (a hook, a wrapper as traced, a host call) never stops fit: it
+is said once on stderr, the folder is marked failed, and fit trains on unrecorded. A misuse it
+names (a UserError: steps_per_execution, a closed recorder) is raised.
 """
 
 from __future__ import annotations
@@ -25,10 +29,9 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from dualtrain.audit import record
-from dualtrain.backends.tf.audit_digests import Digests, input_of
+from dualtrain.backends.tf.audit_digests import Digests
 from dualtrain.backends.tf.audit_setup import (
     canonical_weights,
     check_setup,
@@ -37,16 +40,9 @@ from dualtrain.backends.tf.audit_setup import (
     meet,
     rank_of,
 )
-from dualtrain.backends.tf.audit_watch import among_callbacks, bare_fit
+from dualtrain.backends.tf.audit_watch import Wrapping
 from dualtrain.backends.tf.envinfo import backend_facts
 from dualtrain.errors import UserError
-
-
-def _sums(tracker: Any) -> tuple[Any, Any]:
-    """A loss tracker's (total, count) as this replica holds them; NaNs without a tracker."""
-    if tracker is None:
-        return tf.constant(float("nan")), tf.constant(float("nan"))
-    return tf.convert_to_tensor(tracker.total), tf.convert_to_tensor(tracker.count)
 
 
 class KerasRecorder(keras.callbacks.Callback):
@@ -84,64 +80,21 @@ class KerasRecorder(keras.callbacks.Callback):
         self.fresh = False
         self.last: int | None = None
         self.closed = False
-        self._undo: list[Callable[[], None]] = []
-        self._recorded = model
-        self._wrap(model)
+        self.failed = False
+        self.wrapping = Wrapping(model, self)
 
-    # ---- the wrappers (traced into fit's train function) -----------------------------------------
-    def _wrap(self, model: Any) -> None:
-        original_step = model.train_step
-        digests = Digests()
-
-        def train_step(data: Any) -> Any:
-            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-            rows = digests.traced(input_of(data))  # sums, or rows to digest on the host
-            tracker = next((m for m in model.metrics if m.name == "loss"), None)
-            before = _sums(tracker)  # this replica's copy (read in its replica context)
-            logs = original_step(data)
-            after = _sums(tracker)  # after the step's update (ordered on the variables)
-            loss = (after[0] - before[0]) / (after[1] - before[1])  # NaN: no tracker
-            tf.py_function(self._host_rows, [rid, loss, *rows], [])
-            return logs
-
-        original_fit = model.fit
-        # the wrapper hands values to Python (tf.py_function), which XLA cannot compile: fit's
-        # train function runs without jit_compile while recorded (docs/audit.md); again as fit
-        # starts where the script compiled the model after making the recorder (compile sets it)
-        compiled = getattr(model, "_compile_config", None)
-        self._jit, model.jit_compile = model.jit_compile, False
-
-        def fit(*args: Any, **kwargs: Any) -> Any:
-            if not among_callbacks(self, args, kwargs):  # another fit (a warm-up): trained as
-                return bare_fit(model, original_fit, original_step, self._jit, args, kwargs)
-            if getattr(model, "_compile_config", None) is not compiled:  # compiled again since
-                self._jit, model.jit_compile = model.jit_compile, False
-            try:
-                return original_fit(*args, **kwargs)
-            except BaseException:  # fit calls no callback when it fails: the record says so
-                self.close()
-                raise
-
-        self._patch(model, "train_step", train_step)
-        self._patch(model, "fit", fit)
-        model.train_function = None  # rebuilt by fit with the wrapper
-
-    def _patch(self, obj: Any, name: str, value: Any) -> None:
-        """Set ``obj.name`` for this recording; :meth:`_unwrap` puts back what was there."""
-        if name in vars(obj):
-            old = vars(obj)[name]
-            self._undo.append(lambda: setattr(obj, name, old))
-        else:
-            self._undo.append(lambda: delattr(obj, name))
-        setattr(obj, name, value)
-
-    def _unwrap(self) -> None:
-        """The model, its optimizer and fit as they were before the recorder (a later fit, or
-        another recorder, starts from the model as the script built it)."""
-        while self._undo:
-            self._undo.pop()()
-        self._recorded.jit_compile = self._jit
-        self._recorded.train_function = None
+    # ---- a failure inside fit: said, the recording dropped, the training goes on -----------------
+    def fail(self, where: str, error: BaseException) -> None:
+        """The recorder failed at ``where`` inside fit: said once on stderr, the folder marked
+        failed (compare refuses it), the recorder's wrappers inert from here on; fit trains on.
+        A misuse the recorder names (a UserError) is raised instead, before any step trains."""
+        if not self.failed:
+            record.say_stopped(where, error)
+        self.failed = True
+        if self.rank == 0 and self.prepared:
+            record.abandon(self.dir)
+            self.prepared = False
+        record.release()
 
     def close(self) -> None:
         """End a recording that did not end with its fit (a recorder closes itself when fit
@@ -155,34 +108,24 @@ class KerasRecorder(keras.callbacks.Callback):
                 record.abandon(self.dir)
         finally:
             record.release()
-            self._unwrap()
+            self.wrapping.undo()
 
-    def _wrap_optimizer(self, model: Any) -> None:
-        """The norm of the gradients Keras's own all-reduce summed over the replicas (its
-        ``_all_reduce_sum_gradients``, in the replica's update step): no all-reduce of its own. A
-        LossScaleOptimizer's inner optimizer is wrapped: it sees the unscaled gradients, and a
-        step the scaler skips reaches no update (its norm is NaN, as torch's recorder leaves it).
-        Wrapped as fit starts (on_train_begin, before fit traces its train function): the optimizer
-        fit uses, also where the script compiled the model again after making the recorder."""
-        opt = getattr(model, "optimizer", None)
-        if opt is None:
-            raise UserError("keras_recorder needs a compiled model (call model.compile first)")
-        if isinstance(opt, keras.optimizers.LossScaleOptimizer):
-            opt = opt.inner_optimizer
-        original = opt._all_reduce_sum_gradients
+    def _guarded(self, where: str, body: Callable[..., None], *args: Any) -> None:
+        """``body(*args)`` at fit's ``where``; a failure there said (:meth:`_fail`), a misuse the
+        recorder names raised."""
+        if self.failed:
+            return
+        try:
+            body(*args)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001  (said, and fit trains on)
+            self.fail(where, e)
 
-        def all_reduce_sum_gradients(grads_and_vars: Any) -> Any:
-            reduced = original(grads_and_vars)
-            grads = [tf.cast(g, tf.float32) for g, _ in reduced if g is not None]
-            ctx = tf.distribute.get_replica_context()
-            rid = ctx.replica_id_in_sync_group if ctx else 0
-            lr = tf.cast(opt.learning_rate, tf.float32)  # the lr this update uses
-            tf.py_function(self._host_norm, [rid, tf.linalg.global_norm(grads), lr], [])
-            return reduced
+    def host_rows(self, *args: Any) -> None:
+        self._guarded("a replica's rows", self._rows, *args)
 
-        self._patch(opt, "_all_reduce_sum_gradients", all_reduce_sum_gradients)
-
-    def _host_rows(self, rid: Any, loss: Any, *rows: Any) -> None:
+    def _rows(self, rid: Any, loss: Any, *rows: Any) -> None:
         """A replica's step: its digests from the graph, or its rows to digest here."""
         exact, pattern = Digests.host(*rows)
         row = {
@@ -198,7 +141,10 @@ class KerasRecorder(keras.callbacks.Callback):
         with self.lock:
             self.rows.append(row)
 
-    def _host_norm(self, rid: Any, norm: Any, lr: Any) -> None:
+    def host_norm(self, *args: Any) -> None:
+        self._guarded("the gradient norm", self._norm, *args)
+
+    def _norm(self, rid: Any, norm: Any, lr: Any) -> None:
         if int(rid) == 0:
             self.norms[len(self.steps)] = (float(norm), float(lr))
 
@@ -220,7 +166,7 @@ class KerasRecorder(keras.callbacks.Callback):
             )
         self.started = time.perf_counter()
         try:
-            self._wrap_optimizer(self.model)
+            self.wrapping.optimizer(self.model)
             if self.weight_map is not None and self.rank == 0:  # fits the model fit built
                 canonical_weights(self.model, self.weight_map)  # (or refused before writing)
             self.init: dict[str, Any] = {}
@@ -230,9 +176,11 @@ class KerasRecorder(keras.callbacks.Callback):
             if self.rank == 0:  # the folder is written from here on: a fit never begun leaves none
                 record.prepare(self.dir, "tf")
                 self.prepared = True
-        except BaseException:  # a map that does not fit the model fit built: nothing half-written
+        except UserError:  # a map that does not fit the model fit built: nothing half-written
             self.close()
             raise
+        except Exception as e:  # noqa: BLE001  (said, and fit trains unrecorded)
+            self.fail("on_train_begin", e)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self.epoch = epoch + 1
@@ -244,6 +192,9 @@ class KerasRecorder(keras.callbacks.Callback):
             self.steps.pop()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._guarded("on_train_batch_begin", self._batch_begin)
+
+    def _batch_begin(self) -> None:
         if self.fresh and self.rank == 0:  # the weights the first step starts from: after a
             self.init = canonical_weights(self.model, self.weight_map)  # BackupAndRestore's
         self.fresh = False
@@ -259,6 +210,9 @@ class KerasRecorder(keras.callbacks.Callback):
         )
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._guarded("on_train_batch_end", self._batch_end)
+
+    def _batch_end(self) -> None:
         self.last, step = self._iterations(), self.steps[-1]
         step["skipped"] = self.last == self.before
         norm, lr = self.norms.get(step["step"], (float("nan"), None))
@@ -270,8 +224,10 @@ class KerasRecorder(keras.callbacks.Callback):
         if self.closed:
             return  # listed twice in callbacks: written at the first call
         self.closed = True
-        self._drop_unfinished()
         try:
+            if self.failed:
+                return
+            self._drop_unfinished()
             fed_by_fit(self.steps, self.rows)
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
             record.write_part(self.dir, self.rank, rows)
@@ -289,13 +245,15 @@ class KerasRecorder(keras.callbacks.Callback):
                     env={"tf": backend_facts()},
                     wall_s=time.perf_counter() - (self.started or 0.0),
                 )
-        except BaseException:
+        except UserError:
             if self.rank == 0 and self.prepared:
                 record.abandon(self.dir)  # nothing half-written: the folder says it failed
             raise
+        except Exception as e:  # noqa: BLE001  (said; the fit's end goes on)
+            self.fail("on_train_end", e)
         finally:
             record.release()
-            self._unwrap()
+            self.wrapping.undo()
 
 
 def fed_by_fit(steps: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from dualtrain.audit import record
 from dualtrain.backends.torch.audit import TorchRecorder
 
 
@@ -44,11 +45,7 @@ class Recording:
 
     def _fail(self, where: str, error: BaseException) -> None:
         if not self.failed:
-            print(
-                f"dualtrain audit: the recorder stopped at {where} and records nothing more "
-                f"(training goes on): {type(error).__name__}: {error}",
-                file=sys.stderr,
-            )
+            record.say_stopped(where, error)
         self.failed = True
         if self.rec is not None:  # (a recorder that failed to start cleaned up itself)
             self.rec.__exit__(type(error), error, None)
