@@ -206,6 +206,8 @@ def read_parts(run_dir: Path, ranks: int, timeout_s: float = 120.0) -> list[dict
     for r in range(ranks):
         path = run_dir / PARTS / f"rank-{r}.jsonl"
         while not path.is_file():
+            if (run_dir / PARTS / f"rank-{r}.failed").is_file():
+                raise RuntimeError(f"process {r}'s recorder stopped (its stderr says where)")
             if time.monotonic() > deadline:
                 raise UserError(
                     f"process {r} wrote no record into {run_dir / PARTS} in {timeout_s:.0f}s: "
@@ -316,6 +318,13 @@ def finish(
             "config": config,
         },
     )
+
+
+def part_failed(run_dir: Path, rank: int) -> None:
+    """A process whose recorder stopped: its part says so, so the chief's :func:`read_parts`
+    stops waiting for it (the record is then marked failed, not written without its rows)."""
+    if (run_dir / PARTS).is_dir():
+        write_atomic(run_dir / PARTS / f"rank-{rank}.failed", "")
 
 
 def say_stopped(where: str, error: BaseException) -> None:

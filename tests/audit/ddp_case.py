@@ -6,7 +6,8 @@
 refuses writes its one-line error to ``OUT.rankN.err`` and exits 3: with ``--foreign`` (the
 folder holds a file no recorder wrote) both; with ``--chief-only`` (rank 1 makes no recorder)
 rank 0; with ``--before-init`` (each makes its recorder, into ``OUT.rankN``, before
-``init_process_group``) both, at the first ``rec.batch``."""
+``init_process_group``) both, at the first ``rec.batch``. With ``--rank1-fails`` rank 1's
+recorder fails at its second step (a failure of its own, planted), and both train on."""
 
 from __future__ import annotations
 
@@ -59,6 +60,16 @@ def work(rank: int, out: str, store: str, mode: str) -> None:
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
         return
+    if mode == "--rank1-fails" and rank == 1:
+        add, calls = rec.digests.add, [0]
+
+        def planted(*args):
+            calls[0] += 1
+            if calls[0] == 2:
+                raise RuntimeError("planted in rank 1's recorder")
+            add(*args)
+
+        rec.digests.add = planted
     for x, y in loader:
         try:
             rec.batch(x)
@@ -75,6 +86,7 @@ def work(rank: int, out: str, store: str, mode: str) -> None:
         opt.step()
         rec.step(loss)
     rec.close()
+    Path(f"{out}.rank{rank}.weight").write_text(repr(inner.weight.detach().sum().item()))
     dist.destroy_process_group()
 
 

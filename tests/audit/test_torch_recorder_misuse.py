@@ -4,6 +4,7 @@ recorder in some processes only, a script that dies with its recorder open."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -129,6 +130,25 @@ def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
     assert "the chief process (rank 0) could not prepare the audit folder" in errors[1]
 
 
+def test_a_recorder_failing_in_one_ddp_process_stops_no_process(tmp_path):
+    """Rank 1's recorder fails mid-loop (a failure of its own): both processes train to the end
+    and in step; rank 0 does not wait for rank 1's part (nor hang at close's barrier), and the
+    folder is marked failed."""
+    proc = run_python(
+        "-m",
+        "tests.audit.ddp_case",
+        str(tmp_path / "a"),
+        "--rank1-fails",
+        backend=Backend.TORCH,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("dualtrain audit: the recorder stopped at rec.batch") == 1
+    assert json.loads((tmp_path / "a" / "audit.json").read_text())["state"] == "failed"
+    weights = {(tmp_path / f"a.rank{r}.weight").read_text() for r in (0, 1)}
+    assert len(weights) == 1  # trained in step
+
+
 @pytest.mark.slow
 def test_replicas_that_train_apart_are_named(tmp_path):
     """A forward through DDP's .module (no gradient all-reduce) and ranks seeded apart without a
@@ -197,3 +217,59 @@ def test_a_script_that_dies_with_its_recorder_open_leaves_a_failed_folder(tmp_pa
     proc = run_python("-c", f"OUT = {str(out)!r}\n" + CRASH, backend=Backend.TORCH, timeout=60)
     assert proc.returncode != 0 and "the script's own error" in proc.stderr
     assert json.loads((out / "audit.json").read_text())["state"] == "failed"
+
+
+#: each call the torch recorder makes into torch or its record, failing in turn in a hand-written
+#: loop: (what is planted, which call fails, where the recorder says it stopped)
+OWN_FAILURES = [
+    ("dualtrain.backends.torch.audit.canonical_weights", 1, "rec.batch"),
+    ("dualtrain.backends.torch.audit.Digests.add", 3, "rec.batch"),
+    ("torch.nn.utils.get_total_norm", 2, "the optimizer step"),
+    ("dualtrain.backends.torch.audit._loss_value", 2, "rec.step"),
+    ("dualtrain.backends.torch.audit.final_config", 1, "rec.close"),
+    ("dualtrain.audit.record.finish", 1, "rec.close"),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "nth", "where"), OWN_FAILURES, ids=[t for t, *_ in OWN_FAILURES]
+)
+def test_a_failing_torch_recorder_never_stops_the_loop(
+    tmp_path, monkeypatch, capsys, target, nth, where
+):
+    """Issue 48 item 5: a recorder failure of its own (not a misuse it names) is said once on
+    stderr, the folder is marked failed (compare refuses it), and the loop trains every step;
+    the process may start another recorder."""
+    owner, _, attr = target.rpartition(".")
+    module, _, cls = owner.rpartition(".")
+    try:
+        holder = importlib.import_module(owner)
+    except ModuleNotFoundError:
+        holder = getattr(importlib.import_module(module), cls)
+    real, calls = getattr(holder, attr), {"n": 0}
+
+    def planted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == nth:
+            raise RuntimeError(f"planted in {attr}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(holder, attr, planted)
+    model = loops.model()
+    before = model[1].weight.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.rand(8, 1, 4, 4), torch.randint(0, 4, (8,))
+    with audit.torch_recorder(tmp_path / "rec", model=model, optimizer=opt) as rec:
+        for _ in range(4):
+            rec.batch(x)
+            rec.step(loops.step(model, opt, x, y))
+    assert opt.state_dict()["state"] == {} and not torch.equal(model[1].weight, before)
+    err = capsys.readouterr().err
+    assert err.count("dualtrain audit: the recorder stopped") == 1, err
+    assert f"the recorder stopped at {where} and records nothing more" in err, err
+    assert f"RuntimeError: planted in {attr}" in err
+    assert json.loads((tmp_path / "rec" / "audit.json").read_text())["state"] == "failed"
+    with pytest.raises(UserError):
+        read_recorded(tmp_path / "rec")
+    monkeypatch.undo()
+    audit.torch_recorder(tmp_path / "again", model=model, optimizer=opt).close()  # free again

@@ -19,7 +19,7 @@ merges them.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +95,37 @@ class TorchRecorder:
         self.norm: torch.Tensor | None = None
         self.digests = Digests()
         self.started = time.perf_counter()
-        self.closed = False
+        self.closed = self.failed = False
         self.hooks = [
             optimizer.register_step_pre_hook(self._pre),
             optimizer.register_step_post_hook(self._post),
         ]
 
+    # ---- a failure of the recorder's own: said, the recording dropped, the loop goes on ----------
+    def _guarded(self, where: str, body: Callable[..., None], *args: Any) -> None:
+        """``body(*args)`` at ``where``; a failure there said once on stderr, the folder marked
+        failed (compare refuses it) and the recorder inert from here on; a misuse the recorder
+        names (a UserError) raised."""
+        if self.failed:
+            return
+        try:
+            body(*args)
+        except UserError:
+            raise
+        except Exception as e:  # noqa: BLE001  (said, and the training goes on)
+            record.say_stopped(where, e)
+            self.failed = True
+            self._unhook()
+            if self.rank == 0:
+                record.abandon(self.dir)
+            else:
+                record.part_failed(self.dir, self.rank)
+
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._guarded("the optimizer step", self._before_step, optimizer, args, kwargs)
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.steps or self.stepped:
             raise UserError(
                 f"the optimizer stepped {'twice in one' if self.steps else 'before any'} "
@@ -117,23 +140,14 @@ class TorchRecorder:
         closure = kwargs.get("closure", args[0] if args else None)
         self.deferred = closure is not None  # a closure computes this step's gradient (Lightning,
         if not self.deferred:  # LBFGS): measured after the step, once the closure has run
-            self._measure(optimizer)
-
-    def _measure(self, optimizer: Any) -> None:
-        """The norm of the gradient the optimizer steps with (over every group's parameters)."""
-        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if not grads:
-            return
-        if grads[0].dtype in (torch.float16, torch.bfloat16):  # a half-precision model's: its
-            # norm summed in float32 (in bfloat16 it is off by ~0.5%), no float32 copies
-            norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
-            self.norm = torch.linalg.vector_norm(torch.stack(norms))
-        else:  # foreach norms: a few kernels, whatever the number of parameters
-            self.norm = torch.nn.utils.get_total_norm(grads, foreach=grads[0].device.type != "cpu")
+            self.norm = _grad_norm(optimizer)
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._guarded("the optimizer step", self._after_step, optimizer)
+
+    def _after_step(self, optimizer: Any) -> None:
         if self.deferred:
-            self._measure(optimizer)
+            self.norm = _grad_norm(optimizer)
         self.stepped = True
 
     # ---- the user's calls ------------------------------------------------------------------------
@@ -153,6 +167,9 @@ class TorchRecorder:
         them (else the sampler's, when the recorder was given its loader or sampler); ``epoch``:
         the script's epoch (else counted from the loader's length)."""
         self._open()
+        self._guarded("rec.batch", self._batch, inputs, indices, epoch)
+
+    def _batch(self, inputs: Any, indices: Any, epoch: int | None) -> None:
         _not_validation(self.model)
         if self.calls == 0:  # the weights the first step starts from (a checkpoint loaded
             same_world(self.world)  # after the recorder was made included)
@@ -203,8 +220,12 @@ class TorchRecorder:
         """This replica's loss of the step (its mean over its rows, as the script computed it);
         once per optimizer step, after ``rec.batch``."""
         self._open()
-        if self.current is None:
+        if self.current is None and not self.failed:
             raise UserError("rec.step(loss) needs rec.batch(inputs) first, once per optimizer step")
+        self._guarded("rec.step", self._step, loss)
+
+    def _step(self, loss: Any) -> None:
+        assert self.current is not None
         self.current["loss"] = _loss_value(loss)
         self.current = None
 
@@ -217,6 +238,14 @@ class TorchRecorder:
         if self.closed:
             return
         self.closed = True
+        try:
+            self._guarded("rec.close", self._write)
+            if self.failed and self.world > 1:  # the barrier the other processes' close waits at
+                dist.barrier()
+        finally:
+            record.release()
+
+    def _write(self) -> None:
         try:
             self._close_step()
             self._unhook()
@@ -250,8 +279,6 @@ class TorchRecorder:
             if self.rank == 0:
                 record.abandon(self.dir)  # nothing half-written: the folder says it failed
             raise
-        finally:
-            record.release()
 
     def _unhook(self) -> None:
         for h in self.hooks:
@@ -270,6 +297,19 @@ class TorchRecorder:
         if self.rank == 0:
             record.abandon(self.dir)
         record.release()
+
+
+def _grad_norm(optimizer: Any) -> torch.Tensor | None:
+    """The norm of the gradient the optimizer steps with (over every group's parameters)."""
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+    if not grads:
+        return None
+    if grads[0].dtype in (torch.float16, torch.bfloat16):  # a half-precision model's: its
+        # norm summed in float32 (in bfloat16 it is off by ~0.5%), no float32 copies
+        norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+        return torch.linalg.vector_norm(torch.stack(norms))
+    # foreach norms: a few kernels, whatever the number of parameters
+    return torch.nn.utils.get_total_norm(grads, foreach=grads[0].device.type != "cpu")
 
 
 def _not_validation(model: Any) -> None:
