@@ -1,9 +1,9 @@
 """What a Keras model's compiled loss adds to the arithmetic, as its record says (the Keras
-recorder's ``loss_terms``): layers' kernel, bias and activity regularizers, which Keras adds to the
-loss it reports and differentiates, the loss's label smoothing, and fit's class and sample
-weights; and the value the other script writes to match. A torch script's own loss is code the
-recorder does not see: its side is said as the option to write (``weight_decay``,
-``CrossEntropyLoss(label_smoothing=...)``)."""
+recorder's ``loss_terms``): layers' kernel, bias and activity regularizers, which Keras adds to
+the loss it reports and differentiates, the loss's label smoothing, compile's loss_weights, the
+terms layers add with add_loss, and fit's class and sample weights; and the value the other
+script writes to match. A torch script's own loss is code the recorder does not see: its side is
+said as the option to write (``weight_decay``, ``CrossEntropyLoss(label_smoothing=...)``)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,18 @@ def class_weight(run: Recorded) -> dict[str, float]:
     return {str(k): float(v) for k, v in (_terms(run).get("class_weight") or {}).items()}
 
 
+def loss_weights(run: Recorded) -> list[float] | dict[str, float] | None:
+    """compile's ``loss_weights``, or None where none was given or every weight is 1."""
+    weights = _terms(run).get("loss_weights")
+    values = list(weights.values()) if isinstance(weights, dict) else weights or []
+    return weights if any(float(v) != 1.0 for v in values) else None
+
+
+def added(run: Recorded) -> list[str]:
+    """The layers that add a loss term with add_loss (``name (Class)``), as fit traced them."""
+    return list(_terms(run).get("add_loss") or [])
+
+
 def said(run: Recorded) -> str:
     """``label_smoothing=0.1, 3 L2(0.0001) regularizers (kernel, bias)`` or ''."""
     out = [f"label_smoothing={smoothing(run):g}"] if smoothing(run) else []
@@ -47,6 +59,10 @@ def said(run: Recorded) -> str:
         out.append(f"fit's class_weight={class_weight(run)}")
     if _terms(run).get("sample_weight"):
         out.append("fit's sample_weight")
+    if loss_weights(run):
+        out.append(f"loss_weights={loss_weights(run)}")
+    if added(run):
+        out.append(f"add_loss terms from {', '.join(added(run))}")
     regs = regularizers(run)
     if regs:
         kinds = sorted({r["kind"] for r in regs})
@@ -73,6 +89,16 @@ def to_match(run: Recorded, keras_run: Recorded) -> str | None:
             )
         if _terms(keras_run).get("sample_weight"):
             parts.append("each row's loss times the weight fit's sample_weight gives it")
+        if loss_weights(keras_run):
+            parts.append(
+                f"each output's loss times its weight in loss_weights={loss_weights(keras_run)}, "
+                f"summed"
+            )
+        if added(keras_run):
+            parts.append(
+                f"the term(s) {', '.join(added(keras_run))} add with add_loss, added to the loss "
+                f"before backward()"
+            )
         if l2:
             parts.append(
                 f"weight_decay={2 * l2:g} in the optimizer (the same gradient as L2({l2:g}) on "
@@ -87,4 +113,8 @@ def to_match(run: Recorded, keras_run: Recorded) -> str | None:
             parts.append("no kernel_regularizer, bias_regularizer or activity_regularizer")
         if weights or _terms(keras_run).get("sample_weight"):
             parts.append("no class_weight or sample_weight in fit")
+        if loss_weights(keras_run):
+            parts.append("loss_weights=None in compile")
+        if added(keras_run):
+            parts.append(f"no add_loss in {', '.join(added(keras_run))}")
     return ", ".join(parts) or None

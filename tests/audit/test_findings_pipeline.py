@@ -183,3 +183,25 @@ def test_a_keras_class_weight_is_named_with_the_torch_loss_that_matches_it():
     assert "B's compiled loss has fit's class_weight={'0': 1.0, '2': 3.0}" in f.evidence
     assert "torch.tensor([1.0, 1.0, 3.0])[y]).mean()" in f.fixes[0], f.fixes
     assert "no class_weight or sample_weight in fit" in f.fixes[1], f.fixes
+
+
+def test_keras_add_loss_terms_and_loss_weights_are_named_with_their_values():
+    """Issue 48 item 2: a layer's add_loss term and compile's loss_weights change the loss Keras
+    differentiates; the "different loss" finding names each, with what the torch script writes to
+    match and what the Keras script removes. Loss weights that are all 1 change nothing."""
+    a = record("torch", losses=[2.296] * 4)
+    b = record("tf", losses=[2.9] * 4)
+    for run in (a, b):
+        run.config["random_layers"] = []
+        run.config["precision"] = {"compute_dtype": "float32"}
+    b.config["loss_terms"] = {"add_loss": ["act (Sparse)"], "loss_weights": [1.0, 0.5]}
+    (f,) = [f for f in diagnose(a, b) if f.name == "different loss"]
+    assert "B's compiled loss has loss_weights=[1.0, 0.5], add_loss terms from act (Sparse)" in (
+        f.evidence
+    ), f.evidence
+    assert "each output's loss times its weight in loss_weights=[1.0, 0.5], summed" in f.fixes[0]
+    assert "the term(s) act (Sparse) add with add_loss, added to the loss before" in f.fixes[0]
+    assert "loss_weights=None in compile, no add_loss in act (Sparse)" in f.fixes[1], f.fixes
+    b.config["loss_terms"] = {"add_loss": [], "loss_weights": {"out": 1.0}}
+    (f,) = [f for f in diagnose(a, b) if f.name == "different loss"]
+    assert "compiled loss has" not in f.evidence  # nothing read explains it: the generic fix

@@ -136,6 +136,21 @@ m.fit(np.ones((4, 3), "float32"), np.array([0, 1, 0, 1]), class_weight={0: 1.0, 
       callbacks=[rec], verbose=0)
 terms = json.load(open(OUT + "/n/audit.json"))["config"]["loss_terms"]
 print("loss terms", terms["class_weight"], terms["sample_weight"], terms["loss"]["from_logits"])
+class Sparse(keras.layers.Layer):  # a loss term of its own, added in call
+    def call(self, x):
+        self.add_loss(0.01 * tf.reduce_sum(tf.abs(x)))
+        return x
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # add_loss, an activity regularizer,
+    i = keras.Input((3,))  # loss_weights over two outputs
+    h = Sparse(name="act")(keras.layers.Dense(4, activity_regularizer="l2", name="reg")(i))
+    m = keras.Model(i, [keras.layers.Dense(2, name="a")(h), keras.layers.Dense(1, name="b")(h)])
+    m.compile(optimizer="sgd", loss=["mse", "mse"], loss_weights=[1.0, 0.5])
+rec = audit.keras_recorder(OUT + "/o", model=m)
+m.fit(np.ones((4, 3), "float32"), [np.ones((4, 2), "float32"), np.ones((4, 1), "float32")],
+      callbacks=[rec], verbose=0)
+terms = json.load(open(OUT + "/o/audit.json"))["config"]["loss_terms"]
+print("add_loss", terms["add_loss"], terms["loss_weights"],
+      [r["kind"] for r in terms["regularizers"]], keras.layers.Layer.add_loss.__qualname__)
 """
 
 
@@ -169,3 +184,8 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     # fit's class_weight is read from fit's own arguments (issue 48: class weights were read by
     # nothing), with the loss's options
     assert "loss terms {'0': 1.0, '1': 3.0} False True" in proc.stdout, proc.stdout
+    # a layer's add_loss term (not the activity regularizer's, read as a regularizer) and
+    # compile's loss_weights (issue 48 item 2); Layer.add_loss as Keras made it after the fit
+    assert "add_loss ['act (Sparse)'] [1.0, 0.5] ['activity'] Layer.add_loss" in proc.stdout, (
+        proc.stdout
+    )

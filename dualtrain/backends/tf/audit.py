@@ -229,6 +229,7 @@ class KerasRecorder(keras.callbacks.Callback):
                 return
             self._drop_unfinished()
             fed_by_fit(self.steps, self.rows)
+            self.config["loss_terms"]["add_loss"] = self.wrapping.added_losses()  # (as traced)
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:

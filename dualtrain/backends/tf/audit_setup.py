@@ -260,8 +260,9 @@ def config_of(model: Any, fit_weights: dict[str, Any]) -> dict[str, Any]:
 
 def loss_terms(model: Any) -> dict[str, Any]:
     """What the compiled loss adds to the arithmetic: each layer's kernel, bias and activity
-    regularizer (Keras adds them to the loss it reports and differentiates) and the loss's own
-    options (label smoothing, from_logits)."""
+    regularizer (Keras adds them to the loss it reports and differentiates), the loss's own
+    options (label smoothing, from_logits) and compile's ``loss_weights`` (each output's loss
+    times its weight, summed). The layers that call add_loss are noted as fit traces them."""
     regs = []
     for layer in model._flatten_layers(include_self=False):
         for kind in ("kernel", "bias", "activity"):
@@ -272,7 +273,17 @@ def loss_terms(model: Any) -> dict[str, Any]:
     loss: Any = getattr(model, "loss", None)
     options = loss.get_config() if hasattr(loss, "get_config") else {}
     kept = {k: v for k, v in options.items() if k in ("label_smoothing", "from_logits")}
-    return {"regularizers": regs, "loss": {"type": type(loss).__name__, **kept}}
+    compiled = getattr(getattr(model, "_compile_config", None), "config", None) or {}
+    weights = compiled.get("loss_weights")
+    if isinstance(weights, dict):
+        weights = {str(k): float(v) for k, v in weights.items()}
+    elif weights is not None:
+        weights = [float(v) for v in np.ravel(weights)]
+    return {
+        "regularizers": regs,
+        "loss": {"type": type(loss).__name__, **kept},
+        "loss_weights": weights,
+    }
 
 
 #: what the lr callbacks' settings are named in Keras

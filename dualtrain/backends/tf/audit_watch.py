@@ -149,6 +149,28 @@ class Wrapping:
         self.patches.set(model, "train_step", train_step)
         self.patches.set(model, "fit", fit)
         model.train_function = None  # rebuilt by fit with the wrapper
+        self.adding: dict[int, str] = {}  # id -> "name (Class)" of each layer calling add_loss
+        self.patches.set(
+            keras.layers.Layer, "add_loss", self._add_loss(keras.layers.Layer.add_loss)
+        )
+
+    def _add_loss(self, original: Any) -> Any:
+        """Layer.add_loss, noting each layer that adds a loss term of its own in its ``call`` (a
+        term Keras adds to the loss it reports and differentiates); an activity regularizer's,
+        which Layer.__call__ adds, is read as a regularizer (audit_setup.loss_terms)."""
+
+        def add_loss(layer: Any, loss: Any) -> Any:
+            caller = sys._getframe(1).f_code
+            if not (caller.co_name == "__call__" and caller.co_filename.endswith("layer.py")):
+                self.adding[id(layer)] = f"{layer.name} ({type(layer).__name__})"
+            return original(layer, loss)
+
+        return add_loss
+
+    def added_losses(self) -> list[str]:
+        """The recorded model's layers (itself included) that called add_loss, in layer order."""
+        layers = [self.model, *self.model._flatten_layers(include_self=False)]
+        return [self.adding[id(x)] for x in layers if id(x) in self.adding]
 
     def optimizer(self, model: Any) -> None:
         """The norm of the gradients Keras's own all-reduce summed over the replicas (its
