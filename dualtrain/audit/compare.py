@@ -9,6 +9,7 @@ from pathlib import Path
 from dualtrain.audit.checks import run_checks
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded, read_recorded
+from dualtrain.audit.remedy import check_fixes
 from dualtrain.records.verdict import (
     CONVENTION,
     FAIL,
@@ -87,7 +88,8 @@ class AuditComparison:
 
 
 def compare_recorded(run_a: str | Path, run_b: str | Path) -> AuditComparison:
-    """Read two audit records (UserError if one is not) and compare them; nothing is written
-    (``dualtrain.compare(run_a, run_b)`` writes the report)."""
+    """Read two audit records (UserError if one is not) and compare them, each fix with values
+    checked (dualtrain.audit.remedy); nothing is written (``dualtrain.compare(run_a, run_b)``
+    writes the report)."""
     a, b = read_recorded(run_a), read_recorded(run_b)
-    return AuditComparison(a, b, run_checks(a, b), diagnose(a, b))
+    return AuditComparison(a, b, run_checks(a, b), check_fixes(a, b, diagnose(a, b), diagnose))

@@ -21,9 +21,10 @@ def keras_options(torch_class: str) -> tuple[tuple[str, str, str], ...]:
     return entry.options if entry else ()
 
 
-def keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+def keras_only(t: dict[str, Any], k: dict[str, Any], groups_known: bool = False) -> list[str]:
     """A Keras optimizer's options that no torch optimizer has, where set (``use_ema``: the
-    ema diagnosis, against a torch AveragedModel)."""
+    ema diagnosis, against a torch AveragedModel). ``groups_known``: which variables torch's
+    decay-free groups hold is known and judged by dualtrain.audit.decay."""
     out = []
     if (k.get("gradient_accumulation_steps") or 1) > 1:
         out.append(
@@ -32,7 +33,7 @@ def keras_only(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
             f"step, the others without an update); torch's {t['type']} steps at each recorded step"
         )
     zero = [n for n, g in enumerate(t.get("groups") or []) if not g.get("weight_decay")]
-    if zero and (k.get("weight_decay") or 0) > 0 and not k.get("no_decay"):
+    if zero and (k.get("weight_decay") or 0) > 0 and not k.get("no_decay") and not groups_known:
         out.append(
             f"weight decay: torch's parameter group(s) {zero} have weight_decay=0; Keras's "
             f"{k.get('type')} decays every variable (no exclude_from_weight_decay)"

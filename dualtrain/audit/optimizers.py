@@ -9,12 +9,16 @@ from typing import Any
 from dualtrain.audit import conventions as C
 from dualtrain.audit import penalties as P
 from dualtrain.audit.cycles import OWNED, cycled, without_momentum
+from dualtrain.audit.decay import Exclusion, exclude_call, exclusion, exclusion_differs
 from dualtrain.audit.finding import fix, hf_trainer, opt_lines
 from dualtrain.audit.read import Recorded
-from dualtrain.records.verdict import Finding
+from dualtrain.records.verdict import Edit, Finding
 
 #: parameter-group keys a torch scheduler owns (OneCycleLR, CyclicLR, SWALR): not settings
 SCHEDULER_KEYS = ("lr", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum", "swa_lr")
+
+#: what an optimizer's record holds beside its options (its lr, names, groups and their parameters)
+NOT_OPTIONS = ("learning_rate", "name", "wrapper", "groups", "group_params")
 
 #: torch optimizer options that pick an implementation of one update rule, not the rule
 IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
@@ -48,7 +52,7 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
         if cycled(a) or cycled(b):  # a scheduler's, judged by momentum_cycle
             oa, ob = without_momentum(oa), without_momentum(ob)
         diff = sorted(k for k in set(oa) | set(ob) if not C.same_value(oa.get(k), ob.get(k)))
-        ignored = (*SCHEDULER_KEYS, *IMPLEMENTATION, "learning_rate", "name", "wrapper", "groups")
+        ignored = (*SCHEDULER_KEYS, *IMPLEMENTATION, *NOT_OPTIONS)
         keys = [k for k in diff if k not in ignored]
         diff = keys + _group_differences(oa, ob)
         if not diff:
@@ -57,14 +61,19 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
             [f"{k}: {C.short(oa.get(k))} in A, {C.short(ob.get(k))} in B" for k in keys]
             + diff[len(keys) :]
         )
+        edits = [  # (a parameter group's option is no value of the recorded optimizer's)
+            [Edit(tag, ("optimizer", key), other.get(key)) for key in keys]
+            for tag, other in (("A", ob), ("B", oa))
+        ]
         return [
             Finding(
                 "different optimizer settings",
                 f"A {describe(a)}, B {describe(b)} (differ in {values})",
                 [
-                    fix(a, "A", opt_lines(a), f"the same {', '.join(diff)} as B"),
-                    fix(b, "B", opt_lines(b), f"or the same {', '.join(diff)} as A"),
+                    fix(a, "A", opt_lines(a), _same_as(keys, ob, diff[len(keys) :], "B")),
+                    fix(b, "B", opt_lines(b), "or " + _same_as(keys, oa, diff[len(keys) :], "A")),
                 ],
+                edits=[] if len(diff) > len(keys) else edits,
             )
         ]
     (t, tt), (k, kt) = ((oa, "A"), (ob, "B")) if a.framework == "torch" else ((ob, "B"), (oa, "A"))
@@ -91,20 +100,56 @@ def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
     return _conventions(t, k, trun, krun, tt, kt)
 
 
-def _decay_values(t: dict[str, Any], k: dict[str, Any], krun: Recorded) -> tuple[str, str] | None:
-    """The weight decay to write, in each framework's words (Keras's first), where one value on
-    each side makes them agree: torch's coupled ``weight_decay=wd`` adds wd * w to each gradient,
-    which is Keras's ``L2(wd / 2)`` regularizer on every weight (L2(l2) adds 2 * l2 * w); torch's
-    decoupled decay (AdamW, ``decoupled_weight_decay=True``) is Keras's ``weight_decay``. None
-    where no torch option makes Keras's decay (SGD has no decoupled one)."""
+#: a Keras L2 regularizer on every weight, as the Keras recorder's loss_terms lists one
+def _l2_everywhere(l2: float) -> list[dict[str, Any]]:
+    return [{"layer": "*", "kind": kind, "type": "L2", "l2": l2} for kind in ("kernel", "bias")]
+
+
+Decay = tuple[str, str, list[Edit], list[Edit]]
+
+#: torch optimizers with a ``decoupled_weight_decay`` option (Keras's decay, AdamW-style)
+DECOUPLABLE = ("Adam", "NAdam", "RAdam")
+
+
+def _same_as(keys: list[str], other: dict[str, Any], groups: list[str], tag: str) -> str:
+    """``eps=1e-07, betas=(0.8, 0.999) (as B)``: the other run's values, and the parameter
+    groups' options that differ, named."""
+    said = [f"{k}={C.short(other.get(k))}" for k in keys]
+    if groups:
+        said.append(f"the same {', '.join(groups)}")
+    return f"{', '.join(said)} (as {tag})"
+
+
+def _decay_values(
+    t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
+) -> Decay:
+    """The weight decay to write, in each framework's words (Keras's first), with its edits of
+    the records, where one value on each side makes them agree: torch's coupled
+    ``weight_decay=wd`` adds wd * w to each gradient, which is Keras's ``L2(wd / 2)``
+    regularizer on every weight (L2(l2) adds 2 * l2 * w); torch's decoupled decay (AdamW,
+    ``decoupled_weight_decay=True``) is Keras's ``weight_decay``. None where no torch option
+    makes Keras's decay (SGD has no decoupled one): the Keras value alone."""
     tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
     decoupled = t["type"] == "AdamW" or t.get("decoupled_weight_decay")
+    wd = ("optimizer", "weight_decay")
+    regs = ("loss_terms", "regularizers")
     if decoupled:
-        return f"weight_decay={C.short(tw)}", f"weight_decay={C.short(kw)}"
+        keras, keras_edits = f"weight_decay={C.short(tw)}", [Edit(kt, wd, tw)]
+        excluded = exclusion(trun, krun)
+        if tw and excluded is not None:  # torch's decay-free groups: left out of Keras's too
+            keras += f", {exclude_call(excluded)}"
+            keras_edits.append(Edit(kt, ("optimizer", "no_decay"), excluded.variables))
+        return keras, f"weight_decay={C.short(kw)}", keras_edits, [Edit(tt, wd, kw)]
     reg = P.common_l2(krun)
     if reg is not None and not kw:  # the Keras model's L2 regularizers are its decay
         keep = f"L2({C.short(tw / 2)}) on every weight" if tw else "no weight regularizers"
-        return keep, f"weight_decay={C.short(2 * reg)}"
+        as_regs = _l2_everywhere(tw / 2) if tw else []
+        return (
+            keep,
+            f"weight_decay={C.short(2 * reg)}",
+            [Edit(kt, regs, as_regs)],
+            [Edit(tt, wd, 2 * reg)],
+        )
     l2 = C.short(tw / 2)
     keras = (
         f"kernel_regularizer=keras.regularizers.L2({l2}) and bias_regularizer="
@@ -113,23 +158,38 @@ def _decay_values(t: dict[str, Any], k: dict[str, Any], krun: Recorded) -> tuple
         if tw
         else "weight_decay=None"
     )
+    keras_edits = [Edit(kt, wd, None)] + ([Edit(kt, regs, _l2_everywhere(tw / 2))] if tw else [])
     if not kw:
-        return keras, "weight_decay=0"
-    if "decoupled_weight_decay" in t:
-        return keras, f"decoupled_weight_decay=True, weight_decay={C.short(kw)}"
-    return None
+        return keras, "weight_decay=0", keras_edits, [Edit(tt, wd, 0)]
+    if "decoupled_weight_decay" in t or t["type"] in DECOUPLABLE:
+        torch_edits = [Edit(tt, ("optimizer", "decoupled_weight_decay"), True), Edit(tt, wd, kw)]
+        torch = f"decoupled_weight_decay=True, weight_decay={C.short(kw)}"
+        return keras, torch, keras_edits, torch_edits
+    no_option = f"(torch's {t['type']} has no decoupled weight decay: the Keras side's fix)"
+    return keras, no_option, keras_edits, []
 
 
 def _value_fixes(
     t: dict[str, Any],
     values: list[tuple[str, str, Any, Any]],
     rest: list[str],
-    decay: tuple[str, str] | None = None,
-) -> tuple[str, str]:
+    tags: tuple[str, str],
+    decay: Decay | None = None,
+    excluded: Exclusion | None = None,
+) -> tuple[str, str, list[list[Edit]]]:
     """The options to write: the torch values under Keras's names (``epsilon=1e-08``) and the
     Keras values under torch's (``betas=(0.8, 0.999)``: a tuple option whole), plus the topics
-    of the evidence that are no single value (weight decay's coupling, NAdam's schedule)."""
+    of the evidence that are no single value (weight decay's coupling, NAdam's schedule); and
+    each side's edits of the records (``tags``: the torch run's and the Keras run's), none
+    where a topic is no value. ``excluded``: what torch's decay-free groups hold, left out of
+    a Keras weight_decay the fix writes."""
+    tt, kt = tags
     keras_side = [f"{kname}={C.short(tv)}" for _, kname, tv, _ in values]
+    keras_edits = [Edit(kt, ("optimizer", kname), tv) for _, kname, tv, _ in values]
+    torch_edits = [Edit(tt, ("optimizer", tname), kv) for tname, _, _, kv in values]
+    if excluded is not None and any(k == "weight_decay" and tv for _, k, tv, _ in values):
+        keras_side.append(exclude_call(excluded))
+        keras_edits.append(Edit(kt, ("optimizer", "no_decay"), excluded.variables))
     torch_side: list[str] = []
     tuples: dict[str, list[Any]] = {}
     for tname, _, _, kv in values:
@@ -142,15 +202,22 @@ def _value_fixes(
     topics = sorted({line.split(":", 1)[0] for line in rest})
     if decay and "weight decay" in topics:
         topics.remove("weight decay")
-        keras_side.append(decay[0])
-        torch_side.append(decay[1])
+        if decay[0] not in ", ".join(keras_side):  # (the values' weight_decay said it)
+            keras_side.append(decay[0])
+        if decay[1] not in ", ".join(torch_side):
+            torch_side.append(decay[1])
+        keras_edits += decay[2]
+        torch_edits = torch_edits + decay[3] if decay[3] else []  # no torch value: unchecked
     also = f" (and the {', '.join(topics)} the evidence names)" if topics else ""
     if not keras_side:  # neither an option's value nor the weight decay's
         return (
             f"the same {', '.join(topics)} as the torch script",
             f"the {', '.join(topics)} of the Keras script",
+            [],
         )
-    return ", ".join(keras_side) + also, ", ".join(torch_side) + also
+    edits = [] if topics else [keras_edits, torch_edits]  # a topic no value writes: unchecked
+    keras_side, torch_side = list(dict.fromkeys(keras_side)), list(dict.fromkeys(torch_side))
+    return ", ".join(keras_side) + also, ", ".join(torch_side) + also, edits
 
 
 def _conventions(
@@ -172,10 +239,14 @@ def _conventions(
             f"momentum_decay)) with momentum_decay={t.get('momentum_decay')}; Keras's Nadam "
             f"uses 0.96**t, which is torch's momentum_decay=1.0"
         )
-    rest += C.keras_only(t, k)
+    excluded = exclusion(trun, krun)
+    rest += C.keras_only(t, k, groups_known=excluded is not None)
+    differs = exclusion_differs(trun, krun)
+    rest += [differs] if differs else []
     found = []
     if out or rest:
-        keras_fix, torch_fix = _value_fixes(t, values, rest, _decay_values(t, k, krun))
+        decay = _decay_values(t, k, trun, krun, tt, kt)
+        keras_fix, torch_fix, edits = _value_fixes(t, values, rest, (tt, kt), decay, excluded)
         torch_fix = trainer_names(torch_fix) if hf_trainer(trun) else torch_fix
         found.append(
             Finding(
@@ -185,6 +256,7 @@ def _conventions(
                     fix(krun, kt, opt_lines(krun), keras_fix),
                     fix(trun, tt, opt_lines(trun), f"or {torch_fix}"),
                 ],
+                edits=edits,
             )
         )
     both = (t.get("momentum") or 0) > 0 and (k.get("momentum") or 0) > 0  # else: an option's

@@ -17,7 +17,7 @@ from dualtrain.audit.modes import eval_mode
 from dualtrain.audit.optimizers import optimizer
 from dualtrain.audit.plateau import plateau
 from dualtrain.audit.read import Recorded
-from dualtrain.records.verdict import Finding
+from dualtrain.records.verdict import Edit, Finding
 
 
 def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
@@ -50,8 +50,10 @@ def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
     ]
     if not diff:
         return []
-    fixes = []
+    fixes, edits = [], []
     for run, tag, other in ((a, "A", lb), (b, "B", la)):
+        keys = ("initial_scale", "growth_interval")
+        edits.append([Edit(tag, ("loss_scale", key), other[key]) for key in keys])
         if run.framework == "torch":
             change = (
                 f"GradScaler(init_scale={other['initial_scale']:g}, "
@@ -70,6 +72,7 @@ def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
             "steps; torch's GradScaler starts at 2**16, every 2000)",
             fixes[:1],
             step=1,
+            edits=edits[:1],
         )
     ]
 

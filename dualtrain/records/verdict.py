@@ -27,6 +27,11 @@ CONVENTION_CATEGORY = "convention"
 #: the groups a check belongs to: a spec compare's three (docs/report.md) and the audit's
 RECORDS, SEMANTICS, NUMERICS, RECORDED = "records", "semantics", "numerics", "recorded runs"
 
+#: how a report marks a fix whose values, applied to a copy of the records, clear its finding
+CHECKED = (
+    "checked: applied to a copy of the recorded configuration, it clears this finding and adds none"
+)
+
 #: how a report marks an inherent finding
 INHERENT = "a convention of the frameworks: no line changes it, not a failure"
 
@@ -103,6 +108,17 @@ def judged_check(
     )
 
 
+@dataclass(frozen=True)
+class Edit:
+    """One value a fix writes, as a change of the recorded configuration: the run (``A`` or
+    ``B``), the configuration's keys down to the option (``("optimizer", "epsilon")``; a last
+    key ``betas.0`` is an element of a tuple option) and the value."""
+
+    run: str
+    path: tuple[str, ...]
+    value: Any
+
+
 @dataclass
 class Finding:
     name: str
@@ -115,6 +131,21 @@ class Finding:
     """The first step it shows at (0: before training; None: the configuration shows it)."""
     inherent: bool = False
     """A framework's convention no line of either script changes (reported, not a failure)."""
+    edits: list[list[Edit]] = field(default_factory=list)
+    """Each fix's values as edits of the recorded configuration (in the order of ``fixes``; []
+    for a fix that is no value, or a finding whose evidence is no configuration)."""
+    fix_checks: list[str | None] = field(default_factory=list)
+    """For each fix with edits: "" where applying them to a copy of the records made this
+    finding go away and added none, else what remained or came (None: nothing to check)."""
+
+    def fix_lines(self) -> list[tuple[str, str]]:
+        """Each fix with what its check found, as a report prints them: ``(line, note)``, the
+        note "" where the fix has no check."""
+        checks = self.fix_checks + [None] * (len(self.fixes) - len(self.fix_checks))
+        return [
+            (line, "" if check is None else f"NOT confirmed: {check}" if check else CHECKED)
+            for line, check in zip(self.fixes, checks, strict=False)
+        ]
 
     @property
     def title(self) -> str:

@@ -168,10 +168,11 @@ def loader_len(loader: Any) -> int | None:
         return None
 
 
-def _optimizer_config(optimizer: Any) -> dict[str, Any]:
+def _optimizer_config(optimizer: Any, model: Any) -> dict[str, Any]:
     """The optimizer's type and first group's options (with several groups, every group's
-    options but the lr, which the lr check judges, under ``groups``); a wrapper that holds the
-    optimizer (ZeroRedundancyOptimizer's ``optim``) is named by what it wraps."""
+    options but the lr, which the lr check judges, under ``groups``, and the names of the
+    parameters each holds under ``group_params``); a wrapper that holds the optimizer
+    (ZeroRedundancyOptimizer's ``optim``) is named by what it wraps."""
     inner = getattr(optimizer, "optim", None)
     groups = [
         record_safe({k: v for k, v in g.items() if k != "params"}) for g in optimizer.param_groups
@@ -179,6 +180,10 @@ def _optimizer_config(optimizer: Any) -> dict[str, Any]:
     out = {"type": type(optimizer).__name__, **groups[0]}
     if len(groups) > 1:
         out["groups"] = [{k: v for k, v in g.items() if k not in SCHEDULER_KEYS} for g in groups]
+        names = {id(p): n for n, p in unwrapped(model).named_parameters()}
+        out["group_params"] = [
+            [names[id(p)] for p in g["params"] if id(p) in names] for g in optimizer.param_groups
+        ]
     if isinstance(inner, torch.optim.Optimizer):
         out |= {"type": type(inner).__name__, "wrapper": type(optimizer).__name__}
     return out
@@ -194,7 +199,7 @@ def read_config(
     inner = unwrapped(model)
     dtypes = [p.dtype for p in inner.parameters() if p.is_floating_point()]
     cfg: dict[str, Any] = {
-        "optimizer": _optimizer_config(optimizer),
+        "optimizer": _optimizer_config(optimizer, model),
         "precision": {"param_dtype": str(dtypes[0]).removeprefix("torch.")} if dtypes else {},
         "batchnorm": [
             {
@@ -251,7 +256,7 @@ def first_step_config(config: dict[str, Any], model: Any, optimizer: Any) -> Non
     """The optimizer as the first step starts (groups a script adds after making the recorder,
     ``add_param_group`` for a head it trains from the start, included) and the trainable
     parameters it does not hold then."""
-    config["optimizer"] = _optimizer_config(optimizer)
+    config["optimizer"] = _optimizer_config(optimizer, model)
     missing = _not_held(unwrapped(model), optimizer)
     if missing:
         config["not_held"] = missing

@@ -118,7 +118,9 @@ def findings_markdown(findings: list[Finding]) -> list[str]:
     out: list[str] = []
     for f in findings:
         out += [f"### {f.title}", "", f.evidence, ""]
-        out += [f"- change: `{line}`" for line in f.fixes]
+        out += [
+            f"- change: `{line}`" + (f" ({note})" if note else "") for line, note in f.fix_lines()
+        ]
         out.append("")
     return out
 
@@ -129,9 +131,11 @@ def findings_html(findings: list[Finding]) -> list[str]:
     for f in findings:
         out.append(f"<h3>{e(f.title)}</h3><p>{e(f.evidence)}</p>")
         if f.fixes:
-            out.append(
-                "<ul>" + "".join(f"<li>change: <code>{e(x)}</code></li>" for x in f.fixes) + "</ul>"
-            )
+            items = [
+                f"<li>change: <code>{e(x)}</code>" + (f" <em>({e(note)})</em>" if note else "")
+                for x, note in f.fix_lines()
+            ]
+            out.append("<ul>" + "</li>".join(items) + "</li></ul>")
     return out
 
 
@@ -139,5 +143,7 @@ def findings_terminal(findings: list[Finding]) -> list[str]:
     out: list[str] = []
     for f in findings:
         out.append(f"  difference: {f.title}: {f.evidence}")
-        out += [f"    change: {line}" for line in f.fixes]
+        out += [
+            f"    change: {line}" + (f" ({note})" if note else "") for line, note in f.fix_lines()
+        ]
     return out

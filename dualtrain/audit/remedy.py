@@ -1,0 +1,75 @@
+"""A fix checked to be one: its values (the finding's ``edits``) are written into a copy of the
+recorded configuration, the diagnoses run again on the copies, and the fix holds where that
+finding is gone and no other came. A fix that leaves its finding, or brings a new one, is marked
+NOT confirmed in the report, with what remained or came.
+
+Only what the recorders read from the scripts' objects (the optimizer's options, the loss terms,
+the loss-scale rule) can be edited so: a difference that shows in the steps (an lr, a loss) has no
+edits, and its fix is given unchecked."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from dualtrain.audit.read import Recorded
+from dualtrain.records.verdict import Edit, Finding
+
+
+def applied(run: Recorded, tag: str, edits: list[Edit]) -> Recorded:
+    """``run`` (tagged ``tag``) with the edits of that tag written into a copy of its
+    configuration (the steps, rows and weights shared)."""
+    config = copy.deepcopy(run.config)
+    for edit in (e for e in edits if e.run == tag):
+        *parents, last = edit.path
+        node = config
+        for key in parents:
+            node = node.setdefault(key, {})
+        name, _, index = last.partition(".")
+        if index:  # an element of a tuple option (betas.0)
+            whole = list(node.get(name) or [])
+            whole[int(index)] = edit.value
+            node[name] = whole
+        else:
+            node[name] = edit.value
+    return dataclasses.replace(run, config=config)
+
+
+def _check(
+    a: Recorded,
+    b: Recorded,
+    finding: Finding,
+    edits: list[Edit],
+    before: set[str],
+    diagnose: Callable[[Recorded, Recorded], list[Finding]],
+) -> str:
+    after = {f.name for f in diagnose(applied(a, "A", edits), applied(b, "B", edits))}
+    said = ", ".join(f"{e.path[-1]}={e.value!r}" for e in edits)
+    if finding.name in after:
+        return f"written into a copy of the recorded configuration ({said}), it leaves this finding"
+    came = sorted(after - before)
+    if came:
+        return f"written into a copy of the recorded configuration ({said}), it brings {came}"
+    return ""
+
+
+def check_fixes(
+    a: Recorded,
+    b: Recorded,
+    findings: list[Finding],
+    diagnose: Callable[[Recorded, Recorded], list[Finding]],
+) -> list[Finding]:
+    """``findings`` with each fix that has edits checked (:attr:`Finding.fix_checks`)."""
+    before = {f.name for f in findings}
+    for f in findings:
+        f.fix_checks = [
+            _check(a, b, f, edits, before, diagnose) if edits else None for edits in f.edits
+        ]
+    return findings
+
+
+def edits_of(tag: str, section: str, values: dict[str, Any]) -> list[Edit]:
+    """``section``'s options set to ``values`` in run ``tag``."""
+    return [Edit(tag, (section, key), value) for key, value in values.items()]
