@@ -10,7 +10,7 @@ from typing import Any
 
 from dualtrain.audit.finding import OPT_LINES, fix, hf_trainer, opt_lines
 from dualtrain.audit.read import Recorded
-from dualtrain.records.verdict import Finding
+from dualtrain.records.verdict import Edit, Finding
 
 CLIP_OPTIONS = ("clipnorm", "global_clipnorm", "clipvalue")
 CLIP_CALLS = ("clip_grad_norm_(", "clip_grad_value_(", "clip_grad_norm(")
@@ -89,11 +89,13 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
     clips the averaged gradient."""
     ca, cb = clips(a), clips(b)
     if ca and cb and None not in (_rule(a), _rule(b)) and _rule(a) != _rule(b):
+        written = _written(b, "B", _rule(a) or frozenset())
         return [
             Finding(
                 "different gradient clipping",
                 f"A clips by {_said(_rule(a))} ({ca}), B by {_said(_rule(b))} ({cb})",
-                [fix(b, "B", CLIP_LINES[b.framework], f"clip as A: {_said(_rule(a))}")],
+                [fix(b, "B", CLIP_LINES[b.framework], written[0] if written else "")],
+                edits=[written[1]] if written else [],
             )
         ]
     if bool(ca) != bool(cb):
@@ -108,6 +110,8 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
             )
         else:
             change = f"the optimizer's global_clipnorm={limit or 'max_norm'}"
+        rule = frozenset(x for x in _rule(on) or () if x[0] == "global norm")
+        edits = _written(off, otag, rule) if limit else None
         return [
             Finding(
                 "gradient clipping in one run only",
@@ -122,6 +126,7 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
                         change,
                     )
                 ],
+                edits=[edits[1]] if edits else [],
             )
         ]
     out = []
@@ -139,6 +144,36 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
                 )
             )
     return out
+
+
+#: each kind of clipping, as each framework writes it: a Keras option, a torch call
+_WRITTEN = {
+    "global norm": ("global_clipnorm", "clip_grad_norm_"),
+    "norm per variable": ("clipnorm", None),
+    "value": ("clipvalue", "clip_grad_value_"),
+}
+
+
+def _written(run: Recorded, tag: str, rule: frozenset[tuple[str, float]]) -> Any:
+    """``(the line's change, its edits of the record)`` that make ``run`` clip by ``rule`` (a
+    Keras optimizer's options; a torch loop's calls after backward), or None where ``run``'s
+    framework has no such clipping (torch clips no variable's norm alone)."""
+    if run.framework == "tf":
+        opt = dict.fromkeys(CLIP_OPTIONS)
+        for kind, x in rule:
+            opt[_WRITTEN[kind][0]] = x
+        said = ", ".join(f"{k}={v:g}" for k, v in opt.items() if v is not None) or "no clipping"
+        return said, [Edit(tag, ("optimizer", k), v) for k, v in opt.items()]
+    if any(_WRITTEN[kind][1] is None for kind, _ in rule):
+        return None
+    steps = len(run.steps)
+    written = [(_WRITTEN[kind][1], x) for kind, x in sorted(rule)]
+    calls = [{"function": fn, "limit": x, "steps": steps} for fn, x in written]
+    said = "; ".join(
+        f"torch.nn.utils.{fn}(model.parameters(), {x:g}) after backward" for fn, x in written
+    )
+    edits = [Edit(tag, ("clipping",), {"calls": calls, "steps": steps})]
+    return said or "no clip_grad_* call", edits
 
 
 def _first_over(keras_run: Recorded) -> int | None:

@@ -17,15 +17,12 @@ from dualtrain.audit.read import Recorded
 class Exclusion:
     """The Keras variables that torch's weight-decay-free groups hold (``variables``, as the Keras
     record names them), and the ``var_names`` that exclude exactly them (None where a variable
-    name would also exclude a decayed one, or the record holds no Keras names)."""
+    name would also exclude a decayed one, or the record holds no variable names: a record made
+    with a weight map names them as torch does)."""
 
     groups: list[int]
     variables: list[str]
     var_names: list[str] | None
-
-
-def _leaf(name: str) -> str:
-    return name.rpartition("/")[2]
 
 
 def exclusion(trun: Recorded, krun: Recorded) -> Exclusion | None:
@@ -46,9 +43,11 @@ def exclusion(trun: Recorded, krun: Recorded) -> Exclusion | None:
         return None
     variables = sorted(keras_of[name] for name in free)
     decayed = {keras_of[name] for name in held - free}
-    leaves = sorted({_leaf(v) for v in variables})
-    paths = all("/" in v for v in variables)  # (a record made with a weight map: torch's names)
-    clean = paths and not any(_leaf(v) in leaves for v in decayed)
+    own = krun.config.get("variable_names") or {}  # (a record made with a weight map: none)
+    if any(v not in own for v in [*variables, *decayed]):
+        return Exclusion(zero, variables, None)
+    leaves = sorted({own[v] for v in variables})
+    clean = not any(own[v] in leaves for v in decayed)
     return Exclusion(zero, variables, leaves if clean else None)
 
 

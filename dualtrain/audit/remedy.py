@@ -3,9 +3,10 @@ recorded configuration, the diagnoses run again on the copies, and the fix holds
 finding is gone and no other came. A fix that leaves its finding, or brings a new one, is marked
 NOT confirmed in the report, with what remained or came.
 
-Only what the recorders read from the scripts' objects (the optimizer's options, the loss terms,
-the loss-scale rule) can be edited so: a difference that shows in the steps (an lr, a loss) has no
-edits, and its fix is given unchecked."""
+What the recorders read from the scripts' objects (the optimizer's options, the loss terms, the
+loss-scale rule, the clipping) is edited so; a base lr scales every step's recorded lr (its
+schedule scales with it). A difference that shows only in the steps (a schedule's shape, a loss,
+the rows) has no edits, and its fix is given unchecked."""
 
 from __future__ import annotations
 
@@ -15,14 +16,30 @@ from collections.abc import Callable
 from typing import Any
 
 from dualtrain.audit.read import Recorded
-from dualtrain.records.verdict import Edit, Finding
+from dualtrain.audit.rows import StepRow
+from dualtrain.records.verdict import LR_SCALE, Edit, Finding
+
+
+def _scaled(steps: list[StepRow], factor: float) -> list[StepRow]:
+    return [
+        dataclasses.replace(
+            s,
+            lr=None if s.lr is None else s.lr * factor,
+            lrs=None if s.lrs is None else tuple(x * factor for x in s.lrs),
+        )
+        for s in steps
+    ]
 
 
 def applied(run: Recorded, tag: str, edits: list[Edit]) -> Recorded:
     """``run`` (tagged ``tag``) with the edits of that tag written into a copy of its
-    configuration (the steps, rows and weights shared)."""
-    config = copy.deepcopy(run.config)
+    configuration (the rows and weights shared); :data:`LR_SCALE` scales a copy of its steps'
+    lrs."""
+    config, steps = copy.deepcopy(run.config), run.steps
     for edit in (e for e in edits if e.run == tag):
+        if edit.path == LR_SCALE:
+            steps = _scaled(steps, float(edit.value))
+            continue
         *parents, last = edit.path
         node = config
         for key in parents:
@@ -34,7 +51,7 @@ def applied(run: Recorded, tag: str, edits: list[Edit]) -> Recorded:
             node[name] = whole
         else:
             node[name] = edit.value
-    return dataclasses.replace(run, config=config)
+    return dataclasses.replace(run, config=config, steps=steps)
 
 
 def _check(

@@ -17,7 +17,7 @@ from dualtrain.audit.finding import fix, hf_trainer, opt_lines, schedule_lines
 from dualtrain.audit.optimizers import describe
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.warmups import Warmup, schedule_to_write, warmup_findings, warmup_of
-from dualtrain.records.verdict import Finding
+from dualtrain.records.verdict import LR_SCALE, Edit, Finding
 
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:
@@ -155,6 +155,9 @@ def _base_lr(
             f"setting: A {describe(a)}, B {describe(b)})",
             [_lr_fix(a, "A", lb), _lr_fix(b, "B", la)],
             step=1,
+            edits=[[Edit("A", LR_SCALE, lb / la)], [Edit("B", LR_SCALE, la / lb)]]
+            if la and lb
+            else [],
         )
     ]
 

@@ -119,6 +119,11 @@ class Edit:
     value: Any
 
 
+#: an Edit's path that scales every recorded step's lr by its value (a base lr written: the
+#: schedule scales with it)
+LR_SCALE = ("steps", "lr", "scale")
+
+
 @dataclass
 class Finding:
     name: str

@@ -13,7 +13,7 @@ from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.remedy import applied, check_fixes
 from dualtrain.parity.report.sections import findings_markdown
 from dualtrain.records.verdict import Edit
-from tests.audit.records import record
+from tests.audit.records import record, with_lrs
 
 ADAM = {"type": "Adam", "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0, "amsgrad": False}
 KADAM = {"type": "Adam", "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-8, "amsgrad": False}
@@ -139,7 +139,10 @@ def _bert_like():
     params = [["dense.weight"], ["dense.bias", "norm.weight", "norm.bias"]]
     adamw = ADAM | {"type": "AdamW", "weight_decay": 0.01, "groups": groups}
     a = record("torch", config={"optimizer": adamw | {"group_params": params}})
-    b = record("tf", config={"optimizer": KADAM | {"type": "AdamW", "weight_decay": 0.0}})
+    own = {"encoder/dense/kernel": "kernel", "encoder/dense/bias": "bias"}
+    own |= {"encoder/norm/gamma": "gamma", "encoder/norm/beta": "beta"}
+    keras = KADAM | {"type": "AdamW", "weight_decay": 0.0}
+    b = record("tf", config={"optimizer": keras, "variable_names": own})
     return replace(a, weights_init=torch_w), replace(b, weights_init=keras_w)
 
 
@@ -173,3 +176,57 @@ def test_an_exclusion_and_a_decay_that_both_differ_are_one_fix_that_holds():
     assert f.fixes[0].count("weight_decay=0.01") == 1, f.fixes
     assert f.fixes[0].count("exclude_from_weight_decay") == 1, f.fixes
     assert f.fix_checks[0] == "", f.fix_lines()
+
+
+def test_an_exclusion_without_the_keras_variables_names_lists_the_variables():
+    """A Keras record without its variables' own names (made with a weight map, or before
+    they were recorded): the fix names the variables to exclude, not var_names it cannot know."""
+    a, b = _bert_like()
+    del b.config["variable_names"]
+    (f,) = [f for f in _checked(a, b) if f.name.startswith("optimizer conventions")]
+    want = "exclude_from_weight_decay(var_list=[the 3 variables encoder/dense/bias, encoder/norm"
+    assert want in f.fixes[0], f.fixes
+    assert f.fix_checks[0] == ""
+
+
+def _clips(*calls):
+    made = [{"function": f, "limit": x, "steps": 4, "active_steps": 1} for f, x in calls]
+    return {"clipping": {"watched": True, "steps": 4, "calls": made}}
+
+
+def test_clipping_fixes_are_values_and_checked():
+    """Clipping in one run only, and another clipping rule, each fixed with the value (Keras's
+    global_clipnorm, torch's clip_grad_norm_ call) and checked on a copy of the records."""
+    keras_plain = record("tf", config={"optimizer": {"type": "SGD"}})
+    keras_half = record("tf", config={"optimizer": {"type": "SGD", "global_clipnorm": 0.5}})
+    torch_one = record("torch", config=_clips(("clip_grad_norm_", 1.0)))
+    torch_none = record("torch", config=_clips())
+    for a, b, name, value in (
+        (torch_one, keras_plain, "gradient clipping in one run only", "global_clipnorm=1"),
+        (torch_none, keras_half, "gradient clipping in one run only", "clip_grad_norm_("),
+        (torch_one, keras_half, "different gradient clipping", "global_clipnorm=1"),
+        (
+            keras_half,
+            torch_one,
+            "different gradient clipping",
+            "clip_grad_norm_(model.parameters(), 0.5)",
+        ),
+    ):
+        (f,) = [f for f in _checked(a, b) if f.name == name]
+        assert value in f.fixes[0], f.fixes
+        assert f.fix_checks == [""], f.fix_lines()
+
+
+def test_a_base_lr_fix_scales_the_recorded_lrs_and_is_checked():
+    """A base lr written is a scale of every recorded step's lr (its schedule scales with it):
+    each side's fix clears the finding on a copy of the records. Where the schedules' shapes
+    differ too, the base lr's fix still holds, and the shape stays named by its own finding."""
+    a = with_lrs(record("torch"), [0.1, 0.1, 0.05, 0.05])
+    b = with_lrs(record("tf"), [0.2, 0.2, 0.1, 0.1])
+    (f,) = [f for f in _checked(a, b) if f.name == "different base learning rate"]
+    assert "lr=0.2" in f.fixes[0] and "learning_rate=0.1" in f.fixes[1], f.fixes
+    assert f.fix_checks == ["", ""], f.fix_lines()
+    c = with_lrs(record("tf"), [0.2, 0.2, 0.2, 0.2])  # another base and another schedule
+    found = {f.name: f for f in _checked(a, c)}
+    assert found["different base learning rate"].fix_checks == ["", ""]  # the other remains
+    assert "different lr schedules" in found

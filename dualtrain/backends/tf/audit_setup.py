@@ -14,7 +14,13 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from dualtrain.audit import meeting
-from dualtrain.backends.tf.audit_watch import fit_arguments, fit_weights
+from dualtrain.backends.tf.audit_watch import (
+    early_stopping,
+    fit_arguments,
+    fit_weights,
+    lr_callbacks,
+    stopping_facts,
+)
 from dualtrain.core.pair import mapfile
 from dualtrain.errors import UserError, shown
 
@@ -229,11 +235,15 @@ def config_of(model: Any, fit_weights: dict[str, Any]) -> dict[str, Any]:
         },
     }
     variables = model_variables(model)
+    canonical = canonical_names(model, variables)
     cfg["frozen"] = {  # a layer's parameters fit does not train (not its statistics: BatchNorm's
         name: int(np.prod(v.shape))  # moving ones, a Normalization's mean; torch's buffers)
-        for name, v in zip(canonical_names(model, variables), variables, strict=True)
+        for name, v in zip(canonical, variables, strict=True)
         if not v.trainable and v.path.rpartition("/")[2] in PARAMETER_LEAVES
     }
+    # each trainable variable's own name (exclude_from_weight_decay's var_names match it)
+    own = zip(canonical, variables, strict=True)
+    cfg["variable_names"] = {n: v.name for n, v in own if v.trainable}
     if isinstance(opt, keras.optimizers.LossScaleOptimizer):
         c = opt.get_config()
         cfg["loss_scale"] = {
@@ -250,7 +260,7 @@ def config_of(model: Any, fit_weights: dict[str, Any]) -> dict[str, Any]:
     cfg["optimizer"] = {"type": type(opt).__name__, **oc}
     if oc.get("weight_decay"):  # exclude_from_weight_decay's variables (not in get_config)
         decays = getattr(opt, "_use_weight_decay", None)  # Keras's own test, per variable
-        names = dict(zip(map(id, variables), canonical_names(model, variables), strict=True))
+        names = dict(zip(map(id, variables), canonical, strict=True))
         if callable(decays):
             cfg["optimizer"]["no_decay"] = [
                 names[id(v)] for v in variables if v.trainable and not decays(v)
@@ -284,40 +294,6 @@ def loss_terms(model: Any) -> dict[str, Any]:
         "loss": {"type": type(loss).__name__, **kept},
         "loss_weights": weights,
     }
-
-
-#: what the lr callbacks' settings are named in Keras
-PLATEAU = ("monitor", "factor", "patience", "min_delta", "cooldown", "min_lr", "mode")
-
-
-def lr_callbacks(callbacks: Any) -> list[dict[str, Any]]:
-    """The callbacks of fit that set the lr: ReduceLROnPlateau (its settings) and
-    LearningRateScheduler."""
-    listed = getattr(callbacks, "callbacks", callbacks) or []
-    out: list[dict[str, Any]] = []
-    for cb in listed if isinstance(listed, (list, tuple)) else []:
-        if isinstance(cb, keras.callbacks.ReduceLROnPlateau):
-            out.append({"type": "ReduceLROnPlateau"} | {k: getattr(cb, k, None) for k in PLATEAU})
-        elif isinstance(cb, keras.callbacks.LearningRateScheduler):
-            out.append({"type": "LearningRateScheduler"})
-    return [{k: _number(v) for k, v in c.items()} for c in out]
-
-
-def early_stopping(callbacks: Any) -> Any:
-    """fit's EarlyStopping callback, if it has one (read again as fit ends: where it stopped,
-    and whether it restores the best weights after the recorder's ``on_train_end``)."""
-    listed = getattr(callbacks, "callbacks", callbacks) or []
-    found = [c for c in listed if isinstance(c, keras.callbacks.EarlyStopping)]
-    return found[0] if isinstance(listed, (list, tuple)) and found else None
-
-
-def stopping_facts(cb: Any) -> dict[str, Any]:
-    keys = ("monitor", "patience", "min_delta", "restore_best_weights", "stopped_epoch")
-    return {k: _number(getattr(cb, k, None)) for k in keys}
-
-
-def _number(v: Any) -> Any:
-    return float(v) if isinstance(v, np.floating) else int(v) if isinstance(v, np.integer) else v
 
 
 def final_weights(model: Any, weight_map: Any, stopper: Any, config: dict[str, Any]) -> Any:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from dualtrain.backends.tf.audit_digests import Digests, input_of
@@ -89,6 +90,40 @@ class Patches:
     def undo(self) -> None:
         while self._undo:
             self._undo.pop()()
+
+
+#: what the lr callbacks' settings are named in Keras
+PLATEAU = ("monitor", "factor", "patience", "min_delta", "cooldown", "min_lr", "mode")
+
+
+def lr_callbacks(callbacks: Any) -> list[dict[str, Any]]:
+    """The callbacks of fit that set the lr: ReduceLROnPlateau (its settings) and
+    LearningRateScheduler."""
+    listed = getattr(callbacks, "callbacks", callbacks) or []
+    out: list[dict[str, Any]] = []
+    for cb in listed if isinstance(listed, (list, tuple)) else []:
+        if isinstance(cb, keras.callbacks.ReduceLROnPlateau):
+            out.append({"type": "ReduceLROnPlateau"} | {k: getattr(cb, k, None) for k in PLATEAU})
+        elif isinstance(cb, keras.callbacks.LearningRateScheduler):
+            out.append({"type": "LearningRateScheduler"})
+    return [{k: _number(v) for k, v in c.items()} for c in out]
+
+
+def early_stopping(callbacks: Any) -> Any:
+    """fit's EarlyStopping callback, if it has one (read again as fit ends: where it stopped,
+    and whether it restores the best weights after the recorder's ``on_train_end``)."""
+    listed = getattr(callbacks, "callbacks", callbacks) or []
+    found = [c for c in listed if isinstance(c, keras.callbacks.EarlyStopping)]
+    return found[0] if isinstance(listed, (list, tuple)) and found else None
+
+
+def stopping_facts(cb: Any) -> dict[str, Any]:
+    keys = ("monitor", "patience", "min_delta", "restore_best_weights", "stopped_epoch")
+    return {k: _number(getattr(cb, k, None)) for k in keys}
+
+
+def _number(v: Any) -> Any:
+    return float(v) if isinstance(v, np.floating) else int(v) if isinstance(v, np.integer) else v
 
 
 def _sums(tracker: Any) -> tuple[Any, Any]:
