@@ -5,8 +5,9 @@ NOT confirmed in the report, with what remained or came.
 
 What the recorders read from the scripts' objects (the optimizer's options, the loss terms, the
 loss-scale rule, the clipping) is edited so; a base lr scales every step's recorded lr (its
-schedule scales with it). A difference that shows only in the steps (a schedule's shape, a loss,
-the rows) has no edits, and its fix is given unchecked."""
+schedule scales with it), and a schedule or warmup written gives the lrs it computes, step by
+step, in place of the recorded ones. A fix that is words (a schedule of no shape it writes, a
+loss, the rows) has no edits, and is given unchecked."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.rows import StepRow
-from dualtrain.records.verdict import LR_SCALE, Edit, Finding
+from dualtrain.records.verdict import LR_SCALE, LR_SERIES, Edit, Finding, FixCheck
 
 
 def _scaled(steps: list[StepRow], factor: float) -> list[StepRow]:
@@ -40,6 +41,13 @@ def applied(run: Recorded, tag: str, edits: list[Edit]) -> Recorded:
         if edit.path == LR_SCALE:
             steps = _scaled(steps, float(edit.value))
             continue
+        if edit.path == LR_SERIES:
+            lrs = list(edit.value)
+            steps = [
+                dataclasses.replace(s, lr=lrs[i], lrs=None) if i < len(lrs) else s
+                for i, s in enumerate(steps)
+            ]
+            continue
         *parents, last = edit.path
         node = config
         for key in parents:
@@ -61,15 +69,26 @@ def _check(
     edits: list[Edit],
     before: set[str],
     diagnose: Callable[[Recorded, Recorded], list[Finding]],
-) -> str:
-    after = {f.name for f in diagnose(applied(a, "A", edits), applied(b, "B", edits))}
-    said = ", ".join(f"{e.path[-1]}={e.value!r}" for e in edits)
-    if finding.name in after:
-        return f"written into a copy of the recorded configuration ({said}), it leaves this finding"
-    came = sorted(after - before)
+) -> FixCheck:
+    after = diagnose(applied(a, "A", edits), applied(b, "B", edits))
+    said = ", ".join(f"{e.path[-1]}={_short(e.value)}" for e in edits)
+    where = f"written into a copy of the recorded configuration ({said})"
+    if finding.name in {f.name for f in after}:
+        return FixCheck(False, f"{where}, it leaves this finding")
+    came = sorted({f.name for f in after if f.name not in before and not f.inherent})
     if came:
-        return f"written into a copy of the recorded configuration ({said}), it brings {came}"
-    return ""
+        return FixCheck(False, f"{where}, it brings {came}")
+    conventions = sorted({f.name for f in after if f.name not in before and f.inherent})
+    if conventions:  # no line changes those: the fix holds, and the report says what it brings
+        return FixCheck(True, f"it brings a convention of the frameworks: {'; '.join(conventions)}")
+    return FixCheck(True)
+
+
+def _short(value: Any) -> str:
+    """An edit's value as the check says it (a series of lrs by its length and ends)."""
+    if isinstance(value, list) and len(value) > 4:
+        return f"[{value[0]!r}, ..., {value[-1]!r}] ({len(value)} values)"
+    return repr(value)
 
 
 def check_fixes(

@@ -16,8 +16,14 @@ from dualtrain.audit.checks import (
 from dualtrain.audit.finding import fix, hf_trainer, opt_lines, schedule_lines
 from dualtrain.audit.optimizers import describe
 from dualtrain.audit.read import Recorded
-from dualtrain.audit.warmups import Warmup, schedule_to_write, warmup_findings, warmup_of
-from dualtrain.records.verdict import LR_SCALE, Edit, Finding
+from dualtrain.audit.warmups import (
+    Warmup,
+    schedule_to_write,
+    warmup_findings,
+    warmup_of,
+    written_lrs,
+)
+from dualtrain.records.verdict import LR_SCALE, LR_SERIES, Edit, Finding
 
 
 def _change_points(run: Recorded) -> tuple[list[int], bool]:
@@ -88,6 +94,7 @@ def _per_epoch(a: Recorded, b: Recorded) -> list[Finding]:
                     fix(a, "A", schedule_lines(a), schedule_to_write(a, b, "B")),
                     fix(b, "B", schedule_lines(b), schedule_to_write(b, a, "A")),
                 ],
+                edits=_written(a, b),
                 step=min(ea[e][0], eb[e][0]),
             )
         ]
@@ -227,8 +234,18 @@ def _shape(
                 fix(b, "B", schedule_lines(b), schedule_to_write(b, a, "A")),
             ],
             step=first,
+            edits=_written(a, b),
         )
     ]
+
+
+def _written(a: Recorded, b: Recorded) -> list[list[Edit]]:
+    """Each side's schedule written, as the lrs it gives (unchecked where it is words)."""
+    out = []
+    for tag, run, like in (("A", a, b), ("B", b, a)):
+        lrs = written_lrs(run, like)
+        out.append([] if lrs is None else [Edit(tag, LR_SERIES, lrs)])
+    return out
 
 
 def _granularity(

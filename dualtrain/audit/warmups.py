@@ -12,7 +12,7 @@ from dualtrain.audit import conventions as C
 from dualtrain.audit.checks import LR_F32_ULPS, lr_close, lr_peak
 from dualtrain.audit.finding import fix, hf_trainer, opt_lines, schedule_lines
 from dualtrain.audit.read import Recorded
-from dualtrain.records.verdict import Finding
+from dualtrain.records.verdict import LR_SERIES, Edit, Finding
 
 
 @dataclass(frozen=True)
@@ -146,22 +146,33 @@ def warmup_findings(
                 f"B's{to} over {wb.steps} steps (from {wb.start:.6g})",
                 [_add(a, "A", wb, "B's warmup"), _add(b, "B", wa, "A's warmup")],
                 step=2,
+                edits=[_series("A", a, wb, True), _series("B", b, wa, True)],
             )
         ]
     w, on, tag, off, otag = (wa, a, "A", b, "B") if wa else (wb, b, "B", a, "A")
     if w is None or not starts_at_peak(off):
         return []
     first = off.steps[0].lr
-    fixes = [_add(off, otag, w, f"{tag}'s warmup"), _drop(on, tag, w)]
+    fixes = sorted(  # (each fix with its edits, in the fixes' order)
+        [
+            (_add(off, otag, w, f"{tag}'s warmup"), _series(otag, off, w, True)),
+            (_drop(on, tag, w), _series(tag, on, w, False)),
+        ]
+    )
     return [
         Finding(
             "warmup in one run only",
             f"{tag}'s lr rises from {w.start:.6g} at step 1 to {w.peak:.6g} at step {w.steps} "
             f"(a warmup); {otag}'s starts at {first:.6g}",
-            sorted(fixes),
+            [line for line, _ in fixes],
             step=1,
+            edits=[edits for _, edits in fixes],
         )
     ]
+
+
+def _series(tag: str, run: Recorded, w: Warmup, keep: bool) -> list[Edit]:
+    return [Edit(tag, LR_SERIES, warmup_lrs(run, w, keep))]
 
 
 def _constant(lrs: list[float]) -> bool:
@@ -180,6 +191,28 @@ def _linear_steps(lrs: list[float]) -> int | None:
         if all(abs(x - y) <= 2 * LR_F32_ULPS * lrs[0] for x, y in zip(lrs, line, strict=True))
         else None
     )
+
+
+def written_lrs(run: Recorded, like: Recorded) -> list[float] | None:
+    """The lr at each of ``run``'s steps under the schedule :func:`schedule_to_write` writes
+    (``like``'s constant lr, or its linear decay to 0 over N steps: LinearLR stepped per step,
+    PolynomialDecay, a Trainer's "linear", each lr_1 * (1 - i / N) from step i + 1); None where
+    it writes words."""
+    lrs = [float(x or 0) for x in like.series("lr")]
+    n = _linear_steps(lrs)
+    if not lrs or (not _constant(lrs) and n is None):
+        return None
+    if n is None:
+        return [lrs[0]] * len(run.steps)
+    return [max(lrs[0] * (1 - i / n), 0.0) for i in range(len(run.steps))]
+
+
+def warmup_lrs(run: Recorded, w: Warmup, keep: bool) -> list[float]:
+    """``run``'s lrs with warmup ``w`` written (``keep``) over its first steps, its own lrs
+    after it; or (not ``keep``) its warmup dropped: ``w``'s peak from step 1."""
+    own = [float(x or 0) for x in run.series("lr")]
+    head = list(w.lrs) if keep else [w.peak] * w.steps
+    return head + own[w.steps :]
 
 
 def schedule_to_write(run: Recorded, like: Recorded, tag: str) -> str:

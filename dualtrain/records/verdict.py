@@ -119,9 +119,22 @@ class Edit:
     value: Any
 
 
+@dataclass(frozen=True)
+class FixCheck:
+    """A fix's edits written into a copy of the records, the differences found again: whether
+    the fix ``holds`` (its finding gone, no other difference came) and what it said (what
+    remained or came; where it holds, a convention of the frameworks it brings, if any)."""
+
+    holds: bool
+    said: str = ""
+
+
 #: an Edit's path that scales every recorded step's lr by its value (a base lr written: the
 #: schedule scales with it)
 LR_SCALE = ("steps", "lr", "scale")
+#: an Edit's path whose value is every recorded step's lr in order (a schedule written: the lrs
+#: it gives; a step past the list keeps its lr)
+LR_SERIES = ("steps", "lr", "series")
 
 
 @dataclass
@@ -139,18 +152,14 @@ class Finding:
     edits: list[list[Edit]] = field(default_factory=list)
     """Each fix's values as edits of the recorded configuration (in the order of ``fixes``; []
     for a fix that is no value, or a finding whose evidence is no configuration)."""
-    fix_checks: list[str | None] = field(default_factory=list)
-    """For each fix with edits: "" where applying them to a copy of the records made this
-    finding go away and added none, else what remained or came (None: nothing to check)."""
+    fix_checks: list[FixCheck | None] = field(default_factory=list)
+    """For each fix: its edits' check (None: a fix without edits, given unchecked)."""
 
     def fix_lines(self) -> list[tuple[str, str]]:
         """Each fix with what its check found, as a report prints them: ``(line, note)``, the
         note "" where the fix has no check."""
         checks = self.fix_checks + [None] * (len(self.fixes) - len(self.fix_checks))
-        return [
-            (line, "" if check is None else f"NOT confirmed: {check}" if check else CHECKED)
-            for line, check in zip(self.fixes, checks, strict=False)
-        ]
+        return [(line, _note(check)) for line, check in zip(self.fixes, checks, strict=False)]
 
     @property
     def title(self) -> str:
@@ -162,6 +171,14 @@ class Finding:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _note(check: FixCheck | None) -> str:
+    if check is None:
+        return ""
+    if not check.holds:
+        return f"NOT confirmed: {check.said}"
+    return CHECKED + (f"; {check.said}" if check.said else "")
 
 
 def all_passed(checks: list[Check]) -> bool:
