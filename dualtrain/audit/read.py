@@ -142,6 +142,8 @@ def _npz(path: Path) -> dict[str, np.ndarray]:
 def read_recorded(run_dir: str | Path) -> Recorded:
     """A finished audit record, or a one-line UserError (not one, or half-written)."""
     d = Path(run_dir)
+    if not d.exists():
+        raise UserError(f"audit record not found: {d} does not exist. Received: {str(d)!r}")
     if not (d / AUDIT_FILE).is_file():
         raise UserError(f"{d} is not an audit record (no {AUDIT_FILE}). Received: {str(d)!r}")
     meta = json.loads((d / AUDIT_FILE).read_text())

@@ -97,6 +97,8 @@ def test_two_records_compare_beside_them_and_a_missing_one_is_said_missing(tmp_p
     assert (out / "verdict.json").is_file() and cmp.out.resolve() == out.resolve()
     with pytest.raises(UserError, match=r"run directory not found: '.*recs/gone'"):
         dualtrain.compare(tmp_path / "recs" / "a", tmp_path / "recs" / "gone", quiet=True)
+    with pytest.raises(UserError, match=r"audit record not found: .*recs/gone does not exist"):
+        compare_recorded(tmp_path / "recs" / "a", tmp_path / "recs" / "gone")
 
 
 def test_a_gradscaler_skip_is_recorded(tmp_path):
