@@ -9,7 +9,9 @@ first callback's step start to the last one's step end (the recorder's work insi
 ``on_train_batch_start``/``_end``, the Trainer's ``on_step_begin``/``_end`` with the recorder's
 forward hooks between); each training's first step is left out. Reported: the step time of each
 kind and the overhead ``recorded / plain - 1`` by the means (target: at most 5%) and by the
-medians.
+medians; and the time spent inside the recorder's own calls (the callback's entry points and the
+optimizer-step hooks, timed around each call) per recorded step, against the plain step's
+median: a share the machine's noise between trainings does not move.
 
     python bench/audit_overhead_trainers.py --trainer lightning [--blocks 6] [--block 20]
     python bench/audit_overhead_trainers.py --trainer transformers
@@ -53,6 +55,40 @@ class Clock:
         self.n += 1
         if not self.start and self.n > 1:  # each training's first step warms up
             self.times.append(time.perf_counter() - Clock.began)
+
+
+#: seconds spent inside the recorder's calls, summed over every recorded training
+INSIDE = [0.0]
+
+
+def timed(owner: Any, name: str) -> None:
+    """Time each call of ``owner.name`` into :data:`INSIDE` (the outermost call only)."""
+    real, depth = getattr(owner, name), [0]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        depth[0] += 1
+        began = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                INSIDE[0] += time.perf_counter() - began
+
+    setattr(owner, name, call)
+
+
+def watch_inside() -> None:
+    """The recorder's entry points under both trainers: the callbacks' Recording (each
+    micro-batch's rows, each step's loss), the forward hooks of the Trainer's recorder, and the
+    TorchRecorder's optimizer-step hooks (registered when it is made, so patched before)."""
+    from dualtrain.backends.torch import audit as torch_audit  # lazy: framework
+    from dualtrain.backends.torch import audit_trainers  # lazy: framework
+
+    for name in ("batch", "end"):
+        timed(audit_trainers.Recording, name)
+    for name in ("_pre", "_post"):
+        timed(torch_audit.TorchRecorder, name)
 
 
 def lightning(times: dict[str, list[float]], blocks: int, block: int, tmp: Path) -> None:
@@ -153,6 +189,7 @@ def main() -> None:
     torch.manual_seed(0)
     times: dict[str, list[float]] = {"plain": [], "recorded": []}
     run = lightning if args.trainer == "lightning" else transformers
+    watch_inside()
     with tempfile.TemporaryDirectory() as tmp:
         run(times, args.blocks, args.block, Path(tmp))
     plain, recorded = times["plain"], times["recorded"]
@@ -163,6 +200,11 @@ def main() -> None:
         f"{1e3 * statistics.median(plain):.1f} ms plain, {1e3 * statistics.median(recorded):.1f} "
         f"ms recorded; overhead {100 * by_means:+.1f}% by the means, {100 * by_medians:+.1f}% by "
         f"the medians"
+    )
+    inside = INSIDE[0] / (len(recorded) + args.blocks)  # (each training's first step is timed too)
+    print(
+        f"{args.trainer}: inside the recorder {1e3 * inside:.2f} ms a step, "
+        f"{100 * inside / statistics.median(plain):.1f}% of the plain step's median"
     )
 
 
