@@ -88,6 +88,48 @@ def test_a_trainer_is_recorded_as_it_logs_each_step(tmp_path, accumulate):
     )
 
 
+class OwnLoss(transformers.Trainer):
+    """A stranger's Trainer: the loss computed in an overridden compute_loss (class weights),
+    the model returning logits only."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.pop("labels")
+        out = model(**inputs)
+        weight = torch.tensor([1.0, 2.0, 3.0])
+        loss = torch.nn.functional.cross_entropy(out["logits"], labels, weight=weight)
+        return (loss, out) if return_outputs else loss
+
+
+def test_a_loss_the_trainer_computes_is_recorded(tmp_path):
+    """Where the model returns no loss (an overridden compute_loss; the Trainer's own label
+    smoothing computes it there too), the record had none at any step (the loss trajectory not
+    judged); now the loss compute_loss returns is recorded, as the Trainer logs it, and
+    compute_loss is the Trainer's own again after training."""
+    torch.manual_seed(0)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        num_train_epochs=1,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = OwnLoss(
+        model=Tiny(),
+        args=args,
+        train_dataset=Rows(16),
+        callbacks=[audit.transformers_recorder(tmp_path / "rec")],
+    )
+    trainer.train()
+    run = read_recorded(tmp_path / "rec")
+    logged = [h["loss"] for h in trainer.state.log_history if "grad_norm" in h]
+    assert len(run.steps) == len(logged) == 4
+    assert [s.loss for s in run.steps] == pytest.approx(logged, rel=1e-4)
+    assert "compute_loss" not in vars(trainer)
+
+
 @pytest.mark.parametrize("method", ["__init__", "batch", "step", "close"])
 def test_a_failing_recorder_never_stops_the_trainer(tmp_path, monkeypatch, capsys, method):
     from dualtrain.backends.torch.audit import TorchRecorder

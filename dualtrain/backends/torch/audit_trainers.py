@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -141,13 +142,15 @@ class TransformersRecorder:
     """dualtrain's audit recorder as a Hugging Face Trainer callback (docs/audit.md). The Trainer
     gives its callbacks no batch and no loss: the recorder reads each training forward's inputs (a
     pre-hook on the model: ``input_ids``, ``pixel_values``, ...) and the loss the model returns
-    (``outputs.loss``; none where the Trainer computes its own, as with
-    ``label_smoothing_factor``), and closes a step at ``on_step_end``."""
+    (``outputs.loss``), or where the model returns none, the loss the Trainer's ``compute_loss``
+    returns (a script's own override, a ``label_smoothing_factor``: the Trainer is found in the
+    calling frames as training begins), and closes a step at ``on_step_end``."""
 
     def __init__(self, run_dir: str | Path) -> None:
         self.recording = Recording(run_dir)
         self.epoch = 0
         self.hooks: list[Any] = []
+        self.trainer: Any = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         model = kw.get("model")
@@ -168,6 +171,25 @@ class TransformersRecorder:
                 model.register_forward_pre_hook(self._inputs, with_kwargs=True),
                 model.register_forward_hook(self._loss),
             ]
+            self.trainer = _calling_trainer()
+            if self.trainer is not None:
+                self._watch_compute_loss(self.trainer)
+
+    def _watch_compute_loss(self, trainer: Any) -> None:
+        """The loss ``trainer.compute_loss`` returns, kept where the model's forward returned
+        none (put back as training ends)."""
+        original = trainer.compute_loss
+
+        def compute_loss(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            before = len(self.recording.losses)
+            out = original(model, inputs, *args, **kwargs)
+            loss = out[0] if isinstance(out, tuple) else out
+            mine = self._training(model) and len(self.recording.losses) == before
+            if mine and isinstance(loss, torch.Tensor) and not self.recording.failed:
+                self.recording.losses.append(float(loss.detach()))
+            return out
+
+        trainer.compute_loss = compute_loss
 
     @staticmethod
     def _training(module: Any) -> bool:
@@ -191,7 +213,22 @@ class TransformersRecorder:
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         for h in self.hooks:
             h.remove()
+        if self.trainer is not None and "compute_loss" in vars(self.trainer):
+            del self.trainer.compute_loss  # the Trainer's own again
         self.recording.close("on_train_end")
+
+
+def _calling_trainer() -> Any:
+    """The Hugging Face Trainer whose training calls its callbacks now (a caller's ``self``), or
+    None."""
+    trainer_class = getattr(sys.modules.get("transformers"), "Trainer", None)
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and trainer_class is not None:
+        me = frame.f_locals.get("self")
+        if isinstance(me, trainer_class):
+            return me
+        frame = frame.f_back
+    return None
 
 
 def transformers_callback(run_dir: str | Path) -> Any:
