@@ -58,7 +58,7 @@ def said(run: Recorded) -> str:
     if class_weight(run):
         out.append(f"fit's class_weight={class_weight(run)}")
     if _terms(run).get("sample_weight"):
-        out.append("fit's sample_weight")
+        out.append("sample weights (fit's sample_weight, or a dataset's (x, y, weight))")
     if loss_weights(run):
         out.append(f"loss_weights={loss_weights(run)}")
     if added(run):
@@ -112,7 +112,7 @@ def to_match(run: Recorded, keras_run: Recorded) -> str | None:
         if regularizers(keras_run):
             parts.append("no kernel_regularizer, bias_regularizer or activity_regularizer")
         if weights or _terms(keras_run).get("sample_weight"):
-            parts.append("no class_weight or sample_weight in fit")
+            parts.append("no class_weight or sample_weight in fit (nor weights the dataset yields)")
         if loss_weights(keras_run):
             parts.append("loss_weights=None in compile")
         if added(keras_run):

@@ -149,6 +149,15 @@ rec = audit.keras_recorder(OUT + "/o", model=m)
 m.fit(np.ones((4, 3), "float32"), [np.ones((4, 2), "float32"), np.ones((4, 1), "float32")],
       callbacks=[rec], verbose=0)
 terms = json.load(open(OUT + "/o/audit.json"))["config"]["loss_terms"]
+with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():  # sample weights the dataset yields
+    m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    m.compile(optimizer="sgd", loss="mse")
+rec = audit.keras_recorder(OUT + "/p", model=m)
+ones = np.ones((4, 3), "float32")
+weighted = tf.data.Dataset.from_tensor_slices((ones, ones[:, :2], np.arange(4.0))).batch(2)
+m.fit(weighted, callbacks=[rec], verbose=0)
+weighted_terms = json.load(open(OUT + "/p/audit.json"))["config"]["loss_terms"]
+print("dataset weights", weighted_terms["sample_weight"])
 print("add_loss", terms["add_loss"], terms["loss_weights"],
       [r["kind"] for r in terms["regularizers"]], keras.layers.Layer.add_loss.__qualname__)
 """
@@ -189,3 +198,5 @@ def test_keras_recorder_misuse_is_one_line(tmp_path):
     assert "add_loss ['act (Sparse)'] [1.0, 0.5] ['activity'] Layer.add_loss" in proc.stdout, (
         proc.stdout
     )
+    # sample weights a dataset yields as (x, y, sample_weight): read as fit's train step saw them
+    assert "dataset weights True" in proc.stdout, proc.stdout

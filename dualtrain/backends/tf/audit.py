@@ -229,7 +229,10 @@ class KerasRecorder(keras.callbacks.Callback):
                 return
             self._drop_unfinished()
             fed_by_fit(self.steps, self.rows)
-            self.config["loss_terms"]["add_loss"] = self.wrapping.added_losses()  # (as traced)
+            terms = self.config["loss_terms"]  # what fit's train function saw as traced:
+            terms["add_loss"] = self.wrapping.added_losses()  # layers' own loss terms, and
+            weighted = self.wrapping.sample_weighted and not terms.get("class_weight")  # (fit
+            terms["sample_weight"] = terms["sample_weight"] or weighted  # makes class_weight one)
             rows = sorted(self.rows, key=lambda r: (r["step"], r["replica"]))
             record.write_part(self.dir, self.rank, rows)
             if self.rank == 0:

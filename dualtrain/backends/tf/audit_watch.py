@@ -140,10 +140,13 @@ class Wrapping:
 
     def __init__(self, model: Any, recorder: Any):
         self.model, self.recorder, self.patches = model, recorder, Patches()
+        self.sample_weighted = False
         original_step = model.train_step
         digests = Digests()
 
         def recorded_step(data: Any) -> Any:
+            if isinstance(data, (tuple, list)) and len(data) == 3 and data[2] is not None:
+                self.sample_weighted = True  # (x, y, sample_weight) from the dataset itself
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             rows = digests.traced(input_of(data))  # sums, or rows to digest on the host
             tracker = next((m for m in model.metrics if m.name == "loss"), None)
