@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run compare test test-unit test-slow test-slow-ci bench clean
+.PHONY: install run compare test test-unit test-slow test-slow-ci bench docs clean
 
 # Python caches each module's bytecode (__pycache__/, ignored by git) unless told not to. With
 # PYTHONDONTWRITEBYTECODE set (some CI images and sandboxes set it), every process the suite starts
@@ -15,7 +15,7 @@ unexport PYTHONDONTWRITEBYTECODE
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,test,ray,trainers,hub]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all,test,ray,trainers,hub,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,6 +23,10 @@ install: $(STAMP)
 # The main job: PyTorch DDP, 2 processes, MLP on real MNIST, 2 epochs.
 run: $(STAMP)
 	$(BIN)/dualtrain run --backend torch --config configs/mnist_mlp.yaml --world-size 2
+
+# The docs as a site in site/ (mkdocs.yml: strict, so a broken link or any warning fails it).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build
 
 # Both backends on the same spec, then the parity report.
 compare: $(STAMP)
@@ -69,4 +73,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_checkpoint.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site
