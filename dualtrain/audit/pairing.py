@@ -31,7 +31,15 @@ class Paired:
 
 
 def paired_weights(a: Recorded, b: Recorded) -> list[Paired] | str:
-    """A's and B's initial arrays paired, or why they cannot be."""
+    """A's and B's initial arrays paired, or why they cannot be (computed once for a pair of
+    weight sets: the records' copies share them)."""
+    key = (id(a.weights_init), id(b.weights_init))
+    if key not in a.pairings:  # (the value holds both weight sets: the ids stay theirs)
+        a.pairings[key] = (a.weights_init, b.weights_init, _paired(a, b))
+    return a.pairings[key][2]
+
+
+def _paired(a: Recorded, b: Recorded) -> list[Paired] | str:
     wa, wb = a.weights_init, b.weights_init
     na, nb = list(wa), list(wb)
     if set(na) == set(nb):

@@ -55,6 +55,10 @@ class Recorded:
     """(step, replica) -> replicas.jsonl's row."""
     weights_init: dict[str, np.ndarray] = field(repr=False)
     weights_final: dict[str, np.ndarray] = field(repr=False)
+    pairings: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False, compare=False)
+    """Its initial arrays' pairings with other records' (dualtrain.audit.pairing's, by the two
+    weight sets): shared by the copies a fix's check makes (dataclasses.replace), which keep the
+    weights, so a pairing by values is computed once per compare."""
 
     @property
     def label(self) -> str:

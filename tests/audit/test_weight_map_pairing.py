@@ -140,3 +140,21 @@ def test_a_converters_port_pairs_by_its_values_and_a_changed_value_fails():
     assert bad.status == "FAIL" and "nor do they pair by their values" in bad.detail, bad.detail
     b.weights_init = {k: RNG.normal(size=v.shape).astype(np.float32) for k, v in port.items()}
     assert check_init(a, b).status == "FAIL"
+
+
+def test_a_pairing_is_computed_once_for_a_pair_of_weight_sets():
+    """A fix's check finds the differences again on copies of the records, which keep the
+    weights: the pairing (by values, a sort of every array, for a converter's layout) is
+    computed once and shared; a copy with other weights is paired afresh."""
+    from dataclasses import replace
+
+    from dualtrain.audit.pairing import paired_weights
+    from tests.audit.records import record
+
+    a, b = record("torch"), record("tf")
+    first = paired_weights(a, b)
+    assert paired_weights(replace(a, config={}), replace(b, config={})) is first
+    assert len(a.pairings) == 1
+    other = replace(a, weights_init={"w": np.ones(2, np.float32)})
+    again = paired_weights(other, b)
+    assert again is not first and len(a.pairings) == 2  # (the copy shares the store)
