@@ -94,7 +94,17 @@ def clipping(a: Recorded, b: Recorded) -> list[Finding]:
             Finding(
                 "different gradient clipping",
                 f"A clips by {_said(_rule(a))} ({ca}), B by {_said(_rule(b))} ({cb})",
-                [fix(b, "B", CLIP_LINES[b.framework], written[0] if written else "")],
+                [
+                    fix(
+                        b,
+                        "B",
+                        CLIP_LINES[b.framework],
+                        written[0]
+                        if written
+                        else f"clip as A: {_said(_rule(a))} (torch has no clipping of each "
+                        f"variable's norm alone: a clip_grad_norm_ per parameter)",
+                    )
+                ],
                 edits=[written[1]] if written else [],
             )
         ]

@@ -51,11 +51,10 @@ def exclusion(trun: Recorded, krun: Recorded) -> Exclusion | None:
     return Exclusion(zero, variables, leaves if clean else None)
 
 
-def exclusion_differs(trun: Recorded, krun: Recorded) -> str | None:
+def exclusion_differs(krun: Recorded, found: Exclusion | None) -> str | None:
     """``weight decay: ...`` where Keras decays (``weight_decay`` > 0) other variables than
-    torch's groups do (None: the same ones, or not known)."""
+    torch's groups do (``found``: :func:`exclusion`'s; None: the same ones, or not known)."""
     k = krun.config.get("optimizer") or {}
-    found = exclusion(trun, krun)
     if found is None or not (k.get("weight_decay") or 0) > 0:
         return None
     keras = sorted(k.get("no_decay") or [])

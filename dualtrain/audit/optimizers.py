@@ -121,21 +121,26 @@ def _same_as(keys: list[str], other: dict[str, Any], groups: list[str], tag: str
 
 
 def _decay_values(
-    t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
+    t: dict[str, Any],
+    k: dict[str, Any],
+    krun: Recorded,
+    tags: tuple[str, str],
+    excluded: Exclusion | None,
 ) -> Decay:
     """The weight decay to write, in each framework's words (Keras's first), with its edits of
     the records, where one value on each side makes them agree: torch's coupled
     ``weight_decay=wd`` adds wd * w to each gradient, which is Keras's ``L2(wd / 2)``
     regularizer on every weight (L2(l2) adds 2 * l2 * w); torch's decoupled decay (AdamW,
-    ``decoupled_weight_decay=True``) is Keras's ``weight_decay``. None where no torch option
-    makes Keras's decay (SGD has no decoupled one): the Keras value alone."""
+    ``decoupled_weight_decay=True``) is Keras's ``weight_decay``. Where no torch option makes
+    Keras's decay (SGD has no decoupled one): the Keras value alone, no torch edits. ``tags``:
+    the torch run's and the Keras run's; ``excluded``: what torch's decay-free groups hold."""
+    tt, kt = tags
     tw, kw = t.get("weight_decay") or 0, k.get("weight_decay") or 0
     decoupled = t["type"] == "AdamW" or t.get("decoupled_weight_decay")
     wd = ("optimizer", "weight_decay")
     regs = ("loss_terms", "regularizers")
     if decoupled:
         keras, keras_edits = f"weight_decay={C.short(tw)}", [Edit(kt, wd, tw)]
-        excluded = exclusion(trun, krun)
         if tw and excluded is not None:  # torch's decay-free groups: left out of Keras's too
             keras += f", {exclude_call(excluded)}"
             keras_edits.append(Edit(kt, ("optimizer", "no_decay"), excluded.variables))
@@ -241,11 +246,11 @@ def _conventions(
         )
     excluded = exclusion(trun, krun)
     rest += C.keras_only(t, k, groups_known=excluded is not None)
-    differs = exclusion_differs(trun, krun)
+    differs = exclusion_differs(krun, excluded)
     rest += [differs] if differs else []
     found = []
     if out or rest:
-        decay = _decay_values(t, k, trun, krun, tt, kt)
+        decay = _decay_values(t, k, krun, (tt, kt), excluded)
         keras_fix, torch_fix, edits = _value_fixes(t, values, rest, (tt, kt), decay, excluded)
         torch_fix = trainer_names(torch_fix) if hf_trainer(trun) else torch_fix
         found.append(

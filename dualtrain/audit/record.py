@@ -30,8 +30,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import yaml
@@ -325,6 +326,28 @@ def part_failed(run_dir: Path, rank: int) -> None:
     stops waiting for it (the record is then marked failed, not written without its rows)."""
     if (run_dir / PARTS).is_dir():
         write_atomic(run_dir / PARTS / f"rank-{rank}.failed", "")
+
+
+class Failing(Protocol):
+    """A recorder that goes inert on a failure of its own (both backends' recorders)."""
+
+    failed: bool
+
+    def fail(self, where: str, error: BaseException) -> None: ...
+
+
+def guarded(recorder: Failing, where: str, body: Callable[..., None], *args: Any) -> None:
+    """``body(*args)``, the recorder's work at ``where`` inside the user's training: nothing once
+    the recorder failed; a failure of its own handed to ``recorder.fail`` (said, the recording
+    dropped, the training goes on); a misuse the recorder names (a UserError) raised."""
+    if recorder.failed:
+        return
+    try:
+        body(*args)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001  (said by recorder.fail, and the training goes on)
+        recorder.fail(where, e)
 
 
 def say_stopped(where: str, error: BaseException) -> None:

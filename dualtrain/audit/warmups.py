@@ -198,13 +198,23 @@ def written_lrs(run: Recorded, like: Recorded) -> list[float] | None:
     (``like``'s constant lr, or its linear decay to 0 over N steps: LinearLR stepped per step,
     PolynomialDecay, a Trainer's "linear", each lr_1 * (1 - i / N) from step i + 1); None where
     it writes words."""
+    shape = _writable(like)
+    if shape is None:
+        return None
+    lr, n = shape
+    if n is None:
+        return [lr] * len(run.steps)
+    return [max(lr * (1 - i / n), 0.0) for i in range(len(run.steps))]
+
+
+def _writable(like: Recorded) -> tuple[float, int | None] | None:
+    """``like``'s schedule where one call writes it: (step 1's lr, None) for a constant lr,
+    (step 1's lr, N) for a linear decay to 0 over N steps; None for another shape."""
     lrs = [float(x or 0) for x in like.series("lr")]
     n = _linear_steps(lrs)
     if not lrs or (not _constant(lrs) and n is None):
         return None
-    if n is None:
-        return [lrs[0]] * len(run.steps)
-    return [max(lrs[0] * (1 - i / n), 0.0) for i in range(len(run.steps))]
+    return lrs[0], n
 
 
 def warmup_lrs(run: Recorded, w: Warmup, keep: bool) -> list[float]:
@@ -218,11 +228,10 @@ def warmup_lrs(run: Recorded, w: Warmup, keep: bool) -> list[float]:
 def schedule_to_write(run: Recorded, like: Recorded, tag: str) -> str:
     """What ``run``'s script writes to follow ``like``'s (run ``tag``'s) schedule, where that is
     a constant lr or a linear decay to 0 (a Hugging Face Trainer's default); else the words."""
-    lrs = [float(x or 0) for x in like.series("lr")]
-    n = _linear_steps(lrs)
-    if not _constant(lrs) and n is None:
+    shape = _writable(like)
+    if shape is None:
         return f"the schedule {tag} follows"
-    lr = lrs[0] if lrs else 0.0
+    lr, n = shape
     if hf_trainer(run):
         kind = "constant" if n is None else "linear"
         return f'lr_scheduler_type="{kind}" in TrainingArguments' + (

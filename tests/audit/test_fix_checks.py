@@ -269,3 +269,16 @@ def test_a_fix_that_brings_a_framework_convention_holds_and_says_it():
     assert holds(f) == [True], f.fix_lines()
     assert "Keras clips each replica's gradient before the all-reduce" in f.fix_checks[0].said
     assert "it brings a convention of the frameworks" in f.fix_lines()[0][1]
+
+
+def test_a_clipping_torch_cannot_write_is_said_not_left_empty():
+    """Keras's clipnorm clips each variable's norm alone, which no torch option does: the fix to
+    the torch run says so (it was an empty change) and carries no edits to check."""
+    keras_each = record("tf", config={"optimizer": {"type": "SGD", "clipnorm": 1.0}})
+    torch_one = record("torch", config=_clips(("clip_grad_norm_", 1.0)))
+    (f,) = [f for f in _checked(keras_each, torch_one) if f.name == "different gradient clipping"]
+    assert f.fixes[0].endswith(
+        "-> clip as A: norm per variable 1 (torch has no clipping of each "
+        "variable's norm alone: a clip_grad_norm_ per parameter)"
+    ), f.fixes
+    assert f.edits == [] and holds(f) == []

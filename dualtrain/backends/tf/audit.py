@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,20 +109,8 @@ class KerasRecorder(keras.callbacks.Callback):
             record.release()
             self.wrapping.undo()
 
-    def _guarded(self, where: str, body: Callable[..., None], *args: Any) -> None:
-        """``body(*args)`` at fit's ``where``; a failure there said (:meth:`_fail`), a misuse the
-        recorder names raised."""
-        if self.failed:
-            return
-        try:
-            body(*args)
-        except UserError:
-            raise
-        except Exception as e:  # noqa: BLE001  (said, and fit trains on)
-            self.fail(where, e)
-
     def host_rows(self, *args: Any) -> None:
-        self._guarded("a replica's rows", self._rows, *args)
+        record.guarded(self, "a replica's rows", self._rows, *args)
 
     def _rows(self, rid: Any, loss: Any, *rows: Any) -> None:
         """A replica's step: its digests from the graph, or its rows to digest here."""
@@ -142,7 +129,7 @@ class KerasRecorder(keras.callbacks.Callback):
             self.rows.append(row)
 
     def host_norm(self, *args: Any) -> None:
-        self._guarded("the gradient norm", self._norm, *args)
+        record.guarded(self, "the gradient norm", self._norm, *args)
 
     def _norm(self, rid: Any, norm: Any, lr: Any) -> None:
         if int(rid) == 0:
@@ -192,7 +179,7 @@ class KerasRecorder(keras.callbacks.Callback):
             self.steps.pop()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self._guarded("on_train_batch_begin", self._batch_begin)
+        record.guarded(self, "on_train_batch_begin", self._batch_begin)
 
     def _batch_begin(self) -> None:
         if self.fresh and self.rank == 0:  # the weights the first step starts from: after a
@@ -210,7 +197,7 @@ class KerasRecorder(keras.callbacks.Callback):
         )
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._guarded("on_train_batch_end", self._batch_end)
+        record.guarded(self, "on_train_batch_end", self._batch_end)
 
     def _batch_end(self) -> None:
         self.last, step = self._iterations(), self.steps[-1]

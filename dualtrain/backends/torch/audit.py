@@ -19,7 +19,7 @@ merges them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,28 +102,20 @@ class TorchRecorder:
         ]
 
     # ---- a failure of the recorder's own: said, the recording dropped, the loop goes on ----------
-    def _guarded(self, where: str, body: Callable[..., None], *args: Any) -> None:
-        """``body(*args)`` at ``where``; a failure there said once on stderr, the folder marked
-        failed (compare refuses it) and the recorder inert from here on; a misuse the recorder
-        names (a UserError) raised."""
-        if self.failed:
-            return
-        try:
-            body(*args)
-        except UserError:
-            raise
-        except Exception as e:  # noqa: BLE001  (said, and the training goes on)
-            record.say_stopped(where, e)
-            self.failed = True
-            self._unhook()
-            if self.rank == 0:
-                record.abandon(self.dir)
-            else:
-                record.part_failed(self.dir, self.rank)
+    def fail(self, where: str, error: BaseException) -> None:
+        """A failure of the recorder's own at ``where`` (record.guarded): said once on stderr,
+        the folder marked failed (compare refuses it), the recorder inert from here on."""
+        record.say_stopped(where, error)
+        self.failed = True
+        self._unhook()
+        if self.rank == 0:
+            record.abandon(self.dir)
+        else:
+            record.part_failed(self.dir, self.rank)
 
     # ---- hooks -----------------------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._guarded("the optimizer step", self._before_step, optimizer, args, kwargs)
+        record.guarded(self, "the optimizer step", self._before_step, optimizer, args, kwargs)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self.steps or self.stepped:
@@ -143,7 +135,7 @@ class TorchRecorder:
             self.norm = _grad_norm(optimizer)
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._guarded("the optimizer step", self._after_step, optimizer)
+        record.guarded(self, "the optimizer step", self._after_step, optimizer)
 
     def _after_step(self, optimizer: Any) -> None:
         if self.deferred:
@@ -167,7 +159,7 @@ class TorchRecorder:
         them (else the sampler's, when the recorder was given its loader or sampler); ``epoch``:
         the script's epoch (else counted from the loader's length)."""
         self._open()
-        self._guarded("rec.batch", self._batch, inputs, indices, epoch)
+        record.guarded(self, "rec.batch", self._batch, inputs, indices, epoch)
 
     def _batch(self, inputs: Any, indices: Any, epoch: int | None) -> None:
         _not_validation(self.model)
@@ -222,7 +214,7 @@ class TorchRecorder:
         self._open()
         if self.current is None and not self.failed:
             raise UserError("rec.step(loss) needs rec.batch(inputs) first, once per optimizer step")
-        self._guarded("rec.step", self._step, loss)
+        record.guarded(self, "rec.step", self._step, loss)
 
     def _step(self, loss: Any) -> None:
         assert self.current is not None
@@ -239,7 +231,7 @@ class TorchRecorder:
             return
         self.closed = True
         try:
-            self._guarded("rec.close", self._write)
+            record.guarded(self, "rec.close", self._write)
             if self.failed and self.world > 1:  # the barrier the other processes' close waits at
                 dist.barrier()
         finally:
