@@ -45,30 +45,43 @@ def _describe(spec: Experiment) -> tuple[pair.Layout, Weights]:
         check_installed(backend)  # a pair needs both frameworks, whichever runs
     with tempfile.TemporaryDirectory(prefix="dualtrain-pair-") as tmp:
         cached = pair_cache.key(spec)
-        if not pair_cache.fetch(cached, Path(tmp)):
-            _run_children(spec, Path(tmp))
-            pair_cache.store(cached, Path(tmp))
+        if not pair_cache.fetch(cached, Path(tmp), spec):
+            spec_path = Path(tmp) / "spec.yaml"
+            spec_path.write_text(dump_spec(spec))
+            if spec.model.convert:  # the torch side runs the converter; the TF side needs its port
+                _run_children(spec, spec_path, (Backend.TORCH,))
+                _run_children(spec, spec_path, (Backend.TF,))
+            else:
+                _run_children(spec, spec_path, (Backend.TORCH, Backend.TF))
+            pair_cache.store(cached, Path(tmp), spec)
         sides = {
             b: pair.side_from_json(json.loads((Path(tmp) / b.value / "side.json").read_text()))
             for b in (Backend.TORCH, Backend.TF)
         }
         weights = load_weights(Path(tmp) / Backend.TORCH.value / "weights.npz")
-    return _layout(spec, sides, weights)
+        learned = None
+        if spec.model.convert:
+            converted = Path(tmp) / Backend.TORCH.value / pair.CONVERTED_FILE
+            learned = pair.map_from_json(json.loads(converted.read_text())["map"])
+    return _layout(spec, sides, weights, learned)
 
 
-def _run_children(spec: Experiment, tmp: Path) -> None:
-    """Each backend's describe child, both at once, writing into ``tmp``/torch and ``tmp``/tf;
-    a child that fails is one line (its own, or the user's traceback and its last line)."""
-    spec_path = tmp / "spec.yaml"
-    spec_path.write_text(dump_spec(spec))
+def _run_children(spec: Experiment, spec_path: Path, backends: tuple[Backend, ...]) -> None:
+    """Each backend's describe child (the torch side's ``convert`` for a converted pair), all at
+    once, writing into ``tmp``/torch and ``tmp``/tf; a child that fails is one line (its own, or
+    the user's traceback and its last line)."""
+    tmp = spec_path.parent
+    converted = tmp / Backend.TORCH.value / pair.CONVERTED_FILE
     procs = {}
-    for backend in (Backend.TORCH, Backend.TF):
+    for backend in backends:
         out = tmp / backend.value
         out.mkdir()
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+        command = "convert" if spec.model.convert and backend is Backend.TORCH else "describe"
+        extra = [str(converted)] if spec.model.convert and backend is Backend.TF else []
         procs[backend] = forkserver.popen(
             f"{PACKAGES[backend]}.tools",
-            ["describe", str(spec_path), str(out)],
+            [command, str(spec_path), str(out), *extra],
             env=env,
             warm=tools_warm(backend),
             stdout=subprocess.DEVNULL,
@@ -81,12 +94,12 @@ def _run_children(spec: Experiment, tmp: Path) -> None:
         except subprocess.TimeoutExpired:
             for p in procs.values():
                 p.kill()
+            field = "model.torch" if backend is Backend.TORCH else spec.model.keras_side
             raise UserError(
-                f"model.{backend.value}: building the model took over {TIMEOUT_S} s. Received: "
-                f"{getattr(spec.model, backend.value if backend is Backend.TORCH else 'keras')}"
+                f"{field.partition('=')[0]}: building the model took over {TIMEOUT_S} s. "
+                f"Received: {field}"
             ) from None
-        field = "model.torch" if backend is Backend.TORCH else "model.keras"
-        given = spec.model.torch if backend is Backend.TORCH else spec.model.keras
+        field, given = _field(spec, backend)
         if proc.returncode != 0:
             for p in procs.values():
                 p.kill()
@@ -103,11 +116,24 @@ def _run_children(spec: Experiment, tmp: Path) -> None:
             )
 
 
+def _field(spec: Experiment, backend: Backend) -> tuple[str, str | None]:
+    """The spec field that builds ``backend``'s side, and its value (a converted pair's torch
+    child runs model.convert too)."""
+    m = spec.model
+    if backend is Backend.TORCH:
+        return ("model.torch or model.convert", m.torch) if m.convert else ("model.torch", m.torch)
+    return ("model.convert", m.convert) if m.convert else ("model.keras", m.keras)
+
+
 def _layout(
-    spec: Experiment, sides: dict[Backend, pair.Side], weights: Weights
+    spec: Experiment,
+    sides: dict[Backend, pair.Side],
+    weights: Weights,
+    learned: tuple[pair.MapEntry, ...] | None = None,
 ) -> tuple[pair.Layout, Weights]:
-    """The map of the two described sides, the initial weights (model.init_from's, if given)."""
-    layout = pair.layout(sides[Backend.TORCH], sides[Backend.TF], spec.model.weight_map)
+    """The map of the two described sides (``learned``: a converted pair's), the initial weights
+    (model.init_from's, if given)."""
+    layout = pair.layout(sides[Backend.TORCH], sides[Backend.TF], spec.model.weight_map, learned)
     if spec.model.init_from is not None:
         weights = load_weights(spec.model.init_from)
         check_shapes(weights, layout.shapes(), source=spec.model.init_from)
@@ -115,6 +141,6 @@ def _layout(
     if out_t != out_k:
         raise UserError(
             f"model pair: the torch model outputs {list(out_t)} per sample and the Keras one "
-            f"{list(out_k)}. Received: {spec.model.torch} vs {spec.model.keras}"
+            f"{list(out_k)}. Received: {spec.model.torch} vs {spec.model.keras_side}"
         )
     return layout, weights

@@ -31,11 +31,13 @@ from typing import Any
 
 from dualtrain.core.data.mnist import cache_dir
 from dualtrain.core.pair.precheck import module_source
+from dualtrain.core.pair.record import CONVERTED_FILE
 from dualtrain.spec import Experiment
 
 OFF_ENV = "DUALTRAIN_PAIR_CACHE"
 FILES = ("torch/side.json", "tf/side.json", "torch/weights.npz")
-_PACKAGES = ("torch", "tensorflow", "keras", "numpy")
+#: (a converter's port may come from KerasHub or transformers: their versions make its layout)
+_PACKAGES = ("torch", "tensorflow", "keras", "numpy", "keras-hub", "transformers")
 
 
 @functools.cache
@@ -60,7 +62,9 @@ def _user_sources(spec: Experiment) -> dict[str, str] | None:
     m = spec.model
     root = Path(m.path).expanduser().resolve() if m.path else Path.cwd()
     out: dict[str, str] = {}
-    for text in (m.torch, m.keras):
+    for text in (m.torch, m.keras, m.convert):
+        if text is None:
+            continue
         module = (text or "").partition(":")[0]
         source = module_source(module, root)
         if source is None:
@@ -98,18 +102,24 @@ def _folder(k: str) -> Path:
     return (Path(where).expanduser() if where else cache_dir() / "pairs") / k
 
 
-def fetch(k: str | None, into: Path) -> bool:
+def files(spec: Experiment) -> tuple[str, ...]:
+    """The children's files of ``spec``'s pair (a converted pair's torch side writes the learned
+    map and the port too)."""
+    return FILES + ((f"torch/{CONVERTED_FILE}",) if spec.model.convert else ())
+
+
+def fetch(k: str | None, into: Path, spec: Experiment) -> bool:
     """Copy a cached entry's files into ``into`` (torch/, tf/ as the children write them); False
     when there is none."""
-    if k is None or not all((_folder(k) / f).is_file() for f in FILES):
+    if k is None or not all((_folder(k) / f).is_file() for f in files(spec)):
         return False
-    for f in FILES:
+    for f in files(spec):
         (into / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_folder(k) / f, into / f)
     return True
 
 
-def store(k: str | None, source: Path) -> None:
+def store(k: str | None, source: Path, spec: Experiment) -> None:
     """Keep the children's files (in ``source``) under the key; a cache that cannot be written is
     no failure of the run."""
     if k is None:
@@ -118,7 +128,7 @@ def store(k: str | None, source: Path) -> None:
         parent = _folder(k).parent
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{k}.", dir=parent))
-        for f in FILES:
+        for f in files(spec):
             (tmp / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / f, tmp / f)
         try:

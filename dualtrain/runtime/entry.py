@@ -221,20 +221,23 @@ def env_facts(backend_facts: Callable[[], dict[str, Any]], backend_kernels: Any)
 def describe_main(
     backend: str,
     argv: list[str],
-    describe: Callable[[Experiment], tuple[dict[str, Any], dict[str, np.ndarray] | None]],
+    describe: Callable[..., tuple[dict[str, Any], dict[str, np.ndarray] | None]],
 ) -> int:
-    """``python -m dualtrain.backends.<backend>.tools describe SPEC_YAML OUT_FOLDER``: this
+    """``python -m dualtrain.backends.<backend>.tools describe SPEC_YAML OUT_FOLDER [FILE]``: this
     backend's side of a model pair (dualtrain.core.pair) as OUT_FOLDER/side.json, and the torch
-    side's initial weights as OUT_FOLDER/weights.npz (dualtrain.driver.pair reads both)."""
-    if len(argv) != 3:
+    side's initial weights as OUT_FOLDER/weights.npz (dualtrain.driver.pair reads both). FILE,
+    where given, is passed on to ``describe`` (the TF side of a converted pair: the torch side's
+    converted.json, which holds the port)."""
+    if len(argv) not in (3, 4):
         print(
-            f"usage: python -m dualtrain.backends.{backend}.tools describe SPEC_YAML OUT_FOLDER",
+            f"usage: python -m dualtrain.backends.{backend}.tools {argv[0] if argv else 'describe'}"
+            f" SPEC_YAML OUT_FOLDER [FILE]",
             file=sys.stderr,
         )
         return 2
-    _, spec_path, out = argv
+    spec_path, out = argv[1], argv[2]
     try:
-        side, weights = describe(load_spec(spec_path))
+        side, weights = describe(load_spec(spec_path), *argv[3:])
     except UserError as exc:
         print(f"dualtrain: error: {exc}", file=sys.stderr)
         return 2

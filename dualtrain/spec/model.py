@@ -154,6 +154,11 @@ class ModelSpec:
     keras: str | None = None
     """A model pair's Keras side: ``"package.module:factory"`` returning a Keras 3 model that takes
     the inputs NHWC (images) or (N, F) and returns (N, outputs)."""
+    convert: str | None = None
+    """Instead of ``keras``: ``"package.module:function"``, a converter that takes the torch module
+    (built by ``model.torch``) and returns its Keras port (KerasHub's ``from_preset`` on a
+    ``save_pretrained`` folder, or a team's own converter). dualtrain learns the weight map from
+    what the converter does with distinct values (docs/own-models.md)."""
     args: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for both factories (e.g. ``{width: 16, blocks: 2}``)."""
     path: str | None = tagged_field(COSMETIC, default=None)
@@ -162,11 +167,17 @@ class ModelSpec:
     """A model pair's explicit weight map (YAML/JSON: ``[{torch: NAME, keras: PATH, transform:
     T}]``); null: matched automatically (layer order, shapes, layout transforms)."""
 
-    PAIR_FIELDS = ("torch", "keras", "args", "path", "weight_map")
+    PAIR_FIELDS = ("torch", "keras", "convert", "args", "path", "weight_map")
 
     @property
     def is_pair(self) -> bool:
-        return self.torch is not None or self.keras is not None
+        return self.torch is not None or self.keras is not None or self.convert is not None
+
+    @property
+    def keras_side(self) -> str:
+        """What builds the Keras side, as the spec names it (``model.keras`` or
+        ``model.convert``)."""
+        return f"model.convert={self.convert!r}" if self.convert else f"model.keras={self.keras!r}"
 
     def __post_init__(self) -> None:
         if self.is_pair:
@@ -232,19 +243,32 @@ class ModelSpec:
                 )
 
     def _check_pair(self) -> None:
-        if self.torch is None or self.keras is None:
-            given = "torch" if self.torch is not None else "keras"
+        if self.keras is not None and self.convert is not None:
             raise UserError(
-                f"a model pair needs both model.torch and model.keras (the PyTorch module and its "
-                f"Keras port). Received: only model.{given}"
+                "model: give either model.keras (a factory of the Keras port) or model.convert (a "
+                "converter of the torch module), not both. Received: both"
+            )
+        if self.torch is None or (self.keras is None and self.convert is None):
+            given = "torch" if self.torch is not None else ("keras" if self.keras else "convert")
+            raise UserError(
+                f"a model pair needs model.torch and model.keras (the PyTorch module and its "
+                f"Keras port), or model.torch and model.convert (a converter of it). Received: "
+                f"only model.{given}"
+            )
+        if self.convert is not None and self.weight_map is not None:
+            raise UserError(
+                "model.weight_map is for a model.keras factory: with model.convert, dualtrain "
+                f"learns the map from the converter. Received: weight_map={self.weight_map!r}"
             )
         if self.preset is not None or self.layers:
             raise UserError(
                 "model: give either a model pair (torch, keras) or dualtrain layers "
                 "(preset/layers), not both. Received: both"
             )
-        for side in ("torch", "keras"):
+        for side in ("torch", "keras", "convert"):
             text = getattr(self, side)
+            if text is None:
+                continue
             mod, _, attr = text.partition(":")
             ok = bool(mod) and bool(attr) and all(p.isidentifier() for p in mod.split("."))
             check_field(

@@ -51,8 +51,11 @@ def test_a_converters_moves_are_learned_and_reproduce_it_bit_for_bit():
     assert q.strides == (3 * D, HD, 1)
     assert by["attn/value/bias"].view.offset == 2 * D
     assert by["conv/kernel"].view.strides == (2, 1, 4, 12)
-    # the flatten's H,W,C rows interleave axes: no single stride per axis, kept as ids
-    assert by["fc/kernel"].view is None and by["fc/kernel"].torch == ("fc.weight",)
+    # the flatten's H,W,C rows interleave axes: no single stride per Keras axis, a view over
+    # finer ones (H and W stay together: h*3+w is contiguous in torch's C,H,W too)
+    fc = by["fc/kernel"].view
+    assert fc is not None and fc.keras == (36, 5)
+    assert (fc.shape, fc.strides) == ((9, 4, 5), (1, 9, 36))
     real = _real(1)
     mine, theirs = L.apply_all(m, real), gpt2_like(real)
     assert all(np.array_equal(mine[k], theirs[k]) for k in theirs)

@@ -147,7 +147,11 @@ def test_explicit_map_is_used_as_given(tmp_path):
 @pytest.mark.parametrize(
     "model,match",
     [
-        ({"torch": "m:f"}, "needs both model.torch and model.keras"),
+        ({"torch": "m:f"}, "needs model.torch and model.keras .* or model.torch and model.conv"),
+        ({"convert": "c:f"}, "Received: only model.convert"),
+        ({"torch": "m:f", "keras": "k:f", "convert": "c:f"}, "keras .* or model.convert .*both"),
+        ({"torch": "m:f", "convert": "c:f", "weight_map": "m.yaml"}, "learns the map"),
+        ({"torch": "m:f", "convert": "c.f"}, "model.convert must be 'package.module:factory'"),
         ({"torch": "m:f", "keras": "k:f", "preset": "mlp"}, "not both"),
         ({"torch": "m.f", "keras": "k:f"}, "must be 'package.module:factory'"),
         ({"preset": "mlp", "args": {"width": 3}}, "model.args is for a model pair"),
@@ -163,6 +167,9 @@ def test_spec_with_a_pair_keeps_its_args():
     assert spec.model.is_pair and spec.model.args == {"width": 4}
     assert "layers" not in spec.to_dict()["model"]
     assert "torch" not in from_dict({}).to_dict()["model"]  # dualtrain's layers: no pair fields
+    converted = from_dict({"model": {"torch": "m:f", "convert": "c:g"}}).model
+    assert converted.is_pair and converted.keras is None
+    assert converted.keras_side == "model.convert='c:g'"
 
 
 def test_the_locator_tells_activations_apart():

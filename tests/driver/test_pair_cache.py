@@ -51,14 +51,40 @@ def test_off_and_unpinnable_factories_are_not_cached(pair_dir, monkeypatch):
 
 
 def test_an_entry_is_whole_or_absent(pair_dir, tmp_path):
-    k = pair_cache.key(_spec(pair_dir))
+    spec = _spec(pair_dir)
+    k = pair_cache.key(spec)
     made = tmp_path / "made"
     for f in pair_cache.FILES:
         (made / f).parent.mkdir(parents=True, exist_ok=True)
         (made / f).write_text(f)
-    assert not pair_cache.fetch(k, tmp_path / "a")
-    pair_cache.store(k, made)
-    assert pair_cache.fetch(k, tmp_path / "b")
+    assert not pair_cache.fetch(k, tmp_path / "a", spec)
+    pair_cache.store(k, made, spec)
+    assert pair_cache.fetch(k, tmp_path / "b", spec)
     assert all((tmp_path / "b" / f).read_text() == f for f in pair_cache.FILES)
     (tmp_path / "cache" / k / pair_cache.FILES[-1]).unlink()  # a broken entry is no entry
-    assert not pair_cache.fetch(k, tmp_path / "c")
+    assert not pair_cache.fetch(k, tmp_path / "c", spec)
+
+
+def test_a_converted_pairs_entry_holds_its_learned_map(pair_dir, tmp_path):
+    spec = from_dict(
+        {
+            "model": {
+                "torch": "tmod:net",
+                "convert": "kmod:net",
+                "path": str(pair_dir),
+                "inputs": [{"name": "x", "shape": [4]}],
+            }
+        }
+    )
+    k = pair_cache.key(spec)
+    assert k is not None and k != pair_cache.key(_spec(pair_dir))
+    made = tmp_path / "made"
+    for f in pair_cache.FILES:  # the learned map missing: nothing is stored
+        (made / f).parent.mkdir(parents=True, exist_ok=True)
+        (made / f).write_text(f)
+    pair_cache.store(k, made, spec)
+    assert not pair_cache.fetch(k, tmp_path / "a", spec)
+    (made / "torch" / "converted.json").write_text("{}")
+    pair_cache.store(k, made, spec)
+    assert pair_cache.fetch(k, tmp_path / "b", spec)
+    assert (tmp_path / "b" / "torch" / "converted.json").read_text() == "{}"

@@ -35,8 +35,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dualtrain.backends.tf import pair as pair_tf
-from dualtrain.backends.tf.pair import PairConversion, build_keras, named_variables
+from dualtrain.backends.tf import mapping as pair_map
+from dualtrain.backends.tf.mapping import PairConversion, named_variables
+from dualtrain.backends.tf.pair import build_keras
 from dualtrain.core import ema as ema_rule
 from dualtrain.core import pair
 from dualtrain.core.data.dataset import Data
@@ -128,7 +129,7 @@ class TFEngine(BuiltFromParts, Engine):
         kept in ``taps`` (tap_layers); torch.optim's and GradScaler's state as variables."""
         taps: Taps = {}
         if layout is not None:
-            model = build_keras(spec.model, policy_name(spec.precision.dtype))
+            model = build_keras(spec.model, policy_name(spec.precision.dtype), layout.keras.config)
             named = named_variables(model, layout)
         else:
             model, named = build_model(
@@ -212,7 +213,7 @@ class TFEngine(BuiltFromParts, Engine):
     # ---- weights ---------------------------------------------------------------------------------
     def weights(self) -> Weights:
         if self.state.layout is not None:
-            return pair_tf.export_canonical(self.state.named, self.state.layout)
+            return pair_map.export_canonical(self.state.named, self.state.layout)
         return export_canonical(self.state.named, keras_layouts(self.spec.model))
 
     def versions(self) -> dict[str, str]:
@@ -263,7 +264,7 @@ class TFEngine(BuiltFromParts, Engine):
 
     def load_weights(self, weights: Weights) -> None:
         if self.state.layout is not None:
-            pair_tf.load_canonical(self.state.named, self.state.layout, weights)
+            pair_map.load_canonical(self.state.named, self.state.layout, weights)
         else:
             load_canonical(self.state.named, weights, keras_layouts(self.spec.model))
 

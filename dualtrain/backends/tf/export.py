@@ -51,10 +51,11 @@ def export_keras(
 
     dtype = "float64" if next(iter(weights.values())).dtype == np.float64 else "float32"
     if layout is not None:
+        from . import mapping as pair_map  # lazy: framework
         from . import pair as pair_tf  # lazy: framework
 
-        net = pair_tf.build_keras(spec.model, dtype)
-        pair_tf.load_canonical(pair_tf.named_variables(net, layout), layout, weights)
+        net = pair_tf.build_keras(spec.model, dtype, layout.keras.config)
+        pair_map.load_canonical(pair_map.named_variables(net, layout), layout, weights)
         pair_tf.keras_only(net).save(str(Path(out) / "model.keras"))
         custom = custom_objects(net)
         if custom:  # what load_model needs from the user's code (dualtrain.driver.export_check)

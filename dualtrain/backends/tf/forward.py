@@ -20,9 +20,9 @@ from dualtrain.core.pair.attention import zero_gradients
 from dualtrain.core.pair.record import Layout
 from dualtrain.runtime.engine import Evaluation
 
+from .mapping import engine_names
 from .model import Conversion, call_model
 from .ops import LOSS_OPS
-from .pair import engine_names
 from .state import TFState
 
 
@@ -112,6 +112,9 @@ class ForwardPass:
         grads = tape.gradient(
             loss, self.state.params, unconnected_gradients=tf.UnconnectedGradients.ZERO
         )
+        # a Keras Embedding's gradient (tf.gather's) is IndexedSlices: dense, as torch's is (the
+        # rows of repeated ids summed), so every gradient is one array per variable
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         grads = [
             g if m is None else g * tf.constant(m, g.dtype)
             for g, m in zip(grads, self.gradient_masks(), strict=True)

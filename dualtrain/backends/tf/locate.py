@@ -18,17 +18,9 @@ from dualtrain.core.weights import Weights
 from dualtrain.spec import Experiment
 
 from .layers import Layer, Model, Tensor, Variable
+from .mapping import PairConversion, canonical, load_canonical, named_variables
 from .ops import LOSS_OPS
-from .pair import (
-    PairConversion,
-    attention_parts,
-    build_keras,
-    canonical,
-    layer_path,
-    leaves,
-    load_canonical,
-    named_variables,
-)
+from .pair import attention_parts, build_keras, layer_path, leaves
 
 #: a model's input: one array, or one per input
 Feed = np.ndarray | list[np.ndarray]
@@ -89,7 +81,7 @@ def probe_layers(
     when fed the torch module's training-mode input (``tfed/``, ``fedrun/``); the model's output in
     inference and in training; the running statistics after the training forward; each
     parameter's gradient (training mode) in canonical names and layouts."""
-    net = build_keras(spec.model, "float64")
+    net = build_keras(spec.model, "float64", layout.keras.config)
     named = named_variables(net, layout)
     load_canonical(named, layout, weights)
     xs = [_to_keras_layout(a) for a in inputs]

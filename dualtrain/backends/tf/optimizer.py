@@ -13,8 +13,8 @@ from dualtrain.errors import UserError
 from dualtrain.runtime.checkpoint import OptimizerState
 from dualtrain.spec import SLOT_ORDER, LossScaleSpec, OptimizerSpec
 
+from .mapping import canonical, engine_names
 from .model import Conversion
-from .pair import canonical, engine_names
 
 
 class OptimizerVariables:

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -13,13 +15,11 @@ import numpy as np
 
 from dualtrain.core import pair
 from dualtrain.core.pair import dropout as pair_dropout
-from dualtrain.core.weights import Weights
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment, ModelSpec
 
 from . import exact
 from .layers import Layer, Model, Tensor, Variable, pair_dropout_call
-from .model import Conversion
 from .port import TorchBatchNormalization
 
 _KINDS = (
@@ -27,6 +27,8 @@ _KINDS = (
     (keras.layers.Conv2D, "conv2d"),
     (keras.layers.BatchNormalization, "batchnorm"),
 )
+#: Keras's dtype policy classes, as a config names them
+_POLICIES = ("DTypePolicy", "FloatDTypePolicy")
 #: the dropout calls of the forwards inside dropout_calls() (describe), innermost last
 _CALLS: list[list[dict[str, Any]]] = []
 
@@ -82,27 +84,75 @@ def leaves(model: Layer) -> list[Layer]:
     return out
 
 
-def build_keras(model: ModelSpec, policy: str) -> Model:
+def build_keras(model: ModelSpec, policy: str, config: str = "") -> Model:
     """The user's Keras model under ``policy`` (the run's: float64 for fp64, mixed_float16, ...),
-    built on a zero batch of the data's input shapes. In float64, Keras's float32-accurate ops run
-    exactly (exact.py, core.limits): the fp64 runs and the locator compute them alike."""
-    assert model.keras is not None
+    built on a zero batch of the data's input shapes: ``model.keras``'s factory called, or a
+    converted pair's port (``config``: its JSON, :class:`pair.Side` ``config``) built again. In
+    float64, Keras's float32-accurate ops run exactly (exact.py, core.limits): the fp64 runs and
+    the locator compute them alike."""
     if policy == "float64":
         exact.install()
-    factory = pair.import_factory(model.keras, model.path, "model.keras")
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:
-        net = pair.call_factory(factory, model.args, "model.keras")
+        net = _from_config(model, config, policy) if model.convert else _from_factory(model)
     finally:
         keras.config.set_dtype_policy(previous)
+    install_dropouts(net)
+    return _checked(net, model)
+
+
+def _from_factory(model: ModelSpec) -> Model:
+    assert model.keras is not None
+    factory = pair.import_factory(model.keras, model.path, "model.keras")
+    net = pair.call_factory(factory, model.args, "model.keras")
     if not isinstance(net, keras.Model):
         raise UserError(
             f"model.keras: {model.keras} must return a keras.Model (Keras 3). Received: "
             f"{type(net).__module__}.{type(net).__name__}"
         )
-    install_dropouts(net)
+    return net
+
+
+def _from_config(model: ModelSpec, config: str, policy: str) -> Model:
+    """A converted pair's port built from its JSON, each float32 dtype policy in it (the one the
+    converter built it under) replaced by the run's; the user's folder (model.path) first on
+    sys.path for the modules of their own layers."""
+    if not config:
+        raise ValueError("a converted pair's Keras side needs its config (model_pair.json)")
+    pair.import_path(model.path)
+    doc = json.loads(config)
+    _retype(doc, policy)
+    try:
+        net = keras.models.model_from_json(json.dumps(doc))
+    except Exception as exc:  # the port's config: what Keras cannot build from it
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise UserError(
+            f"model.convert: the Keras model it returns cannot be built again from its config: "
+            f"{type(exc).__name__}: {first}. Received: model.convert={model.convert!r}"
+        ) from None
+    assert isinstance(net, keras.Model)
+    return net
+
+
+def _retype(doc: Any, policy: str) -> None:
+    """Every float32 dtype policy of a Keras config as ``policy``, in place."""
+    if isinstance(doc, dict):
+        cfg = doc.get("config")
+        if doc.get("class_name") in _POLICIES and isinstance(cfg, dict):
+            if cfg.get("name") == "float32":
+                cfg["name"] = policy
+        for v in doc.values():
+            _retype(v, policy)
+    elif isinstance(doc, list):
+        for v in doc:
+            _retype(v, policy)
+
+
+def _checked(net: Model, model: ModelSpec) -> Model:
+    """``net`` run on a zero batch of the data's inputs: one tensor (N, outputs) out."""
     xs = [np.zeros((2, *nhwc(i.shape)), "float32") for i in model.inputs]
+    field = "model.convert" if model.convert else "model.keras"
     try:
         out = net(xs if len(xs) > 1 else xs[0], training=False)
     except Exception as exc:  # the user's model on the spec's input shapes
@@ -110,13 +160,13 @@ def build_keras(model: ModelSpec, policy: str) -> Model:
             f"{i.name} (N, {', '.join(map(str, nhwc(i.shape)))})" for i in model.inputs
         )
         raise UserError(
-            f"model.keras: {type(net).__name__} fails on the data's inputs {shapes} (images "
+            f"{field}: {type(net).__name__} fails on the data's inputs {shapes} (images "
             f"NHWC): {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. "
             f"Received: model.inputs {[list(i.shape) for i in model.inputs]}"
         ) from None
     if isinstance(out, (list, tuple, dict)):
         raise UserError(
-            f"model.keras: {type(net).__name__} must return one tensor (N, outputs). Received: "
+            f"{field}: {type(net).__name__} must return one tensor (N, outputs). Received: "
             f"{type(out).__name__}"
         )
     pair.check_output(tuple(out.shape[1:]), "keras", type(net).__name__)
@@ -215,8 +265,17 @@ def _flatten_hwc(layer: Layer, node: int = 0) -> list[int] | None:
     return [int(d) for d in shape[1:]] if len(shape) == 4 else None
 
 
-def describe(spec: Experiment) -> dict[str, Any]:
-    net = build_keras(spec.model, "float32")
+def var_path(net: Model, v: Variable, converted: bool) -> str:
+    """A variable's name in the pair: its path; a converted port's less the model's own name
+    (the torch side's convert.py learns the map under these names)."""
+    return v.path.removeprefix(f"{net.name}/") if converted else v.path
+
+
+def describe(spec: Experiment, converted: str | None = None) -> dict[str, Any]:
+    """The Keras side's description (``converted``: a converted pair's converted.json, written by
+    the torch side's ``convert``, which holds the port's config)."""
+    config = json.loads(Path(converted).read_text())["keras"] if converted else ""
+    net = build_keras(spec.model, "float32", config)
     variables = []
     parts = attention_parts(net)
     for layer in weighted_leaves(net):
@@ -224,7 +283,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
         for v in layer.weights:
             variables.append(
                 {
-                    "path": v.path,
+                    "path": var_path(net, v, bool(converted)),
                     "shape": [int(d) for d in v.shape],
                     "trainable": bool(v.trainable),
                     "layer": layer_path(layer),
@@ -235,7 +294,7 @@ def describe(spec: Experiment) -> dict[str, Any]:
                 }
             )
     seen = {v["path"] for v in variables}
-    stray = [v.path for v in net.weights if v.path not in seen]
+    stray = [v.path for v in net.weights if var_path(net, v, bool(converted)) not in seen]
     if stray:
         raise UserError(
             f"model.keras: variables outside any layer's weights: {stray[:3]}. Received: "
@@ -262,118 +321,15 @@ def describe(spec: Experiment) -> dict[str, Any]:
             else np.zeros((1, *nhwc(spec.model.inputs[0].shape)), "float32")
         )
     return {
-        "factory": spec.model.keras,
+        "factory": spec.model.keras or spec.model.convert,
         "cls": f"{type(net).__module__}.{type(net).__name__}",
         "output": [int(d) for d in out.shape[1:]],
         "keras": variables,
         "layers": layers,
         "digest": pair.source_digest(type(net)),
         **({"dropouts": drops} if drops else {}),
+        **({"config": config} if config else {}),
     }
-
-
-def named_variables(net: Model, layout: pair.Layout) -> list[tuple[str, Variable]]:
-    """[(name, Keras variable)] in the canonical (torch state dict) order: the canonical name, or
-    for an array split across several variables (torch's packed in_proj_weight onto the query,
-    key and value kernels) each part's name (``MapEntry.part``), whose canonical form is its
-    rows of the array (:class:`PairConversion`)."""
-    by_path = {v.path: v for v in net.weights}
-    entries = layout.by_torch()
-    out = []
-    for a in layout.torch.torch:
-        e = entries[a.name]
-        if len(e.targets) == 1:
-            out.append((a.name, by_path[e.targets[0]]))
-        else:
-            out += [(e.part(i), by_path[k]) for i, k in enumerate(e.targets)]
-    return out
-
-
-def load_canonical(
-    named: list[tuple[str, Variable]], layout: pair.Layout, weights: Weights
-) -> None:
-    conv = PairConversion(layout)
-    if set(weights) != set(layout.shapes()):
-        raise ValueError(f"weights do not match the pair: {sorted(weights)}")
-    parts = conv.split(weights)
-    for name, var in named:
-        value = conv.to_keras(name, parts[name], var.dtype)
-        if tuple(var.shape) != value.shape:
-            raise ValueError(f"{name}: Keras shape {tuple(var.shape)} != mapped {value.shape}")
-        var.assign(value)
-
-
-def export_canonical(named: list[tuple[str, Variable]], layout: pair.Layout) -> Weights:
-    conv = PairConversion(layout)
-    return conv.join(
-        (name, conv.to_canonical(name, keras.ops.convert_to_numpy(var.value)))
-        for name, var in named
-    )
-
-
-class PairConversion(Conversion):
-    """A model pair's canonical <-> Keras layout, by its weight map's transforms. A part's name
-    (an array split across several variables: ``MapEntry.part``) converts its own rows of the
-    canonical array; :meth:`join` and :meth:`split` go between the parts and the array."""
-
-    def __init__(self, layout: pair.Layout):
-        self.entries = layout.by_torch()
-
-    def _entry(self, name: str) -> pair.MapEntry:
-        base, sep, _ = name.rpartition(pair.PART)
-        if sep and base in self.entries:
-            return pair.part_entry(self.entries[base])
-        return self.entries[name]
-
-    def to_keras(self, name: str, array: np.ndarray, dtype: str = "float32") -> np.ndarray:
-        return pair.to_keras(self._entry(name), np.asarray(array, dtype=dtype))
-
-    def to_canonical(self, name: str, array: np.ndarray) -> np.ndarray:
-        a = np.asarray(array)
-        a = a if a.dtype == np.float64 else a.astype(np.float32, copy=False)
-        return pair.to_canonical(self._entry(name), a)
-
-    def join(self, items: Iterable[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Canonical arrays by name from canonical arrays and parts (in part order)."""
-        out: dict[str, np.ndarray] = {}
-        parts: dict[str, list[np.ndarray]] = {}
-        for name, a in items:
-            base, sep, _ = name.rpartition(pair.PART)
-            if sep and base in self.entries:
-                parts.setdefault(base, []).append(a)
-                out.setdefault(base, a)  # its place in the order
-            else:
-                out[name] = a
-        for base, arrays in parts.items():
-            out[base] = pair.join_canonical(arrays)
-        return out
-
-    def split(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The inverse of :meth:`join`: a split entry's array as its parts' rows."""
-        out: dict[str, np.ndarray] = {}
-        for name, a in arrays.items():
-            e = self.entries.get(name)
-            if e is not None and len(e.targets) > 1:
-                for i, p in enumerate(pair.split_canonical(e, a)):
-                    out[e.part(i)] = p
-            else:
-                out[name] = a
-        return out
-
-
-def canonical(conversion: Conversion, items: Iterable[tuple[str, Any]]) -> dict[str, np.ndarray]:
-    """Arrays in the Keras layout by the engine's names (weights, gradients, optimizer slots) as
-    canonical arrays by canonical name: a pair's split parts joined."""
-    converted = ((n, conversion.to_canonical(n, np.asarray(a))) for n, a in items)
-    if isinstance(conversion, PairConversion):
-        return conversion.join(converted)
-    return dict(converted)
-
-
-def engine_names(conversion: Conversion, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Canonical arrays by the engine's names (a pair's split arrays as their parts), still in the
-    canonical layout (the inverse of :func:`canonical`'s join)."""
-    return conversion.split(arrays) if isinstance(conversion, PairConversion) else arrays
 
 
 def keras_only(net: Model) -> Model:

@@ -33,7 +33,7 @@ from dualtrain.spec import Experiment
 
 from .engine import TFEngine
 from .forward import ForwardPass
-from .pair import canonical
+from .mapping import canonical
 from .state import TFState
 from .update import GradientUpdate
 

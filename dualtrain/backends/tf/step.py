@@ -21,7 +21,7 @@ from dualtrain.runtime.engine import StepOut
 
 from .forward import ForwardPass
 from .layers import Tensor
-from .pair import canonical
+from .mapping import canonical
 from .state import TFState
 from .update import GradientUpdate
 

@@ -62,10 +62,11 @@ def forward_logits(
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
     if layout is not None:  # a model pair: the user's Keras model, weights through the map
+        from . import mapping as pair_map  # lazy: framework
         from . import pair as pair_tf  # lazy: framework
 
-        model = pair_tf.build_keras(spec.model, "float32")
-        pair_tf.load_canonical(pair_tf.named_variables(model, layout), layout, weights)
+        model = pair_tf.build_keras(spec.model, "float32", layout.keras.config)
+        pair_map.load_canonical(pair_map.named_variables(model, layout), layout, weights)
         dropout = False
     else:
         model, named = build_model(spec.model, "float32", seed=spec.seed)
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["describe"]:
         from dualtrain.backends.tf.pair import describe  # lazy: framework
 
-        return describe_main("tf", argv, lambda spec: (describe(spec), None))
+        return describe_main("tf", argv, lambda spec, *file: (describe(spec, *file), None))
     if argv[:1] == ["export"]:
         return export_main("tf", argv, export_keras)
     return forward_main("tf", argv, forward_logits)

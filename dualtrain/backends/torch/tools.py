@@ -7,7 +7,8 @@ and a parity test compares the two. ``python -m dualtrain.backends.torch.tools e
 torch's facts
 (``envinfo.backend_facts``) as one JSON object; ``dualtrain env`` runs it.
 ``python -m dualtrain.backends.torch.tools export SPEC_YAML WEIGHTS_NPZ OUT_FOLDER`` writes the
-torch export (export.py).
+torch export (export.py). ``describe SPEC_YAML OUT_FOLDER`` describes a model pair's torch side;
+``convert SPEC_YAML OUT_FOLDER`` also runs model.convert and learns the map (convert.py).
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ import gc
 if __name__ == "__main__":  # a short-lived tool process: its framework import without cyclic GC
     gc.disable()  # (dualtrain.runtime.start.settle_gc says what that saves)
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from dualtrain.backends.torch import kernels as torch_kernels
+from dualtrain.backends.torch.convert import CONVERTED, convert
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.backends.torch.export import export_torch
 from dualtrain.backends.torch.locate import probe_layers
@@ -59,6 +63,12 @@ def forward_logits(
         return model(*xs).to(torch.float32).numpy().copy()
 
 
+def _converted(spec: Experiment, out: Path) -> tuple[dict[str, Any], Weights]:
+    side, weights, converted = convert(spec)
+    (out / CONVERTED).write_text(json.dumps(converted))
+    return side, weights
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["env"]:
         return env_main("torch", argv, lambda: env_facts(backend_facts, torch_kernels))
@@ -66,6 +76,8 @@ def main(argv: list[str]) -> int:
         return probe_layers_main("torch", argv, probe_layers)
     if argv[:1] == ["describe"]:
         return describe_main("torch", argv, describe)
+    if argv[:1] == ["convert"]:  # a converted pair's torch side, and the map learned from it
+        return describe_main("torch", argv, lambda spec: _converted(spec, Path(argv[-1])))
     if argv[:1] == ["export"]:
         return export_main("torch", argv, export_torch)
     return forward_main("torch", argv, forward_logits)

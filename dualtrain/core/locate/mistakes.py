@@ -2,7 +2,8 @@
 padding on a strided convolution, flatten order, a transposed kernel, an activation inside the
 last dense layer (softmax with a loss on logits), a different activation (approximate vs exact
 gelu, told apart by what each side makes of one probe vector), Keras's float64 gelu, the
-batchnorm conventions (eps, momentum, running variance).
+batchnorm conventions (eps, momentum, running variance), and a converter's layout of a weight
+that the layer's kind does not take (a map learned from model.convert).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core.locate.compare import TOL, rel
-from dualtrain.core.pair.record import Layout
+from dualtrain.core.pair.record import Layout, MapEntry
+from dualtrain.core.pair.transforms import to_keras
 
 #: The points every activation is probed at, on both sides (the backends' locators apply each
 #: parameter-free layer and each layer's own activation to it: ``act/``), and classified here.
@@ -127,9 +129,47 @@ def _inside_activation(act: str, t: dict[str, np.ndarray]) -> str:
     )
 
 
+#: the layout a Keras layer takes of a torch module's weight, by the module's kind (nn.Linear,
+#: nn.Conv2d), and what it is in words
+_LAYOUTS = {
+    "dense": ("transpose", "a transpose (Dense's kernel is (in, out): weight.T)"),
+    "conv2d": ("oihw_hwio", "(O, I, H, W) -> (H, W, I, O) (Conv2D's kernel)"),
+}
+
+
+def converter_mistake(layout: Layout, module: str) -> str:
+    """A learned map (model.convert) that lays a Linear's or Conv2d's weight out otherwise than
+    its Keras layer takes it: a kernel reshaped where it should be transposed, or the axes in
+    another order."""
+    if not layout.learned:
+        return ""
+    a = next((x for x in layout.torch.torch if x.name == f"{module}.weight"), None)
+    entry = layout.by_torch().get(f"{module}.weight")
+    if a is None or entry is None or a.kind not in _LAYOUTS or len(entry.targets) != 1:
+        return ""
+    transform, words = _LAYOUTS[a.kind]
+    ids = np.arange(int(np.prod(a.shape)), dtype=np.int64).reshape(a.shape)
+    want = to_keras(MapEntry(a.name, entry.keras, transform), ids)
+    got = to_keras(entry, ids)
+    if np.array_equal(got.reshape(-1), want.reshape(-1)):  # an EinsumDense's kernel: reshaped
+        return ""
+    how = (
+        "a reshape in its own order"
+        if np.array_equal(got.reshape(-1), ids.reshape(-1))
+        else ("another order of its elements")
+    )
+    return (
+        f"the converter's layout of a weight: it makes Keras {entry.keras!r} {list(got.shape)} of "
+        f"torch {a.name!r} {list(a.shape)} by {how}, not {words}"
+    )
+
+
 def layer_mistake(
     layout: Layout, module: str, layer: str, kind: str, t: dict, k: dict, weights: dict
 ) -> str:
+    converted = converter_mistake(layout, module)
+    if converted:
+        return converted
     cfg = _keras_layer(layout, layer)
     strides = cfg.get("strides") or [1]
     if kind == "conv2d" and cfg.get("padding") == "same" and max(strides) > 1:

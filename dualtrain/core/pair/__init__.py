@@ -33,10 +33,12 @@ from dualtrain.core.pair.factories import (
     call_factory,
     check_output,
     import_factory,
+    import_path,
     source_digest,
 )
 from dualtrain.core.pair.mapfile import read_map_file
 from dualtrain.core.pair.record import (
+    CONVERTED_FILE,
     CUSTOM_OBJECTS_FILE,
     PAIR_FILE,
     PART,
@@ -46,11 +48,15 @@ from dualtrain.core.pair.record import (
     MapEntry,
     Side,
     TorchArray,
+    ViewOf,
+    map_from_json,
+    map_json,
     read,
     side_from_json,
     write,
 )
 from dualtrain.core.pair.transforms import (
+    is_split,
     join_canonical,
     keras_shape,
     keras_shapes,
@@ -63,6 +69,7 @@ from dualtrain.core.pair.transforms import (
 )
 
 __all__ = [
+    "CONVERTED_FILE",
     "CUSTOM_OBJECTS_FILE",
     "PAIR_FILE",
     "SKIPPED_BUFFERS",
@@ -72,14 +79,19 @@ __all__ = [
     "MapEntry",
     "Side",
     "TorchArray",
+    "ViewOf",
     "call_factory",
     "check_output",
     "import_factory",
+    "import_path",
+    "is_split",
     "join_canonical",
     "keras_shape",
     "keras_shapes",
     "part_entry",
     "layout",
+    "map_from_json",
+    "map_json",
     "read",
     "read_map_file",
     "side_from_json",

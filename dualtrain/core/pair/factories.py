@@ -20,11 +20,7 @@ def import_factory(text: str, folder: str | None, field_name: str) -> Any:
     """The callable ``"package.module:factory"`` names (``model.torch`` or ``model.keras``),
     imported with ``folder`` (model.path; default: the working directory) first on sys.path. Each
     backend calls it in its own processes; a module or name that is not there is one line."""
-    root = str(Path(folder).expanduser().resolve()) if folder else str(Path.cwd())
-    if folder and not Path(root).is_dir():
-        raise UserError(f"model.path: no such folder. Received: {folder!r}")
-    if root not in sys.path:
-        sys.path.insert(0, root)
+    root = import_path(folder)
     mod_name, _, attr = text.partition(":")
     try:
         module = importlib.import_module(mod_name)
@@ -47,6 +43,17 @@ def import_factory(text: str, folder: str | None, field_name: str) -> Any:
     if not callable(obj):
         raise UserError(f"{field_name}: {text!r} is not callable. Received: {type(obj).__name__}")
     return obj
+
+
+def import_path(folder: str | None) -> str:
+    """``folder`` (model.path; default: the working directory) first on sys.path, where the
+    user's modules are imported from; that folder."""
+    root = str(Path(folder).expanduser().resolve()) if folder else str(Path.cwd())
+    if folder and not Path(root).is_dir():
+        raise UserError(f"model.path: no such folder. Received: {folder!r}")
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return root
 
 
 def source_digest(factory: Any) -> str:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dualtrain.core.pair.record import MapEntry, ViewOf
+from dualtrain.core.pair.transforms import VIEW
 from dualtrain.errors import UserError
 
 #: One base-2^23 digit per pass: a float32 holds every integer up to 2^24 exactly
@@ -52,16 +54,19 @@ class View:
     offset: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]
-    """Elements, per Keras axis."""
+    """Elements, per axis of ``shape``: the Keras variable's axes, or finer ones where a Keras
+    axis merges torch axes that are not contiguous (a flatten after a transpose)."""
+    keras: tuple[int, ...] = ()
+    """The Keras variable's shape, where ``shape`` is finer."""
 
     def indices(self, dtype: type = np.int64) -> np.ndarray:
-        """Each element's index into the torch array (flattened)."""
+        """Each element's index into the torch array (flattened), in the Keras shape."""
         idx: np.ndarray = np.full(self.shape, self.offset, dtype=dtype)
         for axis, (n, s) in enumerate(zip(self.shape, self.strides, strict=True)):
             shape = [1] * len(self.shape)
             shape[axis] = n
             idx += (np.arange(n, dtype=dtype) * s).reshape(shape)
-        return idx
+        return idx.reshape(self.keras) if self.keras else idx
 
     def take(self, flat: np.ndarray) -> np.ndarray:
         return flat[self.indices()]
@@ -153,7 +158,7 @@ def learn(
         if idv.size and int(idv.max()) >= total:
             i = np.unravel_index(int(np.argmax(idv >= total)), idv.shape)
             raise UserError(
-                f"converter: Keras variable {name!r} holds a value no torch element was given "
+                f"model.convert: Keras variable {name!r} holds a value no torch element was given "
                 f"at element {tuple(map(int, i))}: the converter computes it, not copies it"
             )
         source = _source(name, idv, order, bases)
@@ -204,7 +209,7 @@ def verify(m: LearnedMap, real: Arrays, convert: Converter) -> None:
         if got.shape != value.shape or not np.array_equal(got, value):
             name = s.keras
             raise UserError(
-                f"converter: on the real weights it gives Keras variable {name!r} other values "
+                f"model.convert: on the real weights it gives Keras variable {name!r} other values "
                 f"than the map learned from distinct ones: it does not only move values"
             )
 
@@ -217,14 +222,16 @@ def _converted(
     except UserError:
         raise
     except Exception as exc:  # the user's converter: its failure in one line
-        raise UserError(f"converter: it raised {type(exc).__name__}: {exc}") from None
+        raise UserError(f"model.convert: it raised {type(exc).__name__}: {exc}") from None
     if not isinstance(out, Mapping) or not out:
         raise UserError(
-            f"converter: it must give the Keras model's variables by name. Received: "
+            f"model.convert: it must give the Keras model's variables by name. Received: "
             f"{type(out).__name__}"
         )
     if before is not None and set(out) != set(before):
-        raise UserError("converter: it gave other variables on the second pass (not deterministic)")
+        raise UserError(
+            "model.convert: it gave other variables on the second pass (not deterministic)"
+        )
     return {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -239,7 +246,7 @@ def _digits(name: str, value: np.ndarray, total: int) -> np.ndarray:
     if bad.any():
         i = np.unravel_index(int(np.argmax(bad)), v.shape)
         raise UserError(
-            f"converter: Keras variable {name!r} holds {float(v[i])!r} at element "
+            f"model.convert: Keras variable {name!r} holds {float(v[i])!r} at element "
             f"{tuple(map(int, i))}, which no torch element was given: the converter changes "
             f"values (rescales, rounds or computes them) where it should copy them"
         )
@@ -268,7 +275,8 @@ def _source(name: str, idv: np.ndarray, order: tuple[str, ...], bases: np.ndarra
 
 
 def _affine(torch: str, local: np.ndarray) -> View | None:
-    """``local`` as offset + sum(stride_k * index_k), where it is."""
+    """``local`` as offset + sum(stride_k * index_k) over its own axes, or else over finer axes
+    (:func:`_finer`), where it is."""
     offset = int(local.flat[0])
     strides = []
     for axis, n in enumerate(local.shape):
@@ -277,7 +285,32 @@ def _affine(torch: str, local: np.ndarray) -> View | None:
             at[axis] = 1
         strides.append(int(local[tuple(at)]) - offset if n > 1 else 0)
     view = View(torch, offset, tuple(local.shape), tuple(strides))
+    if np.array_equal(view.indices(local.dtype.type), local):
+        return view
+    finer = _finer(local.reshape(-1))
+    if finer is None:
+        return None
+    view = View(torch, offset, finer[0], finer[1], tuple(local.shape))
     return view if np.array_equal(view.indices(local.dtype.type), local) else None
+
+
+def _finer(flat: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(shape, strides) of axes over which ``flat`` (read in C order) is affine, found from the
+    innermost out: each axis is the longest run of equal steps between blocks of the axes inside
+    it (a divisor of what is left); None where a block does not repeat at all."""
+    n, block, dims = flat.size, 1, []
+    while block < n:
+        rows = flat.reshape(-1, block)[:, 0].astype(np.int64)
+        step = int(rows[1] - rows[0])
+        ok = rows - rows[0] == step * np.arange(len(rows), dtype=np.int64)
+        k = len(rows) if ok.all() else int(np.argmin(ok))
+        while k > 1 and len(rows) % k:
+            k -= 1
+        if k <= 1:
+            return None
+        dims.append((k, step))
+        block *= k
+    return tuple(d for d, _ in reversed(dims)), tuple(st for _, st in reversed(dims))
 
 
 def _shared(used: np.ndarray, order: tuple[str, ...], bases: np.ndarray) -> tuple[str, ...]:
@@ -298,7 +331,7 @@ def _all_used(
             unused = int((part == 0).sum())
             whole = "every element" if unused == part.size else f"{unused} of {part.size} elements"
             raise UserError(
-                f"converter: torch array {name!r} {list(shapes[name])} reaches no Keras "
+                f"model.convert: torch array {name!r} {list(shapes[name])} reaches no Keras "
                 f"variable ({whole} unused): the converter dropped it"
             )
 
@@ -320,3 +353,46 @@ def apply(m: LearnedMap, torch_arrays: Arrays, only: Source) -> np.ndarray:
 def apply_all(m: LearnedMap, torch_arrays: Arrays) -> dict[str, np.ndarray]:
     """Every Keras variable of ``torch_arrays`` through the learned map (dtypes kept)."""
     return {s.keras: apply(m, torch_arrays, s) for s in m.sources}
+
+
+def entries(m: LearnedMap, shapes: Mapping[str, tuple[int, ...]]) -> tuple[MapEntry, ...]:
+    """The learned map as a run's map entries, in the torch arrays' order: an array the converter
+    only copies is ``identity``; any other is ``view`` onto the variables it is split across
+    (ordered by where each starts in the array). What dualtrain cannot train as a pair is one
+    line: a torch array copied into two places (the converter unties tied weights: they would
+    train apart) and a Keras variable gathered from several torch arrays."""
+    if m.shared:
+        raise UserError(
+            f"model.convert: torch array {m.shared[0]!r} is copied into two places of the Keras "
+            f"model (tied weights made two variables): trained, the copies would part. Received: "
+            f"{len(m.shared)} such array(s)"
+        )
+    parts: dict[str, list[View]] = {}
+    targets: dict[View, str] = {}
+    for s in m.sources:
+        if s.view is None:
+            raise UserError(
+                f"model.convert: Keras variable {s.keras!r} is gathered from {', '.join(s.torch)} "
+                f"(a concatenation, or an order no strided view has): dualtrain trains a pair "
+                f"whose variables each are a view of one torch array"
+            )
+        parts.setdefault(s.view.torch, []).append(s.view)
+        targets[s.view] = s.keras
+    out = []
+    for name in m.order:
+        views = sorted(parts.get(name, ()), key=lambda v: v.offset)
+        shape = tuple(shapes[name])
+        if len(views) == 1 and _whole(views[0], shape):
+            out.append(MapEntry(name, targets[views[0]], "identity"))
+            continue
+        made = tuple(ViewOf(v.offset, v.shape, v.strides, v.keras or v.shape, shape) for v in views)
+        keras = tuple(targets[v] for v in views)
+        out.append(MapEntry(name, keras[0] if len(keras) == 1 else keras, VIEW, views=made))
+    return tuple(out)
+
+
+def _whole(v: View, shape: tuple[int, ...]) -> bool:
+    """The view is the array as it is (same shape, C order)."""
+    contiguous = tuple(int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(len(shape)))
+    same = (v.keras or v.shape) == shape
+    return v.offset == 0 and same and v.shape == shape and v.strides == contiguous

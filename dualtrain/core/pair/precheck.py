@@ -125,3 +125,5 @@ def precheck(model: ModelSpec) -> None:
         text = getattr(model, field)
         if text:
             _check_factory(f"model.{field}", text, root, dict(model.args))
+    if model.convert:  # called with the torch module alone: only that it is there
+        _check_factory("model.convert", model.convert, root, {})

@@ -17,6 +17,9 @@ import numpy as np
 from dualtrain.core.pair.dropout import DropoutEntry, entry_from_json
 
 PAIR_FILE = "model_pair.json"
+#: a converted pair's torch side writes it beside its side.json (backends/torch/convert.py): the
+#: learned map's entries (``map``), the port as Keras's JSON (``keras``), the map in words
+CONVERTED_FILE = "converted.json"
 #: in a Keras export being written: the user's objects model.keras refers to, {name: [module,
 #: attribute]} (backends/tf/export.py writes it; driver/export_check.py reads it into export.json)
 CUSTOM_OBJECTS_FILE = "custom_objects.json"
@@ -67,6 +70,8 @@ class MapEntry:
     """flatten_chw: the (C, H, W) torch flattens."""
     heads: int | None = None
     """qkv_heads, heads_in, heads_out: the attention's number of heads."""
+    views: tuple[ViewOf, ...] = ()
+    """``view`` (a map learned from a converter): each target as a strided view of the array."""
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -81,6 +86,30 @@ class MapEntry:
 
 #: the separator of a split entry's part names (torch names hold no '#')
 PART = "#"
+
+
+@dataclass(frozen=True)
+class ViewOf:
+    """A Keras variable as a strided view of one torch array flattened in C order: element
+    ``i`` of the view (over ``shape``, C order) is the array's element ``offset + sum(i_k *
+    strides[k])``; the view, read in C order, is the variable reshaped to ``keras`` (a converter's
+    transpose, reshape, split or slice; dualtrain.core.pair.learn)."""
+
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    keras: tuple[int, ...]
+    array: tuple[int, ...]
+    """The torch array's shape."""
+
+    def indices(self) -> np.ndarray:
+        """Each Keras element's index into the flat array, in the variable's shape."""
+        idx: np.ndarray = np.full(self.shape, self.offset, dtype=np.int64)
+        for axis, (n, s) in enumerate(zip(self.shape, self.strides, strict=True)):
+            at = [1] * len(self.shape)
+            at[axis] = n
+            idx += (np.arange(n, dtype=np.int64) * s).reshape(at)
+        return idx.reshape(self.keras)
 
 
 @dataclass(frozen=True)
@@ -100,6 +129,9 @@ class Side:
     """sha256 of the factory's source file."""
     dropouts: tuple[dict[str, Any], ...] = ()
     """Every dropout call in forward order (dualtrain.core.pair.dropout.call_record)."""
+    config: str = ""
+    """The Keras side of a converter (model.convert): the converted model as Keras's JSON
+    (``model.to_json()``), which every TF process builds again under its run's dtype policy."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +146,8 @@ class Layout:
     dropouts: tuple[DropoutEntry, ...] = ()
     """The dropout calls with a rate above 0, matched in forward order (the k-th is hash layer
     k: dualtrain.core.pair.dropout)."""
+    learned: bool = False
+    """The map was learned from a converter (model.convert: dualtrain.core.pair.learn)."""
 
     # -- the canonical layout ------------------------------------------------------------------
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -141,9 +175,11 @@ class Layout:
         d = {
             "torch": _side_json(self.torch),
             "keras": _side_json(self.keras),
-            "map": [_entry_json(e) for e in self.entries],
+            "map": map_json(self.entries),
             "explicit": self.explicit,
         }
+        if self.learned:
+            d["learned"] = True
         return {**d, "dropouts": [asdict(e) for e in self.dropouts]} if self.dropouts else d
 
     @staticmethod
@@ -151,9 +187,10 @@ class Layout:
         return Layout(
             side_from_json(d["torch"]),
             side_from_json(d["keras"]),
-            tuple(_entry(e) for e in d["map"]),
+            map_from_json(d["map"]),
             bool(d.get("explicit", False)),
             tuple(entry_from_json(e) for e in d.get("dropouts", ())),
+            bool(d.get("learned", False)),
         )
 
 
@@ -161,10 +198,21 @@ def _side_json(side: Side) -> dict[str, Any]:
     d = asdict(side)
     if not side.dropouts:
         del d["dropouts"]
+    if not side.config:  # written as before converters were carried (the pair's digest)
+        del d["config"]
     for a in d["torch"]:  # an array of no attention is written as before (the pair's digest)
         if a["heads"] is None:
             del a["heads"]
     return d
+
+
+def map_json(entries: tuple[MapEntry, ...]) -> list[dict[str, Any]]:
+    """A map's entries as JSON (``model_pair.json``'s ``map``)."""
+    return [_entry_json(e) for e in entries]
+
+
+def map_from_json(d: list[dict[str, Any]]) -> tuple[MapEntry, ...]:
+    return tuple(_entry(e) for e in d)
 
 
 def _entry_json(e: MapEntry) -> dict[str, Any]:
@@ -173,6 +221,11 @@ def _entry_json(e: MapEntry) -> dict[str, Any]:
         del d["heads"]
     if not isinstance(e.keras, str):
         d["keras"] = list(e.keras)
+    if e.views:
+        d["views"] = [list(map(list, (v.shape, v.strides, v.keras, v.array))) for v in e.views]
+        d["offsets"] = [v.offset for v in e.views]
+    else:
+        del d["views"]
     return d
 
 
@@ -184,6 +237,12 @@ def _entry(e: dict[str, Any]) -> MapEntry:
         e["transform"],
         tuple(chw) if chw else None,
         e.get("heads"),
+        tuple(
+            ViewOf(int(o), tuple(shape), tuple(strides), tuple(k), tuple(a))
+            for o, (shape, strides, k, a) in zip(
+                e.get("offsets", ()), e.get("views", ()), strict=True
+            )
+        ),
     )
 
 
@@ -220,6 +279,7 @@ def side_from_json(d: dict[str, Any]) -> Side:
         layers=tuple(d.get("layers", ())),
         digest=d.get("digest", ""),
         dropouts=tuple(d.get("dropouts", ())),
+        config=d.get("config", ""),
     )
 
 

@@ -15,7 +15,10 @@
   E) (out_proj.weight against the attention_output kernel);
 * ``qkv_heads``: one array onto three variables: torch's packed in_proj_weight (3E, E) (or
   in_proj_bias (3E,)) split into its query, key and value rows, in that order, each by
-  ``heads_in`` (:func:`to_keras_parts`, :func:`to_canonical_parts`).
+  ``heads_in`` (:func:`to_keras_parts`, :func:`to_canonical_parts`);
+* ``view``: a map learned from a converter (model.convert): each target a strided view of the
+  array (``MapEntry.views``: any transpose, reshape, split or slice); an array split across
+  several variables has each part in its variable's own layout.
 
 The TF backend converts every array with its entry's transform when it loads or exports weights
 (:func:`to_keras`, :func:`to_canonical`); :func:`check_identity` holds a map to carrying the
@@ -40,6 +43,8 @@ TRANSFORMS = (
     "heads_out",
     "qkv_heads",
 )
+#: a learned map's transform (model.convert), which no map file writes
+VIEW = "view"
 #: a split entry's transform: how many parts, and the transform of each part
 SPLIT = {"qkv_heads": (3, "heads_in")}
 
@@ -50,6 +55,8 @@ def keras_shape(entry: MapEntry, shape: tuple[int, ...]) -> tuple[int, ...] | No
     t = entry.transform
     if t == "identity":
         return shape
+    if t == VIEW:
+        return entry.views[0].keras if len(entry.views) == 1 else None
     if t == "transpose":
         return (shape[1], shape[0]) if len(shape) == 2 else None
     if t == "oihw_hwio":
@@ -73,6 +80,9 @@ def keras_shape(entry: MapEntry, shape: tuple[int, ...]) -> tuple[int, ...] | No
 def keras_shapes(entry: MapEntry, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...] | None:
     """The Keras shape of each of ``entry``'s targets (one, or a split entry's parts) made of a
     torch array of ``shape`` (None: the transform does not apply to that shape)."""
+    if entry.transform == VIEW:
+        fits = all(v.array == tuple(shape) for v in entry.views)
+        return tuple(v.keras for v in entry.views) if fits else None
     if entry.transform not in SPLIT:
         one = keras_shape(entry, shape)
         return None if one is None else (one,)
@@ -83,26 +93,51 @@ def keras_shapes(entry: MapEntry, shape: tuple[int, ...]) -> tuple[tuple[int, ..
     return None if part is None else (part,) * n
 
 
+def is_split(entry: MapEntry) -> bool:
+    """The entry maps its array onto several variables (each a part)."""
+    return len(entry.targets) > 1
+
+
 def part_entry(entry: MapEntry) -> MapEntry:
-    """A split entry's transform for one part (the canonical part: its rows of the array)."""
+    """A split entry's transform for one part (the canonical part: its rows of the array; a
+    learned view's part: its elements in the variable's layout)."""
+    if entry.transform == VIEW and is_split(entry):
+        return replace(entry, transform="identity", views=())
     return (
         replace(entry, transform=SPLIT[entry.transform][1]) if entry.transform in SPLIT else entry
     )
 
 
 def split_canonical(entry: MapEntry, array: np.ndarray) -> list[np.ndarray]:
-    """A split entry's canonical array cut into its parts' rows (q, k, v), in order."""
-    return [np.ascontiguousarray(p) for p in np.split(np.asarray(array), SPLIT[entry.transform][0])]
+    """A split entry's canonical array cut into its parts (q, k, v rows; a learned view's
+    elements of each variable), in order."""
+    a = np.asarray(array)
+    if entry.transform == VIEW:
+        flat = np.ascontiguousarray(a).reshape(-1)
+        return [np.ascontiguousarray(flat[v.indices()]) for v in entry.views]
+    return [np.ascontiguousarray(p) for p in np.split(a, SPLIT[entry.transform][0])]
 
 
-def join_canonical(parts: list[np.ndarray]) -> np.ndarray:
+def join_canonical(entry: MapEntry, parts: list[np.ndarray]) -> np.ndarray:
     """The inverse of :func:`split_canonical`."""
+    if entry.transform == VIEW:
+        return _scatter(entry, parts)
     return np.ascontiguousarray(np.concatenate([np.asarray(p) for p in parts], axis=0))
+
+
+def _scatter(entry: MapEntry, parts: list[np.ndarray]) -> np.ndarray:
+    """A learned entry's canonical array from its targets' arrays (each element where its view
+    takes it from; the views together cover the array once: dualtrain.core.pair.learn)."""
+    arrays = [np.asarray(p) for p in parts]
+    flat = np.empty(int(np.prod(entry.views[0].array, dtype=np.int64)), dtype=arrays[0].dtype)
+    for v, p in zip(entry.views, arrays, strict=True):
+        flat[v.indices()] = p.reshape(v.keras)
+    return flat.reshape(entry.views[0].array)
 
 
 def to_keras_parts(entry: MapEntry, array: np.ndarray) -> list[np.ndarray]:
     """The Keras array of each of ``entry``'s targets (a split entry: each part's)."""
-    if entry.transform not in SPLIT:
+    if not is_split(entry):
         return [to_keras(entry, array)]
     each = part_entry(entry)
     return [to_keras(each, p) for p in split_canonical(entry, array)]
@@ -110,16 +145,19 @@ def to_keras_parts(entry: MapEntry, array: np.ndarray) -> list[np.ndarray]:
 
 def to_canonical_parts(entry: MapEntry, arrays: list[np.ndarray]) -> np.ndarray:
     """The inverse of :func:`to_keras_parts`."""
-    if entry.transform not in SPLIT:
+    if not is_split(entry):
         (one,) = arrays
         return to_canonical(entry, one)
     each = part_entry(entry)
-    return join_canonical([to_canonical(each, a) for a in arrays])
+    return join_canonical(entry, [to_canonical(each, a) for a in arrays])
 
 
 def to_keras(entry: MapEntry, array: np.ndarray) -> np.ndarray:
     a = np.asarray(array)
     t = entry.transform
+    if t == VIEW:
+        (view,) = entry.views  # a split entry's parts: to_keras_parts
+        return np.ascontiguousarray(np.ascontiguousarray(a).reshape(-1)[view.indices()])
     if t == "transpose":
         a = a.T
     elif t == "oihw_hwio":
@@ -139,6 +177,8 @@ def to_keras(entry: MapEntry, array: np.ndarray) -> np.ndarray:
 def to_canonical(entry: MapEntry, array: np.ndarray) -> np.ndarray:
     a = np.asarray(array)
     t = entry.transform
+    if t == VIEW:
+        return _scatter(entry, [a])
     if t == "transpose":
         a = a.T
     elif t == "oihw_hwio":

@@ -30,7 +30,7 @@ def _layout() -> pair.Layout:
 
 
 def test_parts_join_into_the_canonical_array_and_split_back():
-    from dualtrain.backends.tf.pair import PairConversion, canonical, engine_names
+    from dualtrain.backends.tf.mapping import PairConversion, canonical, engine_names
 
     conv = PairConversion(_layout())
     rng = np.random.default_rng(0)

@@ -1,0 +1,108 @@
+"""A model pair whose Keras side a converter makes (model.convert, issue 47): dualtrain learns the
+weight map from what the converter does with distinct values, records it, and trains both sides
+(configs/converted_mlp.yaml: a team's own converter); a converter that raises, returns something
+else or changes values is one line and writes nothing; a converter that lays a kernel out wrongly
+is named at its layer (slow); Hugging Face's GPT-2 against KerasHub's port through KerasHub's own
+converter passes (slow, the hub extra)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testkit.cli import ROOT, one_line_error, require, run_cli
+
+require("torch", "tensorflow", "keras")
+
+CONFIG = str(ROOT / "configs" / "converted_mlp.yaml")
+CONVERTERS = str(ROOT / "examples" / "converters")
+SHORT = ["--set", f"model.path={CONVERTERS}", "--set", "train.max_steps=8"]
+
+
+def _sets(*sets: str) -> list[str]:
+    return [a for s in sets for a in ("--set", s)]
+
+
+def test_a_converted_pair_trains_and_records_the_map_it_learned(tmp_path):
+    out = tmp_path / "run"
+    proc = run_cli("run", "--backend", "tf", "--config", CONFIG, *SHORT, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    layout = json.loads((out / "model_pair.json").read_text())
+    assert layout["learned"] is True and layout["keras"]["config"]
+    by = {e["torch"]: e for e in layout["map"]}
+    # a Linear's weight (out, in) is the Dense kernel (in, out): a view with strides (1, in)
+    hidden = by["hidden.weight"]
+    assert hidden["transform"] == "view" and hidden["keras"] == "hidden/kernel"
+    assert hidden["views"] == [[[64, 32], [1, 64], [64, 32], [32, 64]]] and hidden["offsets"] == [0]
+    assert by["hidden.bias"]["transform"] == "identity"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 8
+
+
+CONVERTER_MISTAKES = {
+    "raises": ("to_keras_raises", "model.convert: it raised RuntimeError: this converter does not"),
+    "not a Keras model": ("to_keras_not_a_model", "must return a Keras 3 model (keras.Model)"),
+    "changes values": (
+        "to_keras_rescaled",
+        "Keras variable 'out/bias' holds 1200.5 at element (0,), which no torch element was given",
+    ),
+    "not there": ("no_such_converter", "converters/mlp.py defines no 'no_such_converter'"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONVERTER_MISTAKES))
+def test_a_converter_mistake_is_one_line_and_writes_nothing(tmp_path, case):
+    name, text = CONVERTER_MISTAKES[case]
+    out = tmp_path / "run"
+    proc = run_cli(
+        "run",
+        "--backend",
+        "torch",
+        "--config",
+        CONFIG,
+        *SHORT,
+        *_sets(f"model.convert=mlp:{name}"),
+        "--out",
+        str(out),
+    )
+    line = one_line_error(proc)
+    assert text in line, line
+    assert not out.exists()
+
+
+def _compare(tmp_path: Path, config: str, *sets: str) -> tuple[str, dict]:
+    out = tmp_path / f"cmp{len(list(tmp_path.iterdir()))}"
+    proc = run_cli("compare", "--config", config, *SHORT[2:], *_sets(*sets), "--out", str(out))
+    verdict = json.loads((out / "verdict.json").read_text())
+    return proc.stdout + proc.stderr, verdict
+
+
+@pytest.mark.slow  # a compare (four runs); the default suite keeps the learned map's training run
+def test_a_faithful_converter_passes_and_a_reshaped_kernel_is_named_at_its_layer(tmp_path):
+    text, verdict = _compare(tmp_path, CONFIG, f"model.path={CONVERTERS}")
+    assert verdict["passed"] and "verdict: PASS" in text, text[-3000:]
+    text, verdict = _compare(
+        tmp_path, CONFIG, f"model.path={CONVERTERS}", "model.convert=mlp:to_keras_untransposed"
+    )
+    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    assert (
+        "torch 'hidden' / Keras 'hidden': the converter's layout of a weight: it makes Keras "
+        "'hidden/kernel' [64, 32] of torch 'hidden.weight' [32, 64] by a reshape in its own "
+        "order, not a transpose"
+    ) in text
+
+
+@pytest.mark.slow  # Hugging Face's GPT-2 and KerasHub's (about 90 s)
+def test_hugging_face_gpt2_and_its_keras_hub_port_train_the_same(tmp_path):
+    require("transformers", "keras_hub")
+    config = str(ROOT / "configs" / "converted_gpt2.yaml")
+    text, verdict = _compare(tmp_path, config, f"model.path={CONVERTERS}")
+    assert verdict["passed"] and "verdict: PASS" in text, text[-3000:]
+    checks = {c["name"]: c for c in verdict["checks"]}
+    assert checks["reference_loss"]["value"] < 1e-13
+    # KerasHub's float64 attention scale and gelu go through float32: framework limits, run
+    # exactly in the fp64 run and said, never a porting mistake
+    limits = json.dumps(verdict.get("framework_limits", []))
+    assert "attention_scale" in limits and "gelu" in limits
