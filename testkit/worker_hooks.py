@@ -61,6 +61,15 @@ def user_error(backend: str, argument: str) -> None:
     raise UserError(argument)
 
 
+def run_fails(backend: str, argument: str) -> None:
+    """Stop the workers of the run whose folder is named ``argument`` (a compare's ``fp64-torch``:
+    the worker's arguments hold its run folder) on an error that is no user mistake."""
+    import sys  # lazy: only this hook reads the worker's arguments
+
+    if any(Path(a).name == argument for a in sys.argv[1:]):
+        raise RuntimeError(f"planted: the {argument} run fails")
+
+
 def probe_state_does_not_load(backend: str, argument: str) -> None:
     """The ``argument`` backend's requested-precision run cannot load the probe states the other
     backend recorded (as an optimizer state with a slot this side does not keep would): its

@@ -282,7 +282,13 @@ def _add_run_notes(
         notes.append("the runs are fp64: they are the reference pair")
     timings = ", ".join(
         f"{run.label} "
-        + ("reused" if existing[run.label].state == "finished" else f"{took[i]:.1f}s")
+        + (
+            "reused"
+            if existing[run.label].state == "finished"
+            else f"{took[i]:.1f}s"
+            if i in took
+            else "not run"  # its probe states' run failed
+        )
         for i, run in enumerate(runs)
     )
     notes.append(f"runs took {time.perf_counter() - t0:.1f}s ({timings})")

@@ -259,3 +259,30 @@ def test_a_run_that_cannot_finish_still_gets_a_verdict(tmp_path):
     checks = {c["name"]: c for c in v["checks"]}
     assert checks["reference_loss"]["passed"] and checks["reference_weights"]["passed"]
     assert "run failed" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_failed_fp64_torch_run_leaves_the_probe_run_out_and_a_verdict(tmp_path):
+    # the fp64 torch run records the probe states the torch fp32 run replays: when it fails, that
+    # run is not run, and compare still judges and reports (it raised KeyError on its timings)
+    out = tmp_path / "cmp"
+    sets = ("train.max_steps=4", "data.train_limit=1280", "data.test_limit=500")
+    res = run_cli(
+        "compare",
+        "--config",
+        str(ROOT / "configs/mnist_mlp.yaml"),
+        *[a for s in sets for a in ("--set", s)],
+        "--out",
+        str(out),
+        timeout=300,
+        env=hook_env("testkit.worker_hooks:run_fails=fp64-torch"),
+    )
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "KeyError" not in res.stderr, res.stderr[-3000:]
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["category"] == "run failed" and not v["passed"]
+    assert (
+        "torch fp32 could not finish: not run: the fp64 torch run that records its probe"
+        in (v["verdict"])
+    )
+    assert "verdict.json names every run that did not finish" in res.stderr

@@ -106,3 +106,39 @@ def test_hugging_face_gpt2_and_its_keras_hub_port_train_the_same(tmp_path):
     # exactly in the fp64 run and said, never a porting mistake
     limits = json.dumps(verdict.get("framework_limits", []))
     assert "attention_scale" in limits and "gelu" in limits
+
+
+@pytest.mark.slow  # Hugging Face's BERT and KerasHub's (about 3 minutes)
+def test_hugging_face_bert_and_its_keras_hub_port_and_their_two_differences(tmp_path):
+    require("transformers", "keras_hub")
+    config = str(ROOT / "configs" / "converted_bert.yaml")
+    # the pooler no head uses: no gradient on either side (DDP looks for unused parameters)
+    text, verdict = _compare(tmp_path, config, f"model.path={CONVERTERS}")
+    assert verdict["passed"] and "verdict: PASS" in text, text[-3000:]
+    # Hugging Face's default gelu is exact; KerasHub's BertBackbone computes the tanh form
+    text, verdict = _compare(
+        tmp_path, config, f"model.path={CONVERTERS}", "model.torch=bert:bert_exact_gelu"
+    )
+    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    assert (
+        "torch 'bert.encoder.layer.0.intermediate.dense' / Keras "
+        "'transformer_layer_0/feedforward_intermediate_dense': a different activation: the Keras "
+        "layer applies keras_hub>gelu_approximate, torch gelu (exact, erf)"
+    ) in verdict["verdict"]
+    # KerasHub's converter does not read Hugging Face's dropout rates
+    proc = run_cli(
+        "run",
+        "--backend",
+        "tf",
+        "--config",
+        config,
+        *SHORT,
+        *_sets("model.convert=bert:to_keras_hub_as_is"),
+        "--out",
+        str(tmp_path / "as_is"),
+    )
+    line = one_line_error(proc)
+    assert "dropout layers differ: the torch forward calls 0 with a rate above 0 and the Keras" in (
+        line
+    )
+    assert not (tmp_path / "as_is").exists()

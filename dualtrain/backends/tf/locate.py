@@ -97,8 +97,10 @@ def probe_layers(
         e = entries[a.name]
         kv = next(v for v in layout.keras.keras if v.path == e.targets[0])
         layer = by_path[kv.layer]
-        if id(layer) in parts:  # the whole attention is the unit (its output projection inside)
-            mha, place = parts[id(layer)]
+        if id(layer) in parts and a.kind == "attention":  # the whole attention is the unit (its
+            mha, place = parts[
+                id(layer)
+            ]  # output projection inside), against nn.MultiheadAttention
             # its query, key or value projection (an explicit map may list them in any order)
             if place < 3:
                 attention.setdefault(a.module, mha)
@@ -110,9 +112,12 @@ def probe_layers(
         x = torch_side.get(f"in/{module}")
         if x is not None:
             v = _to_keras_layout(x, chw)
-            for op in chains[module]:  # the padding before a 'valid' conv is part of it
-                v = op(v)
-            out[f"fed/{module}"] = _to_torch_layout(np.asarray(v))
+            try:
+                for op in chains[module]:  # the padding before a 'valid' conv is part of it
+                    v = op(v)
+            except Exception:  # a layer that takes another input than its torch module (a
+                continue  # converter's position embedding takes the tokens, torch's the ids)
+            out[f"fed/{module}"] = _like(np.asarray(v), torch_side.get(f"out/{module}"))
     _record_attention(net, feed, attention, torch_side, out)
     _record_activations({p: la for p, la in by_path.items() if id(la) not in parts}, out)
     _record_batchnorms_fed(layout, named, modules, chains, torch_side, out)
@@ -128,10 +133,23 @@ def probe_layers(
         if not v.trainable:
             out[f"running/{name}"] = np.asarray(keras.ops.convert_to_numpy(v.value), np.float64)
     out["output"] = np.asarray(logits, np.float64)
-    present = [(n, np.asarray(g)) for (n, _), g in zip(named, grads, strict=True) if g is not None]
+    present = [  # a Keras Embedding's gradient is IndexedSlices: dense, as torch's
+        (n, np.asarray(tf.convert_to_tensor(g)))
+        for (n, _), g in zip(named, grads, strict=True)
+        if g is not None
+    ]
     for name, g in canonical(PairConversion(layout), present).items():
         out[f"grad/{name}"] = g
     return out
+
+
+def _like(value: np.ndarray, torch: np.ndarray | None) -> np.ndarray:
+    """A Keras layer's output in torch's layout (NHWC images as NCHW), or in its torch module's
+    shape where the two have other ranks and the same size (a converter's EinsumDense projection
+    (N, T, heads, head_dim) against a Linear's (N, T, E))."""
+    if torch is not None and value.ndim != torch.ndim and value.size == torch.size:
+        return value.reshape(torch.shape)
+    return _to_torch_layout(value)
 
 
 def _record_attention(
@@ -160,7 +178,7 @@ def _record_attention(
     try:
         net(feed, training=False)
     finally:
-        for mha in attention.values():
+        for mha in {id(m): m for m in attention.values()}.values():
             del mha.call  # the class's own again
     for module, mha in attention.items():
         if module not in calls:

@@ -44,6 +44,7 @@ from dualtrain.backends.torch.pair import (
     build_module,
     canonical_state,
     load_pair,
+    unused_parameters,
     zero_exact_zeros,
 )
 from dualtrain.backends.torch.precision import precision_setup
@@ -143,6 +144,9 @@ class TorchEngine(BuiltFromParts, Engine):
                 module,
                 device_ids=[device.index] if device.type == "cuda" else None,
                 gradient_as_bucket_view=True,
+                # a pair's module may hold parameters its forward does not use (Hugging Face's
+                # BERT pooler under a head on the tokens): DDP then looks for them each step
+                find_unused_parameters=layout is not None and bool(unused_parameters(module, spec)),
                 **NO_FORWARD_BUFFER_SYNC,
             )
             # A Python comm hook, not the builtin ALLREDUCE one: with the builtin hook the gradient

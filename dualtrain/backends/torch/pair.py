@@ -152,6 +152,23 @@ def load_pair(module: nn.Module, weights: dict[str, np.ndarray]) -> None:
         raise RuntimeError(f"weights do not fit the module: missing {missing}, extra {unexpected}")
 
 
+def unused_parameters(module: nn.Module, spec: Experiment) -> list[str]:
+    """The trainable parameters an inference forward on a zero batch gives no gradient (their
+    gradient stays None; the module's own modes are kept)."""
+    dtype = next(module.parameters()).dtype
+    device = next(module.parameters()).device
+    xs = [torch.zeros((2, *i.shape), dtype=dtype, device=device) for i in spec.model.inputs]
+    training = module.training
+    module.eval()
+    try:
+        with torch.enable_grad():
+            module(*xs).sum().backward()
+        return [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    finally:
+        module.zero_grad(set_to_none=True)
+        module.train(training)
+
+
 def canonical_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {
         k: v

@@ -31,9 +31,12 @@ class GradientUpdate:
         all-reduce step (on every replica) and a parameter server's (on the server). Returns (grad
         norm, grad amax (fp16), the gradient by name if asked, the scale used, skipped)."""
         scaler = self.state.scaler
+        for p in self.state.params:  # a parameter the forward does not use (a pair's unused
+            if p.grad is None:  # pooler): its gradient is 0, as Keras's (UnconnectedGradients.ZERO)
+                p.grad = torch.zeros_like(p)
         if scaler is not None:
             self.unscale()
-        # backward() gave every parameter a gradient (DDP: every parameter takes part)
+        # every parameter has a gradient now (DDP: every parameter takes part)
         grads = cast(list[torch.Tensor], [p.grad for p in self.state.params])
         norm = update_rules.global_norm(NORM_OPS, grads)
         amax = (
