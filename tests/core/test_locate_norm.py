@@ -95,3 +95,14 @@ def test_a_layernorm_eps_names_the_side_that_differs(eps_t, eps_k, fix):
     side = "torch" if "torch side" in fix else "Keras" if "set the Keras" in fix else "either"
     assert ("set the Keras layer's" in found) == (side == "Keras"), found
     assert ("the torch side differs" in found) == (side == "torch"), found
+
+
+def test_float32_inside_a_float64_layer_is_told_from_a_mistake():
+    from dualtrain.core.locate.mistakes import FLOAT32_U, float32_inside
+
+    # Hugging Face's and KerasHub's RMSNorm in float64: 6.7e-8 apart, 1.1 x float32's rounding
+    assert "float32 arithmetic inside the layer" in float32_inside(6.7e-8)
+    assert "1.1 x float32's rounding" in float32_inside(1.1 * FLOAT32_U)
+    # float64 rounding, and a difference a mistake makes (an approximate gelu: ~1e-3): not it
+    assert float32_inside(1e-12) == "" and float32_inside(1e-3) == ""
+    assert float32_inside(2e-6) == ""  # past 16 x float32's rounding

@@ -96,7 +96,9 @@ def probe_layers(
     for a in layout.torch.torch:
         e = entries[a.name]
         kv = next(v for v in layout.keras.keras if v.path == e.targets[0])
-        layer = by_path[kv.layer]
+        layer = by_path.get(kv.layer)
+        if layer is None:  # a port's own weight of a layer that holds layers (ViT's class token)
+            continue
         if id(layer) in parts and a.kind == "attention":  # the whole attention is the unit (its
             mha, place = parts[
                 id(layer)

@@ -271,6 +271,32 @@ def var_path(net: Model, v: Variable, converted: bool) -> str:
     return v.path.removeprefix(f"{net.name}/") if converted else v.path
 
 
+def _owned_weights(net: Model, seen: set[str]) -> list[dict[str, Any]]:
+    """The variables of ``net`` no leaf layer holds, each described with the innermost layer that
+    holds it (a converter's port: a layer's own weight beside its sublayers)."""
+    out = []
+    layers = list(net._flatten_layers(include_self=False, recursive=True))
+    for v in net.weights:
+        path = var_path(net, v, True)
+        owners = [la for la in layers if any(w is v for w in la.weights)]
+        if path in seen or not owners:
+            continue
+        layer = min(owners, key=lambda la: len(la.weights))
+        out.append(
+            {
+                "path": path,
+                "shape": [int(d) for d in v.shape],
+                "trainable": bool(v.trainable),
+                "layer": layer_path(layer),
+                "kind": "other",
+                "role": v.name,
+                "cls": type(layer).__name__,
+                "flatten_hwc": None,
+            }
+        )
+    return out
+
+
 def describe(spec: Experiment, converted: str | None = None) -> dict[str, Any]:
     """The Keras side's description (``converted``: a converted pair's converted.json, written by
     the torch side's ``convert``, which holds the port's config)."""
@@ -294,6 +320,9 @@ def describe(spec: Experiment, converted: str | None = None) -> dict[str, Any]:
                 }
             )
     seen = {v["path"] for v in variables}
+    if converted:  # a port's own weights of a layer that holds layers (ViT's class token)
+        variables += _owned_weights(net, seen)
+        seen = {v["path"] for v in variables}
     stray = [v.path for v in net.weights if var_path(net, v, bool(converted)) not in seen]
     if stray:
         raise UserError(

@@ -30,6 +30,7 @@ from dualtrain.core.locate.mistakes import (
     activation_mistake,
     batchnorm_mistake,
     flatten_mistake,
+    float32_inside,
     layer_mistake,
     softmax,
 )
@@ -177,8 +178,10 @@ def _layer_finding(
             rows,
         )
     if row.own is not None and row.own > TOL:
-        mistake = _attention(layout, module, t, k, weights) or layer_mistake(
-            layout, module, layer, kind, t, k, weights
+        mistake = (
+            _attention(layout, module, t, k, weights)
+            or layer_mistake(layout, module, layer, kind, t, k, weights)
+            or float32_inside(row.own)
         )
         return Finding(
             where,

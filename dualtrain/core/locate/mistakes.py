@@ -197,6 +197,26 @@ def layer_mistake(
     return ""
 
 
+#: float32's unit roundoff (2^-24): a layer that computes part of its work in float32 inside a
+#: float64 run differs by a few of these, and by less than FLOAT32_SPAN of them
+FLOAT32_U = 2.0**-24
+FLOAT32_SPAN = 16.0
+
+
+def float32_inside(size: float) -> str:
+    """A layer's own output that differs, fed the same float64 input, by float32's rounding: part
+    of it computed in float32 on one side or both (a library's limit in float64), not a port's
+    mistake."""
+    if not 1e-9 < size < FLOAT32_SPAN * FLOAT32_U:
+        return ""
+    return (
+        f"float32 arithmetic inside the layer: fed the same float64 input, its output differs by "
+        f"{size / FLOAT32_U:.2g} x float32's rounding (2^-24), what computing part of it in "
+        f"float32 gives; a library's limit in float64 (Hugging Face's LlamaRMSNorm and KerasHub's "
+        f"RMSNorm compute in float32 whatever the model's dtype), not a porting mistake"
+    )
+
+
 #: the frameworks' default normalisation epsilons (LayerNorm, GroupNorm, BatchNorm: torch 1e-5;
 #: LayerNormalization, GroupNormalization, BatchNormalization: Keras 1e-3)
 TORCH_EPS, KERAS_EPS = 1e-5, 1e-3

@@ -22,8 +22,8 @@ Modules:
 * ``factories``: importing and calling the user's factories, and checking what they build;
 * ``dropout``: the sides' dropout calls matched in forward order, and their hash masks in a
   training forward;
-* ``learn``: a weight map learned from values, where a converter builds the Keras side (issue
-  47: the core alone so far; a pair cannot name a converter yet).
+* ``learn``: a weight map learned from values, where a converter builds the Keras side
+  (``model.convert``: the torch backend's convert.py runs it; the map's entries are ``view``).
 
 The names other modules use as ``pair.<name>`` are re-exported here.
 """
