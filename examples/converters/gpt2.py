@@ -64,3 +64,16 @@ def to_keras_hub(module):
     out = head(pooled)
     head.set_weights([module.head.weight.detach().numpy().T, module.head.bias.detach().numpy()])
     return keras.Model(pixels, out)
+
+
+def to_keras_hub_kv_swapped(module):
+    """A converter with a classic mistake: the key and value projections swapped."""
+    net = to_keras_hub(module)
+    backbone = next(la for la in net.layers if la.name.startswith("gpt2_backbone"))
+    for block in range(module.gpt2.config.n_layer):
+        attention = backbone.get_layer(f"transformer_layer_{block}")._self_attention_layer
+        key, value = attention._key_dense, attention._value_dense
+        k, v = key.get_weights(), value.get_weights()
+        key.set_weights(v)
+        value.set_weights(k)
+    return net

@@ -183,3 +183,20 @@ def test_hugging_face_llama_and_its_keras_hub_port_part_by_float32_inside_a_laye
     checks = {c["name"]: c for c in verdict["checks"]}
     for name in ("trajectory", "final_weights", "local_loss", "local_grad", "local_update"):
         assert checks[name]["passed"], checks[name]
+
+
+@pytest.mark.slow  # a converter mistake planted in KerasHub's GPT-2 converter (about 90 s)
+@pytest.mark.sweep
+def test_a_converter_that_swaps_key_and_value_is_named_at_the_attention(tmp_path):
+    require("transformers", "keras_hub")
+    config = str(ROOT / "configs" / "converted_gpt2.yaml")
+    text, verdict = _compare(
+        tmp_path, config, f"model.path={CONVERTERS}", "model.convert=gpt2:to_keras_hub_kv_swapped"
+    )
+    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    assert (
+        "torch 'gpt2.h.0.attn.c_attn' / Keras 'transformer_layer_0/self_attention': the "
+        "converter's split of a packed projection: torch 'gpt2.h.0.attn.c_attn.weight' holds "
+        "query, key, value in that order, and the converter gives its thirds to query, value, key "
+        "(key and value swapped)"
+    ) in verdict["verdict"]

@@ -7,7 +7,6 @@ split) is handled as its parts (``MapEntry.part``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import keras
 import numpy as np
@@ -109,7 +108,7 @@ class PairConversion(Conversion):
         return out
 
 
-def canonical(conversion: Conversion, items: Iterable[tuple[str, Any]]) -> dict[str, np.ndarray]:
+def canonical(conversion: Conversion, items: Iterable[tuple[str, object]]) -> dict[str, np.ndarray]:
     """Arrays in the Keras layout by the engine's names (weights, gradients, optimizer slots) as
     canonical arrays by canonical name: a pair's split parts joined."""
     converted = ((n, conversion.to_canonical(n, np.asarray(a))) for n, a in items)

@@ -135,7 +135,7 @@ def _from_config(model: ModelSpec, config: str, policy: str) -> Model:
     return net
 
 
-def _retype(doc: Any, policy: str) -> None:
+def _retype(doc: object, policy: str) -> None:
     """Every float32 dtype policy of a Keras config as ``policy``, in place."""
     if isinstance(doc, dict):
         cfg = doc.get("config")
@@ -271,7 +271,7 @@ def var_path(net: Model, v: Variable, converted: bool) -> str:
     return v.path.removeprefix(f"{net.name}/") if converted else v.path
 
 
-def _owned_weights(net: Model, seen: set[str]) -> list[dict[str, Any]]:
+def _owned_weights(net: Model, seen: set[str]) -> list[dict[str, object]]:
     """The variables of ``net`` no leaf layer holds, each described with the innermost layer that
     holds it (a converter's port: a layer's own weight beside its sublayers)."""
     out = []

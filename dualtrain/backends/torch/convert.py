@@ -13,7 +13,7 @@ through the learned map.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import torch
@@ -27,7 +27,24 @@ from dualtrain.spec import Experiment
 CONVERTED = pair.CONVERTED_FILE
 
 
-def is_keras_model(net: Any) -> bool:
+class PortVariable(Protocol):
+    """A Keras variable, as this module reads it."""
+
+    path: str
+
+    def numpy(self) -> np.ndarray: ...
+
+
+class Port(Protocol):
+    """A Keras model, as this module reads it (Keras's public model API; no Keras import)."""
+
+    name: str
+    weights: list[PortVariable]
+
+    def to_json(self) -> str: ...
+
+
+def is_keras_model(net: object) -> TypeGuard[Port]:
     """A Keras 3 model (keras.Model or a subclass), known without importing Keras."""
     return any(
         c.__name__ == "Model" and c.__module__.startswith("keras.") for c in type(net).__mro__
@@ -44,7 +61,7 @@ def convert(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray], di
     converter = pair.import_factory(model.convert, model.path, "model.convert")
     state = canonical_state(module)
     shapes = {k: tuple(v.shape) for k, v in state.items()}
-    made: list[Any] = []
+    made: list[Port] = []
 
     def run(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with torch.no_grad():
@@ -73,14 +90,14 @@ def convert(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray], di
     )
 
 
-def _own(net: Any, path: str) -> str:
+def _own(net: Port, path: str) -> str:
     """A variable's path less the model's own name, where it starts with it: each conversion's
     model has a name of its own (sequential, sequential_1, ...), and a model built again from its
     JSON may leave it out (backends/tf/pair.py names a converted port's variables alike)."""
     return path.removeprefix(f"{net.name}/")
 
 
-def _config(net: Any, name: str) -> str:
+def _config(net: Port, name: str) -> str:
     """The port as Keras's JSON, which the TF workers build again; one line where it cannot be
     written (a subclassed model without get_config)."""
     try:

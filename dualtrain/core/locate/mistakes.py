@@ -145,6 +145,8 @@ def converter_mistake(layout: Layout, module: str) -> str:
         return ""
     a = next((x for x in layout.torch.torch if x.name == f"{module}.weight"), None)
     entry = layout.by_torch().get(f"{module}.weight")
+    if entry is not None and len(entry.targets) == 3:
+        return _packed_order(entry)
     if a is None or entry is None or a.kind not in _LAYOUTS or len(entry.targets) != 1:
         return ""
     transform, words = _LAYOUTS[a.kind]
@@ -161,6 +163,28 @@ def converter_mistake(layout: Layout, module: str) -> str:
     return (
         f"the converter's layout of a weight: it makes Keras {entry.keras!r} {list(got.shape)} of "
         f"torch {a.name!r} {list(a.shape)} by {how}, not {words}"
+    )
+
+
+#: the projections a packed attention weight holds, in torch's order (nn.MultiheadAttention's
+#: in_proj, Hugging Face's GPT-2 c_attn), and the path segments that name each on the Keras side
+_PACKED = ("query", "key", "value")
+_NAMES = {"query": "query", "q_proj": "query", "key": "key", "k_proj": "key", "value": "value"}
+
+
+def _packed_order(entry: MapEntry) -> str:
+    """A packed q, k, v weight whose thirds the converter gave to the projections in another
+    order (the learned map lists each array's variables by where each starts in it)."""
+    roles = [
+        next((_NAMES[p] for p in target.split("/") if p in _NAMES), "") for target in entry.targets
+    ]
+    if sorted(roles) != sorted(_PACKED) or tuple(roles) == _PACKED:
+        return ""
+    swapped = [r for r, want in zip(roles, _PACKED, strict=True) if r != want]
+    return (
+        f"the converter's split of a packed projection: torch {entry.torch!r} holds query, key, "
+        f"value in that order, and the converter gives its thirds to {', '.join(roles)} "
+        f"({' and '.join(sorted(swapped))} swapped)"
     )
 
 
