@@ -183,6 +183,15 @@ def test_hugging_face_llama_and_its_keras_hub_port_part_by_float32_inside_a_laye
     checks = {c["name"]: c for c in verdict["checks"]}
     for name in ("trajectory", "final_weights", "local_loss", "local_grad", "local_update"):
         assert checks[name]["passed"], checks[name]
+    # a converter that gives RMSNorm another epsilon: named as that, never as float32 arithmetic
+    text, verdict = _compare(
+        tmp_path, config, f"model.path={CONVERTERS}", "model.convert=llama:to_keras_hub_eps"
+    )
+    assert (
+        "torch 'llama.model.layers.0.input_layernorm' / Keras "
+        "'transformer_layer_0/self_attention_layernorm': LlamaRMSNorm eps (torch eps=1e-06, Keras "
+        "LlamaLayerNorm epsilon=1e-05; set the Keras layer's epsilon=1e-06)"
+    ) in verdict["verdict"], text[-3000:]
 
 
 @pytest.mark.slow  # a converter mistake planted in KerasHub's GPT-2 converter (about 90 s)

@@ -152,6 +152,15 @@ def load_pair(module: nn.Module, weights: dict[str, np.ndarray]) -> None:
         raise RuntimeError(f"weights do not fit the module: missing {missing}, extra {unexpected}")
 
 
+def _epsilon(m: nn.Module) -> float | None:
+    """A normalisation module's epsilon (``eps``; Hugging Face's RMSNorm: ``variance_epsilon``)."""
+    for name in ("eps", "variance_epsilon"):
+        value = getattr(m, name, None)
+        if isinstance(value, float):
+            return value
+    return None
+
+
 def unused_parameters(module: nn.Module, spec: Experiment) -> list[str]:
     """The trainable parameters an inference forward on a zero batch gives no gradient (their
     gradient stays None; the module's own modes are kept)."""
@@ -202,8 +211,9 @@ def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                     "cls": type(m).__name__,
                     "kind": kind(m),
                     **({"momentum": m.momentum} if bn else {}),
-                    # every normalisation's epsilon (batch, layer, group, instance norm)
-                    **({"eps": eps} if isinstance(eps := getattr(m, "eps", None), float) else {}),
+                    # every normalisation's epsilon (batch, layer, group, instance norm; an
+                    # RMSNorm's variance_epsilon, as Hugging Face's Llama names it)
+                    **({"eps": eps} if isinstance(eps := _epsilon(m), float) else {}),
                     "in": [list(x.shape[1:]) for x in inputs if isinstance(x, torch.Tensor)],
                     "out": list(out.shape[1:]) if isinstance(out, torch.Tensor) else None,
                 }
