@@ -53,15 +53,16 @@ def llama(width=32, layers=2, heads=4, classes=10):
     return LlamaClassifier(width, layers, heads, classes=classes)
 
 
-def to_keras_hub(module):
+def to_keras_hub(module, **overrides):
     """KerasHub's Llama converter on the module's ``save_pretrained`` folder, with the same pool
-    and head."""
+    and head (``overrides``: backbone settings given to ``from_preset`` over the converted
+    ones)."""
     import keras
     import keras_hub
 
     with tempfile.TemporaryDirectory() as folder:
         module.llama.save_pretrained(folder)
-        backbone = keras_hub.models.LlamaBackbone.from_preset(folder)
+        backbone = keras_hub.models.LlamaBackbone.from_preset(folder, **overrides)
     pixels = keras.Input((8, 8, 1))
     ids = keras.ops.cast(keras.ops.reshape(pixels, (-1, 64)), "int32")
     hidden = backbone({"token_ids": ids, "padding_mask": keras.ops.ones_like(ids)})
@@ -74,17 +75,4 @@ def to_keras_hub(module):
 
 def to_keras_hub_eps(module):
     """A converter with a mistake: RMSNorm's epsilon 1e-5 where the module's is 1e-6."""
-    import keras
-    import keras_hub
-
-    with tempfile.TemporaryDirectory() as folder:
-        module.llama.save_pretrained(folder)
-        backbone = keras_hub.models.LlamaBackbone.from_preset(folder, layer_norm_epsilon=1e-5)
-    pixels = keras.Input((8, 8, 1))
-    ids = keras.ops.cast(keras.ops.reshape(pixels, (-1, 64)), "int32")
-    hidden = backbone({"token_ids": ids, "padding_mask": keras.ops.ones_like(ids)})
-    pooled = keras.layers.GlobalAveragePooling1D()(hidden)
-    head = keras.layers.Dense(module.head.out_features, name="head")
-    out = head(pooled)
-    head.set_weights([module.head.weight.detach().numpy().T, module.head.bias.detach().numpy()])
-    return keras.Model(pixels, out)
+    return to_keras_hub(module, layer_norm_epsilon=1e-5)

@@ -231,14 +231,11 @@ def test_a_compare_is_taken_up_where_it_stopped(tmp_path):
     assert yaml.safe_load((out / "torch/spec.yaml").read_text())["optimizer"]["lr"] == 0.02
 
 
-@pytest.mark.slow
-def test_a_run_that_cannot_finish_still_gets_a_verdict(tmp_path):
-    # the tf run cannot load the probe states torch recorded (a test hook makes its replay stop on
-    # the user error an optimizer slot it does not keep would give): compare still judges what
-    # finished (the fp64 pair), and the verdict leads with the run, the reason and what it means
-    out = tmp_path / "cmp"
-    sets = ("train.epochs=1", "data.train_limit=1280", "data.test_limit=500")
-    res = run_cli(
+def _compare_hooked(out, length: str, hook: str):
+    """compare on a short MNIST MLP (``length``: its epochs or steps), every worker running
+    ``hook`` (testkit.worker_hooks)."""
+    sets = (length, "data.train_limit=1280", "data.test_limit=500")
+    return run_cli(
         "compare",
         "--config",
         str(ROOT / "configs/mnist_mlp.yaml"),
@@ -246,7 +243,18 @@ def test_a_run_that_cannot_finish_still_gets_a_verdict(tmp_path):
         "--out",
         str(out),
         timeout=300,
-        env=hook_env("testkit.worker_hooks:probe_state_does_not_load=tf"),
+        env=hook_env(hook),
+    )
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_finish_still_gets_a_verdict(tmp_path):
+    # the tf run cannot load the probe states torch recorded (a test hook makes its replay stop on
+    # the user error an optimizer slot it does not keep would give): compare still judges what
+    # finished (the fp64 pair), and the verdict leads with the run, the reason and what it means
+    out = tmp_path / "cmp"
+    res = _compare_hooked(
+        out, "train.epochs=1", "testkit.worker_hooks:probe_state_does_not_load=tf"
     )
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     v = json.loads((out / "verdict.json").read_text())
@@ -266,17 +274,7 @@ def test_a_failed_fp64_torch_run_leaves_the_probe_run_out_and_a_verdict(tmp_path
     # the fp64 torch run records the probe states the torch fp32 run replays: when it fails, that
     # run is not run, and compare still judges and reports (it raised KeyError on its timings)
     out = tmp_path / "cmp"
-    sets = ("train.max_steps=4", "data.train_limit=1280", "data.test_limit=500")
-    res = run_cli(
-        "compare",
-        "--config",
-        str(ROOT / "configs/mnist_mlp.yaml"),
-        *[a for s in sets for a in ("--set", s)],
-        "--out",
-        str(out),
-        timeout=300,
-        env=hook_env("testkit.worker_hooks:run_fails=fp64-torch"),
-    )
+    res = _compare_hooked(out, "train.max_steps=4", "testkit.worker_hooks:run_fails=fp64-torch")
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     assert "KeyError" not in res.stderr, res.stderr[-3000:]
     v = json.loads((out / "verdict.json").read_text())

@@ -278,8 +278,10 @@ def _owned_weights(net: Model, seen: set[str]) -> list[dict[str, object]]:
     layers = list(net._flatten_layers(include_self=False, recursive=True))
     for v in net.weights:
         path = var_path(net, v, True)
+        if path in seen:  # a leaf's: described already
+            continue
         owners = [la for la in layers if any(w is v for w in la.weights)]
-        if path in seen or not owners:
+        if not owners:
             continue
         layer = min(owners, key=lambda la: len(la.weights))
         out.append(

@@ -24,8 +24,6 @@ from dualtrain.core.pair import learn
 from dualtrain.errors import UserError
 from dualtrain.spec import Experiment
 
-CONVERTED = pair.CONVERTED_FILE
-
 
 class PortVariable(Protocol):
     """A Keras variable, as this module reads it."""
@@ -56,8 +54,8 @@ def convert(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray], di
     entries; ``keras``, the port's JSON; ``learned``, the map in words)."""
     model = spec.model
     assert model.convert is not None
-    side, weights = describe(spec)
     module = user_module(model, spec.seed)
+    side, weights = describe(spec, module)  # the same module the converter takes: built once
     converter = pair.import_factory(model.convert, model.path, "model.convert")
     state = canonical_state(module)
     shapes = {k: tuple(v.shape) for k, v in state.items()}

@@ -186,10 +186,15 @@ def canonical_state(module: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def describe(spec: Experiment) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(the side's description as JSON, the initial weights in the canonical layout)."""
+def describe(
+    spec: Experiment, module: nn.Module | None = None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(the side's description as JSON, the initial weights in the canonical layout). ``module``:
+    the user's module already built (:func:`user_module`; a converted pair's, which the converter
+    takes next); its hooks are removed again and its weights left as they are."""
     model = spec.model
-    module = user_module(model, spec.seed)  # its own dropout modules: their calls recorded
+    if module is None:
+        module = user_module(model, spec.seed)  # its own dropout modules: their calls recorded
     owner = owners(module)
     order: dict[str, int] = {}
     layers: list[dict[str, Any]] = []

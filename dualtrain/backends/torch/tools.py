@@ -27,12 +27,13 @@ import numpy as np
 import torch
 
 from dualtrain.backends.torch import kernels as torch_kernels
-from dualtrain.backends.torch.convert import CONVERTED, convert
+from dualtrain.backends.torch.convert import convert
 from dualtrain.backends.torch.envinfo import backend_facts
 from dualtrain.backends.torch.export import export_torch
 from dualtrain.backends.torch.locate import probe_layers
 from dualtrain.backends.torch.model import build_model, load_canonical
 from dualtrain.backends.torch.pair import build_module, describe, load_pair
+from dualtrain.core import pair
 from dualtrain.core.weights import Weights, check_layout
 from dualtrain.runtime.entry import (
     describe_main,
@@ -65,7 +66,7 @@ def forward_logits(
 
 def _converted(spec: Experiment, out: Path) -> tuple[dict[str, Any], Weights]:
     side, weights, converted = convert(spec)
-    (out / CONVERTED).write_text(json.dumps(converted))
+    (out / pair.CONVERTED_FILE).write_text(json.dumps(converted))
     return side, weights
 
 

@@ -169,7 +169,14 @@ def converter_mistake(layout: Layout, module: str) -> str:
 #: the projections a packed attention weight holds, in torch's order (nn.MultiheadAttention's
 #: in_proj, Hugging Face's GPT-2 c_attn), and the path segments that name each on the Keras side
 _PACKED = ("query", "key", "value")
-_NAMES = {"query": "query", "q_proj": "query", "key": "key", "k_proj": "key", "value": "value"}
+_NAMES = {
+    "query": "query",
+    "q_proj": "query",
+    "key": "key",
+    "k_proj": "key",
+    "value": "value",
+    "v_proj": "value",
+}
 
 
 def _packed_order(entry: MapEntry) -> str:
