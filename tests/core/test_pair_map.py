@@ -190,3 +190,21 @@ def test_locator_counts_an_exact_match_as_a_match():
     a = np.arange(6.0)
     assert locate.close(a, a.copy())
     assert not locate.close(a, a + 1e-6) and not locate.close(a, None)
+
+
+def test_a_learned_map_takes_only_the_port_it_was_learned_on():
+    # a map learned from a converter (fc.weight a transposed view), and the port built again from
+    # its config: the same variables take it; one with a variable more (KerasHub's Llama, whose
+    # get_config loses tie_word_embeddings, comes back with reverse_embeddings) is one line
+    view = pair.ViewOf(0, (64, 10), (1, 64), (64, 10), (10, 64))
+    learned = (
+        pair.MapEntry("fc.weight", "d/kernel", "view", views=(view,)),
+        pair.MapEntry("fc.bias", "d/bias", "identity"),
+    )
+    layout = pair.layout(_torch(*FC_T), _keras(*FC_K), None, learned)
+    assert layout.learned and layout.by_torch()["fc.weight"].transform == "view"
+    w = np.arange(640.0).reshape(10, 64)
+    assert np.array_equal(pair.to_keras(layout.by_torch()["fc.weight"], w), w.T)
+    extra = ("d/reverse", (10, 64), True, "d", "dense", "reverse", "Dense")
+    with pytest.raises(UserError, match=r"built again from its config .*\(new: \['d/reverse'\]"):
+        pair.layout(_torch(*FC_T), _keras(*FC_K, extra), None, learned)
