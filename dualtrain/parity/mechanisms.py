@@ -138,7 +138,10 @@ def update_mechanism(
     la, lb = labels
     off, label, other = (moved[1], lb, la) if follows[0] else (moved[0], la, lb)
     for what, variant in _variants(opt).items():
-        if rel(variant(opt, lr, p, g, f64, name, applied) - p, off) <= 1e-6:
+        moves = variant(opt, lr, p, g, f64, name, applied) - p
+        if rel(moves, want) <= 1e-8:  # the spec's rule from this state (SGD's dampening at the
+            continue  # first step, the buffer being the gradient): it tells the sides apart by nothing
+        if rel(moves, off) <= 1e-6:
             return f"{label} departs from the spec's rule: {what}"
     scale = float(np.vdot(off, want) / max(float(np.vdot(want, want)), 1e-300))
     if rel(scale * want, off) <= 1e-6:  # the rule's direction, another length

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dualtrain.core import optim_ref
-from dualtrain.parity.mechanisms import adam_amsgrad, running_mechanism
+from dualtrain.parity.mechanisms import adam_amsgrad, running_mechanism, update_mechanism
 from dualtrain.spec import OptimizerName, OptimizerSpec
 
 RNG = np.random.default_rng(0)
@@ -49,3 +49,18 @@ def test_amsgrad_is_adam_until_the_second_moment_falls():
     adam = optim_ref.step(opt, 1e-3, {"w": p}, slots, 1, {"w": g})["w"]
     ams = adam_amsgrad(opt, 1e-3, p, g, slots, "w", 1)
     assert np.all(np.abs(ams - p) < np.abs(adam - p))
+
+
+def test_a_variant_that_is_the_spec_rule_here_explains_nothing():
+    # SGD with momentum, first step: dampening = momentum gives the spec's update (the buffer is
+    # the gradient), so an lr x (1 + 1e-6) on one side is the scaled rule, never that variant,
+    # however the two updates' one rounding falls (it fell within 1e-6 on an AMD EPYC)
+    opt = OptimizerSpec(name=OptimizerName.SGD, lr=0.1, momentum=0.9)
+    p, g = RNG.standard_normal(16), RNG.standard_normal(16)
+    want = optim_ref.step(opt, 0.1, {"w": p}, {}, 0, {"w": g})["w"]
+    for scale in (1 + 1e-6, 1 + 0.999e-6):
+        off = p + (want - p) * scale
+        said = update_mechanism(
+            ("torch", "tf"), 0.1, opt, "w", ({"w": p}, {}, 0), {"w": g}, ({"w": want}, {"w": off})
+        )
+        assert said.startswith(f"tf's update is the spec's rule x {scale:.9g}"), said
