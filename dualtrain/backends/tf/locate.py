@@ -93,16 +93,17 @@ def probe_layers(
     modules: dict[str, tuple[Layer, tuple[int, int, int] | None]] = {}
     attention: dict[str, Layer] = {}  # torch MultiheadAttention -> the Keras MultiHeadAttention
     entries = layout.by_torch()
+    mhas = {a.module for a in layout.torch.torch if a.kind == "attention"}
     for a in layout.torch.torch:
         e = entries[a.name]
         kv = next(v for v in layout.keras.keras if v.path == e.targets[0])
         layer = by_path.get(kv.layer)
         if layer is None:  # a port's own weight of a layer that holds layers (ViT's class token)
             continue
-        if id(layer) in parts and a.kind == "attention":  # the whole attention is the unit (its
-            mha, place = parts[
-                id(layer)
-            ]  # output projection inside), against nn.MultiheadAttention
+        if id(layer) in parts and (a.module in mhas or a.module.rsplit(".", 1)[0] in mhas):
+            mha, place = parts[id(layer)]  # the whole attention is the unit (its output
+            # projection inside), against nn.MultiheadAttention (a converter's MultiHeadAttention
+            # against Hugging Face's projections is compared projection by projection)
             # its query, key or value projection (an explicit map may list them in any order)
             if place < 3:
                 attention.setdefault(a.module, mha)
