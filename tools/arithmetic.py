@@ -1,29 +1,37 @@
 """The arithmetic fingerprint: a few fixed runs' final-weight digests, recorded in CHANGELOG.md.
 
-    python -m tools.arithmetic [--out DIR]       # the digests today, against CHANGELOG.md's
-    python -m tools.arithmetic --table           # the table for a new CHANGELOG.md entry
+    python -m tools.arithmetic [--out DIR]   # the digests today, against what CHANGELOG.md holds
+    python -m tools.arithmetic --table       # the table for a new CHANGELOG.md entry
 
 Any change that alters a backend's results (an op, an update rule, a kernel choice, a framework
-upgrade) changes some of these digests. CHANGELOG.md's newest entry records the digests of the code
-it describes; tests/integration/test_arithmetic_changes.py runs the fixed runs and fails on a digest
-that no entry announced, naming the run. So a change to arithmetic lands with an entry that says
-which runs change and by how much (measure it: ``--against REV`` runs the same runs at another
-commit and prints each run's largest relative change of a tensor).
+upgrade) changes some of these digests. tests/integration/test_arithmetic_changes.py runs the fixed
+runs and fails on a digest that no entry announced, naming the run. So a change to arithmetic lands
+with an entry that says which runs change and by how much (measure it: ``--against REV`` runs the
+same runs at another commit and prints each run's largest relative change of a tensor).
 
-The runs are pinned so every machine of this kind reproduces them bit for bit, whatever its CPU:
-one intra-op thread per worker, and the ``avx2`` kernel setting (torch's ATen at AVX2 with its
-oneDNN off, TensorFlow's oneDNN off, MKL at AVX2 with its conditional numerical reproducibility).
+The runs are pinned to one intra-op thread per worker and the ``avx2`` kernel setting (torch's ATen
+at AVX2 with its oneDNN off, TensorFlow's oneDNN off, MKL at AVX2 in its reproducible mode). That
+makes them bit-identical run to run on one machine, not across machines: an AMD EPYC gives other
+fp32 digests, and another torch fp64 one, than the Xeon the first table was taken on (MKL's AVX2
+branch and TensorFlow's Eigen differ between the two). So a table is recorded per machine
+(:func:`machine`), and on a machine that has none the reference is computed here: the fixed runs of
+the commit that wrote the newest table, run on this machine with these frameworks. The frameworks'
+versions are part of the entry (:func:`versions`), so an upgrade needs an entry on every machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import platform
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from dualtrain.core.weights import Weights, load_weights, weights_digest
@@ -59,9 +67,9 @@ class FixedRun:
     config: str
     sets: tuple[str, ...] = ()
 
-    def command(self, out: Path) -> list[str]:
+    def command(self, out: Path, root: Path = ROOT) -> list[str]:
         cmd = [sys.executable, "-m", "dualtrain", "run", "--backend", self.backend]
-        cmd += ["--config", str(ROOT / "configs" / self.config), "--out", str(out)]
+        cmd += ["--config", str(root / "configs" / self.config), "--out", str(out)]
         for s in (*COMMON, *self.sets):
             cmd += ["--set", s]
         return cmd
@@ -95,7 +103,7 @@ def run_all(
     for run in runs:
         d = out / run.name.replace(" ", "-")
         proc = subprocess.run(
-            run.command(d), env=full, cwd=root, capture_output=True, text=True, check=False
+            run.command(d, root), env=full, cwd=root, capture_output=True, text=True, check=False
         )
         if proc.returncode != 0:
             raise RuntimeError(f"{run.name} failed:\n{proc.stderr[-3000:]}")
@@ -111,25 +119,119 @@ def digests(dirs: dict[str, Path]) -> dict[str, str]:
 
 #: a row of CHANGELOG.md's digest tables: | run | digest |
 ROW = re.compile(r"^\|\s*([a-z0-9 ]+?)\s*\|\s*`([0-9a-f]{16})`\s*\|\s*$")
+#: the line above a table that names the machine it was taken on: Machine: `...`
+MACHINE = re.compile(r"^Machine: `([^`]+)`")
+#: the line of an entry that names the frameworks its digests were taken with: Frameworks: `...`
+FRAMEWORKS = re.compile(r"^Frameworks: `([^`]+)`")
+#: the packages whose version is part of the arithmetic
+PACKAGES = ("torch", "tensorflow", "keras", "numpy")
 
 
-def recorded(changelog: Path = CHANGELOG) -> dict[str, str]:
-    """The digests of CHANGELOG.md's newest entry that has them (the first table from the top)."""
-    found: dict[str, str] = {}
+def machine() -> str:
+    """This machine as the digests see it: the CPU's vendor and model, and its cache sizes (MKL's
+    and Eigen's blocking follow them)."""
+    info = {}
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else ():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    caches = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        caches.append(f"{name} {(index / 'size').read_text().strip()}")
+    vendor = info.get("vendor_id", platform.machine())
+    return ", ".join([f"{vendor} {info.get('model name', platform.processor())}", *caches])
+
+
+def versions() -> str:
+    """The frameworks these digests are taken with: each of :data:`PACKAGES` and its version."""
+    return ", ".join(f"{p} {metadata.version(p)}" for p in PACKAGES)
+
+
+def _entry(changelog: Path) -> list[str]:
+    """The lines of CHANGELOG.md's newest entry that has digests."""
+    entry: list[str] = []
     for line in changelog.read_text().splitlines():
-        m = ROW.match(line)
+        if line.startswith("## "):
+            if any(ROW.match(e) for e in entry):
+                break
+            entry = []
+        entry.append(line)
+    return entry
+
+
+def recorded(where: str | None = None, changelog: Path = CHANGELOG) -> dict[str, str]:
+    """The digests CHANGELOG.md's newest entry records for the machine ``where`` (default: this
+    one); none where it has no table for it (a table that names no machine matches none)."""
+    where = machine() if where is None else where
+    tables: dict[str | None, dict[str, str]] = {}
+    on: str | None = None
+    for line in _entry(changelog):
+        m, row = MACHINE.match(line), ROW.match(line)
         if m:
-            found[m.group(1)] = m.group(2)
-        elif found and not line.startswith("|"):
-            break
-    return found
+            on = m.group(1)
+        elif row:
+            tables.setdefault(on, {})[row.group(1)] = row.group(2)
+    return tables.get(where, {})
 
 
-def unannounced(now: dict[str, str], changelog: Path = CHANGELOG) -> list[str]:
-    """The runs whose digest is not the one CHANGELOG.md's newest entry records, each with both."""
-    said = recorded(changelog)
+def recorded_versions(changelog: Path = CHANGELOG) -> str | None:
+    """The frameworks CHANGELOG.md's newest entry with digests names (None: it names none)."""
+    return next((m.group(1) for e in _entry(changelog) if (m := FRAMEWORKS.match(e))), None)
+
+
+def table_commit(root: Path = ROOT) -> str:
+    """The newest commit that wrote a row of a digest table into CHANGELOG.md."""
+    proc = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(root),
+            "log",
+            "-n1",
+            "--format=%H",
+            "-G",
+            "`[0-9a-f]{16}`",
+            "--",
+            "CHANGELOG.md",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(
+            f"no commit of {root} wrote CHANGELOG.md's digests (a clone without its history?): "
+            f"{proc.stderr.strip()}"
+        )
+    return proc.stdout.strip()
+
+
+def export(rev: str, into: Path, root: Path = ROOT) -> Path:
+    """The files of commit ``rev`` written into ``into`` (git archive; no worktree is left)."""
+    tar = subprocess.run(["git", "-C", str(root), "archive", rev], capture_output=True, check=True)
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
+        archive.extractall(into, filter="data")
+    return into
+
+
+def expected(out: Path, runs: tuple[FixedRun, ...] = RUNS) -> tuple[dict[str, str], str]:
+    """What each of ``runs`` must digest to, and where that comes from: CHANGELOG.md's table for
+    this machine, or else the same runs of the commit that wrote the newest table, run here."""
+    said = recorded()
+    if all(r.name in said for r in runs):
+        return {r.name: said[r.name] for r in runs}, "CHANGELOG.md records"
+    rev = table_commit()
+    code = export(rev, out / "code")
+    return digests(run_all(out / "runs", root=code, runs=runs)), f"{rev[:10]} gives here"
+
+
+def unannounced(now: dict[str, str], said: dict[str, str], source: str) -> list[str]:
+    """The runs whose digest is not the expected one (``said``, from ``source``), each with both."""
     return [
-        f"{name}: {now[name]} (CHANGELOG.md records {said.get(name, 'nothing')})"
+        f"{name}: {now[name]} ({source} {said.get(name, 'nothing')})"
         for name in now
         if said.get(name) != now[name]
     ]
@@ -151,15 +253,6 @@ def changes(a: dict[str, Path], b: dict[str, Path]) -> dict[str, tuple[str, floa
     return out
 
 
-def _checkout(rev: str, into: Path) -> Path:
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(into), rev],
-        check=True,
-        capture_output=True,
-    )
-    return into
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.arithmetic", description=__doc__)
     ap.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
@@ -171,24 +264,18 @@ def main(argv: list[str] | None = None) -> int:
         dirs = run_all(out / "now")
         now = digests(dirs)
         if args.table:
-            print(table(now))
+            print(f"Frameworks: `{versions()}`\n\nMachine: `{machine()}`\n\n{table(now)}")
         if args.against:
-            other = _checkout(args.against, Path(tmp) / "code")
-            try:
-                before = run_all(out / "rev", root=other)
-            finally:
-                subprocess.run(
-                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)],
-                    check=False,
-                    capture_output=True,
-                )
+            before = run_all(out / "rev", root=export(args.against, Path(tmp) / "code"))
             for name, (tensor, rel) in changes(before, dirs).items():
                 print(f"{name}: largest change {rel:.3g} relative ({tensor}) since {args.against}")
-        off = unannounced(now)
+        off = unannounced(now, *expected(out / "expected"))
+        if recorded_versions() != versions():
+            off.append(f"frameworks: {versions()} (CHANGELOG.md records {recorded_versions()})")
         for line in off:
             print(f"unannounced: {line}")
         if not off:
-            print(f"every fixed run's digest is the one CHANGELOG.md records ({len(now)} runs)")
+            print(f"every fixed run's digest is the expected one ({len(now)} runs)")
         return 1 if off else 0
 
 
