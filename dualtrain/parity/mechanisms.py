@@ -139,8 +139,8 @@ def update_mechanism(
     off, label, other = (moved[1], lb, la) if follows[0] else (moved[0], la, lb)
     for what, variant in _variants(opt).items():
         moves = variant(opt, lr, p, g, f64, name, applied) - p
-        if rel(moves, want) <= 1e-8:  # the spec's rule from this state (SGD's dampening at the
-            continue  # first step, the buffer being the gradient): it tells the sides apart by nothing
+        if rel(moves, want) <= 1e-8:  # the spec's own rule from this state (SGD's dampening at
+            continue  # the first step, whose buffer is the gradient): it explains no departure
         if rel(moves, off) <= 1e-6:
             return f"{label} departs from the spec's rule: {what}"
     scale = float(np.vdot(off, want) / max(float(np.vdot(want, want)), 1e-300))
