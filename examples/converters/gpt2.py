@@ -77,3 +77,18 @@ def to_keras_hub_kv_swapped(module):
         key.set_weights(v)
         value.set_weights(k)
     return net
+
+
+def to_keras_hub_heads_transposed(module):
+    """A converter with a classic mistake: each projection's features split into (heads, head
+    size) head size first, then swapped into place."""
+    net = to_keras_hub(module)
+    backbone = next(la for la in net.layers if la.name.startswith("gpt2_backbone"))
+    for block in range(module.gpt2.config.n_layer):
+        attention = backbone.get_layer(f"transformer_layer_{block}")._self_attention_layer
+        for dense in (attention._query_dense, attention._key_dense, attention._value_dense):
+            kernel, bias = dense.get_weights()  # (hidden, heads, size), (heads, size)
+            heads, size = bias.shape
+            kernel = kernel.reshape(-1, size, heads).swapaxes(1, 2)
+            dense.set_weights([kernel, bias.reshape(size, heads).T])
+    return net

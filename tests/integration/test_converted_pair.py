@@ -209,3 +209,24 @@ def test_a_converter_that_swaps_key_and_value_is_named_at_the_attention(tmp_path
         "query, key, value in that order, and the converter gives its thirds to query, value, key "
         "(key and value swapped)"
     ) in verdict["verdict"]
+
+
+@pytest.mark.slow  # the GPT-2 pair once more (about 2 minutes; the sweep: CI's time)
+@pytest.mark.sweep
+def test_a_converter_that_splits_heads_head_size_first_is_named_at_the_attention(tmp_path):
+    require("transformers", "keras_hub")
+    config = str(ROOT / "configs" / "converted_gpt2.yaml")
+    text, verdict = _compare(
+        tmp_path,
+        config,
+        f"model.path={CONVERTERS}",
+        "model.convert=gpt2:to_keras_hub_heads_transposed",
+        "train.max_steps=3",
+    )
+    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    assert (
+        "torch 'gpt2.h.0.attn.c_attn' / Keras 'transformer_layer_0/self_attention': the "
+        "converter's split of heads: Keras 'transformer_layer_0/self_attention/query/kernel' "
+        "[32, 4, 8] takes the query features of torch 'gpt2.h.0.attn.c_attn.weight' as 4 heads "
+        "of 8"
+    ) in verdict["verdict"]

@@ -146,9 +146,12 @@ def converter_mistake(layout: Layout, module: str) -> str:
     a = next((x for x in layout.torch.torch if x.name == f"{module}.weight"), None)
     entry = layout.by_torch().get(f"{module}.weight")
     if entry is not None and len(entry.targets) == 3:
-        return _packed_order(entry)
+        return _packed_order(entry) or _heads_order(entry)
     if a is None or entry is None or a.kind not in _LAYOUTS or len(entry.targets) != 1:
         return ""
+    heads = _heads_order(entry)
+    if heads:
+        return heads
     transform, words = _LAYOUTS[a.kind]
     ids = np.arange(int(np.prod(a.shape)), dtype=np.int64).reshape(a.shape)
     want = to_keras(MapEntry(a.name, entry.keras, transform), ids)
@@ -177,6 +180,26 @@ _NAMES = {
     "value": "value",
     "v_proj": "value",
 }
+
+
+def _heads_order(entry: MapEntry) -> str:
+    """A query, key or value projection whose features the converter split into (heads, head
+    size) in the other order: Keras's kernel (hidden, heads, head_dim) and bias (heads, head_dim)
+    take each head's features as one block, and the learned view reads them head size first."""
+    for target, view in zip(entry.targets, entry.views, strict=False):
+        role = next((_NAMES[p] for p in target.split("/") if p in _NAMES), "")
+        if not role or view.shape != view.keras or len(view.shape) not in (2, 3):
+            continue
+        (heads, size), (s_heads, s_size) = view.shape[-2:], view.strides[-2:]
+        if heads > 1 and size > 1 and s_size == heads * s_heads:
+            return (
+                f"the converter's split of heads: Keras {target!r} {list(view.keras)} takes the "
+                f"{role} features of torch {entry.torch!r} as {heads} heads of {size}, each "
+                f"head's {size} features one block in torch; the converter reads them head size "
+                f"first (reshape to ({size}, {heads}) then transposed) where ({heads}, {size}) "
+                "is meant"
+            )
+    return ""
 
 
 def _packed_order(entry: MapEntry) -> str:

@@ -1,0 +1,69 @@
+"""The locator's converter mistakes on learned maps (dualtrain.core.locate.mistakes
+.converter_mistake), framework-free: NumPy stand-ins for a converter that splits an attention
+projection's features into (heads, head size) the right way, and one that reads them head size
+first, on Hugging Face GPT-2's packed c_attn and on a Llama-style q_proj of its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dualtrain.core.locate.mistakes import converter_mistake
+from dualtrain.core.pair import learn as L
+from dualtrain.core.pair.record import Layout, Side, TorchArray
+
+D, HEADS = 8, 2
+HD = D // HEADS
+SHAPES = {
+    "h.0.attn.c_attn.weight": (D, 3 * D),  # HF Conv1D: (in, out), q | k | v along out
+    "layers.0.q_proj.weight": (D, D),  # a Linear: (out, in)
+}
+
+
+def _split(flat: np.ndarray, transposed: bool) -> np.ndarray:
+    """The last axis of ``flat`` (heads x head size) as (heads, head size)."""
+    if transposed:  # the mistake: head size first, then swapped into place
+        return np.swapaxes(flat.reshape(*flat.shape[:-1], HD, HEADS), -1, -2)
+    return flat.reshape(*flat.shape[:-1], HEADS, HD)
+
+
+def converter(transposed: bool):
+    def convert(t):
+        w = t["h.0.attn.c_attn.weight"]
+        out = {
+            f"attn/{part}/kernel": _split(w[:, k * D : (k + 1) * D], transposed)
+            for k, part in enumerate(("query", "key", "value"))
+        }
+        out["llama/q_proj/kernel"] = _split(t["layers.0.q_proj.weight"].T, transposed)
+        return out
+
+    return convert
+
+
+def _layout(transposed: bool) -> Layout:
+    m = L.learn(SHAPES, converter(transposed))
+    arrays = (
+        TorchArray(
+            "h.0.attn.c_attn.weight",
+            SHAPES["h.0.attn.c_attn.weight"],
+            True,
+            "h.0.attn.c_attn",
+            "other",
+            "Conv1D",
+        ),
+        TorchArray("layers.0.q_proj.weight", (D, D), True, "layers.0.q_proj", "dense", "Linear"),
+    )
+    torch = Side("t:f", "M", (10,), torch=arrays)
+    return Layout(torch, Side("k:f", "M", (10,)), L.entries(m, SHAPES), learned=True)
+
+
+@pytest.mark.parametrize("module", ["h.0.attn.c_attn", "layers.0.q_proj"])
+def test_heads_split_head_size_first_is_named(module):
+    said = converter_mistake(_layout(True), module)
+    assert said.startswith("the converter's split of heads: Keras "), said
+    assert f"as {HEADS} heads of {HD}" in said and f"({HD}, {HEADS}) then transposed" in said
+
+
+@pytest.mark.parametrize("module", ["h.0.attn.c_attn", "layers.0.q_proj"])
+def test_heads_split_as_keras_takes_them_is_no_mistake(module):
+    assert converter_mistake(_layout(False), module) == ""
