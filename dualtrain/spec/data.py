@@ -16,8 +16,11 @@ class InputStats:
     (tables), or one value for all."""
 
     input: str = "x"
+    """The model input these values are for."""
     mean: tuple[float, ...] = ()
+    """One value, or one per channel of an image or feature of a table."""
     std: tuple[float, ...] = ()
+    """As many values as ``mean``, each finite and > 0."""
 
     def __post_init__(self) -> None:
         check_field(
@@ -37,59 +40,72 @@ class InputStats:
 @dataclass(**SPEC_DATACLASS)
 class DataSpec:
     dataset: Dataset = Dataset.MNIST
-    """mnist, arrays (your own .npz or .npy folder at ``path``), table (your own CSV or Parquet
-    file at ``path``), or a dataset bundled with scikit-learn: digits, wine, breast_cancer, diabetes
-    (docs/data.md)."""
+    """mnist; arrays: your own .npz file or folder of .npy files at ``path``; table: your own CSV
+    or Parquet table at ``path``, converted once into cached arrays. Or a dataset bundled inside
+    scikit-learn's package: digits, wine, breast_cancer, diabetes. Every fifth sample of those is a
+    test sample. docs/data.md."""
     path: str | None = tagged_field(COSMETIC, FREE, default=None)
-    """arrays: an .npz file or a folder of .npy files holding ``{input}_train``, ``{input}_test``,
-    ``{target}_train`` and ``{target}_test`` (.npy files are memory-mapped). table: a .csv (.tsv,
-    .csv.gz) or .parquet file with a header row, one sample a row. Its content's sha256 is what the
-    run records and resume and continuation check, not the path."""
+    """For arrays and table: required there, refused elsewhere. arrays: an .npz file or a folder
+    of .npy files. It holds ``{input}_train``, ``{input}_test``, ``{target}_train`` and
+    ``{target}_test`` for every model input and the target. The .npy files are memory-mapped, an
+    .npz is read into memory, and no pickle is loaded. table: a .csv, .tsv, .csv.gz or .parquet
+    file with a header row, one sample a row. The run records and checks the content's sha256,
+    not the path: a resume may name another path to the same content. Another kind of file is
+    named as what it is, with what to do."""
     target: str = "y"
-    """arrays: the target's name (its arrays are ``{target}_train`` and ``{target}_test``). table:
-    the target column's name."""
+    """arrays: the target's name; its arrays are ``{target}_train`` and ``{target}_test``. table:
+    the target column, of any name. Text or categorical labels become classes 0..K-1, sorted or in
+    the category order. The run records the class names.
+    docs/data.md#your-own-table-csv-or-parquet."""
     columns: dict[str, list[str]] = field(default_factory=dict)
-    """table: each model input's columns, ``{x: [c1, c2, ...]}``, in that order. Empty: the
-    model's one input takes every column but the target, in the table's order."""
+    """table: each model input's columns, in order: ``{x: [c1, c2]}``. Empty: the one model input
+    takes every column but the target, in the table's order. Input columns must be numeric,
+    stored as float32, every value finite."""
     test_path: str | None = tagged_field(COSMETIC, FREE, default=None)
-    """table: the test split, a second table with the same columns (or give ``test_fraction``)."""
+    """table: the test split, a second table with the same columns. Not with ``test_fraction``."""
     test_fraction: float | None = None
-    """table: the test split drawn from the table's rows, a fraction in (0, 1): that many rows by a
-    permutation of the seed, identical on both backends (or give ``test_path``)."""
+    """table: the test split as a fraction in (0, 1) of the rows. That is ``round(fraction * n)``
+    rows, drawn by a permutation of the seed, identical on both backends. The training split is
+    the other rows, in order. Not with ``test_path``."""
     normalize: Normalize = Normalize.AUTO
-    """auto: every input as (x - mean) / std per channel (images) or feature (tables), the values
-    from ``stats`` where given, else computed once from the training split (validation excluded)
-    and recorded in the run (MNIST: its usual (x / 255 - 0.1307) / 0.3081); none: inputs as stored,
-    as float32."""
+    """auto: every input as ``(x - mean) / std`` per channel of an image or feature of a table.
+    The values are ``stats`` where given. Else they are computed once from the training split,
+    validation excluded, in float64 and applied in float32. MNIST takes its usual
+    ``(x / 255 - 0.1307) / 0.3081``. none: the stored values as float32. Recorded in the run's
+    data.json."""
     stats: tuple[InputStats, ...] = ()
-    """Given mean/std per input, e.g. ``[{input: x, mean: [0.5], std: [0.25]}]``."""
+    """Given mean and std per input, used instead of computed ones:
+    ``[{input: x, mean: [0.5], std: [0.25]}]``. One value, or one per channel or feature. They
+    apply to the stored values. Not with ``normalize: none``."""
     validation: float | None = None
-    """A validation split taken from the training split by ids: a fraction in (0, 1) (that many
-    samples, drawn by a permutation of the seed, identical on both backends), or give
-    ``validation_ids``. Evaluated beside the test split; never trained on."""
+    """A validation split taken from the training split by ids. A fraction in (0, 1):
+    ``round(fraction * n)`` samples drawn by a permutation of the seed, identical on both backends.
+    Or a list of ids, the same as ``validation_ids``. Never trained on. Evaluated with the test
+    split at every evaluation. docs/data.md#the-validation-split."""
     validation_ids: tuple[int, ...] = ()
-    """Explicit validation sample ids (rows of the training split); ``validation: [ids...]`` in a
-    spec means the same."""
+    """Explicit validation ids: rows of the training split after ``train_limit``, distinct, >= 0.
+    Not with a ``validation`` fraction. ``validation: [ids...]`` in a spec means the same."""
     data_dir: str | None = tagged_field(COSMETIC, FREE, default=None)
-    """mnist: a folder with the canonical MNIST files (IDX, gzipped or not, or mnist.npz). None:
-    offline copy or cache."""
+    """mnist: a folder with the canonical MNIST files: IDX, gzipped or not, or mnist.npz. null:
+    the offline copy or the cache."""
     download: bool = tagged_field(COSMETIC, FREE, default=True)
     """mnist: allow a checksum-verified download into the cache when no local copy is found."""
     batch_size: int = 128
-    """Global batch size (all replicas together) of one forward and backward: with
-    train.accumulate K, an optimizer step takes K such micro-batches (K * batch_size samples)."""
+    """Global batch size of one forward and backward, all replicas together. With
+    ``train.accumulate: K`` an optimizer step takes K such micro-batches."""
     eval_batch_size: int = 1000
     """Global batch size for evaluation."""
     shuffle: bool = True
-    """Shuffle the training order every epoch (permutation from seed and epoch)."""
+    """Shuffle the training order every epoch, a permutation from the seed and the epoch."""
     last_batch: LastBatch = LastBatch.KEEP
-    """What to do with a partial last global batch: keep it (split across replicas) or drop it."""
+    """What to do with a partial last global batch: keep it, split across replicas, or drop it."""
     sharding: Sharding = Sharding.EXACT
-    """How a global batch is split: ``exact`` (no duplicates) or ``torch_sampler``
-    (DistributedSampler)."""
+    """How a global batch is split. exact: every sample once, no duplicates. torch_sampler:
+    torch's DistributedSampler, padding and rank striding included. torch_sampler needs a batch
+    size that is a multiple of the world size, and no ``train.accumulate``."""
     train_limit: int | None = None
-    """Use only the first N training samples (quick runs and tests); a validation split is taken
-    from these N."""
+    """Use only the first N training samples, for quick runs and tests. A validation split is
+    taken from these N."""
     test_limit: int | None = None
     """Use only the first N test samples."""
 

@@ -19,9 +19,12 @@ from dualtrain.spec.vocab import Device, Precision, Strategy, TFStrategy
 @dataclass(**SPEC_DATACLASS)
 class LossScaleSpec:
     init: float = 65536.0
-    """Initial loss scale (torch GradScaler default 2**16; Keras uses 2**15)."""
+    """Initial loss scale: torch GradScaler's default ``2**16``; Keras uses ``2**15``."""
     growth_factor: float = 2.0
+    """After ``growth_interval`` finite steps in a row, the scale is multiplied by this."""
     backoff_factor: float = 0.5
+    """A step whose all-reduced gradient is not finite is skipped, and the scale is multiplied by
+    this."""
     growth_interval: int = 2000
     """Grow the scale after this many consecutive finite steps."""
 
@@ -50,21 +53,26 @@ class LossScaleSpec:
 @dataclass(**SPEC_DATACLASS)
 class PrecisionSpec:
     dtype: Precision = Precision.FP32
-    """fp32, fp16 (autocast/mixed_float16 + dynamic loss scaling), bf16 (no loss scaling) or fp64
-    (float64 everywhere: the reference precision ``dualtrain compare`` checks semantics with)."""
+    """fp32; fp16: autocast or mixed_float16, with dynamic loss scaling; bf16: no loss scaling.
+    fp64: float64 parameters, activations, loss, gradients and optimizer state on both backends.
+    fp64 is the reference precision ``dualtrain compare`` checks semantics with. Its
+    ``weights_final.npz`` holds float64 arrays."""
     loss_scale: LossScaleSpec = tagged_field(SHOWS_IN_SCALE, default_factory=LossScaleSpec)
+    """fp16's dynamic loss scaling, GradScaler's rule on both backends."""
 
 
 @dataclass(**SPEC_DATACLASS)
 class DistributionSpec:
     world_size: int = 1
-    """Number of replicas (torch: processes; tf: devices or worker processes)."""
+    """Number of replicas. torch: processes; tf: devices or worker processes."""
     device: Device = Device.CPU
-    """cpu (gloo) or gpu (nccl)."""
+    """cpu, with gloo, or gpu, with nccl."""
     strategy: Strategy = tagged_field(COSMETIC, default=Strategy.ALL_REDUCE)
     """all_reduce, or parameter_server: a synchronous parameter server holds the weights and the
-    optimizer and applies one update from the sum of every replica's gradient (the same step;
-    docs/strategies.md)."""
+    optimizer. It applies one update from the sum of every replica's gradient: the same step. On
+    torch it is a server process on ``torch.distributed.rpc``. On tf it is
+    ``ParameterServerStrategy`` with a ``ClusterCoordinator``. It runs on CPU.
+    docs/strategies.md#the-parameter_server-strategy."""
     master_addr: str = tagged_field(COSMETIC, default="127.0.0.1")
     """Rendezvous address for locally launched workers."""
     master_port: int | None = tagged_field(COSMETIC, default=None)
@@ -75,13 +83,16 @@ class DistributionSpec:
     threads_per_worker: int | None = tagged_field(COSMETIC, default=None)
     """Intra-op threads per worker process; null: cores // local workers."""
     bind_cores: bool = tagged_field(COSMETIC, default=True)
-    """On a CPU, a host's local worker processes each run on cores of their own (threads_per_worker
-    of the cores this host's launcher may use, in local-rank order) where two or more fit, so no
-    worker's threads share a core with another's; false: the OS places them."""
+    """On a CPU, a host's local worker processes each run on cores of their own where two or more
+    fit. Each takes ``threads_per_worker`` of the cores this host's launcher may use, in
+    local-rank order. So no worker's threads share a core with another's. false: the OS places
+    them. summary.json records the chief's ``cpu_affinity``."""
     max_restarts: int = tagged_field(COSMETIC, default=0)
-    """When a worker dies (killed, OOM, a lost node), stop the others and restart every worker from
-    the latest checkpoint, at most this many times (torchrun's --max-restarts); then fail naming the
-    rank. Without checkpoints a restart begins again at step 1."""
+    """When a worker dies, killed, out of memory or on a lost node, stop the others. Then restart
+    every worker from the latest checkpoint, at most this many times, as torchrun's
+    ``--max-restarts``. After that, fail naming the rank. Without checkpoints a restart begins
+    again at step 1. A worker that stops on a user error, exit 2, is not restarted.
+    docs/checkpoints.md."""
 
     def __post_init__(self) -> None:
         check_field(
@@ -110,4 +121,4 @@ class DistributionSpec:
 @dataclass(**SPEC_DATACLASS)
 class TFSpec:
     strategy: TFStrategy = tagged_field(COSMETIC, default=TFStrategy.MIRRORED)
-    """mirrored (one process, N local devices) or multi_worker (N processes, TF_CONFIG)."""
+    """mirrored: one process, N local devices. multi_worker: N processes, with TF_CONFIG."""

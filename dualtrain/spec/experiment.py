@@ -31,20 +31,33 @@ class Experiment:
     name: str = tagged_field(COSMETIC, FREE, default="experiment")
     """Run name, used in the default output directory."""
     seed: int = tagged_field(SHOWS_IN_IDS, SHOWS_IN_INIT, default=0)
-    """Seeds the data order and the initial weights."""
+    """Seeds the data order, the validation split (``data.validation``), a table's test split
+    (``data.test_fraction``), the initial weights and the dropout masks."""
     data: DataSpec = tagged_field(SHOWS_IN_IDS, default_factory=DataSpec)
+    """The dataset, its normalisation, the validation split, the batch sizes and the sharding."""
     model: ModelSpec = field(default_factory=lambda: ModelSpec(preset="mlp"))
+    """The model: its inputs, its loss, and dualtrain's layers or a model pair. The default is the
+    mlp preset."""
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
+    """The optimizer, its options and its learning-rate schedule."""
     precision: PrecisionSpec = field(default_factory=PrecisionSpec)
+    """The precision and fp16's loss scaling. ``precision: fp16`` is short for
+    ``precision: {dtype: fp16}``."""
     distribution: DistributionSpec = tagged_field(FREE, default_factory=DistributionSpec)
+    """How many replicas, on which device, with which strategy, and how they meet."""
     tf: TFSpec = tagged_field(FREE, default_factory=TFSpec)
+    """The TensorFlow backend's own option: its distribution strategy."""
     train: TrainSpec = field(default_factory=TrainSpec)
+    """How long to train, when to evaluate, log and checkpoint. Also gradient accumulation, early
+    stopping and the average of the weights."""
     determinism: bool = True
     """Deterministic kernels in both frameworks, TF32 off (see docs/parity.md)."""
     output_dir: str = tagged_field(COSMETIC, FREE, default="runs")
     """Parent folder of run directories (``--out`` names the run directory itself)."""
     logging: LoggingSpec = tagged_field(COSMETIC, FREE, default_factory=LoggingSpec)
+    """Where a run reports besides metrics.jsonl. Changing it never changes the training."""
     debug: DebugSpec = tagged_field(FREE, default_factory=DebugSpec)
+    """Inspection and fault injection, for tests and debugging. Leave it empty in real runs."""
 
     def __post_init__(self) -> None:
         check_field(

@@ -18,58 +18,89 @@ class LayerSpec:
     type does not take is refused)."""
 
     type: LayerType
-    """One of dense, conv2d, maxpool2d, avgpool2d, global_avgpool, flatten, relu, tanh, sigmoid,
-    silu, gelu, dropout, batchnorm, layernorm, patches, position, attention, token_pool, embedding,
-    residual."""
+    """The layer's type; each type takes only its own fields. global_avgpool: C,H,W -> C, the mean
+    over H and W. silu: ``x·sigmoid(x)``, torch's ``nn.SiLU``, Keras's silu or swish. gelu: the
+    exact erf form on both backends, written as torch's ``x·0.5·(1 + erf(x·√½))``. layernorm:
+    torch's ``nn.LayerNorm`` over the last axis of features (F,) or tokens (T, D). It starts with
+    weight 1 and bias 0; on TF it is Keras's LayerNormalization with torch's eps. patches,
+    position, attention, token_pool and embedding are the token layers, below. concat: only as
+    ``model.layers[0]`` of a model with several inputs. It puts the branches' outputs side by
+    side, in ``model.inputs`` order."""
     units: int | None = None
-    """dense: output features (on tokens (T, D): per token, D -> units)."""
+    """dense: output features. On tokens (T, D) it acts per token, D -> units, as torch's
+    ``nn.Linear``."""
     filters: int | None = None
     """conv2d: output channels."""
     kernel_size: int | None = None
     """conv2d: square kernel size."""
     pool_size: int | None = None
-    """maxpool2d, avgpool2d: square window (stride defaults to the window)."""
+    """maxpool2d, avgpool2d: the square window. The stride defaults to the window."""
     stride: int | None = None
-    """conv2d (default 1), maxpool2d and avgpool2d (default pool_size)."""
+    """conv2d: default 1. maxpool2d and avgpool2d: default ``pool_size``."""
     rate: float | None = None
-    """dropout: the drop probability p in [0, 1) (inverted scaling by 1/(1-p), off in evaluation;
-    the mask is a hash of seed, step, sample id, layer and element: dualtrain/core/dropout.py)."""
+    """dropout: the drop probability p in [0, 1). Kept values are scaled by 1/(1-p); dropout is
+    off in evaluation. An element's mask is a hash of the seed, the global step, the sample id,
+    the layer index and the element's index in C,H,W order. It is integer arithmetic on both
+    backends: dualtrain/core/dropout.py. So it is bit-identical on torch and TF, whatever the
+    world size, the strategy and the replica that holds the sample."""
     padding: Padding | int = Padding.VALID
-    """conv2d: valid, same ('same' only with stride 1, where torch and Keras agree), or an integer
-    P: P zeros on every side (torch's ``padding=P``), with any stride."""
+    """conv2d: valid; same, only with stride 1, where torch and Keras agree; or an integer P. P
+    puts P zeros on every side, with any stride: torch's ``padding=P``, and on Keras
+    ``ZeroPadding2D(P)`` then a valid convolution."""
     bias: bool = True
-    """dense, conv2d, patches, attention: add a bias (torch's ``bias=False`` / Keras's
-    ``use_bias=False`` when false, as before a batchnorm, whose mean subtraction cancels it)."""
+    """dense, conv2d, patches, attention: add a bias. false is torch's ``bias=False`` and Keras's
+    ``use_bias=False``. Use it before a batchnorm, whose mean subtraction cancels the bias. There
+    the bias's exact gradient is zero. Under Adam or RMSprop its updates would be rounding noise
+    divided by eps. docs/parity.md §9."""
     momentum: float | None = None
-    """batchnorm: torch's momentum (default 0.1): running = (1 - momentum) * running + momentum *
-    batch statistic (the unbiased variance for running_var)."""
+    """batchnorm: torch's momentum. running = (1 - momentum)·running + momentum·batch statistic,
+    with the unbiased variance for ``running_var``. Keras's ``momentum`` is 1 minus this."""
     eps: float | None = None
-    """batchnorm, layernorm: added to the biased variance before the square root (default 1e-5,
-    torch's; Keras's LayerNormalization defaults to 1e-3)."""
+    """batchnorm, layernorm: added to the biased variance before the square root. The default is
+    torch's; Keras's is 1e-3."""
     approximate: Approximate | None = None
-    """gelu: none (the exact erf form, the default) or tanh (torch's approximate="tanh")."""
+    """gelu: none is the exact erf form, torch's ``nn.GELU()`` and Keras's gelu. tanh is
+    ``nn.GELU(approximate="tanh")`` and ``keras.activations.gelu(approximate=True)``:
+    ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``, exported to Keras as Keras's own layers."""
     sync: bool | None = None
-    """batchnorm: true: statistics over the whole global batch, every replica weighted by its sample
-    count (torch SyncBatchNorm); false (default): each replica's own batch, and the running
-    statistics are replica 0's (DDP's buffer broadcast), on both backends. docs/parity.md §9."""
+    """batchnorm: true takes statistics over the whole global batch, every replica weighted by its
+    sample count. That is torch SyncBatchNorm's math; an empty replica adds nothing. false takes
+    each replica's own batch. The running statistics are then replica 0's, given to every replica
+    after each step, as DDP's buffer broadcast does. On both backends; docs/parity.md §9. A step
+    that gives fewer than 2 values per channel is refused before launch. That is per replica with
+    false, and over the global batch with true."""
     size: int | None = None
-    """patches: the patch side (a stride = kernel = size convolution; it must divide H and W)."""
+    """patches: the patch side. The layer is a convolution with kernel = stride = size, which must
+    divide H and W. Its output is read row by row as T = (H/size)·(W/size) tokens of width
+    ``dim``: torch's ``conv(x).flatten(2).transpose(1, 2)``."""
     dim: int | None = None
     """patches, embedding: the token width D."""
     heads: int | None = None
-    """attention: the number of heads (it divides the token width; head_dim = width / heads, the
-    scores scaled by 1/sqrt(head_dim), torch's)."""
+    """attention: multi-head self-attention on tokens (T, D), with this many heads; they divide D.
+    The parameters are torch's ``nn.MultiheadAttention(D, heads, batch_first=True)``, under its
+    names and with its init. ``in_proj_weight`` is (3D, D): q, k, v rows in that order, head h the
+    rows h·D/heads.. of each. Then come ``in_proj_bias``, ``out_proj.weight`` and
+    ``out_proj.bias``. The scores are scaled by 1/sqrt(D/heads). The key's bias is left out of the
+    arithmetic on both backends. The softmax cancels it: its exact gradient is zero, where torch
+    computes rounding noise. Exported as torch's ``nn.MultiheadAttention`` and Keras's
+    ``MultiHeadAttention``. There key_dim = D/heads, the packed weights split per projection."""
     causal: bool | None = None
-    """attention: true: token t attends to tokens <= t only (default false)."""
+    """attention: token t attends to tokens <= t only. That is torch's ``attn_mask`` True above the
+    diagonal, and Keras's ``use_causal_mask``."""
     pool: TokenPool | None = None
-    """token_pool: mean (the mean over the tokens, the default) or first (the first token)."""
+    """token_pool: (T, D) -> (D,): the ``mean`` over the tokens, or the ``first`` token."""
     vocab: int | None = None
-    """embedding: how many ids (the input's values are whole numbers in [0, vocab))."""
+    """embedding: the first layer, on an input of shape [T]. Its ids are whole numbers in
+    [0, vocab); each becomes a token of width ``dim``. It is torch's ``nn.Embedding``, N(0, 1) at
+    the start, and Keras's ``Embedding``."""
     body: tuple[LayerSpec, ...] = ()
-    """residual: the layers of the residual branch; the block outputs body(x) + shortcut(x)."""
+    """residual: the layers of the residual branch. The block outputs ``body(x) + shortcut(x)``;
+    the two must have the same shape. Blocks do not nest and hold no flatten."""
     shortcut: tuple[LayerSpec, ...] = ()
-    """residual: layers on the skip path (e.g. a 1x1 conv2d with stride 2 and a batchnorm); empty:
-    the identity."""
+    """residual: the layers of the skip path, e.g.
+    ``[{type: conv2d, filters: 32, kernel_size: 1, stride: 2}, {type: batchnorm}]``. Empty: the
+    identity. Parameters inside block ``i`` are named ``i.body.j.weight`` and
+    ``i.shortcut.j.weight``, torch's module paths."""
 
     def __post_init__(self) -> None:
         """Refuse the fields this type does not take, require and default the ones it does
@@ -106,11 +137,15 @@ class InputSpec:
     through before the ``concat`` that merges the branches."""
 
     name: str = "x"
+    """A Python identifier, not body or shortcut, distinct from the other inputs' names. The
+    data's arrays are ``{name}_train`` and ``{name}_test``."""
     shape: tuple[int, ...] = (1, 28, 28)
-    """One sample's shape: (C, H, W) for images (channels first, the canonical layout), (F,) for a
-    table's features."""
+    """One sample's shape: ``[C, H, W]`` for images, channels first, or ``[F]`` for a table's
+    features. The arrays may be (N, H, W) when C is 1."""
     layers: tuple[LayerSpec, ...] = ()
-    """This input's branch (several inputs only); its output must be flat."""
+    """Several inputs only: this input's branch. It ends flat, e.g. with a flatten, or a
+    global_avgpool after a convolution. Its layer ``j`` is named ``{name}.{j}.weight``. With one
+    input, leave it empty and use ``model.layers``."""
 
     def __post_init__(self) -> None:
         check_field(
@@ -130,42 +165,53 @@ class InputSpec:
 @dataclass(**SPEC_DATACLASS)
 class ModelSpec:
     inputs: tuple[InputSpec, ...] = (InputSpec(),)
-    """The model's inputs, in order: ``[{name: x, shape: [1, 28, 28]}]`` (MNIST's) unless given.
-    Two or more: each has a branch (``layers``) and the model's ``layers`` start with ``concat``
-    (docs/data.md)."""
+    """The model's inputs, in order: MNIST's unless given. Give the data's sample shape for any
+    other dataset. Two or more: each has a branch, its ``layers``, and ``model.layers`` starts
+    with ``concat``. docs/data.md#several-inputs."""
     loss: Loss = Loss.CROSS_ENTROPY
-    """cross_entropy (integer class labels, one logit per class), binary_cross_entropy (targets in
-    [0, 1], one logit per target column), mse or huber (float targets, one output per target
-    column; huber: delta 1, torch's huber_loss and smooth_l1_loss, Keras's Huber); the
-    per-sample loss is the mean over output columns, and the step differentiates its sum over the
-    global batch divided by the global batch size, on both backends."""
+    """cross_entropy: integer class labels, one logit per class, metric accuracy.
+    binary_cross_entropy: targets in [0, 1], one logit per target column, metric accuracy. mse or
+    huber: float targets, one output per target column, metric mae. huber has delta 1: torch's
+    huber_loss and smooth_l1_loss, Keras's Huber(). The per-sample loss is the mean over output
+    columns. A step differentiates its sum over the replica's samples, divided by the samples in
+    the global step, on both backends."""
     preset: str | None = None
-    """``mlp`` (784-256-128-10, the default) or ``cnn`` (two conv blocks + dense). Mutually
-    exclusive with layers; set ``preset: null`` to use layers."""
+    """mlp: flatten, then dense 256-128-10, so 784-256-128-10 on MNIST. cnn: two conv blocks, then
+    dense layers; both in full: docs/spec.md#presets. Not with ``layers``: a spec that gives
+    ``layers`` leaves it out or sets ``preset: null``."""
     layers: tuple[LayerSpec, ...] = ()
     """Explicit layer list, e.g. ``[{type: flatten}, {type: dense, units: 10}]``."""
     init_from: str | None = tagged_field(COSMETIC, default=None)
-    """Canonical-layout .npz with the initial weights; None: generate them from the seed."""
+    """A canonical-layout .npz with the initial weights. null: generate them from the seed. A
+    model pair then takes the torch module's own initialisation under
+    ``torch.manual_seed(seed)``."""
     torch: str | None = None
-    """A model pair's PyTorch side: ``"package.module:factory"``, a callable returning an
-    ``nn.Module`` that takes the inputs NCHW (images) or (N, F) (tables) and returns (N, outputs);
-    called with ``model.args`` as keyword arguments (docs/own-models.md). With ``keras``, instead
-    of preset/layers."""
+    """A model pair's PyTorch side, ``"package.module:factory"``. The factory returns an
+    ``nn.Module`` that takes the inputs NCHW for images or (N, F) for tables. It returns
+    (N, outputs). It is called with ``model.args`` as keyword arguments. With ``keras`` or
+    ``convert``, instead of ``preset`` and ``layers``. docs/own-models.md."""
     keras: str | None = None
-    """A model pair's Keras side: ``"package.module:factory"`` returning a Keras 3 model that takes
-    the inputs NHWC (images) or (N, F) and returns (N, outputs)."""
+    """A model pair's Keras side, ``"package.module:factory"``. It returns a Keras 3 model that
+    takes the inputs NHWC or (N, F) and returns (N, outputs)."""
     convert: str | None = None
-    """Instead of ``keras``: ``"package.module:function"``, a converter that takes the torch module
-    (built by ``model.torch``) and returns its Keras port (KerasHub's ``from_preset`` on a
-    ``save_pretrained`` folder, or a team's own converter). dualtrain learns the weight map from
-    what the converter does with distinct values (docs/own-models.md)."""
+    """Instead of ``keras``: ``"package.module:function"``, a converter that takes the torch
+    module and returns its Keras port. Examples: KerasHub's ``from_preset`` on a
+    ``save_pretrained`` folder, or a team's own converter. dualtrain learns the weight map from
+    what the converter does with distinct values.
+    docs/own-models.md#ports-made-by-a-converter-modelconvert."""
     args: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments for both factories (e.g. ``{width: 16, blocks: 2}``)."""
+    """Keyword arguments for both factories, e.g. ``{width: 8, classes: 10}``. One is set with
+    ``--set model.args.width=16``."""
     path: str | None = tagged_field(COSMETIC, default=None)
-    """A folder searched first for the factories' modules (default: the working directory)."""
+    """The folder searched first for the factories' modules. A relative one is beside the spec
+    file, else in the working directory. null: the working directory."""
     weight_map: str | None = None
-    """A model pair's explicit weight map (YAML/JSON: ``[{torch: NAME, keras: PATH, transform:
-    T}]``); null: matched automatically (layer order, shapes, layout transforms)."""
+    """A model pair's explicit weight map, a YAML or JSON file:
+    ``[{torch: NAME, keras: PATH, transform: T, chw: [C, H, W]}]``. T is identity, transpose,
+    oihw_hwio or flatten_chw. It names every array of both models once. null: matched
+    automatically, by layer order, shapes and layout transforms. A relative path is beside
+    ``model.path``, then beside the spec file, else in the working directory. Not with
+    ``convert``."""
 
     PAIR_FIELDS = ("torch", "keras", "convert", "args", "path", "weight_map")
 

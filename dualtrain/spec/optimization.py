@@ -14,7 +14,8 @@ from dualtrain.spec.vocab import OptimizerName, ScheduleInterval, ScheduleName
 @dataclass(**SPEC_DATACLASS)
 class ScheduleSpec:
     name: ScheduleName = ScheduleName.CONSTANT
-    """constant, step (lr * gamma ** (step // step_size)) or cosine (to min_lr over the run)."""
+    """constant; step: ``lr * gamma ** (step // step_size)``; or cosine: down to ``min_lr`` over
+    the run."""
     step_size: int = 1000
     """step: optimizer steps between decays."""
     gamma: float = 0.1
@@ -24,8 +25,10 @@ class ScheduleSpec:
     warmup_steps: int = 0
     """Linear warmup from lr/warmup_steps to lr over this many steps."""
     interval: ScheduleInterval = ScheduleInterval.STEP
-    """step: the lr changes every optimizer step; epoch: once per epoch (step_size and warmup_steps
-    then count epochs), as torch's StepLR/CosineAnnealingLR stepped after each epoch."""
+    """step: the lr changes every optimizer step. epoch: once per epoch, as torch's StepLR or
+    CosineAnnealingLR stepped after each epoch; ``step_size`` and ``warmup_steps`` then count
+    epochs. pytorch/examples' mnist has
+    ``{name: step, step_size: 1, gamma: 0.7, interval: epoch}``."""
 
     def __post_init__(self) -> None:
         check_field(
@@ -46,34 +49,35 @@ class ScheduleSpec:
 @dataclass(**SPEC_DATACLASS)
 class OptimizerSpec:
     name: OptimizerName = OptimizerName.SGD
-    """sgd, adam, adamw, adamax, adadelta or rmsprop (torch.optim semantics in both backends; see
-    docs/parity.md)."""
+    """The optimizer, with torch.optim's semantics on both backends. docs/parity.md §4."""
     lr: float = tagged_field(SHOWS_IN_LR, default=0.05)
     """Peak learning rate."""
     momentum: float = 0.0
-    """sgd and rmsprop: momentum (torch form: buf = m*buf + g; p -= lr*buf); other optimizers
-    ignore it."""
+    """sgd and rmsprop: momentum, in torch's form: ``buf = m*buf + g; p -= lr*buf``. Other
+    optimizers ignore it."""
     nesterov: bool = False
-    """sgd: Nesterov momentum (needs momentum > 0)."""
+    """sgd: Nesterov momentum. It needs momentum > 0."""
     betas: tuple[float, float] = (0.9, 0.999)
-    """adam/adamw/adamax: (beta1, beta2)."""
+    """adam, adamw, adamax: (beta1, beta2)."""
     eps: float | None = None
-    """adam/adamw: added to sqrt(v_hat); adamax: to |g| in the infinity norm; rmsprop: to
-    sqrt(square_avg); adadelta: inside both square roots (torch placements). null: torch's default
-    (1e-8; adadelta 1e-6)."""
+    """adam, adamw: added to ``sqrt(v_hat)``. adamax: to ``abs(g)`` inside the infinity norm.
+    rmsprop: to ``sqrt(square_avg)``. adadelta: inside both square roots. These are torch's
+    placements. null: torch's default for the optimizer, 1e-8 or adadelta's 1e-6, written into
+    the resolved spec.yaml."""
     rho: float = 0.9
     """adadelta: decay of the squared-gradient and squared-update averages."""
     alpha: float = 0.99
     """rmsprop: decay of the squared-gradient average."""
     centered: bool = False
-    """rmsprop: divide by the centered second moment (square_avg - grad_avg**2)."""
+    """rmsprop: divide by the centered second moment, ``square_avg - grad_avg**2``."""
     weight_decay: float = 0.0
-    """sgd/adam/adamax/adadelta/rmsprop: L2 added to the gradient; adamw: decoupled
-    (p *= 1 - lr*wd)."""
+    """sgd, adam, adamax, adadelta, rmsprop: L2 added to the gradient. adamw: decoupled,
+    ``p *= 1 - lr*wd``."""
     clip_grad_norm: float | None = None
-    """Global-norm clipping of the all-reduced gradient (torch clip_grad_norm_ formula); null:
-    off."""
+    """Global-norm clipping of the all-reduced gradient, with torch's ``clip_grad_norm_`` formula.
+    null: off."""
     schedule: ScheduleSpec = tagged_field(SHOWS_IN_LR, default_factory=ScheduleSpec)
+    """The learning-rate schedule over the run."""
 
     def __post_init__(self) -> None:
         check_field(self.lr > 0, "optimizer.lr", "must be > 0", self.lr)
