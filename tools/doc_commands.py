@@ -8,7 +8,8 @@
 Commands are the lines of code blocks (fenced or indented) that start with ``dualtrain`` (a
 ``$`` prompt allowed), with ``\\`` continuations joined and a trailing ``# comment`` dropped, and
 the inline code spans of the prose that do. A
-usage line's optional parts ``[...]`` are taken as given, and ``a|b`` as ``a``. Output lines
+usage line's optional parts ``[...]`` are taken as given, and ``a|b`` as ``a``; a shell
+redirection or pipe ends the command. Output lines
 (``dualtrain compare: ...``) are not commands. A config that is the reader's own (``my.yaml``,
 ``spec.yaml``: not under configs/ or examples/) is parsed but not loaded.
 """
@@ -86,7 +87,8 @@ def commands(page: Path) -> list[Command]:
             continue
         pending = None
         text = _COMMENT.sub("", text).strip()
-        found.append(Command(page, start, text, sketch="<" in text or "..." in text))
+        sketch = any(mark in text for mark in ("<", "...", "[OPTIONS]"))
+        found.append(Command(page, start, text, sketch=sketch))
     code = {n for n, _ in _code_lines(page.read_text())}
     for n, line in enumerate(page.read_text().splitlines(), 1):
         if n not in code:
@@ -101,6 +103,8 @@ def commands(page: Path) -> list[Command]:
 def _args(text: str) -> list[str]:
     text = re.sub(r"\[([^\[\]]*)\]", r"\1", text)  # a usage line's optional part, as given
     args = shlex.split(text)[1:]
+    ends = [i for i, a in enumerate(args) if a in (">", ">>", "|", "&&", ";") or a.startswith("2>")]
+    args = args[: ends[0]] if ends else args  # the shell's redirections and pipes are not ours
     return [a.split("|")[0] if "|" in a and not a.startswith("-") else a for a in args]
 
 
