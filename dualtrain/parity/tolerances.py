@@ -156,16 +156,26 @@ class LocalBound:
 
     precision: str
     u: float
+    """The compute precision's unit roundoff (:data:`UNIT_ROUNDOFF`)."""
     loss_c: float
+    """The loss's a priori bound, in units of ``u``."""
     grad_c: float
+    """The gradient's a priori bound, in units of ``u``."""
     loss_floor: float
+    """The floor under the other backend's loss error in the cross bound, in units of ``u``."""
     grad_floor: float
+    """The floor under the other backend's gradient error in the cross bound, in units of ``u``."""
     update_c: float = 32.0
+    """The update's a priori bound over its rounding floor, in units of ``u_param``."""
     ratio: float = 4.0
+    """Cross-backend: one backend's rms error over the probes may be this many times the other's
+    (or its floor)."""
     accuracy_pp: float = 1.0
     """convergence: a run's final test accuracy may be at most this many percentage points below its
     own fp64 run's."""
     u_param: float = 2.0**-24
+    """The parameter dtype's unit roundoff: float32's for fp32, fp16 and bf16 (the update rule
+    runs in float32)."""
     grad_lambda: float = 4.0
     """The gradient's accumulation allowance: each tensor's error is judged against its absolute
     scale ||A_t|| x (1 + ``grad_lambda`` sqrt(n_t) u_param / (``grad_c`` u)), n_t the terms each of

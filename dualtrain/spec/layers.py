@@ -7,8 +7,9 @@ layer list (dualtrain.core.model), the initial weights (dualtrain.core.weights) 
 backend's layout conversion. Each backend adds one entry per type (``LAYERS`` in
 backends/torch/model.py and backends/tf/model.py: how to build it, how to export it); the core
 math lives in core/ only for a type with math of its own (batchnorm, dropout). A new layer type:
-a :class:`Kind` here, a member of ``LayerType`` (spec/vocab.py), its fields on ``LayerSpec`` if
-new, one entry per backend, and docs/spec.md.
+a :class:`Kind` here, a member of ``LayerType`` (spec/vocab.py) with its words in a ``#:`` comment
+(docs/reference.md shows them), its fields on ``LayerSpec`` if new, one entry per backend, and
+docs/spec.md.
 
 Shapes are one sample's: ``(F,)`` features, ``(C, H, W)`` an image (channels first, the canonical
 layout), ``(T, D)`` tokens (a dense, layernorm, dropout or activation on tokens acts on the last

@@ -127,11 +127,23 @@ class Sharding(StrEnum):
 
 
 class OptimizerName(StrEnum):
+    """The optimizers by name, each with torch.optim's semantics on both backends; what each takes
+    and keeps is declared in dualtrain.spec.optimizers.OPTIMIZERS."""
+
+    #: stochastic gradient descent, with torch's momentum, Nesterov momentum and L2 weight decay
     SGD = "sgd"
+    #: Adam: bias-corrected running averages of the gradient and of its square; weight decay is L2
+    #: added to the gradient
     ADAM = "adam"
+    #: Adam with decoupled weight decay: the weights shrink by lr x weight_decay each step
     ADAMW = "adamw"
+    #: Adam's variant on the infinity norm: the step divides by a decaying maximum of abs(g)
     ADAMAX = "adamax"
+    #: Adadelta: the step is the gradient times the ratio of the running root mean squares of the
+    #: updates and of the gradients, times lr
     ADADELTA = "adadelta"
+    #: RMSprop: the gradient divided by the root of a running average of its square; optional
+    #: momentum, and centered: less the square of the gradient's running average
     RMSPROP = "rmsprop"
 
 
@@ -170,26 +182,56 @@ class TFStrategy(StrEnum):
 
 
 class LayerType(StrEnum):
+    """The layer types of ``model.layers``; each one's fields and shape rule are declared in
+    dualtrain.spec.layers.KINDS."""
+
+    #: a fully connected layer, torch's nn.Linear and Keras's Dense; on tokens (T, D), per token
     DENSE = "dense"
+    #: a 2-D convolution of a C,H,W image, torch's nn.Conv2d and Keras's Conv2D
     CONV2D = "conv2d"
+    #: the maximum of each window, torch's nn.MaxPool2d and Keras's MaxPooling2D, no padding
     MAXPOOL2D = "maxpool2d"
+    #: the mean of each window, torch's nn.AvgPool2d and Keras's AveragePooling2D, no padding
     AVGPOOL2D = "avgpool2d"
+    #: C,H,W -> C: the mean over H and W, Keras's GlobalAveragePooling2D
     GLOBAL_AVGPOOL = "global_avgpool"
+    #: any shape -> one axis, in the C,H,W order on both backends
     FLATTEN = "flatten"
+    #: max(x, 0) elementwise, torch's nn.ReLU and Keras's ReLU
     RELU = "relu"
+    #: tanh(x) elementwise, torch's nn.Tanh and Keras's tanh
     TANH = "tanh"
+    #: 1 / (1 + exp(-x)) elementwise, torch's nn.Sigmoid and Keras's sigmoid
     SIGMOID = "sigmoid"
+    #: x·sigmoid(x) elementwise, torch's nn.SiLU and Keras's silu
     SILU = "silu"
+    #: the Gaussian error linear unit elementwise, torch's nn.GELU: the exact erf form, or its tanh
+    #: approximation
     GELU = "gelu"
+    #: zeroes elements at random in training and scales the rest by 1/(1-rate); the same mask on
+    #: both backends; the identity in evaluation
     DROPOUT = "dropout"
+    #: normalises each feature or channel by its batch's statistics and keeps running ones, as
+    #: torch's BatchNorm1d and BatchNorm2d do, or SyncBatchNorm with sync
     BATCHNORM = "batchnorm"
+    #: normalises the last axis of each sample, then a learned scale and shift: torch's
+    #: nn.LayerNorm, Keras's LayerNormalization
     LAYERNORM = "layernorm"
+    #: a ViT patch embedding: an image C,H,W -> tokens (T, dim), a token per patch, row by row
     PATCHES = "patches"
+    #: adds a learned position embedding (T, D) to the tokens
     POSITION = "position"
+    #: multi-head self-attention on tokens (T, D), with torch's nn.MultiheadAttention's parameters
     ATTENTION = "attention"
+    #: tokens (T, D) -> (D,): their mean, or the first token
     TOKEN_POOL = "token_pool"
+    #: integer ids (T,) -> tokens (T, dim), a learned table, torch's nn.Embedding and Keras's
+    #: Embedding; only as the first layer
     EMBEDDING = "embedding"
+    #: body(x) + shortcut(x): the shortcut's layers, or x itself where it has none
     RESIDUAL = "residual"
+    #: the outputs of the input branches side by side, in model.inputs order; only as
+    #: model.layers[0] of a model with several inputs
     CONCAT = "concat"
 
 

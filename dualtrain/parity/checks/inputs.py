@@ -87,6 +87,8 @@ def check_sharding(a: RunRecord, b: RunRecord) -> Check:
 
 
 def check_init_weights(a: RunRecord, b: RunRecord) -> Check:
+    """Both runs start from bit-identical weights: the largest absolute difference of any element
+    must be 0."""
     wa, wb = R.load_init(a), R.load_init(b)
     if wa is None or wb is None:
         return Check(
@@ -122,6 +124,8 @@ def check_init_weights(a: RunRecord, b: RunRecord) -> Check:
 
 
 def check_lr(a: RunRecord, b: RunRecord, tol: Tolerance | None = None) -> Check:
+    """The same learning rate at every step: a relative difference of at most ``lr_rel``, and
+    both runs have the same steps."""
     tol = tol or tolerance_of(a, b)
     la, lb = R.labels(a, b)
     ma, mb = R.step_map(a, "lr"), R.step_map(b, "lr")

@@ -76,6 +76,9 @@ def trajectory(a: RunRecord, b: RunRecord, ref: Reference | None, tol: Tolerance
 def check_trajectory(
     a: RunRecord, b: RunRecord, ref: Reference | None = None, tol: Tolerance | None = None
 ) -> Check:
+    """The per-step |loss difference| of the two runs, at most ``factor`` times the farther
+    backend's distance to its fp64 run (running max, floored at ``traj_abs_floor``); without a
+    reference, at most ``traj_fixed``."""
     tol = tol or tolerance_of(a, b)
     t = trajectory(a, b, ref, tol)
     if t.steps.size == 0:

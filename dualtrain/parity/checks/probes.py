@@ -117,9 +117,9 @@ def check_local(
     errs: tuple[list[L.Probe], list[L.Probe]],
     bound: LocalBound,
 ) -> Check:
-    """One quantity of the one-step probes: each backend's error at every probe step against the a
-    priori bound, and its rms over the probes against the other backend's
-    (dualtrain.parity.local)."""
+    """One quantity of the one-step probes (the check ``local_loss``, ``local_grad`` or
+    ``local_update``): each backend's error at every probe step against the a priori bound, and
+    its rms over the probes against the other backend's (dualtrain.parity.local)."""
     name = f"local_{quantity}"
     runs = (a, b)
     steps = [p.step for p in errs[0] if not p.skipped]

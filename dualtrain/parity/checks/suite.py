@@ -25,6 +25,7 @@ from dualtrain.records.verdict import NUMERICS, SEMANTICS, Check
 
 
 def check_throughput(a: RunRecord, b: RunRecord) -> Check:
+    """B's training samples per second over A's; informational, it never fails."""
     la, lb = R.labels(a, b)
     ta = float(a.summary.get("train_samples_per_s") or 0.0)
     tb = float(b.summary.get("train_samples_per_s") or 0.0)
