@@ -31,7 +31,8 @@ def test_mlp_fp64_converges_like_fp32(runs):
     assert ref.a.summary["precision"] == "fp64" == ref.b.summary["precision"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two full CNN epochs on each backend (~3 min): the sweep, for CI's time; the
+@pytest.mark.sweep  # CNN config runs once in CI (test_example_specs.py::test_config_runs)
 def test_cnn_two_epochs_world_two(runs):
     cnn = str(ROOT / "configs" / "mnist_cnn.yaml")
     a, b = read_run(runs("torch", config=cnn)), read_run(runs("tf", config=cnn))

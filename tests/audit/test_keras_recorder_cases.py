@@ -124,7 +124,8 @@ def test_the_initial_weights_are_those_the_first_step_uses(printed):
     assert printed["restored"] == "restored 2 True"
 
 
-@pytest.mark.slow  # two TF worker processes, twice (~20 s)
+@pytest.mark.slow  # two TF worker processes, twice (~20 s alone, ~60 s in CI's load): the sweep
+@pytest.mark.sweep
 def test_multi_worker_with_a_chief_task_and_a_recorder_on_the_chief_only(tmp_path):
     """TF_CONFIG with a chief task and a worker (both task_id 0): the recorder numbers them as
     MWMS does (0 and 1), where both used to write part 0 and fail; a recorder on the chief only

@@ -94,7 +94,8 @@ def test_a_faithful_converter_passes_and_a_reshaped_kernel_is_named_at_its_layer
     ) in text
 
 
-@pytest.mark.slow  # Hugging Face's GPT-2 and KerasHub's (about 90 s)
+@pytest.mark.slow  # Hugging Face's GPT-2 and KerasHub's (about 90 s; the sweep: CI's time; the
+@pytest.mark.sweep  # config runs once in CI, test_example_specs.py::test_config_runs)
 def test_hugging_face_gpt2_and_its_keras_hub_port_train_the_same(tmp_path):
     require("transformers", "keras_hub")
     config = str(ROOT / "configs" / "converted_gpt2.yaml")
