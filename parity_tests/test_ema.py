@@ -69,6 +69,7 @@ def test_a_resumed_run_carries_the_average(runs, backend):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # CI's time (docs/testing.md)
 def test_the_averaged_weights_export(runs, tmp_path):
     run = runs("tf", *EMA)
     folder = tmp_path / "ema"

@@ -251,6 +251,7 @@ def test_an_export_is_loaded_back_before_it_is_done(runs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # CI's time (docs/testing.md)
 def test_keras_export_with_the_users_own_activation_says_how_to_load(runs, tmp_path):
     # Activation(erf_gelu), a function of the user's module: a bare load_model cannot find it, so
     # the export says the exact lines that load it, and those lines work without dualtrain

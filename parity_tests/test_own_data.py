@@ -123,7 +123,7 @@ np.save(out, np.asarray(model(xs, training=False), dtype=np.float64))
     "fmt,loader,tol",
     [  # default-suite time: both in CI's slow part (tests/integration/test_export.py stays)
         pytest.param("torch", TORCH_LOAD, 1e-5, marks=pytest.mark.slow),
-        pytest.param("keras", KERAS_LOAD, 1e-4, marks=pytest.mark.slow),
+        pytest.param("keras", KERAS_LOAD, 1e-4, marks=(pytest.mark.slow, pytest.mark.sweep)),
     ],
 )
 def test_two_inputs_export_loads_without_dualtrain(runs, arrays, tmp_path, fmt, loader, tol):

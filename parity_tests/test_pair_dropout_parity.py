@@ -60,6 +60,7 @@ def test_dropout_port_compares_at_world_2(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # CI's time (docs/testing.md)
 def test_channel_dropout_port_compares_at_world_3(tmp_path):
     _compare(tmp_path, 3, "model.args.spatial=true")
 
@@ -120,7 +121,7 @@ LOADERS = {
 
 
 @pytest.mark.slow  # default-suite time: runs in CI's slow part (docs/testing.md)
-@pytest.mark.parametrize("fmt", ["torch", "keras"])
+@pytest.mark.parametrize("fmt", ["torch", pytest.param("keras", marks=pytest.mark.sweep)])
 def test_dropout_pair_exports_hold_the_users_own_dropout(runs, tmp_path, fmt):
     run = runs("tf", *TINY, config=PORT)
     folder = tmp_path / fmt

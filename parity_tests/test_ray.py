@@ -29,7 +29,7 @@ SETS = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["torch", "tf"])
+@pytest.mark.parametrize("backend", ["torch", pytest.param("tf", marks=pytest.mark.sweep)])
 def test_a_ray_trainer_run_is_the_dualtrain_run(runs, tmp_path, backend):
     out = tmp_path / "ray" / "run"
     args = [a for s in SETS for a in ("--set", s)]

@@ -67,6 +67,7 @@ def test_a_difference_planted_in_the_ddp_script_is_named(torch_run, tmp_path, fl
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # CI's time (docs/testing.md)
 def test_drop_remainder_planted_in_the_keras_script_is_named(keras_run, tmp_path):
     planted = record(
         "keras_mnist.py", tmp_path / "planted", "--drop-remainder", "--train-size", "1000"

@@ -150,6 +150,7 @@ def test_a_recorder_failing_in_one_ddp_process_stops_no_process(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # CI's time (docs/testing.md)
 def test_replicas_that_train_apart_are_named(tmp_path):
     """A forward through DDP's .module (no gradient all-reduce) and ranks seeded apart without a
     broadcast: the chief's record alone looks like any run; every rank's weight digests and

@@ -52,7 +52,7 @@ RESUME_CASES = [
     "tf-mirrored-w2",
     pytest.param("tf-multi_worker-w2", marks=SLOW),
     pytest.param("torch-vit-w2", marks=SLOW),
-    pytest.param("tf-vit-w2", marks=SLOW),
+    pytest.param("tf-vit-w2", marks=(SLOW, pytest.mark.sweep)),  # CI: the torch ViT resume
 ]
 RESTART_CASES = [
     "torch-w3",
