@@ -5,9 +5,12 @@ first, on Hugging Face GPT-2's packed c_attn and on a Llama-style q_proj of its 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
+from dualtrain.core.locate.finding import Finding
 from dualtrain.core.locate.mistakes import converter_mistake
 from dualtrain.core.pair import learn as L
 from dualtrain.core.pair.record import Layout, Side, TorchArray
@@ -67,3 +70,13 @@ def test_heads_split_head_size_first_is_named(module):
 @pytest.mark.parametrize("module", ["h.0.attn.c_attn", "layers.0.q_proj"])
 def test_heads_split_as_keras_takes_them_is_no_mistake(module):
     assert converter_mistake(_layout(False), module) == ""
+
+
+def test_a_difference_between_outputs_of_other_shapes_says_so():
+    # Hugging Face's packed q, k, v projection against KerasHub's whole attention: (N, T, 3E)
+    # against (N, T, E); the line said "(output, inf)"
+    where = "torch 'h.0.attn.c_attn' / Keras 'transformer_layer_0/self_attention'"
+    found = Finding(where, "output", math.inf, "", "Fed the torch module's input, ...")
+    assert f"at {where} (output, other shapes). " in found.line()
+    assert "(other shapes; no classic mistake fits)" in found.lead()
+    assert "(output, 0.5)" in Finding(where, "output", 0.5, "", "").line()

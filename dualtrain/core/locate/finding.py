@@ -6,6 +6,7 @@ mistake the evidence fits (:mod:`.mistakes`), from the rows :mod:`.compare` make
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -64,14 +65,20 @@ class Finding:
         if self.mistake:
             at = f"the input of {self.where}" if self.what == "input" else self.where
             return f"{at}: {self.mistake}"
-        return f"{self.where}: its {self.what} differs ({self.size:.2g}; no classic mistake fits)"
+        return f"{self.where}: its {self.what} differs ({self.amount()}; no classic mistake fits)"
+
+    def amount(self) -> str:
+        """How much the sides differ: a relative size, or that the two outputs have other shapes
+        (a torch module paired with a larger Keras layer: Hugging Face's packed q, k, v projection
+        with KerasHub's whole attention)."""
+        return "other shapes" if math.isinf(self.size) else f"{self.size:.2g}"
 
     def line(self) -> str:
         if self.what == "nothing":
             return f"locator: {self.detail}" + (f" Note: {self.mistake}." if self.mistake else "")
         name = f": {self.mistake}" if self.mistake else ""
         return (
-            f"locator: first difference at {self.where} ({self.what}, {self.size:.2g}){name}. "
+            f"locator: first difference at {self.where} ({self.what}, {self.amount()}){name}. "
             f"{self.detail}"
         )
 
