@@ -9,7 +9,6 @@ the page cannot go stale and an option cannot go without words.
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import click
 
 from dualtrain.cli import cli
+from tools import generated
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cli.md"
@@ -102,25 +102,11 @@ def missing_words(group: click.Group = cli) -> list[str]:
 
 def problems(path: Path = PAGE, group: click.Group = cli) -> list[str]:
     found = [f"no help for: {m}" for m in missing_words(group)]
-    if not path.is_file() or path.read_text() != page(group):
-        found.append(f"{path.name} is not what the commands declare: {WRITE_HINT}")
-    return found
+    return found + generated.stale(path, page(group), "the commands declare", WRITE_HINT)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.reference_cli", description=__doc__)
-    ap.add_argument("--write", action="store_true", help="write docs/cli.md")
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/cli.md is stale")
-    args = ap.parse_args(argv)
-    if args.write:
-        PAGE.write_text(page())
-    if args.check or args.write:
-        found = problems()
-        for line in found:
-            print(line)
-        return 1 if found else 0
-    print(page())
-    return 0
+    return generated.main("python -m tools.reference_cli", __doc__, PAGE, page, problems, argv)
 
 
 if __name__ == "__main__":

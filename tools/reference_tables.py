@@ -20,7 +20,6 @@ Where the words come from:
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import enum
@@ -42,6 +41,7 @@ from dualtrain.spec import OptimizerSpec
 from dualtrain.spec.layers import KINDS, REQUIRED, Kind
 from dualtrain.spec.optimizers import KERAS_NAMES, OPTIMIZERS, KerasName, Optimizer
 from dualtrain.spec.vocab import ALIASES, LayerType, OptimizerName
+from tools import generated
 from tools.reference import DOC_LINK, docstrings, yaml_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -360,25 +360,11 @@ def missing_words(d: Declared = DECLARED) -> list[str]:
 
 def problems(path: Path = PAGE, d: Declared = DECLARED) -> list[str]:
     found = [f"no words: {m}" for m in missing_words(d)]
-    if not path.is_file() or path.read_text() != page(d):
-        found.append(f"{path.name} is not what the code declares: {WRITE_HINT}")
-    return found
+    return found + generated.stale(path, page(d), "the code declares", WRITE_HINT)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.reference_tables", description=__doc__)
-    ap.add_argument("--write", action="store_true", help="write docs/reference.md")
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/reference.md is stale")
-    args = ap.parse_args(argv)
-    if args.write:
-        PAGE.write_text(page())
-    if args.check or args.write:
-        found = problems()
-        for line in found:
-            print(line)
-        return 1 if found else 0
-    print(page())
-    return 0
+    return generated.main("python -m tools.reference_tables", __doc__, PAGE, page, problems, argv)
 
 
 if __name__ == "__main__":
