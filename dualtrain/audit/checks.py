@@ -49,7 +49,7 @@ def check_steps(a: Recorded, b: Recorded) -> Check:
     per_b = {e: len(s) for e, s in eb.items()}
     judged = "the number of optimizer steps in each epoch"
     not_judged = "steps the scripts took outside the recorder (before it started, after close)"
-    blind = [t for t, r in (("A", a), ("B", b)) if r.config.get("epochs") == "unknown"]
+    blind = [t for t, r in (("A", a), ("B", b)) if r.config.epochs == "unknown"]
     if blind:  # a torch recorder given no loader, sampler or epoch=: its epochs are unknown
         why = f"{' and '.join(blind)}'s epochs unknown (no loader, sampler or epoch= recorded)"
         same = len(a.steps) == len(b.steps)

@@ -6,8 +6,10 @@ such option)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
+from dualtrain.audit.config import Clipping
 from dualtrain.audit.finding import OPT_LINES, fix, hf_trainer, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Edit, Finding
@@ -22,23 +24,21 @@ def clips(run: Recorded) -> str | None:
     inf measures the norm and clips nothing); for a record without them, the script's line
     (torch's optimizers have no such option; the text is the only evidence left)."""
     if run.framework == "tf":
-        opt = run.config.get("optimizer", {})
+        opt = run.config.optimizer
         on = [f"{k}={opt[k]:g}" for k in CLIP_OPTIONS if isinstance(opt.get(k), (int, float))]
         return ", ".join(on) or None
-    seen = run.config.get("clipping")
-    if not isinstance(seen, dict):
+    seen = run.config.clipping
+    if seen is None:
         return run.line_of(*CLIP_CALLS)
     said = []
-    for call in seen.get("calls", []):
+    for call in seen.calls:
         limits = [float(x) for x in _limits(call)]
         if all(math.isinf(x) for x in limits):
             continue
         shown = "/".join(f"{x:g}" for x in limits)
         active = call.get("active_steps")
         where = f" (active on {active})" if active is not None else ""
-        said.append(
-            f"{call['function']}({shown}) on {call['steps']} of {seen['steps']} steps{where}"
-        )
+        said.append(f"{call['function']}({shown}) on {call['steps']} of {seen.steps} steps{where}")
     return "; ".join(said) or None
 
 
@@ -57,22 +57,22 @@ def _rule(run: Recorded) -> frozenset[tuple[str, float]] | None:
     """The run's clipping as (kind, limit) pairs, comparable across frameworks (torch's
     clip_grad_norm_ is Keras's global_clipnorm); None where it is known only from the text."""
     if run.framework == "tf":
-        opt = run.config.get("optimizer", {})
+        opt = run.config.optimizer
         return frozenset(
             (_KINDS[k], float(opt[k])) for k in CLIP_OPTIONS if isinstance(opt.get(k), (int, float))
         )
-    seen = run.config.get("clipping")
-    if not isinstance(seen, dict):
+    seen = run.config.clipping
+    if seen is None:
         return None
     return frozenset(
         (_KINDS[c["function"]], float(x))
-        for c in seen.get("calls", [])
+        for c in seen.calls
         for x in map(float, _limits(c))
         if not math.isinf(x)
     )
 
 
-def _limits(call: dict[str, Any]) -> list[Any]:
+def _limits(call: Mapping[str, Any]) -> list[Any]:
     """A recorded call's limits (the record writes inf as "inf": float() reads it back)."""
     return call["limit"] if isinstance(call["limit"], list) else [call["limit"]]
 
@@ -205,12 +205,11 @@ def _over(norm: float | None, limit: float | None) -> bool:
 def _active(keras_run: Recorded, tag: str, torch_run: Recorded) -> str:
     """Where the two clippings part, by the records: the torch clip's active steps, the Keras
     run's summed gradient norms past its norm limit."""
-    seen = torch_run.config.get("clipping")
-    seen = seen if isinstance(seen, dict) else {}
-    calls = seen.get("calls", [])
+    seen = torch_run.config.clipping or Clipping()
+    calls = seen.calls
     other = "B" if tag == "A" else "A"
     said = [
-        f"{other}'s {c['function']} was active on {c['active_steps']} of {seen.get('steps')} steps"
+        f"{other}'s {c['function']} was active on {c['active_steps']} of {seen.steps} steps"
         for c in calls
         if c.get("active_steps")
     ]

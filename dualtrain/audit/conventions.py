@@ -4,6 +4,7 @@ of each optimizer and its options are declared in dualtrain.spec.optimizers (KER
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dualtrain.spec.optimizers import KERAS_NAMES
@@ -21,7 +22,7 @@ def keras_options(torch_class: str) -> tuple[tuple[str, str, str], ...]:
     return entry.options if entry else ()
 
 
-def keras_only(t: dict[str, Any], k: dict[str, Any], groups_known: bool = False) -> list[str]:
+def keras_only(t: Mapping[str, Any], k: Mapping[str, Any], groups_known: bool = False) -> list[str]:
     """A Keras optimizer's options that no torch optimizer has, where set (``use_ema``: the
     ema diagnosis, against a torch AveragedModel). ``groups_known``: which variables torch's
     decay-free groups hold is known and judged by dualtrain.audit.decay."""
@@ -48,7 +49,7 @@ def keras_only(t: dict[str, Any], k: dict[str, Any], groups_known: bool = False)
     return out
 
 
-def torch_option(cfg: dict[str, Any], name: str) -> Any:
+def torch_option(cfg: Mapping[str, Any], name: str) -> Any:
     key, _, idx = name.partition(".")
     value = cfg.get(key)
     if idx and isinstance(value, list):
@@ -64,7 +65,7 @@ def short(value: Any) -> str:
     return repr(value)
 
 
-def describe_optimizer(framework: str, cfg: dict[str, Any]) -> str:
+def describe_optimizer(framework: str, cfg: Mapping[str, Any]) -> str:
     keys = {
         "torch": ("lr", "eps", "rho", "betas", "momentum", "weight_decay", "alpha"),
         "tf": ("learning_rate", "epsilon", "rho", "beta_1", "beta_2", "momentum", "weight_decay"),

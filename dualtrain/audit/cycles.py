@@ -6,8 +6,7 @@ and ``max_momentum``, against the lr. The optimizer's own momentum is then the s
 
 from __future__ import annotations
 
-from typing import Any
-
+from dualtrain.audit.config import Options
 from dualtrain.audit.finding import fix, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Finding
@@ -18,8 +17,8 @@ CYCLING = ("OneCycleLR", "CyclicLR")
 
 def cycled(run: Recorded) -> tuple[float, float] | None:
     """(base_momentum, max_momentum) where ``run``'s scheduler cycles the momentum, else None."""
-    sched = run.config.get("scheduler") or {}
-    opt = run.config.get("optimizer") or {}
+    sched = run.config.scheduler
+    opt = run.config.optimizer
     if run.framework != "torch" or sched.get("type") not in CYCLING:
         return None
     if not sched.get("cycle_momentum", True) or opt.get("max_momentum") is None:
@@ -28,14 +27,14 @@ def cycled(run: Recorded) -> tuple[float, float] | None:
 
 
 def momentum_name(run: Recorded) -> str:
-    opt = run.config.get("optimizer") or {}
+    opt = run.config.optimizer
     if run.framework == "torch":
         return "beta1 (betas[0])" if "betas" in opt else "momentum"
     return "beta_1" if "beta_1" in opt else "momentum"
 
 
 def _fixed(run: Recorded) -> str:
-    opt = run.config.get("optimizer") or {}
+    opt = run.config.optimizer
     if run.framework == "torch":
         value = opt["betas"][0] if isinstance(opt.get("betas"), list) else opt.get("momentum")
     else:
@@ -49,7 +48,7 @@ def momentum_cycle(a: Recorded, b: Recorded) -> list[Finding]:
         return []
     parts, fixes = [], []
     for run, tag, c in ((a, "A", ca), (b, "B", cb)):
-        sched = (run.config.get("scheduler") or {}).get("type")
+        sched = run.config.scheduler.type
         if c is None:
             parts.append(f"{tag}'s {momentum_name(run)} {_fixed(run)}")
             change = (
@@ -75,9 +74,9 @@ def momentum_cycle(a: Recorded, b: Recorded) -> list[Finding]:
 OWNED = ("momentum", "betas.0")
 
 
-def without_momentum(cfg: dict[str, Any]) -> dict[str, Any]:
+def without_momentum(cfg: Options) -> Options:
     """A torch optimizer's options without the momentum (``betas[0]``) a scheduler cycles."""
     out = {k: v for k, v in cfg.items() if k != "momentum"}
     if isinstance(cfg.get("betas"), list):
         out["betas"] = [None, *cfg["betas"][1:]]
-    return out
+    return Options(out)

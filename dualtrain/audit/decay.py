@@ -28,7 +28,7 @@ class Exclusion:
 def exclusion(trun: Recorded, krun: Recorded) -> Exclusion | None:
     """What Keras must leave out of its decay to decay as ``trun``'s groups do (None: torch's
     groups all decay, or their parameters are not recorded or do not pair)."""
-    opt = trun.config.get("optimizer") or {}
+    opt = trun.config.optimizer
     groups, params = opt.get("groups") or [], opt.get("group_params") or []
     zero = [n for n, g in enumerate(groups) if not g.get("weight_decay")]
     if not zero or len(params) != len(groups):
@@ -43,7 +43,7 @@ def exclusion(trun: Recorded, krun: Recorded) -> Exclusion | None:
         return None
     variables = sorted(keras_of[name] for name in free)
     decayed = {keras_of[name] for name in held - free}
-    own = krun.config.get("variable_names") or {}  # (a record made with a weight map: none)
+    own = krun.config.variable_names  # (a record made with a weight map: none)
     if any(v not in own for v in [*variables, *decayed]):
         return Exclusion(zero, variables, None)
     leaves = sorted({own[v] for v in variables})
@@ -54,7 +54,7 @@ def exclusion(trun: Recorded, krun: Recorded) -> Exclusion | None:
 def exclusion_differs(krun: Recorded, found: Exclusion | None) -> str | None:
     """``weight decay: ...`` where Keras decays (``weight_decay`` > 0) other variables than
     torch's groups do (``found``: :func:`exclusion`'s; None: the same ones, or not known)."""
-    k = krun.config.get("optimizer") or {}
+    k = krun.config.optimizer
     if found is None or not (k.get("weight_decay") or 0) > 0:
         return None
     keras = sorted(k.get("no_decay") or [])

@@ -5,6 +5,7 @@ steps, and the step where the shorter epoch ends is the line to change."""
 
 from __future__ import annotations
 
+from dualtrain.audit.config import Options
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.split import KIND
@@ -64,7 +65,7 @@ def stopped(a: Recorded, b: Recorded) -> list[Finding]:
     steps check FAILs on the epochs one run has not)."""
     out = []
     for run, tag, other, otag in ((a, "A", b, "B"), (b, "B", a, "A")):
-        rule = run.config.get("early_stopping") or {}
+        rule = run.config.early_stopping or Options()
         mine, theirs = len(run.epochs()), len(other.epochs())
         if not rule.get("stopped_epoch") or theirs <= mine:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualtrain.audit.config import Options
 from dualtrain.audit.finding import fix, opt_lines
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Finding
@@ -19,11 +20,11 @@ def average(run: Recorded) -> dict[str, Any] | None:
     """The moving average written into ``run``'s model as it ends: ``decay`` and how it is
     updated; None where there is none (or a torch run keeps it beside the model)."""
     if run.framework == "tf":
-        opt = run.config.get("optimizer") or {}
+        opt = run.config.optimizer
         if not opt.get("use_ema"):
             return None
         return {"decay": opt.get("ema_momentum"), "every": opt.get("ema_overwrite_frequency")}
-    ema = run.config.get("ema") or {}
+    ema = run.config.ema or Options()
     if not ema.get("final_is_average"):
         return None
     steps = len(run.steps)
@@ -32,7 +33,7 @@ def average(run: Recorded) -> dict[str, Any] | None:
 
 def _words(run: Recorded, avg: dict[str, Any] | None) -> str:
     if avg is None:
-        kept = (run.config.get("ema") or {}).get("type")
+        kept = (run.config.ema or Options()).type
         return "ends with the trained weights" + (
             " (its AveragedModel kept beside the model, not copied in)" if kept else ""
         )

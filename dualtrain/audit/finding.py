@@ -17,7 +17,7 @@ TRAINING_ARGUMENTS = ("TrainingArguments(", "learning_rate=")
 def hf_trainer(run: Recorded) -> bool:
     """A torch record of a Hugging Face Trainer (its optimizer, schedule and clipping are set by
     TrainingArguments, under their names: learning_rate, warmup_steps, max_grad_norm, ...)."""
-    return run.config.get("trainer") == "transformers"
+    return run.config.trainer == "transformers"
 
 
 def opt_lines(run: Recorded) -> tuple[str, ...]:
@@ -26,7 +26,7 @@ def opt_lines(run: Recorded) -> tuple[str, ...]:
     Hugging Face Trainer's: its TrainingArguments)."""
     if hf_trainer(run):
         return TRAINING_ARGUMENTS
-    kind = run.config.get("optimizer", {}).get("type")
+    kind = run.config.optimizer.type
     return (f"{kind}(", f'"{kind.lower()}"', *OPT_LINES) if kind else OPT_LINES
 
 
@@ -43,13 +43,13 @@ def schedule_lines(run: Recorded) -> tuple[str, ...]:
     if hf_trainer(run):
         return ("warmup_steps=", "lr_scheduler_type=", *TRAINING_ARGUMENTS)
     if run.framework == "torch":
-        kind = run.config.get("scheduler", {}).get("type")
+        kind = run.config.scheduler.type
         if not kind:  # no scheduler ran: where one would go, not a branch that did not run
             return opt_lines(run)
     else:
-        kind = run.config.get("optimizer", {}).get("learning_rate")
+        kind = run.config.optimizer.get("learning_rate")
         if not isinstance(kind, str):  # a number: a callback set it (fit's lr callbacks first)
-            called = [f"{c['type']}(" for c in run.config.get("lr_callbacks") or []]
+            called = [f"{c['type']}(" for c in run.config.lr_callbacks]
             return (*called, *CALLBACK_LINES, *SCHEDULE_LINES["tf"])
     specific = (f"{kind}(",) if isinstance(kind, str) else ()
     return (*specific, *SCHEDULE_LINES[run.framework])

@@ -110,7 +110,7 @@ def _divided_twice(a: Recorded, b: Recorded, ratio: float, grads: float) -> list
 
 def _summed_fix(run: Recorded, tag: str) -> str:
     """Where ``run`` sums the replicas' gradients: a DDP-less loop's all_reduce, else its loss."""
-    if run.framework == "torch" and not run.config.get("ddp", True):
+    if run.framework == "torch" and run.config.ddp is False:
         return fix(
             run,
             tag,
@@ -234,11 +234,9 @@ def computed_loss(a: Recorded, b: Recorded) -> list[Finding]:
     rows = a.global_rows(1, "exact")
     if not rows or rows != b.global_rows(1, "exact"):
         return []
-    if a.config.get("random_layers") != [] or b.config.get("random_layers") != []:
+    if a.config.random_layers != () or b.config.random_layers != ():
         return []  # random masks of their own (or not recorded): the losses may differ
-    if any(
-        (r.config.get("precision") or {}).get("compute_dtype") not in EXACT_ENOUGH for r in (a, b)
-    ):
+    if any(r.config.precision.compute_dtype not in EXACT_ENOUGH for r in (a, b)):
         return []  # a half-precision forward: its rounding alone parts the losses
     la, lb = a.steps[0].loss, b.steps[0].loss
     if not (np.isfinite(la) and np.isfinite(lb)):

@@ -12,8 +12,8 @@ from dualtrain.records.verdict import Finding
 def eval_mode(a: Recorded, b: Recorded) -> list[Finding]:
     out = []
     for run, tag in ((a, "A"), (b, "B")):
-        steps = run.config.get("eval_steps") or []
-        layers = run.config.get("mode_layers") or []
+        steps = run.config.eval_steps
+        layers = run.config.mode_layers
         if not steps or not layers:  # no layer computes otherwise in eval mode: nothing changes
             continue
         shown = ", ".join(layers[:3]) + (", ..." if len(layers) > 3 else "")

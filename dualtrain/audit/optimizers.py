@@ -4,6 +4,7 @@ framework's conventions (momentum, epsilon, weight decay's coupling, NAdam's sch
 the values to write in that script's framework's names."""
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from dualtrain.audit import conventions as C
@@ -25,10 +26,10 @@ IMPLEMENTATION = ("foreach", "fused", "capturable", "differentiable")
 
 
 def describe(run: Recorded) -> str:
-    return C.describe_optimizer(run.framework, run.config.get("optimizer", {}))
+    return C.describe_optimizer(run.framework, run.config.optimizer)
 
 
-def _group_differences(oa: dict[str, Any], ob: dict[str, Any]) -> list[str]:
+def _group_differences(oa: Mapping[str, Any], ob: Mapping[str, Any]) -> list[str]:
     """``group N's OPTION`` for each option of a parameter group beyond the first that differs
     (the torch recorder's ``groups``: every group's options but its lr)."""
     ga, gb = oa.get("groups") or [], ob.get("groups") or []
@@ -45,7 +46,7 @@ def _group_differences(oa: dict[str, Any], ob: dict[str, Any]) -> list[str]:
 
 
 def optimizer(a: Recorded, b: Recorded) -> list[Finding]:
-    oa, ob = a.config.get("optimizer", {}), b.config.get("optimizer", {})
+    oa, ob = a.config.optimizer, b.config.optimizer
     if not oa or not ob:
         return []
     if a.framework == b.framework:
@@ -111,7 +112,7 @@ Decay = tuple[str, str, list[Edit], list[Edit]]
 DECOUPLABLE = ("Adam", "NAdam", "RAdam")
 
 
-def _same_as(keys: list[str], other: dict[str, Any], groups: list[str], tag: str) -> str:
+def _same_as(keys: list[str], other: Mapping[str, Any], groups: list[str], tag: str) -> str:
     """``eps=1e-07, betas=(0.8, 0.999) (as B)``: the other run's values, and the parameter
     groups' options that differ, named."""
     said = [f"{k}={C.short(other.get(k))}" for k in keys]
@@ -121,8 +122,8 @@ def _same_as(keys: list[str], other: dict[str, Any], groups: list[str], tag: str
 
 
 def _decay_values(
-    t: dict[str, Any],
-    k: dict[str, Any],
+    t: Mapping[str, Any],
+    k: Mapping[str, Any],
     krun: Recorded,
     tags: tuple[str, str],
     excluded: Exclusion | None,
@@ -175,7 +176,7 @@ def _decay_values(
 
 
 def _value_fixes(
-    t: dict[str, Any],
+    t: Mapping[str, Any],
     values: list[tuple[str, str, Any, Any]],
     rest: list[str],
     tags: tuple[str, str],
@@ -226,7 +227,7 @@ def _value_fixes(
 
 
 def _conventions(
-    t: dict[str, Any], k: dict[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
+    t: Mapping[str, Any], k: Mapping[str, Any], trun: Recorded, krun: Recorded, tt: str, kt: str
 ) -> list[Finding]:
     out: list[str] = []
     values: list[tuple[str, str, Any, Any]] = []  # (torch option, Keras option, torch, Keras)
@@ -289,7 +290,7 @@ def trainer_names(change: str) -> str:
     return re.sub(r"\bbetas=\(([^,]+), ([^)]+)\)", r"adam_beta1=\1, adam_beta2=\2", change)
 
 
-def _weight_decay(t: dict[str, Any], k: dict[str, Any], krun: Recorded) -> list[str]:
+def _weight_decay(t: Mapping[str, Any], k: Mapping[str, Any], krun: Recorded) -> list[str]:
     """torch's weight_decay is an L2 term in the gradient (but AdamW's, and Adam's or NAdam's
     with ``decoupled_weight_decay=True``); every Keras optimizer's is decoupled. A Keras model's
     L2(l2) regularizers on every weight add the gradient torch's coupled ``weight_decay=2 * l2``

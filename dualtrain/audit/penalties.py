@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from dualtrain.audit.config import Options
 from dualtrain.audit.read import Recorded
 
 
-def _terms(run: Recorded) -> dict[str, Any]:
-    return run.config.get("loss_terms") or {}
+def _terms(run: Recorded) -> Options:
+    return run.config.loss_terms
 
 
 def regularizers(run: Recorded) -> list[dict[str, Any]]:

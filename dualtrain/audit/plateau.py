@@ -8,9 +8,11 @@ scheduler's settings, the Keras record fit's lr callbacks (config.lr_callbacks).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dualtrain.audit import conventions as C
+from dualtrain.audit.config import Options
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import Finding
@@ -18,17 +20,17 @@ from dualtrain.records.verdict import Finding
 NAME = "ReduceLROnPlateau"
 
 
-def _torch(run: Recorded) -> dict[str, Any] | None:
-    sched = run.config.get("scheduler") or {}
-    return sched if run.framework == "torch" and sched.get("type") == NAME else None
+def _torch(run: Recorded) -> Options | None:
+    sched = run.config.scheduler
+    return sched if run.framework == "torch" and sched.type == NAME else None
 
 
-def _keras(run: Recorded) -> dict[str, Any] | None:
-    found = [c for c in run.config.get("lr_callbacks") or [] if c.get("type") == NAME]
+def _keras(run: Recorded) -> Options | None:
+    found = [c for c in run.config.lr_callbacks if c.type == NAME]
     return found[0] if run.framework == "tf" and found else None
 
 
-def _differences(t: dict[str, Any], k: dict[str, Any]) -> list[str]:
+def _differences(t: Mapping[str, Any], k: Mapping[str, Any]) -> list[str]:
     out = []
     waits = max(int(k.get("patience") or 0), 1)  # Keras counts the bad epoch, then compares
     if t.get("patience") is not None and waits != t["patience"] + 1:

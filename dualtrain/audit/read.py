@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from dualtrain.audit.config import RunConfig
 from dualtrain.audit.record import (
     AUDIT_FILE,
     METRICS_FILE,
@@ -47,7 +48,7 @@ class Recorded:
     path: Path
     framework: str
     world_size: int
-    config: dict[str, Any]
+    config: RunConfig
     script: Script
     steps: list[StepRow]
     """metrics.jsonl's train rows, in step order."""
@@ -161,7 +162,7 @@ def read_recorded(run_dir: str | Path) -> Recorded:
         path=d,
         framework=meta["framework"],
         world_size=int(meta["world_size"]),
-        config=meta.get("config") or {},
+        config=RunConfig.from_json(meta.get("config") or {}),
         script=Script.from_json(meta.get("script") or {}),
         steps=sorted(metrics, key=lambda m: m.step),
         replicas={(r.step, r.replica): r for r in map(ReplicaRow.of, _jsonl(d / REPLICAS_FILE))},

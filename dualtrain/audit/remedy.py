@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from dualtrain.audit.config import RunConfig
 from dualtrain.audit.read import Recorded
 from dualtrain.audit.rows import StepRow
 from dualtrain.records.verdict import LR_SCALE, LR_SERIES, Edit, Finding, FixCheck
@@ -36,7 +37,7 @@ def applied(run: Recorded, tag: str, edits: list[Edit]) -> Recorded:
     """``run`` (tagged ``tag``) with the edits of that tag written into a copy of its
     configuration (the rows and weights shared); :data:`LR_SCALE` scales a copy of its steps'
     lrs."""
-    config, steps = copy.deepcopy(run.config), run.steps
+    config, steps = copy.deepcopy(dict(run.config.json)), run.steps
     for edit in (e for e in edits if e.run == tag):
         if edit.path == LR_SCALE:
             steps = _scaled(steps, float(edit.value))
@@ -59,7 +60,7 @@ def applied(run: Recorded, tag: str, edits: list[Edit]) -> Recorded:
             node[name] = whole
         else:
             node[name] = edit.value
-    return dataclasses.replace(run, config=config, steps=steps)
+    return dataclasses.replace(run, config=RunConfig.from_json(config), steps=steps)
 
 
 def _check(

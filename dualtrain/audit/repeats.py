@@ -57,10 +57,10 @@ def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
     out = []
     for run, other, tag in ((a, b, "A"), (b, a, "B")):
         if repeats_epochs(run) and not repeats_epochs(other):
-            sampler = run.config.get("sampler", {})
+            sampler = run.config.sampler.options
             name = "set_epoch forgotten (every epoch the same order)"
             if run.framework == "torch" and (
-                sampler.get("shuffle") is False or sampler.get("type") == "SequentialSampler"
+                sampler.get("shuffle") is False or sampler.type == "SequentialSampler"
             ):  # an order no set_epoch changes
                 name = "no shuffling (every epoch the same order)"
                 change = f"shuffle=True (this {sampler.get('type')} does not shuffle)" + (
@@ -91,7 +91,7 @@ def set_epoch(a: Recorded, b: Recorded) -> list[Finding]:
 def _sampler_stayed(run: Recorded) -> str | None:
     """The epoch a torch sampler kept through every recorded epoch (the recorder reads its
     ``epoch`` at each epoch's first batch); None where it moved or was not read."""
-    seen = run.config.get("sampler", {}).get("epochs") or []
+    seen = run.config.sampler.epochs
     return str(seen[0]) if len(seen) > 1 and seen[0] is not None and len(set(seen)) == 1 else None
 
 
@@ -116,8 +116,8 @@ def padding(a: Recorded, b: Recorded) -> list[Finding]:
     the run fed a row twice in epoch 1 and the other run did not feed the same rows as often."""
     out = []
     for run, other, tag in ((a, b, "A"), (b, a, "B")):
-        cfg = run.config.get("sampler", {})
-        size, total = cfg.get("dataset_size"), cfg.get("total_size")
+        sampler = run.config.sampler
+        size, total = sampler.dataset_size, sampler.options.get("total_size")
         if not (size and total and total > size):
             continue
         twice, how = repeated(run)
@@ -131,7 +131,8 @@ def padding(a: Recorded, b: Recorded) -> list[Finding]:
             Finding(
                 "DistributedSampler padding",
                 f"{tag}'s DistributedSampler pads {size} samples to {total} (a multiple of "
-                f"{cfg.get('num_replicas')} replicas): {twice} row(s) fed twice in epoch 1 "
+                f"{sampler.options.get('num_replicas')} replicas): {twice} row(s) fed twice in "
+                f"epoch 1 "
                 f"({how}); the other run {said}",
                 [
                     fix(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from dualtrain.audit.config import Replicas
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
 from dualtrain.records.verdict import FAIL, NOT_JUDGED, PASS, Check, Finding, judged_check
@@ -40,17 +41,18 @@ def _norms_apart(run: Recorded) -> tuple[int, list[float]] | None:
 def out_of_step(run: Recorded) -> list[tuple[str, int, str]]:
     """(what, step, evidence) for each way ``run``'s replicas left one model (0: before
     training; the last step + 1: at the end)."""
-    info = run.config.get("replicas")
-    if run.framework != "torch" or run.world_size < 2 or not isinstance(info, dict):
+    info = run.config.replicas
+    if run.framework != "torch" or run.world_size < 2 or info is None:
         return []
-    arrays = info.get("arrays", 0)
+    arrays = info.arrays
     out = []
     for when, what, step in (
         ("init", "start from different weights", 0),
         ("final", "end with different weights", len(run.steps) + 1),
     ):
-        for rank, names in sorted(info.get(when, {}).items()):
-            count = info.get(f"{when}_arrays", {}).get(rank, len(names))
+        ranks, counts = info.apart(when)
+        for rank, names in sorted(ranks.items()):
+            count = counts.get(rank, len(names))
             out.append(
                 (
                     what,
@@ -71,7 +73,7 @@ def out_of_step(run: Recorded) -> list[tuple[str, int, str]]:
 
 def _unjudged(run: Recorded) -> bool:
     """A torch run of several ranks recorded before the replicas' digests were."""
-    return run.framework == "torch" and run.world_size > 1 and "replicas" not in run.config
+    return run.framework == "torch" and run.world_size > 1 and run.config.replicas is None
 
 
 def check_replicas(a: Recorded, b: Recorded) -> Check:
@@ -110,7 +112,7 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
                 "must broadcast them itself)",
             )
         ]
-    if run.config.get("ddp") and _unfrozen_later(run):
+    if run.config.ddp and _unfrozen_later(run):
         return [
             fix(
                 run,
@@ -122,7 +124,7 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
                 "rank trains them on its own gradients",
             )
         ]
-    if run.config.get("ddp") and not run.line_of(".module") and run.line_of("retain_graph"):
+    if run.config.ddp and not run.line_of(".module") and run.line_of("retain_graph"):
         return [
             fix(
                 run,
@@ -133,7 +135,7 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
                 "averaged (sum the losses, then one backward)",
             )
         ]
-    if run.config.get("ddp"):
+    if run.config.ddp:
         return [
             fix(
                 run,
@@ -158,8 +160,8 @@ def _fixes(run: Recorded, tag: str, what: str) -> list[str]:
 def _unfrozen_later(run: Recorded) -> bool:
     """Every parameter that ends apart was frozen (``requires_grad=False``) as the recorder was
     made, so as DDP wrapped the model: unfrozen later, outside DDP's all-reduce."""
-    info, frozen = run.config.get("replicas") or {}, run.config.get("frozen") or {}
-    apart = {n for names in (info.get("final") or {}).values() for n in names}
+    info, frozen = run.config.replicas or Replicas(), run.config.frozen
+    apart = {n for names in info.final.values() for n in names}
     return bool(apart) and apart <= set(frozen)
 
 

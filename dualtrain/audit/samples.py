@@ -3,8 +3,7 @@ data pipelines' classic differences apart."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from dualtrain.audit.config import Options
 from dualtrain.audit.early import left_early, left_early_at
 from dualtrain.audit.finding import fix
 from dualtrain.audit.read import Recorded
@@ -200,7 +199,7 @@ def _augmented(a: Recorded, b: Recorded, epoch: int, step: int) -> Finding:
     change = "the same transform, with the same seed, as the other script (or none in both)"
 
     def needles(run: Recorded) -> tuple[str, ...]:  # the recorded dataset's class first
-        kind = (run.config.get("loader") or {}).get("dataset")
+        kind = run.config.loader.dataset if run.config.loader else None
         own = (f"{kind}(",) if kind and kind not in ("NoneType", "TensorDataset") else ()
         return (*own, "transform", "def __getitem__", ".map(", "augment", "Dataset(")
 
@@ -222,14 +221,14 @@ def _drops(a: Recorded, b: Recorded) -> bool:
 
 def _sampler_options(a: Recorded, b: Recorded) -> tuple[str, str] | None:
     """Two torch runs' samplers of one type whose shuffle or seed differ, as their calls."""
-    sa, sb = a.config.get("sampler", {}), b.config.get("sampler", {})
+    sa, sb = a.config.sampler.options, b.config.sampler.options
     keys = ("shuffle", "seed")
-    if a.framework != "torch" or b.framework != "torch" or sa.get("type") != sb.get("type"):
+    if a.framework != "torch" or b.framework != "torch" or sa.type != sb.type:
         return None
     if all(sa.get(k) == sb.get(k) for k in keys) or not all(k in sa for k in keys):
         return None
 
-    def shown(c: dict[str, Any]) -> str:
+    def shown(c: Options) -> str:
         return f"{c['type']}({', '.join(f'{k}={c.get(k)}' for k in keys)})"
 
     return shown(sa), shown(sb)
@@ -255,7 +254,7 @@ def _shuffle_fix(run: Recorded, tag: str, other: str | None = None) -> str:
             "feed one permutation both scripts read, e.g. "
             "`np.random.default_rng(SEED).permutation(N)` (a Sampler over it)"
         )
-    elif (run.config.get("data") or {}).get("fit_shuffle"):  # fit shuffles the arrays itself
+    elif run.config.data.fit_shuffle:  # fit shuffles the arrays itself
         return fix(
             run,
             tag,

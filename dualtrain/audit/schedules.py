@@ -36,7 +36,7 @@ def _change_points(run: Recorded) -> tuple[list[int], bool]:
 def schedule(a: Recorded, b: Recorded) -> list[Finding]:
     pa, epoch_a = _change_points(a)
     pb, epoch_b = _change_points(b)
-    if any(r.config.get("scheduler", {}).get("before_optimizer") for r in (a, b)):
+    if any(r.config.scheduler.get("before_optimizer") for r in (a, b)):
         return _shape(a, b, pa, pb)  # step 1's lr is a step of the schedule (scheduler_first)
     wa, wb = warmup_of(a), warmup_of(b)
     warm = warmup_findings(a, b, wa, wb)
@@ -104,8 +104,8 @@ def _per_epoch(a: Recorded, b: Recorded) -> list[Finding]:
 def _set_lr(run: Recorded) -> float | None:
     """The lr a torch script made its optimizer with, where a scheduler set step 1's own
     (LinearLR's start_factor, a LambdaLR's factor at step 0): the group's ``initial_lr``."""
-    opt = run.config.get("optimizer", {})
-    if run.framework != "torch" or not run.config.get("scheduler") or not run.steps:
+    opt = run.config.optimizer
+    if run.framework != "torch" or not run.config.scheduler or not run.steps:
         return None
     made = opt.get("initial_lr")
     return None if made is None or C.same_value(made, run.steps[0].lr) else float(made)
@@ -122,7 +122,7 @@ def _scheduled_start(a: Recorded, b: Recorded) -> list[Finding]:
     if lr_close(la, lb, lr_peak(a, b)) or not C.same_value(*made):
         return []
     starts = [
-        f"{tag}'s {run.config['scheduler'].get('type')} sets step 1's lr to {lr / m:.4g}x of it"
+        f"{tag}'s {run.config.scheduler.type} sets step 1's lr to {lr / m:.4g}x of it"
         for tag, run, s, lr, m in (("A", a, sa, la, made[0]), ("B", b, sb, lb, made[1]))
         if s is not None
     ]
@@ -175,7 +175,7 @@ PEAK_SCHEDULERS = {"OneCycleLR": "max_lr", "CyclicLR": "max_lr"}
 
 def _lr_fix(run: Recorded, tag: str, lr: float) -> str:
     """The line that sets ``run``'s first lr, and what to write there."""
-    sched = run.config.get("scheduler", {}).get("type")
+    sched = run.config.scheduler.type
     if run.framework == "torch" and sched in PEAK_SCHEDULERS:
         return fix(
             run,
@@ -330,7 +330,7 @@ def group_lr(a: Recorded, b: Recorded) -> list[Finding]:
 
 def ran(run: Recorded) -> int | None:
     """The first line of ``run``'s script the torch recorder saw step its scheduler."""
-    lines = run.config.get("scheduler", {}).get("step_lines") or []
+    lines = run.config.scheduler.get("step_lines") or []
     return int(lines[0]) if lines else None
 
 
@@ -339,10 +339,8 @@ def scheduler_first(a: Recorded, b: Recorded) -> list[Finding]:
     comes one scheduler step early, the schedule's first value skipped."""
     out = []
     for run, other, tag in ((a, b, "A"), (b, a, "B")):
-        sched = run.config.get("scheduler", {})
-        if sched.get("before_optimizer") and not other.config.get("scheduler", {}).get(
-            "before_optimizer"
-        ):
+        sched = run.config.scheduler
+        if sched.get("before_optimizer") and not other.config.scheduler.get("before_optimizer"):
             out.append(
                 Finding(
                     "scheduler stepped before optimizer.step()",

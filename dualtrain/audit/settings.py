@@ -10,6 +10,7 @@ import numpy as np
 from dualtrain.audit import conventions as C
 from dualtrain.audit.batchnorm import batchnorm, synchronized
 from dualtrain.audit.clipping import clipping
+from dualtrain.audit.config import LossScale
 from dualtrain.audit.cycles import momentum_cycle
 from dualtrain.audit.ema import ema
 from dualtrain.audit.finding import OPT_LINES, fix, opt_lines
@@ -21,11 +22,12 @@ from dualtrain.records.verdict import Edit, Finding
 
 
 def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
-    la, lb = a.config.get("loss_scale"), b.config.get("loss_scale")
-    if not la and not lb:
-        return []
-    if not la or not lb:
-        kind = (la or lb or {}).get("type")
+    la, lb = a.config.loss_scale, b.config.loss_scale
+    if la is None or lb is None:
+        scaled = la or lb
+        if scaled is None:
+            return []
+        kind = scaled.type
         tag = "A" if la else "B"
         off, otag = (b, "B") if la else (a, "A")
         return [
@@ -44,25 +46,25 @@ def loss_scale(a: Recorded, b: Recorded) -> list[Finding]:
             )
         ]
     diff = [
-        f"{key} {la[key]:g} in A, {lb[key]:g} in B"
-        for key in ("initial_scale", "growth_interval", "growth_factor", "backoff_factor")
-        if not C.same_value(la[key], lb[key])
+        f"{key} {la.setting(key):g} in A, {lb.setting(key):g} in B"
+        for key in LossScale.SETTINGS
+        if not C.same_value(la.setting(key), lb.setting(key))
     ]
     if not diff:
         return []
     fixes, edits = [], []
     for run, tag, other in ((a, "A", lb), (b, "B", la)):
         keys = ("initial_scale", "growth_interval")
-        edits.append([Edit(tag, ("loss_scale", key), other[key]) for key in keys])
+        edits.append([Edit(tag, ("loss_scale", key), getattr(other, key)) for key in keys])
         if run.framework == "torch":
             change = (
-                f"GradScaler(init_scale={other['initial_scale']:g}, "
-                f"growth_interval={other['growth_interval']})"
+                f"GradScaler(init_scale={other.initial_scale:g}, "
+                f"growth_interval={other.growth_interval})"
             )
         else:
             change = (
-                f"LossScaleOptimizer(opt, initial_scale={other['initial_scale']:g}, "
-                f"dynamic_growth_steps={other['growth_interval']})"
+                f"LossScaleOptimizer(opt, initial_scale={other.initial_scale:g}, "
+                f"dynamic_growth_steps={other.growth_interval})"
             )
         fixes.append(fix(run, tag, ("GradScaler", "LossScaleOptimizer"), change))
     return [
@@ -107,7 +109,7 @@ def _own(run: Recorded) -> bool:
 def _precision_fix(run: Recorded, tag: str, key: str, dtype: str, other: str) -> str:
     """The line that sets ``run``'s precision; a torch compute dtype is autocast's (where the
     run used it, else its parameters' dtype's)."""
-    autocast = (run.config.get("precision") or {}).get("autocast")
+    autocast = run.config.precision.autocast
     if run.framework != "torch" or key != "compute_dtype" or not (autocast or dtype in HALF):
         floatx = ("set_floatx",) if run.framework == "tf" and key == "param_dtype" else ()
         return fix(run, tag, (*floatx, *PRECISION_LINES[run.framework]), f"{dtype}, as {other}")
@@ -121,23 +123,21 @@ def _precision_fix(run: Recorded, tag: str, key: str, dtype: str, other: str) ->
 
 def _precision(run: Recorded, key: str) -> str | None:
     """A recorded precision fact (Keras's variables' dtype counts as the parameters')."""
-    cfg = run.config.get("precision") or {}
-    value = cfg.get(key) or (cfg.get("variable_dtype") if key == "param_dtype" else None)
-    return None if value is None else str(value)
+    return run.config.precision.dtype(key)
 
 
 def held(a: Recorded, b: Recorded) -> list[Finding]:
     """Trainable parameters the recorded optimizer of one run does not hold and the other's does
     (a torch script's second optimizer, or parameters it never updates; a Keras ``fit`` updates
     every trainable variable): the lr and settings checks judge only what each recorder saw."""
-    na, nb = (set((r.config.get("not_held") or {}).get("names", [])) for r in (a, b))
+    na, nb = (set(r.config.not_held.names if r.config.not_held else ()) for r in (a, b))
     if na == nb:
         return _moved_apart(a, b, na)
     out = []
     for run, tag, names in ((a, "A", na - nb), (b, "B", nb - na)):
         if names:
             listed = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
-            of = (run.config.get("not_held") or {}).get("of", "?")
+            of = run.config.not_held.of if run.config.not_held else "?"
             out.append(
                 Finding(
                     "parameters outside the recorded optimizer",
@@ -188,7 +188,7 @@ def frozen(a: Recorded, b: Recorded) -> list[Finding]:
     """Parameters frozen in one run and trained in the other (torch ``requires_grad_(False)``,
     Keras ``trainable = False``): by name between two runs of a framework, by number of values
     across frameworks (their names differ); the finding goes to the run that freezes more."""
-    fa, fb = ((r.config.get("frozen") or {}) for r in (a, b))
+    fa, fb = (r.config.frozen for r in (a, b))
     same = a.framework == b.framework
     if (set(fa) == set(fb)) if same else (sum(fa.values()) == sum(fb.values())):
         return []

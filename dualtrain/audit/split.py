@@ -67,10 +67,10 @@ def duplicated(a: Recorded, b: Recorded) -> list[Finding]:
 
 def auto_shard(run: Recorded) -> str | None:
     """A multi-worker Keras run's tf.data auto-shard policy, as its recorder read it."""
-    data = run.config.get("data") or {}
-    if run.framework != "tf" or int(data.get("workers") or 1) < 2:
+    data = run.config.data
+    if run.framework != "tf" or data.workers < 2:
         return None
-    return data.get("auto_shard_policy")
+    return data.auto_shard_policy
 
 
 def policies(a: Recorded, b: Recorded) -> list[Finding]:
@@ -115,7 +115,7 @@ def splits_differ(a: Recorded, b: Recorded) -> bool:
 def sampler_kind(run: Recorded) -> str:
     """How a torch run's replicas get their rows, in words: its sampler's type, or an
     IterableDataset's own split (DataLoader's _InfiniteConstantSampler)."""
-    kind = str((run.config.get("sampler") or {}).get("type") or "")
+    kind = str(run.config.sampler.type or "")
     if kind == "_InfiniteConstantSampler":
         return "IterableDataset (its own split over the ranks)"
     return kind or "loader (no sampler recorded)"
@@ -124,14 +124,14 @@ def sampler_kind(run: Recorded) -> str:
 def orders_in_words(a: Recorded, b: Recorded) -> str:
     if a.framework == b.framework == "torch" and sampler_kind(a) != sampler_kind(b):
         return f"(A's {sampler_kind(a)}, B's {sampler_kind(b)}: another order or split)"
-    if any((r.config.get("data") or {}).get("fit_shuffle") for r in (a, b)):
+    if any(r.config.data.fit_shuffle for r in (a, b)):
         return "(the shuffles differ: fit shuffles its NumPy arrays every epoch by default)"
     return "(the shuffles differ: a seed, a sampler against tf.data's buffer)"
 
 
 def sampler_needles(run: Recorded) -> tuple[str, ...]:
     """Where a torch script picks its rows: its recorded sampler's call first."""
-    kind = str((run.config.get("sampler") or {}).get("type") or "")
+    kind = str(run.config.sampler.type or "")
     if kind == "DistributedSampler":
         return ("DistributedSampler(",)
     own = (f"{kind}(",) if kind and not kind.startswith("_") else ()
@@ -144,7 +144,7 @@ def sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
     torch_run, tf_run = kinds.get("torch"), kinds.get("tf")
     if torch_run is None or tf_run is None:
         return []
-    if torch_run.config.get("sampler", {}).get("type") != "DistributedSampler":
+    if torch_run.config.sampler.type != "DistributedSampler":
         return []
     found = sharding(a, b, 0)
     found.evidence = (
@@ -157,7 +157,7 @@ def sharding_convention(a: Recorded, b: Recorded) -> list[Finding]:
 
 def sharding(a: Recorded, b: Recorded, step: int) -> Finding:
     if a.framework == b.framework == "tf":  # two Keras runs: no DistributedSampler to name
-        kinds = [str((r.config.get("data") or {}).get("kind", "fit's input")) for r in (a, b)]
+        kinds = [r.config.data.kind or "fit's input" for r in (a, b)]
         return Finding(
             "global batches split differently over the replicas",
             f"step {step}: the same global batch, split differently over the replicas (A feeds "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dualtrain.audit.config import RunConfig
 from dualtrain.audit.read import Recorded, Script
 from dualtrain.audit.rows import ReplicaRow, StepRow
 
@@ -60,7 +61,7 @@ def record(
         Path(framework),
         framework,
         world,
-        cfg,
+        RunConfig.from_json(cfg),
         text,
         [StepRow.of(s) for s in steps],
         {k: ReplicaRow.of(v) for k, v in rows.items()},

@@ -43,4 +43,7 @@ def test_an_accelerate_loop_records_its_steps_lrs_and_gradient_norms(tmp_path):
     assert len(run.steps) == 8 and [s.epoch for s in run.steps] == [1] * 4 + [2] * 4
     assert [s.lr for s in run.steps] == [0.1] * 4 + [0.05] * 4
     assert [s.grad_norm for s in run.steps] == pytest.approx(norms, rel=1e-6)
-    assert run.config["optimizer"]["type"] == "SGD" and run.config["optimizer"]["momentum"] == 0.9
+    assert (
+        run.config.json["optimizer"]["type"] == "SGD"
+        and run.config.json["optimizer"]["momentum"] == 0.9
+    )

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dualtrain.audit.checks import check_settings, run_checks
+from dualtrain.audit.config import RunConfig
 from dualtrain.audit.diagnose import diagnose
 from dualtrain.audit.read import Recorded, Script
 from dualtrain.audit.rows import ReplicaRow, StepRow
@@ -47,7 +48,7 @@ def _run(framework: str, optimizer: dict, lrs: list[float]) -> Recorded:
         Path(framework),
         framework,
         1,
-        config,
+        RunConfig.from_json(config),
         Script(),
         [StepRow.of(s) for s in steps],
         {k: ReplicaRow.of(v) for k, v in rows.items()},
@@ -64,7 +65,7 @@ def test_sgd_momentum_under_a_changing_lr_is_named():
     conv = found["SGD momentum convention under a changing lr"]
     assert "torch's momentum buffer holds gradients" in conv.evidence and conv.inherent
     assert check_settings(a, b).status == PASS  # no line of either script changes it
-    assert diagnose(a, _run("torch", a.config["optimizer"], lrs)) == []  # the same: nothing
+    assert diagnose(a, _run("torch", a.config.json["optimizer"], lrs)) == []  # the same: nothing
 
 
 def test_adam_epsilon_and_coupled_weight_decay_are_named():
@@ -150,7 +151,7 @@ def test_lr_fixes_use_each_scripts_framework_and_a_peak_scheduler():
     edit_steps(b, lambda k, s: {"lr": 0.2})
     (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]
     assert f.fixes[1].endswith("-> lr=0.1"), f.fixes
-    b.config["scheduler"] = {"type": "OneCycleLR"}
+    b.config = b.config.edited({"scheduler": {"type": "OneCycleLR"}})
     added = "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1)\n"
     b.script = dataclasses.replace(b.script, text=f"{b.script.text}{added}")
     (f,) = [f for f in diagnose(a, b) if f.name == "different base learning rate"]

@@ -133,7 +133,9 @@ def test_keras_only_optimizer_options_are_named_against_torch():
     keras_opt |= {"gradient_accumulation_steps": 4, "no_decay": ["fc.bias"]}
     for k in ("epsilon", "beta_1", "beta_2"):
         keras_opt[k] = {"epsilon": 1e-8, "beta_1": 0.9, "beta_2": 0.999}[k]
-    torch_run.config["optimizer"] |= {"eps": 1e-8, "betas": [0.9, 0.999]}
+    torch_run.config = torch_run.config.edited(
+        {"optimizer": {**torch_run.config.json["optimizer"], "eps": 1e-8, "betas": [0.9, 0.999]}}
+    )
     keras_run = record("tf", config={"optimizer": keras_opt})
     found = {f.name: f for f in diagnose(torch_run, keras_run)}
     f = found["optimizer conventions (momentum, epsilon, weight decay)"]
@@ -228,9 +230,9 @@ def test_a_float32_cosine_passes_and_a_warmup_from_zero_is_named():
 def test_a_scheduler_stepped_first_is_not_a_base_lr():
     script = "sched.step()\nopt = torch.optim.SGD(model.parameters(), lr=0.05)\n"
     a = with_lrs(record("torch", script=script), [0.0, 0.01, 0.02, 0.03])
-    a.config["scheduler"] = {"type": "LambdaLR"}
+    a.config = a.config.edited({"scheduler": {"type": "LambdaLR"}})
     b = with_lrs(record("torch", script=script), [0.01, 0.02, 0.03, 0.04])
-    b.config["scheduler"] = {"type": "LambdaLR", "before_optimizer": True}
+    b.config = b.config.edited({"scheduler": {"type": "LambdaLR", "before_optimizer": True}})
     names = [f.name for f in diagnose(a, b)]
     assert "scheduler stepped before optimizer.step()" in names, names
     assert "different base learning rate" not in names, names
@@ -261,7 +263,16 @@ def test_two_runs_dropping_other_last_rows_shuffle_and_a_kept_partial_batch_is_n
 def test_a_torch_group_without_decay_against_a_keras_optimizer_decaying_all_is_named():
     groups = [{"weight_decay": 0.01}, {"weight_decay": 0.0}]
     torch_run = record("torch", config={"optimizer": {"type": "AdamW", "weight_decay": 0.01}})
-    torch_run.config["optimizer"] |= {"eps": 1e-7, "betas": [0.9, 0.999], "groups": groups}
+    torch_run.config = torch_run.config.edited(
+        {
+            "optimizer": {
+                **torch_run.config.json["optimizer"],
+                "eps": 1e-7,
+                "betas": [0.9, 0.999],
+                "groups": groups,
+            }
+        }
+    )
     keras_opt = {"type": "AdamW", "weight_decay": 0.01, "epsilon": 1e-7}
     keras_opt |= {"beta_1": 0.9, "beta_2": 0.999}
     (f,) = diagnose(torch_run, record("tf", config={"optimizer": keras_opt}))

@@ -68,7 +68,7 @@ def test_a_loss_divided_by_the_global_batch_under_ddp_is_named():
     """sum / (local batch x world) under DDP's averaging: loss and gradient both 1/2 of a
     mean's, every step at half the lr; nothing was named."""
     half = record("torch", world=2, losses=[0.5] * 4, grad_norm=0.5, script=TORCH)
-    half.config["ddp"] = True
+    half.config = half.config.edited({"ddp": True})
     found = {f.name: f for f in diagnose(half, record("tf", world=2))}
     f = found["per-replica loss reduction (divided by the global batch under DDP)"]
     assert "A's loss and gradient are both 1/2.00 of the other's" in f.evidence
@@ -95,8 +95,9 @@ def test_reduce_lr_on_plateaus_patience_and_threshold_conventions():
     sched |= {"threshold": 1e-4, "threshold_mode": "rel"}
     torch_run = record("torch", script=TORCH, config={"scheduler": sched})
     cb = {"type": "ReduceLROnPlateau", "monitor": "val_loss", "factor": 0.1, "cooldown": 0}
-    keras = record("tf", script=KERAS, config={"lr_callbacks": [cb | {"patience": 1}]})
-    keras.config["lr_callbacks"][0]["min_delta"] = 1e-4
+    keras = record(
+        "tf", script=KERAS, config={"lr_callbacks": [cb | {"patience": 1, "min_delta": 1e-4}]}
+    )
     f = {f.name: f for f in diagnose(torch_run, keras)}["ReduceLROnPlateau conventions"]
     assert "torch patience=1 cuts after 2 epochs without improvement, Keras patience=1 after 1" in (
         f.evidence
@@ -105,8 +106,10 @@ def test_reduce_lr_on_plateaus_patience_and_threshold_conventions():
     assert "torch.py:5: sched = ReduceLROnPlateau(" in f.fixes[0] and "patience=0" in f.fixes[0]
     assert "tf.py:4: cb = keras.callbacks.ReduceLROnPlateau(" in f.fixes[1]
     assert check_settings(torch_run, keras).status == "FAIL"
-    keras.config["lr_callbacks"][0]["patience"] = 2
-    torch_run.config["scheduler"]["threshold_mode"] = "abs"
+    keras.config = keras.config.edited({"lr_callbacks": [cb | {"patience": 2, "min_delta": 1e-4}]})
+    torch_run.config = torch_run.config.edited(
+        {"scheduler": {**torch_run.config.json["scheduler"], "threshold_mode": "abs"}}
+    )
     assert not [f for f in diagnose(torch_run, keras) if f.name == "ReduceLROnPlateau conventions"]
 
 

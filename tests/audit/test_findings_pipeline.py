@@ -57,7 +57,9 @@ def test_a_second_backward_under_ddp_is_its_line_not_a_reduction():
     The fix said to call the DDP model instead of .module, and a reduction finding (the
     gradient 2x) told the user to divide the loss by the replicas."""
     twice = record("torch", world=2, grad_norm=2.0, script=TORCH)
-    twice.config |= {"ddp": True, "replicas": {"init": {}, "final": {"1": ["fc1.weight"]}}}
+    twice.config = twice.config.edited(
+        {"ddp": True, "replicas": {"init": {}, "final": {"1": ["fc1.weight"]}}}
+    )
     found = _names(record("torch", world=2), twice)
     f = found.pop("replicas out of step (B's replicas end with different weights)")
     assert (
@@ -98,7 +100,9 @@ def test_an_early_stopping_in_one_run_is_named():
     assert "stopped fit after epoch 1; A trains 2 epochs" in f.evidence
     assert "tf.py:1: stop = keras.callbacks.EarlyStopping(" in f.fixes[0]
     assert "torch.py:6: for epoch in range(" in f.fixes[1]
-    keras.config["early_stopping"]["stopped_epoch"] = 0  # it did not stop: the steps' finding
+    keras.config = keras.config.edited(
+        {"early_stopping": {**keras.config.json["early_stopping"], "stopped_epoch": 0}}
+    )  # it did not stop: the steps' finding
     assert "stopped early in one run (EarlyStopping)" not in _names(record("torch"), keras)
 
 
@@ -176,9 +180,11 @@ def test_a_keras_class_weight_is_named_with_the_torch_loss_that_matches_it():
     a = record("torch", losses=[2.296] * 4)
     b = record("tf", losses=[2.9] * 4)
     for run in (a, b):
-        run.config["random_layers"] = []
-        run.config["precision"] = {"compute_dtype": "float32"}
-    b.config["loss_terms"] = {"class_weight": {"0": 1.0, "2": 3.0}, "sample_weight": False}
+        run.config = run.config.edited({"random_layers": []})
+        run.config = run.config.edited({"precision": {"compute_dtype": "float32"}})
+    b.config = b.config.edited(
+        {"loss_terms": {"class_weight": {"0": 1.0, "2": 3.0}, "sample_weight": False}}
+    )
     (f,) = [f for f in diagnose(a, b) if f.name == "different loss"]
     assert "B's compiled loss has fit's class_weight={'0': 1.0, '2': 3.0}" in f.evidence
     assert "torch.tensor([1.0, 1.0, 3.0])[y]).mean()" in f.fixes[0], f.fixes
@@ -192,9 +198,11 @@ def test_keras_add_loss_terms_and_loss_weights_are_named_with_their_values():
     a = record("torch", losses=[2.296] * 4)
     b = record("tf", losses=[2.9] * 4)
     for run in (a, b):
-        run.config["random_layers"] = []
-        run.config["precision"] = {"compute_dtype": "float32"}
-    b.config["loss_terms"] = {"add_loss": ["act (Sparse)"], "loss_weights": [1.0, 0.5]}
+        run.config = run.config.edited({"random_layers": []})
+        run.config = run.config.edited({"precision": {"compute_dtype": "float32"}})
+    b.config = b.config.edited(
+        {"loss_terms": {"add_loss": ["act (Sparse)"], "loss_weights": [1.0, 0.5]}}
+    )
     (f,) = [f for f in diagnose(a, b) if f.name == "different loss"]
     assert "B's compiled loss has loss_weights=[1.0, 0.5], add_loss terms from act (Sparse)" in (
         f.evidence
@@ -202,6 +210,6 @@ def test_keras_add_loss_terms_and_loss_weights_are_named_with_their_values():
     assert "each output's loss times its weight in loss_weights=[1.0, 0.5], summed" in f.fixes[0]
     assert "the term(s) act (Sparse) add with add_loss, added to the loss before" in f.fixes[0]
     assert "loss_weights=None in compile, no add_loss in act (Sparse)" in f.fixes[1], f.fixes
-    b.config["loss_terms"] = {"add_loss": [], "loss_weights": {"out": 1.0}}
+    b.config = b.config.edited({"loss_terms": {"add_loss": [], "loss_weights": {"out": 1.0}}})
     (f,) = [f for f in diagnose(a, b) if f.name == "different loss"]
     assert "compiled loss has" not in f.evidence  # nothing read explains it: the generic fix

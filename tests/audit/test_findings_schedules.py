@@ -200,9 +200,11 @@ def test_the_scheduler_step_that_ran_is_quoted_and_a_keras_schedules_own_line():
     """A script stepping its scheduler per batch or per epoch (a flag): the quote was the first
     `sched.step()` of the text (the per-batch one), and Keras's the first schedule class."""
     per_epoch = with_lrs(record("torch", losses=[1.0] * 4, script=TORCH), [0.1, 0.1, 0.07, 0.07])
-    per_epoch.config["scheduler"] = {"type": "StepLR", "step_lines": [7]}
+    per_epoch.config = per_epoch.config.edited({"scheduler": {"type": "StepLR", "step_lines": [7]}})
     per_step = with_lrs(record("tf", losses=[1.0] * 4, script=KERAS), [0.1, 0.09, 0.08, 0.07])
-    per_step.config["optimizer"] = {"type": "SGD", "learning_rate": "ExponentialDecay"}
+    per_step.config = per_step.config.edited(
+        {"optimizer": {"type": "SGD", "learning_rate": "ExponentialDecay"}}
+    )
     f = _names(per_epoch, per_step)["scheduler stepped per epoch vs per step"]
     assert "torch.py:7: sched.step() -> this scheduler steps per epoch" in f.fixes[0], f.fixes
     assert "tf.py:2: lr = keras.optimizers.schedules.ExponentialDecay(" in f.fixes[1], f.fixes

@@ -38,11 +38,13 @@ def test_a_warmup_on_one_side_is_named_as_a_warmup_not_a_per_step_scheduler():
     halving per epoch: the report said 'scheduler stepped per epoch vs per step' and told the torch
     script to step its StepLR every optimizer step."""
     a = with_lrs(record("torch", losses=[1.0] * 8, script=TORCH), _halving(8))
-    a.config["scheduler"] = {"type": "StepLR", "step_lines": [4]}
-    a.config["optimizer"] = {"type": "SGD", "lr": 1e-3, "initial_lr": 1e-3}
+    a.config = a.config.edited({"scheduler": {"type": "StepLR", "step_lines": [4]}})
+    a.config = a.config.edited({"optimizer": {"type": "SGD", "lr": 1e-3, "initial_lr": 1e-3}})
     warm = [5e-4, *_halving(8)[1:]]
     b = with_lrs(record("tf", losses=[1.0] * 8, script=KERAS), warm)
-    b.config["optimizer"] = {"type": "SGD", "learning_rate": "WarmupThenStaircase"}
+    b.config = b.config.edited(
+        {"optimizer": {"type": "SGD", "learning_rate": "WarmupThenStaircase"}}
+    )
     found = _names(a, b)
     assert set(found) == {"warmup in one run only"}, found
     f = found["warmup in one run only"]
@@ -63,11 +65,13 @@ def test_a_lambda_warmup_against_a_shorter_keras_one_is_no_base_lr_difference():
     report added 'different base learning rate' with lr=0.0005 to write (step 1's scaled lr)."""
     torch_lrs = [min(1.0, (s + 1) / 4) * 1e-3 for s in range(8)]
     a = with_lrs(record("torch", losses=[1.0] * 8, script=TORCH_WARMUP), torch_lrs)
-    a.config["scheduler"] = {"type": "LambdaLR", "step_lines": []}
-    a.config["optimizer"] = {"type": "AdamW", "lr": 2.5e-4, "initial_lr": 1e-3}
+    a.config = a.config.edited({"scheduler": {"type": "LambdaLR", "step_lines": []}})
+    a.config = a.config.edited({"optimizer": {"type": "AdamW", "lr": 2.5e-4, "initial_lr": 1e-3}})
     keras_lrs = [min(1.0, (s + 1) / 2) * 1e-3 for s in range(8)]
     b = with_lrs(record("tf", losses=[1.0] * 8, script=KERAS), keras_lrs)
-    b.config["optimizer"] = {"type": "AdamW", "learning_rate": "WarmupThenStaircase"}
+    b.config = b.config.edited(
+        {"optimizer": {"type": "AdamW", "learning_rate": "WarmupThenStaircase"}}
+    )
     found = _names(a, b)
     assert "different base learning rate" not in found, found
     assert set(found) == {"different warmups"}, found
@@ -86,15 +90,15 @@ def test_per_epoch_schedules_over_epochs_of_different_lengths_are_one_schedule()
     and agree epoch by epoch."""
     a = with_lrs(record("torch", losses=[1.0] * 9, script=TORCH), _halving(9, per_epoch=3))
     a = edit_steps(a, lambda k, s: {"epoch": 1 + k // 3})
-    a.config["scheduler"] = {"type": "StepLR", "step_lines": [4]}
+    a.config = a.config.edited({"scheduler": {"type": "StepLR", "step_lines": [4]}})
     b = with_lrs(record("tf", losses=[1.0] * 6, script=KERAS), _halving(6))
-    b.config["optimizer"] = {"type": "SGD", "learning_rate": 1e-3}
+    b.config = b.config.edited({"optimizer": {"type": "SGD", "learning_rate": 1e-3}})
     assert not [n for n in _names(a, b) if "schedule" in n], _names(a, b)
     # an epoch's lr that differs is still named, at its epoch's first step
     c = with_lrs(
         record("tf", losses=[1.0] * 6, script=KERAS), [1e-3, 1e-3, 2.5e-4, 2.5e-4, 6.25e-5, 6.25e-5]
     )
-    c.config["optimizer"] = {"type": "SGD", "learning_rate": 1e-3}
+    c.config = c.config.edited({"optimizer": {"type": "SGD", "learning_rate": 1e-3}})
     f = _names(a, c)["different lr schedules"]
     assert "epoch 2" in f.evidence and "0.5x in A" in f.evidence and "0.25x in B" in f.evidence
 
@@ -131,9 +135,13 @@ def _momentum_pair(losses_b: list[float]):
     the same lrs (halved at step 5)."""
     lrs = [0.1] * 4 + [0.05] * 8
     a = with_lrs(record("torch", losses=[1.0] * 12), lrs)
-    a.config["optimizer"] = {"type": "SGD", "lr": 0.1, "momentum": 0.9, "dampening": 0}
+    a.config = a.config.edited(
+        {"optimizer": {"type": "SGD", "lr": 0.1, "momentum": 0.9, "dampening": 0}}
+    )
     b = with_lrs(record("tf", losses=losses_b), lrs)
-    b.config["optimizer"] = {"type": "SGD", "learning_rate": 0.1, "momentum": 0.9}
+    b.config = b.config.edited(
+        {"optimizer": {"type": "SGD", "learning_rate": 0.1, "momentum": 0.9}}
+    )
     return a, b
 
 
@@ -157,5 +165,7 @@ def test_a_failure_only_a_convention_explains_gets_its_own_verdict_word():
     early = compared(*_momentum_pair([1.3] * 12))  # parts at step 1, before any lr change
     assert early.word == "FAIL" and early.verdict.startswith("verdict: FAIL"), early.verdict
     a, b = _momentum_pair([1.0] * 8 + [1.3] * 4)
-    b.config["optimizer"]["momentum"] = 0.5  # a setting a line changes
+    b.config = b.config.edited(
+        {"optimizer": {**b.config.json["optimizer"], "momentum": 0.5}}
+    )  # a setting a line changes
     assert compared(a, b).word == "FAIL"

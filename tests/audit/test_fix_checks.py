@@ -119,8 +119,8 @@ def test_a_loss_scale_fix_that_leaves_a_difference_is_not_confirmed():
 def test_an_edit_writes_a_copy_and_an_element_of_a_tuple_option():
     a = record("torch", config={"optimizer": ADAM})
     edited = applied(a, "A", [Edit("A", ("optimizer", "betas.1"), 0.99), Edit("B", ("x",), 1)])
-    assert edited.config["optimizer"]["betas"] == [0.9, 0.99] and "x" not in edited.config
-    assert a.config["optimizer"]["betas"] == [0.9, 0.999]  # the record itself unchanged
+    assert edited.config.json["optimizer"]["betas"] == [0.9, 0.99] and "x" not in edited.config.json
+    assert a.config.json["optimizer"]["betas"] == [0.9, 0.999]  # the record itself unchanged
 
 
 def _bert_like():
@@ -166,7 +166,15 @@ def test_a_decay_free_group_is_excluded_on_the_keras_side_by_name_and_checked():
     check_fixes(a, b, [f], diagnose)
     assert "it leaves this finding" in f.fix_checks[0].said, f.fix_checks
     # Keras excluding other variables than torch's group: named
-    b.config["optimizer"] |= {"weight_decay": 0.01, "no_decay": ["encoder/dense/bias"]}
+    b.config = b.config.edited(
+        {
+            "optimizer": {
+                **b.config.json["optimizer"],
+                "weight_decay": 0.01,
+                "no_decay": ["encoder/dense/bias"],
+            }
+        }
+    )
     (f,) = [f for f in _checked(a, b) if f.name.startswith("optimizer conventions")]
     assert "torch's parameter group(s) [1] hold 3 parameter(s) with weight_decay=0" in f.evidence
     assert "leaves 1 variable(s) out of its decay (exclude_from_weight_decay), 2 of them not" in (
@@ -176,7 +184,15 @@ def test_a_decay_free_group_is_excluded_on_the_keras_side_by_name_and_checked():
 
 def test_an_exclusion_and_a_decay_that_both_differ_are_one_fix_that_holds():
     a, b = _bert_like()
-    b.config["optimizer"] |= {"weight_decay": 0.02, "no_decay": ["encoder/dense/bias"]}
+    b.config = b.config.edited(
+        {
+            "optimizer": {
+                **b.config.json["optimizer"],
+                "weight_decay": 0.02,
+                "no_decay": ["encoder/dense/bias"],
+            }
+        }
+    )
     (f,) = [f for f in _checked(a, b) if f.name.startswith("optimizer conventions")]
     assert f.fixes[0].count("weight_decay=0.01") == 1, f.fixes
     assert f.fixes[0].count("exclude_from_weight_decay") == 1, f.fixes
@@ -187,7 +203,7 @@ def test_an_exclusion_without_the_keras_variables_names_lists_the_variables():
     """A Keras record without its variables' own names (made with a weight map, or before
     they were recorded): the fix names the variables to exclude, not var_names it cannot know."""
     a, b = _bert_like()
-    del b.config["variable_names"]
+    b.config = b.config.without("variable_names")
     (f,) = [f for f in _checked(a, b) if f.name.startswith("optimizer conventions")]
     want = "exclude_from_weight_decay(var_list=[the 3 variables encoder/dense/bias, encoder/norm"
     assert want in f.fixes[0], f.fixes

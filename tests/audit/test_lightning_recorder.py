@@ -61,7 +61,7 @@ def test_a_lightning_fit_records_each_optimizer_step(tmp_path):
     assert len(run.steps) == 8 and [s.epoch for s in run.steps] == [1] * 4 + [2] * 4
     assert all(r.batches == 2 and r.count == 8 for r in run.replicas.values())
     assert run.steps[0].grad_norm is not None and run.steps[0].grad_norm > 0
-    assert run.config["optimizer"]["type"] == "SGD" and run.config["epochs"] == "script"
+    assert run.config.json["optimizer"]["type"] == "SGD" and run.config.json["epochs"] == "script"
 
 
 def test_the_gradient_norm_is_the_steps_own(tmp_path):

@@ -108,6 +108,8 @@ def test_the_scripts_as_written_differ_and_the_corrected_pair_passes(
         "shuffle seeds",
         "DistributedSampler interleaving vs tf.data auto-shard",
     } <= set(found), found
+    # every section each recorder wrote is one the diagnoses read (dualtrain.audit.config)
+    assert cmp.a.config.unread() == set() and cmp.b.config.unread() == set()
     cmp, found = names(*corrected, tmp_path / "c")
     assert cmp.passed and found == [], (cmp.verdict, [c.detail for c in cmp.checks])
 
@@ -157,6 +159,6 @@ def test_the_keras_script_under_multi_worker_mirrored_records_what_mirrored_does
     workers = record("keras_mnist.py", tmp_path / "mwms", "--multi-worker", "2")
     cmp, found = names(workers, keras_run, tmp_path)
     assert cmp.passed and found == [], cmp.verdict
-    assert cmp.a.config["strategy"] == "MultiWorkerMirroredStrategy"
+    assert cmp.a.config.json["strategy"] == "MultiWorkerMirroredStrategy"
     assert [len(r.exact) for r in cmp.a.rows(1)] == [64, 64]
     assert len(cmp.a.steps) == 16 and all((s.grad_norm or 0) > 0 for s in cmp.a.steps)

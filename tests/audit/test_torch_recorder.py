@@ -60,7 +60,8 @@ def test_recording_the_same_loop_twice_passes(tmp_path):
     )
     assert all(s.grad_norm > 0 and s.skipped is False for s in run.steps)
     assert set(run.weights_init) == {"1.weight", "1.bias"}
-    assert run.config["random_layers"] == []  # no dropout: step 1's losses are comparable
+    assert run.config.random_layers == ()  # no dropout: step 1's losses are comparable
+    assert run.config.unread() == set()  # every section written is one the diagnoses read
     cmp = dualtrain.compare(tmp_path / "a", tmp_path / "b", out=tmp_path / "cmp", quiet=True)
     assert cmp.passed, [c.detail for c in cmp.checks]
     assert cmp.findings == ()

@@ -43,12 +43,12 @@ def test_an_iterable_dataset_and_a_bfloat16_model_are_recorded(tmp_path):
     assert [s.epoch for s in run.steps] == [1, 1, 1, 2, 2, 2]
     assert list(run.replicas[(1, 0)].exact) == row_digests(x[:4].numpy())[0]
     assert torch.equal(torch.from_numpy(run.weights_init["1.weight"]), first)
-    assert run.config["precision"] == {  # no autocast: a bfloat16 model computes in bfloat16
+    assert run.config.json["precision"] == {  # no autocast: a bfloat16 model computes in bfloat16
         "param_dtype": "bfloat16",
         "autocast": None,
         "compute_dtype": "bfloat16",
     }
-    assert run.config["loader"]["batches"] is None
+    assert run.config.json["loader"]["batches"] is None
 
 
 def test_the_lr_is_the_one_the_step_used(tmp_path):
@@ -151,7 +151,7 @@ def test_clipping_is_recorded_as_it_runs_whatever_name_the_script_imported(tmp_p
             opt.step()
             rec.step(loss)
     assert [f.__closure__[0].cell_contents for f in fns] == before
-    calls = read_recorded(tmp_path / "a").config["clipping"]["calls"]
+    calls = read_recorded(tmp_path / "a").config.json["clipping"]["calls"]
     norm, value = calls
     assert norm["function"] == "clip_grad_norm_"
     assert [float(v) for v in norm["limit"]] == [2.0, 3.0, float("inf")]
@@ -186,10 +186,10 @@ def test_parameters_a_second_optimizer_steps_are_named_and_judged(tmp_path, caps
     split = run("split", True)
     warned = capsys.readouterr().err
     assert "holds 1 of the model's 3 trainable parameters; 2.weight, 2.bias are another" in warned
-    assert split.config["not_held"] == {"names": ["2.weight", "2.bias"], "of": 3}
-    assert split.config["frozen"] == {"1.bias": 8}
+    assert split.config.json["not_held"] == {"names": ["2.weight", "2.bias"], "of": 3}
+    assert split.config.json["frozen"] == {"1.bias": 8}
     whole = run("whole", False)
-    assert "not_held" not in whole.config and "trainable" not in capsys.readouterr().err
+    assert "not_held" not in whole.config.json and "trainable" not in capsys.readouterr().err
     (f,) = [
         f for f in diagnose(split, whole) if f.name == "parameters outside the recorded optimizer"
     ]
@@ -235,7 +235,7 @@ def test_a_recorder_without_loader_sampler_or_epoch_says_so_and_compare_judges_t
         said = capsys.readouterr().err
         assert ("every step is counted in epoch 1" in said) == (not give), said
     blind, counted = (read_recorded(tmp_path / n) for n in ("blind", "loader"))
-    assert blind.config["epochs"] == "unknown" and counted.config["epochs"] == "counted"
+    assert blind.config.json["epochs"] == "unknown" and counted.config.json["epochs"] == "counted"
     assert [s.epoch for s in counted.steps] == [1, 1, 2, 2]
     steps = run_checks(blind, counted)[0]
     assert steps.name == "steps" and steps.status == "PASS", steps.detail
@@ -282,20 +282,22 @@ def test_eval_mode_a_scheduler_stepped_first_and_a_batch_samplers_indices(tmp_pa
     optimizer.step() and a DistributedSampler inside a BatchSampler were each recorded as a
     correct loop (or without indices) in the fifth round."""
     base = _loop(tmp_path / "base")
-    assert base.config["eval_steps"] == [] and base.config["mode_layers"] == ["1 (Dropout)"]
-    assert "before_optimizer" not in base.config["scheduler"]
+    assert base.config.json["eval_steps"] == [] and base.config.json["mode_layers"] == [
+        "1 (Dropout)"
+    ]
+    assert "before_optimizer" not in base.config.json["scheduler"]
     late = _loop(tmp_path / "eval", forget_train=True)
-    assert late.config["eval_steps"] == [5, 6, 7, 8]
+    assert late.config.json["eval_steps"] == [5, 6, 7, 8]
     (f,) = [f for f in diagnose(base, late) if f.name.startswith("training steps in eval mode")]
     assert f.step == 5 and "B trains 4 of 8 steps" in f.evidence and "(1 (Dropout))" in f.evidence
     assert "call model.train() before each epoch's training loop" in f.fixes[0]
     assert {c.name: c.status for c in run_checks(base, late)}["settings"] == "FAIL"
     first = _loop(tmp_path / "first", sched_first=True)
-    assert first.config["scheduler"]["before_optimizer"] is True
+    assert first.config.json["scheduler"]["before_optimizer"] is True
     names = [f.name for f in diagnose(base, first)]
     assert "scheduler stepped before optimizer.step()" in names, names
     batches = _loop(tmp_path / "bs", batch_sampler=True)
-    assert batches.config["sampler"]["type"] == "DistributedSampler"
+    assert batches.config.json["sampler"]["type"] == "DistributedSampler"
     assert [r.indices for r in batches.replicas.values()] == [
         r.indices for r in base.replicas.values()
     ]
@@ -340,12 +342,12 @@ def test_autocast_is_recorded_as_the_compute_dtype(tmp_path):
                 opt.step()
                 rec.step(loss)
     fp32, bf16 = read_recorded(tmp_path / "fp32"), read_recorded(tmp_path / "bf16")
-    assert fp32.config["precision"] == {
+    assert fp32.config.json["precision"] == {
         "param_dtype": "float32",
         "autocast": None,
         "compute_dtype": "float32",
     }
-    assert bf16.config["precision"]["compute_dtype"] == "bfloat16"
+    assert bf16.config.json["precision"]["compute_dtype"] == "bfloat16"
     (f,) = [f for f in diagnose(fp32, bf16) if f.name.startswith("different compute dtype")]
     assert "`torch.autocast(device_type, dtype=torch.bfloat16)` around the forward" in f.fixes[0]
     assert "no autocast (float32), as A" in f.fixes[1], f.fixes

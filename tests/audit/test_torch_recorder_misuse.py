@@ -110,10 +110,10 @@ def test_ddp_with_zero_and_a_folder_the_chief_refuses(tmp_path):
     ok = run_python(*script, str(tmp_path / "a"), backend=Backend.TORCH, timeout=120)
     assert ok.returncode == 0, ok.stderr[-2000:]
     run = read_recorded(tmp_path / "a")
-    assert run.config["optimizer"]["type"] == "AdamW"
-    assert run.config["optimizer"]["wrapper"] == "ZeroRedundancyOptimizer"
+    assert run.config.json["optimizer"]["type"] == "AdamW"
+    assert run.config.json["optimizer"]["wrapper"] == "ZeroRedundancyOptimizer"
     assert [s.samples for s in run.steps] == [8, 8]
-    assert run.config["replicas"] == {  # every rank's parameters digested: one model
+    assert run.config.json["replicas"] == {  # every rank's parameters digested: one model
         "ranks": 2,
         "init": {},
         "init_arrays": {},

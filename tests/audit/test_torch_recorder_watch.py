@@ -36,7 +36,7 @@ def test_an_iterable_datasets_epochs_are_its_loops_over_the_loader(tmp_path, cap
                 rec.step(loops.step(model, opt, xb, yb))
     assert "no loader or sampler given" not in capsys.readouterr().err
     run = read_recorded(tmp_path / "a")
-    assert run.config["epochs"] == "counted"
+    assert run.config.json["epochs"] == "counted"
     assert [s.epoch for s in run.steps] == [1, 1, 1, 2, 2, 2]
 
 
@@ -65,13 +65,13 @@ def test_a_group_added_after_the_recorder_was_made_is_held(tmp_path, capsys):
     """add_param_group after torch_recorder(...): 'parameters outside the recorded optimizer',
     a false FAIL, because the optimizer was read as the recorder was made."""
     early = _unfreeze(tmp_path, "early", "early")
-    assert "not_held" not in early.config and "trainable" not in capsys.readouterr().err
-    assert len(early.config["optimizer"]["groups"]) == 2  # as the first step began
+    assert "not_held" not in early.config.json and "trainable" not in capsys.readouterr().err
+    assert len(early.config.json["optimizer"]["groups"]) == 2  # as the first step began
     late = _unfreeze(tmp_path, "late", "late")
-    assert "not_held" not in late.config  # held from step 2
-    assert late.config["frozen"] == {"2.weight": 32, "2.bias": 4}  # as the recorder was made
+    assert "not_held" not in late.config.json  # held from step 2
+    assert late.config.json["frozen"] == {"2.weight": 32, "2.bias": 4}  # as the recorder was made
     never = _unfreeze(tmp_path, "never", "none")
-    assert never.config["not_held"] == {"names": ["2.weight", "2.bias"], "of": 4}
+    assert never.config.json["not_held"] == {"names": ["2.weight", "2.bias"], "of": 4}
     assert check_settings(early, never).status == "FAIL"
 
 
@@ -95,14 +95,14 @@ def test_an_averaged_models_average_copied_into_the_model_is_recorded(tmp_path):
     """An AveragedModel (EMA) whose average the script writes into the model, as Keras's use_ema
     does: compare said 'torch keeps none' against use_ema (a false FAIL)."""
     run = _ema(tmp_path, "copied", True)
-    assert run.config["ema"] == {
+    assert run.config.json["ema"] == {
         "type": "AveragedModel",
         "average": "ema",
         "decay": 0.99,
         "updates": 2,
         "final_is_average": True,
     }
-    assert _ema(tmp_path, "kept", False).config["ema"]["final_is_average"] is False
+    assert _ema(tmp_path, "kept", False).config.json["ema"]["final_is_average"] is False
     assert AveragedModel.update_parameters.__name__ == "update_parameters"  # put back
 
 
@@ -126,7 +126,7 @@ def test_the_line_that_steps_the_scheduler_is_recorded_and_a_checkpoint_pickles(
             line = sys._getframe().f_lineno + 1
             sched.step()
     run = read_recorded(tmp_path / "a")
-    assert run.config["scheduler"]["step_lines"] == [line]
+    assert run.config.json["scheduler"]["step_lines"] == [line]
     assert run.line_at(line).endswith(": sched.step()")
     assert "step" not in vars(torch.optim.lr_scheduler.StepLR)  # the class put back
 

@@ -84,7 +84,8 @@ def test_a_trainer_is_recorded_as_it_logs_each_step(tmp_path, accumulate):
     ]
     assert unclipped and all(a == pytest.approx(b, rel=1e-5) for a, b in unclipped)
     assert (
-        run.config["optimizer"]["type"] == "AdamW" and run.config["scheduler"]["type"] == "LambdaLR"
+        run.config.json["optimizer"]["type"] == "AdamW"
+        and run.config.json["scheduler"]["type"] == "LambdaLR"
     )
 
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from dualtrain.audit.checks import check_init
-from dualtrain.audit.read import Recorded
+from dualtrain.audit.config import RunConfig
+from dualtrain.audit.read import Recorded, Script
 from dualtrain.core import pair
 from dualtrain.core.pair.mapfile import canonical_from_keras
 from dualtrain.errors import UserError
@@ -62,7 +63,7 @@ def _map(tmp_path: Path, entries=MAP) -> str:
 
 
 def _record(framework: str, weights: dict[str, np.ndarray]) -> Recorded:
-    return Recorded(Path(framework), framework, 1, {}, {}, [], {}, weights, weights)
+    return Recorded(Path(framework), framework, 1, RunConfig(), Script(), [], {}, weights, weights)
 
 
 def test_a_mapped_keras_record_has_torch_names_and_pairs_by_name(tmp_path):
