@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import dualtrain
 from dualtrain.spec.experiment import Experiment
 from tools.prose import PAGES, ROOT
 
@@ -163,8 +164,6 @@ def signature_mistakes(page_blocks: list[Block]) -> list[str]:
 
 def session_mistakes(block: Block) -> list[str]:
     """Run each ``>>>`` line; the line after it is the error it must print."""
-    import dualtrain
-
     lines = block.text.strip().splitlines()
     out = []
     for call, said in zip(lines[::2], lines[1::2], strict=False):
