@@ -76,3 +76,21 @@ def to_keras_hub(module, **overrides):
 def to_keras_hub_eps(module):
     """A converter with a mistake: RMSNorm's epsilon 1e-5 where the module's is 1e-6."""
     return to_keras_hub(module, layer_norm_epsilon=1e-5)
+
+
+def to_keras_hub_rotary_interleaved(module):
+    """A converter with a classic mistake: q's and k's features reordered within each head
+    (evens, then odds), as a converter does for Meta's original checkpoints, whose rotary
+    embedding turns interleaved pairs (2i, 2i + 1); Hugging Face's model here already turns
+    half-split pairs (i, i + head size / 2), as KerasHub's does."""
+    import numpy as np
+
+    net = to_keras_hub(module)
+    backbone = next(la for la in net.layers if la.name.startswith(("llama_backbone", "llama3_backbone")))
+    for block in range(module.llama.config.num_hidden_layers):
+        attention = backbone.get_layer(f"transformer_layer_{block}")._self_attention_layer
+        for dense in (attention._query_dense, attention._key_dense):
+            (kernel,) = dense.get_weights()  # (hidden, heads, head size)
+            size = kernel.shape[-1]
+            dense.set_weights([kernel[..., np.r_[0:size:2, 1:size:2]]])
+    return net

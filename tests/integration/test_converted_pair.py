@@ -231,3 +231,23 @@ def test_a_converter_that_splits_heads_head_size_first_is_named_at_the_attention
         "[32, 4, 8] takes the query features of torch 'gpt2.h.0.attn.c_attn.weight' as 4 heads "
         "of 8"
     ) in verdict["verdict"]
+
+
+@pytest.mark.slow  # the Llama pair, a few steps (about 2 minutes; the sweep: CI's time)
+@pytest.mark.sweep
+def test_a_converter_that_reorders_q_and_k_for_the_other_rotary_layout_is_named(tmp_path):
+    require("transformers", "keras_hub")
+    config = str(ROOT / "configs" / "converted_llama.yaml")
+    text, verdict = _compare(
+        tmp_path,
+        config,
+        f"model.path={CONVERTERS}",
+        "model.convert=llama:to_keras_hub_rotary_interleaved",
+        "train.max_steps=3",
+    )
+    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    assert (
+        "the converter's rotary layout: Keras 'transformer_layer_0/self_attention/query/kernel' "
+        "[32, 4, 8] takes each head's 8 query features of torch "
+        "'llama.model.layers.0.self_attn.q_proj.weight' reordered (evens, then odds"
+    ) in verdict["verdict"], verdict["verdict"]

@@ -6,6 +6,7 @@ mistake the evidence fits (:mod:`.mistakes`), from the rows :mod:`.compare` make
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from dualtrain.core.locate.compare import (
     weighted_layers,
 )
 from dualtrain.core.locate.mistakes import (
+    FLOAT32_INSIDE,
     activation_mistake,
     batchnorm_mistake,
     flatten_mistake,
@@ -98,6 +100,9 @@ def locate(
     # parameters whose gradient is rounding noise on both sides: their relative difference says
     # nothing, and they are judged on their own below
     still = no_gradient(layout, t, k)
+    # a layer that computes part of its work in float32 (a library's limit) does not stop the
+    # search: a mistake after it is still named, with the limit said beside it
+    limit: Finding | None = None
     for module, layer, kind in weighted_layers(layout):
         row = compare_layer(layout, module, layer, t, k, still)
         rows.append(row)
@@ -113,11 +118,15 @@ def locate(
             weights,
             prev=prev,
             prev_out_ok=prev_out_ok,
+            inherited=0.0 if limit is None else INHERITED,
         )
-        if found is not None:
-            return found
+        if found is not None and not found.mistake.startswith(FLOAT32_INSIDE):
+            return found if limit is None else _beside(found, limit)
+        limit = limit or found
         prev_out_ok = row.own is None or row.own <= TOL
         prev = f"{module!r}"
+    if limit is not None:
+        return limit
     found = _output_finding(prev, rows, t, k)
     if found is not None:
         return found
@@ -148,6 +157,20 @@ def locate(
     )
 
 
+#: the input difference a layer may inherit from a float32 limit before it: a few float32
+#: roundings grown by the layers between (on Hugging Face's Llama against KerasHub's, two blocks
+#: of RMSNorms in float32, every layer's gradient, which inherits them all, differs by 1.5e-7 at
+#: most), beneath what a parameter-free mistake makes (gelu's tanh form ~1e-3, a dropped residual
+#: or another pooling ~1)
+INHERITED = 1e-5
+
+
+def _beside(found: Finding, limit: Finding) -> Finding:
+    """``found`` with the float32 limit before it said in its detail."""
+    said = f" Before it, {limit.where} differs by {FLOAT32_INSIDE} ({limit.amount()}): a limit."
+    return dataclasses.replace(found, detail=found.detail + said)
+
+
 def _layer_finding(
     layout: Layout,
     module: str,
@@ -161,11 +184,12 @@ def _layer_finding(
     *,
     prev: str,
     prev_out_ok: bool,
+    inherited: float = 0.0,
 ) -> Finding | None:
     """A difference this layer introduces (its input, given that the layer before it agreed; its
     output; its training-mode output; its running statistics), or None."""
     where = f"torch {module!r} / Keras {layer!r}"
-    if row.input is not None and row.input > TOL and prev_out_ok:
+    if row.input is not None and row.input > max(TOL, inherited) and prev_out_ok:
         mistake = (
             _attention(layout, module, t, k, weights, inside=True)
             or norm_order_mistake(layout, module, t, k, weights)

@@ -2,8 +2,8 @@
 padding on a strided convolution, flatten order, a transposed kernel, an activation inside the
 last dense layer (softmax with a loss on logits), a different activation (approximate vs exact
 gelu, told apart by what each side makes of one probe vector), Keras's float64 gelu, the
-batchnorm conventions (eps, momentum, running variance), and a converter's layout of a weight
-that the layer's kind does not take (a map learned from model.convert).
+batchnorm conventions (eps, momentum, running variance); a converter's mistakes first
+(dualtrain.core.locate.converter).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from dualtrain.core.locate.compare import TOL, rel
-from dualtrain.core.pair.record import Layout, MapEntry
-from dualtrain.core.pair.transforms import to_keras
+from dualtrain.core.locate.converter import converter_mistake
+from dualtrain.core.pair.record import Layout
 
 #: The points every activation is probed at, on both sides (the backends' locators apply each
 #: parameter-free layer and each layer's own activation to it: ``act/``), and classified here.
@@ -129,95 +129,6 @@ def _inside_activation(act: str, t: dict[str, np.ndarray]) -> str:
     )
 
 
-#: the layout a Keras layer takes of a torch module's weight, by the module's kind (nn.Linear,
-#: nn.Conv2d), and what it is in words
-_LAYOUTS = {
-    "dense": ("transpose", "a transpose (Dense's kernel is (in, out): weight.T)"),
-    "conv2d": ("oihw_hwio", "(O, I, H, W) -> (H, W, I, O) (Conv2D's kernel)"),
-}
-
-
-def converter_mistake(layout: Layout, module: str) -> str:
-    """A learned map (model.convert) that lays a Linear's or Conv2d's weight out otherwise than
-    its Keras layer takes it: a kernel reshaped where it should be transposed, or the axes in
-    another order."""
-    if not layout.learned:
-        return ""
-    a = next((x for x in layout.torch.torch if x.name == f"{module}.weight"), None)
-    entry = layout.by_torch().get(f"{module}.weight")
-    if entry is not None and len(entry.targets) == 3:
-        return _packed_order(entry) or _heads_order(entry)
-    if a is None or entry is None or a.kind not in _LAYOUTS or len(entry.targets) != 1:
-        return ""
-    heads = _heads_order(entry)
-    if heads:
-        return heads
-    transform, words = _LAYOUTS[a.kind]
-    ids = np.arange(int(np.prod(a.shape)), dtype=np.int64).reshape(a.shape)
-    want = to_keras(MapEntry(a.name, entry.keras, transform), ids)
-    got = to_keras(entry, ids)
-    if np.array_equal(got.reshape(-1), want.reshape(-1)):  # an EinsumDense's kernel: reshaped
-        return ""
-    how = (
-        "a reshape in its own order"
-        if np.array_equal(got.reshape(-1), ids.reshape(-1))
-        else ("another order of its elements")
-    )
-    return (
-        f"the converter's layout of a weight: it makes Keras {entry.keras!r} {list(got.shape)} of "
-        f"torch {a.name!r} {list(a.shape)} by {how}, not {words}"
-    )
-
-
-#: the projections a packed attention weight holds, in torch's order (nn.MultiheadAttention's
-#: in_proj, Hugging Face's GPT-2 c_attn), and the path segments that name each on the Keras side
-_PACKED = ("query", "key", "value")
-_NAMES = {
-    "query": "query",
-    "q_proj": "query",
-    "key": "key",
-    "k_proj": "key",
-    "value": "value",
-    "v_proj": "value",
-}
-
-
-def _heads_order(entry: MapEntry) -> str:
-    """A query, key or value projection whose features the converter split into (heads, head
-    size) in the other order: Keras's kernel (hidden, heads, head_dim) and bias (heads, head_dim)
-    take each head's features as one block, and the learned view reads them head size first."""
-    for target, view in zip(entry.targets, entry.views, strict=False):
-        role = next((_NAMES[p] for p in target.split("/") if p in _NAMES), "")
-        if not role or view.shape != view.keras or len(view.shape) not in (2, 3):
-            continue
-        (heads, size), (s_heads, s_size) = view.shape[-2:], view.strides[-2:]
-        if heads > 1 and size > 1 and s_size == heads * s_heads:
-            return (
-                f"the converter's split of heads: Keras {target!r} {list(view.keras)} takes the "
-                f"{role} features of torch {entry.torch!r} as {heads} heads of {size}, each "
-                f"head's {size} features one block in torch; the converter reads them head size "
-                f"first (reshape to ({size}, {heads}) then transposed) where ({heads}, {size}) "
-                "is meant"
-            )
-    return ""
-
-
-def _packed_order(entry: MapEntry) -> str:
-    """A packed q, k, v weight whose thirds the converter gave to the projections in another
-    order (the learned map lists each array's variables by where each starts in it)."""
-    roles = [
-        next((_NAMES[p] for p in target.split("/") if p in _NAMES), "") for target in entry.targets
-    ]
-    if sorted(roles) != sorted(_PACKED) or tuple(roles) == _PACKED:
-        return ""
-    swapped = [r for r, want in zip(roles, _PACKED, strict=True) if r != want]
-    return (
-        f"the converter's split of a packed projection: torch {entry.torch!r} holds query, key, "
-        f"value in that order, and the converter gives its thirds to {', '.join(roles)} "
-        f"({' and '.join(sorted(swapped))} swapped)"
-    )
-
-
 def layer_mistake(
     layout: Layout, module: str, layer: str, kind: str, t: dict, k: dict, weights: dict
 ) -> str:
@@ -255,6 +166,8 @@ def layer_mistake(
 #: float64 run differs by a few of these, and by less than FLOAT32_SPAN of them
 FLOAT32_U = 2.0**-24
 FLOAT32_SPAN = 16.0
+#: how :func:`float32_inside` begins: the locator goes past such a layer (a limit, not a mistake)
+FLOAT32_INSIDE = "float32 arithmetic inside the layer"
 
 
 def float32_inside(size: float) -> str:
@@ -264,7 +177,7 @@ def float32_inside(size: float) -> str:
     if not 1e-9 < size < FLOAT32_SPAN * FLOAT32_U:
         return ""
     return (
-        f"float32 arithmetic inside the layer: fed the same float64 input, its output differs by "
+        f"{FLOAT32_INSIDE}: fed the same float64 input, its output differs by "
         f"{size / FLOAT32_U:.2g} x float32's rounding (2^-24), what computing part of it in "
         f"float32 gives; a library's limit in float64 (Hugging Face's LlamaRMSNorm and KerasHub's "
         f"RMSNorm compute in float32 whatever the model's dtype), not a porting mistake"
