@@ -27,7 +27,7 @@ INTRO = f"""# Command line reference
 
 Every `dualtrain` command and option, as `dualtrain COMMAND --help` prints them. A user mistake is
 one line on stderr and exit code 2. A run that fails is one line and exit code 1. `dualtrain
-compare` exits 1 on a FAIL and 3 on a CONVENTION verdict.
+compare` exits 1 on a FAIL and 3 on a CONVENTION or LIMIT verdict.
 """
 
 

@@ -83,7 +83,9 @@ class CompareResult:
     """``semantics differ`` or ``numerics`` when a check failed; None when all passed. Two audit
     records: ``convention`` where a convention of the frameworks, which no line changes, explains
     the only failure (the verdict's word CONVENTION, the CLI's exit code 3), else None (their
-    findings name each difference)."""
+    findings name each difference). A model pair: ``limit`` where the fp64 pair's checks alone
+    failed and the locator found its two sides apart only by a library's float32 arithmetic inside
+    a layer (the verdict's word LIMIT, the CLI's exit code 3)."""
     culprits: tuple[str, ...]
     """The precision paths found off (``("tf fp16 path",)``) when the category is numerics and the
     one-step probes or the convergence check name one; empty otherwise."""

@@ -44,7 +44,7 @@ from dualtrain.driver.runs import resume_run, start_run
 from dualtrain.driver.validate import say_warnings, validate
 from dualtrain.errors import RunFailed, UserError
 from dualtrain.jsonio import new_folder
-from dualtrain.parity.diagnose import SEMANTICS
+from dualtrain.parity.diagnose import SEMANTICS, limited
 from dualtrain.parity.report import VERDICT_FILE, Comparison, compare_dirs, write_report
 from dualtrain.spec import Backend, Experiment
 
@@ -350,6 +350,7 @@ def locate_into(
     cmp.notes.append(finding.line())
     if not finding.agrees:  # the layer and the mistake lead the verdict and the Diagnosis
         cmp.diagnosis.finding = finding.lead()
+        limited(cmp.diagnosis, finding.at_limit)
         cmp.replay = located(finding)  # the report's picture: each layer of the locator's batch
     doc = {**finding.to_json(), "table": table(finding)}
     (out / LOCATOR_FILE).write_text(json.dumps(doc, indent=1) + "\n")

@@ -30,8 +30,9 @@ from typing import Any
 
 from dualtrain.parity import readings as R
 from dualtrain.parity.checks import LOCAL_CHECKS, Check, all_passed
+from dualtrain.parity.checks.semantics import REFERENCE_CHECKS
 from dualtrain.records.record import RunRecord
-from dualtrain.records.verdict import Finding
+from dualtrain.records.verdict import LIMIT_CATEGORY, Finding
 from dualtrain.spec import SHOWS_IN_IDS, SHOWS_IN_INIT, SHOWS_IN_LR, SHOWS_IN_SCALE, paths_with
 
 IDS = "different sample ids"
@@ -242,6 +243,14 @@ def diagnose(a: RunRecord, b: RunRecord, checks: list[Check], *, top: int = 5) -
     d.cause = causes[0].name
     d.category = CATEGORY[d.cause]
     return d
+
+
+def limited(d: Diagnosis, at_limit: bool) -> None:
+    """A model pair whose fp64 pair the locator found apart only by a library's float32
+    arithmetic (``at_limit``, dualtrain.core.locate's FLOAT32_INSIDE, no mistake after it), and
+    whose every other check passed: its category is ``limit`` (the verdict's word LIMIT)."""
+    if at_limit and d.failed_checks and set(d.failed_checks) <= set(REFERENCE_CHECKS):
+        d.category = LIMIT_CATEGORY
 
 
 def _add_evidence(d: Diagnosis, a: RunRecord, b: RunRecord, top: int) -> None:

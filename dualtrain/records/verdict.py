@@ -23,6 +23,12 @@ PASS, FAIL, INFO, NOT_JUDGED = "PASS", "FAIL", "INFO", "NOT JUDGED"
 CONVENTION = "CONVENTION"
 #: its category in a compare's result
 CONVENTION_CATEGORY = "convention"
+#: the verdict of a model pair whose only failures are the fp64 pair's, located at a library's
+#: float32 arithmetic inside a layer (a limit of the proof in float64, not a porting mistake)
+LIMIT = "LIMIT"
+LIMIT_CATEGORY = "limit"
+#: the categories whose verdict is neither PASS nor a FAIL to fix: ``dualtrain compare`` exits 3
+EXPLAINED = (CONVENTION_CATEGORY, LIMIT_CATEGORY)
 
 #: the groups a check belongs to: a spec compare's three (docs/report.md) and the audit's
 RECORDS, SEMANTICS, NUMERICS, RECORDED = "records", "semantics", "numerics", "recorded runs"

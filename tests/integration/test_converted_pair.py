@@ -76,7 +76,7 @@ def _compare(tmp_path: Path, config: str, *sets: str) -> tuple[str, dict]:
     out = tmp_path / f"cmp{len(list(tmp_path.iterdir()))}"
     proc = run_cli("compare", "--config", config, *SHORT[2:], *_sets(*sets), "--out", str(out))
     verdict = json.loads((out / "verdict.json").read_text())
-    return proc.stdout + proc.stderr, verdict
+    return proc.stdout + proc.stderr + f"\nexit code {proc.returncode}", verdict
 
 
 @pytest.mark.slow  # a compare (four runs); the default suite keeps the learned map's training run
@@ -173,13 +173,14 @@ def test_hugging_face_llama_and_its_keras_hub_port_part_by_float32_inside_a_laye
     config = str(ROOT / "configs" / "converted_llama.yaml")
     text, verdict = _compare(tmp_path, config, f"model.path={CONVERTERS}")
     # both libraries compute RMSNorm in float32 whatever the dtype: the fp64 pair parts by
-    # float32's rounding at the first RMSNorm, said as a library's limit, while every check at
-    # the requested precision passes
-    assert not verdict["passed"], text[-3000:]
-    assert (
-        "torch 'llama.model.layers.0.input_layernorm' / Keras "
+    # float32's rounding at the first RMSNorm, said as a library's limit (LIMIT, exit code 3),
+    # while every check at the requested precision passes
+    assert not verdict["passed"] and verdict["category"] == "limit", text[-3000:]
+    assert text.endswith("exit code 3")
+    assert verdict["verdict"].startswith(
+        "verdict: LIMIT: torch 'llama.model.layers.0.input_layernorm' / Keras "
         "'transformer_layer_0/self_attention_layernorm': float32 arithmetic inside the layer"
-    ) in verdict["verdict"]
+    )
     assert "not a porting mistake" in verdict["verdict"]
     checks = {c["name"]: c for c in verdict["checks"]}
     for name in ("trajectory", "final_weights", "local_loss", "local_grad", "local_update"):
@@ -193,6 +194,7 @@ def test_hugging_face_llama_and_its_keras_hub_port_part_by_float32_inside_a_laye
         "'transformer_layer_0/self_attention_layernorm': LlamaRMSNorm eps (torch eps=1e-06, Keras "
         "LlamaLayerNorm epsilon=1e-05; set the Keras layer's epsilon=1e-06)"
     ) in verdict["verdict"], text[-3000:]
+    assert verdict["category"] == "semantics differ" and text.endswith("exit code 1")
 
 
 @pytest.mark.slow  # a converter mistake planted in KerasHub's GPT-2 converter (about 90 s)

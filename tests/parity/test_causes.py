@@ -200,3 +200,17 @@ def test_fp16_skip_decisions_that_part_away_from_the_threshold_fail(tmp_path):
     # ... and names the skipper's path: its skip rule, not rounding, decided
     assert cmp.check("skipped").culprits == ["torch fp16 path"]
     assert cmp.diagnosis.culprits == ["torch fp16 path"], cmp.diagnosis.summary()
+
+
+def test_a_model_pair_apart_only_by_a_library_float32_limit_is_limit_not_semantics():
+    def diagnosis(*failed: str) -> D.Diagnosis:
+        return D.Diagnosis(False, 1, list(failed), "semantics differ", "semantics differ")
+
+    only_ref = diagnosis("reference_loss", "reference_weights")
+    D.limited(only_ref, True)
+    assert only_ref.category == "limit"
+    # a check at the requested precision failed too, or the locator named a mistake: not a limit
+    for d, at_limit in ((diagnosis("reference_loss", "trajectory"), True),
+                        (diagnosis("reference_loss"), False)):  # fmt: skip
+        D.limited(d, at_limit)
+        assert d.category == "semantics differ"

@@ -53,6 +53,12 @@ class Finding:
     rows: list[Row] = field(default_factory=list)
 
     @property
+    def at_limit(self) -> bool:
+        """The two sides part only by float32 arithmetic inside a layer (a library's limit in
+        float64, :data:`FLOAT32_INSIDE`), with no mistake after it."""
+        return self.mistake.startswith(FLOAT32_INSIDE)
+
+    @property
     def agrees(self) -> bool:
         """The two sides agree to float64 rounding at every layer (``what`` is "nothing")."""
         return self.what == "nothing"
@@ -120,7 +126,7 @@ def locate(
             prev_out_ok=prev_out_ok,
             inherited=0.0 if limit is None else INHERITED,
         )
-        if found is not None and not found.mistake.startswith(FLOAT32_INSIDE):
+        if found is not None and not found.at_limit:
             return found if limit is None else _beside(found, limit)
         limit = limit or found
         prev_out_ok = row.own is None or row.own <= TOL

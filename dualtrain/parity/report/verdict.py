@@ -21,6 +21,7 @@ from dualtrain.parity.report.compare import Comparison
 from dualtrain.parity.tolerances import LOCAL, REFERENCE, precision_of
 from dualtrain.records.envinfo import env_differences
 from dualtrain.records.record import RunRecord
+from dualtrain.records.verdict import LIMIT, LIMIT_CATEGORY
 from dualtrain.version import __version__
 
 # ---- formatting ----------------------------------------------------------------------------------
@@ -40,6 +41,12 @@ def verdict_line(cmp: Comparison) -> str:
     category = cmp.diagnosis.category
     if cmp.diagnosis.culprits:
         category = f"{category}: {', '.join(cmp.diagnosis.culprits)}"
+    if category == LIMIT_CATEGORY:  # a library's float32 arithmetic, not a porting mistake
+        return (
+            f"verdict: {LIMIT}: {cmp.diagnosis.finding} ({n_pass}/{len(scored)} checks; only the "
+            f"fp64 pair's failed ({failed}): it cannot hold below float32's rounding there; every "
+            f"check at the requested precision passed); {cmp.diagnosis.where()}"
+        )
     if cmp.diagnosis.finding:  # the locator's layer and mistake lead
         return (
             f"verdict: FAIL, {category}: {cmp.diagnosis.finding} ({n_pass}/{len(scored)} checks; "
