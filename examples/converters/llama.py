@@ -86,7 +86,8 @@ def to_keras_hub_rotary_interleaved(module):
     import numpy as np
 
     net = to_keras_hub(module)
-    backbone = next(la for la in net.layers if la.name.startswith(("llama_backbone", "llama3_backbone")))
+    # (KerasHub names Llama 3's backbone llama3_backbone)
+    backbone = next(la for la in net.layers if la.name.startswith("llama"))
     for block in range(module.llama.config.num_hidden_layers):
         attention = backbone.get_layer(f"transformer_layer_{block}")._self_attention_layer
         for dense in (attention._query_dense, attention._key_dense):
