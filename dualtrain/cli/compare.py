@@ -13,6 +13,10 @@ from dualtrain.cli.options import spec_options
 from dualtrain.errors import UserError
 from dualtrain.records.verdict import EXPLAINED
 
+#: the steps ``--quick`` trains: step 1 holds the fp64 pair's and the probes' evidence; the
+#: locator runs on the initial weights; three steps show an lr or an update that parts later
+QUICK_STEPS = 3
+
 
 @click.command()
 @click.argument("run_dirs", nargs=-1, metavar="[RUN_DIR_A RUN_DIR_B]")
@@ -70,6 +74,15 @@ from dualtrain.records.verdict import EXPLAINED
     default=False,
     help="With --config: replace the runs and the report of an earlier compare in --out.",
 )
+@click.option(
+    "--quick",
+    is_flag=True,
+    default=False,
+    help=f"With --config: train {QUICK_STEPS} steps only (train.max_steps; a --set of it wins): "
+    "the fp64 pair's first steps, the one-step probes and, where the fp64 pair parts, the "
+    "locator, which is what names a port's mistake. For a large model pair: its cost grows with "
+    "the steps.",
+)
 @click.pass_context
 def compare(
     ctx: click.Context,
@@ -83,6 +96,7 @@ def compare(
     out: str | None,
     against: str | None,
     overwrite: bool,
+    quick: bool,
 ) -> None:
     """Check that the torch and tf backends train the same way.
 
@@ -93,8 +107,9 @@ def compare(
     what its rounding explains). With RUN_DIR_A RUN_DIR_B: compare finished runs, or two audit
     records of your own scripts (dualtrain.audit).
     Writes verdict.json, report.md and a self-contained report.html into --out.
-    Exit code: 0 if every check passes, 1 if one fails, 2 for a usage mistake; two audit records:
-    3 where a convention of the frameworks that no line changes explains the only failure.
+    Exit code: 0 if every check passes, 1 if one fails, 2 for a usage mistake; 3 where nothing a
+    line changes explains the only failure: a convention of the frameworks (two audit records,
+    CONVENTION) or a library's float32 arithmetic inside a layer (a model pair's fp64 pair, LIMIT).
 
     \b
     Examples:
@@ -115,6 +130,7 @@ def compare(
                 "--set": overrides or None,
                 "--reference": reference,
                 "--reference-runs": reference_runs,
+                "--quick": quick or None,
             }
         )
         result = compare_api(against=against, out=out, overwrite=overwrite)
@@ -129,6 +145,8 @@ def compare(
                 "--reference-runs is for comparing existing runs; with --config compare runs "
                 f"its own reference pair. Received: --reference-runs {' '.join(reference_runs)}"
             )
+        if quick:  # before the user's own --set, which wins
+            overrides = (f"train.max_steps={QUICK_STEPS}", *overrides)
         result = compare_api(
             config,
             reference=reference or "fp64",
@@ -139,6 +157,11 @@ def compare(
             set=overrides,
         )
     else:
+        if quick:
+            raise UserError(
+                "--quick goes with --config (it sets the steps the runs train); finished runs "
+                "keep theirs. Received: --quick with two run directories"
+            )
         _runs_only(run_dirs, world_size, precision, overrides, overwrite, reference)
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
     # a convention of the frameworks (two recorded runs) or a library's float32 arithmetic (a

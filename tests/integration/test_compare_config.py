@@ -284,3 +284,15 @@ def test_a_failed_fp64_torch_run_leaves_the_probe_run_out_and_a_verdict(tmp_path
         in (v["verdict"])
     )
     assert "verdict.json names every run that did not finish" in res.stderr
+
+
+def test_quick_trains_three_steps_of_every_run(tmp_path):
+    # --quick: the short form for a large pair (the fp64 pair's first steps, the probes)
+    out = tmp_path / "q"
+    small = ("--set", "data.train_limit=1024", "--set", "data.test_limit=200")
+    res = run_cli("compare", "--config", str(ROOT / "configs/mnist_mlp.yaml"), *small, "--quick",
+                  "--out", str(out), timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for run in ("torch", "tf", "fp64-torch", "fp64-tf"):
+        rows = [json.loads(line) for line in (out / run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows if r.get("kind") == "train"] == [1, 2, 3], run
