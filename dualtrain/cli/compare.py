@@ -135,18 +135,7 @@ def compare(
         )
         result = compare_api(against=against, out=out, overwrite=overwrite)
     elif config is not None:
-        if run_dirs:
-            raise UserError(
-                f"give either --config or two run directories, not both. "
-                f"Received: --config {config} and {' '.join(run_dirs)}"
-            )
-        if reference_runs is not None:
-            raise UserError(
-                "--reference-runs is for comparing existing runs; with --config compare runs "
-                f"its own reference pair. Received: --reference-runs {' '.join(reference_runs)}"
-            )
-        if quick:  # before the user's own --set, which wins
-            overrides = (f"train.max_steps={QUICK_STEPS}", *overrides)
+        overrides = _config_only(config, run_dirs, reference_runs, quick, overrides)
         result = compare_api(
             config,
             reference=reference or "fp64",
@@ -157,12 +146,7 @@ def compare(
             set=overrides,
         )
     else:
-        if quick:
-            raise UserError(
-                "--quick goes with --config (it sets the steps the runs train); finished runs "
-                "keep theirs. Received: --quick with two run directories"
-            )
-        _runs_only(run_dirs, world_size, precision, overrides, overwrite, reference)
+        _runs_only(run_dirs, world_size, precision, overrides, overwrite, reference, quick)
         result = compare_api(run_dirs[0], run_dirs[1], reference_runs=reference_runs, out=out)
     # a convention of the frameworks (two recorded runs) or a library's float32 arithmetic (a
     # model pair's fp64 pair) explains the only failure: its own code
@@ -179,6 +163,28 @@ def _against_only(flags: dict[str, object]) -> None:
         )
 
 
+def _config_only(
+    config: str,
+    run_dirs: tuple[str, ...],
+    reference_runs: tuple[str, str] | None,
+    quick: bool,
+    overrides: tuple[str, ...],
+) -> tuple[str, ...]:
+    """A spec's compare takes no run directories; its --set, with --quick's steps before them
+    (the user's own --set of train.max_steps wins)."""
+    if run_dirs:
+        raise UserError(
+            f"give either --config or two run directories, not both. "
+            f"Received: --config {config} and {' '.join(run_dirs)}"
+        )
+    if reference_runs is not None:
+        raise UserError(
+            "--reference-runs is for comparing existing runs; with --config compare runs "
+            f"its own reference pair. Received: --reference-runs {' '.join(reference_runs)}"
+        )
+    return (f"train.max_steps={QUICK_STEPS}", *overrides) if quick else overrides
+
+
 def _runs_only(
     run_dirs: tuple[str, ...],
     world_size: int | None,
@@ -186,6 +192,7 @@ def _runs_only(
     overrides: tuple[str, ...],
     overwrite: bool,
     reference: str | None,
+    quick: bool,
 ) -> None:
     """Two finished runs keep their spec: exactly two, and no spec or --config flag."""
     if len(run_dirs) != 2:
@@ -197,6 +204,11 @@ def _runs_only(
         raise UserError(
             "--world-size, --precision and --set need --config (finished runs keep "
             "their spec). Received: spec options without --config"
+        )
+    if quick:
+        raise UserError(
+            "--quick goes with --config (it sets the steps the runs train); finished runs "
+            "keep theirs. Received: --quick with two run directories"
         )
     if overwrite:
         raise UserError(
