@@ -102,10 +102,11 @@ def compare(
 
     \b
     With --config: run the spec on both backends, then both again in float64 (the reference pair),
-    and compare. The verdict separates "semantics differ" (the fp64 pair disagrees: the backends
-    train differently) from "numerics" (the fp64 pair agrees; the requested precision differs beyond
-    what its rounding explains). With RUN_DIR_A RUN_DIR_B: compare finished runs, or two audit
-    records of your own scripts (dualtrain.audit).
+    and compare. The verdict separates "semantics differ" (a record differs, such as the lr or the
+    initial weights, or the fp64 pair disagrees: the backends train differently) from "numerics"
+    (the fp64 pair agrees; the requested precision differs beyond what its rounding explains).
+    With RUN_DIR_A RUN_DIR_B: compare finished runs, or two audit records of your own scripts
+    (dualtrain.audit).
     Writes verdict.json, report.md and a self-contained report.html into --out.
     Exit code: 0 if every check passes, 1 if one fails, 2 for a usage mistake; 3 where nothing a
     line changes explains the only failure: a convention of the frameworks (two audit records,
@@ -116,7 +117,7 @@ def compare(
       dualtrain compare --config configs/mnist_mlp.yaml --world-size 2 --set train.epochs=1
       dualtrain compare --config configs/mnist_cnn.yaml --reference none
       dualtrain compare runs/a runs/b --reference-runs runs/a-fp64 runs/b-fp64 --out runs/a-vs-b
-      dualtrain compare --against runs/compare-mnist-mlp-1 --out runs/after-upgrade
+      dualtrain compare --against runs/compare-mnist_mlp-20261130-011442 --out runs/after-upgrade
     """
     from dualtrain.api import compare as compare_api  # lazy: heavy (+120 ms on dualtrain --help)
 
