@@ -10,6 +10,7 @@ the page cannot go stale and an option cannot go without words.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -47,11 +48,19 @@ def _value(p: click.Parameter) -> str:
     return f"{name} x{p.nargs}" if p.nargs > 1 else name
 
 
+#: a default an option's help states where click's is unset (resolved later, as compare's
+#: ``--reference`` or a run's ``--out``): ``(default: X)`` or ``X (default)``
+_SAID = (re.compile(r"\(default: ([^)]+)\)"), re.compile(r"(\S+) \(default\)"))
+
+
 def _default(p: click.Parameter) -> str:
     d = p.default
     unset = d is None or d == () or type(d).__name__ == "Sentinel"
-    if unset or (isinstance(p, click.Option) and (p.multiple or (p.is_flag and d is False))):
+    if isinstance(p, click.Option) and (p.multiple or (p.is_flag and d is False)):
         return "-"
+    if unset:
+        said = next((m.group(1) for r in _SAID if (m := r.search(p.help or ""))), None)
+        return _cell(said) if said else "-"
     return f"`{d}`"
 
 
