@@ -37,6 +37,8 @@ from typing import Any
 
 from dualtrain.parity import checks as verdict_checks
 from dualtrain.parity import tolerances as tol
+from dualtrain.parity.checks.declared import CHECKS as CHECK_ORDER
+from dualtrain.parity.checks.declared import Declared as DeclaredCheck
 from dualtrain.spec import OptimizerSpec
 from dualtrain.spec.layers import KINDS, REQUIRED, Kind
 from dualtrain.spec.optimizers import KERAS_NAMES, OPTIMIZERS, KerasName, Optimizer
@@ -90,6 +92,7 @@ class Declared:
     checks: tuple[Callable[..., Any], ...] = tuple(
         getattr(verdict_checks, n) for n in sorted(verdict_checks.__all__) if n.startswith("check_")
     )
+    order: tuple[DeclaredCheck, ...] = CHECK_ORDER
     bounds: tuple[Bounds, ...] = (
         Bounds(tol.ReferenceBound, {"value": tol.REFERENCE}, REFERENCE_ABOUT),
         Bounds(tol.Tolerance, tol.TOLERANCES, TOLERANCES_ABOUT),
@@ -234,8 +237,20 @@ def script_optimizer_table(d: Declared = DECLARED) -> str:
 
 
 def check_table(d: Declared = DECLARED) -> str:
-    rows = [(f"`{fn.__name__}`", cell(inspect.getdoc(fn) or "")) for fn in d.checks]
-    return _table(("function", "meaning"), rows)
+    """A row a check, in report order: its name, group and bounds, and the function that makes it
+    with the function's docstring."""
+    functions = {fn.__name__: fn for fn in d.checks}
+    rows = [
+        (
+            f"`{c.name}`",
+            c.group,
+            ", ".join(f"`{b}`" for b in c.bounds) or "-",
+            f"`{c.function}`",
+            cell(inspect.getdoc(functions[c.function]) or "" if c.function in functions else ""),
+        )
+        for c in d.order
+    ]
+    return _table(("check", "group", "bounds", "function", "meaning"), rows)
 
 
 def bounds_table(b: Bounds) -> str:
@@ -307,8 +322,11 @@ a torch.optim class and its Keras counterpart, with the options both take.
 """
 CHECKS = """## Checks
 
-The check functions of `dualtrain.parity.checks`, each with its docstring. The names, groups and
-order of the checks are in [the report's page](report.md#the-checks-in-three-groups).
+Each check of a compare, in the report's order, from `dualtrain/parity/checks/declared.py`: its
+name, its group, the bounds it holds the runs to ([below](#bounds)), and the function that makes
+it, with the function's docstring. A check without bounds compares exactly, as its meaning says,
+or only informs. The groups are explained in
+[the report's page](report.md#the-checks-in-three-groups).
 """
 BOUNDS = """## Bounds
 
@@ -343,6 +361,17 @@ def missing_words(d: Declared = DECLARED) -> list[str]:
         if not what.strip()
     ]
     out += [f"check function {fn.__name__}" for fn in d.checks if not inspect.getdoc(fn)]
+    made = {c.function for c in d.order}
+    out += [f"check function {fn.__name__} (no check declares it)" for fn in d.checks
+            if fn.__name__ not in made]  # fmt: skip
+    functions = {fn.__name__ for fn in d.checks}
+    out += [f"check {c.name} (its function {c.function} is no check function)" for c in d.order
+            if c.function not in functions]  # fmt: skip
+    fields = {f"{name}.{f.name}" for name, cls in (("REFERENCE", tol.ReferenceBound),
+              ("TOLERANCES", tol.Tolerance), ("LOCAL", tol.LocalBound))
+              for f in dataclasses.fields(cls)}  # fmt: skip
+    out += [f"check {c.name} bound {b} (no such bound)" for c in d.order for b in c.bounds
+            if b not in fields]  # fmt: skip
     for b in d.bounds:
         words = docstrings(b.cls)
         out += [

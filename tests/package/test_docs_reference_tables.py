@@ -9,6 +9,9 @@ import dataclasses
 from dataclasses import dataclass
 from types import ModuleType
 
+from dualtrain.parity.checks.declared import CHECKS
+from dualtrain.parity.checks.declared import Declared as DeclaredCheck
+from dualtrain.records.verdict import RECORDS
 from dualtrain.spec.layers import KINDS, REQUIRED, Kind
 from dualtrain.spec.optimizers import KERAS_NAMES, OPTIMIZERS, KerasName
 from dualtrain.spec.vocab import LayerType, OptimizerName, StrEnum
@@ -65,6 +68,10 @@ def planted() -> rt.Declared:
         optimizers={n: OPTIMIZERS[OptimizerName(n.value)] for n in PlantedName},
         keras_names=keras,
         checks=(planted_check, planted_check_unsaid),
+        order=(
+            DeclaredCheck("planted", RECORDS, "planted_check", ("TOLERANCES.lr_rel",)),
+            DeclaredCheck("planted_unsaid", RECORDS, "planted_check_unsaid"),
+        ),
         bounds=(rt.Bounds(PlantedBound, {"fp16": PlantedBound("fp16")}, "### Planted\n"),),
         modules=(module,),
     )
@@ -92,6 +99,8 @@ def test_every_layer_type_optimizer_check_and_bound_is_on_the_page():
         assert f"| `{torch_class}` |" in text
     for fn in rt.DECLARED.checks:
         assert f"| `{fn.__name__}` |" in text
+    for c in CHECKS:  # a row a check: its name, group and bounds
+        assert f"| `{c.name}` | {c.group} | " in text
     assert set(LayerType) == set(KINDS) and len(rt.DECLARED.checks) >= 15
     assert "| `lr_rel` | 1e-12 | 1e-12 | 1e-12 | 1e-12 |" in text
     assert "| `u` | 2^-24 | 2^-11 | 2^-8 |" in text
@@ -128,6 +137,7 @@ def test_an_item_without_words_is_named(tmp_path):
         optimizers={PlantedName.SGD: OPTIMIZERS[OptimizerName.SGD]},
         keras_names={},
         checks=(planted_check,),
+        order=d.order[:1],
         bounds=(),
         modules=(),
     )
@@ -153,3 +163,21 @@ def test_a_cell_keeps_code_and_links_and_escapes_the_rest():
         "a `x` and `y < z`, x &lt; y, [data.md](data.md)"
     )
     assert rt.number(2.0**-24) == "2^-24" and rt.number(0.25) == "0.25" and rt.number(32) == "32"
+
+
+def test_a_check_declared_out_of_step_with_the_code_is_named():
+    d = dataclasses.replace(
+        planted(),
+        checks=(planted_check, planted_check_unsaid),
+        order=(
+            DeclaredCheck("planted", RECORDS, "planted_check", ("TOLERANCES.lr_rell",)),
+            DeclaredCheck("gone", RECORDS, "check_gone"),
+        ),
+    )
+    found = [m for m in rt.missing_words(d) if m.startswith(("check ", "check function"))]
+    assert found == [
+        "check function planted_check_unsaid",
+        "check function planted_check_unsaid (no check declares it)",
+        "check gone (its function check_gone is no check function)",
+        "check planted bound TOLERANCES.lr_rell (no such bound)",
+    ]

@@ -11,6 +11,7 @@ from dualtrain.core.weights import init_weights
 from dualtrain.parity import REFERENCE, TOLERANCES, compare_dirs, tolerance_for
 from dualtrain.parity import checks as C
 from dualtrain.parity import diagnose as D
+from dualtrain.parity.checks.declared import CHECKS, declared
 from dualtrain.records.record import read_run
 from dualtrain.spec import from_dict
 from testkit.synth import (
@@ -41,6 +42,16 @@ NAMES = [
     "convergence",
     "throughput",
 ]
+
+
+def test_every_check_a_compare_makes_is_declared_with_its_group_in_order(four):
+    # dualtrain/parity/checks/declared.py: the report's order and docs/reference.md's table
+    a, b, ra, rb = four
+    order = [d.name for d in CHECKS]
+    for cmp in (compare_dirs(a, b, (ra, rb)), compare_dirs(a, b), compare_dirs(ra, rb)):
+        names = [c.name for c in cmp.checks]
+        assert names == [n for n in order if n in names]
+        assert [c.group for c in cmp.checks] == [declared(n).group for n in names]
 
 
 def test_matching_runs_pass_every_check(four):
