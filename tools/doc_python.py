@@ -28,10 +28,8 @@ from typing import Any
 
 import dualtrain
 from dualtrain.spec.experiment import Experiment
-from tools.prose import PAGES, ROOT
+from tools.prose import PAGES, ROOT, fenced
 
-_OPEN = re.compile(r"^\s*```python\s*$")
-_CLOSE = re.compile(r"^\s*```\s*$")
 _SIGNATURE = re.compile(r"^(dualtrain(?:\.\w+)+)\((.*)\)\s*->\s*\w+$", re.S)
 #: run's and compare's ``**overrides``: the spec's top-level sections
 SECTIONS = frozenset(f.name for f in fields(Experiment))
@@ -56,18 +54,11 @@ class Block:
 
 def blocks(page: Path) -> list[Block]:
     """The page's fenced ``python`` blocks, each with the line its code starts on."""
-    out: list[Block] = []
-    lines: list[str] | None = None
-    start = 0
-    for n, line in enumerate(page.read_text().splitlines(), 1):
-        if lines is None and _OPEN.match(line):
-            lines, start = [], n + 1
-        elif lines is not None and _CLOSE.match(line):
-            out.append(Block(page, start, "\n".join(lines)))
-            lines = None
-        elif lines is not None:
-            lines.append(line)
-    return out
+    return [
+        Block(page, f.line, "\n".join(f.lines))
+        for f in fenced(page.read_text())
+        if f.lang == "python"
+    ]
 
 
 def resolve(dotted: str) -> Any:

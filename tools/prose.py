@@ -72,6 +72,36 @@ def _depth(text: str) -> int:
     return deepest
 
 
+@dataclass(frozen=True)
+class Fenced:
+    """A fenced code block of a page: its language (``python``, ``bash``; "" for a plain one),
+    the line its code starts on, and its lines."""
+
+    lang: str
+    line: int
+    lines: tuple[str, ...]
+
+
+_OPEN = re.compile(r"^\s*```\s*([\w-]*)\s*$")
+
+
+def fenced(text: str) -> list[Fenced]:
+    """Every ``` fenced block of a page's text, in order."""
+    out: list[Fenced] = []
+    lang, start, lines = "", 0, None
+    for n, line in enumerate(text.splitlines(), 1):
+        if lines is None:
+            m = _OPEN.match(line)
+            if m:
+                lang, start, lines = m.group(1), n + 1, []
+        elif line.strip().startswith("```"):
+            out.append(Fenced(lang, start, tuple(lines)))
+            lines = None
+        else:
+            lines.append(line)
+    return out
+
+
 def _blocks(text: str) -> list[str]:
     """The page's paragraphs and list items, as one line each, with code and tables left out."""
     blocks: list[list[str]] = []

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.prose import fenced
+
 SETUP = ("make install", ". .venv/bin/activate")
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?%?")
 
@@ -27,23 +29,13 @@ class Step:
 
 def steps(page: Path) -> list[Step]:
     out: list[Step] = []
-    block: list[str] | None = None
-    kind = ""
-    for line in page.read_text().splitlines():
-        if line.startswith("```"):
-            if block is None:
-                block, kind = [], line[3:].strip()
-                continue
-            if kind == "bash":
-                commands = [c for c in block if c.strip() and c.strip() not in SETUP]
-                if commands:
-                    out.append(Step(commands))
-            elif kind == "" and out and not out[-1].quoted:
-                out[-1].quoted = [q for q in block if q.strip() and q.strip() != "..."]
-            block = None
-            continue
-        if block is not None:
-            block.append(line)
+    for block in fenced(page.read_text()):
+        if block.lang == "bash":
+            commands = [c for c in block.lines if c.strip() and c.strip() not in SETUP]
+            if commands:
+                out.append(Step(commands))
+        elif block.lang == "" and out and not out[-1].quoted:
+            out[-1].quoted = [q for q in block.lines if q.strip() and q.strip() != "..."]
     return out
 
 
