@@ -79,6 +79,17 @@ def _compare(tmp_path: Path, config: str, *sets: str) -> tuple[str, dict]:
     return proc.stdout + proc.stderr + f"\nexit code {proc.returncode}", verdict
 
 
+def _planted(tmp_path: Path, model: str, convert: str, *sets: str) -> dict:
+    """A hub pair's compare with a mistake planted in its converter
+    (examples/converters/MODEL.py's CONVERT): a FAIL whose category is semantics differ."""
+    require("transformers", "keras_hub")
+    config = str(ROOT / "configs" / f"converted_{model}.yaml")
+    sets = (f"model.path={CONVERTERS}", f"model.convert={model}:{convert}", *sets)
+    text, verdict = _compare(tmp_path, config, *sets)
+    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    return verdict
+
+
 @pytest.mark.slow  # a compare (four runs); the default suite keeps the learned map's training run
 def test_a_faithful_converter_passes_and_a_reshaped_kernel_is_named_at_its_layer(tmp_path):
     text, verdict = _compare(tmp_path, CONFIG, f"model.path={CONVERTERS}")
@@ -200,12 +211,7 @@ def test_hugging_face_llama_and_its_keras_hub_port_part_by_float32_inside_a_laye
 @pytest.mark.slow  # a converter mistake planted in KerasHub's GPT-2 converter (about 90 s)
 @pytest.mark.sweep
 def test_a_converter_that_swaps_key_and_value_is_named_at_the_attention(tmp_path):
-    require("transformers", "keras_hub")
-    config = str(ROOT / "configs" / "converted_gpt2.yaml")
-    text, verdict = _compare(
-        tmp_path, config, f"model.path={CONVERTERS}", "model.convert=gpt2:to_keras_hub_kv_swapped"
-    )
-    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    verdict = _planted(tmp_path, "gpt2", "to_keras_hub_kv_swapped")
     assert (
         "torch 'gpt2.h.0.attn.c_attn' / Keras 'transformer_layer_0/self_attention': the "
         "converter's split of a packed projection: torch 'gpt2.h.0.attn.c_attn.weight' holds "
@@ -217,16 +223,7 @@ def test_a_converter_that_swaps_key_and_value_is_named_at_the_attention(tmp_path
 @pytest.mark.slow  # the GPT-2 pair once more (about 2 minutes; the sweep: CI's time)
 @pytest.mark.sweep
 def test_a_converter_that_splits_heads_head_size_first_is_named_at_the_attention(tmp_path):
-    require("transformers", "keras_hub")
-    config = str(ROOT / "configs" / "converted_gpt2.yaml")
-    text, verdict = _compare(
-        tmp_path,
-        config,
-        f"model.path={CONVERTERS}",
-        "model.convert=gpt2:to_keras_hub_heads_transposed",
-        "train.max_steps=3",
-    )
-    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    verdict = _planted(tmp_path, "gpt2", "to_keras_hub_heads_transposed", "train.max_steps=3")
     assert (
         "torch 'gpt2.h.0.attn.c_attn' / Keras 'transformer_layer_0/self_attention': the "
         "converter's split of heads: Keras 'transformer_layer_0/self_attention/query/kernel' "
@@ -238,16 +235,7 @@ def test_a_converter_that_splits_heads_head_size_first_is_named_at_the_attention
 @pytest.mark.slow  # the Llama pair, a few steps (about 2 minutes; the sweep: CI's time)
 @pytest.mark.sweep
 def test_a_converter_that_reorders_q_and_k_for_the_other_rotary_layout_is_named(tmp_path):
-    require("transformers", "keras_hub")
-    config = str(ROOT / "configs" / "converted_llama.yaml")
-    text, verdict = _compare(
-        tmp_path,
-        config,
-        f"model.path={CONVERTERS}",
-        "model.convert=llama:to_keras_hub_rotary_interleaved",
-        "train.max_steps=3",
-    )
-    assert not verdict["passed"] and verdict["category"] == "semantics differ", text[-3000:]
+    verdict = _planted(tmp_path, "llama", "to_keras_hub_rotary_interleaved", "train.max_steps=3")
     assert (
         "the converter's rotary layout: Keras 'transformer_layer_0/self_attention/query/kernel' "
         "[32, 4, 8] takes each head's 8 query features of torch "

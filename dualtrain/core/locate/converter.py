@@ -63,12 +63,17 @@ _NAMES = {
 }
 
 
+def _role(target: str) -> str:
+    """The projection a Keras variable's path names (query, key, value), or ""."""
+    return next((_NAMES[p] for p in target.split("/") if p in _NAMES), "")
+
+
 def _heads_order(entry: MapEntry) -> str:
     """A query, key or value projection whose features the converter split into (heads, head
     size) in the other order: Keras's kernel (hidden, heads, head_dim) and bias (heads, head_dim)
     take each head's features as one block, and the learned view reads them head size first."""
     for target, view in zip(entry.targets, entry.views, strict=False):
-        role = next((_NAMES[p] for p in target.split("/") if p in _NAMES), "")
+        role = _role(target)
         if not role or view.shape != view.keras or len(view.shape) not in (2, 3):
             continue
         (heads, size), (s_heads, s_size) = view.shape[-2:], view.strides[-2:]
@@ -98,7 +103,7 @@ def _rotary_order(entry: MapEntry) -> str:
     rotary embedding of the other layout needs (Meta's interleaved pairs against Hugging Face's
     half-split): the rotary embedding then rotates other pairs of features on the two sides."""
     for target, view in zip(entry.targets, entry.views, strict=False):
-        role = next((_NAMES[p] for p in target.split("/") if p in _NAMES), "")
+        role = _role(target)
         size = view.keras[-1] if view.keras else 0
         if role not in ("query", "key") or size < 4 or size % 2:
             continue
@@ -123,9 +128,7 @@ def _rotary_order(entry: MapEntry) -> str:
 def _packed_order(entry: MapEntry) -> str:
     """A packed q, k, v weight whose thirds the converter gave to the projections in another
     order (the learned map lists each array's variables by where each starts in it)."""
-    roles = [
-        next((_NAMES[p] for p in target.split("/") if p in _NAMES), "") for target in entry.targets
-    ]
+    roles = [_role(target) for target in entry.targets]
     if sorted(roles) != sorted(_PACKED) or tuple(roles) == _PACKED:
         return ""
     swapped = [r for r, want in zip(roles, _PACKED, strict=True) if r != want]
